@@ -1,0 +1,192 @@
+// Package backend defines the small contract between the model code and the
+// devices that run it: a handful of fused ops on opaque tensor handles.
+//
+// Every op has a pure-Go implementation in backend/cpu (the fallback and the
+// oracle) and a CUDA implementation in backend/cuda, and a test comparing
+// them. The contract grows by optional interfaces checked with a type
+// assertion (as io.WriterTo), never by capability flags.
+//
+// Shapes are written outermost first: [numTokens, hidden] is numTokens rows
+// of hidden contiguous elements. All tensors are dense and row-major.
+package backend
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Tensor is a handle to memory owned by a Backend. Handles are only valid
+// with the backend that made them.
+type Tensor interface {
+	DType() DType
+	// Shape returns the dimensions, outermost first. Callers must not
+	// modify the returned slice.
+	Shape() []int
+}
+
+// Backend runs the model's ops. Implementations are not safe for concurrent
+// use: the engine drives one backend from one goroutine.
+//
+// Ops write into caller-allocated outputs, so the per-step path can reuse
+// buffers (and CUDA graphs can capture fixed addresses).
+type Backend interface {
+	// Name is a short identifier such as "cpu" or "cuda:0".
+	Name() string
+
+	// ActDType is the dtype the backend wants for activations (F32 on the
+	// CPU, BF16 on CUDA). Logits are always F32.
+	ActDType() DType
+
+	// Alloc returns an uninitialised tensor.
+	Alloc(dt DType, shape ...int) (Tensor, error)
+	// Upload makes a tensor holding data, laid out as dt's row-major
+	// encoding (quantized types in their GGML block layout). The backend
+	// may keep a reference to data instead of copying it (the CPU backend
+	// does, so mmapped weights are never copied): the caller must keep data
+	// alive and unchanged for the tensor's lifetime.
+	Upload(dt DType, shape []int, data []byte) (Tensor, error)
+	// Write copies host bytes (dt's encoding, whole tensor) into t.
+	Write(t Tensor, data []byte) error
+	// Read copies t's bytes to dst, which must be exactly t's byte size.
+	Read(t Tensor, dst []byte) error
+	// View returns the rows [start, start+n) of t's outermost dimension,
+	// sharing t's memory.
+	View(t Tensor, start, n int) (Tensor, error)
+	// Reshape returns t with a new shape of the same element count,
+	// sharing t's memory.
+	Reshape(t Tensor, shape ...int) (Tensor, error)
+	// Free releases t. Views must not be used after their base is freed.
+	Free(t Tensor)
+	// Sync waits for queued work to finish and reports any deferred error.
+	Sync() error
+
+	// Embed gathers rows: out[i] = table[ids[i]], converted to out's dtype.
+	// It also serves to gather activation rows (table = activations).
+	//   out   [n, dim]
+	//   table [rows, dim] any dtype
+	//   ids   [n] I32
+	Embed(out, table, ids Tensor) error
+
+	// AddRMSNorm is the fused residual add and RMS norm of a pre-norm
+	// block. With residual nil: out = rmsnorm(x) * weight. Otherwise first
+	// residual += x (in place), then out = rmsnorm(residual) * weight.
+	//   out, x, residual [rows, dim]
+	//   weight           [dim]
+	AddRMSNorm(out, x, residual, weight Tensor, eps float32) error
+
+	// MatMul computes out = x . w^T (+ bias), accumulating in f32.
+	//   out  [n, outFeatures]
+	//   x    [n, inFeatures]
+	//   w    [outFeatures, inFeatures], any weight dtype (F32, F16, BF16, Q8_0, Q4_0)
+	//   bias [outFeatures] or nil
+	MatMul(out, x, w, bias Tensor) error
+
+	// RoPEStoreKV splits a fused QKV projection, applies the optional
+	// per-head Q/K RMS norms, rotates Q and K (rotate-half / NeoX layout),
+	// writes rotated Q to args.Q and K, V into the paged caches.
+	RoPEStoreKV(args RoPEArgs) error
+
+	// Attention is paged causal attention over the KV caches for a varlen
+	// batch (prefill chunks and decodes mixed).
+	Attention(args AttentionArgs) error
+
+	// SiLUMul computes out = silu(gateUp[:, :inter]) * gateUp[:, inter:].
+	//   out    [n, inter]
+	//   gateUp [n, 2*inter]
+	SiLUMul(out, gateUp Tensor) error
+
+	// Sample picks one token per row of logits.
+	Sample(args SampleArgs) ([]int32, error)
+}
+
+// RoPEArgs are the operands of Backend.RoPEStoreKV.
+//
+// The token at row t has position Positions[t]; its K and V go to slot
+// SlotMapping[t] = block*blockSize + offset of every layer's cache (a
+// negative slot skips the write: padding tokens).
+type RoPEArgs struct {
+	Q           Tensor  // out [numTokens, numHeads*headDim]
+	QKV         Tensor  // [numTokens, (numHeads+2*numKVHeads)*headDim]: Q, then K, then V
+	Positions   Tensor  // [numTokens] I32
+	SlotMapping Tensor  // [numTokens] I32
+	KCache      Tensor  // [numBlocks, numKVHeads, blockSize, headDim]
+	VCache      Tensor  // [numBlocks, numKVHeads, blockSize, headDim]
+	InvFreq     Tensor  // [headDim/2] F32: per-pair inverse frequency, scaling already applied
+	QNorm       Tensor  // [headDim] or nil: per-head RMS norm of Q before rotation (Qwen3)
+	KNorm       Tensor  // [headDim] or nil
+	NormEps     float32 // eps of QNorm/KNorm
+	NumHeads    int
+	NumKVHeads  int
+	HeadDim     int
+}
+
+// AttentionArgs are the operands of Backend.Attention.
+//
+// Sequence s owns query rows [QueryStart[s], QueryStart[s+1]) and has
+// SeqLens[s] tokens of context in the cache, this step's included, so its
+// query row i sits at position SeqLens[s] - qLen + i and attends to cache
+// positions <= that (and > that - SlidingWindow when SlidingWindow > 0).
+// The context of s lives in blocks BlockTables[s][0..]: position p is at
+// offset p%blockSize of block BlockTables[s][p/blockSize].
+type AttentionArgs struct {
+	Out           Tensor // [numTokens, numHeads*headDim]
+	Q             Tensor // [numTokens, numHeads*headDim], rotated
+	KCache        Tensor // [numBlocks, numKVHeads, blockSize, headDim]
+	VCache        Tensor // [numBlocks, numKVHeads, blockSize, headDim]
+	BlockTables   Tensor // [numSeqs, maxBlocksPerSeq] I32
+	SeqLens       Tensor // [numSeqs] I32
+	QueryStart    Tensor // [numSeqs+1] I32, QueryStart[0] = 0
+	NumSeqs       int
+	MaxSeqLen     int // upper bound of SeqLens, for tiling decisions
+	NumHeads      int
+	NumKVHeads    int
+	HeadDim       int
+	Scale         float32 // usually 1/sqrt(headDim)
+	SlidingWindow int     // 0: unlimited
+}
+
+// SampleArgs are the operands of Backend.Sample.
+type SampleArgs struct {
+	Logits Tensor // [n, vocab] F32
+	// Rows holds one entry per logits row.
+	Rows []SampleRow
+}
+
+// SampleRow is the sampling rule of one logits row. With Temperature <= 0
+// the row is greedy (argmax, lowest id on ties). Otherwise logits are
+// divided by Temperature, filtered by TopK (0: off), TopP (>= 1: off) and
+// MinP (0: off), renormalised, and the token whose cumulative probability
+// (in descending probability order, ties by lower id) first exceeds U is
+// chosen. U in [0,1) comes from the request's seeded RNG on the host, so
+// every backend picks the same token for the same inputs.
+type SampleRow struct {
+	Temperature float32
+	TopK        int
+	TopP        float32
+	MinP        float32
+	U           float32
+}
+
+// ErrShape is wrapped by errors about operand shapes.
+var ErrShape = errors.New("shape mismatch")
+
+// ShapeError reports an operand whose shape or dtype the op cannot take.
+func ShapeError(op, operand string, format string, args ...any) error {
+	return fmt.Errorf("%s: %s: %s: %w", op, operand, fmt.Sprintf(format, args...), ErrShape)
+}
+
+// NumElements returns the product of shape, or an error on a non-positive
+// dimension or overflow.
+func NumElements(shape []int) (int, error) {
+	n := 1
+	for _, d := range shape {
+		if d <= 0 {
+			return 0, fmt.Errorf("dimension %d in %v: %w", d, shape, ErrShape)
+		}
+		if n > (1<<62)/d {
+			return 0, fmt.Errorf("element count of %v overflows", shape)
+		}
+		n *= d
+	}
+	return n, nil
+}
