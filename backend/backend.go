@@ -45,9 +45,11 @@ type Backend interface {
 	// does, so mmapped weights are never copied): the caller must keep data
 	// alive and unchanged for the tensor's lifetime.
 	Upload(dt DType, shape []int, data []byte) (Tensor, error)
-	// Write copies host bytes (dt's encoding, whole tensor) into t.
+	// Write copies host bytes (dt's encoding, whole tensor) into t. data may
+	// be reused as soon as Write returns.
 	Write(t Tensor, data []byte) error
-	// Read copies t's bytes to dst, which must be exactly t's byte size.
+	// Read copies t's bytes to dst, which must be exactly t's byte size,
+	// after the work queued before it has finished.
 	Read(t Tensor, dst []byte) error
 	// View returns the rows [start, start+n) of t's outermost dimension,
 	// sharing t's memory.

@@ -1,0 +1,501 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"reflect"
+	"strings"
+)
+
+// Limits fixed by the OpenAI API rather than by the deployment.
+const (
+	maxTopLogprobs = 20 // OpenAI's top_logprobs bound; vLLM's default max_logprobs
+	// defaultCompletionMaxTokens is the legacy completions default (OpenAI
+	// and vLLM both use 16 when max_tokens is omitted).
+	defaultCompletionMaxTokens = 16
+)
+
+// commonFields are the request fields shared by both generation endpoints.
+// Pointers distinguish "absent or null" from zero, so defaults apply only to
+// what the client left out. Unknown fields (user, metadata, store, ...) are
+// ignored by encoding/json; known fields with a wrong type fail decoding.
+type commonFields struct {
+	Model            string          `json:"model"`
+	Stream           bool            `json:"stream"`
+	StreamOptions    *streamOptions  `json:"stream_options"`
+	N                *int            `json:"n"`
+	Temperature      *float64        `json:"temperature"`
+	TopP             *float64        `json:"top_p"`
+	PresencePenalty  *float64        `json:"presence_penalty"`
+	FrequencyPenalty *float64        `json:"frequency_penalty"`
+	Seed             *int64          `json:"seed"`
+	Stop             json.RawMessage `json:"stop"`
+	MaxTokens        *int            `json:"max_tokens"`
+	LogitBias        map[string]float64 `json:"logit_bias"`
+	ResponseFormat   *responseFormat `json:"response_format"`
+
+	// vLLM extensions, widely used by clients of open-model servers.
+	TopK              *int     `json:"top_k"`
+	MinP              *float64 `json:"min_p"`
+	RepetitionPenalty *float64 `json:"repetition_penalty"`
+	MinTokens         *int     `json:"min_tokens"`
+	IgnoreEOS         bool     `json:"ignore_eos"`
+	StopTokenIDs      []int64  `json:"stop_token_ids"`
+	SkipSpecialTokens *bool    `json:"skip_special_tokens"`
+	AddSpecialTokens  *bool    `json:"add_special_tokens"`
+}
+
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+type responseFormat struct {
+	Type string `json:"type"`
+}
+
+// completionRequest is the body of POST /v1/completions.
+type completionRequest struct {
+	commonFields
+	Prompt   json.RawMessage `json:"prompt"`
+	Logprobs *int            `json:"logprobs"`
+	Echo     bool            `json:"echo"`
+	Suffix   *string         `json:"suffix"`
+	BestOf   *int            `json:"best_of"`
+}
+
+// chatRequest is the body of POST /v1/chat/completions.
+type chatRequest struct {
+	commonFields
+	Messages            []chatMessageIn `json:"messages"`
+	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+	Logprobs            *bool           `json:"logprobs"`
+	TopLogprobs         *int            `json:"top_logprobs"`
+	Tools               json.RawMessage `json:"tools"`
+	ToolChoice          json.RawMessage `json:"tool_choice"`
+	AddGenerationPrompt *bool           `json:"add_generation_prompt"`
+}
+
+type chatMessageIn struct {
+	Role      string          `json:"role"`
+	Content   json.RawMessage `json:"content"`
+	ToolCalls json.RawMessage `json:"tool_calls"`
+}
+
+type contentPart struct {
+	Type string  `json:"type"`
+	Text *string `json:"text"`
+}
+
+// decodeJSON unmarshals a request body, turning decoder errors into 400s
+// that name the field and the expected type.
+func decodeJSON(body []byte, v any) *Error {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return badRequest("", "the request body is empty; expected a JSON object")
+	}
+	err := json.Unmarshal(body, v)
+	if err == nil {
+		return nil
+	}
+	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &te):
+		if te.Field == "" {
+			return badRequest("", "the request body must be a JSON object, got JSON %s", te.Value)
+		}
+		// encoding/json names fields of an embedded struct through the Go
+		// type ("commonFields.temperature"); clients know only the JSON name.
+		field := strings.TrimPrefix(te.Field, "commonFields.")
+		return badRequest(field, "invalid type for '%s': expected %s, got JSON %s",
+			field, jsonTypeName(te.Type), te.Value)
+	case errors.As(err, &se):
+		return badRequest("", "the request body is not valid JSON (at byte %d): %s", se.Offset, se.Error())
+	}
+	return badRequest("", "the request body is not valid JSON: %s", err.Error())
+}
+
+// jsonTypeName names a Go type the way a JSON client thinks of it.
+func jsonTypeName(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	}
+	return t.String()
+}
+
+// isNull reports whether a raw field is absent or JSON null.
+func isNull(raw json.RawMessage) bool {
+	t := bytes.TrimSpace(raw)
+	return len(t) == 0 || bytes.Equal(t, []byte("null"))
+}
+
+// rawKind returns the JSON kind of a present, non-null raw value.
+func rawKind(raw json.RawMessage) byte {
+	t := bytes.TrimSpace(raw)
+	if len(t) == 0 {
+		return 0
+	}
+	switch c := t[0]; {
+	case c == '"':
+		return 's'
+	case c == '[':
+		return 'a'
+	case c == '{':
+		return 'o'
+	case c == 't' || c == 'f':
+		return 'b'
+	case c == 'n':
+		return 'n'
+	default:
+		return '0'
+	}
+}
+
+func rangeErr(param string, lo, hi, got float64) *Error {
+	return badRequest(param, "'%s' must be between %g and %g, got %g", param, lo, hi, got)
+}
+
+// sampling validates the shared fields into SamplingParams. maxTokens is
+// resolved by the caller (the defaults differ per endpoint); n is returned.
+func (s *Server) sampling(c *commonFields) (SamplingParams, int, *Error) {
+	p := SamplingParams{
+		Temperature:       1,
+		TopP:              1,
+		RepetitionPenalty: 1,
+		SkipSpecialTokens: true,
+		IgnoreEOS:         c.IgnoreEOS,
+	}
+	if c.Temperature != nil {
+		if t := *c.Temperature; t < 0 || t > 2 {
+			return p, 0, rangeErr("temperature", 0, 2, t)
+		}
+		p.Temperature = float32(*c.Temperature)
+	}
+	if c.TopP != nil {
+		if t := *c.TopP; t <= 0 || t > 1 {
+			return p, 0, badRequest("top_p", "'top_p' must be in (0, 1], got %g", t)
+		}
+		p.TopP = float32(*c.TopP)
+	}
+	if c.TopK != nil {
+		switch k := *c.TopK; {
+		case k == -1 || k == 0:
+			p.TopK = 0
+		case k > 0:
+			p.TopK = k
+		default:
+			return p, 0, badRequest("top_k", "'top_k' must be -1 or 0 (disabled) or a positive integer, got %d", k)
+		}
+	}
+	if c.MinP != nil {
+		if t := *c.MinP; t < 0 || t > 1 {
+			return p, 0, rangeErr("min_p", 0, 1, t)
+		}
+		p.MinP = float32(*c.MinP)
+	}
+	if c.PresencePenalty != nil {
+		if t := *c.PresencePenalty; t < -2 || t > 2 {
+			return p, 0, rangeErr("presence_penalty", -2, 2, t)
+		}
+		p.PresencePenalty = float32(*c.PresencePenalty)
+	}
+	if c.FrequencyPenalty != nil {
+		if t := *c.FrequencyPenalty; t < -2 || t > 2 {
+			return p, 0, rangeErr("frequency_penalty", -2, 2, t)
+		}
+		p.FrequencyPenalty = float32(*c.FrequencyPenalty)
+	}
+	if c.RepetitionPenalty != nil {
+		// vLLM only asks for > 0; 10 bounds it so float32 stays sane.
+		if t := *c.RepetitionPenalty; t <= 0 || t > 10 {
+			return p, 0, badRequest("repetition_penalty", "'repetition_penalty' must be in (0, 10], got %g", t)
+		}
+		p.RepetitionPenalty = float32(*c.RepetitionPenalty)
+	}
+	if c.Seed != nil {
+		// Any int64 is accepted (as in OpenAI and vLLM); negative seeds keep
+		// their bit pattern.
+		seed := uint64(*c.Seed)
+		p.Seed = &seed
+	}
+	n := 1
+	if c.N != nil {
+		n = *c.N
+		if n < 1 || n > s.opts.MaxN {
+			return p, 0, badRequest("n", "'n' must be between 1 and %d, got %d", s.opts.MaxN, n)
+		}
+	}
+	if c.MinTokens != nil {
+		if *c.MinTokens < 0 {
+			return p, 0, badRequest("min_tokens", "'min_tokens' must be >= 0, got %d", *c.MinTokens)
+		}
+		p.MinTokens = *c.MinTokens
+	}
+	if c.SkipSpecialTokens != nil {
+		p.SkipSpecialTokens = *c.SkipSpecialTokens
+	}
+	stop, err := s.stopStrings(c.Stop)
+	if err != nil {
+		return p, 0, err
+	}
+	p.Stop = stop
+	if len(c.StopTokenIDs) > s.opts.MaxStopTokenIDs {
+		return p, 0, badRequest("stop_token_ids", "at most %d 'stop_token_ids' are allowed, got %d",
+			s.opts.MaxStopTokenIDs, len(c.StopTokenIDs))
+	}
+	for i, id := range c.StopTokenIDs {
+		tid, e := s.tokenID(id, fmt.Sprintf("stop_token_ids[%d]", i))
+		if e != nil {
+			return p, 0, e
+		}
+		p.StopTokenIDs = append(p.StopTokenIDs, tid)
+	}
+	if len(c.LogitBias) > 0 {
+		return p, 0, badRequest("logit_bias", "'logit_bias' is not supported by this server")
+	}
+	if rf := c.ResponseFormat; rf != nil {
+		switch rf.Type {
+		case "", "text":
+		case "json_object", "json_schema":
+			// Honest refusal: without constrained decoding the server could
+			// not guarantee JSON, and a client asking for it relies on that.
+			return p, 0, badRequest("response_format.type",
+				"response_format type '%s' is not supported: this server has no constrained decoding, so it cannot guarantee the output format", rf.Type)
+		default:
+			return p, 0, badRequest("response_format.type",
+				"'response_format.type' must be one of text, json_object, json_schema, got '%s'", rf.Type)
+		}
+	}
+	if c.StreamOptions != nil && !c.Stream {
+		return p, 0, badRequest("stream_options", "'stream_options' is only allowed when 'stream' is true")
+	}
+	return p, n, nil
+}
+
+// stopStrings validates "stop": a string, an array of strings, or null.
+func (s *Server) stopStrings(raw json.RawMessage) ([]string, *Error) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	var list []string
+	switch rawKind(raw) {
+	case 's':
+		var one string
+		if err := json.Unmarshal(raw, &one); err != nil {
+			return nil, badRequest("stop", "'stop' is not a valid JSON string")
+		}
+		list = []string{one}
+	case 'a':
+		if err := json.Unmarshal(raw, &list); err != nil {
+			return nil, badRequest("stop", "'stop' must be a string or an array of strings")
+		}
+	default:
+		return nil, badRequest("stop", "'stop' must be a string or an array of strings")
+	}
+	if len(list) > s.opts.MaxStopStrings {
+		return nil, badRequest("stop", "at most %d stop strings are allowed, got %d", s.opts.MaxStopStrings, len(list))
+	}
+	for i, st := range list {
+		if st == "" {
+			return nil, badRequest(fmt.Sprintf("stop[%d]", i), "stop strings must not be empty")
+		}
+		if len(st) > s.opts.MaxStopStringBytes {
+			return nil, badRequest(fmt.Sprintf("stop[%d]", i), "stop strings must be at most %d bytes, got %d",
+				s.opts.MaxStopStringBytes, len(st))
+		}
+	}
+	return list, nil
+}
+
+// tokenID checks that a client-supplied id is in the vocabulary.
+func (s *Server) tokenID(id int64, param string) (int32, *Error) {
+	if id < 0 || id > math.MaxInt32 {
+		return 0, badRequest(param, "token id %d is out of range", id)
+	}
+	if _, ok := s.opts.Tokenizer.TokenString(int32(id)); !ok {
+		return 0, badRequest(param, "token id %d is not in the vocabulary", id)
+	}
+	return int32(id), nil
+}
+
+// tokenIDs decodes and checks a JSON array of token ids.
+func (s *Server) tokenIDs(raw json.RawMessage, param string) ([]int32, *Error) {
+	var ids []int64
+	if err := json.Unmarshal(raw, &ids); err != nil {
+		return nil, badRequest(param, "'%s' must be an array of integer token ids", param)
+	}
+	out := make([]int32, len(ids))
+	for i, id := range ids {
+		t, e := s.tokenID(id, fmt.Sprintf("%s[%d]", param, i))
+		if e != nil {
+			return nil, e
+		}
+		out[i] = t
+	}
+	return out, nil
+}
+
+// checkModel accepts an omitted model or the served one, and answers 404
+// for any other name, as vLLM and OpenAI do: a client that asks for a model
+// this server does not have should learn so rather than get another one.
+func (s *Server) checkModel(name string) *Error {
+	if name == "" || name == s.opts.Model.ID {
+		return nil
+	}
+	return &Error{Status: 404, Type: typeNotFound, Param: "model", Code: "model_not_found",
+		Message: fmt.Sprintf("The model '%s' does not exist.", name)}
+}
+
+// resolveMaxTokens applies the default and checks the context budget:
+// promptLen + maxTokens must fit in the model's context.
+//
+// An explicit value over the cap or the context is rejected, not clamped,
+// so the client learns its request cannot be served as asked. A default
+// shrinks to what fits.
+func (s *Server) resolveMaxTokens(explicit *int, param string, def int, promptLen, minTokens int, promptParam string) (int, *Error) {
+	maxCtx := s.opts.Model.MaxContext
+	tooLong := func(completion int) *Error {
+		total := promptLen + completion
+		if completion > math.MaxInt-promptLen {
+			total = math.MaxInt // a huge max_tokens must not wrap around in the message
+		}
+		return &Error{Status: 400, Type: typeInvalidRequest, Param: promptParam, Code: "context_length_exceeded",
+			Message: fmt.Sprintf("This model's maximum context length is %d tokens. However, you requested %d tokens "+
+				"(%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
+				maxCtx, total, promptLen, completion)}
+	}
+	var mt int
+	if explicit != nil {
+		mt = *explicit
+		if mt < 1 {
+			return 0, badRequest(param, "'%s' must be at least 1, got %d", param, mt)
+		}
+		if s.opts.MaxTokensCap > 0 && mt > s.opts.MaxTokensCap {
+			return 0, badRequest(param, "'%s' must be at most %d, got %d", param, s.opts.MaxTokensCap, mt)
+		}
+		// Compared as mt > room so a huge mt cannot overflow a sum.
+		if mt > maxCtx-promptLen {
+			return 0, tooLong(mt)
+		}
+	} else {
+		room := maxCtx - promptLen
+		if room < 1 {
+			return 0, tooLong(max(1, minTokens))
+		}
+		mt = room
+		if def > 0 {
+			mt = min(mt, def)
+		}
+		if s.opts.MaxTokensCap > 0 {
+			mt = min(mt, s.opts.MaxTokensCap)
+		}
+	}
+	if minTokens > mt {
+		return 0, badRequest("min_tokens", "'min_tokens' (%d) must not exceed the maximum number of tokens (%d)", minTokens, mt)
+	}
+	return mt, nil
+}
+
+// chatMessages validates messages and flattens their content to text.
+func chatMessages(in []chatMessageIn) ([]ChatMessage, *Error) {
+	if len(in) == 0 {
+		return nil, badRequest("messages", "'messages' must be a non-empty array")
+	}
+	out := make([]ChatMessage, len(in))
+	for i, m := range in {
+		param := fmt.Sprintf("messages[%d]", i)
+		role := m.Role
+		switch role {
+		case "system", "user", "assistant":
+		case "developer":
+			role = "system" // OpenAI's newer name for system instructions
+		case "tool", "function":
+			return nil, badRequest(param+".role", "role '%s' is not supported: this server does not support tool calls", role)
+		case "":
+			return nil, badRequest(param+".role", "'%s.role' is required", param)
+		default:
+			return nil, badRequest(param+".role", "'%s.role' must be one of system, developer, user, assistant, got '%s'", param, role)
+		}
+		if !isNull(m.ToolCalls) && !bytes.Equal(bytes.TrimSpace(m.ToolCalls), []byte("[]")) {
+			return nil, badRequest(param+".tool_calls", "tool calls are not supported by this server")
+		}
+		text, err := messageContent(m.Content, param+".content", role)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = ChatMessage{Role: role, Content: text}
+	}
+	return out, nil
+}
+
+// messageContent accepts a string, an array of text parts, or (for the
+// assistant) null.
+func messageContent(raw json.RawMessage, param, role string) (string, *Error) {
+	switch rawKind(raw) {
+	case 0, 'n':
+		if role == "assistant" {
+			return "", nil
+		}
+		return "", badRequest(param, "'%s' is required", param)
+	case 's':
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", badRequest(param, "'%s' is not a valid JSON string", param)
+		}
+		return s, nil
+	case 'a':
+		var parts []contentPart
+		if err := json.Unmarshal(raw, &parts); err != nil {
+			return "", badRequest(param, "'%s' must be a string or an array of content parts", param)
+		}
+		var b strings.Builder
+		for j, p := range parts {
+			if p.Type != "text" {
+				return "", badRequest(fmt.Sprintf("%s[%d].type", param, j),
+					"content part type '%s' is not supported: this server accepts text only", p.Type)
+			}
+			if p.Text == nil {
+				return "", badRequest(fmt.Sprintf("%s[%d].text", param, j), "a text content part needs 'text'")
+			}
+			// Parts are joined with a newline, as vLLM does for text parts.
+			if j > 0 {
+				b.WriteByte('\n')
+			}
+			b.WriteString(*p.Text)
+		}
+		return b.String(), nil
+	}
+	return "", badRequest(param, "'%s' must be a string or an array of content parts", param)
+}
+
+// checkTools rejects tool use honestly: the server has no tool-call parser.
+func checkTools(tools, choice json.RawMessage) *Error {
+	if !isNull(tools) && !bytes.Equal(bytes.TrimSpace(tools), []byte("[]")) {
+		return badRequest("tools", "'tools' are not supported by this server")
+	}
+	if isNull(choice) {
+		return nil
+	}
+	var s string
+	if json.Unmarshal(choice, &s) == nil && (s == "none" || s == "auto") {
+		return nil
+	}
+	return badRequest("tool_choice", "'tool_choice' is not supported by this server")
+}

@@ -1,0 +1,199 @@
+package cpu
+
+import (
+	"math"
+
+	"github.com/trigon-llm/trigon/backend"
+)
+
+// Attention implements backend.Backend: paged causal attention for a varlen
+// batch, with GQA (query head h reads KV head h/(NumHeads/NumKVHeads)) and
+// an optional sliding window.
+//
+// Work is split over (sequence, head) pairs. Each pair gathers the K and V
+// rows it needs from the paged caches into contiguous f32 scratch through
+// the block table, then for each query row computes f32 scores, a softmax
+// stabilised by the row maximum, and the probability-weighted sum of V.
+// Output rows past QueryStart[NumSeqs] are left untouched (batch padding).
+// All metadata (query starts, lengths, block ids) is checked before any
+// row is computed.
+//
+//	Out         [numTokens, numHeads*headDim] F32 (may be Q itself)
+//	Q           [numTokens, numHeads*headDim] F32
+//	KCache      [numBlocks, numKVHeads, blockSize, headDim] F32, BF16 or F16
+//	VCache      same shape as KCache, F32, BF16 or F16
+//	BlockTables [numSeqs, maxBlocksPerSeq] I32
+//	SeqLens     [numSeqs] I32
+//	QueryStart  [numSeqs+1] I32
+func (b *Backend) Attention(a backend.AttentionArgs) error {
+	const op = "attention"
+	o, err := tensorOf(op, "Out", a.Out)
+	if err != nil {
+		return err
+	}
+	q, err := tensorOf(op, "Q", a.Q)
+	if err != nil {
+		return err
+	}
+	kc, err := tensorOf(op, "KCache", a.KCache)
+	if err != nil {
+		return err
+	}
+	vc, err := tensorOf(op, "VCache", a.VCache)
+	if err != nil {
+		return err
+	}
+	bt, err := tensorOf(op, "BlockTables", a.BlockTables)
+	if err != nil {
+		return err
+	}
+	sl, err := tensorOf(op, "SeqLens", a.SeqLens)
+	if err != nil {
+		return err
+	}
+	qs, err := tensorOf(op, "QueryStart", a.QueryStart)
+	if err != nil {
+		return err
+	}
+	h, kvh, d, ns := a.NumHeads, a.NumKVHeads, a.HeadDim, a.NumSeqs
+	if h <= 0 || kvh <= 0 || d <= 0 || h%kvh != 0 {
+		return backend.ShapeError("cpu: "+op, "heads", "NumHeads %d, NumKVHeads %d, HeadDim %d: want positive counts with NumHeads a multiple of NumKVHeads", h, kvh, d)
+	}
+	if ns <= 0 {
+		return backend.ShapeError("cpu: "+op, "NumSeqs", "%d is not positive", ns)
+	}
+	if a.SlidingWindow < 0 {
+		return backend.ShapeError("cpu: "+op, "SlidingWindow", "%d is negative", a.SlidingWindow)
+	}
+	if math.IsNaN(float64(a.Scale)) || math.IsInf(float64(a.Scale), 0) {
+		return backend.ShapeError("cpu: "+op, "Scale", "%v is not finite", a.Scale)
+	}
+	if err := checkDType(op, "Q", q, backend.F32); err != nil {
+		return err
+	}
+	if err := checkShape(op, "Q", q, -1, h*d); err != nil {
+		return err
+	}
+	numTokens := q.shape[0]
+	if err := checkDType(op, "Out", o, backend.F32); err != nil {
+		return err
+	}
+	if err := checkShape(op, "Out", o, numTokens, h*d); err != nil {
+		return err
+	}
+	if overlaps(o.data, q.data) && &o.data[0] != &q.data[0] {
+		return backend.ShapeError("cpu: "+op, "Out", "partially overlaps Q")
+	}
+	if err := checkDType(op, "KCache", kc, kvDTypes...); err != nil {
+		return err
+	}
+	if err := checkShape(op, "KCache", kc, -1, kvh, -1, d); err != nil {
+		return err
+	}
+	if err := checkDType(op, "VCache", vc, kvDTypes...); err != nil {
+		return err
+	}
+	if err := checkShape(op, "VCache", vc, kc.shape...); err != nil {
+		return err
+	}
+	for _, c := range []struct {
+		name  string
+		t     *tensor
+		shape []int
+	}{{"BlockTables", bt, []int{ns, -1}}, {"SeqLens", sl, []int{ns}}, {"QueryStart", qs, []int{ns + 1}}} {
+		if err := checkDType(op, c.name, c.t, backend.I32); err != nil {
+			return err
+		}
+		if err := checkShape(op, c.name, c.t, c.shape...); err != nil {
+			return err
+		}
+	}
+	numBlocks, blockSize := kc.shape[0], kc.shape[2]
+	maxBlocks := bt.shape[1]
+	tables, lens, starts := bt.i32(), sl.i32(), qs.i32()
+	if starts[0] != 0 {
+		return backend.ShapeError("cpu: "+op, "QueryStart", "QueryStart[0] = %d, want 0", starts[0])
+	}
+	for s := range ns {
+		qLen, seqLen := int(starts[s+1])-int(starts[s]), int(lens[s])
+		switch {
+		case qLen < 0 || int(starts[s+1]) > numTokens:
+			return backend.ShapeError("cpu: "+op, "QueryStart", "sequence %d owns rows [%d, %d) of %d", s, starts[s], starts[s+1], numTokens)
+		case seqLen < qLen:
+			return backend.ShapeError("cpu: "+op, "SeqLens", "SeqLens[%d] = %d is shorter than its %d query rows", s, seqLen, qLen)
+		case seqLen > a.MaxSeqLen:
+			return backend.ShapeError("cpu: "+op, "SeqLens", "SeqLens[%d] = %d exceeds MaxSeqLen %d", s, seqLen, a.MaxSeqLen)
+		case (seqLen+blockSize-1)/blockSize > maxBlocks:
+			return backend.ShapeError("cpu: "+op, "BlockTables", "SeqLens[%d] = %d needs %d blocks, tables hold %d", s, seqLen, (seqLen+blockSize-1)/blockSize, maxBlocks)
+		}
+		for j := range (seqLen + blockSize - 1) / blockSize {
+			if id := tables[s*maxBlocks+j]; id < 0 || int(id) >= numBlocks {
+				return backend.ShapeError("cpu: "+op, "BlockTables", "BlockTables[%d][%d] = %d outside %d blocks", s, j, id, numBlocks)
+			}
+		}
+	}
+
+	qv, ov := q.f32(), o.f32()
+	group := h / kvh
+	kEl, vEl := kc.dt.BlockBytes(), vc.dt.BlockBytes()
+	window := a.SlidingWindow
+	b.parallel(ns*h, 1, func(w, lo, hi int) {
+		for unit := lo; unit < hi; unit++ {
+			s, head := unit/h, unit%h
+			qLen, seqLen := int(starts[s+1])-int(starts[s]), int(lens[s])
+			if qLen == 0 {
+				continue
+			}
+			kvHead := head / group
+			// Keys needed by any of this sequence's query rows.
+			first := 0
+			if window > 0 {
+				first = max(0, seqLen-qLen-window+1)
+			}
+			nk := seqLen - first
+			buf := b.floatScratch(w, 2*nk*d+nk)
+			ks, vs, scores := buf[:nk*d], buf[nk*d:2*nk*d], buf[2*nk*d:]
+			for p := first; p < seqLen; p++ {
+				blk := int(tables[s*maxBlocks+p/blockSize])
+				base := ((blk*kvh+kvHead)*blockSize + p%blockSize) * d
+				toFloat32(kc.dt, kc.data[base*kEl:(base+d)*kEl], ks[(p-first)*d:(p-first+1)*d])
+				toFloat32(vc.dt, vc.data[base*vEl:(base+d)*vEl], vs[(p-first)*d:(p-first+1)*d])
+			}
+			for i := range qLen {
+				t := int(starts[s]) + i
+				pos := seqLen - qLen + i
+				lo := first
+				if window > 0 {
+					lo = max(first, pos-window+1)
+				}
+				qrow := qv[(t*h+head)*d : (t*h+head+1)*d]
+				sc := scores[:pos-lo+1]
+				m := float32(math.Inf(-1))
+				for j := range sc {
+					sc[j] = a.Scale * dot(qrow, ks[(lo-first+j)*d:(lo-first+j+1)*d])
+					m = max(m, sc[j])
+				}
+				var sum float32
+				for j, v := range sc {
+					e := float32(math.Exp(float64(v - m)))
+					sc[j] = e
+					sum += e
+				}
+				// qrow is fully read; out may alias it from here on.
+				orow := ov[(t*h+head)*d : (t*h+head+1)*d]
+				clear(orow)
+				for j, p := range sc {
+					vrow := vs[(lo-first+j)*d : (lo-first+j+1)*d]
+					for c, v := range vrow {
+						orow[c] += p * v
+					}
+				}
+				inv := 1 / sum
+				for c := range orow {
+					orow[c] *= inv
+				}
+			}
+		}
+	})
+	return nil
+}

@@ -1,0 +1,389 @@
+package cuda
+
+import (
+	"encoding/binary"
+	"math"
+	"unsafe"
+
+	"github.com/trigon-llm/trigon/backend"
+)
+
+// RoPEStoreKV implements backend.Backend in one kernel: per token and
+// head, the optional RMS norm, the rotate-half rotation with
+// angle = f32(pos) * invFreq[i], the Q store, and the K/V store into the
+// paged caches. Positions and slots are checked on the device (Sync
+// reports them).
+//
+//	Q        [numTokens, numHeads*headDim], the dtype of QKV
+//	QKV      [numTokens, (numHeads+2*numKVHeads)*headDim] F32, F16 or BF16
+//	KCache   [numBlocks, numKVHeads, blockSize, headDim] F32, F16 or BF16 (VCache alike)
+//	InvFreq  [headDim/2] F32
+//	QNorm, KNorm [headDim] or nil, one float dtype
+func (b *Backend) RoPEStoreKV(a backend.RoPEArgs) error {
+	const op = "ropestorekv"
+	q, err := b.tensorOf(op, "Q", a.Q)
+	if err != nil {
+		return err
+	}
+	qkv, err := b.tensorOf(op, "QKV", a.QKV)
+	if err != nil {
+		return err
+	}
+	pos, err := b.tensorOf(op, "Positions", a.Positions)
+	if err != nil {
+		return err
+	}
+	slots, err := b.tensorOf(op, "SlotMapping", a.SlotMapping)
+	if err != nil {
+		return err
+	}
+	kc, err := b.tensorOf(op, "KCache", a.KCache)
+	if err != nil {
+		return err
+	}
+	vc, err := b.tensorOf(op, "VCache", a.VCache)
+	if err != nil {
+		return err
+	}
+	invf, err := b.tensorOf(op, "InvFreq", a.InvFreq)
+	if err != nil {
+		return err
+	}
+	var qn, kn *tensor
+	if a.QNorm != nil {
+		if qn, err = b.tensorOf(op, "QNorm", a.QNorm); err != nil {
+			return err
+		}
+	}
+	if a.KNorm != nil {
+		if kn, err = b.tensorOf(op, "KNorm", a.KNorm); err != nil {
+			return err
+		}
+	}
+	h, kvh, d := a.NumHeads, a.NumKVHeads, a.HeadDim
+	if h <= 0 || kvh <= 0 || d <= 0 || d%2 != 0 || d > 1024 || h%kvh != 0 || h+kvh > 65535*4 {
+		return backend.ShapeError("cuda: "+op, "heads", "NumHeads %d, NumKVHeads %d, HeadDim %d: want positive counts, NumHeads a multiple of NumKVHeads and an even HeadDim <= 1024", h, kvh, d)
+	}
+	if err := checkDType(op, "QKV", qkv, floatDTypes...); err != nil {
+		return err
+	}
+	if err := checkShape(op, "QKV", qkv, -1, (h+2*kvh)*d); err != nil {
+		return err
+	}
+	n := qkv.shape[0]
+	if err := checkDType(op, "Q", q, qkv.dt); err != nil {
+		return err
+	}
+	if err := checkShape(op, "Q", q, n, h*d); err != nil {
+		return err
+	}
+	if overlaps(q, qkv) {
+		return backend.ShapeError("cuda: "+op, "Q", "overlaps QKV")
+	}
+	for _, c := range []struct {
+		name string
+		t    *tensor
+	}{{"Positions", pos}, {"SlotMapping", slots}} {
+		if err := checkDType(op, c.name, c.t, backend.I32); err != nil {
+			return err
+		}
+		if err := checkShape(op, c.name, c.t, n); err != nil {
+			return err
+		}
+	}
+	if err := checkDType(op, "KCache", kc, floatDTypes...); err != nil {
+		return err
+	}
+	if err := checkShape(op, "KCache", kc, -1, kvh, -1, d); err != nil {
+		return err
+	}
+	if err := checkDType(op, "VCache", vc, kc.dt); err != nil {
+		return err
+	}
+	if err := checkShape(op, "VCache", vc, kc.shape...); err != nil {
+		return err
+	}
+	if err := checkDType(op, "InvFreq", invf, backend.F32); err != nil {
+		return err
+	}
+	if err := checkShape(op, "InvFreq", invf, d/2); err != nil {
+		return err
+	}
+	nt := backend.BF16
+	for _, c := range []struct {
+		name string
+		t    *tensor
+	}{{"QNorm", qn}, {"KNorm", kn}} {
+		if c.t == nil {
+			continue
+		}
+		if err := checkDType(op, c.name, c.t, floatDTypes...); err != nil {
+			return err
+		}
+		if err := checkShape(op, c.name, c.t, d); err != nil {
+			return err
+		}
+		nt = c.t.dt
+	}
+	if qn != nil && kn != nil && qn.dt != kn.dt {
+		return backend.ShapeError("cuda: "+op, "KNorm", "dtype %v differs from QNorm's %v", kn.dt, qn.dt)
+	}
+	if (qn != nil || kn != nil) && (!(a.NormEps >= 0) || math.IsInf(float64(a.NormEps), 0)) {
+		return backend.ShapeError("cuda: "+op, "NormEps", "%v is not a finite non-negative number", a.NormEps)
+	}
+	numBlocks, blockSize := kc.shape[0], kc.shape[2]
+	if numBlocks*blockSize > maxInt32 || n > maxInt32 {
+		return backend.ShapeError("cuda: "+op, "KCache", "%v slots exceed int32", kc.shape)
+	}
+	k := fnKey{modSpec{file: "rope", p: [6]int{d, blockSize, int(qkv.dt), int(kc.dt), int(nt)}}, "rope_store_kv"}
+	grid := [3]int{n, (h + kvh + 3) / 4, 1}
+	eps := a.NormEps
+	return b.post(func() error {
+		f, err := b.fn(k)
+		if err != nil {
+			return err
+		}
+		return b.launch(f, grid, 128, 0, q.ptr, qkv.ptr, pos.ptr, slots.ptr, kc.ptr, vc.ptr, invf.ptr,
+			ptrOf(qn), ptrOf(kn), f32bits(eps), i32(h), i32(kvh), i32(numBlocks*blockSize), b.errDev)
+	})
+}
+
+// Attention implements backend.Backend.
+//
+// Sequences with one query row take the split-KV decode kernel (the query
+// heads of a GQA group share each K/V load; the split count depends only
+// on the batch shape and MaxSeqLen, so a fixed-shape launch can be graph
+// captured); sequences with more take the tensor-core prefill kernel,
+// which includes earlier cache contents (prefix-cached context). Both read
+// the block tables directly. The caches must be BF16 and headDim 64 or 128.
+//
+//	Out, Q      [numTokens, numHeads*headDim] BF16
+//	KCache      [numBlocks, numKVHeads, blockSize, headDim] BF16 (VCache alike)
+//	BlockTables [numSeqs, maxBlocksPerSeq] I32
+//	SeqLens     [numSeqs] I32; QueryStart [numSeqs+1] I32
+func (b *Backend) Attention(a backend.AttentionArgs) error {
+	const op = "attention"
+	out, err := b.tensorOf(op, "Out", a.Out)
+	if err != nil {
+		return err
+	}
+	q, err := b.tensorOf(op, "Q", a.Q)
+	if err != nil {
+		return err
+	}
+	kc, err := b.tensorOf(op, "KCache", a.KCache)
+	if err != nil {
+		return err
+	}
+	vc, err := b.tensorOf(op, "VCache", a.VCache)
+	if err != nil {
+		return err
+	}
+	bt, err := b.tensorOf(op, "BlockTables", a.BlockTables)
+	if err != nil {
+		return err
+	}
+	sl, err := b.tensorOf(op, "SeqLens", a.SeqLens)
+	if err != nil {
+		return err
+	}
+	qs, err := b.tensorOf(op, "QueryStart", a.QueryStart)
+	if err != nil {
+		return err
+	}
+	h, kvh, d, s := a.NumHeads, a.NumKVHeads, a.HeadDim, a.NumSeqs
+	if h <= 0 || kvh <= 0 || h%kvh != 0 || h > 65535 || (d != 64 && d != 128) {
+		return backend.ShapeError("cuda: "+op, "heads", "NumHeads %d, NumKVHeads %d, HeadDim %d: want NumHeads a multiple of NumKVHeads and HeadDim 64 or 128", h, kvh, d)
+	}
+	if s <= 0 || s > 65535 || a.MaxSeqLen <= 0 || a.MaxSeqLen > maxInt32 || a.SlidingWindow < 0 || a.SlidingWindow > maxInt32 ||
+		math.IsNaN(float64(a.Scale)) || math.IsInf(float64(a.Scale), 0) {
+		return backend.ShapeError("cuda: "+op, "args", "NumSeqs %d, MaxSeqLen %d, SlidingWindow %d, Scale %v", s, a.MaxSeqLen, a.SlidingWindow, a.Scale)
+	}
+	if err := checkDType(op, "Q", q, backend.BF16); err != nil {
+		return err
+	}
+	if err := checkShape(op, "Q", q, -1, h*d); err != nil {
+		return err
+	}
+	n := q.shape[0]
+	if err := checkDType(op, "Out", out, backend.BF16); err != nil {
+		return err
+	}
+	if err := checkShape(op, "Out", out, n, h*d); err != nil {
+		return err
+	}
+	if overlaps(out, q) && out.ptr != q.ptr {
+		return backend.ShapeError("cuda: "+op, "Out", "partially overlaps Q")
+	}
+	if err := checkDType(op, "KCache", kc, backend.BF16); err != nil {
+		return err
+	}
+	if err := checkShape(op, "KCache", kc, -1, kvh, -1, d); err != nil {
+		return err
+	}
+	if err := checkDType(op, "VCache", vc, backend.BF16); err != nil {
+		return err
+	}
+	if err := checkShape(op, "VCache", vc, kc.shape...); err != nil {
+		return err
+	}
+	for _, c := range []struct {
+		name string
+		t    *tensor
+		want []int
+	}{{"BlockTables", bt, []int{s, -1}}, {"SeqLens", sl, []int{s}}, {"QueryStart", qs, []int{s + 1}}} {
+		if err := checkDType(op, c.name, c.t, backend.I32); err != nil {
+			return err
+		}
+		if err := checkShape(op, c.name, c.t, c.want...); err != nil {
+			return err
+		}
+	}
+	if n > maxInt32 {
+		return backend.ShapeError("cuda: "+op, "Q", "%d rows exceed int32", n)
+	}
+	numBlocks, blockSize, maxBlocks := kc.shape[0], kc.shape[2], bt.shape[1]
+	g := h / kvh
+	gc := 1
+	for _, c := range []int{8, 4, 2} {
+		if g%c == 0 {
+			gc = c
+			break
+		}
+	}
+	mod := modSpec{file: "attention", p: [6]int{d, blockSize, gc}}
+	nsplit := b.decodeSplits(s, kvh*(g/gc), a.MaxSeqLen)
+	scale := f32bits(a.Scale * math.Log2E)
+	// A sequence has at most min(MaxSeqLen, n) query rows. When there are
+	// no more rows than sequences, almost surely every one is a decode row:
+	// the prefill kernel then runs one block per sequence, which loops over
+	// the tiles itself if some sequence does have several rows.
+	tiles := (min(a.MaxSeqLen, n) + 63) / 64
+	preGrid := [3]int{tiles, s, h}
+	if n <= s {
+		preGrid = [3]int{1, s, 1}
+	}
+	return b.post(func() error {
+		dec, err := b.fn(fnKey{mod, "attn_decode"})
+		if err != nil {
+			return err
+		}
+		var part uint64
+		if nsplit > 1 {
+			if part, err = b.pool.get(s * h * nsplit * (d + 2) * 4); err != nil {
+				return err
+			}
+			defer b.pool.put(part)
+		}
+		if err := b.launch(dec, [3]int{s, kvh * (g / gc), nsplit}, 128, 0, out.ptr, part, q.ptr, kc.ptr, vc.ptr,
+			bt.ptr, i32(maxBlocks), sl.ptr, qs.ptr, i32(h), i32(kvh), i32(g), i32(nsplit), scale,
+			i32(a.SlidingWindow), i32(numBlocks), i32(n), i32(a.MaxSeqLen), b.errDev); err != nil {
+			return err
+		}
+		if nsplit > 1 {
+			comb, err := b.fn(fnKey{mod, "attn_combine"})
+			if err != nil {
+				return err
+			}
+			if err := b.launch(comb, [3]int{s, h, 1}, d, 0, out.ptr, part, sl.ptr, qs.ptr, i32(h), i32(nsplit), i32(n), i32(a.MaxSeqLen)); err != nil {
+				return err
+			}
+		}
+		pre, err := b.fn(fnKey{mod, "attn_prefill"})
+		if err != nil {
+			return err
+		}
+		return b.launch(pre, preGrid, 128, 0, out.ptr, q.ptr, kc.ptr, vc.ptr, bt.ptr, i32(maxBlocks),
+			sl.ptr, qs.ptr, i32(h), i32(kvh), scale, i32(a.SlidingWindow), i32(numBlocks), i32(n), i32(a.MaxSeqLen), i32(tiles), b.errDev)
+	})
+}
+
+// decodeSplits picks how many pieces each decode row's context is cut
+// into: enough blocks for two waves over the SMs, but no piece shorter
+// than 128 tokens and at most 32 pieces. It depends only on the batch
+// shape, so a captured graph can be replayed for any context length up
+// to maxSeqLen.
+func (b *Backend) decodeSplits(seqs, blocksPerSeq, maxSeqLen int) int {
+	base := seqs * blocksPerSeq
+	want := (2*b.sms + base - 1) / base
+	byLen := (maxSeqLen + 127) / 128
+	return max(1, min(want, byLen, 32))
+}
+
+// Sample implements backend.Backend on the GPU: one 1024-thread block per
+// row picks the token (see kernels/sample.cu); only the chosen ids come
+// back to the host.
+//
+//	Logits [n, vocab] F32
+func (b *Backend) Sample(a backend.SampleArgs) ([]int32, error) {
+	const op = "sample"
+	lt, err := b.tensorOf(op, "Logits", a.Logits)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkDType(op, "Logits", lt, backend.F32); err != nil {
+		return nil, err
+	}
+	if err := checkShape(op, "Logits", lt, -1, -1); err != nil {
+		return nil, err
+	}
+	n, vocab := lt.shape[0], lt.shape[1]
+	if len(a.Rows) != n {
+		return nil, backend.ShapeError("cuda: "+op, "Rows", "%d rules for %d logits rows", len(a.Rows), n)
+	}
+	if vocab > maxInt32 || n > maxInt32 {
+		return nil, backend.ShapeError("cuda: "+op, "Logits", "%v exceeds int32", lt.shape)
+	}
+	params := make([]byte, n*5*4)
+	for i, r := range a.Rows {
+		// The CPU reference's checks: only the temperature matters for a
+		// greedy row.
+		bad := math.IsNaN(float64(r.Temperature)) || math.IsInf(float64(r.Temperature), 0)
+		if !bad && r.Temperature > 0 {
+			bad = r.TopK < 0 || math.IsNaN(float64(r.TopP)) || !(r.MinP >= 0) || !(r.U >= 0 && r.U < 1)
+		}
+		if bad {
+			return nil, backend.ShapeError("cuda: "+op, "Rows", "row %d: invalid rule %+v", i, r)
+		}
+		topk := min(r.TopK, maxInt32)
+		w := params[i*20:]
+		binary.LittleEndian.PutUint32(w[0:], math.Float32bits(r.Temperature))
+		binary.LittleEndian.PutUint32(w[4:], uint32(int32(topk)))
+		binary.LittleEndian.PutUint32(w[8:], math.Float32bits(r.TopP))
+		binary.LittleEndian.PutUint32(w[12:], math.Float32bits(r.MinP))
+		binary.LittleEndian.PutUint32(w[16:], math.Float32bits(r.U))
+	}
+	ids := make([]int32, n)
+	err = b.call(func() error {
+		f, err := b.fn(fnKey{modSpec{file: "sample"}, "sample_rows"})
+		if err != nil {
+			return err
+		}
+		pbuf, err := b.pool.get(len(params))
+		if err != nil {
+			return err
+		}
+		defer b.pool.put(pbuf)
+		obuf, err := b.pool.get(n * 4)
+		if err != nil {
+			return err
+		}
+		defer b.pool.put(obuf)
+		if err := b.copyIn(pbuf, params); err != nil {
+			return err
+		}
+		if err := b.launch(f, [3]int{n, 1, 1}, 1024, 0, lt.ptr, i32(vocab), pbuf, obuf, b.errDev); err != nil {
+			return err
+		}
+		if err := b.copyOut(unsafe.Slice((*byte)(unsafe.Pointer(&ids[0])), n*4), obuf); err != nil {
+			return err
+		}
+		// The copy waited for the stream: a row of NaN, +Inf or only -Inf
+		// logits (or an earlier op's bad index) shows now.
+		return b.deviceCheck()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return ids, nil
+}

@@ -1,0 +1,191 @@
+package cuda
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/trigon-llm/trigon/backend"
+)
+
+// benchBackend returns the shared GPU backend or skips.
+func benchBackend(b *testing.B) *Backend {
+	g := sharedBackend(b, true)
+	return g
+}
+
+// randomBF16 fills a new BF16 tensor with N(0, scale^2) values (never
+// zeros: zeros can run faster than real data).
+func randomBF16(b *testing.B, g *Backend, scale float64, shape ...int) backend.Tensor {
+	b.Helper()
+	n, err := backend.NumElements(shape)
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(uint64(n), 7))
+	buf := make([]byte, 2*n)
+	for i := 0; i < n; i++ {
+		binary.LittleEndian.PutUint16(buf[2*i:], uint16(math.Float32bits(float32(r.NormFloat64()*scale))>>16))
+	}
+	t, err := g.Upload(backend.BF16, shape, buf)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return t
+}
+
+// timeOps runs op b.N times between two syncs and reports bytes/s of the
+// given traffic per op. The ops are queued back to back, so with
+// GPU-bound ops the host time equals the device time.
+func timeOps(b *testing.B, g *Backend, bytesPerOp float64, op func() error) {
+	b.Helper()
+	for range 3 { // warm: kernel load, cuBLASLt plan
+		if err := op(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := g.Sync(); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := op(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := g.Sync(); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	if bytesPerOp > 0 {
+		b.ReportMetric(bytesPerOp*float64(b.N)/b.Elapsed().Seconds()/1e12, "TB/s")
+	}
+	b.ReportMetric(b.Elapsed().Seconds()*1e6/float64(b.N), "us/op")
+}
+
+// BenchmarkMatMulDecode times decode-shaped products (a few rows against
+// a large weight) and reports weight bytes streamed per second.
+func BenchmarkMatMulDecode(b *testing.B) {
+	g := benchBackend(b)
+	for _, s := range []struct{ n, in, out int }{{1, 4096, 14336}, {4, 4096, 14336}, {4, 14336, 4096}, {8, 4096, 4096}, {64, 4096, 14336}} {
+		b.Run(fmt.Sprintf("bf16_n%d_%dx%d", s.n, s.in, s.out), func(b *testing.B) {
+			w := randomBF16(b, g, 0.02, s.out, s.in)
+			x := randomBF16(b, g, 1, s.n, s.in)
+			y, _ := g.Alloc(backend.BF16, s.n, s.out)
+			defer func() { g.Free(w); g.Free(x); g.Free(y) }()
+			timeOps(b, g, float64(s.out*s.in*2), func() error { return g.MatMul(y, x, w, nil) })
+		})
+	}
+	for _, dt := range []backend.DType{backend.Q8_0, backend.Q4_0} {
+		b.Run(fmt.Sprintf("%v_n4_4096x14336", dt), func(b *testing.B) {
+			const in, out = 4096, 14336
+			wb, _ := dt.Bytes([]int{out, in})
+			buf := make([]byte, wb)
+			r := rand.New(rand.NewPCG(1, 2))
+			for i := range buf {
+				buf[i] = byte(r.IntN(256))
+			}
+			bs := dt.BlockBytes()
+			for i := 0; i < len(buf); i += bs { // sane f16 scales
+				binary.LittleEndian.PutUint16(buf[i:], 0x2000|uint16(r.IntN(0x400)))
+			}
+			w, err := g.Upload(dt, []int{out, in}, buf)
+			if err != nil {
+				b.Fatal(err)
+			}
+			x := randomBF16(b, g, 1, 4, in)
+			y, _ := g.Alloc(backend.BF16, 4, out)
+			defer func() { g.Free(w); g.Free(x); g.Free(y) }()
+			timeOps(b, g, float64(wb), func() error { return g.MatMul(y, x, w, nil) })
+		})
+	}
+}
+
+// BenchmarkAttentionDecode times one decode step of attention (one query
+// row per sequence) over contexts large enough to leave L2, reporting KV
+// bytes read per second.
+func BenchmarkAttentionDecode(b *testing.B) {
+	g := benchBackend(b)
+	const h, kv, d, bs = 32, 8, 128, 16
+	for _, s := range []struct{ seqs, ctx int }{{1, 8192}, {8, 4096}, {32, 2048}, {4, 32768}} {
+		b.Run(fmt.Sprintf("b%d_ctx%d_h%d_kv%d_d%d", s.seqs, s.ctx, h, kv, d), func(b *testing.B) {
+			nbPer := (s.ctx + bs - 1) / bs
+			numBlocks := s.seqs*nbPer + 1
+			k := randomBF16(b, g, 1, numBlocks, kv, bs, d)
+			v := randomBF16(b, g, 1, numBlocks, kv, bs, d)
+			q := randomBF16(b, g, 1, s.seqs, h*d)
+			out, _ := g.Alloc(backend.BF16, s.seqs, h*d)
+			r := rand.New(rand.NewPCG(3, 4))
+			perm := r.Perm(numBlocks - 1)
+			tables := make([]byte, 4*s.seqs*nbPer)
+			lens := make([]byte, 4*s.seqs)
+			starts := make([]byte, 4*(s.seqs+1))
+			for i := range s.seqs {
+				for j := range nbPer {
+					binary.LittleEndian.PutUint32(tables[4*(i*nbPer+j):], uint32(perm[i*nbPer+j]+1))
+				}
+				binary.LittleEndian.PutUint32(lens[4*i:], uint32(s.ctx))
+				binary.LittleEndian.PutUint32(starts[4*(i+1):], uint32(i+1))
+			}
+			bt, _ := g.Upload(backend.I32, []int{s.seqs, nbPer}, tables)
+			sl, _ := g.Upload(backend.I32, []int{s.seqs}, lens)
+			qs, _ := g.Upload(backend.I32, []int{s.seqs + 1}, starts)
+			defer func() {
+				for _, t := range []backend.Tensor{k, v, q, out, bt, sl, qs} {
+					g.Free(t)
+				}
+			}()
+			args := backend.AttentionArgs{Out: out, Q: q, KCache: k, VCache: v, BlockTables: bt, SeqLens: sl, QueryStart: qs,
+				NumSeqs: s.seqs, MaxSeqLen: s.ctx, NumHeads: h, NumKVHeads: kv, HeadDim: d, Scale: float32(1 / math.Sqrt(d))}
+			timeOps(b, g, float64(s.seqs*s.ctx*kv*d*2*2), func() error { return g.Attention(args) })
+		})
+	}
+}
+
+// BenchmarkOpOverhead measures what one queued op costs the caller: a tiny
+// SiLUMul, queued back to back (the host side dominates).
+func BenchmarkOpOverhead(b *testing.B) {
+	g := benchBackend(b)
+	x := randomBF16(b, g, 1, 1, 64)
+	y, _ := g.Alloc(backend.BF16, 1, 32)
+	defer func() { g.Free(x); g.Free(y) }()
+	b.ReportAllocs()
+	timeOps(b, g, 0, func() error { return g.SiLUMul(y, x) })
+}
+
+// BenchmarkSyncRoundTrip measures one synchronous trip to the CUDA thread
+// and back with an empty stream.
+func BenchmarkSyncRoundTrip(b *testing.B) {
+	g := benchBackend(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := g.Sync(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkSample times sampling 8 rows of a 128k vocabulary with
+// top-p and top-k.
+func BenchmarkSample(b *testing.B) {
+	g := benchBackend(b)
+	const n, vocab = 8, 128256
+	r := rand.New(rand.NewPCG(5, 6))
+	buf := make([]byte, 4*n*vocab)
+	for i := 0; i < n*vocab; i++ {
+		binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(float32(r.NormFloat64()*3)))
+	}
+	l, _ := g.Upload(backend.F32, []int{n, vocab}, buf)
+	defer g.Free(l)
+	rows := make([]backend.SampleRow, n)
+	for i := range rows {
+		rows[i] = backend.SampleRow{Temperature: 0.8, TopK: 50, TopP: 0.95, U: r.Float32()}
+	}
+	for b.Loop() {
+		if _, err := g.Sample(backend.SampleArgs{Logits: l, Rows: rows}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,153 @@
+package cuda
+
+import (
+	"errors"
+	"os"
+	"testing"
+	"time"
+)
+
+// testCompiler returns a compiler for the device's architecture when a GPU
+// is present, otherwise for the newest architecture NVRTC supports up to
+// Hopper, so kernels are compile-checked on machines with NVRTC but no GPU.
+func testCompiler(t *testing.T, dir string) *compiler {
+	t.Helper()
+	nv, err := loadNVRTC()
+	if err != nil {
+		t.Skipf("NVRTC not available, kernels not compiled: %v", err)
+	}
+	cc := 0
+	if b := sharedBackend(t, false); b != nil {
+		cc = b.cc
+	} else {
+		for _, a := range nv.archs {
+			if a <= 90 && a > cc {
+				cc = a
+			}
+		}
+	}
+	c, err := newCompiler(nv, cc, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestKernelsCompile builds one module of every kernel file (all of
+// WarmKernels' set when a GPU is present) and checks the cache serves the
+// second build.
+func TestKernelsCompile(t *testing.T) {
+	dir := t.TempDir()
+	c := testCompiler(t, dir)
+	specs := warmSpecs()
+	if sharedBackend(t, false) == nil && os.Getenv("TRIGON_TEST_ALL_KERNELS") == "" {
+		// No GPU: NVRTC takes seconds per module on a small machine, so CI
+		// checks two; TRIGON_TEST_ALL_KERNELS=1 compiles every one.
+		specs = []modSpec{{file: "embed", p: [6]int{dtBF16, dtBF16}}, {file: "rope", p: [6]int{64, 16, dtBF16, dtBF16, dtBF16}}}
+	}
+	for _, s := range specs {
+		t.Run(s.String(), func(t *testing.T) {
+			t.Parallel() // NVRTC is thread-safe
+			start := time.Now()
+			img, cached, err := c.build(s, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cached || len(img) == 0 {
+				t.Fatalf("first build: cached=%v, %d bytes", cached, len(img))
+			}
+			t.Logf("%s for %s: %d bytes in %v", s, c.arch, len(img), time.Since(start))
+			img2, cached, err := c.build(s, false)
+			if err != nil || !cached || string(img2) != string(img) {
+				t.Fatalf("second build: cached=%v err=%v same=%v", cached, err, string(img2) == string(img))
+			}
+		})
+	}
+}
+
+// TestKernelCacheCorrupt damages a cache entry in each way load checks and
+// expects a recompile that rewrites a valid entry.
+func TestKernelCacheCorrupt(t *testing.T) {
+	dir := t.TempDir()
+	c := testCompiler(t, dir)
+	s := modSpec{file: "embed", p: [6]int{dtBF16, dtBF16}}
+	want, _, err := c.build(s, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := c.key(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := c.cache.path(key)
+	good, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		damage func([]byte) []byte
+	}{
+		{"bad magic", func(b []byte) []byte { b[0] ^= 0xff; return b }},
+		{"truncated", func(b []byte) []byte { return b[:len(b)-7] }},
+		{"flipped payload byte", func(b []byte) []byte { b[cacheHeader+len(b[cacheHeader:])/2] ^= 0x10; return b }},
+		{"header only", func(b []byte) []byte { return b[:cacheHeader-1] }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bad := tc.damage(append([]byte(nil), good...))
+			if err := os.WriteFile(path, bad, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.cache.load(key); !errors.Is(err, errCorrupt) {
+				t.Fatalf("load of damaged entry: %v, want errCorrupt", err)
+			}
+			img, cached, err := c.build(s, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cached {
+				t.Fatal("damaged entry was served from the cache")
+			}
+			if string(img) != string(want) {
+				// NVRTC output is deterministic for the same input.
+				t.Fatal("recompiled image differs from the first build")
+			}
+			if g := sharedBackend(t, false); g != nil {
+				if err := g.call(func() error {
+					h, err := g.loadModule(img)
+					if err == nil {
+						g.d.call(g.d.cuModuleUnload, h)
+					}
+					return err
+				}); err != nil {
+					t.Fatalf("driver rejects the recompiled image: %v", err)
+				}
+			}
+			if _, err := c.cache.load(key); err != nil {
+				t.Fatalf("entry not rewritten: %v", err)
+			}
+		})
+	}
+}
+
+// TestWarmKernels checks that WarmKernels (already run once when the shared
+// backend was made) reports every module, now from the disk cache.
+func TestWarmKernels(t *testing.T) {
+	g := sharedBackend(t, true)
+	if g.comp.cache.dir == "" {
+		t.Skip("kernel cache disabled")
+	}
+	reps, err := g.WarmKernels(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reps) != len(warmSpecs()) {
+		t.Fatalf("%d reports for %d modules", len(reps), len(warmSpecs()))
+	}
+	for _, r := range reps {
+		if !r.Cached || r.Arch != g.comp.arch || len(r.Options) == 0 {
+			t.Errorf("report %+v: want a cached module for %s", r, g.comp.arch)
+		}
+	}
+	t.Logf("%s: %d modules for %s", g.Device(), len(reps), g.comp.arch)
+}

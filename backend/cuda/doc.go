@@ -1,0 +1,40 @@
+// Package cuda is the NVIDIA GPU implementation of backend.Backend, in
+// pure Go: the driver API, NVRTC and cuBLASLt are loaded at run time
+// through purego (CGO_ENABLED=0 builds work; a machine without CUDA gets a
+// clear error from Available and the CPU backend).
+//
+// Layout of the package:
+//
+//	lib.go, driver.go, nvrtc.go, cublaslt.go   library loading and bindings
+//	backend.go                                 the CUDA thread, New, Sync, Close
+//	memory.go                                  device memory pool, tensors, copies
+//	kernels.go, kcache.go                      kernel JIT and the on-disk cache
+//	ops.go, matmul.go, attn.go                 op launchers
+//	kernels/*.cu                               the kernels, one file per op family
+//
+// Threading: every CUDA call runs on one goroutine locked to its OS thread,
+// since the context is current per thread. Ops validate on the caller's
+// goroutine and queue a closure; ops that return nothing do not wait, so
+// their CUDA errors (and failed device-side index checks) come back from
+// the next Sync.
+//
+// Kernels are CUDA C embedded in the binary, specialised with -D constants
+// (head dim, block size, dtypes) and compiled by NVRTC for the device (SASS
+// for sm_90a on Hopper). Compiled modules are cached under
+// os.UserCacheDir()/trigon/kernels keyed by sha256 of the sources, options,
+// target and NVRTC version; a damaged entry is recompiled.
+//
+// Dtypes: activations BF16 with f32 accumulation; weights BF16 (cuBLASLt),
+// F32/F16 (a BF16 copy made on first use), Q8_0/Q4_0 (own kernels); KV
+// caches BF16 for Attention (RoPEStoreKV also writes F32/F16 caches).
+//
+// Usage:
+//
+//	if err := cuda.Available(); err != nil {
+//		log.Printf("GPU unavailable, using the CPU: %v", err)
+//		return cpu.New(cpu.Options{}), nil
+//	}
+//	b, err := cuda.New(cuda.Options{Device: 0})
+//	if err != nil { ... }
+//	defer b.Close()
+package cuda

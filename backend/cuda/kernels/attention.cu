@@ -1,0 +1,383 @@
+// attention.cu: paged causal attention over BF16 KV caches laid out
+// [numBlocks, numKVHeads, BS, HD].
+// Specialised with -DHD=<head dim> -DBS=<cache block size> -DGC=<query
+// heads per decode block>.
+//
+// Decode (one query row per sequence) is split-KV flash decoding: a block
+// owns one (sequence, KV head, split) and the GC query heads of the GQA
+// group that share each K/V load; attn_combine merges the splits. Prefill
+// (sequences with two or more query rows) is a tiled online softmax on the
+// tensor cores (mma.sync m16n8k16 bf16, f32 accumulate). Both read the
+// block table directly. Scores are kept in the log2 domain: scale_log2 is
+// scale * log2(e), so exp becomes one ex2.
+#include "common.cuh"
+
+// ---------------------------------------------------------------- decode
+
+#define TPT (HD / 8)    // threads per token: each holds 8 dims (one 16-byte load)
+#define TPW (32 / TPT)  // tokens per warp step
+#define NW 4            // warps per block
+#define UNROLL 2        // warp steps whose loads are issued together
+
+__device__ __forceinline__ void unpack8(uint4 v, float* f) {
+  f[0] = __uint_as_float(v.x << 16); f[1] = __uint_as_float(v.x & 0xffff0000u);
+  f[2] = __uint_as_float(v.y << 16); f[3] = __uint_as_float(v.y & 0xffff0000u);
+  f[4] = __uint_as_float(v.z << 16); f[5] = __uint_as_float(v.z & 0xffff0000u);
+  f[6] = __uint_as_float(v.w << 16); f[7] = __uint_as_float(v.w & 0xffff0000u);
+}
+
+// rows_ok checks a sequence's metadata: its query rows lie inside the
+// batch and its context holds them and fits max_seq_len.
+__device__ __forceinline__ bool rows_ok(int q0, int qlen, int L, int num_tokens, int max_seq_len) {
+  return q0 >= 0 && qlen >= 0 && q0 + qlen <= num_tokens && L >= qlen && L <= max_seq_len;
+}
+
+// attn_decode: for each sequence with exactly one query row, attention of
+// GC query heads over the split's share of the context.
+//   out   [T, H*HD] bf16 (written when nsplit == 1)
+//   part  [S, H, nsplit, HD+2] f32: unnormalised o, then max m, then sum l
+//   q     [T, H*HD] bf16
+//   block_tables [S, max_blocks]; seq_lens [S]; qstart [S+1]
+// grid (S, KV * (G/GC), nsplit), block 128. Bad metadata raises
+// ERR_QUERY_LEN, reported once per sequence by this kernel.
+extern "C" __global__ void __launch_bounds__(128) attn_decode(
+    u16* out, float* part, const u16* q, const u16* kc, const u16* vc,
+    const int* block_tables, int max_blocks, const int* seq_lens, const int* qstart,
+    int H, int KV, int G, int nsplit, float scale_log2, int window, int num_blocks, int num_tokens,
+    int max_seq_len, int* err) {
+  __shared__ float sm_m[NW][GC], sm_l[NW][GC];
+  __shared__ float sm_o[NW][GC][HD];
+  int s = blockIdx.x;
+  int chunks = G / GC;
+  int kvh = blockIdx.y / chunks;
+  int g0 = (blockIdx.y - kvh * chunks) * GC;
+  int split = blockIdx.z;
+  int q0 = qstart[s], qlen = qstart[s + 1] - q0;
+  int L = seq_lens[s];
+  if (!rows_ok(q0, qlen, L, num_tokens, max_seq_len)) {
+    if (threadIdx.x == 0 && blockIdx.y == 0 && split == 0) report(err, ERR_QUERY_LEN);
+    return;
+  }
+  if (qlen != 1) return;
+  int qpos = L - 1;
+  int lo = window > 0 ? max(0, qpos - window + 1) : 0;
+  int chunk = (L - lo + nsplit - 1) / nsplit;
+  chunk = (chunk + BS - 1) / BS * BS;
+  int c0 = lo + split * chunk, c1 = min(L, c0 + chunk);
+
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int grp = lane / TPT, sub = lane % TPT, d0 = sub * 8;
+
+  float qf[GC][8];
+#pragma unroll
+  for (int g = 0; g < GC; g++) {
+    int h = kvh * G + g0 + g;
+    uint4 v = *(const uint4*)(q + ((i64)q0 * H + h) * HD + d0);
+    unpack8(v, qf[g]);
+#pragma unroll
+    for (int e = 0; e < 8; e++) qf[g][e] *= scale_log2;
+  }
+  float m[GC], l[GC], acc[GC][8];
+#pragma unroll
+  for (int g = 0; g < GC; g++) {
+    m[g] = NEG_INF;
+    l[g] = 0.f;
+#pragma unroll
+    for (int e = 0; e < 8; e++) acc[g][e] = 0.f;
+  }
+  const int* bt = block_tables + (i64)s * max_blocks;
+  for (int base = c0 + warp * TPW * UNROLL; base < c1; base += NW * TPW * UNROLL) {
+    uint4 kv[UNROLL], vv[UNROLL];
+    bool valid[UNROLL];
+#pragma unroll
+    for (int u = 0; u < UNROLL; u++) {
+      int p = base + u * TPW + grp;
+      valid[u] = p < c1;
+      kv[u] = make_uint4(0, 0, 0, 0);
+      vv[u] = make_uint4(0, 0, 0, 0);
+      if (valid[u]) {
+        int bi = p / BS;
+        int blk = bi < max_blocks ? bt[bi] : -1;
+        if (blk < 0 || blk >= num_blocks) {
+          report(err, ERR_BLOCK_ID);
+          valid[u] = false;
+        } else {
+          i64 off = (((i64)blk * KV + kvh) * BS + (p - bi * BS)) * HD + d0;
+          kv[u] = *(const uint4*)(kc + off);
+          vv[u] = *(const uint4*)(vc + off);
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < UNROLL; u++) {
+      float kf[8], vf[8];
+      unpack8(kv[u], kf);
+      unpack8(vv[u], vf);
+#pragma unroll
+      for (int g = 0; g < GC; g++) {
+        float dot = 0.f;
+#pragma unroll
+        for (int e = 0; e < 8; e++) dot += qf[g][e] * kf[e];
+#pragma unroll
+        for (int o = 1; o < TPT; o <<= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+        float sc = valid[u] ? dot : NEG_INF;
+        float mn = fmaxf(m[g], sc);
+        if (mn != NEG_INF) {
+          float alpha = fast_exp2(m[g] - mn);
+          float pe = fast_exp2(sc - mn);
+          l[g] = l[g] * alpha + pe;
+#pragma unroll
+          for (int e = 0; e < 8; e++) acc[g][e] = acc[g][e] * alpha + pe * vf[e];
+          m[g] = mn;
+        }
+      }
+    }
+  }
+  // Merge the token groups of the warp (lanes sub, sub+TPT, ...).
+#pragma unroll
+  for (int o = TPT; o < 32; o <<= 1) {
+#pragma unroll
+    for (int g = 0; g < GC; g++) {
+      float mo = __shfl_xor_sync(0xffffffffu, m[g], o);
+      float lo2 = __shfl_xor_sync(0xffffffffu, l[g], o);
+      float mn = fmaxf(m[g], mo);
+      float a = m[g] == NEG_INF ? 0.f : fast_exp2(m[g] - mn);
+      float b = mo == NEG_INF ? 0.f : fast_exp2(mo - mn);
+      l[g] = l[g] * a + lo2 * b;
+#pragma unroll
+      for (int e = 0; e < 8; e++) {
+        float ao = __shfl_xor_sync(0xffffffffu, acc[g][e], o);
+        acc[g][e] = acc[g][e] * a + ao * b;
+      }
+      m[g] = mn;
+    }
+  }
+  if (grp == 0) {
+#pragma unroll
+    for (int g = 0; g < GC; g++) {
+      if (sub == 0) {
+        sm_m[warp][g] = m[g];
+        sm_l[warp][g] = l[g];
+      }
+#pragma unroll
+      for (int e = 0; e < 8; e++) sm_o[warp][g][d0 + e] = acc[g][e];
+    }
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < GC * HD; idx += blockDim.x) {
+    int g = idx / HD, d = idx - g * HD;
+    float M = NEG_INF;
+#pragma unroll
+    for (int w = 0; w < NW; w++) M = fmaxf(M, sm_m[w][g]);
+    float lsum = 0.f, o = 0.f;
+#pragma unroll
+    for (int w = 0; w < NW; w++) {
+      float mw = sm_m[w][g];
+      if (mw == NEG_INF) continue;
+      float f = fast_exp2(mw - M);
+      lsum += sm_l[w][g] * f;
+      o += sm_o[w][g][d] * f;
+    }
+    int h = kvh * G + g0 + g;
+    if (nsplit == 1) {
+      out[((i64)q0 * H + h) * HD + d] = f32_to_bf16(lsum > 0.f ? o / lsum : 0.f);
+    } else {
+      float* pp = part + (((i64)s * H + h) * nsplit + split) * (HD + 2);
+      pp[d] = o;
+      if (d == 0) {
+        pp[HD] = M;
+        pp[HD + 1] = lsum;
+      }
+    }
+  }
+}
+
+// attn_combine merges the nsplit partial results of each decode row.
+// grid (S, H), block HD.
+extern "C" __global__ void attn_combine(u16* out, const float* part, const int* seq_lens, const int* qstart, int H, int nsplit,
+                                        int num_tokens, int max_seq_len) {
+  int s = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
+  int q0 = qstart[s], qlen = qstart[s + 1] - q0;
+  if (qlen != 1 || !rows_ok(q0, qlen, seq_lens[s], num_tokens, max_seq_len) || d >= HD) return;
+  const float* pp = part + ((i64)s * H + h) * nsplit * (HD + 2);
+  float M = NEG_INF;
+  for (int j = 0; j < nsplit; j++) M = fmaxf(M, pp[j * (HD + 2) + HD]);
+  float lsum = 0.f, o = 0.f;
+  for (int j = 0; j < nsplit; j++) {
+    float mj = pp[j * (HD + 2) + HD];
+    if (mj == NEG_INF) continue;
+    float f = fast_exp2(mj - M);
+    lsum += pp[j * (HD + 2) + HD + 1] * f;
+    o += pp[j * (HD + 2) + d] * f;
+  }
+  out[((i64)q0 * H + h) * HD + d] = f32_to_bf16(lsum > 0.f ? o / lsum : 0.f);
+}
+
+// --------------------------------------------------------------- prefill
+
+#define BM 64           // query rows per block (16 per warp)
+#define BN 64           // keys per tile
+#define KSTRIDE (HD + 8) // smem row stride in elements; the pad spreads banks
+
+__device__ __forceinline__ void mma_bf16(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// prefill_tile computes query rows [i0, i0+BM) of head h of one sequence.
+// Every thread of the block calls it (it synchronises the block).
+__device__ __forceinline__ void prefill_tile(u16* out, const u16* q, const u16* kc, const u16* vc, const int* bt, int max_blocks,
+                                             int q0, int qlen, int L, int h, int H, int KV, float scale_log2, int window,
+                                             int num_blocks, int* err, u16* ks, u16* vs, int i0) {
+  int kvh = h / (H / KV);
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int gid = lane >> 2, tq = lane & 3;
+  int first = L - qlen;
+  int r0 = i0 + warp * 16 + gid, r1 = r0 + 8;
+  bool v0 = r0 < qlen, v1 = r1 < qlen;
+
+  const u16* qb = q + (i64)q0 * H * HD + (i64)h * HD;
+  i64 qrow = (i64)H * HD;
+  u32 qa[HD / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < HD / 16; kk++) {
+    int c = kk * 16 + tq * 2;
+    qa[kk][0] = v0 ? *(const u32*)(qb + r0 * qrow + c) : 0u;
+    qa[kk][1] = v1 ? *(const u32*)(qb + r1 * qrow + c) : 0u;
+    qa[kk][2] = v0 ? *(const u32*)(qb + r0 * qrow + c + 8) : 0u;
+    qa[kk][3] = v1 ? *(const u32*)(qb + r1 * qrow + c + 8) : 0u;
+  }
+  float o[HD / 8][4];
+#pragma unroll
+  for (int n = 0; n < HD / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.f, l1 = 0.f;
+  int qp0 = first + r0, qp1 = first + r1;
+
+  int kend = first + min(i0 + BM, qlen);  // keys < kend
+  int kstart = window > 0 ? max(0, first + i0 - window + 1) : 0;
+  for (int k0 = kstart; k0 < kend; k0 += BN) {
+    __syncthreads();
+    for (int c = threadIdx.x; c < BN * (HD / 8); c += blockDim.x) {
+      int r = c / (HD / 8), col = (c - r * (HD / 8)) * 8;
+      int p = k0 + r;
+      uint4 kv4 = make_uint4(0, 0, 0, 0), vv4 = make_uint4(0, 0, 0, 0);
+      if (p < kend) {
+        int bi = p / BS;
+        int blk = bi < max_blocks ? bt[bi] : -1;
+        if (blk >= 0 && blk < num_blocks) {
+          i64 off = (((i64)blk * KV + kvh) * BS + (p - bi * BS)) * HD + col;
+          kv4 = *(const uint4*)(kc + off);
+          vv4 = *(const uint4*)(vc + off);
+        } else {
+          report(err, ERR_BLOCK_ID);
+        }
+      }
+      *(uint4*)(ks + r * KSTRIDE + col) = kv4;
+      *(uint4*)(vs + r * KSTRIDE + col) = vv4;
+    }
+    __syncthreads();
+
+    float sc[BN / 8][4];
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++) {
+#pragma unroll
+      for (int j = 0; j < BN / 8; j++) {
+        const u16* kr = ks + (j * 8 + gid) * KSTRIDE + kk * 16 + tq * 2;
+        mma_bf16(sc[j], qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3], *(const u32*)kr, *(const u32*)(kr + 8));
+      }
+    }
+    float mx0 = NEG_INF, mx1 = NEG_INF;
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++) {
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        int key = k0 + j * 8 + tq * 2 + (e & 1);
+        int qp = e < 2 ? qp0 : qp1;
+        bool ok = key <= qp && key < kend && (window <= 0 || key > qp - window);
+        float v = ok ? sc[j][e] * scale_log2 : NEG_INF;
+        sc[j][e] = v;
+        if (e < 2) mx0 = fmaxf(mx0, v);
+        else mx1 = fmaxf(mx1, v);
+      }
+    }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+    float ref0 = mn0 == NEG_INF ? 0.f : mn0, ref1 = mn1 == NEG_INF ? 0.f : mn1;
+    float al0 = fast_exp2(m0 - ref0), al1 = fast_exp2(m1 - ref1);
+    m0 = mn0;
+    m1 = mn1;
+    float rs0 = 0.f, rs1 = 0.f;
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++) {
+      sc[j][0] = fast_exp2(sc[j][0] - ref0);
+      sc[j][1] = fast_exp2(sc[j][1] - ref0);
+      sc[j][2] = fast_exp2(sc[j][2] - ref1);
+      sc[j][3] = fast_exp2(sc[j][3] - ref1);
+      rs0 += sc[j][0] + sc[j][1];
+      rs1 += sc[j][2] + sc[j][3];
+    }
+    l0 = l0 * al0 + rs0;
+    l1 = l1 * al1 + rs1;
+#pragma unroll
+    for (int n = 0; n < HD / 8; n++) {
+      o[n][0] *= al0;
+      o[n][1] *= al0;
+      o[n][2] *= al1;
+      o[n][3] *= al1;
+    }
+#pragma unroll
+    for (int kc2 = 0; kc2 < BN / 16; kc2++) {
+      u32 a0 = pack_bf16x2(sc[2 * kc2][0], sc[2 * kc2][1]);
+      u32 a1 = pack_bf16x2(sc[2 * kc2][2], sc[2 * kc2][3]);
+      u32 a2 = pack_bf16x2(sc[2 * kc2 + 1][0], sc[2 * kc2 + 1][1]);
+      u32 a3 = pack_bf16x2(sc[2 * kc2 + 1][2], sc[2 * kc2 + 1][3]);
+      const u16* vr = vs + (kc2 * 16 + tq * 2) * KSTRIDE + gid;
+#pragma unroll
+      for (int n = 0; n < HD / 8; n++) {
+        const u16* vp = vr + n * 8;
+        u32 b0 = (u32)vp[0] | ((u32)vp[KSTRIDE] << 16);
+        u32 b1 = (u32)vp[8 * KSTRIDE] | ((u32)vp[9 * KSTRIDE] << 16);
+        mma_bf16(o[n], a0, a1, a2, a3, b0, b1);
+      }
+    }
+  }
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+  u16* ob = out + (i64)q0 * H * HD + (i64)h * HD;
+#pragma unroll
+  for (int n = 0; n < HD / 8; n++) {
+    int col = n * 8 + tq * 2;
+    if (v0) *(u32*)(ob + r0 * qrow + col) = pack_bf16x2(o[n][0] * inv0, o[n][1] * inv0);
+    if (v1) *(u32*)(ob + r1 * qrow + col) = pack_bf16x2(o[n][2] * inv1, o[n][3] * inv1);
+  }
+  __syncthreads();  // the next tile's loads must not overwrite ks/vs still being read
+}
+
+extern "C" __global__ void __launch_bounds__(128) attn_prefill(
+    u16* out, const u16* q, const u16* kc, const u16* vc, const int* block_tables, int max_blocks,
+    const int* seq_lens, const int* qstart, int H, int KV, float scale_log2, int window, int num_blocks,
+    int num_tokens, int max_seq_len, int tiles, int* err) {
+  __shared__ __align__(16) u16 ks[BN * KSTRIDE];
+  __shared__ __align__(16) u16 vs[BN * KSTRIDE];
+  int s = blockIdx.y;
+  int q0 = qstart[s], qlen = qstart[s + 1] - q0;
+  int L = seq_lens[s];
+  if (qlen < 2 || !rows_ok(q0, qlen, L, num_tokens, max_seq_len)) return;  // attn_decode reports bad rows
+  for (int unit = blockIdx.x * gridDim.z + blockIdx.z; unit < tiles * H; unit += gridDim.x * gridDim.z) {
+    int h = unit % H;
+    int i0 = (unit / H) * BM;
+    if (i0 >= qlen) continue;
+    prefill_tile(out, q, kc, vc, block_tables + (i64)s * max_blocks, max_blocks, q0, qlen, L, h, H, KV, scale_log2,
+                 window, num_blocks, err, ks, vs, i0);
+  }
+}

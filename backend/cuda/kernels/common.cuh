@@ -1,0 +1,146 @@
+// common.cuh: helpers shared by every trigon kernel file.
+//
+// Needs no CUDA toolkit header (NVRTC 13 ships none for bf16/f16): bf16 is
+// an unsigned short converted with bit operations, f16 through PTX cvt.
+// Dtype codes match backend.DType in Go.
+#pragma once
+
+#define DT_F32 1
+#define DT_F16 2
+#define DT_BF16 3
+#define DT_Q8_0 4
+#define DT_Q4_0 5
+#define DT_I32 6
+
+// Device-side input checks report through a flag in host-mapped memory
+// that Backend.Sync reads; codes are bits so several can be seen at once.
+#define ERR_EMBED_ID 1
+#define ERR_SLOT 2
+#define ERR_BLOCK_ID 4
+#define ERR_QUERY_LEN 8
+#define ERR_POSITION 16
+#define ERR_LOGITS 32
+
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef long long i64;
+
+__device__ __forceinline__ void report(int* err, int code) {
+  // Plain store: host-mapped memory need not support atomics; a lost bit
+  // of a second error in the same step is acceptable, the first is kept.
+  *(volatile int*)err = code;
+}
+
+__device__ __forceinline__ float bf16_to_f32(u16 v) { return __uint_as_float(((u32)v) << 16); }
+
+// Round to nearest even; NaN stays a (quiet) NaN.
+__device__ __forceinline__ u16 f32_to_bf16(float f) {
+  u32 u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (u16)((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (u16)(u >> 16);
+}
+
+__device__ __forceinline__ float f16_to_f32(u16 h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+
+__device__ __forceinline__ u16 f32_to_f16(float f) {
+  u16 h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+}
+
+// Two floats to packed bf16x2: lo in the low half (the lower index).
+__device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
+  u32 r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// load_f / store_f read and write element i of a float tensor of dtype DT.
+template <int DT> __device__ __forceinline__ float load_f(const void* p, i64 i);
+template <> __device__ __forceinline__ float load_f<DT_F32>(const void* p, i64 i) { return ((const float*)p)[i]; }
+template <> __device__ __forceinline__ float load_f<DT_F16>(const void* p, i64 i) { return f16_to_f32(((const u16*)p)[i]); }
+template <> __device__ __forceinline__ float load_f<DT_BF16>(const void* p, i64 i) { return bf16_to_f32(((const u16*)p)[i]); }
+
+template <int DT> __device__ __forceinline__ void store_f(void* p, i64 i, float v);
+template <> __device__ __forceinline__ void store_f<DT_F32>(void* p, i64 i, float v) { ((float*)p)[i] = v; }
+template <> __device__ __forceinline__ void store_f<DT_F16>(void* p, i64 i, float v) { ((u16*)p)[i] = f32_to_f16(v); }
+template <> __device__ __forceinline__ void store_f<DT_BF16>(void* p, i64 i, float v) { ((u16*)p)[i] = f32_to_bf16(v); }
+
+// round_to returns v as dtype DT would store it.
+template <int DT> __device__ __forceinline__ float round_to(float v);
+template <> __device__ __forceinline__ float round_to<DT_F32>(float v) { return v; }
+template <> __device__ __forceinline__ float round_to<DT_F16>(float v) { return f16_to_f32(f32_to_f16(v)); }
+template <> __device__ __forceinline__ float round_to<DT_BF16>(float v) { return bf16_to_f32(f32_to_bf16(v)); }
+
+// Element j of a row of a GGML block-quantized tensor (row points at the
+// row's first block). Q8_0: {f16 d; i8 q[32]}; Q4_0: {f16 d; u8 qs[16]},
+// qs[k] holds element k (low nibble) and k+16 (high nibble).
+template <int DT> __device__ __forceinline__ float load_q(const unsigned char* row, int j);
+template <> __device__ __forceinline__ float load_q<DT_Q8_0>(const unsigned char* row, int j) {
+  const unsigned char* b = row + (j >> 5) * 34;
+  float d = f16_to_f32(*(const u16*)b);
+  return d * (float)(signed char)b[2 + (j & 31)];
+}
+template <> __device__ __forceinline__ float load_q<DT_Q4_0>(const unsigned char* row, int j) {
+  const unsigned char* b = row + (j >> 5) * 18;
+  float d = f16_to_f32(*(const u16*)b);
+  int k = j & 31;
+  int q = k < 16 ? (b[2 + k] & 15) : (b[2 + k - 16] >> 4);
+  return d * (float)(q - 8);
+}
+
+// Bytes of one row of dim elements of dtype DT.
+template <int DT> __device__ __forceinline__ i64 row_bytes(int dim) {
+  if (DT == DT_F32) return (i64)dim * 4;
+  if (DT == DT_Q8_0) return (i64)(dim >> 5) * 34;
+  if (DT == DT_Q4_0) return (i64)(dim >> 5) * 18;
+  return (i64)dim * 2;
+}
+
+// Element j of row r of a [rows, dim] tensor of any dtype.
+template <int DT> __device__ __forceinline__ float load_row(const void* base, i64 r, int dim, int j) {
+  if constexpr (DT == DT_Q8_0 || DT == DT_Q4_0) {
+    return load_q<DT>((const unsigned char*)base + r * row_bytes<DT>(dim), j);
+  } else {
+    return load_f<DT>(base, r * dim + j);
+  }
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// block_sum returns the sum of v over the block to every thread. scratch
+// holds at least 32 floats; blockDim.x is a multiple of 32.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < nw ? scratch[lane] : 0.f;
+  return warp_sum(v);
+}
+
+// 2^x through the MUFU unit; ex2(-inf) = 0.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+#define NEG_INF (__int_as_float(0xff800000))

@@ -1,0 +1,67 @@
+package cuda
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+)
+
+var (
+	gpuOnce sync.Once
+	gpu     *Backend
+	gpuErr  error
+)
+
+// sharedBackend returns the package's one CUDA backend, made on first use.
+// Without a usable GPU it skips the test when require is set and returns
+// nil otherwise.
+func sharedBackend(t testing.TB, require bool) *Backend {
+	t.Helper()
+	gpuOnce.Do(func() {
+		if err := Available(); err != nil {
+			gpuErr = err
+			return
+		}
+		gpu, gpuErr = New(Options{CacheDir: os.Getenv("TRIGON_TEST_KERNEL_CACHE")})
+		if gpuErr != nil {
+			return
+		}
+		// Compile every common module up front, in parallel.
+		start := time.Now()
+		reps, err := gpu.WarmKernels(context.Background())
+		if err != nil {
+			gpuErr = err
+			gpu.Close()
+			gpu = nil
+			return
+		}
+		cached := 0
+		for _, r := range reps {
+			if r.Cached {
+				cached++
+			}
+		}
+		fmt.Fprintf(os.Stderr, "cuda: %s, %d kernel modules (%d cached) in %v\n", gpu.Device(), len(reps), cached, time.Since(start))
+	})
+	if gpu == nil {
+		if require {
+			t.Skipf("CUDA backend unavailable, GPU test skipped: %v", gpuErr)
+		}
+		return nil
+	}
+	return gpu
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if gpu != nil {
+		if err := gpu.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, "close:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}

@@ -1,0 +1,242 @@
+package cuda
+
+import (
+	"math"
+
+	"github.com/trigon-llm/trigon/backend"
+)
+
+// Launchers: each op checks its operands on the caller's goroutine (bad
+// input is an error, never a launch), then queues the launch on the CUDA
+// thread. Index checks that need the device's data (ids, slots, block
+// tables) run in the kernels and surface at Sync.
+
+func checkDType(op, name string, t *tensor, dts ...backend.DType) error {
+	for _, d := range dts {
+		if t.dt == d {
+			return nil
+		}
+	}
+	return backend.ShapeError("cuda: "+op, name, "dtype %v, want one of %v", t.dt, dts)
+}
+
+// checkShape compares t's shape with want; -1 matches any size.
+func checkShape(op, name string, t *tensor, want ...int) error {
+	if len(t.shape) != len(want) {
+		return backend.ShapeError("cuda: "+op, name, "shape %v, want %d dimensions", t.shape, len(want))
+	}
+	for i, w := range want {
+		if w >= 0 && t.shape[i] != w {
+			return backend.ShapeError("cuda: "+op, name, "shape %v, want %v", t.shape, want)
+		}
+	}
+	return nil
+}
+
+var floatDTypes = []backend.DType{backend.F32, backend.F16, backend.BF16}
+var weightDTypes = []backend.DType{backend.F32, backend.F16, backend.BF16, backend.Q8_0, backend.Q4_0}
+
+const maxInt32 = math.MaxInt32
+
+func ptrOf(t *tensor) uint64 {
+	if t == nil {
+		return 0
+	}
+	return t.ptr
+}
+
+func f32bits(f float32) uint64 { return uint64(math.Float32bits(f)) }
+
+func i32(v int) uint64 { return uint64(uint32(int32(v))) }
+
+// gridFor sizes a grid-stride launch of n elements at 256 threads.
+func (b *Backend) gridFor(n int) int {
+	g := (n + 255) / 256
+	return max(1, min(g, b.sms*16))
+}
+
+// Embed implements backend.Backend.
+//
+//	out   [n, dim] F32, F16 or BF16
+//	table [rows, dim] F32, F16, BF16, Q8_0 or Q4_0
+//	ids   [n] I32
+func (b *Backend) Embed(out, table, ids backend.Tensor) error {
+	const op = "embed"
+	o, err := b.tensorOf(op, "out", out)
+	if err != nil {
+		return err
+	}
+	tt, err := b.tensorOf(op, "table", table)
+	if err != nil {
+		return err
+	}
+	it, err := b.tensorOf(op, "ids", ids)
+	if err != nil {
+		return err
+	}
+	if err := checkDType(op, "out", o, floatDTypes...); err != nil {
+		return err
+	}
+	if err := checkDType(op, "table", tt, weightDTypes...); err != nil {
+		return err
+	}
+	if err := checkDType(op, "ids", it, backend.I32); err != nil {
+		return err
+	}
+	if err := checkShape(op, "table", tt, -1, -1); err != nil {
+		return err
+	}
+	if err := checkShape(op, "ids", it, -1); err != nil {
+		return err
+	}
+	rows, dim, n := tt.shape[0], tt.shape[1], it.shape[0]
+	if err := checkShape(op, "out", o, n, dim); err != nil {
+		return err
+	}
+	if rows > maxInt32 || dim > maxInt32 {
+		return backend.ShapeError("cuda: "+op, "table", "%v exceeds int32 indexing", tt.shape)
+	}
+	k := fnKey{modSpec{file: "embed", p: [6]int{int(tt.dt), int(o.dt)}}, "embed"}
+	return b.post(func() error {
+		f, err := b.fn(k)
+		if err != nil {
+			return err
+		}
+		return b.launch(f, [3]int{n, 1, 1}, 256, 0, o.ptr, tt.ptr, it.ptr, i32(dim), i32(rows), b.errDev)
+	})
+}
+
+// AddRMSNorm implements backend.Backend. The residual is stored in x's
+// dtype and the norm is taken of the stored (rounded) sum.
+//
+//	out, x, residual [rows, dim] (x and residual the same float dtype)
+//	weight           [dim] F32, F16 or BF16
+func (b *Backend) AddRMSNorm(out, x, residual, weight backend.Tensor, eps float32) error {
+	const op = "addrmsnorm"
+	o, err := b.tensorOf(op, "out", out)
+	if err != nil {
+		return err
+	}
+	xt, err := b.tensorOf(op, "x", x)
+	if err != nil {
+		return err
+	}
+	var rt *tensor
+	if residual != nil {
+		if rt, err = b.tensorOf(op, "residual", residual); err != nil {
+			return err
+		}
+	}
+	wt, err := b.tensorOf(op, "weight", weight)
+	if err != nil {
+		return err
+	}
+	if err := checkDType(op, "x", xt, floatDTypes...); err != nil {
+		return err
+	}
+	if err := checkShape(op, "x", xt, -1, -1); err != nil {
+		return err
+	}
+	rows, dim := xt.shape[0], xt.shape[1]
+	if err := checkDType(op, "out", o, floatDTypes...); err != nil {
+		return err
+	}
+	if err := checkShape(op, "out", o, rows, dim); err != nil {
+		return err
+	}
+	if rt != nil {
+		if err := checkDType(op, "residual", rt, xt.dt); err != nil {
+			return err
+		}
+		if err := checkShape(op, "residual", rt, rows, dim); err != nil {
+			return err
+		}
+		if overlaps(rt, xt) || overlaps(rt, o) {
+			return backend.ShapeError("cuda: "+op, "residual", "overlaps x or out")
+		}
+	}
+	if err := checkDType(op, "weight", wt, floatDTypes...); err != nil {
+		return err
+	}
+	if err := checkShape(op, "weight", wt, dim); err != nil {
+		return err
+	}
+	if !(eps >= 0) || math.IsInf(float64(eps), 0) {
+		return backend.ShapeError("cuda: "+op, "eps", "%v is not a finite non-negative number", eps)
+	}
+	if dim > maxInt32 {
+		return backend.ShapeError("cuda: "+op, "x", "dim %d exceeds int32", dim)
+	}
+	threads := min(1024, max(32, (dim/8+31)/32*32))
+	k := fnKey{modSpec{file: "norm", p: [6]int{int(xt.dt), int(o.dt), int(wt.dt)}}, "add_rmsnorm"}
+	hasRes := 0
+	if rt != nil {
+		hasRes = 1
+	}
+	return b.post(func() error {
+		f, err := b.fn(k)
+		if err != nil {
+			return err
+		}
+		return b.launch(f, [3]int{rows, 1, 1}, threads, 0, o.ptr, xt.ptr, ptrOf(rt), wt.ptr, i32(dim), f32bits(eps), uint64(hasRes))
+	})
+}
+
+// overlaps reports whether two tensors share device bytes.
+func overlaps(a, c *tensor) bool {
+	return a.ptr < c.ptr+uint64(c.bytes) && c.ptr < a.ptr+uint64(a.bytes)
+}
+
+// SiLUMul implements backend.Backend.
+//
+//	out    [n, inter] F32, F16 or BF16
+//	gateUp [n, 2*inter] F32, F16 or BF16: gate, then up
+func (b *Backend) SiLUMul(out, gateUp backend.Tensor) error {
+	const op = "silumul"
+	o, err := b.tensorOf(op, "out", out)
+	if err != nil {
+		return err
+	}
+	g, err := b.tensorOf(op, "gateUp", gateUp)
+	if err != nil {
+		return err
+	}
+	if err := checkDType(op, "out", o, floatDTypes...); err != nil {
+		return err
+	}
+	if err := checkDType(op, "gateUp", g, floatDTypes...); err != nil {
+		return err
+	}
+	if err := checkShape(op, "out", o, -1, -1); err != nil {
+		return err
+	}
+	n, inter := o.shape[0], o.shape[1]
+	if err := checkShape(op, "gateUp", g, n, 2*inter); err != nil {
+		return err
+	}
+	if overlaps(o, g) {
+		return backend.ShapeError("cuda: "+op, "out", "overlaps gateUp")
+	}
+	if n > maxInt32 || 2*inter > maxInt32 {
+		return backend.ShapeError("cuda: "+op, "gateUp", "%v exceeds int32", g.shape)
+	}
+	k := fnKey{modSpec{file: "act", p: [6]int{int(g.dt), int(o.dt)}}, "silu_mul"}
+	grid := b.gridFor(n * inter)
+	return b.post(func() error {
+		f, err := b.fn(k)
+		if err != nil {
+			return err
+		}
+		return b.launch(f, [3]int{grid, 1, 1}, 256, 0, o.ptr, g.ptr, i32(n), i32(inter))
+	})
+}
+
+// convert queues dst = src (count elements, dtype conversion on the fly).
+// CUDA thread only.
+func (b *Backend) convert(dst uint64, dt backend.DType, src uint64, st backend.DType, count int) error {
+	f, err := b.fn(fnKey{modSpec{file: "act", p: [6]int{int(st), int(dt)}}, "convert"})
+	if err != nil {
+		return err
+	}
+	return b.launch(f, [3]int{b.gridFor(count), 1, 1}, 256, 0, dst, src, uint64(count))
+}

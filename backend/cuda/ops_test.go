@@ -1,0 +1,167 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/trigon-llm/trigon/backend"
+)
+
+func TestEmbed(t *testing.T) {
+	sharedBackend(t, true)
+	for _, tc := range []struct {
+		table, out backend.DType
+		rows, dim  int
+		n          int
+	}{
+		{backend.BF16, backend.BF16, 1000, 4096, 7},
+		{backend.F32, backend.BF16, 700, 1000, 13},
+		{backend.F16, backend.F32, 300, 4096, 1},
+		{backend.Q8_0, backend.BF16, 300, 4096, 9},
+		{backend.Q4_0, backend.BF16, 257, 992, 33},
+		{backend.Q8_0, backend.F32, 100, 992, 5},
+	} {
+		t.Run(fmt.Sprintf("%v_to_%v_%dx%d_n%d", tc.table, tc.out, tc.rows, tc.dim, tc.n), func(t *testing.T) {
+			p := newPair(t)
+			tab := encode(tc.table, p.normal(tc.rows*tc.dim, 1))
+			ct, gt := p.same(tc.table, []int{tc.rows, tc.dim}, tab)
+			ids := make([]int32, tc.n)
+			for i := range ids {
+				ids[i] = int32(p.r.IntN(tc.rows))
+			}
+			ids[0] = int32(tc.rows - 1)
+			ci, gi := p.same(backend.I32, []int{tc.n}, i32Bytes(ids))
+			co, gout := p.cpuOut(tc.n, tc.dim), p.poisoned(tc.out, tc.n, tc.dim)
+			p.must("cpu embed", p.c.Embed(co, ct, ci))
+			p.must("gpu embed", p.g.Embed(gout, gt, gi))
+			p.must("sync", p.g.Sync())
+			p.expectClose("embed", read(t, p.g, gout), read(t, p.c, co), 4e-3)
+		})
+	}
+}
+
+func TestAddRMSNorm(t *testing.T) {
+	sharedBackend(t, true)
+	for _, tc := range []struct {
+		rows, dim int
+		w         backend.DType
+		residual  bool
+	}{
+		{1, 4096, backend.BF16, true},
+		{5, 1000, backend.F32, true},
+		{64, 4096, backend.BF16, false},
+		{3, 1000, backend.BF16, false},
+		{33, 2048, backend.F32, true},
+	} {
+		t.Run(fmt.Sprintf("%dx%d_w%v_res%v", tc.rows, tc.dim, tc.w, tc.residual), func(t *testing.T) {
+			p := newPair(t)
+			shape := []int{tc.rows, tc.dim}
+			cx, gx := p.act(backend.BF16, shape, p.normal(tc.rows*tc.dim, 1))
+			w := p.normal(tc.dim, 0.3)
+			for i := range w {
+				w[i] += 1
+			}
+			cw, gw := p.same(tc.w, []int{tc.dim}, encode(tc.w, w))
+			var cr, gr backend.Tensor
+			if tc.residual {
+				cr, gr = p.act(backend.BF16, shape, p.normal(tc.rows*tc.dim, 2))
+			}
+			co, gout := p.cpuOut(shape...), p.poisoned(backend.BF16, shape...)
+			const eps = 1e-5
+			p.must("cpu", p.c.AddRMSNorm(co, cx, cr, cw, eps))
+			p.must("gpu", p.g.AddRMSNorm(gout, gx, gr, gw, eps))
+			p.must("sync", p.g.Sync())
+			p.expectClose("out", read(t, p.g, gout), read(t, p.c, co), bf16Tol)
+			if tc.residual {
+				p.expectClose("residual", read(t, p.g, gr), read(t, p.c, cr), bf16Tol)
+			}
+		})
+	}
+}
+
+func TestSiLUMul(t *testing.T) {
+	sharedBackend(t, true)
+	for _, tc := range []struct{ n, inter int }{{1, 5632}, {7, 1000}, {33, 4096}} {
+		t.Run(fmt.Sprintf("%dx%d", tc.n, tc.inter), func(t *testing.T) {
+			p := newPair(t)
+			cg, gg := p.act(backend.BF16, []int{tc.n, 2 * tc.inter}, p.normal(tc.n*2*tc.inter, 2))
+			co, gout := p.cpuOut(tc.n, tc.inter), p.poisoned(backend.BF16, tc.n, tc.inter)
+			p.must("cpu", p.c.SiLUMul(co, cg))
+			p.must("gpu", p.g.SiLUMul(gout, gg))
+			p.must("sync", p.g.Sync())
+			p.expectClose("silumul", read(t, p.g, gout), read(t, p.c, co), bf16Tol)
+		})
+	}
+}
+
+func TestMatMul(t *testing.T) {
+	sharedBackend(t, true)
+	type shape struct{ n, in, out int }
+	for _, tc := range []struct {
+		w    backend.DType
+		s    shape
+		out  backend.DType
+		bias backend.DType // 0: none
+	}{
+		{backend.BF16, shape{1, 4096, 1000}, backend.BF16, 0},
+		{backend.BF16, shape{4, 4096, 4096}, backend.BF16, backend.BF16},
+		{backend.BF16, shape{33, 1000, 4096}, backend.F32, backend.F32},
+		{backend.F32, shape{3, 1000, 1000}, backend.BF16, 0},
+		{backend.F16, shape{9, 4096, 1000}, backend.F32, backend.BF16},
+		{backend.Q8_0, shape{1, 4096, 1000}, backend.BF16, 0},
+		{backend.Q8_0, shape{8, 992, 4096}, backend.F32, backend.F32},
+		{backend.Q8_0, shape{33, 4096, 1000}, backend.BF16, 0},
+		{backend.Q4_0, shape{4, 4096, 1000}, backend.BF16, backend.BF16},
+		{backend.Q4_0, shape{17, 992, 512}, backend.F32, 0},
+	} {
+		t.Run(fmt.Sprintf("%v_n%d_%dx%d_out%v_bias%v", tc.w, tc.s.n, tc.s.in, tc.s.out, tc.out, tc.bias), func(t *testing.T) {
+			p := newPair(t)
+			s := tc.s
+			cx, gx := p.act(backend.BF16, []int{s.n, s.in}, p.normal(s.n*s.in, 1))
+			wv := p.normal(s.out*s.in, float32(1/math.Sqrt(float64(s.in))))
+			cw, gw := p.same(tc.w, []int{s.out, s.in}, encode(tc.w, wv))
+			var cb, gb backend.Tensor
+			if tc.bias != 0 {
+				cb, gb = p.same(tc.bias, []int{s.out}, encode(tc.bias, p.normal(s.out, 1)))
+			}
+			co, gout := p.cpuOut(s.n, s.out), p.poisoned(tc.out, s.n, s.out)
+			p.must("cpu", p.c.MatMul(co, cx, cw, cb))
+			p.must("gpu", p.g.MatMul(gout, gx, gw, gb))
+			p.must("sync", p.g.Sync())
+			p.expectClose("matmul", read(t, p.g, gout), read(t, p.c, co), bf16Tol)
+		})
+	}
+}
+
+// TestDeviceChecks feeds indices only the device can check and expects
+// Sync to report them, then to be clean again.
+func TestDeviceChecks(t *testing.T) {
+	p := newPair(t)
+	g := p.g
+	_, tab := p.same(backend.BF16, []int{10, 64}, encode(backend.BF16, p.normal(640, 1)))
+	_, ids := p.same(backend.I32, []int{3}, i32Bytes([]int32{1, 10, 2}))
+	out := p.poisoned(backend.BF16, 3, 64)
+	p.must("embed", g.Embed(out, tab, ids))
+	if err := g.Sync(); !errors.Is(err, backend.ErrShape) {
+		t.Fatalf("Sync after an out-of-range id: %v, want ErrShape", err)
+	} else {
+		t.Logf("reported: %v", err)
+	}
+	p.must("second sync", g.Sync())
+
+	lv := p.normal(200, 1)
+	lv[150] = float32(math.NaN())
+	_, logits := p.same(backend.F32, []int{2, 100}, encode(backend.F32, lv))
+	_, err := g.Sample(backend.SampleArgs{Logits: logits, Rows: []backend.SampleRow{{}, {Temperature: 1, U: 0.5}}})
+	if !errors.Is(err, backend.ErrShape) {
+		t.Fatalf("Sample of a NaN logit: %v, want ErrShape", err)
+	}
+	p.must("sync after sample", g.Sync())
+
+	// Host-checkable mistakes fail at the call.
+	if err := g.Embed(out, tab, out); !errors.Is(err, backend.ErrShape) {
+		t.Fatalf("Embed with BF16 ids: %v", err)
+	}
+}

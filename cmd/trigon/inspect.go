@@ -1,0 +1,111 @@
+package main
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/trigon-llm/trigon/backend"
+	"github.com/trigon-llm/trigon/engine"
+	"github.com/trigon-llm/trigon/model"
+)
+
+func inspectCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "inspect [PATH]",
+		Short: "Describe a model: architecture, parameters, dtypes, context length, tokenizer",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			mf := modelFlags{}
+			if len(args) == 1 {
+				mf.model = args[0]
+			}
+			path, err := mf.modelPath()
+			if err != nil {
+				return err
+			}
+			cfg, gen, w, err := model.OpenWeights(path)
+			if err != nil {
+				return err
+			}
+			defer w.Close()
+			tok, err := engine.LoadTokenizer(path)
+			if err != nil {
+				return err
+			}
+			var params int64
+			var bytes int64
+			dtypes := map[backend.DType]int64{}
+			for _, name := range w.Names() {
+				t, ok := w.Tensor(name)
+				if !ok {
+					continue
+				}
+				n := int64(1)
+				for _, d := range t.Shape {
+					n *= int64(d)
+				}
+				params += n
+				bytes += int64(len(t.Data))
+				dtypes[t.DType] += n
+			}
+			var dts []string
+			for dt, n := range dtypes {
+				dts = append(dts, fmt.Sprintf("%v (%.1f%%)", dt, 100*float64(n)/float64(params)))
+			}
+			sort.Strings(dts)
+			o := cmd.OutOrStdout()
+			row := func(k string, v any) { fmt.Fprintf(o, "%-16s %v\n", k+":", v) }
+			row("model", path)
+			row("architecture", cfg.Arch)
+			row("parameters", fmt.Sprintf("%s (%d)", human(params), params))
+			row("weights", fmt.Sprintf("%.1f MiB in %d tensors", float64(bytes)/(1<<20), len(w.Names())))
+			row("dtypes", strings.Join(dts, ", "))
+			row("context", cfg.MaxPositions)
+			row("layers", cfg.NumLayers)
+			row("hidden", cfg.Hidden)
+			row("intermediate", cfg.Intermediate)
+			row("heads", fmt.Sprintf("%d query, %d key/value, head dim %d", cfg.NumHeads, cfg.NumKVHeads, cfg.HeadDim))
+			rope := fmt.Sprintf("theta %g", cfg.RopeTheta)
+			if cfg.RopeScaling != nil {
+				rope += fmt.Sprintf(", %s scaling x%g", cfg.RopeScaling.Type, cfg.RopeScaling.Factor)
+			}
+			row("rope", rope)
+			var feats []string
+			if cfg.TieEmbeddings {
+				feats = append(feats, "tied embeddings")
+			}
+			if cfg.AttentionBias {
+				feats = append(feats, "QKV bias")
+			}
+			if cfg.QKNorm {
+				feats = append(feats, "Q/K norm")
+			}
+			if cfg.SlidingWindow > 0 {
+				feats = append(feats, fmt.Sprintf("sliding window %d", cfg.SlidingWindow))
+			}
+			if len(feats) > 0 {
+				row("features", strings.Join(feats, ", "))
+			}
+			row("vocabulary", cfg.VocabSize)
+			row("tokenizer", fmt.Sprintf("%s, %d tokens, chat template: %v", tok.Kind(), tok.VocabSize(), tok.HasChatTemplate()))
+			row("stop tokens", model.StopTokenIDs(cfg, gen))
+			return nil
+		},
+	}
+}
+
+// human prints a count as 1.2K / 3.4M / 8.0B.
+func human(n int64) string {
+	switch {
+	case n >= 1e9:
+		return fmt.Sprintf("%.2fB", float64(n)/1e9)
+	case n >= 1e6:
+		return fmt.Sprintf("%.2fM", float64(n)/1e6)
+	case n >= 1e3:
+		return fmt.Sprintf("%.1fK", float64(n)/1e3)
+	}
+	return fmt.Sprint(n)
+}

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/trigon-llm/trigon/engine"
+	"github.com/trigon-llm/trigon/models"
+	"github.com/trigon-llm/trigon/telemetry"
+)
+
+// modelFlags choose the model and size the engine.
+type modelFlags struct {
+	deviceFlags
+	model      string
+	maxContext int
+	maxSeqs    int
+	maxTokens  int
+	kvBlocks   int
+	kvMemory   int64
+	maxQueue   int // serve only
+}
+
+func (f *modelFlags) register(cmd *cobra.Command) {
+	f.deviceFlags.register(cmd)
+	cmd.Flags().StringVarP(&f.model, "model", "m", "", "model: HF directory or .gguf file (default: the embedded Go-code model)")
+	cmd.Flags().IntVar(&f.maxContext, "max-context", 0, "cap the context length (0: the model's)")
+	cmd.Flags().IntVar(&f.maxSeqs, "max-seqs", 64, "most sequences running at once")
+	cmd.Flags().IntVar(&f.maxTokens, "max-batched-tokens", 2048, "token budget of one engine step")
+	cmd.Flags().IntVar(&f.kvBlocks, "kv-blocks", 0, "KV-cache blocks of 16 tokens (0: sized from --kv-memory)")
+	cmd.Flags().Int64Var(&f.kvMemory, "kv-memory", 2<<30, "bytes for the KV cache when --kv-blocks is 0")
+}
+
+// modelPath resolves --model, extracting the embedded default when empty.
+func (f *modelFlags) modelPath() (string, error) {
+	if f.model != "" {
+		return f.model, nil
+	}
+	return models.DefaultPath()
+}
+
+// load opens the model on the chosen backend and starts the engine's step
+// loop; stop cancels it.
+func (f *modelFlags) load(ctx context.Context, log *slog.Logger, metrics *telemetry.Metrics) (l *engine.Loaded, stop func(), err error) {
+	path, err := f.modelPath()
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := f.open(log)
+	if err != nil {
+		return nil, nil, err
+	}
+	t0 := time.Now()
+	l, err = engine.Load(engine.LoadOptions{
+		Model: path, Backend: b, MaxContext: f.maxContext,
+		MaxSeqs: f.maxSeqs, MaxBatchedTokens: f.maxTokens, MaxQueue: f.maxQueue, KVBlocks: f.kvBlocks, KVMemory: f.kvMemory,
+		Metrics: metrics, Logger: log,
+		Progress: progress(path),
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	log.Info("model loaded", "model", path, "arch", l.Config.Arch, "backend", b.Name(),
+		"context", l.Context, "kv_blocks", l.KVBlocks, "took", time.Since(t0).Round(time.Millisecond))
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := l.Engine.Run(runCtx); err != nil {
+			log.Error("engine stopped", "err", err)
+		}
+	}()
+	return l, func() { cancel(); <-done; l.Close() }, nil
+}
+
+func newLogger(verbose bool) *slog.Logger {
+	level := slog.LevelWarn
+	if verbose {
+		level = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+}

@@ -1,0 +1,27 @@
+// Command trigon serves and runs open-weight LLMs: `trigon run` generates
+// from a prompt, `trigon serve` exposes an OpenAI-compatible HTTP API,
+// `trigon inspect` describes a model file, `trigon convert` writes GGUF.
+//
+// This package only wires flags to the packages that do the work.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	root := &cobra.Command{
+		Use:           "trigon",
+		Short:         "trigon: an LLM inference engine and server",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(runCmd(), serveCmd(), inspectCmd(), convertCmd(), evalCmd(), kernelsCmd(), versionCmd())
+	if err := root.Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "trigon:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,222 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/trigon-llm/trigon/engine"
+	"github.com/trigon-llm/trigon/tokenizer"
+)
+
+// samplingFlags are the sampling options of `trigon run`; unset ones take
+// the model's generation_config.json defaults.
+type samplingFlags struct {
+	maxTokens   int
+	temperature float32
+	topP        float32
+	topK        int
+	minP        float32
+	repetition  float32
+	seed        int64
+	stop        []string
+}
+
+func (f *samplingFlags) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.IntVarP(&f.maxTokens, "max-tokens", "n", 256, "most tokens to generate")
+	fl.Float32Var(&f.temperature, "temperature", 0, "sampling temperature (0: greedy; default: the model's generation config)")
+	fl.Float32Var(&f.topP, "top-p", 1, "nucleus sampling mass")
+	fl.IntVar(&f.topK, "top-k", 0, "sample among the k most likely tokens (0: off)")
+	fl.Float32Var(&f.minP, "min-p", 0, "drop tokens less likely than min-p times the top token")
+	fl.Float32Var(&f.repetition, "repetition-penalty", 1, "HF repetition penalty (1: off)")
+	fl.Int64Var(&f.seed, "seed", -1, "sampling seed (-1: random)")
+	fl.StringArrayVar(&f.stop, "stop", nil, "stop string (repeatable)")
+}
+
+// request builds an engine request from the flags over the model's defaults.
+func (f *samplingFlags) request(cmd *cobra.Command, l *engine.Loaded, prompt []int32) *engine.Request {
+	p := engine.DefaultParams(l.Gen)
+	fl := cmd.Flags()
+	if fl.Changed("temperature") {
+		p.Temperature = f.temperature
+	}
+	if fl.Changed("top-p") {
+		p.TopP = f.topP
+	}
+	if fl.Changed("top-k") {
+		p.TopK = f.topK
+	}
+	if fl.Changed("min-p") {
+		p.MinP = f.minP
+	}
+	if fl.Changed("repetition-penalty") {
+		p.RepetitionPenalty = f.repetition
+	}
+	if f.seed >= 0 {
+		s := uint64(f.seed)
+		p.Seed = &s
+	}
+	p.MaxTokens = min(f.maxTokens, l.Context-len(prompt))
+	p.Stop = f.stop
+	return &engine.Request{ID: "run", Prompt: prompt, N: 1, Params: p, SkipSpecialTokens: true}
+}
+
+func runCmd() *cobra.Command {
+	var mf modelFlags
+	var sf samplingFlags
+	var chat, interactive, verbose bool
+	var system string
+	cmd := &cobra.Command{
+		Use:   "run [PROMPT]",
+		Short: "Generate from a prompt (or chat with -i), streaming tokens as they come",
+		Long: "run loads a model (default: the embedded Go-code model) and streams a continuation of PROMPT.\n" +
+			"With --chat the prompt goes through the model's chat template; -i opens an interactive chat.",
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !interactive && len(args) == 0 {
+				return errors.New("give a PROMPT, or -i for an interactive chat")
+			}
+			ctx, cancel := signal.NotifyContext(cmd.Context(), os.Interrupt)
+			defer cancel()
+			log := newLogger(verbose)
+			l, stop, err := mf.load(ctx, log, nil)
+			if err != nil {
+				return err
+			}
+			defer stop()
+			out := cmd.OutOrStdout()
+			if interactive {
+				return interactiveChat(ctx, cmd, l, &sf, system, cmd.InOrStdin(), out)
+			}
+			text := args[0]
+			if chat {
+				msgs := []tokenizer.Message{{Role: "user", Content: text}}
+				if system != "" {
+					msgs = append([]tokenizer.Message{{Role: "system", Content: system}}, msgs...)
+				}
+				if text, err = l.Tokenizer.ApplyChatTemplate(msgs, true); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprint(out, text)
+			}
+			_, err = generate(ctx, cmd, l, &sf, text, chat, out)
+			fmt.Fprintln(out)
+			return err
+		},
+	}
+	mf.register(cmd)
+	sf.register(cmd)
+	cmd.Flags().BoolVar(&chat, "chat", false, "apply the model's chat template to the prompt")
+	cmd.Flags().BoolVarP(&interactive, "interactive", "i", false, "interactive chat")
+	cmd.Flags().StringVar(&system, "system", "", "system message for --chat and -i")
+	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log loading and backend details")
+	return cmd
+}
+
+// generate streams one completion of text to out and reports speed on
+// stderr. It returns the generated text.
+func generate(ctx context.Context, cmd *cobra.Command, l *engine.Loaded, sf *samplingFlags, text string, templated bool, out io.Writer) (string, error) {
+	// A chat template carries its own BOS; a raw prompt gets the
+	// tokenizer's special tokens.
+	prompt, err := l.Tokenizer.Encode(text, !templated)
+	if err != nil {
+		return "", err
+	}
+	if len(prompt) >= l.Context {
+		return "", fmt.Errorf("the prompt has %d tokens; this model's maximum context length is %d tokens", len(prompt), l.Context)
+	}
+	req := sf.request(cmd, l, prompt)
+	start := time.Now()
+	events, err := l.Engine.Submit(ctx, req)
+	if err != nil {
+		return "", err
+	}
+	var sb strings.Builder
+	var first time.Time
+	n := 0
+	var final engine.Event
+	for ev := range events {
+		if len(ev.TokenIDs) > 0 && first.IsZero() {
+			first = time.Now()
+		}
+		n += len(ev.TokenIDs)
+		fmt.Fprint(out, ev.Text)
+		sb.WriteString(ev.Text)
+		if ev.FinishReason != "" {
+			final = ev
+		}
+	}
+	if final.FinishReason == engine.FinishError {
+		return sb.String(), final.Err
+	}
+	if ctx.Err() != nil {
+		return sb.String(), ctx.Err()
+	}
+	total := time.Since(start)
+	decode := time.Since(first)
+	rate := 0.0
+	if n > 1 && decode > 0 {
+		rate = float64(n-1) / decode.Seconds()
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "\n[%d prompt tokens, %d generated in %.2fs: first token after %.0f ms, %.1f tokens/s; finish: %s]\n",
+		len(prompt), n, total.Seconds(), float64(first.Sub(start).Microseconds())/1000, rate, final.FinishReason)
+	return sb.String(), nil
+}
+
+func interactiveChat(ctx context.Context, cmd *cobra.Command, l *engine.Loaded, sf *samplingFlags, system string, in io.Reader, out io.Writer) error {
+	if !l.Tokenizer.HasChatTemplate() {
+		return errors.New("this model has no chat template; use run PROMPT for plain completion")
+	}
+	var msgs []tokenizer.Message
+	if system != "" {
+		msgs = append(msgs, tokenizer.Message{Role: "system", Content: system})
+	}
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for {
+		fmt.Fprint(out, ">>> ")
+		if !sc.Scan() {
+			fmt.Fprintln(out)
+			return sc.Err()
+		}
+		line := strings.TrimSpace(sc.Text())
+		switch line {
+		case "":
+			continue
+		case "/exit", "/quit", "/bye":
+			return nil
+		case "/clear":
+			msgs = msgs[:0]
+			if system != "" {
+				msgs = append(msgs, tokenizer.Message{Role: "system", Content: system})
+			}
+			continue
+		}
+		msgs = append(msgs, tokenizer.Message{Role: "user", Content: line})
+		text, err := l.Tokenizer.ApplyChatTemplate(msgs, true)
+		if err != nil {
+			return err
+		}
+		reply, err := generate(ctx, cmd, l, sf, text, true, out)
+		fmt.Fprintln(out)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			fmt.Fprintln(cmd.ErrOrStderr(), "error:", err)
+			msgs = msgs[:len(msgs)-1]
+			continue
+		}
+		msgs = append(msgs, tokenizer.Message{Role: "assistant", Content: reply})
+	}
+}

@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/trigon-llm/trigon/api"
+	"github.com/trigon-llm/trigon/engine"
+	"github.com/trigon-llm/trigon/sample"
+	"github.com/trigon-llm/trigon/telemetry"
+	"github.com/trigon-llm/trigon/tokenizer"
+)
+
+func serveCmd() *cobra.Command {
+	var mf modelFlags
+	var host, apiKey, name, otlp string
+	var port, maxQueue int
+	var shutdown time.Duration
+	var verbose bool
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve a model over an OpenAI-compatible HTTP API",
+		Long: "serve loads a model (default: the embedded Go-code model) and serves /v1/completions,\n" +
+			"/v1/chat/completions, /v1/models, /tokenize, /detokenize, /health and /metrics.\n" +
+			"SIGTERM or SIGINT stops admitting requests, drains for --shutdown-timeout, then aborts the rest.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if apiKey == "" {
+				apiKey = os.Getenv("TRIGON_API_KEY")
+			}
+			log := newLogger(true)
+			ctx, stopSignals := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, os.Interrupt)
+			defer stopSignals()
+			shutdownTracing, err := telemetry.Tracing(ctx, telemetry.TracingOptions{Endpoint: otlp})
+			if err != nil {
+				return err
+			}
+			defer shutdownTracing(context.Background())
+
+			metrics := telemetry.NewMetrics()
+			mf.maxQueue = maxQueue
+			l, stopEngine, err := mf.load(context.Background(), log, metrics)
+			if err != nil {
+				return err
+			}
+			defer stopEngine()
+			if name == "" {
+				name = modelName(mf.model)
+			}
+			srv, err := api.New(api.Options{
+				Engine:    &apiEngine{l: l},
+				Tokenizer: apiTokenizer{l.Tokenizer},
+				Model:     api.ModelInfo{ID: name, MaxContext: l.Context, Created: time.Now().Unix()},
+				APIKey:    apiKey,
+				Metrics:   metrics,
+				Logger:    log,
+			})
+			if err != nil {
+				return err
+			}
+			addr := net.JoinHostPort(host, strconv.Itoa(port))
+			hs := api.NewHTTPServer(addr, srv.Handler())
+			ln, err := net.Listen("tcp", addr)
+			if err != nil {
+				return err
+			}
+			log.Info("serving", "addr", "http://"+ln.Addr().String(), "model", name, "auth", apiKey != "")
+			errc := make(chan error, 1)
+			go func() { errc <- hs.Serve(ln) }()
+			select {
+			case err := <-errc:
+				return err
+			case <-ctx.Done():
+			}
+			// Graceful shutdown: stop admitting, let running requests finish
+			// within the timeout, then abort what is left.
+			log.Info("draining", "timeout", shutdown)
+			l.Engine.Drain()
+			sctx, cancel := context.WithTimeout(context.Background(), shutdown)
+			defer cancel()
+			if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+				return err
+			}
+			return nil
+		},
+	}
+	mf.register(cmd)
+	fl := cmd.Flags()
+	fl.StringVar(&host, "host", "127.0.0.1", "address to listen on (loopback by default)")
+	fl.IntVar(&port, "port", 8000, "port to listen on")
+	fl.StringVar(&apiKey, "api-key", "", "require this Bearer key (also $TRIGON_API_KEY)")
+	fl.StringVar(&name, "served-model-name", "", "model name clients use (default: the model's directory or file name)")
+	fl.IntVar(&maxQueue, "max-queue", 256, "most requests waiting to start; more get 429")
+	fl.DurationVar(&shutdown, "shutdown-timeout", 30*time.Second, "how long to drain on SIGTERM before aborting requests")
+	fl.StringVar(&otlp, "otlp-endpoint", "", "OTLP/HTTP endpoint for traces (off when empty)")
+	fl.BoolVarP(&verbose, "verbose", "v", false, "unused; serve always logs at info level")
+	return cmd
+}
+
+func modelName(path string) string {
+	if path == "" {
+		return "trigon-go-default"
+	}
+	return strings.TrimSuffix(filepath.Base(filepath.Clean(path)), ".gguf")
+}
+
+// apiEngine adapts the engine to the HTTP layer's interface.
+type apiEngine struct{ l *engine.Loaded }
+
+func (a *apiEngine) Ready() bool { return a.l.Engine.Ready() }
+
+func (a *apiEngine) Generate(ctx context.Context, r *api.GenerateRequest) (<-chan api.Event, error) {
+	sp := r.Sampling
+	req := &engine.Request{
+		ID: r.RequestID, Prompt: r.Prompt, N: r.N,
+		Params: sample.Params{
+			Temperature: sp.Temperature, TopP: sp.TopP, TopK: sp.TopK, MinP: sp.MinP,
+			RepetitionPenalty: sp.RepetitionPenalty, PresencePenalty: sp.PresencePenalty, FrequencyPenalty: sp.FrequencyPenalty,
+			Seed: sp.Seed, MaxTokens: sp.MaxTokens, MinTokens: sp.MinTokens, Stop: sp.Stop, StopTokenIDs: sp.StopTokenIDs,
+			IgnoreEOS: sp.IgnoreEOS, Logprobs: r.TopLogprobs,
+		},
+		Logprobs: r.Logprobs, TopLogprobs: r.TopLogprobs, SkipSpecialTokens: sp.SkipSpecialTokens,
+	}
+	events, err := a.l.Engine.Submit(ctx, req)
+	switch {
+	case errors.Is(err, engine.ErrQueueFull):
+		return nil, api.ErrQueueFull
+	case errors.Is(err, engine.ErrClosed):
+		return nil, api.ErrNotReady
+	case errors.Is(err, engine.ErrBadRequest):
+		return nil, fmt.Errorf("%w: %v", api.ErrBadRequest, err)
+	case err != nil:
+		return nil, err
+	}
+	out := make(chan api.Event, 16)
+	go func() {
+		defer close(out)
+		for ev := range events {
+			out <- toAPIEvent(ev)
+		}
+	}()
+	return out, nil
+}
+
+func toAPIEvent(ev engine.Event) api.Event {
+	a := api.Event{
+		Choice: ev.Choice, Text: ev.Text, TokenIDs: ev.TokenIDs, FinishReason: ev.FinishReason,
+		Err: ev.Err, CachedPromptTokens: ev.CachedPromptTokens,
+	}
+	for _, lp := range ev.Logprobs {
+		t := api.TokenLogprob{ID: lp.ID, Logprob: lp.Logprob}
+		for _, top := range lp.Top {
+			t.Top = append(t.Top, api.TopLogprob{ID: top.ID, Logprob: top.Logprob})
+		}
+		a.Logprobs = append(a.Logprobs, t)
+	}
+	return a
+}
+
+// apiTokenizer adapts the tokenizer to the HTTP layer's interface.
+type apiTokenizer struct{ t *tokenizer.Tokenizer }
+
+func (a apiTokenizer) Encode(text string, addSpecial bool) ([]int32, error) {
+	return a.t.Encode(text, addSpecial)
+}
+
+func (a apiTokenizer) Decode(ids []int32, skipSpecial bool) (string, error) {
+	return a.t.Decode(ids, skipSpecial)
+}
+
+func (a apiTokenizer) ApplyChatTemplate(msgs []api.ChatMessage, addGen bool) (string, error) {
+	m := make([]tokenizer.Message, len(msgs))
+	for i, x := range msgs {
+		m[i] = tokenizer.Message{Role: x.Role, Content: x.Content}
+	}
+	return a.t.ApplyChatTemplate(m, addGen)
+}
+
+func (a apiTokenizer) TokenString(id int32) (string, bool) {
+	if id < 0 || int(id) >= a.t.VocabSize() {
+		return "", false
+	}
+	s, err := a.t.Decode([]int32{id}, false)
+	return s, err == nil
+}

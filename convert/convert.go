@@ -1,0 +1,225 @@
+// Package convert writes a checkpoint as a GGUF file in llama.cpp's layout:
+// architecture metadata, the tokenizer, and every tensor under its GGUF name,
+// converted to the requested type.
+//
+// Norm weights and biases (1-D tensors) stay F32 as llama.cpp keeps them;
+// matrices are written in the target type. Quantized targets (Q8_0, Q4_0)
+// need inner dimensions that are multiples of 32; a matrix that is not is
+// written F16 (F32 for F32 targets) and reported.
+package convert
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/trigon-llm/trigon/backend"
+	"github.com/trigon-llm/trigon/backend/cpu"
+	"github.com/trigon-llm/trigon/format/gguf"
+	"github.com/trigon-llm/trigon/model"
+	"github.com/trigon-llm/trigon/tokenizer"
+)
+
+// ParseType maps a user-facing type name to a dtype.
+func ParseType(s string) (backend.DType, error) {
+	switch strings.ToLower(s) {
+	case "f32":
+		return backend.F32, nil
+	case "f16":
+		return backend.F16, nil
+	case "bf16":
+		return backend.BF16, nil
+	case "q8_0":
+		return backend.Q8_0, nil
+	case "q4_0":
+		return backend.Q4_0, nil
+	}
+	return 0, fmt.Errorf("unknown type %q: want f32, f16, bf16, q8_0 or q4_0", s)
+}
+
+// Options of a conversion.
+type Options struct {
+	Type backend.DType // target type of matrices
+	Name string        // general.name; default: the source's base name
+}
+
+// Report says what a conversion wrote.
+type Report struct {
+	Tensors  int
+	Bytes    int64
+	Fallback []string // matrices written in a wider type than asked
+}
+
+// File converts the model at src (HF directory or GGUF) with tokenizer tok
+// into a GGUF file at dst, written atomically.
+func File(src, dst string, tok *tokenizer.Tokenizer, opts Options) (Report, error) {
+	cfg, _, w, err := model.OpenWeights(src)
+	if err != nil {
+		return Report{}, err
+	}
+	defer w.Close()
+	if opts.Name == "" {
+		opts.Name = filepath.Base(filepath.Clean(src))
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(dst), ".convert-*.gguf")
+	if err != nil {
+		return Report{}, fmt.Errorf("convert: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	rep, err := Write(tmp, cfg, w, tok, opts)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return rep, fmt.Errorf("convert %s: %w", src, err)
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		return rep, fmt.Errorf("convert: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), dst); err != nil {
+		return rep, fmt.Errorf("convert: %w", err)
+	}
+	return rep, nil
+}
+
+// Write streams the GGUF form of (cfg, w, tok) to out.
+func Write(out io.Writer, cfg model.Config, w model.Weights, tok *tokenizer.Tokenizer, opts Options) (Report, error) {
+	ft, err := fileType(opts.Type)
+	if err != nil {
+		return Report{}, err
+	}
+	meta, err := cfg.GGUFMetadata()
+	if err != nil {
+		return Report{}, err
+	}
+	gw := gguf.NewWriter()
+	for _, kv := range meta {
+		gw.AddKV(kv.Key, kv.Value)
+	}
+	gw.AddKV("general.name", gguf.StringValue(opts.Name))
+	gw.AddKV("general.file_type", gguf.Uint32Value(ft))
+	gw.AddKV("general.quantization_version", gguf.Uint32Value(2))
+	for _, kv := range tok.Spec().GGUFMetadata() {
+		gw.AddKV(kv.Key, kv.Value)
+	}
+	var rep Report
+	if rf, ok, err := cfg.RopeFreqsTensor(); err != nil {
+		return rep, err
+	} else if ok {
+		if err := gw.AddTensor(rf.Name, rf.Type, rf.Dims, rf.Data); err != nil {
+			return rep, err
+		}
+		rep.Tensors++
+	}
+	for _, name := range w.Names() {
+		src, ok := w.Tensor(name)
+		if !ok {
+			continue
+		}
+		target := opts.Type
+		if len(src.Shape) == 1 {
+			target = backend.F32
+		} else if target.Quantized() && src.Shape[len(src.Shape)-1]%target.BlockSize() != 0 {
+			target = backend.F16
+			rep.Fallback = append(rep.Fallback, name)
+		}
+		conv, err := recode(src, target)
+		if err != nil {
+			return rep, fmt.Errorf("tensor %s: %w", name, err)
+		}
+		gt, err := model.ToGGUFTensor(cfg, conv)
+		if err != nil {
+			return rep, err
+		}
+		if err := gw.AddTensor(gt.Name, gt.Type, gt.Dims, gt.Data); err != nil {
+			return rep, fmt.Errorf("tensor %s: %w", name, err)
+		}
+		rep.Tensors++
+		rep.Bytes += int64(len(gt.Data))
+	}
+	if _, err := gw.WriteTo(out); err != nil {
+		return rep, err
+	}
+	return rep, nil
+}
+
+// fileType is llama.cpp's general.file_type for a target type.
+func fileType(dt backend.DType) (uint32, error) {
+	switch dt {
+	case backend.F32:
+		return 0, nil
+	case backend.F16:
+		return 1, nil
+	case backend.Q4_0:
+		return 2, nil
+	case backend.Q8_0:
+		return 7, nil
+	case backend.BF16:
+		return 32, nil
+	}
+	return 0, fmt.Errorf("convert: unsupported target type %v", dt)
+}
+
+// recode converts a weight to dtype dt, row by row through f32.
+func recode(w model.Weight, dt backend.DType) (model.Weight, error) {
+	if w.DType == dt {
+		return w, nil
+	}
+	inner := w.Shape[len(w.Shape)-1]
+	rows := 1
+	for _, d := range w.Shape[:len(w.Shape)-1] {
+		rows *= d
+	}
+	srcRow, err := w.DType.RowBytes(inner)
+	if err != nil {
+		return w, err
+	}
+	dstRow, err := dt.RowBytes(inner)
+	if err != nil {
+		return w, err
+	}
+	out := make([]byte, 0, rows*dstRow)
+	f := make([]float32, inner)
+	for r := 0; r < rows; r++ {
+		if err := cpu.DequantizeRow(w.DType, w.Data[r*srcRow:(r+1)*srcRow], f); err != nil {
+			return w, err
+		}
+		enc, err := encodeRow(f, dt)
+		if err != nil {
+			return w, err
+		}
+		out = append(out, enc...)
+	}
+	return model.Weight{Name: w.Name, DType: dt, Shape: w.Shape, Data: out}, nil
+}
+
+func encodeRow(f []float32, dt backend.DType) ([]byte, error) {
+	switch dt {
+	case backend.Q8_0:
+		return cpu.QuantizeQ8_0(f)
+	case backend.Q4_0:
+		return cpu.QuantizeQ4_0(f)
+	}
+	size := dt.BlockBytes()
+	b := make([]byte, len(f)*size)
+	for i, v := range f {
+		switch dt {
+		case backend.F32:
+			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
+		case backend.F16:
+			binary.LittleEndian.PutUint16(b[2*i:], cpu.F32ToF16(v))
+		case backend.BF16:
+			binary.LittleEndian.PutUint16(b[2*i:], cpu.F32ToBF16(v))
+		default:
+			return nil, fmt.Errorf("convert: cannot encode %v", dt)
+		}
+	}
+	return b, nil
+}

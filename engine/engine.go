@@ -1,0 +1,327 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/trigon-llm/trigon/backend"
+	"github.com/trigon-llm/trigon/kvcache"
+	"github.com/trigon-llm/trigon/runner"
+	"github.com/trigon-llm/trigon/sample"
+	"github.com/trigon-llm/trigon/sched"
+	"github.com/trigon-llm/trigon/telemetry"
+	"github.com/trigon-llm/trigon/tokenizer"
+)
+
+// Errors returned by Submit; the HTTP layer maps them to statuses.
+var (
+	ErrQueueFull  = errors.New("engine: waiting queue is full")
+	ErrClosed     = errors.New("engine: shutting down")
+	ErrBadRequest = errors.New("engine: bad request")
+)
+
+// Request is one generation request, already tokenized.
+type Request struct {
+	ID     string
+	Prompt []int32 // [numPromptTokens]
+	// N choices sample independently from the same prompt; with a seed,
+	// choice i uses Seed+i so choices differ but the request reproduces.
+	N      int
+	Params sample.Params
+	// Logprobs asks for the sampled tokens' log-probabilities and
+	// TopLogprobs (0..20) alternatives at each position.
+	Logprobs    bool
+	TopLogprobs int
+	// SkipSpecialTokens leaves special tokens out of the text.
+	SkipSpecialTokens bool
+}
+
+// Finish reasons of Event.FinishReason.
+const (
+	FinishStop   = "stop"
+	FinishLength = "length"
+	FinishAbort  = "abort"
+	FinishError  = "error"
+)
+
+// Event is the progress of one choice. Its slices belong to the receiver.
+type Event struct {
+	Choice       int
+	Text         string         // new text, stop strings removed, never half a character
+	TokenIDs     []int32        // tokens sampled since the last event (a final EOS included)
+	Logprobs     []TokenLogprob // one per TokenIDs entry when asked
+	FinishReason string         // "" while running
+	Err          error          // why, for FinishError
+	// Set on the final event of a choice.
+	PromptTokens, CompletionTokens, CachedPromptTokens int
+}
+
+// Options configure an Engine.
+type Options struct {
+	Sched sched.Config
+	// MaxQueue bounds requests waiting to start; Submit returns
+	// ErrQueueFull beyond it. 0: 4 x Sched.MaxNumSeqs.
+	MaxQueue int
+	// MaxContext is the model's context length: prompt plus output.
+	MaxContext int
+	// EOS are the ids that end a choice (unless IgnoreEOS).
+	EOS     []int32
+	Metrics *telemetry.Metrics // nil: none
+	Logger  *slog.Logger       // nil: slog.Default()
+}
+
+// Engine runs the step loop. Create with New, start with Run.
+type Engine struct {
+	run  *runner.Runner
+	sch  *sched.Scheduler
+	pool *kvcache.Pool
+	tok  *tokenizer.Tokenizer
+	opts Options
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	pending []*request // submitted, not yet handed to the scheduler
+	wake    chan struct{}
+	queued  atomic.Int64 // requests submitted and not yet scheduled
+	closing atomic.Bool
+	ready   atomic.Bool
+	// busy is set while the scheduler holds sequences; preemptions counts
+	// them. Both are written by the loop and safe to read anywhere.
+	busy        atomic.Bool
+	preemptions atomic.Uint64
+
+	// Owned by the step loop.
+	active  map[*request]struct{}
+	choices map[sched.SeqID]*choice
+	nextID  sched.SeqID
+	// Block copies: ids [2] I32 and a one-block scratch [1, blockElems].
+	copyIDs, copyScratch backend.Tensor
+}
+
+// New builds an engine over a runner whose KV pools have pool's block
+// count. The engine owns sch from now on.
+func New(r *runner.Runner, pool *kvcache.Pool, tok *tokenizer.Tokenizer, opts Options) (*Engine, error) {
+	sch, err := sched.New(opts.Sched, pool)
+	if err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	if opts.MaxQueue <= 0 {
+		opts.MaxQueue = 4 * opts.Sched.MaxNumSeqs
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	e := &Engine{
+		run: r, sch: sch, pool: pool, tok: tok, opts: opts, log: opts.Logger,
+		wake:    make(chan struct{}, 1),
+		active:  map[*request]struct{}{},
+		choices: map[sched.SeqID]*choice{},
+		nextID:  1,
+	}
+	e.ready.Store(true)
+	return e, nil
+}
+
+// Ready reports whether the engine accepts requests.
+func (e *Engine) Ready() bool { return e.ready.Load() && !e.closing.Load() }
+
+// Submit queues a request. Events arrive on the returned channel, which is
+// closed after every choice's final event. Cancelling ctx aborts the
+// request within one step and frees its KV blocks.
+func (e *Engine) Submit(ctx context.Context, req *Request) (<-chan Event, error) {
+	if e.closing.Load() {
+		return nil, ErrClosed
+	}
+	if err := e.validate(req); err != nil {
+		return nil, err
+	}
+	if e.queued.Add(1) > int64(e.opts.MaxQueue) {
+		e.queued.Add(-1)
+		return nil, ErrQueueFull
+	}
+	r := newRequest(ctx, req)
+	e.mu.Lock()
+	e.pending = append(e.pending, r)
+	e.mu.Unlock()
+	e.signal()
+	return r.out, nil
+}
+
+func (e *Engine) validate(req *Request) error {
+	if len(req.Prompt) == 0 {
+		return fmt.Errorf("%w: empty prompt", ErrBadRequest)
+	}
+	if req.N < 1 {
+		req.N = 1
+	}
+	if req.N > e.opts.Sched.MaxNumSeqs {
+		return fmt.Errorf("%w: n=%d exceeds the %d sequences the engine runs at once", ErrBadRequest, req.N, e.opts.Sched.MaxNumSeqs)
+	}
+	if err := req.Params.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	if len(req.Prompt) >= e.opts.MaxContext {
+		return fmt.Errorf("%w: this model's maximum context length is %d tokens, but the prompt has %d", ErrBadRequest, e.opts.MaxContext, len(req.Prompt))
+	}
+	if req.Params.MaxTokens <= 0 {
+		req.Params.MaxTokens = e.opts.MaxContext - len(req.Prompt)
+	}
+	if n := len(req.Prompt) + req.Params.MaxTokens; n > e.opts.MaxContext {
+		return fmt.Errorf("%w: this model's maximum context length is %d tokens, but the request needs %d (%d in the prompt, %d in the completion)",
+			ErrBadRequest, e.opts.MaxContext, n, len(req.Prompt), req.Params.MaxTokens)
+	}
+	for _, id := range req.Prompt {
+		if id < 0 || int(id) >= e.tok.VocabSize() {
+			return fmt.Errorf("%w: prompt token id %d is outside the vocabulary [0, %d)", ErrBadRequest, id, e.tok.VocabSize())
+		}
+	}
+	return nil
+}
+
+func (e *Engine) signal() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run is the step loop. It returns when ctx is cancelled (after aborting
+// every request) or after Drain finished the last request.
+func (e *Engine) Run(ctx context.Context) error {
+	defer e.abortAll(FinishAbort, ErrClosed)
+	for {
+		if ctx.Err() != nil {
+			return nil
+		}
+		e.admit()
+		e.reap()
+		if e.sch.NumWaiting()+e.sch.NumRunning() == 0 {
+			e.busy.Store(false)
+			if e.closing.Load() && e.numPending() == 0 {
+				return nil
+			}
+			e.recordGauges()
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-e.wake:
+			}
+			continue
+		}
+		e.busy.Store(true)
+		if err := e.step(); err != nil {
+			e.log.Error("engine step failed", "err", err)
+		}
+	}
+}
+
+// Drain stops admitting new requests; Run returns once the running and
+// queued ones have finished.
+func (e *Engine) Drain() {
+	e.closing.Store(true)
+	e.signal()
+}
+
+func (e *Engine) numPending() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.pending)
+}
+
+// admit moves submitted requests into the scheduler.
+func (e *Engine) admit() {
+	e.mu.Lock()
+	batch := e.pending
+	e.pending = nil
+	e.mu.Unlock()
+	for _, r := range batch {
+		e.start(r)
+	}
+}
+
+func (e *Engine) start(r *request) {
+	if r.ctx.Err() != nil {
+		e.queued.Add(-1)
+		r.finishAll(FinishAbort, r.ctx.Err())
+		return
+	}
+	ids := make([]sched.SeqID, r.req.N)
+	for i := range ids {
+		ids[i] = e.nextID
+		e.nextID++
+	}
+	sreq := sched.Request{ID: ids[0], Prompt: r.req.Prompt, MaxTokens: r.req.Params.MaxTokens, Forks: ids[1:]}
+	if err := e.sch.Add(sreq); err != nil {
+		e.queued.Add(-1)
+		r.finishAll(FinishError, fmt.Errorf("%w: %v", ErrBadRequest, err))
+		return
+	}
+	r.arrivedAtSched = time.Now()
+	for i, id := range ids {
+		c, err := newChoice(e, r, i, id)
+		if err != nil {
+			e.sch.Abort(ids[0])
+			e.queued.Add(-1)
+			r.finishAll(FinishError, err)
+			return
+		}
+		r.choices[i] = c
+		e.choices[id] = c
+	}
+	e.active[r] = struct{}{}
+}
+
+// reap aborts requests whose context ended (client gone, timeout).
+func (e *Engine) reap() {
+	for r := range e.active {
+		if err := r.ctx.Err(); err != nil {
+			e.abortRequest(r, FinishAbort, err)
+		}
+	}
+}
+
+func (e *Engine) abortRequest(r *request, reason string, err error) {
+	if !r.scheduled {
+		e.queued.Add(-1)
+		r.scheduled = true
+	}
+	for _, c := range r.choices {
+		if c == nil || c.done {
+			continue
+		}
+		e.sch.Abort(c.seq)
+		delete(e.choices, c.seq)
+		c.finish(reason, err)
+	}
+	delete(e.active, r)
+}
+
+func (e *Engine) abortAll(reason string, err error) {
+	for r := range e.active {
+		e.abortRequest(r, reason, err)
+	}
+	e.mu.Lock()
+	batch := e.pending
+	e.pending = nil
+	e.mu.Unlock()
+	for _, r := range batch {
+		e.queued.Add(-1)
+		r.finishAll(reason, err)
+	}
+}
+
+func (e *Engine) recordGauges() {
+	m := e.opts.Metrics
+	if m == nil {
+		return
+	}
+	st := e.sch.Stats()
+	m.SetRequestsRunning(st.NumRunning)
+	m.SetRequestsWaiting(st.NumWaiting + e.numPending())
+	m.SetKVCacheUsage(st.KVUsage)
+}

@@ -1,0 +1,321 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/trigon-llm/trigon/backend"
+	"github.com/trigon-llm/trigon/backend/cpu"
+	"github.com/trigon-llm/trigon/engine"
+	"github.com/trigon-llm/trigon/sample"
+)
+
+const fixture = "../testdata/models/llama3"
+
+// start loads the fixture model and runs the engine until the test ends.
+func start(t *testing.T, b backend.Backend, opts engine.LoadOptions) *engine.Loaded {
+	t.Helper()
+	if b == nil {
+		b = cpu.New(cpu.Options{Threads: 2})
+	}
+	opts.Model, opts.Backend = fixture, b
+	l, err := engine.Load(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); l.Engine.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done; l.Close() })
+	return l
+}
+
+func greedy(maxTokens int) sample.Params {
+	return sample.Params{Temperature: 0, TopP: 1, RepetitionPenalty: 1, MaxTokens: maxTokens, IgnoreEOS: true}
+}
+
+type result struct {
+	text   string
+	tokens []int32
+	final  engine.Event
+}
+
+// collect drains one request's events per choice.
+func collect(t *testing.T, ch <-chan engine.Event, n int) []result {
+	t.Helper()
+	res := make([]result, n)
+	finals := 0
+	for ev := range ch {
+		r := &res[ev.Choice]
+		if r.final.FinishReason != "" {
+			t.Errorf("choice %d: event after its final event", ev.Choice)
+		}
+		r.text += ev.Text
+		r.tokens = append(r.tokens, ev.TokenIDs...)
+		if ev.FinishReason != "" {
+			r.final = ev
+			finals++
+		}
+	}
+	if finals != n {
+		t.Errorf("%d final events for %d choices", finals, n)
+	}
+	return res
+}
+
+func submit(t *testing.T, l *engine.Loaded, ctx context.Context, prompt []int32, n int, p sample.Params) []result {
+	t.Helper()
+	ch, err := l.Engine.Submit(ctx, &engine.Request{ID: "t", Prompt: prompt, N: n, Params: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return collect(t, ch, n)
+}
+
+func randomPrompt(rng *rand.Rand, n int) []int32 {
+	p := make([]int32, n)
+	for i := range p {
+		p[i] = int32(2 + rng.IntN(500))
+	}
+	return p
+}
+
+// TestConcurrentMatchesAlone runs many requests at once, a fifth of them
+// cancelled mid-stream, and checks that every completed greedy output
+// equals the same request run alone and that every KV block comes back.
+func TestConcurrentMatchesAlone(t *testing.T) {
+	l := start(t, nil, engine.LoadOptions{MaxSeqs: 16, MaxBatchedTokens: 256, ChunkSize: 64})
+	freeBefore := engine.FreeBlocks(l)
+	rng := rand.New(rand.NewPCG(1, 2))
+	const n = 40
+	prompts := make([][]int32, n)
+	maxTok := make([]int, n)
+	for i := range prompts {
+		prompts[i] = randomPrompt(rng, 1+rng.IntN(150))
+		maxTok[i] = 1 + rng.IntN(24)
+	}
+	// Reference: each request alone.
+	want := make([]result, n)
+	for i := range prompts {
+		want[i] = submit(t, l, context.Background(), prompts[i], 1, greedy(maxTok[i]))[0]
+		if len(want[i].tokens) != maxTok[i] || want[i].final.FinishReason != engine.FinishLength {
+			t.Fatalf("request %d alone: %d tokens, finish %q; want %d, length", i, len(want[i].tokens), want[i].final.FinishReason, maxTok[i])
+		}
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 12)
+	for i := range prompts {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			cancelAfter := -1
+			if i%5 == 0 {
+				cancelAfter = maxTok[i] / 2
+			}
+			ch, err := l.Engine.Submit(ctx, &engine.Request{Prompt: prompts[i], N: 1, Params: greedy(maxTok[i])})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			var got []int32
+			var final engine.Event
+			for ev := range ch {
+				got = append(got, ev.TokenIDs...)
+				if len(got) > cancelAfter && cancelAfter >= 0 {
+					cancel()
+				}
+				if ev.FinishReason != "" {
+					final = ev
+				}
+			}
+			if cancelAfter >= 0 {
+				return // cancelled: anything it got is a prefix, checked below
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want[i].tokens) || final.FinishReason != engine.FinishLength {
+				t.Errorf("request %d concurrent: %v (%s); alone: %v", i, got, final.FinishReason, want[i].tokens)
+			}
+		}()
+	}
+	wg.Wait()
+	waitIdle(t, l)
+	if got := engine.FreeBlocks(l); got != freeBefore {
+		t.Errorf("free KV blocks: %d after, %d before", got, freeBefore)
+	}
+}
+
+// waitIdle waits until the engine holds no sequences.
+func waitIdle(t *testing.T, l *engine.Loaded) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for engine.Busy(l) {
+		if time.Now().After(deadline) {
+			t.Fatal("engine still busy after 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestPreemptionKeepsOutputs gives the engine a KV pool too small for its
+// batch, so sequences are preempted and recomputed, and checks the outputs.
+func TestPreemptionKeepsOutputs(t *testing.T) {
+	ref := start(t, nil, engine.LoadOptions{MaxSeqs: 8})
+	tiny := start(t, nil, engine.LoadOptions{MaxSeqs: 8, KVBlocks: 14, ChunkSize: 32, MaxBatchedTokens: 64})
+	rng := rand.New(rand.NewPCG(3, 4))
+	type job struct {
+		prompt []int32
+		want   []int32
+	}
+	jobs := make([]job, 8)
+	for i := range jobs {
+		jobs[i].prompt = randomPrompt(rng, 20+rng.IntN(40))
+		jobs[i].want = submit(t, ref, context.Background(), jobs[i].prompt, 1, greedy(40))[0].tokens
+	}
+	var wg sync.WaitGroup
+	for i := range jobs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got := submit(t, tiny, context.Background(), jobs[i].prompt, 1, greedy(40))[0]
+			if fmt.Sprint(got.tokens) != fmt.Sprint(jobs[i].want) {
+				t.Errorf("job %d under preemption: %v (%s %v), want %v", i, got.tokens, got.final.FinishReason, got.final.Err, jobs[i].want)
+			}
+		}()
+	}
+	wg.Wait()
+	if engine.Preemptions(tiny) == 0 {
+		t.Error("no preemption happened: the pool is not small enough to test it")
+	}
+}
+
+// TestSeedsAndChoices: same seed, same output; n>1 choices sample
+// independently from one prompt.
+func TestSeedsAndChoices(t *testing.T) {
+	l := start(t, nil, engine.LoadOptions{})
+	seed := uint64(42)
+	p := sample.Params{Temperature: 1, TopP: 0.95, RepetitionPenalty: 1, MaxTokens: 20, IgnoreEOS: true, Seed: &seed}
+	prompt := randomPrompt(rand.New(rand.NewPCG(5, 6)), 30)
+	a := submit(t, l, context.Background(), prompt, 3, p)
+	b := submit(t, l, context.Background(), prompt, 3, p)
+	for i := range a {
+		if fmt.Sprint(a[i].tokens) != fmt.Sprint(b[i].tokens) {
+			t.Errorf("choice %d differs between runs with one seed: %v vs %v", i, a[i].tokens, b[i].tokens)
+		}
+		if len(a[i].tokens) != 20 {
+			t.Errorf("choice %d: %d tokens, want 20", i, len(a[i].tokens))
+		}
+	}
+	if fmt.Sprint(a[0].tokens) == fmt.Sprint(a[1].tokens) && fmt.Sprint(a[1].tokens) == fmt.Sprint(a[2].tokens) {
+		t.Error("three sampled choices are identical: choices do not sample independently")
+	}
+	// The first choice of an n=3 request equals an n=1 request with the same seed.
+	one := submit(t, l, context.Background(), prompt, 1, p)
+	if fmt.Sprint(one[0].tokens) != fmt.Sprint(a[0].tokens) {
+		t.Errorf("n=1 %v, first of n=3 %v", one[0].tokens, a[0].tokens)
+	}
+}
+
+// TestStopAndLogprobs: a stop string ends the choice and is not shown;
+// logprobs come one per token with the asked alternatives.
+func TestStopAndLogprobs(t *testing.T) {
+	l := start(t, nil, engine.LoadOptions{})
+	prompt := randomPrompt(rand.New(rand.NewPCG(7, 8)), 12)
+	full := submit(t, l, context.Background(), prompt, 1, greedy(30))[0]
+	if len(full.text) < 6 {
+		t.Skipf("greedy text too short to cut: %q", full.text)
+	}
+	stop := full.text[3:6]
+	cut := strings.Index(full.text, stop)
+	p := greedy(30)
+	p.Stop = []string{stop}
+	got := submit(t, l, context.Background(), prompt, 1, p)[0]
+	if got.text != full.text[:cut] || got.final.FinishReason != engine.FinishStop {
+		t.Errorf("stop %q: got %q (%s), want %q (stop)", stop, got.text, got.final.FinishReason, full.text[:cut])
+	}
+
+	ch, err := l.Engine.Submit(context.Background(), &engine.Request{Prompt: prompt, N: 1, Params: greedy(5), Logprobs: true, TopLogprobs: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ev := range ch {
+		if len(ev.Logprobs) != len(ev.TokenIDs) {
+			t.Fatalf("%d logprobs for %d tokens", len(ev.Logprobs), len(ev.TokenIDs))
+		}
+		for i, lp := range ev.Logprobs {
+			if lp.ID != ev.TokenIDs[i] || lp.Logprob > 0 || len(lp.Top) != 3 {
+				t.Errorf("logprob %+v for token %d", lp, ev.TokenIDs[i])
+			}
+			// Greedy picks the most likely token.
+			if lp.Top[0].ID != lp.ID {
+				t.Errorf("greedy token %d is not the top alternative %d", lp.ID, lp.Top[0].ID)
+			}
+		}
+	}
+}
+
+// TestBadRequests are refused with ErrBadRequest and the engine keeps serving.
+func TestBadRequests(t *testing.T) {
+	l := start(t, nil, engine.LoadOptions{MaxContext: 128})
+	for name, req := range map[string]*engine.Request{
+		"empty prompt":   {Prompt: nil, N: 1, Params: greedy(4)},
+		"past context":   {Prompt: make([]int32, 200), N: 1, Params: greedy(4)},
+		"prompt+max":     {Prompt: make([]int32, 100), N: 1, Params: greedy(40)},
+		"token id range": {Prompt: []int32{5, 1 << 20}, N: 1, Params: greedy(4)},
+		"bad top_p":      {Prompt: []int32{5}, N: 1, Params: sample.Params{TopP: 2, MaxTokens: 3}},
+	} {
+		if _, err := l.Engine.Submit(context.Background(), req); !errors.Is(err, engine.ErrBadRequest) {
+			t.Errorf("%s: err %v, want ErrBadRequest", name, err)
+		}
+	}
+	if got := submit(t, l, context.Background(), []int32{5, 6, 7}, 1, greedy(3))[0]; len(got.tokens) != 3 {
+		t.Errorf("after bad requests: %d tokens", len(got.tokens))
+	}
+}
+
+// failing wraps a backend and fails MatMul while armed.
+type failing struct {
+	backend.Backend
+	mu    sync.Mutex
+	armed bool
+}
+
+func (f *failing) MatMul(out, x, w, bias backend.Tensor) error {
+	f.mu.Lock()
+	armed := f.armed
+	f.mu.Unlock()
+	if armed {
+		return errors.New("injected device fault")
+	}
+	return f.Backend.MatMul(out, x, w, bias)
+}
+
+// TestBackendErrorReachesClient: a failing step ends its requests with an
+// error event (no hang), and the engine serves the next request.
+func TestBackendErrorReachesClient(t *testing.T) {
+	f := &failing{Backend: cpu.New(cpu.Options{Threads: 2})}
+	l := start(t, f, engine.LoadOptions{})
+	f.mu.Lock()
+	f.armed = true
+	f.mu.Unlock()
+	got := submit(t, l, context.Background(), []int32{5, 6, 7}, 2, greedy(5))
+	for i, r := range got {
+		if r.final.FinishReason != engine.FinishError || r.final.Err == nil || !strings.Contains(r.final.Err.Error(), "injected") {
+			t.Errorf("choice %d: finish %q err %v, want error carrying the fault", i, r.final.FinishReason, r.final.Err)
+		}
+	}
+	f.mu.Lock()
+	f.armed = false
+	f.mu.Unlock()
+	if r := submit(t, l, context.Background(), []int32{5, 6, 7}, 1, greedy(5))[0]; len(r.tokens) != 5 {
+		t.Errorf("after the fault: %d tokens (%s %v)", len(r.tokens), r.final.FinishReason, r.final.Err)
+	}
+}

@@ -1,0 +1,205 @@
+package engine
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/trigon-llm/trigon/backend"
+	"github.com/trigon-llm/trigon/format/gguf"
+	"github.com/trigon-llm/trigon/kvcache"
+	"github.com/trigon-llm/trigon/model"
+	"github.com/trigon-llm/trigon/model/llama"
+	"github.com/trigon-llm/trigon/runner"
+	"github.com/trigon-llm/trigon/sched"
+	"github.com/trigon-llm/trigon/telemetry"
+	"github.com/trigon-llm/trigon/tokenizer"
+)
+
+// LoadOptions say what to load and how to size the engine.
+type LoadOptions struct {
+	// Model is an HF directory (config.json, *.safetensors, tokenizer.json)
+	// or a .gguf file.
+	Model   string
+	Backend backend.Backend
+	// MaxContext caps the context per sequence; 0: the model's.
+	MaxContext int
+	// MaxSeqs caps running sequences (default 64); MaxBatchedTokens is the
+	// per-step token budget (default 2048); ChunkSize caps one sequence's
+	// prefill chunk (default 512).
+	MaxSeqs, MaxBatchedTokens, ChunkSize int
+	// KVBlocks sizes the KV pools in 16-token blocks; 0: enough for
+	// MaxSeqs sequences of 2048 tokens, at most KVMemory bytes.
+	KVBlocks int
+	// KVMemory bounds the KV pools' bytes when KVBlocks is 0 (default 2 GiB).
+	KVMemory int64
+	MaxQueue int
+	Metrics  *telemetry.Metrics
+	Logger   *slog.Logger
+	// Progress, when set, is called as weight bytes are read in.
+	Progress func(done, total int64)
+}
+
+// Loaded is a model ready to serve: its engine, tokenizer and configs.
+type Loaded struct {
+	Engine    *Engine
+	Tokenizer *tokenizer.Tokenizer
+	Config    model.Config
+	Gen       model.GenerationConfig
+	Context   int // context length served
+	KVBlocks  int // blocks in the KV pools
+	weights   model.Weights
+	model     *llama.Model
+	runner    *runner.Runner
+}
+
+// Close frees the model's memory. The engine must have stopped.
+func (l *Loaded) Close() {
+	l.runner.Close()
+	l.model.Close()
+	l.weights.Close()
+}
+
+// Load opens a model, uploads it to the backend and builds the engine.
+func Load(opts LoadOptions) (*Loaded, error) {
+	cfg, gen, w, err := model.OpenWeights(opts.Model)
+	if err != nil {
+		return nil, err
+	}
+	tok, err := LoadTokenizer(opts.Model)
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
+	if tok.VocabSize() > cfg.VocabSize {
+		w.Close()
+		return nil, fmt.Errorf("load %s: tokenizer has %d tokens but the model's vocabulary is %d", opts.Model, tok.VocabSize(), cfg.VocabSize)
+	}
+	ctxLen := cfg.MaxPositions
+	if opts.MaxContext > 0 && opts.MaxContext < ctxLen {
+		ctxLen = opts.MaxContext
+	}
+	setDefault(&opts.MaxSeqs, 64)
+	setDefault(&opts.MaxBatchedTokens, 2048)
+	setDefault(&opts.ChunkSize, 512)
+	opts.MaxBatchedTokens = max(opts.MaxBatchedTokens, opts.MaxSeqs)
+	if opts.KVMemory <= 0 {
+		opts.KVMemory = 2 << 30
+	}
+	b := opts.Backend
+	blockBytes, err := b.ActDType().Bytes([]int{cfg.NumKVHeads, kvcache.DefaultBlockSize, cfg.HeadDim})
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
+	perBlock := int64(blockBytes) * 2 * int64(cfg.NumLayers)
+	blocks := opts.KVBlocks
+	if blocks <= 0 {
+		want := opts.MaxSeqs*((min(ctxLen, 2048)+kvcache.DefaultBlockSize-1)/kvcache.DefaultBlockSize) + 1
+		blocks = int(min(int64(want), opts.KVMemory/perBlock))
+		// Always room for one sequence of the whole context.
+		blocks = max(blocks, (ctxLen+kvcache.DefaultBlockSize-1)/kvcache.DefaultBlockSize+1)
+	}
+	if opts.Progress != nil {
+		prefetch(w, opts.Progress)
+	}
+	m, err := llama.New(b, cfg, w, llama.Options{MaxTokens: opts.MaxBatchedTokens, MaxLogits: opts.MaxSeqs})
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("load %s: %w", opts.Model, err)
+	}
+	r, err := runner.New(b, m, runner.Options{
+		NumBlocks: blocks, BlockSize: kvcache.DefaultBlockSize,
+		MaxTokens: opts.MaxBatchedTokens, MaxSeqs: opts.MaxSeqs, MaxSeqLen: ctxLen,
+		NumLayers: cfg.NumLayers, NumKVHeads: cfg.NumKVHeads, HeadDim: cfg.HeadDim,
+	})
+	if err != nil {
+		m.Close()
+		w.Close()
+		return nil, fmt.Errorf("load %s: %w", opts.Model, err)
+	}
+	pool, err := kvcache.NewPool(kvcache.Options{NumBlocks: blocks, BlockSize: kvcache.DefaultBlockSize, EnablePrefixCache: true})
+	if err != nil {
+		r.Close()
+		m.Close()
+		w.Close()
+		return nil, err
+	}
+	eng, err := New(r, pool, tok, Options{
+		Sched:      sched.Config{MaxNumSeqs: opts.MaxSeqs, MaxNumBatchedTokens: opts.MaxBatchedTokens, ChunkSize: opts.ChunkSize},
+		MaxQueue:   opts.MaxQueue,
+		MaxContext: ctxLen,
+		EOS:        model.StopTokenIDs(cfg, gen),
+		Metrics:    opts.Metrics,
+		Logger:     opts.Logger,
+	})
+	if err != nil {
+		r.Close()
+		m.Close()
+		w.Close()
+		return nil, err
+	}
+	return &Loaded{Engine: eng, Tokenizer: tok, Config: cfg, Gen: gen, Context: ctxLen, KVBlocks: blocks, weights: w, model: m, runner: r}, nil
+}
+
+// LoadTokenizer reads the tokenizer of an HF directory or a GGUF file.
+func LoadTokenizer(path string) (*tokenizer.Tokenizer, error) {
+	if strings.HasSuffix(strings.ToLower(path), ".gguf") {
+		f, err := gguf.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		tok, err := tokenizer.FromGGUF(f)
+		if err != nil {
+			return nil, fmt.Errorf("load tokenizer of %s: %w", path, err)
+		}
+		return tok, nil
+	}
+	if st, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("load %s: %w", path, err)
+	} else if !st.IsDir() {
+		return nil, fmt.Errorf("load %s: not a model directory or a .gguf file", path)
+	}
+	tok, err := tokenizer.FromHFDir(path)
+	if err != nil {
+		return nil, fmt.Errorf("load tokenizer of %s: %w", filepath.Clean(path), err)
+	}
+	return tok, nil
+}
+
+func setDefault(v *int, d int) {
+	if *v <= 0 {
+		*v = d
+	}
+}
+
+// prefetch reads every weight's pages once, reporting progress, so a large
+// mmapped file is read in (from disk to the page cache) under a progress
+// bar rather than by page faults during the first steps.
+func prefetch(w model.Weights, progress func(done, total int64)) {
+	var total, done int64
+	for _, name := range w.Names() {
+		if t, ok := w.Tensor(name); ok {
+			total += int64(len(t.Data))
+		}
+	}
+	var sink byte
+	for _, name := range w.Names() {
+		t, ok := w.Tensor(name)
+		if !ok {
+			continue
+		}
+		for i := 0; i < len(t.Data); i += 4096 {
+			sink ^= t.Data[i]
+		}
+		done += int64(len(t.Data))
+		progress(done, total)
+	}
+	prefetchSink = sink
+}
+
+// prefetchSink keeps the compiler from dropping prefetch's reads.
+var prefetchSink byte

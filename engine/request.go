@@ -1,0 +1,200 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/trigon-llm/trigon/sample"
+	"github.com/trigon-llm/trigon/sched"
+	"github.com/trigon-llm/trigon/tokenizer"
+)
+
+// request is one submitted Request and its stream to the caller. Events are
+// queued without bound by the step loop (which must never block on a slow
+// client) and delivered by a pump goroutine.
+type request struct {
+	ctx       context.Context
+	req       *Request
+	out       chan Event
+	submitted time.Time
+
+	mu     sync.Mutex
+	queue  []Event
+	notify chan struct{}
+	closed bool
+
+	// Owned by the step loop.
+	choices        []*choice
+	remaining      int
+	scheduled      bool // counted out of the waiting queue
+	arrivedAtSched time.Time
+}
+
+func newRequest(ctx context.Context, req *Request) *request {
+	r := &request{
+		ctx: ctx, req: req, submitted: time.Now(),
+		out:       make(chan Event, 16),
+		notify:    make(chan struct{}, 1),
+		choices:   make([]*choice, req.N),
+		remaining: req.N,
+	}
+	go r.pump()
+	return r
+}
+
+func (r *request) send(ev Event, last bool) {
+	r.mu.Lock()
+	r.queue = append(r.queue, ev)
+	if last {
+		r.closed = true
+	}
+	r.mu.Unlock()
+	select {
+	case r.notify <- struct{}{}:
+	default:
+	}
+}
+
+// pump delivers queued events in order and closes out after the last one.
+// Once the caller's context ends, events are dropped, but out is still
+// closed when the engine finishes the request.
+func (r *request) pump() {
+	for {
+		<-r.notify
+		r.mu.Lock()
+		batch, closed := r.queue, r.closed
+		r.queue = nil
+		r.mu.Unlock()
+		for _, ev := range batch {
+			select {
+			case r.out <- ev:
+			case <-r.ctx.Done():
+			}
+		}
+		if closed {
+			close(r.out)
+			return
+		}
+	}
+}
+
+// finishAll ends a request none of whose choices started.
+func (r *request) finishAll(reason string, err error) {
+	for i := 0; i < r.req.N; i++ {
+		r.remaining--
+		r.send(Event{Choice: i, FinishReason: reason, Err: err, PromptTokens: len(r.req.Prompt)}, r.remaining == 0)
+	}
+}
+
+// choice is one sampled continuation of a request: one scheduler sequence.
+type choice struct {
+	e       *Engine
+	req     *request
+	index   int
+	seq     sched.SeqID
+	sampler *sample.Sampler
+	dec     *tokenizer.Decoder
+	stop    *sample.StopChecker
+
+	generated []int32
+	reason    string // finish reason decided by the engine (stop conditions)
+	done      bool
+	stopped   bool // a stop string or EOS ended it: nothing held back is shown
+	cached    int
+}
+
+func newChoice(e *Engine, r *request, index int, id sched.SeqID) (*choice, error) {
+	smp, err := sample.NewSampler(r.req.Params, index)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	return &choice{
+		e: e, req: r, index: index, seq: id,
+		sampler: smp,
+		dec:     tokenizer.NewDecoder(e.tok, r.req.SkipSpecialTokens),
+		stop:    sample.NewStopChecker(r.req.Params, e.opts.EOS),
+	}, nil
+}
+
+// needsHostLogits reports whether sampling needs the logits row on the host
+// (penalties, logprobs, EOS masking); otherwise the device samples.
+func (c *choice) needsHostLogits() bool {
+	p := &c.req.req.Params
+	return c.req.req.Logprobs || p.RepetitionPenalty != 1 && p.RepetitionPenalty != 0 ||
+		p.PresencePenalty != 0 || p.FrequencyPenalty != 0 || len(c.generated) < p.MinTokens
+}
+
+// TokenLogprob is a sampled token's log-probability under the model's raw
+// logits, with the Top most likely alternatives.
+type TokenLogprob struct {
+	ID      int32
+	Logprob float32
+	Top     []sample.TokenLogprob
+}
+
+// pickHost samples from a logits row on the host; logits is shared with
+// other choices and is not modified.
+func (c *choice) pickHost(logits []float32) (int32, *TokenLogprob, error) {
+	work := append([]float32(nil), logits...)
+	c.stop.Mask(work)
+	if err := c.sampler.ApplyPenalties(work, c.generated, c.req.req.Prompt); err != nil {
+		return 0, nil, err
+	}
+	tok, err := c.sampler.Pick(work)
+	if err != nil {
+		return 0, nil, err
+	}
+	if !c.req.req.Logprobs {
+		return tok, nil, nil
+	}
+	lp, top, err := c.sampler.Logprobs(logits, tok, c.req.req.TopLogprobs)
+	if err != nil {
+		return 0, nil, err
+	}
+	return tok, &TokenLogprob{ID: tok, Logprob: lp, Top: top}, nil
+}
+
+// onToken streams a sampled token and returns a finish reason when a stop
+// condition ends the choice.
+func (c *choice) onToken(tok int32, lp *TokenLogprob) string {
+	c.generated = append(c.generated, tok)
+	ev := Event{Choice: c.index, TokenIDs: []int32{tok}}
+	if lp != nil {
+		ev.Logprobs = []TokenLogprob{*lp}
+	}
+	text, err := c.dec.Add(tok)
+	if err != nil {
+		c.req.send(ev, false)
+		return FinishError
+	}
+	done, reason, emit := c.stop.Add(tok, text)
+	ev.Text = emit
+	c.req.send(ev, false)
+	if !done {
+		return ""
+	}
+	if reason == sample.ReasonLength {
+		return FinishLength
+	}
+	c.stopped = true
+	return FinishStop
+}
+
+// finish sends the choice's final event.
+func (c *choice) finish(reason string, err error) {
+	if c.done {
+		return
+	}
+	c.done = true
+	ev := Event{Choice: c.index, FinishReason: reason, Err: err,
+		PromptTokens: len(c.req.req.Prompt), CompletionTokens: len(c.generated), CachedPromptTokens: c.cached}
+	if reason != FinishError && reason != FinishAbort && !c.stopped {
+		// Text held back for a possible stop string or an incomplete
+		// character is final now.
+		ev.Text = c.stop.Flush() + c.dec.Flush()
+	}
+	c.req.remaining--
+	c.req.send(ev, c.req.remaining == 0)
+}

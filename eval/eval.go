@@ -1,0 +1,115 @@
+// Package eval measures model quality on text: perplexity, computed by the
+// same runner and kernels that serve, so it doubles as an end-to-end check
+// of the forward pass against the training-side figure.
+package eval
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/trigon-llm/trigon/backend"
+	"github.com/trigon-llm/trigon/model"
+	"github.com/trigon-llm/trigon/model/llama"
+	"github.com/trigon-llm/trigon/runner"
+)
+
+// Options of a perplexity run.
+type Options struct {
+	// Window is the context of each scored window (default 1024): the
+	// token stream is cut into consecutive non-overlapping windows, each
+	// scored from an empty cache.
+	Window int
+	// Chunk is the tokens per forward step (default 256).
+	Chunk int
+}
+
+// Result of a perplexity run.
+type Result struct {
+	Tokens    int     // tokens in the stream
+	Predicted int     // positions scored (tokens minus one per window)
+	NLL       float64 // mean negative log-likelihood per predicted token, nats
+	PPL       float64 // exp(NLL)
+}
+
+// Perplexity scores tokens with the model at path on b: every token after
+// the first of each window is predicted from the tokens before it in that
+// window.
+func Perplexity(b backend.Backend, path string, tokens []int32, opts Options) (Result, error) {
+	if opts.Window <= 0 {
+		opts.Window = 1024
+	}
+	if opts.Chunk <= 0 {
+		opts.Chunk = 256
+	}
+	if len(tokens) < 2 {
+		return Result{}, fmt.Errorf("perplexity: need at least 2 tokens, have %d", len(tokens))
+	}
+	cfg, _, w, err := model.OpenWeights(path)
+	if err != nil {
+		return Result{}, err
+	}
+	defer w.Close()
+	if opts.Window > cfg.MaxPositions {
+		return Result{}, fmt.Errorf("perplexity: window %d exceeds the model's context of %d", opts.Window, cfg.MaxPositions)
+	}
+	opts.Chunk = min(opts.Chunk, opts.Window)
+	m, err := llama.New(b, cfg, w, llama.Options{MaxTokens: opts.Chunk, MaxLogits: opts.Chunk})
+	if err != nil {
+		return Result{}, err
+	}
+	defer m.Close()
+	const blockSize = 16
+	nBlocks := (opts.Window + blockSize - 1) / blockSize
+	r, err := runner.New(b, m, runner.Options{
+		NumBlocks: nBlocks + 1, BlockSize: blockSize, MaxTokens: opts.Chunk, MaxSeqs: 1,
+		MaxSeqLen: opts.Window, NumLayers: cfg.NumLayers, NumKVHeads: cfg.NumKVHeads, HeadDim: cfg.HeadDim,
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	defer r.Close()
+	table := make([]int32, nBlocks)
+	for i := range table {
+		table[i] = int32(i + 1)
+	}
+	res := Result{Tokens: len(tokens)}
+	var sum float64
+	for ws := 0; ws < len(tokens); ws += opts.Window {
+		win := tokens[ws:min(ws+opts.Window, len(tokens))]
+		for cs := 0; cs < len(win); cs += opts.Chunk {
+			chunk := win[cs:min(cs+opts.Chunk, len(win))]
+			out, err := r.Execute(&runner.Step{Seqs: []runner.Seq{{Tokens: chunk, Start: cs, BlockTable: table, AllLogits: true}}})
+			if err != nil {
+				return res, fmt.Errorf("perplexity: window at token %d: %w", ws, err)
+			}
+			for i := range chunk {
+				next := cs + i + 1
+				if next >= len(win) {
+					break
+				}
+				logits, err := out.Logits(i)
+				if err != nil {
+					return res, err
+				}
+				sum -= logSoftmaxAt(logits, win[next])
+				res.Predicted++
+			}
+		}
+	}
+	res.NLL = sum / float64(res.Predicted)
+	res.PPL = math.Exp(res.NLL)
+	return res, nil
+}
+
+// logSoftmaxAt is log(softmax(logits)[id]) in float64.
+func logSoftmaxAt(logits []float32, id int32) float64 {
+	mx := math.Inf(-1)
+	for _, v := range logits {
+		mx = math.Max(mx, float64(v))
+	}
+	var s float64
+	for _, v := range logits {
+		s += math.Exp(float64(v) - mx)
+	}
+	return float64(logits[id]) - mx - math.Log(s)
+}

@@ -1,0 +1,487 @@
+// Package llama is the forward pass of the Llama family: Llama 2/3/3.x,
+// Mistral, Qwen2/2.5 and Qwen3, which differ only in switches of
+// model.Config (attention biases, Q/K norms, sliding window, tied
+// embeddings, RoPE scaling).
+//
+// The whole model is this file. Every step is one fused backend op, so the
+// same code drives the CPU oracle and the GPU, and per-step work allocates
+// nothing on the device: activations live in scratch buffers sized once for
+// Options.MaxTokens.
+package llama
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/trigon-llm/trigon/backend"
+	"github.com/trigon-llm/trigon/backend/cpu"
+	"github.com/trigon-llm/trigon/model"
+)
+
+// Options sizes a Model's scratch memory.
+type Options struct {
+	// MaxTokens is the most token rows one Forward may carry (prefill
+	// chunks plus decodes).
+	MaxTokens int
+	// MaxLogits is the most logits rows one Forward may ask for; 0 means
+	// min(MaxTokens, 256). The logits buffer is MaxLogits x vocab F32, so
+	// runners set it to their largest batch of sequences.
+	MaxLogits int
+}
+
+// Model is a loaded Llama-family model on one backend. It is not safe for
+// concurrent use: Forward reuses its scratch buffers.
+type Model struct {
+	b     backend.Backend
+	cfg   model.Config
+	opts  Options
+	scale float32 // attention softmax scale, 1/sqrt(headDim)
+
+	embed     backend.Tensor // [vocab, hidden], checkpoint dtype
+	finalNorm backend.Tensor // [hidden] F32
+	lmHead    backend.Tensor // [vocab, hidden]; embed itself when tied
+	invFreq   backend.Tensor // [headDim/2] F32, scaling applied
+	layers    []layer
+
+	// Scratch activations, act = backend.ActDType(); each Forward uses the
+	// first NumTokens (NumLogits) rows through views.
+	resid    backend.Tensor // [MaxTokens, hidden] act: the residual stream
+	normed   backend.Tensor // [MaxTokens, hidden] act: normed input of the next projection
+	delta    backend.Tensor // [MaxTokens, hidden] act: a sublayer's output, added to resid
+	qkv      backend.Tensor // [MaxTokens, (nH+2*nKV)*headDim] act
+	q        backend.Tensor // [MaxTokens, nH*headDim] act: rotated queries
+	attnOut  backend.Tensor // [MaxTokens, nH*headDim] act
+	gateUp   backend.Tensor // [MaxTokens, 2*inter] act
+	mlpAct   backend.Tensor // [MaxTokens, inter] act
+	gathered backend.Tensor // [MaxLogits, hidden] act: final-normed rows whose logits are wanted
+	logits   backend.Tensor // [MaxLogits, vocab] F32
+
+	owned []backend.Tensor // everything Close frees
+}
+
+// layer is one decoder block's weights.
+type layer struct {
+	inputNorm backend.Tensor // [hidden] F32
+	qkv       backend.Tensor // [(nH+2*nKV)*headDim, hidden]: q_proj, k_proj, v_proj rows
+	qkvBias   backend.Tensor // [(nH+2*nKV)*headDim] F32, or nil
+	qNorm     backend.Tensor // [headDim] F32, or nil (Qwen3)
+	kNorm     backend.Tensor // [headDim] F32, or nil (Qwen3)
+	o         backend.Tensor // [hidden, nH*headDim]
+	oBias     backend.Tensor // [hidden] F32, or nil
+	postNorm  backend.Tensor // [hidden] F32
+	gateUp    backend.Tensor // [2*inter, hidden]: gate_proj rows, then up_proj rows
+	down      backend.Tensor // [hidden, inter]
+}
+
+// New uploads w's tensors to b and allocates the scratch buffers. Q, K and
+// V are fused into one projection and gate and up into another (row
+// concatenation is byte concatenation in every dtype, quantized included);
+// norm weights and biases are widened to F32. Backends may alias w's
+// memory (the CPU backend does), so w must stay open while the Model lives.
+func New(b backend.Backend, cfg model.Config, w model.Weights, opts Options) (*Model, error) {
+	if err := model.ValidateWeights(cfg, w); err != nil {
+		return nil, fmt.Errorf("llama: %w", err)
+	}
+	if opts.MaxTokens <= 0 {
+		return nil, fmt.Errorf("llama: MaxTokens %d must be positive", opts.MaxTokens)
+	}
+	if opts.MaxLogits == 0 {
+		opts.MaxLogits = min(opts.MaxTokens, 256)
+	}
+	if opts.MaxLogits < 0 {
+		return nil, fmt.Errorf("llama: MaxLogits %d is negative", opts.MaxLogits)
+	}
+	m := &Model{b: b, cfg: cfg, opts: opts, scale: float32(1 / math.Sqrt(float64(cfg.HeadDim)))}
+	if err := m.load(w); err != nil {
+		m.Close()
+		return nil, fmt.Errorf("llama: load weights: %w", err)
+	}
+	if err := m.allocScratch(); err != nil {
+		m.Close()
+		return nil, fmt.Errorf("llama: allocate activations for %d tokens: %w", opts.MaxTokens, err)
+	}
+	return m, nil
+}
+
+// Config is the model's architecture.
+func (m *Model) Config() model.Config { return m.cfg }
+
+// Close frees the model's device memory.
+func (m *Model) Close() {
+	for _, t := range m.owned {
+		m.b.Free(t)
+	}
+	m.owned = nil
+}
+
+func (m *Model) load(w model.Weights) error {
+	c := m.cfg
+	var err error
+	get := func(name string) model.Weight {
+		t, _ := w.Tensor(name) // presence checked by ValidateWeights
+		return t
+	}
+	if m.embed, err = m.upload(get(model.NameEmbed)); err != nil {
+		return err
+	}
+	m.lmHead = m.embed
+	if !c.TieEmbeddings {
+		if m.lmHead, err = m.upload(get(model.NameLMHead)); err != nil {
+			return err
+		}
+	}
+	if m.finalNorm, err = m.uploadF32(get(model.NameFinalNorm)); err != nil {
+		return err
+	}
+	inv := c.InvFreq()
+	if m.invFreq, err = m.uploadRaw(backend.F32, []int{len(inv)}, f32Bytes(inv)); err != nil {
+		return fmt.Errorf("inv freq: %w", err)
+	}
+	m.layers = make([]layer, c.NumLayers)
+	for l := range m.layers {
+		ly := &m.layers[l]
+		lw := func(suffix string) model.Weight { return get(model.LayerName(l, suffix)) }
+		if ly.inputNorm, err = m.uploadF32(lw(model.SuffixInputNorm)); err != nil {
+			return err
+		}
+		if ly.postNorm, err = m.uploadF32(lw(model.SuffixPostNorm)); err != nil {
+			return err
+		}
+		if ly.qkv, err = m.uploadRows(lw(model.SuffixQ), lw(model.SuffixK), lw(model.SuffixV)); err != nil {
+			return err
+		}
+		if c.AttentionBias {
+			if ly.qkvBias, err = m.uploadF32(lw(model.SuffixQBias), lw(model.SuffixKBias), lw(model.SuffixVBias)); err != nil {
+				return err
+			}
+		}
+		if c.QKNorm {
+			if ly.qNorm, err = m.uploadF32(lw(model.SuffixQNorm)); err != nil {
+				return err
+			}
+			if ly.kNorm, err = m.uploadF32(lw(model.SuffixKNorm)); err != nil {
+				return err
+			}
+		}
+		if ly.o, err = m.upload(lw(model.SuffixO)); err != nil {
+			return err
+		}
+		if c.AttnOutputBias {
+			if ly.oBias, err = m.uploadF32(lw(model.SuffixOBias)); err != nil {
+				return err
+			}
+		}
+		if ly.gateUp, err = m.uploadRows(lw(model.SuffixGate), lw(model.SuffixUp)); err != nil {
+			return err
+		}
+		if ly.down, err = m.upload(lw(model.SuffixDown)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *Model) uploadRaw(dt backend.DType, shape []int, data []byte) (backend.Tensor, error) {
+	t, err := m.b.Upload(dt, shape, data)
+	if err != nil {
+		return nil, err
+	}
+	m.owned = append(m.owned, t)
+	return t, nil
+}
+
+// upload passes one weight through unchanged.
+func (m *Model) upload(w model.Weight) (backend.Tensor, error) {
+	t, err := m.uploadRaw(w.DType, w.Shape, w.Data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", w.Name, err)
+	}
+	return t, nil
+}
+
+// uploadRows stacks 2-D weights of one dtype and row width into a single
+// [sum of rows, width] tensor, so one MatMul computes all of them.
+func (m *Model) uploadRows(ws ...model.Weight) (backend.Tensor, error) {
+	rows, size := 0, 0
+	for _, w := range ws {
+		if w.DType != ws[0].DType || w.Shape[1] != ws[0].Shape[1] {
+			return nil, fmt.Errorf("cannot fuse %s (%v %v) with %s (%v %v): dtypes or widths differ",
+				w.Name, w.DType, w.Shape, ws[0].Name, ws[0].DType, ws[0].Shape)
+		}
+		rows += w.Shape[0]
+		size += len(w.Data)
+	}
+	data := make([]byte, 0, size)
+	for _, w := range ws {
+		data = append(data, w.Data...)
+	}
+	t, err := m.uploadRaw(ws[0].DType, []int{rows, ws[0].Shape[1]}, data)
+	if err != nil {
+		return nil, fmt.Errorf("fused %s..: %w", ws[0].Name, err)
+	}
+	return t, nil
+}
+
+// uploadF32 widens small float vectors (norm weights, biases) to F32 and
+// concatenates them, so backends need only one dtype for them.
+func (m *Model) uploadF32(ws ...model.Weight) (backend.Tensor, error) {
+	var vals []float32
+	for _, w := range ws {
+		v, err := toF32(w)
+		if err != nil {
+			return nil, err
+		}
+		vals = append(vals, v...)
+	}
+	t, err := m.uploadRaw(backend.F32, []int{len(vals)}, f32Bytes(vals))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", ws[0].Name, err)
+	}
+	return t, nil
+}
+
+func toF32(w model.Weight) ([]float32, error) {
+	n, err := backend.NumElements(w.Shape)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", w.Name, err)
+	}
+	out := make([]float32, n)
+	le := binary.LittleEndian
+	switch w.DType {
+	case backend.F32:
+		for i := range out {
+			out[i] = math.Float32frombits(le.Uint32(w.Data[4*i:]))
+		}
+	case backend.BF16:
+		for i := range out {
+			out[i] = cpu.BF16ToF32(le.Uint16(w.Data[2*i:]))
+		}
+	case backend.F16:
+		for i := range out {
+			out[i] = cpu.F16ToF32(le.Uint16(w.Data[2*i:]))
+		}
+	default:
+		return nil, fmt.Errorf("%s: dtype %v cannot be widened to F32", w.Name, w.DType)
+	}
+	return out, nil
+}
+
+func f32Bytes(v []float32) []byte {
+	out := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(x))
+	}
+	return out
+}
+
+func (m *Model) allocScratch() error {
+	c, n, act := m.cfg, m.opts.MaxTokens, m.b.ActDType()
+	var err error
+	alloc := func(dt backend.DType, shape ...int) backend.Tensor {
+		if err != nil {
+			return nil
+		}
+		var t backend.Tensor
+		if t, err = m.b.Alloc(dt, shape...); err == nil {
+			m.owned = append(m.owned, t)
+		}
+		return t
+	}
+	m.resid = alloc(act, n, c.Hidden)
+	m.normed = alloc(act, n, c.Hidden)
+	m.delta = alloc(act, n, c.Hidden)
+	m.qkv = alloc(act, n, c.QKVWidth())
+	m.q = alloc(act, n, c.NumHeads*c.HeadDim)
+	m.attnOut = alloc(act, n, c.NumHeads*c.HeadDim)
+	m.gateUp = alloc(act, n, 2*c.Intermediate)
+	m.mlpAct = alloc(act, n, c.Intermediate)
+	m.gathered = alloc(act, m.opts.MaxLogits, c.Hidden)
+	m.logits = alloc(backend.F32, m.opts.MaxLogits, c.VocabSize)
+	return err
+}
+
+// Forward runs one step: every token row of in through every layer, its K
+// and V written into kv (one entry per layer), and returns the logits
+// ([in.NumLogits, vocab] F32) of the rows in.LogitsRows. The returned
+// tensor is a view of the model's scratch, valid until the next Forward.
+func (m *Model) Forward(in *model.DeviceBatch, kv []model.LayerKV) (backend.Tensor, error) {
+	if err := m.checkInput(in, kv); err != nil {
+		return nil, fmt.Errorf("llama: forward: %w", err)
+	}
+	logits, err := m.forward(in, kv)
+	if err != nil {
+		return nil, fmt.Errorf("llama: forward: %w", err)
+	}
+	return logits, nil
+}
+
+func (m *Model) forward(in *model.DeviceBatch, kv []model.LayerKV) (backend.Tensor, error) {
+	c, b, n := m.cfg, m.b, in.NumTokens
+	var vs views
+	resid := vs.rows(b, m.resid, n)     // [n, hidden]
+	normed := vs.rows(b, m.normed, n)   // [n, hidden]
+	delta := vs.rows(b, m.delta, n)     // [n, hidden]
+	qkv := vs.rows(b, m.qkv, n)         // [n, (nH+2nKV)*hd]
+	q := vs.rows(b, m.q, n)             // [n, nH*hd]
+	attnOut := vs.rows(b, m.attnOut, n) // [n, nH*hd]
+	gateUp := vs.rows(b, m.gateUp, n)   // [n, 2*inter]
+	mlpAct := vs.rows(b, m.mlpAct, n)   // [n, inter]
+	gathered := vs.rows(b, m.gathered, in.NumLogits)
+	logits := vs.rows(b, m.logits, in.NumLogits)
+	if vs.err != nil {
+		return nil, vs.err
+	}
+
+	if err := b.Embed(resid, m.embed, in.Tokens); err != nil {
+		return nil, fmt.Errorf("embed: %w", err)
+	}
+	for l, ly := range m.layers {
+		// Attention block. The first layer norms the embeddings; later
+		// ones first add the previous MLP's output to the residual.
+		var err error
+		if l == 0 {
+			err = b.AddRMSNorm(normed, resid, nil, ly.inputNorm, c.RMSNormEps)
+		} else {
+			err = b.AddRMSNorm(normed, delta, resid, ly.inputNorm, c.RMSNormEps)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("layer %d input norm: %w", l, err)
+		}
+		if err := b.MatMul(qkv, normed, ly.qkv, ly.qkvBias); err != nil {
+			return nil, fmt.Errorf("layer %d qkv: %w", l, err)
+		}
+		if err := b.RoPEStoreKV(backend.RoPEArgs{
+			Q: q, QKV: qkv, Positions: in.Positions, SlotMapping: in.SlotMapping,
+			KCache: kv[l].K, VCache: kv[l].V, InvFreq: m.invFreq,
+			QNorm: ly.qNorm, KNorm: ly.kNorm, NormEps: c.RMSNormEps,
+			NumHeads: c.NumHeads, NumKVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
+		}); err != nil {
+			return nil, fmt.Errorf("layer %d rope: %w", l, err)
+		}
+		if err := b.Attention(backend.AttentionArgs{
+			Out: attnOut, Q: q, KCache: kv[l].K, VCache: kv[l].V,
+			BlockTables: in.BlockTables, SeqLens: in.SeqLens, QueryStart: in.QueryStart,
+			NumSeqs: in.NumSeqs, MaxSeqLen: in.MaxSeqLen,
+			NumHeads: c.NumHeads, NumKVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
+			Scale: m.scale, SlidingWindow: c.SlidingWindow,
+		}); err != nil {
+			return nil, fmt.Errorf("layer %d attention: %w", l, err)
+		}
+		if err := b.MatMul(delta, attnOut, ly.o, ly.oBias); err != nil {
+			return nil, fmt.Errorf("layer %d o_proj: %w", l, err)
+		}
+
+		// MLP block: down(silu(gate(x)) * up(x)).
+		if err := b.AddRMSNorm(normed, delta, resid, ly.postNorm, c.RMSNormEps); err != nil {
+			return nil, fmt.Errorf("layer %d post-attention norm: %w", l, err)
+		}
+		if err := b.MatMul(gateUp, normed, ly.gateUp, nil); err != nil {
+			return nil, fmt.Errorf("layer %d gate/up: %w", l, err)
+		}
+		if err := b.SiLUMul(mlpAct, gateUp); err != nil {
+			return nil, fmt.Errorf("layer %d silu: %w", l, err)
+		}
+		if err := b.MatMul(delta, mlpAct, ly.down, nil); err != nil {
+			return nil, fmt.Errorf("layer %d down_proj: %w", l, err)
+		}
+	}
+	if err := b.AddRMSNorm(normed, delta, resid, m.finalNorm, c.RMSNormEps); err != nil {
+		return nil, fmt.Errorf("final norm: %w", err)
+	}
+	// Only the wanted rows go through the LM head: the normed activations
+	// serve as an embedding table for a gather.
+	if err := b.Embed(gathered, normed, in.LogitsRows); err != nil {
+		return nil, fmt.Errorf("gather logits rows: %w", err)
+	}
+	if err := b.MatMul(logits, gathered, m.lmHead, nil); err != nil {
+		return nil, fmt.Errorf("lm head: %w", err)
+	}
+	return logits, nil
+}
+
+// views makes row views of scratch buffers, keeping the first error.
+type views struct{ err error }
+
+func (v *views) rows(b backend.Backend, t backend.Tensor, n int) backend.Tensor {
+	if v.err != nil {
+		return nil
+	}
+	r, err := b.View(t, 0, n)
+	if err != nil {
+		v.err = err
+	}
+	return r
+}
+
+func (m *Model) checkInput(in *model.DeviceBatch, kv []model.LayerKV) error {
+	if in == nil {
+		return errors.New("nil batch")
+	}
+	if in.NumTokens <= 0 || in.NumTokens > m.opts.MaxTokens {
+		return fmt.Errorf("%d tokens, want 1..%d (Options.MaxTokens)", in.NumTokens, m.opts.MaxTokens)
+	}
+	if in.NumLogits <= 0 || in.NumLogits > m.opts.MaxLogits {
+		return fmt.Errorf("%d logits rows, want 1..%d (Options.MaxLogits)", in.NumLogits, m.opts.MaxLogits)
+	}
+	if in.NumSeqs <= 0 || in.NumSeqs > in.NumTokens {
+		return fmt.Errorf("%d sequences for %d tokens", in.NumSeqs, in.NumTokens)
+	}
+	if in.MaxSeqLen <= 0 {
+		return fmt.Errorf("max sequence length %d must be positive", in.MaxSeqLen)
+	}
+	for _, t := range []struct {
+		name  string
+		t     backend.Tensor
+		shape []int
+	}{
+		{"Tokens", in.Tokens, []int{in.NumTokens}},
+		{"Positions", in.Positions, []int{in.NumTokens}},
+		{"SlotMapping", in.SlotMapping, []int{in.NumTokens}},
+		{"QueryStart", in.QueryStart, []int{in.NumSeqs + 1}},
+		{"SeqLens", in.SeqLens, []int{in.NumSeqs}},
+		{"BlockTables", in.BlockTables, nil},
+		{"LogitsRows", in.LogitsRows, []int{in.NumLogits}},
+	} {
+		if t.t == nil {
+			return fmt.Errorf("batch tensor %s is nil", t.name)
+		}
+		if t.t.DType() != backend.I32 {
+			return fmt.Errorf("batch tensor %s is %v, want I32", t.name, t.t.DType())
+		}
+		if s := t.t.Shape(); t.shape != nil && !equalShape(s, t.shape) {
+			return fmt.Errorf("batch tensor %s has shape %v, want %v", t.name, s, t.shape)
+		}
+	}
+	if s := in.BlockTables.Shape(); len(s) != 2 || s[0] != in.NumSeqs {
+		return fmt.Errorf("batch tensor BlockTables has shape %v, want [%d, maxBlocksPerSeq]", s, in.NumSeqs)
+	}
+	if len(kv) != m.cfg.NumLayers {
+		return fmt.Errorf("%d KV layers for a %d-layer model", len(kv), m.cfg.NumLayers)
+	}
+	for l, p := range kv {
+		if p.K == nil || p.V == nil {
+			return fmt.Errorf("layer %d KV cache is nil", l)
+		}
+		for _, t := range []backend.Tensor{p.K, p.V} {
+			if s := t.Shape(); len(s) != 4 || s[1] != m.cfg.NumKVHeads || s[3] != m.cfg.HeadDim {
+				return fmt.Errorf("layer %d KV cache has shape %v, want [numBlocks, %d, blockSize, %d]",
+					l, s, m.cfg.NumKVHeads, m.cfg.HeadDim)
+			}
+		}
+	}
+	return nil
+}
+
+func equalShape(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

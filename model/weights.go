@@ -1,0 +1,334 @@
+package model
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/trigon-llm/trigon/backend"
+	"github.com/trigon-llm/trigon/format/safetensors"
+)
+
+// Weight is one tensor of a checkpoint under its Hugging Face name.
+type Weight struct {
+	Name  string
+	DType backend.DType
+	Shape []int // outermost first: [outFeatures, inFeatures] for a projection
+	// Data is the tensor in DType's encoding. It usually aliases a file
+	// mapping: read-only, valid until the Weights is closed.
+	Data []byte
+}
+
+// Weights is a checkpoint's tensors under Hugging Face names
+// (model.embed_tokens.weight, model.layers.N.self_attn.q_proj.weight, ...,
+// lm_head.weight), whatever the file format. The Weights owns the memory
+// behind every Weight.Data; Close releases it.
+type Weights interface {
+	Tensor(name string) (Weight, bool)
+	// Names lists every tensor, sorted.
+	Names() []string
+	Close() error
+}
+
+// HF tensor names. Per-layer names are "model.layers.N." + the suffix.
+const (
+	NameEmbed     = "model.embed_tokens.weight"
+	NameFinalNorm = "model.norm.weight"
+	NameLMHead    = "lm_head.weight"
+	layerPrefix   = "model.layers."
+
+	SuffixInputNorm = "input_layernorm.weight"
+	SuffixPostNorm  = "post_attention_layernorm.weight"
+	SuffixQ         = "self_attn.q_proj.weight"
+	SuffixK         = "self_attn.k_proj.weight"
+	SuffixV         = "self_attn.v_proj.weight"
+	SuffixO         = "self_attn.o_proj.weight"
+	SuffixQBias     = "self_attn.q_proj.bias"
+	SuffixKBias     = "self_attn.k_proj.bias"
+	SuffixVBias     = "self_attn.v_proj.bias"
+	SuffixOBias     = "self_attn.o_proj.bias"
+	SuffixQNorm     = "self_attn.q_norm.weight"
+	SuffixKNorm     = "self_attn.k_norm.weight"
+	SuffixGate      = "mlp.gate_proj.weight"
+	SuffixUp        = "mlp.up_proj.weight"
+	SuffixDown      = "mlp.down_proj.weight"
+)
+
+// LayerName is the HF name of a per-layer tensor.
+func LayerName(layer int, suffix string) string {
+	return layerPrefix + strconv.Itoa(layer) + "." + suffix
+}
+
+// splitLayerName is LayerName's inverse; ok is false for global names.
+func splitLayerName(name string) (layer int, suffix string, ok bool) {
+	rest, found := strings.CutPrefix(name, layerPrefix)
+	if !found {
+		return 0, "", false
+	}
+	num, suffix, found := strings.Cut(rest, ".")
+	if !found {
+		return 0, "", false
+	}
+	layer, err := strconv.Atoi(num)
+	if err != nil || layer < 0 || strconv.Itoa(layer) != num {
+		return 0, "", false
+	}
+	return layer, suffix, true
+}
+
+// WeightSpec is a tensor a Config requires.
+type WeightSpec struct {
+	Name  string
+	Shape []int
+	// Matrix marks projections and embeddings, which may be quantized;
+	// the rest (norms, biases) must be float.
+	Matrix bool
+}
+
+// ExpectedWeights lists every tensor c needs, with its shape. c must be
+// valid.
+func ExpectedWeights(c Config) []WeightSpec {
+	h, q, kv, inter := c.Hidden, c.NumHeads*c.HeadDim, c.NumKVHeads*c.HeadDim, c.Intermediate
+	specs := []WeightSpec{
+		{NameEmbed, []int{c.VocabSize, h}, true},
+		{NameFinalNorm, []int{h}, false},
+	}
+	if !c.TieEmbeddings {
+		specs = append(specs, WeightSpec{NameLMHead, []int{c.VocabSize, h}, true})
+	}
+	for l := range c.NumLayers {
+		add := func(suffix string, matrix bool, shape ...int) {
+			specs = append(specs, WeightSpec{LayerName(l, suffix), shape, matrix})
+		}
+		add(SuffixInputNorm, false, h)
+		add(SuffixQ, true, q, h)
+		add(SuffixK, true, kv, h)
+		add(SuffixV, true, kv, h)
+		add(SuffixO, true, h, q)
+		if c.AttentionBias {
+			add(SuffixQBias, false, q)
+			add(SuffixKBias, false, kv)
+			add(SuffixVBias, false, kv)
+		}
+		if c.AttnOutputBias {
+			add(SuffixOBias, false, h)
+		}
+		if c.QKNorm {
+			add(SuffixQNorm, false, c.HeadDim)
+			add(SuffixKNorm, false, c.HeadDim)
+		}
+		add(SuffixPostNorm, false, h)
+		add(SuffixGate, true, inter, h)
+		add(SuffixUp, true, inter, h)
+		add(SuffixDown, true, h, inter)
+	}
+	return specs
+}
+
+// ignorable reports tensors some checkpoints carry that no forward pass
+// reads: rotary tables saved by old transformers versions.
+func ignorable(name string) bool {
+	return strings.HasSuffix(name, "rotary_emb.inv_freq")
+}
+
+// ValidateWeights checks that w holds every tensor c needs, with the right
+// shape, a supported dtype and exactly the bytes that shape takes, and no
+// tensor c does not explain (a sign of an architecture variant this code
+// would silently run wrong). With tied embeddings a stored lm_head.weight is
+// allowed and ignored, as transformers ignores it.
+func ValidateWeights(c Config, w Weights) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	want := map[string]bool{}
+	for _, s := range ExpectedWeights(c) {
+		want[s.Name] = true
+		t, ok := w.Tensor(s.Name)
+		if !ok {
+			return fmt.Errorf("weights: tensor %s is missing", s.Name)
+		}
+		if !equalShape(t.Shape, s.Shape) {
+			return fmt.Errorf("weights: tensor %s has shape %v, the config needs %v", s.Name, t.Shape, s.Shape)
+		}
+		switch t.DType {
+		case backend.F32, backend.F16, backend.BF16:
+		case backend.Q8_0, backend.Q4_0:
+			if !s.Matrix {
+				return fmt.Errorf("weights: tensor %s is %v; norms and biases must be F32, F16 or BF16", s.Name, t.DType)
+			}
+		default:
+			return fmt.Errorf("weights: tensor %s has unsupported dtype %v", s.Name, t.DType)
+		}
+		n, err := t.DType.Bytes(t.Shape)
+		if err != nil {
+			return fmt.Errorf("weights: tensor %s: %w", s.Name, err)
+		}
+		if n != len(t.Data) {
+			return fmt.Errorf("weights: tensor %s holds %d bytes, %v %v takes %d", s.Name, len(t.Data), t.DType, t.Shape, n)
+		}
+	}
+	for _, name := range w.Names() {
+		if want[name] || ignorable(name) || (c.TieEmbeddings && name == NameLMHead) {
+			continue
+		}
+		return fmt.Errorf("weights: unexpected tensor %s (an architecture variant this config does not describe?)", name)
+	}
+	return nil
+}
+
+func equalShape(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// OpenWeights opens a model: a Hugging Face directory (config.json,
+// optional generation_config.json, safetensors weights) or a .gguf file. The
+// weights are validated against the config before they are returned; the
+// caller closes them.
+func OpenWeights(path string) (Config, GenerationConfig, Weights, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return Config{}, GenerationConfig{}, nil, fmt.Errorf("open model %s: %w", path, err)
+	}
+	var (
+		cfg Config
+		gen GenerationConfig
+		w   Weights
+	)
+	if st.IsDir() {
+		cfg, gen, w, err = openHFDir(path)
+	} else {
+		var isGGUF bool
+		if isGGUF, err = hasGGUFMagic(path); err == nil {
+			if !isGGUF {
+				err = errors.New("not a GGUF file (bad magic) and not a Hugging Face model directory")
+			} else {
+				cfg, gen, w, err = openGGUF(path)
+			}
+		}
+	}
+	if err != nil {
+		return Config{}, GenerationConfig{}, nil, fmt.Errorf("open model %s: %w", path, err)
+	}
+	if err := ValidateWeights(cfg, w); err != nil {
+		w.Close()
+		return Config{}, GenerationConfig{}, nil, fmt.Errorf("open model %s: %w", path, err)
+	}
+	return cfg, gen, w, nil
+}
+
+func hasGGUFMagic(path string) (bool, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	var magic [4]byte
+	if _, err := io.ReadFull(f, magic[:]); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return false, nil
+		}
+		return false, err
+	}
+	return bytes.Equal(magic[:], []byte("GGUF")), nil
+}
+
+func openHFDir(dir string) (Config, GenerationConfig, Weights, error) {
+	data, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return Config{}, GenerationConfig{}, nil, err
+	}
+	cfg, err := ParseHFConfig(data)
+	if err != nil {
+		return Config{}, GenerationConfig{}, nil, err
+	}
+	var gen GenerationConfig
+	data, err = os.ReadFile(filepath.Join(dir, "generation_config.json"))
+	switch {
+	case err == nil:
+		if gen, err = ParseGenerationConfig(data); err != nil {
+			return Config{}, GenerationConfig{}, nil, err
+		}
+	case !errors.Is(err, fs.ErrNotExist):
+		return Config{}, GenerationConfig{}, nil, err
+	}
+	set, err := safetensors.OpenDir(dir)
+	if err != nil {
+		return Config{}, GenerationConfig{}, nil, err
+	}
+	w, err := newSafetensorsWeights(set)
+	if err != nil {
+		set.Close()
+		return Config{}, GenerationConfig{}, nil, err
+	}
+	return cfg, gen, w, nil
+}
+
+// safetensorsDTypes maps the dtype strings of safetensors headers.
+var safetensorsDTypes = map[string]backend.DType{"F32": backend.F32, "F16": backend.F16, "BF16": backend.BF16}
+
+// mapWeights is a Weights over a prepared name -> Weight map, closing an
+// underlying file.
+type mapWeights struct {
+	byName map[string]Weight
+	names  []string
+	closer io.Closer
+}
+
+func (m *mapWeights) Tensor(name string) (Weight, bool) {
+	w, ok := m.byName[name]
+	return w, ok
+}
+
+func (m *mapWeights) Names() []string { return append([]string(nil), m.names...) }
+
+func (m *mapWeights) Close() error {
+	if m.closer == nil {
+		return nil
+	}
+	err := m.closer.Close()
+	m.closer, m.byName = nil, nil
+	return err
+}
+
+func newMapWeights(byName map[string]Weight, closer io.Closer) *mapWeights {
+	names := make([]string, 0, len(byName))
+	for n := range byName {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return &mapWeights{byName: byName, names: names, closer: closer}
+}
+
+func newSafetensorsWeights(set *safetensors.Set) (*mapWeights, error) {
+	byName := map[string]Weight{}
+	for _, name := range set.Names() {
+		if ignorable(name) {
+			continue
+		}
+		t, ok := set.Tensor(name)
+		if !ok {
+			return nil, fmt.Errorf("safetensors: tensor %s listed but not found", name)
+		}
+		dt, ok := safetensorsDTypes[t.DType]
+		if !ok {
+			return nil, fmt.Errorf("safetensors: tensor %s has dtype %s; supported: F32, F16, BF16", name, t.DType)
+		}
+		byName[name] = Weight{Name: name, DType: dt, Shape: append([]int(nil), t.Shape...), Data: t.Data}
+	}
+	return newMapWeights(byName, set), nil
+}

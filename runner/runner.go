@@ -1,0 +1,334 @@
+// Package runner turns one scheduled step into device work: it packs the
+// step's sequences into the model's batch tensors (token ids, positions,
+// slot mapping, query offsets, sequence lengths, block tables), owns the
+// paged KV pools on the device, runs the model forward and hands back the
+// logits rows that the step wants sampled.
+//
+// The runner makes no policy: which sequences run, how many tokens each and
+// which KV blocks they use all arrive as data (Step) from the scheduler.
+//
+//	step := runner.Step{Seqs: []runner.Seq{
+//		{Tokens: prompt, Start: 0, BlockTable: blocks, WantLogits: true},
+//	}}
+//	out, err := r.Execute(&step)
+//	ids, err := out.Sample(rows) // on the device where the backend can
+package runner
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/trigon-llm/trigon/backend"
+	"github.com/trigon-llm/trigon/model"
+)
+
+// Model is the forward pass the runner drives (model/llama implements it).
+type Model interface {
+	// Forward runs one step. logits: [in.NumLogits, vocab] F32.
+	Forward(in *model.DeviceBatch, kv []model.LayerKV) (backend.Tensor, error)
+}
+
+// Options size the runner's device state.
+type Options struct {
+	NumBlocks  int           // KV blocks per layer pool, block 0 (the null block) included
+	BlockSize  int           // tokens per KV block
+	MaxTokens  int           // most tokens one step may carry
+	MaxSeqs    int           // most sequences one step may carry
+	MaxSeqLen  int           // longest context a sequence may reach (the model's context)
+	KVDType    backend.DType // 0: the backend's activation dtype
+	NumLayers  int
+	NumKVHeads int
+	HeadDim    int
+}
+
+// Seq is one sequence's share of a step: compute Tokens, which sit at
+// positions Start, Start+1, ..., reading and writing KV through BlockTable.
+type Seq struct {
+	Tokens     []int32 // [n] token ids to compute this step
+	Start      int     // position of Tokens[0]: tokens already in the KV cache
+	BlockTable []int32 // block ids covering positions [0, Start+len(Tokens))
+	WantLogits bool    // logits of the last token are wanted (sampling)
+	AllLogits  bool    // logits of every token are wanted (scoring, perplexity)
+}
+
+// Step is the runner's input for one engine step.
+type Step struct {
+	Seqs []Seq
+}
+
+// Runner owns the KV pools and the step's device buffers. Not safe for
+// concurrent use.
+type Runner struct {
+	b    backend.Backend
+	m    Model
+	opts Options
+	kv   []model.LayerKV
+
+	maxBlocksPerSeq int
+
+	// Device step inputs, allocated once at their maximum size; each step
+	// uses a prefix through a View.
+	tokens, positions, slots backend.Tensor // [MaxTokens] I32
+	queryStart               backend.Tensor // [MaxSeqs+1] I32
+	seqLens                  backend.Tensor // [MaxSeqs] I32
+	blockTables              backend.Tensor // [MaxSeqs, maxBlocksPerSeq] I32
+	logitsRows               backend.Tensor // [MaxTokens] I32
+
+	// Host staging, reused every step.
+	hTokens, hPositions, hSlots, hQueryStart, hSeqLens, hTables, hLogitsRows []int32
+	buf                                                                      []byte
+}
+
+// New allocates the KV pools and step buffers on b.
+func New(b backend.Backend, m Model, opts Options) (*Runner, error) {
+	if opts.NumBlocks < 2 || opts.BlockSize <= 0 || opts.MaxTokens <= 0 || opts.MaxSeqs <= 0 || opts.MaxSeqLen <= 0 {
+		return nil, fmt.Errorf("runner: invalid options %+v", opts)
+	}
+	if opts.NumLayers <= 0 || opts.NumKVHeads <= 0 || opts.HeadDim <= 0 {
+		return nil, fmt.Errorf("runner: invalid model shape in options %+v", opts)
+	}
+	if opts.KVDType == 0 {
+		opts.KVDType = b.ActDType()
+	}
+	r := &Runner{b: b, m: m, opts: opts}
+	r.maxBlocksPerSeq = (opts.MaxSeqLen + opts.BlockSize - 1) / opts.BlockSize
+	for l := 0; l < opts.NumLayers; l++ {
+		k, err := b.Alloc(opts.KVDType, opts.NumBlocks, opts.NumKVHeads, opts.BlockSize, opts.HeadDim)
+		if err != nil {
+			r.Close()
+			return nil, fmt.Errorf("runner: allocate K pool of layer %d (%d blocks): %w", l, opts.NumBlocks, err)
+		}
+		v, err := b.Alloc(opts.KVDType, opts.NumBlocks, opts.NumKVHeads, opts.BlockSize, opts.HeadDim)
+		if err != nil {
+			b.Free(k)
+			r.Close()
+			return nil, fmt.Errorf("runner: allocate V pool of layer %d (%d blocks): %w", l, opts.NumBlocks, err)
+		}
+		r.kv = append(r.kv, model.LayerKV{K: k, V: v})
+	}
+	var err error
+	alloc := func(shape ...int) backend.Tensor {
+		if err != nil {
+			return nil
+		}
+		var t backend.Tensor
+		t, err = b.Alloc(backend.I32, shape...)
+		return t
+	}
+	r.tokens = alloc(opts.MaxTokens)
+	r.positions = alloc(opts.MaxTokens)
+	r.slots = alloc(opts.MaxTokens)
+	r.queryStart = alloc(opts.MaxSeqs + 1)
+	r.seqLens = alloc(opts.MaxSeqs)
+	r.blockTables = alloc(opts.MaxSeqs, r.maxBlocksPerSeq)
+	r.logitsRows = alloc(opts.MaxTokens)
+	if err != nil {
+		r.Close()
+		return nil, fmt.Errorf("runner: allocate step buffers: %w", err)
+	}
+	return r, nil
+}
+
+// KVBytes is the device memory the KV pools take.
+func (r *Runner) KVBytes() int64 {
+	per, err := r.opts.KVDType.Bytes([]int{r.opts.NumKVHeads, r.opts.BlockSize, r.opts.HeadDim})
+	if err != nil {
+		return 0
+	}
+	return int64(per) * int64(r.opts.NumBlocks) * 2 * int64(r.opts.NumLayers)
+}
+
+// Options returns the options the runner was made with (KVDType resolved).
+func (r *Runner) Options() Options { return r.opts }
+
+// Close frees the runner's device memory.
+func (r *Runner) Close() {
+	for _, kv := range r.kv {
+		r.b.Free(kv.K)
+		r.b.Free(kv.V)
+	}
+	r.kv = nil
+	for _, t := range []backend.Tensor{r.tokens, r.positions, r.slots, r.queryStart, r.seqLens, r.blockTables, r.logitsRows} {
+		if t != nil {
+			r.b.Free(t)
+		}
+	}
+}
+
+// Output holds a step's logits in step order: one row per sequence that
+// wanted them (WantLogits), or one per token (AllLogits).
+type Output struct {
+	b      backend.Backend
+	logits backend.Tensor // [Rows, vocab] F32
+	Rows   int
+	// Seq[i] is the index in Step.Seqs of logits row i.
+	Seq   []int
+	vocab int
+	host  []float32
+}
+
+// Sample picks one token per logits row by the rule of each row (see
+// backend.SampleRow), on the backend's device.
+func (o *Output) Sample(rows []backend.SampleRow) ([]int32, error) {
+	if len(rows) != o.Rows {
+		return nil, fmt.Errorf("runner: %d sampling rows for %d logits rows", len(rows), o.Rows)
+	}
+	return o.b.Sample(backend.SampleArgs{Logits: o.logits, Rows: rows})
+}
+
+// Logits returns row i's logits on the host, read from the device once for
+// all rows on first use. The slice is valid until the next Execute.
+func (o *Output) Logits(i int) ([]float32, error) {
+	if i < 0 || i >= o.Rows {
+		return nil, fmt.Errorf("runner: logits row %d of %d", i, o.Rows)
+	}
+	if o.host == nil {
+		raw := make([]byte, o.Rows*o.vocab*4)
+		if err := o.b.Read(o.logits, raw); err != nil {
+			return nil, fmt.Errorf("runner: read logits: %w", err)
+		}
+		o.host = make([]float32, o.Rows*o.vocab)
+		for j := range o.host {
+			o.host[j] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*j:]))
+		}
+	}
+	return o.host[i*o.vocab : (i+1)*o.vocab], nil
+}
+
+// Execute runs one step.
+func (r *Runner) Execute(step *Step) (*Output, error) {
+	if err := r.pack(step); err != nil {
+		return nil, err
+	}
+	nt, ns, nl := len(r.hTokens), len(step.Seqs), len(r.hLogitsRows)
+	in := &model.DeviceBatch{NumTokens: nt, NumSeqs: ns, NumLogits: nl}
+	var err error
+	view := func(t backend.Tensor, host []int32, n int) backend.Tensor {
+		if err != nil {
+			return nil
+		}
+		var v backend.Tensor
+		if v, err = r.b.View(t, 0, n); err != nil {
+			return nil
+		}
+		err = r.b.Write(v, r.bytes(host))
+		return v
+	}
+	in.Tokens = view(r.tokens, r.hTokens, nt)
+	in.Positions = view(r.positions, r.hPositions, nt)
+	in.SlotMapping = view(r.slots, r.hSlots, nt)
+	in.QueryStart = view(r.queryStart, r.hQueryStart, ns+1)
+	in.SeqLens = view(r.seqLens, r.hSeqLens, ns)
+	in.BlockTables = view(r.blockTables, r.hTables, ns)
+	if nl > 0 {
+		in.LogitsRows = view(r.logitsRows, r.hLogitsRows, nl)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("runner: upload step inputs: %w", err)
+	}
+	for _, l := range r.hSeqLens {
+		in.MaxSeqLen = max(in.MaxSeqLen, int(l))
+	}
+	logits, err := r.m.Forward(in, r.kv)
+	if err != nil {
+		return nil, fmt.Errorf("runner: forward: %w", err)
+	}
+	out := &Output{b: r.b, Rows: nl}
+	if nl > 0 {
+		out.logits = logits
+		out.vocab = logits.Shape()[1]
+		for i, s := range step.Seqs {
+			switch {
+			case s.AllLogits:
+				for range s.Tokens {
+					out.Seq = append(out.Seq, i)
+				}
+			case s.WantLogits:
+				out.Seq = append(out.Seq, i)
+			}
+		}
+	}
+	return out, nil
+}
+
+// pack validates the step and fills the host staging slices.
+func (r *Runner) pack(step *Step) error {
+	o := r.opts
+	if len(step.Seqs) == 0 {
+		return fmt.Errorf("runner: empty step")
+	}
+	if len(step.Seqs) > o.MaxSeqs {
+		return fmt.Errorf("runner: %d sequences in a step, at most %d", len(step.Seqs), o.MaxSeqs)
+	}
+	r.hTokens, r.hPositions, r.hSlots = r.hTokens[:0], r.hPositions[:0], r.hSlots[:0]
+	r.hQueryStart, r.hSeqLens, r.hLogitsRows = append(r.hQueryStart[:0], 0), r.hSeqLens[:0], r.hLogitsRows[:0]
+	r.hTables = r.hTables[:0]
+	for i, s := range step.Seqs {
+		n := len(s.Tokens)
+		end := s.Start + n
+		if n == 0 || s.Start < 0 {
+			return fmt.Errorf("runner: seq %d: %d tokens at start %d", i, n, s.Start)
+		}
+		if end > o.MaxSeqLen {
+			return fmt.Errorf("runner: seq %d reaches %d tokens, past the context of %d", i, end, o.MaxSeqLen)
+		}
+		if need := (end + o.BlockSize - 1) / o.BlockSize; len(s.BlockTable) < need {
+			return fmt.Errorf("runner: seq %d: block table of %d blocks for %d tokens (needs %d)", i, len(s.BlockTable), end, need)
+		}
+		if len(r.hTokens)+n > o.MaxTokens {
+			return fmt.Errorf("runner: step carries more than %d tokens", o.MaxTokens)
+		}
+		for j, tok := range s.Tokens {
+			p := s.Start + j
+			blk := s.BlockTable[p/o.BlockSize]
+			if blk <= 0 || int(blk) >= o.NumBlocks {
+				return fmt.Errorf("runner: seq %d: block id %d out of range [1, %d)", i, blk, o.NumBlocks)
+			}
+			r.hTokens = append(r.hTokens, tok)
+			r.hPositions = append(r.hPositions, int32(p))
+			r.hSlots = append(r.hSlots, blk*int32(o.BlockSize)+int32(p%o.BlockSize))
+		}
+		r.hQueryStart = append(r.hQueryStart, int32(len(r.hTokens)))
+		r.hSeqLens = append(r.hSeqLens, int32(end))
+		switch {
+		case s.AllLogits:
+			for j := len(r.hTokens) - n; j < len(r.hTokens); j++ {
+				r.hLogitsRows = append(r.hLogitsRows, int32(j))
+			}
+		case s.WantLogits:
+			r.hLogitsRows = append(r.hLogitsRows, int32(len(r.hTokens)-1))
+		}
+		row := len(r.hTables)
+		r.hTables = append(r.hTables, make([]int32, r.maxBlocksPerSeq)...)
+		nb := min(len(s.BlockTable), r.maxBlocksPerSeq)
+		for j := 0; j < nb; j++ {
+			b := s.BlockTable[j]
+			if b < 0 || int(b) >= o.NumBlocks {
+				return fmt.Errorf("runner: seq %d: block id %d out of range", i, b)
+			}
+			r.hTables[row+j] = b
+		}
+	}
+	return nil
+}
+
+// bytes encodes v little-endian into the reused staging buffer.
+func (r *Runner) bytes(v []int32) []byte {
+	n := 4 * len(v)
+	if cap(r.buf) < n {
+		r.buf = make([]byte, n)
+	}
+	b := r.buf[:n]
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], uint32(x))
+	}
+	return b
+}
+
+// Backend is the backend the runner drives.
+func (r *Runner) Backend() backend.Backend { return r.b }
+
+// KV returns the per-layer KV pools, [numBlocks, numKVHeads, blockSize,
+// headDim] each. The runner keeps ownership.
+func (r *Runner) KV() []model.LayerKV { return r.kv }

@@ -1,0 +1,184 @@
+// Package sample turns a request's sampling parameters into tokens and
+// decides when a request stops.
+//
+// It holds the per-request state the engine keeps on the host: the seeded
+// random stream (Sampler), logits processors (penalties, the min_tokens EOS
+// mask), logprobs, and the stop-condition checker that also decides which
+// detokenized text may be streamed (StopChecker). The selection rule itself
+// (temperature, top-k, top-p, min-p, choice by U) lives once, in
+// backend/cpu's Pick, which Sampler.Pick calls and every device kernel is
+// tested against.
+//
+// A request's lifecycle:
+//
+//	p := sample.Defaults(genConfig)          // model defaults
+//	// ... overwrite the fields the request sets ...
+//	if err := p.Validate(); err != nil { ... }
+//	s, _ := sample.NewSampler(p, choice)
+//	stop := sample.NewStopChecker(p, eosIDs)
+//	for each step:
+//	    lp, top, _ := s.Logprobs(logits, ...)   // raw logits, when asked
+//	    stop.Mask(logits)                       // min_tokens
+//	    s.ApplyPenalties(logits, generated, prompt)
+//	    tok, _ := s.Pick(logits)                // or s.Row() for a device Sample
+//	    done, reason, text := stop.Add(tok, detokenizedDelta)
+package sample
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+)
+
+// Limits of Params, as the OpenAI API documents them (temperature and
+// logprobs) or as this server chooses (stop strings).
+const (
+	MaxTemperature = 2
+	MaxLogprobs    = 20
+	MaxStopStrings = 64
+	MaxStopLen     = 1024 // bytes of one stop string
+)
+
+// Params are one request's sampling parameters, after the API layer has
+// merged the request over Defaults.
+type Params struct {
+	// Temperature scales logits; 0 (or below 1e-5) is greedy.
+	Temperature float32
+	// TopP keeps the smallest set of most likely tokens whose mass reaches
+	// TopP; 1 is off.
+	TopP float32
+	// MinP keeps tokens whose probability is at least MinP times the top
+	// token's; 0 is off.
+	MinP float32
+	// TopK keeps the TopK most likely tokens; 0 or -1 is off.
+	TopK int
+	// RepetitionPenalty (HF semantics, 1 is off) divides positive and
+	// multiplies negative logits of every token seen in the prompt or the
+	// output.
+	RepetitionPenalty float32
+	// PresencePenalty and FrequencyPenalty (OpenAI semantics, 0 is off)
+	// subtract presence + frequency*count from tokens of the output.
+	PresencePenalty  float32
+	FrequencyPenalty float32
+	// Seed makes sampling reproducible; nil draws a random seed.
+	Seed *uint64
+	// MaxTokens bounds the generated tokens; 0 leaves the bound to the
+	// engine (the context length).
+	MaxTokens int
+	// MinTokens is the number of tokens generated before EOS, stop token
+	// ids or stop strings may end the request.
+	MinTokens int
+	// Stop strings end the request; they are not part of the output.
+	Stop []string
+	// StopTokenIDs end the request like EOS; their text is not emitted.
+	StopTokenIDs []int32
+	// IgnoreEOS keeps generating past the model's EOS tokens.
+	IgnoreEOS bool
+	// Logprobs is the number of most likely alternatives to return with
+	// each token's logprob, 0..MaxLogprobs.
+	Logprobs int
+}
+
+// greedyBelow is the temperature under which sampling is greedy, as vLLM
+// does: dividing by a smaller one only amplifies rounding.
+const greedyBelow = 1e-5
+
+// Validate reports the first parameter out of range, in the terms of the
+// OpenAI API field names so the API layer can return it as is.
+func (p *Params) Validate() error {
+	finite := func(v float32) bool { return !math.IsNaN(float64(v)) && !math.IsInf(float64(v), 0) }
+	switch {
+	case !finite(p.Temperature) || p.Temperature < 0 || p.Temperature > MaxTemperature:
+		return fmt.Errorf("temperature must be in [0, %d], got %v", MaxTemperature, p.Temperature)
+	case !finite(p.TopP) || p.TopP <= 0 || p.TopP > 1:
+		return fmt.Errorf("top_p must be in (0, 1], got %v", p.TopP)
+	case !finite(p.MinP) || p.MinP < 0 || p.MinP > 1:
+		return fmt.Errorf("min_p must be in [0, 1], got %v", p.MinP)
+	case p.TopK < -1:
+		return fmt.Errorf("top_k must be -1 or 0 (off) or positive, got %d", p.TopK)
+	case !finite(p.RepetitionPenalty) || p.RepetitionPenalty <= 0:
+		return fmt.Errorf("repetition_penalty must be a positive number, got %v", p.RepetitionPenalty)
+	case !finite(p.PresencePenalty) || p.PresencePenalty < -2 || p.PresencePenalty > 2:
+		return fmt.Errorf("presence_penalty must be in [-2, 2], got %v", p.PresencePenalty)
+	case !finite(p.FrequencyPenalty) || p.FrequencyPenalty < -2 || p.FrequencyPenalty > 2:
+		return fmt.Errorf("frequency_penalty must be in [-2, 2], got %v", p.FrequencyPenalty)
+	case p.MaxTokens < 0:
+		return fmt.Errorf("max_tokens must be positive, got %d", p.MaxTokens)
+	case p.MinTokens < 0:
+		return fmt.Errorf("min_tokens must be non-negative, got %d", p.MinTokens)
+	case p.MaxTokens > 0 && p.MinTokens > p.MaxTokens:
+		return fmt.Errorf("min_tokens (%d) must not exceed max_tokens (%d)", p.MinTokens, p.MaxTokens)
+	case p.Logprobs < 0 || p.Logprobs > MaxLogprobs:
+		return fmt.Errorf("logprobs must be in [0, %d], got %d", MaxLogprobs, p.Logprobs)
+	case len(p.Stop) > MaxStopStrings:
+		return fmt.Errorf("at most %d stop strings are allowed, got %d", MaxStopStrings, len(p.Stop))
+	}
+	for i, s := range p.Stop {
+		if s == "" || len(s) > MaxStopLen {
+			return fmt.Errorf("stop[%d] must be 1 to %d bytes long, got %d", i, MaxStopLen, len(s))
+		}
+	}
+	for i, id := range p.StopTokenIDs {
+		if id < 0 {
+			return fmt.Errorf("stop_token_ids[%d] must be non-negative, got %d", i, id)
+		}
+	}
+	return nil
+}
+
+// GenerationConfig holds the sampling defaults a model ships in its
+// generation_config.json. Nil fields are absent from the file.
+type GenerationConfig struct {
+	Temperature       *float32 `json:"temperature"`
+	TopP              *float32 `json:"top_p"`
+	TopK              *int     `json:"top_k"`
+	MinP              *float32 `json:"min_p"`
+	RepetitionPenalty *float32 `json:"repetition_penalty"`
+	MaxNewTokens      *int     `json:"max_new_tokens"`
+}
+
+// ParseGenerationConfig reads the sampling fields of a generation_config.json.
+// Like vLLM it ignores do_sample: a model that ships a temperature means it.
+// Values out of range are an error, so a broken file fails at load time
+// rather than on every request.
+func ParseGenerationConfig(data []byte) (GenerationConfig, error) {
+	var gc GenerationConfig
+	if err := json.Unmarshal(data, &gc); err != nil {
+		return GenerationConfig{}, fmt.Errorf("parse generation config: %w", err)
+	}
+	p := Defaults(gc)
+	p.MaxTokens = 0 // max_new_tokens is checked on its own
+	if err := p.Validate(); err != nil {
+		return GenerationConfig{}, fmt.Errorf("generation config: %w", err)
+	}
+	if gc.MaxNewTokens != nil && *gc.MaxNewTokens < 0 {
+		return GenerationConfig{}, fmt.Errorf("generation config: max_new_tokens must be non-negative, got %d", *gc.MaxNewTokens)
+	}
+	return gc, nil
+}
+
+// Defaults returns the neutral parameters (temperature 1, no filters, no
+// penalties) with the model's generation config laid over them. The API
+// layer then overwrites whatever the request sets.
+func Defaults(gc GenerationConfig) Params {
+	p := Params{Temperature: 1, TopP: 1, RepetitionPenalty: 1}
+	if gc.Temperature != nil {
+		p.Temperature = *gc.Temperature
+	}
+	if gc.TopP != nil {
+		p.TopP = *gc.TopP
+	}
+	if gc.TopK != nil {
+		p.TopK = *gc.TopK
+	}
+	if gc.MinP != nil {
+		p.MinP = *gc.MinP
+	}
+	if gc.RepetitionPenalty != nil {
+		p.RepetitionPenalty = *gc.RepetitionPenalty
+	}
+	if gc.MaxNewTokens != nil {
+		p.MaxTokens = *gc.MaxNewTokens
+	}
+	return p
+}

@@ -1,0 +1,226 @@
+package telemetry
+
+import (
+	"math"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Bucket boundaries, in seconds. Decode steps on a modern GPU take a few
+// milliseconds while a long prefill behind a deep queue can take minutes, so
+// each histogram spans three to five orders of magnitude with finer steps
+// where latency targets (SLOs) usually sit.
+var (
+	// TTFTBuckets: interactive targets sit between 50 ms and 2 s.
+	TTFTBuckets = []float64{0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5,
+		0.75, 1, 1.5, 2, 3, 5, 7.5, 10, 20, 40, 80, 160, 320}
+	// InterTokenBuckets: one decode step, milliseconds on a GPU, up to a
+	// few seconds on a CPU or under heavy preemption.
+	InterTokenBuckets = []float64{0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025,
+		0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2.5, 5}
+	// E2EBuckets: whole requests, from a short reply to a long generation.
+	E2EBuckets = []float64{0.1, 0.25, 0.5, 1, 1.5, 2, 3, 5, 7.5, 10, 15, 20, 30, 45, 60, 90,
+		120, 180, 300, 600, 1200, 2400}
+	// QueueBuckets: zero when the server keeps up, minutes when it does not.
+	QueueBuckets = []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+		20, 40, 80, 160, 320, 640}
+)
+
+// Metrics is trigon's set of Prometheus series, held in a registry of their
+// own. All methods are safe for concurrent use, and all are no-ops on a nil
+// *Metrics, so callers that were given no metrics need no checks.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	ttft     prometheus.Histogram
+	itl      prometheus.Histogram
+	e2e      prometheus.Histogram
+	queue    prometheus.Histogram
+	running  prometheus.Gauge
+	waiting  prometheus.Gauge
+	kvUsage  prometheus.Gauge
+	pcHits   prometheus.Counter
+	pcQuery  prometheus.Counter
+	preempt  prometheus.Counter
+	prompt   prometheus.Counter
+	gen      prometheus.Counter
+	finished *prometheus.CounterVec
+}
+
+// NewMetrics builds the series and a registry holding them together with
+// the Go runtime and process collectors.
+func NewMetrics() *Metrics {
+	hist := func(name, help string, buckets []float64) prometheus.Histogram {
+		return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets})
+	}
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		ttft: hist("trigon_time_to_first_token_seconds",
+			"Time from request arrival to the first generated token of a choice.", TTFTBuckets),
+		itl: hist("trigon_inter_token_latency_seconds",
+			"Time between consecutive token deliveries of one choice.", InterTokenBuckets),
+		e2e: hist("trigon_e2e_request_latency_seconds",
+			"Time from request arrival to the last token of a choice.", E2EBuckets),
+		queue: hist("trigon_request_queue_time_seconds",
+			"Time a request waited in the scheduler queue before its first step.", QueueBuckets),
+		running: prometheus.NewGauge(prometheus.GaugeOpts{Name: "trigon_num_requests_running",
+			Help: "Sequences scheduled in the running batch."}),
+		waiting: prometheus.NewGauge(prometheus.GaugeOpts{Name: "trigon_num_requests_waiting",
+			Help: "Sequences waiting in the scheduler queue."}),
+		kvUsage: prometheus.NewGauge(prometheus.GaugeOpts{Name: "trigon_kv_cache_usage_ratio",
+			Help: "Fraction of KV-cache blocks in use, 0 to 1."}),
+		pcHits: prometheus.NewCounter(prometheus.CounterOpts{Name: "trigon_prefix_cache_hits_total",
+			Help: "Prompt tokens found in the prefix cache."}),
+		pcQuery: prometheus.NewCounter(prometheus.CounterOpts{Name: "trigon_prefix_cache_queries_total",
+			Help: "Prompt tokens looked up in the prefix cache."}),
+		preempt: prometheus.NewCounter(prometheus.CounterOpts{Name: "trigon_num_preemptions_total",
+			Help: "Sequences preempted (KV blocks freed, to be recomputed)."}),
+		prompt: prometheus.NewCounter(prometheus.CounterOpts{Name: "trigon_prompt_tokens_total",
+			Help: "Prompt tokens of accepted requests."}),
+		gen: prometheus.NewCounter(prometheus.CounterOpts{Name: "trigon_generation_tokens_total",
+			Help: "Generated tokens, summed over choices."}),
+		finished: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trigon_request_success_total",
+			Help: "Finished choices by finish reason (stop, length, abort, error)."}, []string{"finish_reason"}),
+	}
+	m.reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.ttft, m.itl, m.e2e, m.queue, m.running, m.waiting, m.kvUsage,
+		m.pcHits, m.pcQuery, m.preempt, m.prompt, m.gen, m.finished,
+	)
+	// Pre-create the usual reasons so dashboards see zeros, not gaps.
+	for _, r := range []string{"stop", "length", "abort", "error"} {
+		m.finished.WithLabelValues(r)
+	}
+	return m
+}
+
+// Registry returns the registry, for embedders that add their own series.
+func (m *Metrics) Registry() *prometheus.Registry {
+	if m == nil {
+		return nil
+	}
+	return m.reg
+}
+
+// Handler serves the registry in the Prometheus exposition formats.
+// A nil *Metrics serves 404, so a server without metrics says so plainly.
+func (m *Metrics) Handler() http.Handler {
+	if m == nil {
+		return http.NotFoundHandler()
+	}
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+func seconds(d time.Duration) float64 {
+	if d < 0 {
+		return 0
+	}
+	return d.Seconds()
+}
+
+// ObserveTTFT records the time from request arrival to a choice's first token.
+func (m *Metrics) ObserveTTFT(d time.Duration) {
+	if m != nil {
+		m.ttft.Observe(seconds(d))
+	}
+}
+
+// ObserveInterTokenLatency records the gap between two consecutive token
+// deliveries of one choice.
+func (m *Metrics) ObserveInterTokenLatency(d time.Duration) {
+	if m != nil {
+		m.itl.Observe(seconds(d))
+	}
+}
+
+// ObserveE2ELatency records the time from request arrival to a choice's end.
+func (m *Metrics) ObserveE2ELatency(d time.Duration) {
+	if m != nil {
+		m.e2e.Observe(seconds(d))
+	}
+}
+
+// ObserveQueueTime records how long a request waited before its first
+// scheduled step.
+func (m *Metrics) ObserveQueueTime(d time.Duration) {
+	if m != nil {
+		m.queue.Observe(seconds(d))
+	}
+}
+
+// SetRequestsRunning sets the number of sequences in the running batch.
+func (m *Metrics) SetRequestsRunning(n int) {
+	if m != nil {
+		m.running.Set(float64(max(n, 0)))
+	}
+}
+
+// SetRequestsWaiting sets the number of sequences waiting to be scheduled.
+func (m *Metrics) SetRequestsWaiting(n int) {
+	if m != nil {
+		m.waiting.Set(float64(max(n, 0)))
+	}
+}
+
+// SetKVCacheUsage sets the fraction of KV blocks in use; values outside
+// [0, 1] are clamped and NaN is ignored.
+func (m *Metrics) SetKVCacheUsage(ratio float64) {
+	if m == nil || math.IsNaN(ratio) {
+		return
+	}
+	m.kvUsage.Set(min(max(ratio, 0), 1))
+}
+
+// AddPrefixCacheLookup records one lookup of queried prompt tokens of which
+// hit were found cached. The hit rate is hits_total / queries_total.
+// Negative counts are ignored (a Prometheus counter cannot go down).
+func (m *Metrics) AddPrefixCacheLookup(queried, hit int) {
+	if m == nil || queried < 0 || hit < 0 {
+		return
+	}
+	m.pcQuery.Add(float64(queried))
+	m.pcHits.Add(float64(hit))
+}
+
+// AddPreemptions counts n preempted sequences.
+func (m *Metrics) AddPreemptions(n int) {
+	if m != nil && n > 0 {
+		m.preempt.Add(float64(n))
+	}
+}
+
+// AddPromptTokens counts the prompt tokens of an accepted request (once per
+// request, however many choices it has, as usage.prompt_tokens does).
+func (m *Metrics) AddPromptTokens(n int) {
+	if m != nil && n > 0 {
+		m.prompt.Add(float64(n))
+	}
+}
+
+// AddGenerationTokens counts n generated tokens.
+func (m *Metrics) AddGenerationTokens(n int) {
+	if m != nil && n > 0 {
+		m.gen.Add(float64(n))
+	}
+}
+
+// RequestFinished counts one finished choice under its finish reason
+// ("stop", "length", "abort", "error"; anything else counts as "other", so a
+// caller bug cannot blow up the label cardinality). Each choice of an n>1
+// request counts once, because each is a sequence of its own in the engine.
+func (m *Metrics) RequestFinished(reason string) {
+	if m == nil {
+		return
+	}
+	switch reason {
+	case "stop", "length", "abort", "error":
+	default:
+		reason = "other"
+	}
+	m.finished.WithLabelValues(reason).Inc()
+}
