@@ -98,6 +98,14 @@ func (s *Server) serveGeneration(w http.ResponseWriter, r *http.Request, spanNam
 		cancel()
 		for range events {
 		}
+		// Choices the engine never finished (client gone, request failed)
+		// count as aborted, so every choice is counted exactly once.
+		for i := range g.choices {
+			if g.choices[i].finish == "" {
+				g.choices[i].finish = FinishAbort
+				s.metrics.RequestFinished(FinishAbort)
+			}
+		}
 		g.endSpan()
 	}()
 	if plan.stream {

@@ -479,14 +479,14 @@ func TestParamsReachEngine(t *testing.T) {
 	chatPrompt := chatIDs(newFakeTokenizer(), []ChatMessage{{Role: "user", Content: "the cat"}})
 	long := words(55, 4) // 56 tokens with BOS
 	cases := []struct {
-		name     string
-		path     string
-		body     string
-		cap      int
-		want     SamplingParams
-		n        int
-		lp       bool
-		topLP    int
+		name  string
+		path  string
+		body  string
+		cap   int
+		want  SamplingParams
+		n     int
+		lp    bool
+		topLP int
 	}{
 		{"completion defaults", "/v1/completions", `{"prompt":"the"}`, 0,
 			with(func(p *SamplingParams) { p.MaxTokens = 16 }), 1, false, 0},

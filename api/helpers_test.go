@@ -3,10 +3,8 @@ package api
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -478,7 +476,3 @@ func words(n int, seed int) string {
 func userMsg(text string) []map[string]any {
 	return []map[string]any{{"role": "user", "content": text}}
 }
-
-func errorf(format string, a ...any) error { return fmt.Errorf(format, a...) }
-
-var _ = http.StatusOK

@@ -295,7 +295,12 @@ func TestClientDisconnectCancels(t *testing.T) {
 				io.Copy(io.Discard, br)
 			}()
 			if !stream {
-				time.Sleep(100 * time.Millisecond)
+				// Hang up once the engine is generating.
+				deadline := time.Now().Add(10 * time.Second)
+				for e.eng.lastRequest() == nil && time.Now().Before(deadline) {
+					time.Sleep(5 * time.Millisecond)
+				}
+				time.Sleep(50 * time.Millisecond)
 				cancel()
 			}
 			select {
@@ -304,6 +309,11 @@ func TestClientDisconnectCancels(t *testing.T) {
 				t.Fatal("engine never saw the context cancelled")
 			}
 			<-done
+			ts.Close() // waits for the handler to finish
+			fams := scrapeMetrics(t, e)
+			if got := metricValue(t, fams, "trigon_request_success_total", "finish_reason", "abort"); got != 1 {
+				t.Errorf("aborted choices counted %g, want 1", got)
+			}
 		})
 	}
 }

@@ -111,10 +111,10 @@ type chatResponse struct {
 }
 
 type chatChoice struct {
-	Index        int           `json:"index"`
+	Index        int            `json:"index"`
 	Message      chatMessageOut `json:"message"`
-	Logprobs     *chatLogprobs `json:"logprobs"`
-	FinishReason string        `json:"finish_reason"`
+	Logprobs     *chatLogprobs  `json:"logprobs"`
+	FinishReason string         `json:"finish_reason"`
 }
 
 type chatMessageOut struct {
@@ -148,9 +148,9 @@ type chatLogprobs struct {
 }
 
 type chatTokenLogprob struct {
-	Token       string          `json:"token"`
-	Logprob     logprobValue    `json:"logprob"`
-	Bytes       []int           `json:"bytes"`
+	Token       string           `json:"token"`
+	Logprob     logprobValue     `json:"logprob"`
+	Bytes       []int            `json:"bytes"`
 	TopLogprobs []chatTopLogprob `json:"top_logprobs"`
 }
 

@@ -23,19 +23,19 @@ const (
 // what the client left out. Unknown fields (user, metadata, store, ...) are
 // ignored by encoding/json; known fields with a wrong type fail decoding.
 type commonFields struct {
-	Model            string          `json:"model"`
-	Stream           bool            `json:"stream"`
-	StreamOptions    *streamOptions  `json:"stream_options"`
-	N                *int            `json:"n"`
-	Temperature      *float64        `json:"temperature"`
-	TopP             *float64        `json:"top_p"`
-	PresencePenalty  *float64        `json:"presence_penalty"`
-	FrequencyPenalty *float64        `json:"frequency_penalty"`
-	Seed             *int64          `json:"seed"`
-	Stop             json.RawMessage `json:"stop"`
-	MaxTokens        *int            `json:"max_tokens"`
+	Model            string             `json:"model"`
+	Stream           bool               `json:"stream"`
+	StreamOptions    *streamOptions     `json:"stream_options"`
+	N                *int               `json:"n"`
+	Temperature      *float64           `json:"temperature"`
+	TopP             *float64           `json:"top_p"`
+	PresencePenalty  *float64           `json:"presence_penalty"`
+	FrequencyPenalty *float64           `json:"frequency_penalty"`
+	Seed             *int64             `json:"seed"`
+	Stop             json.RawMessage    `json:"stop"`
+	MaxTokens        *int               `json:"max_tokens"`
 	LogitBias        map[string]float64 `json:"logit_bias"`
-	ResponseFormat   *responseFormat `json:"response_format"`
+	ResponseFormat   *responseFormat    `json:"response_format"`
 
 	// vLLM extensions, widely used by clients of open-model servers.
 	TopK              *int     `json:"top_k"`

@@ -90,10 +90,11 @@ type Engine struct {
 	queued  atomic.Int64 // requests submitted and not yet scheduled
 	closing atomic.Bool
 	ready   atomic.Bool
-	// busy is set while the scheduler holds sequences; preemptions counts
-	// them. Both are written by the loop and safe to read anywhere.
-	busy        atomic.Bool
-	preemptions atomic.Uint64
+	// busy is set while the scheduler holds sequences; stats is what the
+	// loop published last. Both are safe to read from any goroutine.
+	busy    atomic.Bool
+	statsMu sync.Mutex
+	stats   Stats
 
 	// Owned by the step loop.
 	active  map[*request]struct{}
@@ -123,6 +124,7 @@ func New(r *runner.Runner, pool *kvcache.Pool, tok *tokenizer.Tokenizer, opts Op
 		choices: map[sched.SeqID]*choice{},
 		nextID:  1,
 	}
+	e.publish()
 	e.ready.Store(true)
 	return e, nil
 }
@@ -201,6 +203,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		e.admit()
 		e.reap()
 		if e.sch.NumWaiting()+e.sch.NumRunning() == 0 {
+			e.publish()
 			e.busy.Store(false)
 			if e.closing.Load() && e.numPending() == 0 {
 				return nil
@@ -324,4 +327,37 @@ func (e *Engine) recordGauges() {
 	m.SetRequestsRunning(st.NumRunning)
 	m.SetRequestsWaiting(st.NumWaiting + e.numPending())
 	m.SetKVCacheUsage(st.KVUsage)
+}
+
+// Stats are the engine's counters as of its last step.
+type Stats struct {
+	Running, Waiting int
+	FreeBlocks       int     // KV blocks not held by a sequence (cached prefixes included)
+	KVUsage          float64 // fraction of KV blocks held
+	Preemptions      uint64
+	PrefixQueries    uint64 // prompt tokens looked up in the prefix cache
+	PrefixHits       uint64 // of which served from it
+}
+
+// Stats returns the counters the step loop published last.
+func (e *Engine) Stats() Stats {
+	e.statsMu.Lock()
+	defer e.statsMu.Unlock()
+	return e.stats
+}
+
+// Busy reports whether any request is queued or running.
+func (e *Engine) Busy() bool {
+	return e.busy.Load() || e.queued.Load() > 0 || e.numPending() > 0
+}
+
+// publish copies the loop-owned counters for Stats.
+func (e *Engine) publish() {
+	st := e.sch.Stats()
+	e.statsMu.Lock()
+	e.stats = Stats{
+		Running: st.NumRunning, Waiting: st.NumWaiting, FreeBlocks: e.pool.NumFree(), KVUsage: st.KVUsage,
+		Preemptions: st.Preemptions, PrefixQueries: st.PrefixQueryTokens, PrefixHits: st.PrefixHitTokens,
+	}
+	e.statsMu.Unlock()
 }

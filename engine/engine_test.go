@@ -91,7 +91,7 @@ func randomPrompt(rng *rand.Rand, n int) []int32 {
 // equals the same request run alone and that every KV block comes back.
 func TestConcurrentMatchesAlone(t *testing.T) {
 	l := start(t, nil, engine.LoadOptions{MaxSeqs: 16, MaxBatchedTokens: 256, ChunkSize: 64})
-	freeBefore := engine.FreeBlocks(l)
+	freeBefore := l.Engine.Stats().FreeBlocks
 	rng := rand.New(rand.NewPCG(1, 2))
 	const n = 40
 	prompts := make([][]int32, n)
@@ -148,7 +148,7 @@ func TestConcurrentMatchesAlone(t *testing.T) {
 	}
 	wg.Wait()
 	waitIdle(t, l)
-	if got := engine.FreeBlocks(l); got != freeBefore {
+	if got := l.Engine.Stats().FreeBlocks; got != freeBefore {
 		t.Errorf("free KV blocks: %d after, %d before", got, freeBefore)
 	}
 }
@@ -157,7 +157,7 @@ func TestConcurrentMatchesAlone(t *testing.T) {
 func waitIdle(t *testing.T, l *engine.Loaded) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for engine.Busy(l) {
+	for l.Engine.Busy() {
 		if time.Now().After(deadline) {
 			t.Fatal("engine still busy after 10s")
 		}
@@ -192,7 +192,7 @@ func TestPreemptionKeepsOutputs(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if engine.Preemptions(tiny) == 0 {
+	if tiny.Engine.Stats().Preemptions == 0 {
 		t.Error("no preemption happened: the pool is not small enough to test it")
 	}
 }

@@ -214,7 +214,7 @@ func (e *Engine) copyBlocks(plan *sched.Plan) error {
 }
 
 func (e *Engine) recordStep(before, after sched.Stats) {
-	e.preemptions.Add(after.Preemptions - before.Preemptions)
+	e.publish()
 	m := e.opts.Metrics
 	if m == nil {
 		return

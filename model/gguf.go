@@ -372,6 +372,26 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 	if err := uintKey("attention.sliding_window", &c.SlidingWindow, false); err != nil {
 		return Config{}, err
 	}
+	if v, ok := f.Value(key("attention.sliding_window_pattern")); ok {
+		// Per-layer pattern: one window for all layers or none.
+		pattern, ok := v.AsBools()
+		if !ok {
+			return Config{}, fmt.Errorf("gguf: %s is not a bool array", key("attention.sliding_window_pattern"))
+		}
+		sliding := 0
+		for _, s := range pattern {
+			if s {
+				sliding++
+			}
+		}
+		switch sliding {
+		case 0:
+			c.SlidingWindow = 0
+		case len(pattern):
+		default:
+			return Config{}, fmt.Errorf("gguf: sliding window on %d of %d layers is not supported", sliding, len(pattern))
+		}
+	}
 	eps, ok := f.Float(key("attention.layer_norm_rms_epsilon"))
 	if !ok {
 		return Config{}, fmt.Errorf("gguf: %s is missing", key("attention.layer_norm_rms_epsilon"))

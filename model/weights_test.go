@@ -368,6 +368,10 @@ func TestOpenGGUFErrors(t *testing.T) {
 		{"yarn", func(k []gguf.KV, ts []model.GGUFTensor) ([]gguf.KV, []model.GGUFTensor) {
 			return replaceKV(k, "llama.rope.scaling.type", str("yarn")), ts
 		}, `"yarn" is not supported`},
+		{"mixed sliding window pattern", func(k []gguf.KV, ts []model.GGUFTensor) ([]gguf.KV, []model.GGUFTensor) {
+			v := gguf.BoolsValue([]bool{true, false})
+			return replaceKV(k, "llama.attention.sliding_window_pattern", &v), ts
+		}, "sliding window on 1 of 2 layers"},
 		{"unsupported tensor type", func(k []gguf.KV, ts []model.GGUFTensor) ([]gguf.KV, []model.GGUFTensor) {
 			ts = slices.Clone(ts)
 			for i, tt := range ts {

@@ -17,10 +17,11 @@
 //	s, _ := sample.NewSampler(p, choice)
 //	stop := sample.NewStopChecker(p, eosIDs)
 //	for each step:
-//	    lp, top, _ := s.Logprobs(logits, ...)   // raw logits, when asked
+//	    raw := slices.Clone(logits)             // only when logprobs are asked
 //	    stop.Mask(logits)                       // min_tokens
 //	    s.ApplyPenalties(logits, generated, prompt)
 //	    tok, _ := s.Pick(logits)                // or s.Row() for a device Sample
+//	    lp, top, _ := s.Logprobs(raw, tok, p.Logprobs)
 //	    done, reason, text := stop.Add(tok, detokenizedDelta)
 package sample
 
@@ -85,7 +86,7 @@ const greedyBelow = 1e-5
 
 // Validate reports the first parameter out of range, in the terms of the
 // OpenAI API field names so the API layer can return it as is.
-func (p *Params) Validate() error {
+func (p Params) Validate() error {
 	finite := func(v float32) bool { return !math.IsNaN(float64(v)) && !math.IsInf(float64(v), 0) }
 	switch {
 	case !finite(p.Temperature) || p.Temperature < 0 || p.Temperature > MaxTemperature:

@@ -14,6 +14,11 @@ const tileRows = 4
 // against the stored weight encoding instead of converting weight tiles.
 const fusedMaxRows = 4
 
+// minWork is the fewest multiply-adds worth handing to another goroutine
+// (tens of microseconds): smaller products, as in tiny test models, run
+// on the calling goroutine.
+const minWork = 1 << 17
+
 // xBlockBytes bounds the x rows processed against one weight tile so that
 // they stay in L2 while every tile of a worker's range streams past.
 const xBlockBytes = 256 << 10
@@ -87,7 +92,7 @@ func (b *Backend) MatMul(out, x, w, bias backend.Tensor) error {
 		// Decode: each weight row meets at most a few x rows, so converting
 		// it to f32 first would cost as much as the dot products.
 		dotRow := fusedDot(wt.dt)
-		b.parallel(outF, b.grainFor(outF, 16), func(_, lo, hi int) {
+		b.parallel(outF, b.grainFor(outF, minWork/(n*inF)), func(_, lo, hi int) {
 			for r := lo; r < hi; r++ {
 				wrow := wt.data[r*rowBytes : (r+1)*rowBytes]
 				for i := range n {
@@ -100,7 +105,7 @@ func (b *Backend) MatMul(out, x, w, bias backend.Tensor) error {
 	}
 	xBlock := max(tileRows, xBlockBytes/(4*inF)/tileRows*tileRows)
 	tiles := (outF + tileRows - 1) / tileRows
-	grain := b.grainFor(tiles, 1)
+	grain := b.grainFor(tiles, minWork/(n*tileRows*inF))
 	b.parallel(tiles, grain, func(worker, lo, hi int) {
 		var tile [tileRows][]float32
 		var buf []float32

@@ -34,7 +34,7 @@ func TestMatMul(t *testing.T) {
 	r := newRand(t)
 	shapes := []struct{ n, in, out int }{
 		{1, 32, 1}, {1, 64, 7}, {2, 96, 5}, {3, 32, 4}, {4, 128, 8}, {5, 160, 13},
-		{7, 64, 9}, {17, 256, 33}, {9, 1024, 70}, {70, 96, 11},
+		{7, 64, 9}, {17, 256, 33}, {9, 1024, 70}, {70, 96, 11}, {1, 512, 300}, {3, 256, 530},
 		// Rows that are not whole quantization blocks: plain dtypes only.
 		{1, 7, 3}, {2, 33, 5}, {6, 45, 6}, {3, 1, 2},
 	}

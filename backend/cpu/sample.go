@@ -53,7 +53,7 @@ type SampleScratch struct {
 	mass   []float64 // [buckets] sum of w per bucket, in id order
 	start  []int32   // [buckets+1] first rank of each bucket
 	sorted []bool    // [buckets] bucket's ranks are in order
-	perm   []int32   // [positive tokens] token ids by rank (within unsorted buckets: by id)
+	perm   []int32   // [candidates] token ids by rank (within unsorted buckets: by id)
 	out    []Candidate
 }
 
@@ -71,7 +71,7 @@ type ranking struct {
 	invT    float64
 	width   float64 // of a bucket, in d
 	buckets int
-	n       int // tokens with w > 0: ranks [0, n)
+	n       int // candidate tokens (d < dLimit): ranks [0, n)
 	minP    int // tokens with w >= MinP
 	s       *SampleScratch
 }
@@ -84,7 +84,7 @@ func (r *ranking) bucketOf(d float64) int {
 	return int(min(float64(r.buckets-1), d/r.width))
 }
 
-// rank buckets every token of positive mass. minLogit is the smallest
+// rank buckets every candidate token. minLogit is the smallest
 // finite logit (it sets the bucket width so that the buckets span the
 // row's actual range).
 func (s *SampleScratch) rank(logits []float32, maxLogit, minLogit float32, row backend.SampleRow) ranking {

@@ -229,6 +229,7 @@ func TestFilterProperties(t *testing.T) {
 					if math.Abs(total-1) > 1e-9 {
 						t.Fatalf("kept probabilities sum to %v", total)
 					}
+					checkFilterInvariants(t, logits, row, got)
 					// The pick is the token where the cumulative sum passes
 					// U; skip U too close to a boundary for rounding to decide.
 					var cum float64
@@ -247,6 +248,66 @@ func TestFilterProperties(t *testing.T) {
 					}
 				}
 			})
+		}
+	}
+}
+
+// checkFilterInvariants states each filter's defining property on its
+// own, from the full softmax: the kept set is a prefix of the order; top-k
+// keeps at most k; top-p keeps the smallest prefix whose mass reaches p;
+// min-p keeps exactly the tokens with p >= MinP * pMax.
+func checkFilterInvariants(t *testing.T, logits []float32, row backend.SampleRow, kept []Candidate) {
+	t.Helper()
+	if row.Temperature <= 0 {
+		return
+	}
+	probs := make([]float64, len(logits))
+	m := math.Inf(-1)
+	for _, l := range logits {
+		m = max(m, float64(l))
+	}
+	var sum, pMax float64
+	for i, l := range logits {
+		probs[i] = math.Exp((float64(l) - m) / float64(row.Temperature))
+		sum += probs[i]
+	}
+	for i := range probs {
+		probs[i] /= sum
+		pMax = max(pMax, probs[i])
+	}
+	inKept := map[int32]bool{}
+	var keptMass, minKept float64 = 0, 2
+	for _, c := range kept {
+		inKept[c.ID] = true
+		keptMass += probs[c.ID]
+		minKept = min(minKept, probs[c.ID])
+	}
+	for i, p := range probs {
+		if !inKept[int32(i)] && p > minKept*(1+1e-12) {
+			t.Fatalf("%+v: token %d (p %v) dropped while a less likely one (p %v) is kept", row, i, p, minKept)
+		}
+	}
+	active := 0
+	for _, on := range []bool{row.TopK > 0, row.TopP > 0 && row.TopP < 1, row.MinP > 0} {
+		if on {
+			active++
+		}
+	}
+	onlyOne := active == 1
+	switch {
+	case row.TopK > 0 && len(kept) > row.TopK:
+		t.Fatalf("%+v: %d kept", row, len(kept))
+	case onlyOne && row.TopP > 0 && row.TopP < 1:
+		last := probs[kept[len(kept)-1].ID]
+		if keptMass < float64(row.TopP)-1e-9 || keptMass-last >= float64(row.TopP)+1e-9 {
+			t.Fatalf("%+v: kept mass %v (without the last token %v) is not the smallest prefix reaching %v", row, keptMass, keptMass-last, row.TopP)
+		}
+	case onlyOne && row.MinP > 0:
+		for i, p := range probs {
+			want := p >= float64(row.MinP)*pMax
+			if inKept[int32(i)] != want && math.Abs(p-float64(row.MinP)*pMax) > 1e-12 && len(kept) > 1 {
+				t.Fatalf("%+v: token %d (p %v, threshold %v) kept = %v", row, i, p, float64(row.MinP)*pMax, inKept[int32(i)])
+			}
 		}
 	}
 }

@@ -251,7 +251,7 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 			break
 		}
 	}
-	mod := modSpec{file: "attention", p: [6]int{d, blockSize, gc}}
+	mod := modSpec{file: "attention", p: [6]int{d, blockSize, gc, decodeUnroll}}
 	nsplit := b.decodeSplits(s, kvh*(g/gc), a.MaxSeqLen)
 	scale := f32bits(a.Scale * math.Log2E)
 	// A sequence has at most min(MaxSeqLen, n) query rows. When there are
@@ -273,7 +273,7 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 			if part, err = b.pool.get(s * h * nsplit * (d + 2) * 4); err != nil {
 				return err
 			}
-			defer b.pool.put(part)
+			defer b.tmpPut(part)
 		}
 		if err := b.launch(dec, [3]int{s, kvh * (g / gc), nsplit}, 128, 0, out.ptr, part, q.ptr, kc.ptr, vc.ptr,
 			bt.ptr, i32(maxBlocks), sl.ptr, qs.ptr, i32(h), i32(kvh), i32(g), i32(nsplit), scale,
@@ -297,6 +297,11 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 			sl.ptr, qs.ptr, i32(h), i32(kvh), scale, i32(a.SlidingWindow), i32(numBlocks), i32(n), i32(a.MaxSeqLen), i32(tiles), b.errDev)
 	})
 }
+
+// decodeUnroll is how many warp steps of K/V loads the decode kernel
+// issues before using them (more bytes in flight per SM); a variable so the
+// benchmark can compare settings.
+var decodeUnroll = 4
 
 // decodeSplits picks how many pieces each decode row's context is cut
 // into: enough blocks for two waves over the SMs, but no piece shorter

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
-	"time"
 	"unsafe"
 
 	"github.com/trigon-llm/trigon/backend"
@@ -96,6 +95,9 @@ type Backend struct {
 	reply  chan error
 	done   chan struct{}
 	closed bool
+	// hostCapturing mirrors capturing on the caller's side, so calls that
+	// cannot be captured fail before reaching the CUDA thread.
+	hostCapturing bool
 
 	// State below is touched only on the CUDA thread.
 	dev       int32
@@ -117,10 +119,10 @@ type Backend struct {
 	blas       blas
 	shadows    map[shadowKey]uint64
 	deferred   error
-	// sampleParams is a device buffer for Sample's per-row parameters.
-	sampleParams   uint64
-	sampleParamCap int
-	sampleOut      uint64
+	// capturing is set while the stream records a graph (CUDA thread);
+	// captureTemps are the temporaries the captured ops used.
+	capturing    bool
+	captureTemps []uint64
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -339,27 +341,12 @@ func (b *Backend) teardown() {
 	b.ctx = 0
 }
 
-// spinFor is how long the CUDA thread polls for the next task, and a
-// caller for its reply, before blocking. Parking and waking a thread costs
-// several microseconds each way (a Sync round trip measured 24 us with
-// plain channel waits on the H200 machine); during a step the next op
-// almost always arrives within this window.
-const spinFor = 50 * time.Microsecond
-
-// next returns the next task, polling briefly before blocking.
+// next returns the next task. (Polling the channel for 50 us before
+// blocking, to save the thread wake-ups, made a Sync round trip slower on
+// the H200 machine, 80 us against 24 us, so the thread simply blocks.)
 func (b *Backend) next() (task, bool) {
-	deadline := time.Now().Add(spinFor)
-	for {
-		select {
-		case t, ok := <-b.tasks:
-			return t, ok
-		default:
-		}
-		if time.Now().After(deadline) {
-			t, ok := <-b.tasks
-			return t, ok
-		}
-	}
+	t, ok := <-b.tasks
+	return t, ok
 }
 
 // post queues f on the CUDA thread without waiting; its error, if any, is
@@ -372,23 +359,18 @@ func (b *Backend) post(f func() error) error {
 	return nil
 }
 
-// call runs f on the CUDA thread and waits for its result.
+// call runs f on the CUDA thread and waits for its result. It is refused
+// while a graph is being captured: whatever waits for a result cannot be
+// recorded.
 func (b *Backend) call(f func() error) error {
 	if b.closed {
 		return fmt.Errorf("%s: backend is closed", b.name)
 	}
-	b.tasks <- task{fn: f, sync: true}
-	deadline := time.Now().Add(spinFor)
-	for {
-		select {
-		case err := <-b.reply:
-			return err
-		default:
-		}
-		if time.Now().After(deadline) {
-			return <-b.reply
-		}
+	if b.hostCapturing {
+		return errCapturing
 	}
+	b.tasks <- task{fn: f, sync: true}
+	return <-b.reply
 }
 
 // Close waits for queued work, releases the device memory, modules and

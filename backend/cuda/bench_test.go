@@ -109,8 +109,11 @@ func BenchmarkMatMulDecode(b *testing.B) {
 func BenchmarkAttentionDecode(b *testing.B) {
 	g := benchBackend(b)
 	const h, kv, d, bs = 32, 8, 128, 16
-	for _, s := range []struct{ seqs, ctx int }{{1, 8192}, {8, 4096}, {32, 2048}, {4, 32768}} {
-		b.Run(fmt.Sprintf("b%d_ctx%d_h%d_kv%d_d%d", s.seqs, s.ctx, h, kv, d), func(b *testing.B) {
+	for _, c := range []struct{ seqs, ctx, unroll int }{{1, 8192, 4}, {8, 4096, 4}, {32, 2048, 4}, {4, 32768, 4}, {4, 32768, 2}, {32, 2048, 2}} {
+		s := c
+		b.Run(fmt.Sprintf("b%d_ctx%d_h%d_kv%d_d%d_unroll%d", s.seqs, s.ctx, h, kv, d, s.unroll), func(b *testing.B) {
+			defer func(u int) { decodeUnroll = u }(decodeUnroll)
+			decodeUnroll = s.unroll
 			nbPer := (s.ctx + bs - 1) / bs
 			numBlocks := s.seqs*nbPer + 1
 			k := randomBF16(b, g, 1, numBlocks, kv, bs, d)
@@ -188,4 +191,31 @@ func BenchmarkSample(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkGraphReplay replays a graph of 100 tiny kernels and reports the
+// cost per kernel, to set against BenchmarkOpOverhead's queued launches.
+func BenchmarkGraphReplay(b *testing.B) {
+	g := benchBackend(b)
+	x := randomBF16(b, g, 1, 1, 64)
+	y, _ := g.Alloc(backend.BF16, 1, 32)
+	defer func() { g.Free(x); g.Free(y) }()
+	if err := g.SiLUMul(y, x); err != nil {
+		b.Fatal(err)
+	}
+	const kernels = 100
+	graph, err := g.Capture(func() error {
+		for range kernels {
+			if err := g.SiLUMul(y, x); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer graph.Close()
+	timeOps(b, g, 0, graph.Launch)
+	b.ReportMetric(b.Elapsed().Seconds()*1e6/float64(b.N)/kernels, "us/kernel")
 }

@@ -21,7 +21,7 @@ if [[ $what == tests || $what == all ]]; then
   grep -cE -- '--- PASS' "$OUT/test.log" | sed 's/^/passed: /'
 fi
 if [[ $what == sanitize || $what == all ]]; then
-  RUN='TestEmbed|TestAddRMSNorm|TestSiLUMul|TestRoPEStoreKV|TestMatMul/(Q8|Q4)|TestAttention/(decode_gqa1|decode_gqa7|prefix_cached|padding|window|mixed)|TestSample/vocab1000_|TestDeviceChecks'
+  RUN='TestGraph|TestEmbed|TestAddRMSNorm|TestSiLUMul|TestRoPEStoreKV|TestMatMul/(Q8|Q4)|TestAttention/(decode_gqa1|decode_gqa7|prefix_cached|padding|window|mixed)|TestSample/(vocab1000_|vocab50_)|TestDeviceChecks'
   timeout 400 compute-sanitizer --tool memcheck --print-limit 20 $BIN -test.run "$RUN" -test.count=1 > "$OUT/memcheck.log" 2>&1
   echo "memcheck rc=$?"
   grep -E 'ERROR SUMMARY|========= (Invalid|Program hit|Error)' "$OUT/memcheck.log" | head -20

@@ -23,7 +23,7 @@ var fileParams = map[string][]string{
 	"norm":      {"XT", "OT", "WT"},
 	"act":       {"IT", "OT"},
 	"rope":      {"HD", "BS", "QT", "CT", "NT"},
-	"attention": {"HD", "BS", "GC"},
+	"attention": {"HD", "BS", "GC", "UR"},
 	"sample":    {},
 	"quant":     {"WT", "OT"},
 }
@@ -55,7 +55,7 @@ func (s modSpec) String() string {
 
 // KernelReport describes one module WarmKernels prepared.
 type KernelReport struct {
-	Name        string        // kernel file and constants, as "attention(HD=128,BS=16,GC=4)"
+	Name        string        // kernel file and constants, as "attention(HD=128,BS=16,GC=4,UR=4)"
 	Options     []string      // NVRTC options
 	Arch        string        // target, as "sm_90a"
 	CompileTime time.Duration // time to compile, or to load from the cache
@@ -239,7 +239,7 @@ func warmSpecs() []modSpec {
 			modSpec{file: "rope", p: [6]int{hd, 16, bf, bf, bf}},
 			modSpec{file: "rope", p: [6]int{hd, 16, bf, bf, f32}})
 		for _, gc := range []int{1, 2, 4, 8} {
-			specs = append(specs, modSpec{file: "attention", p: [6]int{hd, 16, gc}})
+			specs = append(specs, modSpec{file: "attention", p: [6]int{hd, 16, gc, decodeUnroll}})
 		}
 	}
 	return specs

@@ -99,7 +99,7 @@ func (b *Backend) matmul(o, xt, wt, bt *tensor, n, m, k int) error {
 		if err != nil {
 			return err
 		}
-		defer b.pool.put(tmp)
+		defer b.tmpPut(tmp)
 		if err := b.convert(tmp, backend.BF16, xt.ptr, xt.dt, n*k); err != nil {
 			return err
 		}
@@ -145,7 +145,7 @@ func (b *Backend) matmul(o, xt, wt, bt *tensor, n, m, k int) error {
 			if err != nil {
 				return err
 			}
-			defer b.pool.put(tmp)
+			defer b.tmpPut(tmp)
 			f, err := b.fn(fnKey{modSpec{file: "quant", p: [6]int{int(wt.dt), int(o.dt)}}, "dequant"})
 			if err != nil {
 				return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/signal"
@@ -58,14 +59,7 @@ func serveCmd() *cobra.Command {
 			if name == "" {
 				name = modelName(mf.model)
 			}
-			srv, err := api.New(api.Options{
-				Engine:    &apiEngine{l: l},
-				Tokenizer: apiTokenizer{l.Tokenizer},
-				Model:     api.ModelInfo{ID: name, MaxContext: l.Context, Created: time.Now().Unix()},
-				APIKey:    apiKey,
-				Metrics:   metrics,
-				Logger:    log,
-			})
+			srv, err := newAPIServer(l, name, apiKey, metrics, log)
 			if err != nil {
 				return err
 			}
@@ -106,6 +100,18 @@ func serveCmd() *cobra.Command {
 	fl.StringVar(&otlp, "otlp-endpoint", "", "OTLP/HTTP endpoint for traces (off when empty)")
 	fl.BoolVarP(&verbose, "verbose", "v", false, "unused; serve always logs at info level")
 	return cmd
+}
+
+// newAPIServer puts the HTTP layer in front of a loaded engine.
+func newAPIServer(l *engine.Loaded, name, apiKey string, metrics *telemetry.Metrics, log *slog.Logger) (*api.Server, error) {
+	return api.New(api.Options{
+		Engine:    &apiEngine{l: l},
+		Tokenizer: apiTokenizer{l.Tokenizer},
+		Model:     api.ModelInfo{ID: name, MaxContext: l.Context, Created: time.Now().Unix()},
+		APIKey:    apiKey,
+		Metrics:   metrics,
+		Logger:    log,
+	})
 }
 
 func modelName(path string) string {

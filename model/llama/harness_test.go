@@ -32,11 +32,12 @@ type seq struct {
 }
 
 // work is one sequence's share of a step: its next n uncomputed tokens,
-// with the logits of every row (all) or only the last.
+// with the logits of every row (all), of none (none), or of the last.
 type work struct {
-	s   *seq
-	n   int
-	all bool
+	s    *seq
+	n    int
+	all  bool
+	none bool
 }
 
 func newHarness(t testing.TB, b backend.Backend, m *Model, kvDType backend.DType, blockSize, numBlocks int, rng *rand.Rand) *harness {
@@ -103,12 +104,15 @@ func (h *harness) step(ws []work) [][][]float32 {
 		batch.QueryStart = append(batch.QueryStart, int32(len(batch.Tokens)))
 		batch.SeqLens = append(batch.SeqLens, int32(end))
 		batch.BlockTables = append(batch.BlockTables, append([]int32(nil), s.blocks...))
-		if w.all {
+		switch {
+		case w.none:
+			rowsPer = append(rowsPer, 0)
+		case w.all:
 			for r := first; r < len(batch.Tokens); r++ {
 				batch.LogitsRows = append(batch.LogitsRows, int32(r))
 			}
 			rowsPer = append(rowsPer, w.n)
-		} else {
+		default:
 			batch.LogitsRows = append(batch.LogitsRows, int32(len(batch.Tokens)-1))
 			rowsPer = append(rowsPer, 1)
 		}
@@ -136,19 +140,28 @@ func (h *harness) step(ws []work) [][][]float32 {
 	in := &model.DeviceBatch{
 		Tokens: up(batch.Tokens, nt), Positions: up(batch.Positions, nt), SlotMapping: up(batch.SlotMapping, nt),
 		QueryStart: up(batch.QueryStart, ns+1), SeqLens: up(batch.SeqLens, ns),
-		BlockTables: up(tables, ns, width), LogitsRows: up(batch.LogitsRows, nl),
-		NumTokens: nt, NumSeqs: ns, NumLogits: nl, MaxSeqLen: batch.MaxSeqLen(),
+		BlockTables: up(tables, ns, width),
+		NumTokens:   nt, NumSeqs: ns, NumLogits: nl, MaxSeqLen: batch.MaxSeqLen(),
+	}
+	if nl > 0 {
+		in.LogitsRows = up(batch.LogitsRows, nl)
 	}
 	logits, err := h.m.Forward(in, h.kv)
 	if err != nil {
 		h.t.Fatal(err)
+	}
+	out := make([][][]float32, len(ws))
+	if nl == 0 {
+		if logits != nil {
+			h.t.Fatal("logits returned for a step that wanted none")
+		}
+		return out
 	}
 	vocab := h.m.Config().VocabSize
 	raw := make([]byte, 4*nl*vocab)
 	if err := h.b.Read(logits, raw); err != nil {
 		h.t.Fatal(err)
 	}
-	out := make([][][]float32, len(ws))
 	row := 0
 	for i, n := range rowsPer {
 		for range n {

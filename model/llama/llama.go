@@ -306,6 +306,8 @@ func (m *Model) allocScratch() error {
 // and V written into kv (one entry per layer), and returns the logits
 // ([in.NumLogits, vocab] F32) of the rows in.LogitsRows. The returned
 // tensor is a view of the model's scratch, valid until the next Forward.
+// A step that wants no logits (NumLogits 0, LogitsRows nil: prefill chunks
+// that do not end their prompt) only fills the KV cache and returns nil.
 func (m *Model) Forward(in *model.DeviceBatch, kv []model.LayerKV) (backend.Tensor, error) {
 	if err := m.checkInput(in, kv); err != nil {
 		return nil, fmt.Errorf("llama: forward: %w", err)
@@ -328,8 +330,6 @@ func (m *Model) forward(in *model.DeviceBatch, kv []model.LayerKV) (backend.Tens
 	attnOut := vs.rows(b, m.attnOut, n) // [n, nH*hd]
 	gateUp := vs.rows(b, m.gateUp, n)   // [n, 2*inter]
 	mlpAct := vs.rows(b, m.mlpAct, n)   // [n, inter]
-	gathered := vs.rows(b, m.gathered, in.NumLogits)
-	logits := vs.rows(b, m.logits, in.NumLogits)
 	if vs.err != nil {
 		return nil, vs.err
 	}
@@ -387,6 +387,14 @@ func (m *Model) forward(in *model.DeviceBatch, kv []model.LayerKV) (backend.Tens
 			return nil, fmt.Errorf("layer %d down_proj: %w", l, err)
 		}
 	}
+	if in.NumLogits == 0 {
+		return nil, nil
+	}
+	gathered := vs.rows(b, m.gathered, in.NumLogits) // [NumLogits, hidden]
+	logits := vs.rows(b, m.logits, in.NumLogits)     // [NumLogits, vocab]
+	if vs.err != nil {
+		return nil, vs.err
+	}
 	if err := b.AddRMSNorm(normed, delta, resid, m.finalNorm, c.RMSNormEps); err != nil {
 		return nil, fmt.Errorf("final norm: %w", err)
 	}
@@ -422,8 +430,8 @@ func (m *Model) checkInput(in *model.DeviceBatch, kv []model.LayerKV) error {
 	if in.NumTokens <= 0 || in.NumTokens > m.opts.MaxTokens {
 		return fmt.Errorf("%d tokens, want 1..%d (Options.MaxTokens)", in.NumTokens, m.opts.MaxTokens)
 	}
-	if in.NumLogits <= 0 || in.NumLogits > m.opts.MaxLogits {
-		return fmt.Errorf("%d logits rows, want 1..%d (Options.MaxLogits)", in.NumLogits, m.opts.MaxLogits)
+	if in.NumLogits < 0 || in.NumLogits > m.opts.MaxLogits {
+		return fmt.Errorf("%d logits rows, want 0..%d (Options.MaxLogits)", in.NumLogits, m.opts.MaxLogits)
 	}
 	if in.NumSeqs <= 0 || in.NumSeqs > in.NumTokens {
 		return fmt.Errorf("%d sequences for %d tokens", in.NumSeqs, in.NumTokens)
@@ -431,7 +439,7 @@ func (m *Model) checkInput(in *model.DeviceBatch, kv []model.LayerKV) error {
 	if in.MaxSeqLen <= 0 {
 		return fmt.Errorf("max sequence length %d must be positive", in.MaxSeqLen)
 	}
-	for _, t := range []struct {
+	batchTensors := []struct {
 		name  string
 		t     backend.Tensor
 		shape []int
@@ -442,8 +450,15 @@ func (m *Model) checkInput(in *model.DeviceBatch, kv []model.LayerKV) error {
 		{"QueryStart", in.QueryStart, []int{in.NumSeqs + 1}},
 		{"SeqLens", in.SeqLens, []int{in.NumSeqs}},
 		{"BlockTables", in.BlockTables, nil},
-		{"LogitsRows", in.LogitsRows, []int{in.NumLogits}},
-	} {
+	}
+	if in.NumLogits > 0 {
+		batchTensors = append(batchTensors, struct {
+			name  string
+			t     backend.Tensor
+			shape []int
+		}{"LogitsRows", in.LogitsRows, []int{in.NumLogits}})
+	}
+	for _, t := range batchTensors {
 		if t.t == nil {
 			return fmt.Errorf("batch tensor %s is nil", t.name)
 		}

@@ -103,7 +103,7 @@ func TestFixtures(t *testing.T) {
 			for pi, p := range f.ref.Prompts {
 				h := newHarness(t, b, m, b.ActDType(), blockSize, numBlocks, rng)
 				s := &seq{tokens: append([]int32(nil), p.IDs...)}
-				rows := h.step([]work{{s, len(p.IDs), p.AllLogits != nil}})[0]
+				rows := h.step([]work{{s: s, n: len(p.IDs), all: p.AllLogits != nil}})[0]
 				last := rows[len(rows)-1]
 				worst = max(worst, checkLogits(t, fmt.Sprintf("prompt %d last logits", pi), last, p.LastLogits, tol))
 				for i, want := range p.AllLogits {
@@ -126,7 +126,7 @@ func TestFixtures(t *testing.T) {
 						break
 					}
 					s.tokens = append(s.tokens, tok)
-					logits = h.step([]work{{s, 1, false}})[0][0]
+					logits = h.step([]work{{s: s, n: 1}})[0][0]
 				}
 				h.close()
 			}
@@ -153,7 +153,7 @@ func TestBatchedMatchesAlone(t *testing.T) {
 			solo := make([][]float32, len(f.ref.Prompts))
 			for i, p := range f.ref.Prompts {
 				h := newHarness(t, b, m, b.ActDType(), blockSize, numBlocks, rng)
-				solo[i] = h.step([]work{{&seq{tokens: p.IDs}, len(p.IDs), false}})[0][0]
+				solo[i] = h.step([]work{{s: &seq{tokens: p.IDs}, n: len(p.IDs)}})[0][0]
 				h.close()
 			}
 
@@ -181,7 +181,8 @@ func TestBatchedMatchesAlone(t *testing.T) {
 						continue
 					}
 					n := min(24, len(st.s.tokens)-st.s.computed)
-					ws = append(ws, work{st.s, n, false})
+					midPrompt := st.s.computed+n < len(st.s.tokens)
+					ws = append(ws, work{s: st.s, n: n, none: midPrompt})
 					who = append(who, st)
 				}
 				if len(ws) == 0 {
@@ -190,7 +191,7 @@ func TestBatchedMatchesAlone(t *testing.T) {
 				out := h.step(ws)
 				for i, st := range who {
 					if st.s.computed < len(st.s.tokens) {
-						continue // mid-prompt chunk: its logits are not wanted
+						continue // mid-prompt chunk: no logits wanted
 					}
 					logits := out[i][0]
 					p := f.ref.Prompts[st.prompt]
@@ -220,6 +221,35 @@ func TestBatchedMatchesAlone(t *testing.T) {
 	}
 }
 
+// TestChunkedPrefill feeds the longest prompt of every fixture in 16-token
+// chunks (one KV block each) that want no logits until the last, and a
+// 5-token chunk that straddles blocks: the cache filled step by step must
+// give the reference logits.
+func TestChunkedPrefill(t *testing.T) {
+	for _, f := range loadFixtures(t) {
+		t.Run(f.name, func(t *testing.T) {
+			b := cpu.New(cpu.Options{})
+			m := newModel(t, b, f.cfg, f.w)
+			p := f.ref.Prompts[len(f.ref.Prompts)-1]
+			for _, chunk := range []int{16, 5} {
+				h := newHarness(t, b, m, b.ActDType(), blockSize, numBlocks, rand.New(rand.NewPCG(6, uint64(chunk))))
+				s := &seq{tokens: p.IDs}
+				var last []float32
+				for s.computed < len(p.IDs) {
+					n := min(chunk, len(p.IDs)-s.computed)
+					final := s.computed+n == len(p.IDs)
+					out := h.step([]work{{s: s, n: n, none: !final}})
+					if final {
+						last = out[0][0]
+					}
+				}
+				checkLogits(t, fmt.Sprintf("%d-token chunks", chunk), last, p.LastLogits, logitsTol(b))
+				h.close()
+			}
+		})
+	}
+}
+
 // TestReducedPrecisionKVCache stores K/V as BF16 and F16 (the CPU backend
 // converts on store): logits stay within half-precision rounding of the
 // reference.
@@ -232,7 +262,7 @@ func TestReducedPrecisionKVCache(t *testing.T) {
 			rng := rand.New(rand.NewPCG(3, 3))
 			for pi, p := range f.ref.Prompts {
 				h := newHarness(t, b, m, dt, blockSize, numBlocks, rng)
-				got := h.step([]work{{&seq{tokens: p.IDs}, len(p.IDs), false}})[0][0]
+				got := h.step([]work{{s: &seq{tokens: p.IDs}, n: len(p.IDs)}})[0][0]
 				e := checkLogits(t, fmt.Sprintf("prompt %d", pi), got, p.LastLogits, 2e-2)
 				if len(p.IDs) > 1 && e < 1e-7 {
 					t.Errorf("prompt %d: %v KV cache gave f32-exact logits; is the cache dtype honoured?", pi, dt)
@@ -274,7 +304,7 @@ func TestGGUF(t *testing.T) {
 				var out [][]float32
 				for _, p := range prompts {
 					h := newHarness(t, b, m, b.ActDType(), blockSize, numBlocks, rng)
-					out = append(out, h.step([]work{{&seq{tokens: p.IDs}, len(p.IDs), false}})[0][0])
+					out = append(out, h.step([]work{{s: &seq{tokens: p.IDs}, n: len(p.IDs)}})[0][0])
 					h.close()
 				}
 				m.Close()

@@ -1,7 +1,8 @@
 // attention.cu: paged causal attention over BF16 KV caches laid out
 // [numBlocks, numKVHeads, BS, HD].
 // Specialised with -DHD=<head dim> -DBS=<cache block size> -DGC=<query
-// heads per decode block>.
+// heads per decode block> -DUR=<decode warp steps whose loads are issued
+// together>.
 //
 // Decode (one query row per sequence) is split-KV flash decoding: a block
 // owns one (sequence, KV head, split) and the GC query heads of the GQA
@@ -17,7 +18,7 @@
 #define TPT (HD / 8)    // threads per token: each holds 8 dims (one 16-byte load)
 #define TPW (32 / TPT)  // tokens per warp step
 #define NW 4            // warps per block
-#define UNROLL 2        // warp steps whose loads are issued together
+#define UNROLL UR       // warp steps whose loads are issued together
 
 __device__ __forceinline__ void unpack8(uint4 v, float* f) {
   f[0] = __uint_as_float(v.x << 16); f[1] = __uint_as_float(v.x & 0xffff0000u);

@@ -1,0 +1,199 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/trigon-llm/trigon/backend/cpu"
+	"github.com/trigon-llm/trigon/engine"
+	"github.com/trigon-llm/trigon/telemetry"
+)
+
+// startServer serves the fixture model over HTTP on loopback.
+func startServer(t *testing.T, opts engine.LoadOptions) (*httptest.Server, *engine.Loaded) {
+	t.Helper()
+	opts.Model = "../../testdata/models/llama3"
+	opts.Backend = cpu.New(cpu.Options{Threads: 2})
+	l, err := engine.Load(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); l.Engine.Run(ctx) }()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv, err := newAPIServer(l, "fixture", "", telemetry.NewMetrics(), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() { hs.Close(); cancel(); <-done; l.Close() })
+	return hs, l
+}
+
+type completion struct {
+	text   string
+	finish string
+}
+
+// complete posts a greedy completion; with stream it reads SSE and, when
+// cancelAfter >= 0, drops the connection after that many chunks.
+func complete(ctx context.Context, url string, prompt []int32, maxTokens int, stream bool, cancelAfter int) (completion, error) {
+	body, _ := json.Marshal(map[string]any{
+		"prompt": prompt, "max_tokens": maxTokens, "temperature": 0, "ignore_eos": true, "stream": stream,
+	})
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", url+"/v1/completions", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return completion{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		return completion{}, fmt.Errorf("status %d: %s", resp.StatusCode, b)
+	}
+	if !stream {
+		var r struct {
+			Choices []struct {
+				Text         string `json:"text"`
+				FinishReason string `json:"finish_reason"`
+			} `json:"choices"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+			return completion{}, err
+		}
+		return completion{r.Choices[0].Text, r.Choices[0].FinishReason}, nil
+	}
+	var c completion
+	sc := bufio.NewScanner(resp.Body)
+	chunks := 0
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" {
+			continue
+		}
+		data, ok := strings.CutPrefix(line, "data: ")
+		if !ok {
+			return c, fmt.Errorf("bad SSE line %q", line)
+		}
+		if data == "[DONE]" {
+			return c, nil
+		}
+		var ch struct {
+			Choices []struct {
+				Text         string  `json:"text"`
+				FinishReason *string `json:"finish_reason"`
+			} `json:"choices"`
+		}
+		if err := json.Unmarshal([]byte(data), &ch); err != nil {
+			return c, fmt.Errorf("bad chunk %q: %w", data, err)
+		}
+		for _, x := range ch.Choices {
+			c.text += x.Text
+			if x.FinishReason != nil {
+				c.finish = *x.FinishReason
+			}
+		}
+		chunks++
+		if cancelAfter >= 0 && chunks > cancelAfter {
+			return c, context.Canceled
+		}
+	}
+	return c, fmt.Errorf("stream ended without [DONE]: %v", sc.Err())
+}
+
+// TestLoopbackLoad: 200 requests, 32 concurrent streams of mixed lengths, a
+// random 20% cancelled mid-stream. Every other greedy output equals the
+// same request run alone, and afterwards every KV block is free again.
+func TestLoopbackLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("load test")
+	}
+	hs, l := startServer(t, engine.LoadOptions{MaxSeqs: 32, MaxBatchedTokens: 512, ChunkSize: 128})
+	freeBefore := freeBlocks(t, l)
+	rng := rand.New(rand.NewPCG(11, 12))
+	const n = 200
+	type job struct {
+		prompt []int32
+		max    int
+		cancel int
+		want   completion
+	}
+	jobs := make([]job, n)
+	for i := range jobs {
+		jobs[i].prompt = make([]int32, 1+rng.IntN(200))
+		for j := range jobs[i].prompt {
+			jobs[i].prompt[j] = int32(2 + rng.IntN(500))
+		}
+		jobs[i].max = 1 + rng.IntN(32)
+		jobs[i].cancel = -1
+		if rng.Float64() < 0.2 {
+			jobs[i].cancel = rng.IntN(jobs[i].max)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	for i := range jobs {
+		if jobs[i].cancel >= 0 {
+			continue
+		}
+		c, err := complete(ctx, hs.URL, jobs[i].prompt, jobs[i].max, false, -1)
+		if err != nil {
+			t.Fatalf("job %d alone: %v", i, err)
+		}
+		jobs[i].want = c
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 32)
+	for i := range jobs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			j := jobs[i]
+			got, err := complete(ctx, hs.URL, j.prompt, j.max, true, j.cancel)
+			if j.cancel >= 0 {
+				if err != context.Canceled && err != nil {
+					t.Errorf("job %d (cancelled after %d chunks): %v", i, j.cancel, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Errorf("job %d: %v", i, err)
+				return
+			}
+			if got != j.want {
+				t.Errorf("job %d streamed under load: %+v; alone: %+v", i, got, j.want)
+			}
+		}()
+	}
+	wg.Wait()
+	deadline := time.Now().Add(10 * time.Second)
+	for l.Engine.Busy() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := freeBlocks(t, l); got != freeBefore {
+		t.Errorf("free KV blocks after the load: %d, before: %d", got, freeBefore)
+	}
+}
+
+func freeBlocks(t *testing.T, l *engine.Loaded) int {
+	t.Helper()
+	return l.Engine.Stats().FreeBlocks
+}
