@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -41,7 +42,7 @@ func (e *Error) Error() string {
 
 // MarshalJSON writes the wrapped {"error": {...}} body.
 func (e *Error) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
+	return marshal(struct {
 		Error errorBody `json:"error"`
 	}{e.body()})
 }
@@ -79,8 +80,20 @@ func writeError(w http.ResponseWriter, e *Error) {
 	writeJSON(w, e.Status, e)
 }
 
+// marshal encodes v without HTML escaping: API clients read the text
+// verbatim, and "<|end|>" should not arrive as "\u003c|end|\u003e".
+func marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
+	b, err := marshal(v)
 	if err != nil {
 		// Only our own response types reach here; failing to encode one is
 		// a bug, reported as a plain 500 rather than a panic.

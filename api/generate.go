@@ -629,7 +629,7 @@ func (s *sseWriter) start() {
 }
 
 func (s *sseWriter) send(v any) error {
-	b, err := json.Marshal(v)
+	b, err := marshal(v)
 	if err != nil {
 		s.err = fmt.Errorf("encode event: %w", err)
 		return s.err

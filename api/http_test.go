@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -350,5 +351,31 @@ func TestNewRejectsBadOptions(t *testing.T) {
 				t.Error("accepted")
 			}
 		})
+	}
+}
+
+// TestSlowBodyTimesOut sends headers and half a body over a raw connection
+// and stalls: the body deadline must answer 408 instead of waiting forever.
+func TestSlowBodyTimesOut(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.BodyReadTimeout = 100 * time.Millisecond })
+	ts := httptest.NewServer(e.srv.Handler())
+	defer ts.Close()
+	conn, err := net.Dial("tcp", ts.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"prompt\":")
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no response: %v", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestTimeout {
+		t.Fatalf("status %d, want 408", resp.StatusCode)
+	}
+	if len(e.eng.requests) != 0 {
+		t.Error("a partial body reached the engine")
 	}
 }

@@ -73,7 +73,7 @@ func (o orderedTop) MarshalJSON() ([]byte, error) {
 			b.WriteByte(',')
 		}
 		seen[e.token] = true
-		k, err := json.Marshal(e.token)
+		k, err := marshal(e.token)
 		if err != nil {
 			return nil, err
 		}

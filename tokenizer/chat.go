@@ -20,24 +20,30 @@ type Message struct {
 }
 
 // Limits on rendering a chat template. Templates come from model files, so
-// rendering must end and stay small whatever they contain: every for-loop
-// iteration and every macro call is counted by guards woven into the
-// template (see guardTemplate), range() is bounded, and the output is
-// checked at the end. What no guard can stop is a single expression that
-// builds a huge string (such as 'x' * 10**9); such a template is a hostile
-// file, and the process's memory limit is the last line there.
+// rendering must end and stay small whatever they contain. Guards woven
+// into the template (see guardTemplate) count every for-loop iteration,
+// every macro call and every byte written by {{ }}, and check the size of
+// every value a {% set %} stores; range() is bounded. What no guard sees is
+// the inside of one expression: 'x' * 10**9, or a long chain of ~ over a
+// stored value, can still build a large string before a guard looks at
+// it; such a template is a hostile file.
 const (
 	maxTemplateBytes   = 1 << 20
 	maxLoopIterations  = 1 << 20 // over one render, all loops together
 	maxMacroDepth      = 64
 	maxMacroCalls      = 1 << 16
 	maxRangeLen        = 1 << 16
-	maxRenderedBytes   = 64 << 20
 	guardLoopName      = "__trigon_loop"
 	guardEnterName     = "__trigon_enter"
 	guardLeaveName     = "__trigon_leave"
+	guardOutName       = "__trigon_out"
+	guardValName       = "__trigon_val"
 	guardAssignVarName = "__trigon_guard"
 )
+
+// maxRenderedBytes bounds a render's output and any value it stores. A
+// variable so that tests can lower it.
+var maxRenderedBytes = 64 << 20
 
 // chatTemplate is a compiled, guarded template.
 type chatTemplate struct {
@@ -121,7 +127,7 @@ func (t *Tokenizer) ApplyChatTemplateVars(msgs []Message, addGenerationPrompt bo
 	if err != nil {
 		return "", fmt.Errorf("apply chat template: %w", err)
 	}
-	if len(out) > maxRenderedBytes {
+	if len(out) > maxRenderedBytes { // text outside {{ }} counts too
 		return "", fmt.Errorf("apply chat template: output of %d bytes is over the limit", len(out))
 	}
 	return out, nil
@@ -141,6 +147,18 @@ type renderGuard struct {
 	iterations int64
 	depth      int
 	calls      int
+	written    int64
+}
+
+// valueSize estimates the bytes a value prints as.
+func valueSize(v jinja.Value) int64 {
+	if v.IsString() {
+		return int64(len(v.AsString()))
+	}
+	if v.IsList() || v.IsDict() {
+		return int64(len(v.String()))
+	}
+	return 16
 }
 
 func (g *renderGuard) install(data map[string]jinja.Value) {
@@ -178,6 +196,25 @@ func (g *renderGuard) install(data map[string]jinja.Value) {
 	data[guardLeaveName] = jinja.NewCallable(guardLeaveName, func([]jinja.Value, map[string]jinja.Value) (jinja.Value, error) {
 		g.depth--
 		return jinja.NewString(""), nil
+	})
+	data[guardOutName] = jinja.NewCallable(guardOutName, func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+		if len(args) != 1 {
+			return jinja.Undefined(), errors.New("output guard: want one argument")
+		}
+		g.written += valueSize(args[0])
+		if g.written > int64(maxRenderedBytes) {
+			return jinja.Undefined(), fmt.Errorf("template output is over %d bytes", maxRenderedBytes)
+		}
+		return args[0], nil
+	})
+	data[guardValName] = jinja.NewCallable(guardValName, func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+		if len(args) != 1 {
+			return jinja.Undefined(), errors.New("value guard: want one argument")
+		}
+		if valueSize(args[0]) > int64(maxRenderedBytes) {
+			return jinja.Undefined(), fmt.Errorf("template stored a value over %d bytes", maxRenderedBytes)
+		}
+		return args[0], nil
 	})
 	data["range"] = jinja.NewCallable("range", boundedRange)
 }
@@ -230,6 +267,8 @@ func boundedRange(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, er
 
 // guardTemplate weaves the render guards into a template's source:
 //
+//	{{ EXPR }}                    ->  {{ __trigon_out(EXPR) }}
+//	{% set T = EXPR %}            ->  {% set T = __trigon_val(EXPR) %}
 //	{% for x in ITER ... %}       ->  {% for x in __trigon_loop(ITER) ... %}
 //	{% macro m(...) %}BODY{% endmacro %}
 //	    -> {% macro m(...) %}{% set __trigon_guard = __trigon_enter() %}BODY{% set __trigon_guard = __trigon_leave() %}{% endmacro %}
@@ -268,14 +307,25 @@ func guardTemplate(src string) (string, error) {
 		if !ok {
 			return "", fmt.Errorf("unclosed tag at byte %d", j)
 		}
+		body := src[bodyStart:bodyEnd]
+		if closer == "}}" && strings.TrimSpace(body) != "" {
+			out.WriteString(exprText(trimL, trimR, guardOutName+"("+strings.TrimSpace(body)+")"))
+			i = end
+			continue
+		}
 		if closer != "%}" {
 			out.WriteString(src[j:end])
 			i = end
 			continue
 		}
-		body := src[bodyStart:bodyEnd]
 		kw, rest := stmtKeyword(body)
 		switch kw {
+		case "set":
+			if eq := findAssign(rest); eq >= 0 && findComma(rest[:eq]) < 0 {
+				out.WriteString(tagText(trimL, trimR, "set "+rest[:eq]+"= "+guardValName+"("+strings.TrimSpace(rest[eq+1:])+")"))
+			} else {
+				out.WriteString(src[j:end])
+			}
 		case "for":
 			nb, err := guardFor(rest)
 			if err != nil {
@@ -342,6 +392,58 @@ func tagText(trimL, trimR bool, body string) string {
 	}
 	b.WriteString("%}")
 	return b.String()
+}
+
+func exprText(trimL, trimR bool, body string) string {
+	t := tagText(trimL, trimR, body)
+	return "{{" + t[2:len(t)-2] + "}}"
+}
+
+// findAssign finds the "=" of an assignment outside quotes and brackets.
+func findAssign(s string) int {
+	return scanTopLevel(s, func(i int) bool {
+		if s[i] != '=' {
+			return false
+		}
+		prevOp := i > 0 && strings.IndexByte("=!<>", s[i-1]) >= 0
+		nextEq := i+1 < len(s) && s[i+1] == '='
+		return !prevOp && !nextEq
+	})
+}
+
+func findComma(s string) int { return scanTopLevel(s, func(i int) bool { return s[i] == ',' }) }
+
+// scanTopLevel returns the first index outside quotes and brackets where
+// hit is true, or -1.
+func scanTopLevel(s string, hit func(i int) bool) int {
+	depth := 0
+	var quote byte
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if quote != 0 {
+			if c == '\\' {
+				i++
+			} else if c == quote {
+				quote = 0
+			}
+			continue
+		}
+		switch c {
+		case '\'', '"':
+			quote = c
+			continue
+		case '(', '[', '{':
+			depth++
+			continue
+		case ')', ']', '}':
+			depth--
+			continue
+		}
+		if depth == 0 && hit(i) {
+			return i
+		}
+	}
+	return -1
 }
 
 func stmtKeyword(body string) (kw, rest string) {

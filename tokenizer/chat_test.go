@@ -22,6 +22,8 @@ var guardTestTemplates = map[string]string{
 		"{% for m in messages[::-1] %}{{ m.role|upper }}{% endfor %}",
 	"nested loops": "{% for a in messages %}{% for b in messages %}{{ a.role[0] }}{{ b.role[0] }} {% endfor %}\n{% endfor %}",
 	"call block":   "{% macro box() %}[{{ caller() }}]{% endmacro %}{% call box() %}{{ messages|length }}{% endcall %}",
+	"sets": "{% set a = 1 %}{% set b = 2 %}{% set x = a == b %}{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}{% endfor %}" +
+		"{% set blk %}[{{ ns.n }}]{% endset %}{{ x }}{{ blk }}{{- ' trimmed ' -}} {{ {'k': [1, 2]} }} {{ none }}",
 }
 
 var guardTestConversation = []Message{
@@ -92,6 +94,8 @@ func withGuards(data map[string]any) map[string]jinja.Value {
 // TestChatTemplateLimits feeds hostile templates: each must end with an
 // error, not hang, blow the stack or panic.
 func TestChatTemplateLimits(t *testing.T) {
+	defer func(n int) { maxRenderedBytes = n }(maxRenderedBytes)
+	maxRenderedBytes = 1 << 20
 	long := strings.Repeat("x", 200)
 	cases := map[string]string{
 		"recursive macro":   "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
@@ -102,7 +106,8 @@ func TestChatTemplateLimits(t *testing.T) {
 		"undefined call":    "{{ nope() }}",
 		"macro call budget": "{% macro f() %}{% endmacro %}{% for i in range(60000) %}{{ f() }}{{ f() }}{% endfor %}",
 		"range step zero":   "{{ range(1, 5, 0) }}",
-		"big output":        "{% set ns = namespace(s='" + long + "') %}{% for i in range(20) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{% for i in range(400) %}{{ ns.s }}{% endfor %}",
+		"doubling value":    "{% set ns = namespace(s='" + long + "') %}{% for i in range(14) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+		"big output":        "{% set s = '" + long + "' %}{% for i in range(10000) %}{{ s }}{{ s }}{% endfor %}",
 	}
 	for name, src := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -38,10 +38,11 @@ type golden struct {
 		TextSkip string    `json:"text_skip"`
 	} `json:"decode"`
 	Chat []struct {
-		Conversation        int     `json:"conversation"`
-		AddGenerationPrompt bool    `json:"add_generation_prompt"`
-		Text                *string `json:"text"`
-		Error               *string `json:"error"`
+		Conversation        int            `json:"conversation"`
+		AddGenerationPrompt bool           `json:"add_generation_prompt"`
+		Vars                map[string]any `json:"vars"`
+		Text                *string        `json:"text"`
+		Error               *string        `json:"error"`
 	} `json:"chat"`
 	HasChatTemplate bool     `json:"has_chat_template"`
 	Errors          []string `json:"errors"`
@@ -275,8 +276,8 @@ func TestGoldenChatTemplate(t *testing.T) {
 			for _, m := range chats[c.Conversation] {
 				msgs = append(msgs, Message{Role: m.Role, Content: m.Content})
 			}
-			got, err := tok.ApplyChatTemplate(msgs, c.AddGenerationPrompt)
-			name := fmt.Sprintf("conversation %d agp=%v", c.Conversation, c.AddGenerationPrompt)
+			got, err := tok.ApplyChatTemplateVars(msgs, c.AddGenerationPrompt, c.Vars)
+			name := fmt.Sprintf("conversation %d agp=%v vars=%v", c.Conversation, c.AddGenerationPrompt, c.Vars)
 			if c.Error != nil {
 				if err == nil {
 					t.Errorf("%s: got %q, want an error like %q", name, got, *c.Error)

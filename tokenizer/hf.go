@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -626,10 +627,19 @@ func (t *Tokenizer) applyConfig(raw []byte) error {
 	} else if id >= 0 {
 		t.bos = id
 	}
-	if id, e := lookup("eos_token", c.EOS); e != nil {
-		return e
-	} else if id >= 0 {
-		t.eos = []TokenID{id}
+	// eos_token is one token, but some configs list several.
+	var eosList []json.RawMessage
+	if err := json.Unmarshal(c.EOS, &eosList); err != nil || isNull(c.EOS) {
+		eosList = []json.RawMessage{c.EOS}
+	}
+	for _, raw := range eosList {
+		id, e := lookup("eos_token", raw)
+		if e != nil {
+			return e
+		}
+		if id >= 0 && !slices.Contains(t.eos, id) {
+			t.eos = append(t.eos, id)
+		}
 	}
 	if t.unk, err = lookup("unk_token", c.UNK); err != nil {
 		return err

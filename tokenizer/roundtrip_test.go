@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -271,6 +272,44 @@ func FuzzEncode(f *testing.F) {
 				checkRoundTrip(t, tok, s)
 			}
 			if _, err := tok.Decode(ids, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// TestConcurrentEncode shares one Tokenizer (and its word cache) between
+// goroutines; every result must equal the sequential one.
+func TestConcurrentEncode(t *testing.T) {
+	lines := corpusLines(t)
+	forEachTokenizer(t, func(t *testing.T, tok *Tokenizer, _ *golden) {
+		want := make([][]TokenID, len(lines))
+		for i, s := range lines {
+			ids, err := tok.Encode(s, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want[i] = ids
+		}
+		errs := make(chan error, 4)
+		for g := range 4 {
+			go func() {
+				for k := range lines {
+					i := (k*7 + g*13) % len(lines)
+					got, err := tok.Encode(lines[i], true)
+					if err == nil && !slices.Equal(got, want[i]) {
+						err = fmt.Errorf("goroutine %d: Encode(%q) = %v, want %v", g, lines[i], got, want[i])
+					}
+					if err != nil {
+						errs <- err
+						return
+					}
+				}
+				errs <- nil
+			}()
+		}
+		for range 4 {
+			if err := <-errs; err != nil {
 				t.Fatal(err)
 			}
 		}

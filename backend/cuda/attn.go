@@ -155,7 +155,8 @@ func (b *Backend) RoPEStoreKV(a backend.RoPEArgs) error {
 // on the batch shape and MaxSeqLen, so a fixed-shape launch can be graph
 // captured); sequences with more take the tensor-core prefill kernel,
 // which includes earlier cache contents (prefix-cached context). Both read
-// the block tables directly. The caches must be BF16 and headDim 64 or 128.
+// the block tables directly. The caches must be BF16 and headDim one of
+// attnHeadDims.
 //
 //	Out, Q      [numTokens, numHeads*headDim] BF16
 //	KCache      [numBlocks, numKVHeads, blockSize, headDim] BF16 (VCache alike)
@@ -192,8 +193,8 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 		return err
 	}
 	h, kvh, d, s := a.NumHeads, a.NumKVHeads, a.HeadDim, a.NumSeqs
-	if h <= 0 || kvh <= 0 || h%kvh != 0 || h > 65535 || (d != 64 && d != 128) {
-		return backend.ShapeError("cuda: "+op, "heads", "NumHeads %d, NumKVHeads %d, HeadDim %d: want NumHeads a multiple of NumKVHeads and HeadDim 64 or 128", h, kvh, d)
+	if h <= 0 || kvh <= 0 || h%kvh != 0 || h > 65535 || !attnHeadDims[d] {
+		return backend.ShapeError("cuda: "+op, "heads", "NumHeads %d, NumKVHeads %d, HeadDim %d: want NumHeads a multiple of NumKVHeads and HeadDim 16, 32, 64, 128 or 256", h, kvh, d)
 	}
 	if s <= 0 || s > 65535 || a.MaxSeqLen <= 0 || a.MaxSeqLen > maxInt32 || a.SlidingWindow < 0 || a.SlidingWindow > maxInt32 ||
 		math.IsNaN(float64(a.Scale)) || math.IsInf(float64(a.Scale), 0) {
@@ -301,7 +302,7 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 // decodeUnroll is how many warp steps of K/V loads the decode kernel
 // issues before using them (more bytes in flight per SM); a variable so the
 // benchmark can compare settings.
-var decodeUnroll = 4
+var decodeUnroll = 2
 
 // decodeSplits picks how many pieces each decode row's context is cut
 // into: enough blocks for two waves over the SMs, but no piece shorter
@@ -392,3 +393,8 @@ func (b *Backend) Sample(a backend.SampleArgs) ([]int32, error) {
 	}
 	return ids, nil
 }
+
+// attnHeadDims are the head dims the attention kernels take: decode gives
+// each token HD/8 lanes (a power of two dividing the warp), prefill tiles
+// HD in 16-wide mma steps.
+var attnHeadDims = map[int]bool{16: true, 32: true, 64: true, 128: true, 256: true}

@@ -29,6 +29,8 @@ func TestRoPEStoreKV(t *testing.T) {
 		{32, 8, 128, 37, false},
 		{16, 2, 128, 5, true},
 		{12, 4, 64, 130, true},
+		{8, 4, 32, 77, false},
+		{4, 2, 16, 9, true},
 	} {
 		t.Run(fmt.Sprintf("h%d_kv%d_d%d_t%d_norm%v", tc.h, tc.kv, tc.d, tc.tokens, tc.norm), func(t *testing.T) {
 			p := newPair(t)
@@ -130,21 +132,34 @@ func TestAttention(t *testing.T) {
 		seqs     []seqSpec
 		window   int
 		padRows  int
+		unroll   int // decode kernel UR; 0: the default
 	}{
-		{"decode_gqa1_d64", 8, 8, 64, []seqSpec{{1, 1}, {17, 1}, {300, 1}}, 0, 0},
-		{"decode_gqa4_d128", 32, 8, 128, []seqSpec{{2049, 1}, {1000, 1}, {16, 1}, {33, 1}}, 0, 0},
-		{"decode_gqa8_d128", 32, 4, 128, []seqSpec{{2049, 1}, {5, 1}}, 0, 0},
-		{"decode_gqa7_d64", 14, 2, 64, []seqSpec{{129, 1}, {64, 1}, {700, 1}}, 0, 0},
-		{"prefill_gqa4_d128", 16, 4, 128, []seqSpec{{200, 200}, {77, 77}}, 0, 0},
-		{"prefill_2049_gqa1", 8, 8, 128, []seqSpec{{2049, 2049}}, 0, 0},
-		{"prefix_cached_gqa4_d64", 8, 2, 64, []seqSpec{{300, 45}, {129, 128}, {65, 2}}, 0, 0},
-		{"mixed_gqa4_d128", 32, 8, 128, []seqSpec{{1000, 1}, {500, 100}, {1, 1}, {2049, 64}}, 0, 0},
-		{"window_gqa2", 8, 4, 128, []seqSpec{{700, 1}, {500, 130}, {90, 90}}, 128, 0},
-		{"padding_and_empty", 8, 8, 64, []seqSpec{{10, 1}, {20, 0}, {40, 3}}, 0, 3},
-		{"decode_many_seqs", 16, 8, 128, []seqSpec{{3, 1}, {700, 1}, {1, 1}, {64, 1}, {65, 1}, {1500, 1}, {999, 1}, {2, 1}, {128, 1}}, 0, 0},
+		{"decode_gqa1_d64", 8, 8, 64, []seqSpec{{1, 1}, {17, 1}, {300, 1}}, 0, 0, 0},
+		{"decode_gqa4_d128", 32, 8, 128, []seqSpec{{2049, 1}, {1000, 1}, {16, 1}, {33, 1}}, 0, 0, 0},
+		{"decode_gqa8_d128", 32, 4, 128, []seqSpec{{2049, 1}, {5, 1}}, 0, 0, 0},
+		{"decode_gqa7_d64", 14, 2, 64, []seqSpec{{129, 1}, {64, 1}, {700, 1}}, 0, 0, 0},
+		{"prefill_gqa4_d128", 16, 4, 128, []seqSpec{{200, 200}, {77, 77}}, 0, 0, 0},
+		{"prefill_2049_gqa1", 8, 8, 128, []seqSpec{{2049, 2049}}, 0, 0, 0},
+		{"prefix_cached_gqa4_d64", 8, 2, 64, []seqSpec{{300, 45}, {129, 128}, {65, 2}}, 0, 0, 0},
+		{"mixed_gqa4_d128", 32, 8, 128, []seqSpec{{1000, 1}, {500, 100}, {1, 1}, {2049, 64}}, 0, 0, 0},
+		{"window_gqa2", 8, 4, 128, []seqSpec{{700, 1}, {500, 130}, {90, 90}}, 128, 0, 0},
+		{"window_decode_only", 8, 4, 128, []seqSpec{{700, 1}, {129, 1}, {90, 1}}, 128, 0, 0},
+		{"window_prefill_only", 8, 4, 128, []seqSpec{{500, 130}, {90, 90}}, 128, 0, 0},
+		{"window_unroll4", 8, 4, 128, []seqSpec{{700, 1}, {500, 130}, {90, 90}}, 128, 0, 4},
+		{"decode_unroll4", 8, 4, 128, []seqSpec{{700, 1}, {129, 1}, {90, 1}}, 0, 0, 4},
+		{"padding_and_empty", 8, 8, 64, []seqSpec{{10, 1}, {20, 0}, {40, 3}}, 0, 3, 0},
+		{"mixed_gqa2_d32", 8, 4, 32, []seqSpec{{300, 1}, {200, 57}, {1, 1}, {1025, 1}}, 0, 0, 0},
+		{"prefill_gqa2_d32", 8, 4, 32, []seqSpec{{1024, 1024}, {33, 33}}, 0, 0, 0},
+		{"mixed_gqa2_d16", 4, 2, 16, []seqSpec{{70, 1}, {102, 40}, {5, 5}}, 0, 0, 0},
+		{"mixed_gqa4_d256", 8, 2, 256, []seqSpec{{300, 1}, {129, 65}}, 0, 0, 0},
+		{"decode_many_seqs", 16, 8, 128, []seqSpec{{3, 1}, {700, 1}, {1, 1}, {64, 1}, {65, 1}, {1500, 1}, {999, 1}, {2, 1}, {128, 1}}, 0, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newPair(t)
+			if tc.unroll != 0 {
+				defer func(u int) { decodeUnroll = u }(decodeUnroll)
+				decodeUnroll = tc.unroll
+			}
 			ns := len(tc.seqs)
 			maxBlocks, totalBlocks, rows, maxLen := 0, 0, 0, 0
 			for _, s := range tc.seqs {
@@ -192,6 +207,15 @@ func TestAttention(t *testing.T) {
 			p.must("sync", p.g.Sync())
 			got, want := read(t, p.g, gout), read(t, p.c, co)
 			w := tc.h * tc.d
+			e, err := relErr(got[:rows*w], want[:rows*w])
+			if err != nil || e > bf16Tol {
+				// Say which sequences are off before failing.
+				for i, s := range tc.seqs {
+					lo, hi := int(starts[i])*w, int(starts[i+1])*w
+					se, serr := relErr(got[lo:hi], want[lo:hi])
+					t.Logf("sequence %d (ctx %d, %d rows): relative error %.3g %v", i, s.ctx, s.q, se, serr)
+				}
+			}
 			p.expectClose("attention", got[:rows*w], want[:rows*w], bf16Tol)
 			for i, v := range got[rows*w:] {
 				if !math.IsNaN(float64(v)) {

@@ -109,7 +109,7 @@ func BenchmarkMatMulDecode(b *testing.B) {
 func BenchmarkAttentionDecode(b *testing.B) {
 	g := benchBackend(b)
 	const h, kv, d, bs = 32, 8, 128, 16
-	for _, c := range []struct{ seqs, ctx, unroll int }{{1, 8192, 4}, {8, 4096, 4}, {32, 2048, 4}, {4, 32768, 4}, {4, 32768, 2}, {32, 2048, 2}} {
+	for _, c := range []struct{ seqs, ctx, unroll int }{{1, 8192, 2}, {8, 4096, 2}, {32, 2048, 2}, {4, 32768, 2}, {4, 32768, 4}, {32, 2048, 4}} {
 		s := c
 		b.Run(fmt.Sprintf("b%d_ctx%d_h%d_kv%d_d%d_unroll%d", s.seqs, s.ctx, h, kv, d, s.unroll), func(b *testing.B) {
 			defer func(u int) { decodeUnroll = u }(decodeUnroll)

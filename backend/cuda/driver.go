@@ -24,8 +24,6 @@ const (
 	cuEventDisableTiming = 0x2
 
 	cuStreamCaptureModeThreadLocal = 1
-
-	cudaErrorNotReady = 600
 )
 
 // CUDAError is a failed driver, NVRTC or cuBLASLt call. The message names

@@ -18,14 +18,22 @@ if [[ $what == tests || $what == all ]]; then
   echo "tests rc=$?"
   grep -E '^(--- FAIL|FAIL|PASS$)|cuda: ' "$OUT/test.log" | head -40
   grep -E -A6 -- '--- FAIL' "$OUT/test.log" | grep -vE '^\s*$' | head -60
+  grep -E -A9 -- '=== RUN   TestAttention/window' "$OUT/test.log" | grep -E 'RUN|sequence|relative|diagnostic'
   grep -cE -- '--- PASS' "$OUT/test.log" | sed 's/^/passed: /'
 fi
 if [[ $what == sanitize || $what == all ]]; then
   RUN='TestGraph|TestEmbed|TestAddRMSNorm|TestSiLUMul|TestRoPEStoreKV|TestMatMul/(Q8|Q4)|TestAttention/(decode_gqa1|decode_gqa7|prefix_cached|padding|window|mixed)|TestSample/(vocab1000_|vocab50_)|TestDeviceChecks'
-  timeout 400 compute-sanitizer --tool memcheck --print-limit 20 $BIN -test.run "$RUN" -test.count=1 > "$OUT/memcheck.log" 2>&1
+  timeout 200 compute-sanitizer --tool memcheck --print-limit 20 $BIN -test.run "$RUN" -test.count=1 > "$OUT/memcheck.log" 2>&1
   echo "memcheck rc=$?"
   grep -E 'ERROR SUMMARY|========= (Invalid|Program hit|Error)' "$OUT/memcheck.log" | head -20
   grep -E '^(--- FAIL|FAIL|PASS$|ok)' "$OUT/memcheck.log" | head
+fi
+if [[ $what == racecheck || $what == all ]]; then
+  RUN='TestAttention/(prefix_cached|window_gqa2|window_unroll4)|TestSample/vocab1000_|TestAddRMSNorm'
+  timeout 150 compute-sanitizer --tool racecheck --print-limit 10 $BIN -test.run "$RUN" -test.count=1 > "$OUT/racecheck.log" 2>&1
+  echo "racecheck rc=$?"
+  grep -E 'RACECHECK SUMMARY|ERROR SUMMARY|========= (Error|Warning|Race)' "$OUT/racecheck.log" | head -10
+  grep -E '^(--- FAIL|FAIL|PASS$|ok)' "$OUT/racecheck.log" | head
 fi
 if [[ $what == bench || $what == all ]]; then
   timeout 150 $BIN -test.run '^$' -test.bench . -test.benchtime 100x -test.count=1 > "$OUT/bench.log" 2>&1

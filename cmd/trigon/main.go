@@ -19,7 +19,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(runCmd(), serveCmd(), inspectCmd(), convertCmd(), evalCmd(), kernelsCmd(), versionCmd())
+	root.AddCommand(runCmd(), serveCmd(), inspectCmd(), convertCmd(), evalCmd(), kernelsCmd(), benchCmd(), versionCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "trigon:", err)
 		os.Exit(1)

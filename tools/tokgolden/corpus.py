@@ -29,6 +29,13 @@ HAND = [
     "I'm I'M i'M I'Ll i'lL y'all o'clock rock'n'roll",
     "'s 't 're 've 'm 'll 'd 'S 'T 'RE 'VE 'M 'LL 'D",
     "don\u2019t (curly apostrophe) vs don't",
+    # Contractions followed by more letters: only here do the contraction
+    # alternatives and the letter-run alternatives disagree.
+    "'Sam said 'tis 'Twas 'REally 'velvet 'Llama 'mama 'dad 'STOP 'Tree",
+    "x'sam y'TEA z'veal w'LLAMA v'DUDE u'mmm t'rex",
+    "\u017f '\u017ftop '\u017f He'\u017f (long s) and 'K 'k",
+    "'''s '' ' s 'S's's",
+    "abc'defg'hij 12'34 'x'y'z",
     # Numbers.
     "1234567890",
     "3.14159265358979 2.71828 -42 +7 1e-10 0x1F 0b1010 1_000_000",
@@ -45,6 +52,9 @@ HAND = [
     "line one\nline two\n\nline four",
     "windows\r\nline\r\nendings\r\n",
     "mixed \t \n \r\n whitespace \u00a0 nbsp \u2003 emspace \u3000 ideographic",
+    "a \u3000b x\u00a0\u00a0y tab\t\tword \u2028x \u0085y \x0bz \x0cw",
+    "  ,  .  !  1  a  \u4e2d  \U0001f600  ",
+    "12 123 1234 12345 123456 1234567 \u0661\u0662\u0663\u0664 \u2160\u2161\u2162\u2163",
     "\n\n\n",
     "          ",
     " ",

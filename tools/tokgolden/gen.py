@@ -198,14 +198,19 @@ def main():
             has = bool(getattr(hf, "chat_template", None))
             golden["has_chat_template"] = has
             if has:
-                for ci, conv in enumerate(chats):
-                    for agp in (False, True):
-                        rec = {"conversation": ci, "add_generation_prompt": agp}
-                        try:
-                            rec["text"] = hf.apply_chat_template(conv, tokenize=False, add_generation_prompt=agp)
-                        except Exception as e:
-                            rec["error"] = "%s: %s" % (type(e).__name__, e)
-                        golden["chat"].append(rec)
+                # Extra template variables, as callers pass enable_thinking.
+                runs = [(ci, agp, None) for ci in range(len(chats)) for agp in (False, True)]
+                runs += [(ci, True, {"enable_thinking": False}) for ci in (0, 3)]
+                for ci, agp, extra in runs:
+                    rec = {"conversation": ci, "add_generation_prompt": agp}
+                    if extra:
+                        rec["vars"] = extra
+                    try:
+                        rec["text"] = hf.apply_chat_template(
+                            chats[ci], tokenize=False, add_generation_prompt=agp, **(extra or {}))
+                    except Exception as e:
+                        rec["error"] = "%s: %s" % (type(e).__name__, e)
+                    golden["chat"].append(rec)
         except Exception:
             failures += 1
             golden["errors"].append("chat: " + traceback.format_exc())

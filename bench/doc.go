@@ -1,0 +1,24 @@
+// Package bench measures trigon: `trigon bench latency` times one batch
+// through the model and runner directly (prefill time, decode-step
+// latency, achieved memory bandwidth against a floor), and `trigon bench
+// serve` drives a running OpenAI-compatible server with Poisson arrivals
+// and reports TTFT, inter-token latency and throughput.
+//
+// Latency runs need no checkpoint: Arch names a published architecture
+// (or reads a config.json) and SyntheticWeights generates deterministic
+// random weights of that shape, so the numbers depend only on shapes and
+// dtypes, as a benchmark's should. bench/peers holds the Python scripts
+// that time the same shapes in Hugging Face transformers and a
+// gpt-fast-style PyTorch model, and compare.py, which prints the ratios.
+//
+// Timing regions start after backend.Sync (the GPU is asynchronous) and end
+// when the sampled token ids are back on the host, so each region covers
+// the device work it launched.
+//
+//	cfg, err := bench.Arch("llama-3-8b")
+//	w := bench.SyntheticWeights(cfg, backend.BF16, 0)
+//	res, err := bench.RunLatency(ctx, bench.LatencyOptions{
+//		Backend: b, Config: cfg, Weights: w, Batch: 4, InputLen: 2048, OutputLen: 128,
+//	})
+//	res.WriteText(os.Stdout)
+package bench

@@ -1,0 +1,743 @@
+package bench
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/trigon-llm/trigon/backend"
+	"github.com/trigon-llm/trigon/backend/cuda"
+	"github.com/trigon-llm/trigon/kvcache"
+	"github.com/trigon-llm/trigon/model"
+	"github.com/trigon-llm/trigon/model/llama"
+	"github.com/trigon-llm/trigon/runner"
+)
+
+// BandwidthProber is an optional Backend interface: the device's copy
+// bandwidth in bytes/s (bytes read plus bytes written, per second),
+// measured by copying a buffer of about the given size. The latency
+// benchmark uses it as the ceiling that decode steps, which stream every
+// weight once, are held against. Backends without it get "n/a" (or the
+// nominal --peak-bandwidth).
+type BandwidthProber interface {
+	MeasureCopyBandwidth(bytes int) (float64, error)
+}
+
+// Graph is a captured decode step that replays with one launch
+// (*cuda.Graph satisfies it).
+type Graph interface {
+	Launch() error
+	Close()
+}
+
+// CaptureFunc records the backend ops fn queues into a Graph instead of
+// running them.
+type CaptureFunc func(fn func() error) (Graph, error)
+
+// LatencyOptions configure RunLatency.
+type LatencyOptions struct {
+	Backend backend.Backend
+	Config  model.Config
+	Weights model.Weights // stays open for the run (the CPU backend aliases it)
+	// Arch and WeightsSource label the report ("llama-3-8b", "synthetic
+	// BF16, seed 0" or a model path).
+	Arch, WeightsSource string
+
+	Batch     int // sequences decoded together
+	InputLen  int // prompt tokens per sequence
+	OutputLen int // generated tokens per sequence, the one sampled from the prefill included
+	// PrefillChunk is the most tokens one prefill step carries (default
+	// 2048, the engine's default step budget).
+	PrefillChunk int
+	Warmup       int // untimed iterations first
+	Iters        int // timed iterations (>= 1)
+	Seed         uint64
+
+	// CUDAGraphs replays decode steps from a captured graph. Capture is
+	// how; nil means the backend's own capture (the CUDA backend), and an
+	// error when it has none.
+	CUDAGraphs bool
+	Capture    CaptureFunc
+	// PeakBandwidth, bytes/s, is a nominal ceiling used when the backend
+	// cannot measure one (0: none).
+	PeakBandwidth float64
+}
+
+// LatencyResult is what `trigon bench latency` reports. Durations are in
+// milliseconds, rates per second; pointer fields are null (n/a) when they
+// cannot be known on this backend or run.
+type LatencyResult struct {
+	Benchmark    string   `json:"benchmark"` // "latency"
+	Engine       string   `json:"engine"`    // "trigon"
+	Arch         string   `json:"arch"`
+	Weights      string   `json:"weights"`
+	WeightDType  string   `json:"weight_dtype"`
+	KVDType      string   `json:"kv_dtype"`
+	Backend      string   `json:"backend"`
+	Device       string   `json:"device,omitempty"`
+	Batch        int      `json:"batch"`
+	InputLen     int      `json:"input_len"`
+	OutputLen    int      `json:"output_len"`
+	PrefillChunk int      `json:"prefill_chunk"`
+	Warmup       int      `json:"warmup"`
+	Iters        int      `json:"iters"`
+	CUDAGraphs   string   `json:"cuda_graphs"` // "on" or "off"
+	Notes        []string `json:"notes"`
+
+	Params      int64 `json:"params"`       // every weight element
+	WeightBytes int64 `json:"weight_bytes"` // as stored on the device
+	KVPoolBytes int64 `json:"kv_pool_bytes"`
+
+	PrefillMS         Summary `json:"prefill_ms"` // whole batch: TTFT of the batch
+	PrefillTokensPerS float64 `json:"prefill_tokens_per_s"`
+	ITLMS             Summary `json:"itl_ms"` // one decode step (a token for every sequence)
+	// DecodeTokensPerS is batch / mean step time: tokens per second while decoding.
+	DecodeTokensPerS *float64 `json:"decode_tokens_per_s"`
+	E2EMS            Summary  `json:"e2e_ms"` // prefill plus every decode step
+	OutputTokensPerS float64  `json:"output_tokens_per_s"`
+
+	// Bytes one decode step must read: every weight except the embedding
+	// table (only its batch rows), plus the KV cache of every sequence.
+	DecodeWeightBytes  int64    `json:"decode_weight_bytes_per_step"`
+	DecodeKVBytes      *float64 `json:"decode_kv_bytes_per_step"` // mean over the steps
+	DecodeBytesPerStep *float64 `json:"decode_bytes_per_step"`
+	AchievedBytesPerS  *float64 `json:"achieved_bytes_per_s"`
+	// CopyCeiling is the device's copy bandwidth; CeilingSource says
+	// whether the backend measured it ("measured") or --peak-bandwidth
+	// gave it ("nominal").
+	CopyCeiling   *float64 `json:"copy_ceiling_bytes_per_s"`
+	CeilingSource string   `json:"ceiling_source"`
+	CeilingShare  *float64 `json:"ceiling_share"`   // achieved / ceiling
+	DecodeFloorMS *float64 `json:"decode_floor_ms"` // mean bytes per step / ceiling
+
+	// PrefillFLOPs counts the projections only (2 x matrix params x tokens,
+	// the LM head on the logits rows); attention is left out, so the floor
+	// is a lower bound.
+	PrefillFLOPs       float64  `json:"prefill_flops"`
+	MatMulFLOPsPerS    *float64 `json:"matmul_flops_per_s"` // measured on the gate/up projection
+	PrefillGEMMFloorMS *float64 `json:"prefill_gemm_floor_ms"`
+
+	// Tokens are the greedy tokens of the last iteration, [batch][outputLen].
+	Tokens [][]int32 `json:"-"`
+}
+
+// latencyRun is the state of one RunLatency.
+type latencyRun struct {
+	opts    LatencyOptions
+	b       backend.Backend
+	cfg     model.Config
+	m       *llama.Model
+	r       *runner.Runner
+	prompts [][]int32 // [batch][inputLen]
+	tables  [][]int32 // [batch][blocksPerSeq]
+	greedy  []backend.SampleRow
+
+	graph       Graph
+	static      *model.DeviceBatch // graph inputs
+	staticOwned []backend.Tensor
+	logits      backend.Tensor // [batch, vocab] F32, captured
+	hostBuf     []byte
+
+	tokens [][]int32
+}
+
+// RunLatency builds the model and runner on opts.Backend and times
+// opts.Iters iterations of: prefill every prompt (random token ids, in
+// chunks of PrefillChunk tokens), then OutputLen-1 decode steps of one
+// token per sequence, sampled greedily on the device. The token sampled
+// from the prefill's logits is the first of OutputLen, as in Hugging Face
+// generate's max_new_tokens.
+func RunLatency(ctx context.Context, opts LatencyOptions) (*LatencyResult, error) {
+	if err := checkLatencyOptions(&opts); err != nil {
+		return nil, err
+	}
+	run := &latencyRun{opts: opts, b: opts.Backend, cfg: opts.Config}
+	defer run.close()
+	if err := run.setup(); err != nil {
+		return nil, err
+	}
+	res := run.newResult()
+
+	var prefill, e2e, itl []float64
+	var kvBytes, decodeSecs float64
+	for it := range opts.Warmup + opts.Iters {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if it == opts.Warmup && opts.CUDAGraphs {
+			// Kernels and GEMM plans are loaded by the eager warm-up, as
+			// capture requires.
+			if err := run.captureDecode(); err != nil {
+				return nil, err
+			}
+		}
+		p, steps, err := run.iteration(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if it < opts.Warmup {
+			continue
+		}
+		prefill = append(prefill, p)
+		total := p
+		for k, s := range steps {
+			itl = append(itl, s)
+			total += s
+			decodeSecs += s
+			ctxLen := opts.InputLen + k + 1
+			kvBytes += float64(opts.Batch) * float64(ctxLen) * float64(run.kvBytesPerToken())
+		}
+		e2e = append(e2e, total)
+	}
+	if err := run.finish(res, prefill, itl, e2e, kvBytes, decodeSecs); err != nil {
+		return nil, err
+	}
+	res.Tokens = run.tokens
+	return res, nil
+}
+
+func checkLatencyOptions(o *LatencyOptions) error {
+	if o.Backend == nil || o.Weights == nil {
+		return errors.New("bench latency: a backend and weights are required")
+	}
+	if err := o.Config.Validate(); err != nil {
+		return fmt.Errorf("bench latency: %w", err)
+	}
+	if o.PrefillChunk == 0 {
+		o.PrefillChunk = 2048
+	}
+	switch {
+	case o.Batch < 1 || o.Batch > 4096:
+		return fmt.Errorf("bench latency: batch %d outside 1..4096", o.Batch)
+	case o.InputLen < 1 || o.OutputLen < 1:
+		return fmt.Errorf("bench latency: input length %d and output length %d must be >= 1", o.InputLen, o.OutputLen)
+	case o.InputLen > o.Config.MaxPositions-o.OutputLen:
+		return fmt.Errorf("bench latency: input %d + output %d tokens exceed the model's context of %d",
+			o.InputLen, o.OutputLen, o.Config.MaxPositions)
+	case o.PrefillChunk < 1:
+		return fmt.Errorf("bench latency: prefill chunk %d must be positive", o.PrefillChunk)
+	case o.Warmup < 0 || o.Iters < 1:
+		return fmt.Errorf("bench latency: warmup %d must be >= 0 and iters %d >= 1", o.Warmup, o.Iters)
+	case o.PeakBandwidth < 0 || math.IsNaN(o.PeakBandwidth) || math.IsInf(o.PeakBandwidth, 0):
+		return fmt.Errorf("bench latency: peak bandwidth %g must be finite and >= 0", o.PeakBandwidth)
+	}
+	if _, err := checkedMul(o.Batch, o.InputLen+o.OutputLen); err != nil {
+		return fmt.Errorf("bench latency: %w", err)
+	}
+	if o.CUDAGraphs {
+		if o.Capture == nil {
+			o.Capture = backendCapture(o.Backend)
+		}
+		if o.Capture == nil {
+			return fmt.Errorf("bench latency: --cuda-graphs on: the %s backend cannot capture graphs", o.Backend.Name())
+		}
+		if o.Warmup < 1 {
+			return errors.New("bench latency: --cuda-graphs on needs --warmup >= 1: kernels must be loaded by an eager pass before capture")
+		}
+	}
+	return nil
+}
+
+// backendCapture returns the backend's graph capture, or nil.
+func backendCapture(b backend.Backend) CaptureFunc {
+	cb, ok := b.(*cuda.Backend)
+	if !ok {
+		return nil
+	}
+	return func(fn func() error) (Graph, error) {
+		g, err := cb.Capture(fn)
+		if err != nil {
+			return nil, err
+		}
+		return g, nil
+	}
+}
+
+func (run *latencyRun) setup() error {
+	o, c := run.opts, run.cfg
+	maxTokens := max(o.PrefillChunk, o.Batch)
+	m, err := llama.New(run.b, c, o.Weights, llama.Options{MaxTokens: maxTokens, MaxLogits: o.Batch})
+	if err != nil {
+		return fmt.Errorf("bench latency: %w", err)
+	}
+	run.m = m
+	bs := kvcache.DefaultBlockSize
+	seqLen := o.InputLen + o.OutputLen
+	perSeq := (seqLen + bs - 1) / bs
+	blocks, err := checkedMul(perSeq, o.Batch)
+	if err != nil {
+		return fmt.Errorf("bench latency: %w", err)
+	}
+	r, err := runner.New(run.b, m, runner.Options{
+		NumBlocks: blocks + 1, BlockSize: bs, MaxTokens: maxTokens, MaxSeqs: o.Batch, MaxSeqLen: seqLen,
+		NumLayers: c.NumLayers, NumKVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
+	})
+	if err != nil {
+		return fmt.Errorf("bench latency: %w", err)
+	}
+	run.r = r
+	// Sequence s owns blocks 1+s*perSeq ..; block 0 is the null block.
+	rng := rand.New(rand.NewPCG(o.Seed, 0x6c61_7465_6e63_79))
+	for s := range o.Batch {
+		t := make([]int32, perSeq)
+		for i := range t {
+			t[i] = int32(1 + s*perSeq + i)
+		}
+		run.tables = append(run.tables, t)
+		p := make([]int32, o.InputLen)
+		for i := range p {
+			p[i] = int32(rng.IntN(c.VocabSize))
+		}
+		run.prompts = append(run.prompts, p)
+	}
+	run.greedy = make([]backend.SampleRow, o.Batch) // Temperature 0: argmax
+	return nil
+}
+
+func (run *latencyRun) close() {
+	if run.graph != nil {
+		run.graph.Close()
+	}
+	for _, t := range run.staticOwned {
+		run.b.Free(t)
+	}
+	if run.r != nil {
+		run.r.Close()
+	}
+	if run.m != nil {
+		run.m.Close()
+	}
+}
+
+// iteration runs one prefill and the decode steps, returning their
+// durations in seconds.
+func (run *latencyRun) iteration(ctx context.Context) (prefill float64, steps []float64, err error) {
+	o := run.opts
+	tokens := make([][]int32, o.Batch)
+	if err := run.b.Sync(); err != nil {
+		return 0, nil, fmt.Errorf("bench latency: sync before prefill: %w", err)
+	}
+	t0 := time.Now()
+	first, err := run.prefill()
+	if err != nil {
+		return 0, nil, err
+	}
+	prefill = time.Since(t0).Seconds()
+	for s := range tokens {
+		tokens[s] = append(make([]int32, 0, o.OutputLen), first[s])
+	}
+	cur := first
+	for k := 1; k < o.OutputLen; k++ {
+		if err := ctx.Err(); err != nil {
+			return 0, nil, err
+		}
+		t := time.Now()
+		if run.graph != nil {
+			cur, err = run.decodeGraph(cur, k)
+		} else {
+			cur, err = run.decodeEager(cur, k)
+		}
+		if err != nil {
+			return 0, nil, fmt.Errorf("bench latency: decode step %d: %w", k, err)
+		}
+		steps = append(steps, time.Since(t).Seconds())
+		for s := range tokens {
+			tokens[s] = append(tokens[s], cur[s])
+		}
+	}
+	if err := run.b.Sync(); err != nil {
+		return 0, nil, fmt.Errorf("bench latency: sync after decode: %w", err)
+	}
+	run.tokens = tokens
+	return prefill, steps, nil
+}
+
+// prefill computes every prompt's KV in steps of at most PrefillChunk
+// tokens (several sequences share a step when they fit) and returns the
+// token sampled from each prompt's last logits.
+func (run *latencyRun) prefill() ([]int32, error) {
+	o := run.opts
+	first := make([]int32, o.Batch)
+	done := make([]int, o.Batch) // prompt tokens computed per sequence
+	for s := 0; s < o.Batch; {
+		var step runner.Step
+		var owner []int // owner[i]: sequence of step.Seqs[i]
+		budget := o.PrefillChunk
+		for q := s; q < o.Batch && budget > 0; q++ {
+			n := min(o.InputLen-done[q], budget)
+			step.Seqs = append(step.Seqs, runner.Seq{
+				Tokens: run.prompts[q][done[q] : done[q]+n], Start: done[q], BlockTable: run.tables[q],
+				WantLogits: done[q]+n == o.InputLen,
+			})
+			owner = append(owner, q)
+			done[q] += n
+			budget -= n
+		}
+		out, err := run.r.Execute(&step)
+		if err != nil {
+			return nil, fmt.Errorf("bench latency: prefill: %w", err)
+		}
+		if out.Rows > 0 {
+			ids, err := out.Sample(run.greedy[:out.Rows])
+			if err != nil {
+				return nil, fmt.Errorf("bench latency: prefill sample: %w", err)
+			}
+			for i, id := range ids {
+				first[owner[out.Seq[i]]] = id
+			}
+		}
+		for s < o.Batch && done[s] == o.InputLen {
+			s++
+		}
+	}
+	return first, nil
+}
+
+// decodeEager runs decode step k (k = 1..OutputLen-1) through the runner:
+// each sequence's previous token at position InputLen+k-1.
+func (run *latencyRun) decodeEager(cur []int32, k int) ([]int32, error) {
+	o := run.opts
+	step := runner.Step{Seqs: make([]runner.Seq, o.Batch)}
+	for s := range step.Seqs {
+		step.Seqs[s] = runner.Seq{Tokens: cur[s : s+1], Start: o.InputLen + k - 1, BlockTable: run.tables[s], WantLogits: true}
+	}
+	out, err := run.r.Execute(&step)
+	if err != nil {
+		return nil, err
+	}
+	return out.Sample(run.greedy)
+}
+
+// captureDecode prepares static decode inputs, captures one decode
+// forward over them and replays it once (a graph's first launch uploads
+// it, which the timed steps should not pay).
+func (run *latencyRun) captureDecode() error {
+	o, b := run.opts, run.b
+	n := o.Batch
+	perSeq := len(run.tables[0])
+	var err error
+	alloc := func(shape ...int) backend.Tensor {
+		if err != nil {
+			return nil
+		}
+		var t backend.Tensor
+		if t, err = b.Alloc(backend.I32, shape...); err == nil {
+			run.staticOwned = append(run.staticOwned, t)
+		}
+		return t
+	}
+	in := &model.DeviceBatch{
+		Tokens: alloc(n), Positions: alloc(n), SlotMapping: alloc(n),
+		QueryStart: alloc(n + 1), SeqLens: alloc(n), BlockTables: alloc(n, perSeq), LogitsRows: alloc(n),
+		NumTokens: n, NumSeqs: n, NumLogits: n,
+		// An upper bound: the attention kernels tile for it and read the
+		// true lengths from SeqLens, so one graph serves every step.
+		MaxSeqLen: o.InputLen + o.OutputLen,
+	}
+	if err != nil {
+		return fmt.Errorf("bench latency: graph inputs: %w", err)
+	}
+	run.static = in
+	qs, rows, tables := make([]int32, n+1), make([]int32, n), make([]int32, 0, n*perSeq)
+	for s := range n {
+		qs[s+1] = int32(s + 1)
+		rows[s] = int32(s)
+		tables = append(tables, run.tables[s]...)
+	}
+	for _, w := range []struct {
+		t backend.Tensor
+		v []int32
+	}{{in.QueryStart, qs}, {in.LogitsRows, rows}, {in.BlockTables, tables}} {
+		if err := b.Write(w.t, run.i32Bytes(w.v)); err != nil {
+			return fmt.Errorf("bench latency: graph inputs: %w", err)
+		}
+	}
+	if err := run.writeDecodeInputs(make([]int32, n), 1); err != nil {
+		return err
+	}
+	g, err := run.opts.Capture(func() error {
+		var err error
+		run.logits, err = run.m.Forward(in, run.r.KV())
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("bench latency: capture decode step: %w", err)
+	}
+	run.graph = g
+	if err := g.Launch(); err != nil {
+		return fmt.Errorf("bench latency: first graph launch: %w", err)
+	}
+	if err := b.Sync(); err != nil {
+		return fmt.Errorf("bench latency: first graph launch: %w", err)
+	}
+	return nil
+}
+
+// writeDecodeInputs sets the static inputs of decode step k: token cur[s]
+// of sequence s at position InputLen+k-1.
+func (run *latencyRun) writeDecodeInputs(cur []int32, k int) error {
+	o, in := run.opts, run.static
+	n, bs := o.Batch, kvcache.DefaultBlockSize
+	pos := o.InputLen + k - 1
+	positions, slots, lens := make([]int32, n), make([]int32, n), make([]int32, n)
+	for s := range n {
+		positions[s] = int32(pos)
+		slots[s] = run.tables[s][pos/bs]*int32(bs) + int32(pos%bs)
+		lens[s] = int32(pos + 1)
+	}
+	for _, w := range []struct {
+		t backend.Tensor
+		v []int32
+	}{{in.Tokens, cur}, {in.Positions, positions}, {in.SlotMapping, slots}, {in.SeqLens, lens}} {
+		if err := run.b.Write(w.t, run.i32Bytes(w.v)); err != nil {
+			return fmt.Errorf("bench latency: write decode inputs: %w", err)
+		}
+	}
+	return nil
+}
+
+// decodeGraph runs decode step k by replaying the captured forward.
+func (run *latencyRun) decodeGraph(cur []int32, k int) ([]int32, error) {
+	if err := run.writeDecodeInputs(cur, k); err != nil {
+		return nil, err
+	}
+	if err := run.graph.Launch(); err != nil {
+		return nil, err
+	}
+	return run.b.Sample(backend.SampleArgs{Logits: run.logits, Rows: run.greedy})
+}
+
+func (run *latencyRun) i32Bytes(v []int32) []byte {
+	if cap(run.hostBuf) < 4*len(v) {
+		run.hostBuf = make([]byte, 4*len(v))
+	}
+	buf := run.hostBuf[:4*len(v)]
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(buf[4*i:], uint32(x))
+	}
+	return buf
+}
+
+// kvBytesPerToken is the K and V bytes one token takes over all layers.
+func (run *latencyRun) kvBytesPerToken() int64 {
+	c := run.cfg
+	dt := run.r.Options().KVDType
+	return int64(c.NumLayers) * 2 * int64(c.NumKVHeads) * int64(c.HeadDim) * int64(dt.BlockBytes())
+}
+
+// newResult fills the run's description and the static byte counts.
+func (run *latencyRun) newResult() *LatencyResult {
+	o, c := run.opts, run.cfg
+	res := &LatencyResult{
+		Benchmark: "latency", Engine: "trigon", Arch: o.Arch, Weights: o.WeightsSource,
+		KVDType: run.r.Options().KVDType.String(), Backend: run.b.Name(),
+		Batch: o.Batch, InputLen: o.InputLen, OutputLen: o.OutputLen, PrefillChunk: o.PrefillChunk,
+		Warmup: o.Warmup, Iters: o.Iters, CUDAGraphs: "off", Notes: []string{},
+		KVPoolBytes: run.r.KVBytes(),
+	}
+	if d, ok := run.b.(interface{ Device() string }); ok {
+		res.Device = d.Device()
+	}
+	if o.CUDAGraphs {
+		res.CUDAGraphs = "on"
+		res.Notes = append(res.Notes, "decode steps replay a graph captured by the benchmark; the serving runner does not use graphs yet")
+	} else if backendCapture(run.b) != nil {
+		res.Notes = append(res.Notes, "decode steps launch op by op (--cuda-graphs on replays a captured graph)")
+	}
+	dtypes := map[backend.DType]bool{}
+	var matrixParams int64
+	for _, s := range model.ExpectedWeights(c) {
+		w, ok := o.Weights.Tensor(s.Name)
+		if !ok {
+			continue // llama.New validated the weights; cannot happen
+		}
+		n := int64(len(w.Data))
+		elems := int64(1)
+		for _, d := range s.Shape {
+			elems *= int64(d)
+		}
+		res.Params += elems
+		if !s.Matrix {
+			// Norms and biases live on the device as F32.
+			res.WeightBytes += 4 * elems
+			res.DecodeWeightBytes += 4 * elems
+			continue
+		}
+		dtypes[w.DType] = true
+		res.WeightBytes += n
+		switch s.Name {
+		case model.NameEmbed:
+			// A decode step gathers one row per sequence, unless the
+			// table is also the LM head.
+			row := n / int64(s.Shape[0])
+			res.DecodeWeightBytes += int64(o.Batch) * row
+			if c.TieEmbeddings {
+				res.DecodeWeightBytes += n
+			}
+		case model.NameLMHead:
+			res.DecodeWeightBytes += n
+		default:
+			res.DecodeWeightBytes += n
+			matrixParams += elems
+		}
+	}
+	for dt := range dtypes {
+		if res.WeightDType != "" {
+			res.WeightDType += "+"
+		}
+		res.WeightDType += dt.String()
+	}
+	// Projections for every prompt token, the LM head for the batch's
+	// logits rows.
+	prefillTokens := float64(o.Batch) * float64(o.InputLen)
+	res.PrefillFLOPs = 2*float64(matrixParams)*prefillTokens + 2*float64(c.VocabSize)*float64(c.Hidden)*float64(o.Batch)
+	return res
+}
+
+// finish computes the summaries, rates and floors.
+func (run *latencyRun) finish(res *LatencyResult, prefill, itl, e2e []float64, kvBytes, decodeSecs float64) error {
+	o := run.opts
+	res.PrefillMS = Summarize(prefill).scaled(1e3)
+	res.ITLMS = Summarize(itl).scaled(1e3)
+	res.E2EMS = Summarize(e2e).scaled(1e3)
+	if m := res.PrefillMS.Mean; m > 0 {
+		res.PrefillTokensPerS = float64(o.Batch*o.InputLen) / (m / 1e3)
+	}
+	if m := res.E2EMS.Mean; m > 0 {
+		res.OutputTokensPerS = float64(o.Batch*o.OutputLen) / (m / 1e3)
+	}
+	if n := len(itl); n > 0 && decodeSecs > 0 {
+		mean := res.ITLMS.Mean / 1e3
+		res.DecodeTokensPerS = ptr(float64(o.Batch) / mean)
+		kv := kvBytes / float64(n)
+		perStep := float64(res.DecodeWeightBytes) + kv
+		res.DecodeKVBytes = ptr(kv)
+		res.DecodeBytesPerStep = ptr(perStep)
+		res.AchievedBytesPerS = ptr(perStep * float64(n) / decodeSecs)
+	} else {
+		res.Notes = append(res.Notes, "output length 1: no decode steps to time")
+	}
+
+	if p, ok := run.b.(BandwidthProber); ok {
+		bw, err := p.MeasureCopyBandwidth(1 << 30)
+		if err != nil {
+			return fmt.Errorf("bench latency: measure copy bandwidth: %w", err)
+		}
+		res.CopyCeiling, res.CeilingSource = ptr(bw), "measured"
+	} else if o.PeakBandwidth > 0 {
+		res.CopyCeiling, res.CeilingSource = ptr(o.PeakBandwidth), "nominal"
+		res.Notes = append(res.Notes, fmt.Sprintf("the %s backend does not measure its copy bandwidth; the ceiling is the nominal --peak-bandwidth", run.b.Name()))
+	} else {
+		res.Notes = append(res.Notes, fmt.Sprintf("the %s backend does not measure its copy bandwidth (bench.BandwidthProber): ceiling and floor n/a", run.b.Name()))
+	}
+	if res.CopyCeiling != nil && *res.CopyCeiling > 0 && res.DecodeBytesPerStep != nil {
+		res.CeilingShare = ptr(*res.AchievedBytesPerS / *res.CopyCeiling)
+		res.DecodeFloorMS = ptr(*res.DecodeBytesPerStep / *res.CopyCeiling * 1e3)
+	}
+
+	rate, err := run.matmulRate()
+	if err != nil {
+		return err
+	}
+	if rate > 0 {
+		res.MatMulFLOPsPerS = ptr(rate)
+		res.PrefillGEMMFloorMS = ptr(res.PrefillFLOPs / rate * 1e3)
+	}
+	return nil
+}
+
+// matmulRate measures FLOP/s of the model's largest projection (layer 0's
+// fused gate/up) on one prefill chunk's rows: the rate prefill's GEMMs can
+// reach on this backend, in the weights' own dtype.
+func (run *latencyRun) matmulRate() (float64, error) {
+	o, c, b := run.opts, run.cfg, run.b
+	gate, ok1 := o.Weights.Tensor(model.LayerName(0, model.SuffixGate))
+	up, ok2 := o.Weights.Tensor(model.LayerName(0, model.SuffixUp))
+	if !ok1 || !ok2 || gate.DType != up.DType {
+		return 0, nil
+	}
+	n := min(o.PrefillChunk, o.Batch*o.InputLen)
+	wdata := make([]byte, 0, len(gate.Data)+len(up.Data))
+	wdata = append(append(wdata, gate.Data...), up.Data...)
+	w, err := b.Upload(gate.DType, []int{2 * c.Intermediate, c.Hidden}, wdata)
+	if err != nil {
+		return 0, fmt.Errorf("bench latency: matmul probe: %w", err)
+	}
+	defer b.Free(w)
+	x, err := b.Alloc(b.ActDType(), n, c.Hidden)
+	if err != nil {
+		return 0, fmt.Errorf("bench latency: matmul probe: %w", err)
+	}
+	defer b.Free(x)
+	out, err := b.Alloc(b.ActDType(), n, 2*c.Intermediate)
+	if err != nil {
+		return 0, fmt.Errorf("bench latency: matmul probe: %w", err)
+	}
+	defer b.Free(out)
+	// Random activations: zeros can run faster than real data.
+	vals := make([]float32, n*c.Hidden)
+	fillNormal(vals, o.Seed, 0x70726f6265, 0, 1)
+	xb, err := encodeF32(vals, b.ActDType())
+	if err != nil {
+		return 0, fmt.Errorf("bench latency: matmul probe: %w", err)
+	}
+	if err := b.Write(x, xb); err != nil {
+		return 0, fmt.Errorf("bench latency: matmul probe: %w", err)
+	}
+	if err := b.MatMul(out, x, w, nil); err != nil { // warm: kernel load, GEMM plan
+		return 0, fmt.Errorf("bench latency: matmul probe: %w", err)
+	}
+	if err := b.Sync(); err != nil {
+		return 0, fmt.Errorf("bench latency: matmul probe: %w", err)
+	}
+	// Batches of launches between syncs, until 100 ms have passed (at
+	// least 2 launches, about 200 at most).
+	reps, start := 0, time.Now()
+	for batch := 1; reps < 200; batch *= 2 {
+		for range batch {
+			if err := b.MatMul(out, x, w, nil); err != nil {
+				return 0, fmt.Errorf("bench latency: matmul probe: %w", err)
+			}
+		}
+		reps += batch
+		if err := b.Sync(); err != nil {
+			return 0, fmt.Errorf("bench latency: matmul probe: %w", err)
+		}
+		if reps >= 2 && time.Since(start) >= 100*time.Millisecond {
+			break
+		}
+	}
+	secs := time.Since(start).Seconds()
+	return 2 * float64(n) * float64(c.Hidden) * float64(2*c.Intermediate) * float64(reps) / secs, nil
+}
+
+// encodeF32 encodes vals in a float (activation) dtype.
+func encodeF32(vals []float32, dt backend.DType) ([]byte, error) {
+	switch dt {
+	case backend.F32, backend.BF16, backend.F16:
+	default:
+		return nil, fmt.Errorf("activation dtype %v is not F32, BF16 or F16", dt)
+	}
+	out := make([]byte, len(vals)*dt.BlockBytes())
+	if err := encodeChunk(out, dt, 0, vals); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// checkedMul returns a*b for non-negative a, b, or an error on overflow.
+func checkedMul(a, b int) (int, error) {
+	if a < 0 || b < 0 {
+		return 0, fmt.Errorf("negative size %d x %d", a, b)
+	}
+	if a != 0 && b > math.MaxInt64/a {
+		return 0, fmt.Errorf("size %d x %d overflows", a, b)
+	}
+	return a * b, nil
+}

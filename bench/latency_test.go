@@ -1,0 +1,295 @@
+package bench
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/trigon-llm/trigon/backend"
+	"github.com/trigon-llm/trigon/backend/cpu"
+	"github.com/trigon-llm/trigon/model"
+	"github.com/trigon-llm/trigon/model/llama"
+	"github.com/trigon-llm/trigon/runner"
+)
+
+// replayGraph stands in for a CUDA graph on the CPU: capture runs fn once
+// (as CUDA runs it to record), and every Launch runs it again. What it
+// checks is the benchmark's side of graphs: static inputs refreshed
+// before each launch, the captured logits read after it.
+type replayGraph struct {
+	fn       func() error
+	launches int
+	closed   bool
+}
+
+func (g *replayGraph) Launch() error { g.launches++; return g.fn() }
+func (g *replayGraph) Close()        { g.closed = true }
+
+func replayCapture(graphs *[]*replayGraph) CaptureFunc {
+	return func(fn func() error) (Graph, error) {
+		if err := fn(); err != nil {
+			return nil, err
+		}
+		g := &replayGraph{fn: fn}
+		*graphs = append(*graphs, g)
+		return g, nil
+	}
+}
+
+// referenceGreedy generates outputLen tokens for one prompt the slow way:
+// every step recomputes the whole sequence from position 0 in a fresh
+// cache and takes the host argmax (lowest id on ties) of the last logits.
+// It shares only the model code with the benchmark, not its KV handling,
+// block tables, batching or device sampling.
+func referenceGreedy(t *testing.T, cfg model.Config, w model.Weights, prompt []int32, outputLen int) []int32 {
+	t.Helper()
+	b := cpu.New(cpu.Options{Threads: 2})
+	total := len(prompt) + outputLen
+	m, err := llama.New(b, cfg, w, llama.Options{MaxTokens: total})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	blocks := (total + 15) / 16
+	r, err := runner.New(b, m, runner.Options{NumBlocks: blocks + 1, BlockSize: 16, MaxTokens: total, MaxSeqs: 1, MaxSeqLen: total,
+		NumLayers: cfg.NumLayers, NumKVHeads: cfg.NumKVHeads, HeadDim: cfg.HeadDim})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	table := make([]int32, blocks)
+	for i := range table {
+		table[i] = int32(i + 1)
+	}
+	seq := slices.Clone(prompt)
+	var out []int32
+	for range outputLen {
+		o, err := r.Execute(&runner.Step{Seqs: []runner.Seq{{Tokens: seq, BlockTable: table, WantLogits: true}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		logits, err := o.Logits(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		best := 0
+		for i, v := range logits {
+			if v > logits[best] {
+				best = i
+			}
+		}
+		out = append(out, int32(best))
+		seq = append(seq, int32(best))
+	}
+	return out
+}
+
+// prompts regenerates the benchmark's prompts (same seed and stream).
+func prompts(seed uint64, batch, inputLen, vocab int) [][]int32 {
+	rng := rand.New(rand.NewPCG(seed, 0x6c61_7465_6e63_79))
+	var ps [][]int32
+	for range batch {
+		p := make([]int32, inputLen)
+		for i := range p {
+			p[i] = int32(rng.IntN(vocab))
+		}
+		ps = append(ps, p)
+	}
+	return ps
+}
+
+// TestRunLatencyGreedyTokens runs the benchmark on the CPU in several
+// shapes (chunked prefill with several sequences per step, graphs
+// replayed) and checks its greedy tokens against referenceGreedy.
+func TestRunLatencyGreedyTokens(t *testing.T) {
+	for _, tc := range []struct {
+		name                  string
+		cfg                   model.Config
+		dt                    backend.DType
+		batch, in, out, chunk int
+		warmup, iters         int
+		graphs                bool
+	}{
+		{"one sequence", tinyConfig(false, false), backend.BF16, 1, 20, 6, 0, 0, 1, false},
+		{"chunked batch", tinyConfig(false, false), backend.BF16, 3, 20, 6, 7, 1, 2, false},
+		{"chunked batch graphs", tinyConfig(false, false), backend.BF16, 3, 20, 6, 7, 1, 2, true},
+		{"qwen2 tied q8 graphs", func() model.Config { c := tinyConfig(true, true); return c }(), backend.Q8_0, 2, 33, 5, 16, 1, 1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := mustSynthetic(t, tc.cfg, tc.dt, 42)
+			var graphs []*replayGraph
+			opts := LatencyOptions{
+				Backend: cpu.New(cpu.Options{Threads: 2}), Config: tc.cfg, Weights: w, Arch: "tiny",
+				Batch: tc.batch, InputLen: tc.in, OutputLen: tc.out, PrefillChunk: tc.chunk,
+				Warmup: tc.warmup, Iters: tc.iters, Seed: 3, CUDAGraphs: tc.graphs,
+			}
+			if tc.graphs {
+				opts.Capture = replayCapture(&graphs)
+			}
+			res, err := RunLatency(context.Background(), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Tokens) != tc.batch {
+				t.Fatalf("%d token rows, want %d", len(res.Tokens), tc.batch)
+			}
+			for s, p := range prompts(3, tc.batch, tc.in, tc.cfg.VocabSize) {
+				want := referenceGreedy(t, tc.cfg, w, p, tc.out)
+				if !slices.Equal(res.Tokens[s], want) {
+					t.Errorf("sequence %d: tokens %v, reference %v", s, res.Tokens[s], want)
+				}
+			}
+			if res.PrefillMS.Count != tc.iters || res.E2EMS.Count != tc.iters || res.ITLMS.Count != tc.iters*(tc.out-1) {
+				t.Errorf("counts: prefill %d, e2e %d, itl %d; want %d, %d, %d",
+					res.PrefillMS.Count, res.E2EMS.Count, res.ITLMS.Count, tc.iters, tc.iters, tc.iters*(tc.out-1))
+			}
+			if !(res.E2EMS.Min >= res.PrefillMS.Min) || !(res.ITLMS.Min > 0) {
+				t.Errorf("e2e %v shorter than prefill %v, or a zero step %v", res.E2EMS, res.PrefillMS, res.ITLMS)
+			}
+			if tc.graphs {
+				if res.CUDAGraphs != "on" || len(graphs) != 1 {
+					t.Fatalf("cuda_graphs %q with %d graphs captured, want on and 1", res.CUDAGraphs, len(graphs))
+				}
+				g := graphs[0]
+				if want := 1 + tc.iters*(tc.out-1); g.launches != want || !g.closed {
+					t.Errorf("graph launched %d times (closed %v), want %d and closed", g.launches, g.closed, want)
+				}
+			} else if res.CUDAGraphs != "off" {
+				t.Errorf("cuda_graphs %q, want off", res.CUDAGraphs)
+			}
+		})
+	}
+}
+
+// fakeProber is a CPU backend that reports a fixed copy bandwidth.
+type fakeProber struct {
+	*cpu.Backend
+	bw float64
+}
+
+func (f fakeProber) MeasureCopyBandwidth(int) (float64, error) { return f.bw, nil }
+
+// TestLatencyAccounting checks bytes, FLOPs, rates and floors against
+// formulas written from the architecture.
+func TestLatencyAccounting(t *testing.T) {
+	const batch, in, out = 2, 24, 5
+	for _, tc := range []struct {
+		name     string
+		tied     bool
+		b        backend.Backend
+		peak     float64
+		source   string
+		ceiling  float64
+		hasFloor bool
+	}{
+		{"untied, measured ceiling", false, fakeProber{cpu.New(cpu.Options{Threads: 2}), 5e9}, 0, "measured", 5e9, true},
+		{"tied, nominal ceiling", true, cpu.New(cpu.Options{Threads: 2}), 3e9, "nominal", 3e9, true},
+		{"no ceiling", false, cpu.New(cpu.Options{Threads: 2}), 0, "", 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tinyConfig(tc.tied, false)
+			w := mustSynthetic(t, c, backend.BF16, 1)
+			res, err := RunLatency(context.Background(), LatencyOptions{
+				Backend: tc.b, Config: c, Weights: w, Batch: batch, InputLen: in, OutputLen: out, Iters: 1, PeakBandwidth: tc.peak,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			H, I, V, L := c.Hidden, c.Intermediate, c.VocabSize, c.NumLayers
+			q, kv := c.NumHeads*c.HeadDim, c.NumKVHeads*c.HeadDim
+			layerMatrix := H*(q+2*kv) + q*H + 3*H*I
+			// BF16 matrices, F32 norms, the LM head (the table itself when
+			// tied) and one embedding row per sequence.
+			wantWeights := int64(L*(2*layerMatrix+4*2*H) + 4*H + 2*V*H + batch*2*H)
+			if res.DecodeWeightBytes != wantWeights {
+				t.Errorf("decode weight bytes %d, want %d", res.DecodeWeightBytes, wantWeights)
+			}
+			// Decode steps k = 1..out-1 read a context of in+k tokens: in +
+			// out/2 on average; F32 K and V on the CPU.
+			wantKV := float64(batch) * (in + out/2.0) * float64(L*2*kv*4)
+			if math.Abs(*res.DecodeKVBytes-wantKV) > 1e-6*wantKV {
+				t.Errorf("decode KV bytes %g, want %g", *res.DecodeKVBytes, wantKV)
+			}
+			perStep := float64(wantWeights) + wantKV
+			if got := *res.AchievedBytesPerS; math.Abs(got-perStep/(res.ITLMS.Mean/1e3)) > 1e-6*got {
+				t.Errorf("achieved %g B/s, want bytes per step / mean step = %g", got, perStep/(res.ITLMS.Mean/1e3))
+			}
+			wantFLOPs := 2*float64(L*layerMatrix)*batch*in + 2*float64(V*H)*batch
+			if math.Abs(res.PrefillFLOPs-wantFLOPs) > 1e-9*wantFLOPs {
+				t.Errorf("prefill FLOPs %g, want %g", res.PrefillFLOPs, wantFLOPs)
+			}
+			if res.MatMulFLOPsPerS == nil || !(*res.MatMulFLOPsPerS > 0) ||
+				math.Abs(*res.PrefillGEMMFloorMS - wantFLOPs / *res.MatMulFLOPsPerS * 1e3) > 1e-6**res.PrefillGEMMFloorMS {
+				t.Errorf("GEMM floor %v at %v FLOP/s, want FLOPs / rate", res.PrefillGEMMFloorMS, res.MatMulFLOPsPerS)
+			}
+			if wantParams := paramCount(c); res.Params != wantParams {
+				t.Errorf("params %d, want %d", res.Params, wantParams)
+			}
+			if *res.DecodeTokensPerS != batch/(res.ITLMS.Mean/1e3) {
+				t.Errorf("decode tok/s %g, want batch / mean step", *res.DecodeTokensPerS)
+			}
+			if res.CeilingSource != tc.source {
+				t.Errorf("ceiling source %q, want %q", res.CeilingSource, tc.source)
+			}
+			if !tc.hasFloor {
+				if res.CopyCeiling != nil || res.CeilingShare != nil || res.DecodeFloorMS != nil {
+					t.Errorf("ceiling %v, share %v, floor %v; want all n/a", res.CopyCeiling, res.CeilingShare, res.DecodeFloorMS)
+				}
+				return
+			}
+			if *res.CopyCeiling != tc.ceiling {
+				t.Errorf("ceiling %g, want %g", *res.CopyCeiling, tc.ceiling)
+			}
+			if math.Abs(*res.DecodeFloorMS-perStep/tc.ceiling*1e3) > 1e-9 {
+				t.Errorf("floor %g ms, want %g", *res.DecodeFloorMS, perStep/tc.ceiling*1e3)
+			}
+			if math.Abs(*res.CeilingShare-*res.AchievedBytesPerS/tc.ceiling) > 1e-12 {
+				t.Errorf("share %g, want achieved / ceiling", *res.CeilingShare)
+			}
+		})
+	}
+}
+
+func TestLatencyOptionErrors(t *testing.T) {
+	c := tinyConfig(false, false)
+	w := mustSynthetic(t, c, backend.BF16, 1)
+	b := cpu.New(cpu.Options{Threads: 1})
+	ok := LatencyOptions{Backend: b, Config: c, Weights: w, Batch: 1, InputLen: 4, OutputLen: 2, Iters: 1}
+	for _, tc := range []struct {
+		name   string
+		change func(*LatencyOptions)
+		want   string
+	}{
+		{"no backend", func(o *LatencyOptions) { o.Backend = nil }, "backend"},
+		{"zero batch", func(o *LatencyOptions) { o.Batch = 0 }, "batch"},
+		{"zero output", func(o *LatencyOptions) { o.OutputLen = 0 }, "output length"},
+		{"past context", func(o *LatencyOptions) { o.InputLen = 500; o.OutputLen = 13 }, "context"},
+		{"no iters", func(o *LatencyOptions) { o.Iters = 0 }, "iters"},
+		{"negative chunk", func(o *LatencyOptions) { o.PrefillChunk = -1 }, "chunk"},
+		{"NaN peak", func(o *LatencyOptions) { o.PeakBandwidth = math.NaN() }, "peak"},
+		{"graphs on cpu", func(o *LatencyOptions) { o.CUDAGraphs = true; o.Warmup = 1 }, "cannot capture"},
+		{"graphs without warmup", func(o *LatencyOptions) {
+			var g []*replayGraph
+			o.CUDAGraphs, o.Capture = true, replayCapture(&g)
+		}, "warmup"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := ok
+			tc.change(&o)
+			_, err := RunLatency(context.Background(), o)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want one mentioning %q", err, tc.want)
+			}
+		})
+	}
+	t.Run("cancelled", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if _, err := RunLatency(ctx, ok); err == nil {
+			t.Error("a cancelled run succeeded")
+		}
+	})
+}

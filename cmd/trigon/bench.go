@@ -1,0 +1,223 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+
+	"github.com/trigon-llm/trigon/backend"
+	"github.com/trigon-llm/trigon/bench"
+	"github.com/trigon-llm/trigon/model"
+)
+
+func benchCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Benchmark latency (model and runner directly) or a running server",
+		Long: "bench latency times prefill and decode steps of one batch on synthetic (or given) weights;\n" +
+			"bench serve sends streaming completions to an OpenAI-compatible server at a Poisson rate.\n" +
+			"See docs/benchmarks.md.",
+	}
+	cmd.AddCommand(benchLatencyCmd(), benchServeCmd())
+	return cmd
+}
+
+// weightDTypes are the --dtype values of bench latency.
+var weightDTypes = map[string]backend.DType{
+	"bf16": backend.BF16, "f16": backend.F16, "f32": backend.F32, "q8_0": backend.Q8_0, "q4_0": backend.Q4_0,
+}
+
+func benchLatencyCmd() *cobra.Command {
+	var df deviceFlags
+	var arch, modelPath, dtype, graphs string
+	var batch, inputLen, outputLen, chunk, warmup, iters int
+	var seed uint64
+	var peakGBps float64
+	var asJSON, verbose bool
+	cmd := &cobra.Command{
+		Use:   "latency",
+		Short: "Time prefill and decode steps of one batch",
+		Long: "latency builds the model and runner (no scheduler), prefills --batch random prompts of\n" +
+			"--input-len tokens in chunks, then decodes until each has --output-len tokens (the first comes\n" +
+			"from the prefill), sampling greedily on the device. Weights are synthetic random values of the\n" +
+			"--arch shapes unless --model names a checkpoint. Architectures: " + strings.Join(bench.ArchNames(), ", ") +
+			", or a config.json path.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var useGraphs bool
+			switch graphs {
+			case "on":
+				useGraphs = true
+			case "off":
+			default:
+				return fmt.Errorf("--cuda-graphs %q: want on or off", graphs)
+			}
+			var (
+				cfg    model.Config
+				w      model.Weights
+				source string
+				err    error
+			)
+			if modelPath != "" {
+				if cfg, _, w, err = model.OpenWeights(modelPath); err != nil {
+					return err
+				}
+				source = modelPath
+				arch = strings.TrimSuffix(filepath.Base(filepath.Clean(modelPath)), ".gguf")
+			} else {
+				dt, ok := weightDTypes[strings.ToLower(dtype)]
+				if !ok {
+					return fmt.Errorf("--dtype %q: want bf16, f16, f32, q8_0 or q4_0", dtype)
+				}
+				if cfg, err = bench.Arch(arch); err != nil {
+					return err
+				}
+				if w, err = bench.SyntheticWeights(cfg, dt, seed); err != nil {
+					return err
+				}
+				source = fmt.Sprintf("synthetic, seed %d", seed)
+			}
+			defer w.Close()
+			b, err := df.open(newLogger(verbose))
+			if err != nil {
+				return err
+			}
+			if c, ok := b.(interface{ Close() error }); ok {
+				defer c.Close()
+			}
+			res, err := bench.RunLatency(cmd.Context(), bench.LatencyOptions{
+				Backend: b, Config: cfg, Weights: w, Arch: arch, WeightsSource: source,
+				Batch: batch, InputLen: inputLen, OutputLen: outputLen, PrefillChunk: chunk,
+				Warmup: warmup, Iters: iters, Seed: seed, CUDAGraphs: useGraphs, PeakBandwidth: peakGBps * 1e9,
+			})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return bench.WriteJSON(cmd.OutOrStdout(), res)
+			}
+			return res.WriteText(cmd.OutOrStdout())
+		},
+	}
+	df.register(cmd)
+	fl := cmd.Flags()
+	fl.StringVar(&arch, "arch", bench.ArchDefault, "architecture of the synthetic weights: a preset name or a config.json path")
+	fl.StringVarP(&modelPath, "model", "m", "", "time this checkpoint (HF directory or .gguf) instead of synthetic weights")
+	fl.StringVar(&dtype, "dtype", "bf16", "synthetic weight dtype: bf16, f16, f32, q8_0 or q4_0")
+	fl.IntVar(&batch, "batch", 1, "sequences decoded together")
+	fl.IntVar(&inputLen, "input-len", 512, "prompt tokens per sequence")
+	fl.IntVar(&outputLen, "output-len", 128, "generated tokens per sequence, the prefill's included")
+	fl.IntVar(&chunk, "prefill-chunk", 2048, "most tokens one prefill step carries")
+	fl.IntVar(&warmup, "warmup", 1, "untimed iterations first")
+	fl.IntVar(&iters, "iters", 3, "timed iterations")
+	fl.Uint64Var(&seed, "seed", 0, "seed of the synthetic weights and the prompts")
+	fl.StringVar(&graphs, "cuda-graphs", "off", "on: replay decode steps from a captured CUDA graph")
+	fl.Float64Var(&peakGBps, "peak-bandwidth", 0, "nominal memory bandwidth in GB/s, used as the ceiling when the backend cannot measure one")
+	fl.BoolVar(&asJSON, "json", false, "print one JSON object")
+	fl.BoolVarP(&verbose, "verbose", "v", false, "log backend selection")
+	return cmd
+}
+
+func benchServeCmd() *cobra.Command {
+	var serverURL, rate, inputLen, outputLen, modelName, apiKey, tokenIDs string
+	var numPrompts, maxConc int
+	var seed uint64
+	var timeout time.Duration
+	var asJSON, showProgress bool
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Load-test a running OpenAI-compatible server with streaming completions",
+		Long: "serve sends --num-prompts streaming /v1/completions requests (random token-id prompts,\n" +
+			"ignore_eos, max_tokens from --output-len) with Poisson arrivals at --rate requests/s (inf: all\n" +
+			"at once) and reports TTFT, ITL, TPOT and E2E percentiles and throughput.\n" +
+			"Lengths: N, fixed:N, uniform:LO-HI (inclusive) or normal:MEAN,STDDEV.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			r, err := bench.ParseRate(rate)
+			if err != nil {
+				return err
+			}
+			in, err := bench.ParseLengthDist(inputLen)
+			if err != nil {
+				return fmt.Errorf("--input-len: %w", err)
+			}
+			out, err := bench.ParseLengthDist(outputLen)
+			if err != nil {
+				return fmt.Errorf("--output-len: %w", err)
+			}
+			ids, err := parseTokenIDs(tokenIDs)
+			if err != nil {
+				return err
+			}
+			if apiKey == "" {
+				apiKey = os.Getenv("TRIGON_API_KEY")
+			}
+			opts := bench.ServeOptions{
+				URL: serverURL, Model: modelName, APIKey: apiKey, Rate: r, NumPrompts: numPrompts,
+				InputLen: in, OutputLen: out, Seed: seed, MaxConcurrency: maxConc, Timeout: timeout, TokenIDs: ids,
+			}
+			if showProgress {
+				bar := progressbar.NewOptions(numPrompts,
+					progressbar.OptionSetWriter(os.Stderr),
+					progressbar.OptionSetDescription("requests"),
+					progressbar.OptionShowCount(),
+					progressbar.OptionClearOnFinish(),
+					progressbar.OptionThrottle(100*time.Millisecond))
+				opts.OnDone = func() { _ = bar.Add(1) }
+				defer bar.Finish()
+			}
+			res, err := bench.RunServe(cmd.Context(), opts)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return bench.WriteJSON(cmd.OutOrStdout(), res)
+			}
+			return res.WriteText(cmd.OutOrStdout())
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&serverURL, "url", "http://127.0.0.1:8000", "server base URL")
+	fl.StringVar(&rate, "rate", "inf", "mean request rate in requests/s (Poisson arrivals), or inf")
+	fl.IntVar(&numPrompts, "num-prompts", 100, fmt.Sprintf("requests to send (at most %d)", bench.MaxPrompts))
+	fl.StringVar(&inputLen, "input-len", "fixed:512", "prompt length distribution in tokens")
+	fl.StringVar(&outputLen, "output-len", "fixed:128", "output length distribution in tokens (max_tokens, ignore_eos)")
+	fl.StringVar(&modelName, "model", "", "model name sent in requests (default: omitted, the served model)")
+	fl.StringVar(&apiKey, "api-key", "", "Bearer key (also $TRIGON_API_KEY)")
+	fl.Uint64Var(&seed, "seed", 0, "seed of prompts, lengths and arrival times")
+	fl.IntVar(&maxConc, "max-concurrency", 0, "most requests in flight (0: no cap)")
+	fl.DurationVar(&timeout, "timeout", 30*time.Minute, "bound on the whole run; requests unfinished by then count as failed")
+	fl.StringVar(&tokenIDs, "token-ids", "auto", "prompt token ids: auto (ask the server's /tokenize) or LO-HI")
+	fl.BoolVar(&showProgress, "progress", true, "draw a progress bar on stderr")
+	fl.BoolVar(&asJSON, "json", false, "print one JSON object")
+	return cmd
+}
+
+// parseTokenIDs reads --token-ids: "auto" (nil) or an inclusive range
+// LO-HI of at most a million ids.
+func parseTokenIDs(s string) ([]int32, error) {
+	if s == "auto" {
+		return nil, nil
+	}
+	bad := fmt.Errorf("--token-ids %q: want auto or LO-HI with 0 <= LO <= HI < 2^31 and at most 2^20 ids", s)
+	l, h, ok := strings.Cut(s, "-")
+	if !ok {
+		return nil, bad
+	}
+	lo, err1 := strconv.ParseInt(l, 10, 32)
+	hi, err2 := strconv.ParseInt(h, 10, 32)
+	if err1 != nil || err2 != nil || lo < 0 || hi < lo || hi-lo >= 1<<20 {
+		return nil, bad
+	}
+	ids := make([]int32, 0, hi-lo+1)
+	for id := lo; id <= hi; id++ {
+		ids = append(ids, int32(id))
+	}
+	return ids, nil
+}

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Builds the binaries tools/gpu/session.sh runs on the GPU machine (which has
+# no Go toolchain) and packs them into .gpu/bins.tar.xz: the device tool
+# carries at most 64 MiB with the working tree, so carry only that archive.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+mkdir -p .gpu/bin
+export CGO_ENABLED=0
+go build -ldflags "-s -w" -o .gpu/bin/trigon ./cmd/trigon
+go test -c -ldflags "-s -w" -o .gpu/bin/cuda.test ./backend/cuda
+go test -c -ldflags "-s -w" -o .gpu/bin/llama.test ./model/llama
+tar -C .gpu -cJf .gpu/bins.tar.xz bin
+ls -la .gpu/bin .gpu/bins.tar.xz

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# One GPU-machine session: the checks of the CUDA backend that need the H200,
+# in one call (device time is scarce). Build first, on the development machine:
+#
+#   tools/gpu/build.sh
+#
+# Parts: checks (kernel tests, fixtures on CUDA, trigon run) and bigref
+# (Llama-3-8B shape vs transformers); `session.sh bigref` runs one.
+#
+# then run from the repository root on the GPU machine (the device tool's
+# `run`, carrying .gpu/bins.tar.xz):  bash tools/gpu/session.sh
+# Logs and JSON results go to $OUT (default ./gpu-out).
+set -uo pipefail
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+[ -f .gpu/bins.tar.xz ] && tar -C .gpu -xJf .gpu/bins.tar.xz && cp .gpu/bin/* .gpu/
+root=$PWD
+PY=python3
+$PY -c 'import torch, transformers' 2>/dev/null || PY=/opt/torch/.venv/bin/python
+log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
+nvidia-smi -L | tee -a "$OUT/summary.txt"
+
+checks() {
+log "kernel tests: attention and RoPE at head dims 16, 32, 64, 128, 256"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.run 'TestAttention|TestRoPEStoreKV' -test.v >"$OUT/cuda-attn.log" 2>&1)
+echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^(--- FAIL|FAIL|PASS|ok)" "$OUT/cuda-attn.log" | tail -5 | tee -a "$OUT/summary.txt"
+
+log "memcheck over the new head-dim cases"
+(cd backend/cuda && compute-sanitizer --tool memcheck "$root/.gpu/cuda.test" -test.run 'TestAttention/(mixed_gqa2_d32|mixed_gqa2_d16|mixed_gqa4_d256)' >"$OUT/memcheck.log" 2>&1)
+echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "ERROR SUMMARY|^(PASS|FAIL)" "$OUT/memcheck.log" | tee -a "$OUT/summary.txt"
+
+log "fixture models end to end on CUDA vs transformers and the CPU"
+(cd model/llama && "$root/.gpu/llama.test" -test.run 'TestFixturesCUDA' -test.v >"$OUT/fixtures-cuda.log" 2>&1)
+echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "worst|near tie|^(--- FAIL|FAIL|PASS)" "$OUT/fixtures-cuda.log" | tee -a "$OUT/summary.txt"
+
+log "trigon kernels"
+.gpu/trigon kernels 2>&1 | tail -3 | tee -a "$OUT/summary.txt"
+
+log "trigon run on the default model: cuda vs cpu, greedy"
+p='func reverse(s string) string {'
+.gpu/trigon run --device cuda --temperature 0 --max-tokens 64 "$p" >"$OUT/run-cuda.txt" 2>"$OUT/run-cuda.err"; echo "rc=$?" | tee -a "$OUT/summary.txt"
+.gpu/trigon run --device cpu --temperature 0 --max-tokens 64 "$p" >"$OUT/run-cpu.txt" 2>"$OUT/run-cpu.err"
+tail -1 "$OUT/run-cuda.err" | tee -a "$OUT/summary.txt"; tail -1 "$OUT/run-cpu.err" | tee -a "$OUT/summary.txt"
+if cmp -s "$OUT/run-cuda.txt" "$OUT/run-cpu.txt"; then echo "cuda and cpu greedy text identical" | tee -a "$OUT/summary.txt"; else echo "cuda and cpu greedy text differ (see run-*.txt)" | tee -a "$OUT/summary.txt"; fi
+
+if .gpu/trigon bench latency --help >/dev/null 2>&1; then
+  log "trigon bench latency (default model, cuda)"
+  .gpu/trigon bench latency --arch default --batch 4 --input-len 512 --output-len 64 --device cuda 2>&1 | tail -20 | tee -a "$OUT/summary.txt"
+fi
+
+}
+
+bigref() {
+log "Llama-3-8B-shaped model: transformers reference"
+rm -rf /tmp/bigref
+PYTHONUNBUFFERED=1 $PY tools/bigref/bigref.py /tmp/bigref 2>&1 | tee "$OUT/bigref-py.log" | tail -8 | tee -a "$OUT/summary.txt"
+log "Llama-3-8B-shaped model: trigon on CUDA vs transformers"
+(cd model/llama && TRIGON_BIGREF=/tmp/bigref TRIGON_BIGREF_OUT="$OUT/bigref.json" "$root/.gpu/llama.test" -test.run 'TestBigRef' -test.v -test.timeout 8m >"$OUT/bigref-go.log" 2>&1)
+echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "loaded|short|batch [0-9]|near tie|FAIL|PASS|Error|error" "$OUT/bigref-go.log" | head -30 | tee -a "$OUT/summary.txt"
+if .gpu/trigon bench latency --help >/dev/null 2>&1; then
+  log "trigon bench latency llama-3-8b batch 4 ctx 2048"
+  .gpu/trigon bench latency --arch llama-3-8b --batch 4 --input-len 2048 --output-len 64 --device cuda --json >"$OUT/bench-8b.json" 2>"$OUT/bench-8b.err"; tail -3 "$OUT/bench-8b.err" | tee -a "$OUT/summary.txt"; head -c 2000 "$OUT/bench-8b.json" | tee -a "$OUT/summary.txt"
+fi
+}
+
+for part in ${@:-checks bigref}; do "$part"; done
+log done
