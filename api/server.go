@@ -262,6 +262,10 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *Erro
 	if err == nil {
 		return body, nil
 	}
+	// The rest of the body is still on the wire: close the connection after
+	// the error reply. Otherwise net/http would try to drain the body before
+	// sending the reply and, for a stalled client, never send it.
+	w.Header().Set("Connection", "close")
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		return nil, &Error{Status: http.StatusRequestEntityTooLarge, Type: typeInvalidRequest,

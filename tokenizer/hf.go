@@ -207,7 +207,7 @@ func FromHFJSON(tokenizerJSON, tokenizerConfigJSON []byte) (*Tokenizer, error) {
 			return nil, fmt.Errorf("tokenizer_config.json: %w", err)
 		}
 	}
-	t.specPre, t.specPrefix = describeForSpec(&f, b)
+	t.specPre, t.specPrefix = describeForSpec(b)
 	return t, nil
 }
 

@@ -142,7 +142,7 @@ func (t *Tokenizer) Spec() Spec {
 
 // describeForSpec names the pipeline in GGUF terms (Spec.Pre and
 // Spec.SpacePrefix), or gives "" for Pre if it has no GGUF name.
-func describeForSpec(f *hfFile, b *builder) (pre, prefix string) {
+func describeForSpec(b *builder) (pre, prefix string) {
 	if b.m.byteLevel {
 		if len(b.decoder) != 1 || b.decoder[0].kind != decByteLevel {
 			return "", ""

@@ -177,9 +177,16 @@ func benchServeCmd() *cobra.Command {
 				return err
 			}
 			if asJSON {
-				return bench.WriteJSON(cmd.OutOrStdout(), res)
+				err = bench.WriteJSON(cmd.OutOrStdout(), res)
+			} else {
+				err = res.WriteText(cmd.OutOrStdout())
 			}
-			return res.WriteText(cmd.OutOrStdout())
+			if err == nil && res.Completed == 0 {
+				// Scripts must not mistake a run where nothing worked for a
+				// measurement.
+				err = fmt.Errorf("no request completed (%d failed)", res.Failed)
+			}
+			return err
 		},
 	}
 	fl := cmd.Flags()

@@ -37,6 +37,12 @@ type bigRef struct {
 // logits at batch 4 and 1 within bf16 tolerance, and 64-token greedy
 // continuations, where a divergence is accepted only at a near tie and
 // reported. It also logs prefill and decode-step times (no CUDA graphs).
+//
+// The bf16 tolerance is measured, not assumed: 32 layers of random weights
+// amplify rounding, so transformers' own bf16 run is ~5e-2 (relative to the
+// row's largest logit) away from an f32-activation run of the same weights
+// (the CPU backend). On a short prompt the test measures that distance and
+// accepts the GPU within 1.5 times it (at least 5e-2).
 func TestBigRef(t *testing.T) {
 	dir := os.Getenv("TRIGON_BIGREF")
 	if dir == "" {
@@ -79,6 +85,7 @@ func TestBigRef(t *testing.T) {
 	}
 	t.Logf("loaded %s in %s", cfg.Arch, time.Since(t0).Round(time.Millisecond))
 	summary := map[string]any{}
+	tol := 5e-2
 	if ref.ShortLen > 0 {
 		// The same short prompt on the CPU (the oracle) and the GPU: tells a
 		// kernel problem from a model-definition one.
@@ -93,9 +100,10 @@ func TestBigRef(t *testing.T) {
 		cm.Close()
 		eg, ec, egc := modeltest.RelErr(gl, ref.ShortLogits), modeltest.RelErr(cl, ref.ShortLogits), modeltest.RelErr(gl, cl)
 		t.Logf("short prompt (%d tokens): cuda vs transformers %.3g, cpu vs transformers %.3g, cuda vs cpu %.3g", ref.ShortLen, eg, ec, egc)
-		summary["short"] = map[string]float64{"cuda_vs_hf": eg, "cpu_vs_hf": ec, "cuda_vs_cpu": egc}
-		if egc > 5e-2 {
-			t.Errorf("short prompt: cuda vs cpu relative error %.3g > 5e-2", egc)
+		tol = max(tol, 1.5*ec)
+		summary["short"] = map[string]float64{"cuda_vs_hf": eg, "cpu_vs_hf": ec, "cuda_vs_cpu": egc, "tolerance": tol}
+		if egc > tol {
+			t.Errorf("short prompt: cuda vs cpu relative error %.3g > %.3g", egc, tol)
 		}
 	}
 	for _, bs := range []int{4, 1} {
@@ -103,7 +111,7 @@ func TestBigRef(t *testing.T) {
 		if bs == 1 {
 			wantLogits, wantGreedy = ref.LastLogitsB1, [][]int32{ref.GreedyB1}
 		}
-		res := runGreedy(t, b, m, cfg, ref.Prompts[:bs], ref.NewTokens, wantLogits, wantGreedy)
+		res := runGreedy(t, b, m, cfg, ref.Prompts[:bs], ref.NewTokens, wantLogits, wantGreedy, tol)
 		summary["batch"+string(rune('0'+bs))] = res
 	}
 	if out := os.Getenv("TRIGON_BIGREF_OUT"); out != "" {
@@ -123,7 +131,7 @@ type bigResult struct {
 	DecodeStepP99MS float64 `json:"decode_step_p99_ms"`
 }
 
-func runGreedy(t *testing.T, b backend.Backend, m *llama.Model, cfg model.Config, prompts [][]int32, newTokens int, wantLogits [][]float32, wantGreedy [][]int32) bigResult {
+func runGreedy(t *testing.T, b backend.Backend, m *llama.Model, cfg model.Config, prompts [][]int32, newTokens int, wantLogits [][]float32, wantGreedy [][]int32, tol float64) bigResult {
 	t.Helper()
 	const blockSize = 16
 	n := len(prompts)
@@ -178,8 +186,8 @@ func runGreedy(t *testing.T, b backend.Backend, m *llama.Model, cfg model.Config
 				}
 				e := modeltest.RelErr(lg, wantLogits[i])
 				res.MaxRelErr = max(res.MaxRelErr, e)
-				if e > 5e-2 {
-					t.Errorf("batch %d seq %d: last-token logits relative error %.3g > 5e-2", n, i, e)
+				if e > tol {
+					t.Errorf("batch %d seq %d: last-token logits relative error %.3g > %.3g", n, i, e, tol)
 				}
 			}
 			got[i] = append(got[i], toks[i])
@@ -199,7 +207,7 @@ func runGreedy(t *testing.T, b backend.Backend, m *llama.Model, cfg model.Config
 			for _, v := range lg {
 				scale = math.Max(scale, math.Abs(float64(v)))
 			}
-			if gap > 5e-2*scale {
+			if gap > tol*scale {
 				t.Errorf("batch %d seq %d: greedy token %d is %d, transformers %d; gap %.3g of %.3g is no near tie", n, i, k, toks[i], wantGreedy[i][k], gap, scale)
 			} else {
 				res.NearTies++

@@ -1,0 +1,291 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// fakeServer is a minimal streaming /v1/completions server. It checks
+// each request's body, streams max_tokens one-token chunks (with the
+// given gap), a usage chunk and [DONE], and serves /tokenize. fail decides,
+// per request number, to misbehave in one of several ways.
+type fakeServer struct {
+	t        *testing.T
+	gap      time.Duration
+	vocab    []int32
+	fail     func(n int) string // "", "status", "no-done", "error-event", "hang"
+	apiKey   string
+	n        atomic.Int64
+	inFlight atomic.Int64
+	peak     atomic.Int64
+	mu       sync.Mutex
+	prompts  [][]int32
+	maxToks  []int
+}
+
+func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if f.apiKey != "" && r.Header.Get("Authorization") != "Bearer "+f.apiKey {
+		http.Error(w, `{"error":{"message":"bad key"}}`, http.StatusUnauthorized)
+		return
+	}
+	switch r.URL.Path {
+	case "/tokenize":
+		var req struct {
+			Prompt string `json:"prompt"`
+		}
+		json.NewDecoder(r.Body).Decode(&req)
+		if req.Prompt == "" {
+			http.Error(w, "no prompt", http.StatusBadRequest)
+			return
+		}
+		json.NewEncoder(w).Encode(map[string]any{"tokens": append(f.vocab, f.vocab...)}) // duplicates on purpose
+		return
+	case "/v1/completions":
+	default:
+		http.NotFound(w, r)
+		return
+	}
+	cur := f.inFlight.Add(1)
+	defer f.inFlight.Add(-1)
+	for {
+		p := f.peak.Load()
+		if cur <= p || f.peak.CompareAndSwap(p, cur) {
+			break
+		}
+	}
+	var req struct {
+		Prompt        []int32         `json:"prompt"`
+		MaxTokens     int             `json:"max_tokens"`
+		Stream        bool            `json:"stream"`
+		IgnoreEOS     bool            `json:"ignore_eos"`
+		Temperature   *float64        `json:"temperature"`
+		StreamOptions map[string]bool `json:"stream_options"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		f.t.Errorf("bad request body: %v", err)
+		return
+	}
+	if !req.Stream || !req.IgnoreEOS || req.Temperature == nil || *req.Temperature != 0 || !req.StreamOptions["include_usage"] || req.MaxTokens < 1 {
+		f.t.Errorf("request not a greedy ignore_eos stream with usage: %+v", req)
+	}
+	f.mu.Lock()
+	f.prompts = append(f.prompts, req.Prompt)
+	f.maxToks = append(f.maxToks, req.MaxTokens)
+	f.mu.Unlock()
+	mode := ""
+	if f.fail != nil {
+		mode = f.fail(int(f.n.Add(1)) - 1)
+	}
+	if mode == "status" {
+		http.Error(w, `{"error":{"message":"overloaded"}}`, http.StatusTooManyRequests)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	fl := w.(http.Flusher)
+	send := func(v string) {
+		fmt.Fprintf(w, "data: %s\n\n", v)
+		fl.Flush()
+	}
+	// A role-less empty chunk and a comment first: neither is a token.
+	send(`{"choices":[{"index":0,"text":""}],"usage":null}`)
+	fmt.Fprint(w, ": keep-alive\n\n")
+	for i := range req.MaxTokens {
+		time.Sleep(f.gap)
+		if mode == "error-event" && i == 1 {
+			send(`{"error":{"message":"engine failed"}}`)
+			send("[DONE]")
+			return
+		}
+		if mode == "hang" {
+			<-r.Context().Done()
+			return
+		}
+		send(fmt.Sprintf(`{"choices":[{"index":0,"text":"t%d","finish_reason":null}],"usage":null}`, i))
+	}
+	if mode == "no-done" {
+		return
+	}
+	send(fmt.Sprintf(`{"choices":[],"usage":{"prompt_tokens":%d,"completion_tokens":%d}}`, len(req.Prompt), req.MaxTokens))
+	send("[DONE]")
+}
+
+func TestRunServeFakeServer(t *testing.T) {
+	f := &fakeServer{t: t, gap: 2 * time.Millisecond, vocab: []int32{7, 11, 300, 4001}, apiKey: "k1"}
+	hs := httptest.NewServer(f)
+	defer hs.Close()
+	in, _ := ParseLengthDist("uniform:3-9")
+	out, _ := ParseLengthDist("uniform:2-6")
+	var done atomic.Int64
+	res, err := RunServe(context.Background(), ServeOptions{
+		URL: hs.URL, APIKey: "k1", Rate: 400, NumPrompts: 30, InputLen: in, OutputLen: out, Seed: 4,
+		OnDone: func() { done.Add(1) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Completed != 30 || res.Failed != 0 || done.Load() != 30 {
+		t.Fatalf("completed %d, failed %d (%v), progress calls %d", res.Completed, res.Failed, res.Errors, done.Load())
+	}
+	var wantIn, wantOut int64
+	wantITL := 0
+	for i, p := range f.prompts {
+		wantIn += int64(len(p))
+		wantOut += int64(f.maxToks[i])
+		wantITL += f.maxToks[i] - 1
+		if len(p) < 3 || len(p) > 9 || f.maxToks[i] < 2 || f.maxToks[i] > 6 {
+			t.Errorf("request %d: %d prompt tokens, max_tokens %d; outside the distributions", i, len(p), f.maxToks[i])
+		}
+		for _, id := range p {
+			if id != 7 && id != 11 && id != 300 && id != 4001 {
+				t.Fatalf("prompt id %d not among the /tokenize ids", id)
+			}
+		}
+	}
+	if res.InputTokens != wantIn || res.OutputTokens != wantOut || res.ITLMS.Count != wantITL {
+		t.Errorf("input %d, output %d tokens, %d ITLs; want %d, %d, %d", res.InputTokens, res.OutputTokens, res.ITLMS.Count, wantIn, wantOut, wantITL)
+	}
+	for _, s := range []Summary{res.TTFTMS, res.ITLMS, res.TPOTMS, res.E2EMS} {
+		if !(s.Min <= s.P50 && s.P50 <= s.P90 && s.P90 <= s.P99 && s.P99 <= s.Max) {
+			t.Errorf("summary not ordered: %+v", s)
+		}
+	}
+	// The server sleeps 2 ms before each token, so the first comes after
+	// 2 ms and the stream ends after 2 ms per token (ITLs alone can be
+	// shorter: a busy client reads queued chunks together).
+	if res.TTFTMS.Min < 2 || res.E2EMS.Min < 2*2 {
+		t.Errorf("TTFT min %g ms, E2E min %g ms: shorter than the server's 2 ms gaps allow", res.TTFTMS.Min, res.E2EMS.Min)
+	}
+	if itlSum, span := res.ITLMS.Mean*float64(res.ITLMS.Count), (res.E2EMS.Mean-res.TTFTMS.Mean)*float64(res.Completed); itlSum > span+1e-6 {
+		t.Errorf("ITLs add up to %g ms, more than the %g ms between first tokens and stream ends", itlSum, span)
+	}
+	if got := float64(res.OutputTokens) / res.DurationS; math.Abs(res.OutputTokensPerS-got) > 1e-9*got {
+		t.Errorf("output throughput %g, want tokens / duration %g", res.OutputTokensPerS, got)
+	}
+	raw, err := json.Marshal(res)
+	if err != nil || !strings.Contains(string(raw), `"request_rate":400`) {
+		t.Errorf("JSON %s: %v", raw, err)
+	}
+	var sb strings.Builder
+	if err := res.WriteText(&sb); err != nil || !strings.Contains(sb.String(), "TTFT") {
+		t.Errorf("text report %q: %v", sb.String(), err)
+	}
+}
+
+func TestRunServeFailures(t *testing.T) {
+	modes := []string{"", "status", "no-done", "error-event"}
+	f := &fakeServer{t: t, vocab: []int32{1, 2, 3}, fail: func(n int) string { return modes[n%len(modes)] }}
+	hs := httptest.NewServer(f)
+	defer hs.Close()
+	res, err := RunServe(context.Background(), ServeOptions{
+		URL: hs.URL, Rate: math.Inf(1), NumPrompts: 12, InputLen: FixedLength(4), OutputLen: FixedLength(3),
+		TokenIDs: []int32{1, 2}, MaxConcurrency: 1, // one at a time: request i gets mode i%4
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Completed != 3 || res.Failed != 9 {
+		t.Errorf("completed %d, failed %d; want 3 and 9", res.Completed, res.Failed)
+	}
+	joined := strings.Join(res.Errors, "\n")
+	for _, want := range []string{"status 429", "without data: [DONE]", "engine failed"} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("errors %q do not mention %q", joined, want)
+		}
+	}
+	if len(res.Errors) != 3 {
+		t.Errorf("%d distinct errors kept, want 3: %q", len(res.Errors), res.Errors)
+	}
+	if f.peak.Load() != 1 || res.PeakInFlight != 1 {
+		t.Errorf("peak concurrency %d at the server, %d reported; want 1 (MaxConcurrency)", f.peak.Load(), res.PeakInFlight)
+	}
+	for _, p := range f.prompts {
+		for _, id := range p {
+			if id != 1 && id != 2 {
+				t.Fatalf("prompt id %d outside TokenIDs", id)
+			}
+		}
+	}
+}
+
+// TestRunServeTimeout: a server that never finishes cannot hold the
+// benchmark past its timeout; unfinished and unsent requests fail.
+func TestRunServeTimeout(t *testing.T) {
+	f := &fakeServer{t: t, vocab: []int32{1}, fail: func(int) string { return "hang" }}
+	hs := httptest.NewServer(f)
+	defer hs.Close()
+	start := time.Now()
+	res, err := RunServe(context.Background(), ServeOptions{
+		URL: hs.URL, Rate: 20, NumPrompts: 50, InputLen: FixedLength(2), OutputLen: FixedLength(2),
+		Timeout: 300 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el > 5*time.Second {
+		t.Errorf("took %v with a 300 ms timeout", el)
+	}
+	if res.Completed != 0 || res.Failed != 50 {
+		t.Errorf("completed %d, failed %d; want 0 and 50", res.Completed, res.Failed)
+	}
+	if !strings.Contains(strings.Join(res.Errors, " "), "not sent") {
+		t.Errorf("errors %q: want unsent requests reported", res.Errors)
+	}
+}
+
+func TestRunServeOptionErrors(t *testing.T) {
+	ok := ServeOptions{URL: "http://127.0.0.1:1", Rate: 1, NumPrompts: 1, InputLen: FixedLength(1), OutputLen: FixedLength(1), TokenIDs: []int32{1}}
+	for _, tc := range []struct {
+		name   string
+		change func(*ServeOptions)
+		want   string
+	}{
+		{"ftp url", func(o *ServeOptions) { o.URL = "ftp://x" }, "URL"},
+		{"no host", func(o *ServeOptions) { o.URL = "http://" }, "URL"},
+		{"zero prompts", func(o *ServeOptions) { o.NumPrompts = 0 }, "prompts"},
+		{"too many prompts", func(o *ServeOptions) { o.NumPrompts = MaxPrompts + 1 }, "prompts"},
+		{"zero rate", func(o *ServeOptions) { o.Rate = 0 }, "rate"},
+		{"NaN rate", func(o *ServeOptions) { o.Rate = math.NaN() }, "rate"},
+		{"no lengths", func(o *ServeOptions) { o.InputLen = LengthDist{} }, "length"},
+		{"negative concurrency", func(o *ServeOptions) { o.MaxConcurrency = -1 }, "concurrency"},
+		{"negative id", func(o *ServeOptions) { o.TokenIDs = []int32{-4} }, "token id"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := ok
+			tc.change(&o)
+			_, err := RunServe(context.Background(), o)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want one mentioning %q", err, tc.want)
+			}
+		})
+	}
+	t.Run("no tokenize endpoint", func(t *testing.T) {
+		hs := httptest.NewServer(http.NotFoundHandler())
+		defer hs.Close()
+		o := ok
+		o.URL, o.TokenIDs = hs.URL, nil
+		_, err := RunServe(context.Background(), o)
+		if err == nil || !strings.Contains(err.Error(), "--token-ids") {
+			t.Errorf("error %v, want a hint to pass --token-ids", err)
+		}
+	})
+}
+
+// TestReadStreamOversizedLine: a chunk longer than the line limit fails
+// the request instead of growing the buffer without bound.
+func TestReadStreamOversizedLine(t *testing.T) {
+	body := io.MultiReader(strings.NewReader("data: "), strings.NewReader(strings.Repeat("x", maxSSELine+10)))
+	err := readStream(body, time.Now(), &serveRequest{})
+	if err == nil {
+		t.Fatal("accepted an oversized line")
+	}
+}
