@@ -106,7 +106,11 @@ func Write(out io.Writer, cfg model.Config, w model.Weights, tok *tokenizer.Toke
 	gw.AddKV("general.name", gguf.StringValue(opts.Name))
 	gw.AddKV("general.file_type", gguf.Uint32Value(ft))
 	gw.AddKV("general.quantization_version", gguf.Uint32Value(2))
-	for _, kv := range tok.Spec().GGUFMetadata() {
+	spec := tok.Spec()
+	if spec.Model == "gpt2" && spec.Pre == "" {
+		return Report{}, fmt.Errorf("convert: the tokenizer's pre-tokenizer has no GGUF name (tokenizer.ggml.pre), so a GGUF file would tokenize differently")
+	}
+	for _, kv := range spec.GGUFMetadata() {
 		gw.AddKV(kv.Key, kv.Value)
 	}
 	var rep Report

@@ -203,3 +203,7 @@ func prefetch(w model.Weights, progress func(done, total int64)) {
 
 // prefetchSink keeps the compiler from dropping prefetch's reads.
 var prefetchSink byte
+
+// RunnerOf exposes a loaded model's runner, for tools that drive steps
+// directly (scoring, tests). The engine's loop must not be running.
+func RunnerOf(l *Loaded) *runner.Runner { return l.runner }

@@ -159,6 +159,9 @@ func describeForSpec(b *builder) (pre, prefix string) {
 			if u, isNFC := b.normalizer.(normUnicode); pat == qwen2Pattern && isNFC && u.form == norm.NFC && !b.m.ignoreMerges {
 				return "qwen2", ""
 			}
+			if pat == trigonGoPattern && b.normalizer == nil && !b.m.ignoreMerges {
+				return "trigon-go", ""
+			}
 		}
 		return "", ""
 	}
@@ -219,6 +222,12 @@ func splitThenByteLevel(p preTokenizer) (*preSplit, preByteLevel, bool) {
 // patternOf returns the known pattern a Split runs, or "".
 func patternOf(s *preSplit) string {
 	if s.m == nil {
+		return ""
+	}
+	if rm, ok := s.m.(*regexMatcher); ok {
+		if rm.re.String() == trigonGoPattern {
+			return trigonGoPattern
+		}
 		return ""
 	}
 	probe := "Hello  world's 12345\n\n x"
@@ -331,6 +340,8 @@ func FromSpec(s Spec) (*Tokenizer, error) {
 		case "qwen2":
 			pattern, specPre = qwen2Pattern, "qwen2"
 			b.normalizer = nfc()
+		case "trigon-go":
+			pattern, specPre = trigonGoPattern, "trigon-go"
 		default:
 			return nil, fmt.Errorf("tokenizer spec: pre-tokenizer %q is not supported", s.Pre)
 		}

@@ -123,13 +123,13 @@ def summary(xs):
             "p90": percentile(s, 90), "p99": percentile(s, 99), "max": s[-1]}
 
 
-def result(engine, arch, args, prefill_s, itl_s, e2e_s, extra=None):
+def result(engine, arch, args, warmup, prefill_s, itl_s, e2e_s, extra=None):
     """Builds one result object in trigon's latency-report shape."""
     ms = lambda xs: summary([x * 1e3 for x in xs])
     pre, itl, e2e = ms(prefill_s), ms(itl_s), ms(e2e_s)
     out = {
         "benchmark": "latency", "engine": engine, "arch": arch, "batch": args.batch,
-        "input_len": args.input_len, "output_len": args.output_len, "warmup": args.warmup, "iters": args.iters,
+        "input_len": args.input_len, "output_len": args.output_len, "warmup": warmup, "iters": args.iters,
         "prefill_ms": pre, "itl_ms": itl, "e2e_ms": e2e,
         "prefill_tokens_per_s": args.batch * args.input_len / (pre["mean"] / 1e3) if pre["mean"] > 0 else None,
         "decode_tokens_per_s": args.batch / (itl["mean"] / 1e3) if itl["count"] and itl["mean"] > 0 else None,
