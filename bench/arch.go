@@ -72,6 +72,20 @@ func ArchNames() []string {
 	return names
 }
 
+// ArchLabel is the name reports use for the architecture Arch(name)
+// returns: the preset's own name for presets and their aliases (so trigon's
+// and the peers' results group together), name itself otherwise.
+func ArchLabel(name string) string {
+	key := strings.ToLower(strings.TrimSpace(name))
+	if a, ok := aliases[key]; ok {
+		return a
+	}
+	if _, ok := presets[key]; ok || key == ArchDefault {
+		return key
+	}
+	return name
+}
+
 // Arch returns the architecture called name: a preset ("llama-3-8b",
 // "qwen2.5-7b", "llama-3.2-1b"), "default" (the embedded model's config,
 // read from its GGUF metadata), or the path of a Hugging Face config.json

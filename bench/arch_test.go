@@ -49,6 +49,9 @@ func TestPresetsMatchPublishedParameterCounts(t *testing.T) {
 			if got := cfg.NumKVHeads * cfg.HeadDim; got != tc.kvDim {
 				t.Errorf("KV width %d, want %d", got, tc.kvDim)
 			}
+			if label := ArchLabel(tc.name); label != strings.ToLower(strings.Replace(tc.name, "3.1", "3", 1)) {
+				t.Errorf("ArchLabel(%q) = %q", tc.name, label)
+			}
 			if cfg.TieEmbeddings != tc.tied {
 				t.Errorf("tied embeddings %v, want %v", cfg.TieEmbeddings, tc.tied)
 			}

@@ -248,3 +248,22 @@ func TestSyntheticErrorsAndAccessors(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkSyntheticBF16 measures generation speed (bytes of BF16 weights
+// per second), which bounds how fast a synthetic 8B model can be set up.
+func BenchmarkSyntheticBF16(b *testing.B) {
+	cfg := tinyConfig(false, false)
+	cfg.Hidden, cfg.Intermediate, cfg.NumLayers = 4096, 4096, 1
+	b.ReportAllocs()
+	var size int64
+	for b.Loop() {
+		w, err := SyntheticWeights(cfg, backend.BF16, 1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		t, _ := w.Tensor(model.LayerName(0, model.SuffixGate))
+		size = int64(len(t.Data))
+		w.Close()
+	}
+	b.SetBytes(size)
+}

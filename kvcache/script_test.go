@@ -1,6 +1,8 @@
 package kvcache_test
 
 import (
+	"github.com/trigon-llm/trigon/internal/datadriven"
+
 	"fmt"
 	"slices"
 	"sort"
@@ -27,7 +29,7 @@ import (
 // SPEC is a comma list of token ids and ranges: 1-8,100. After every
 // command the pool is verified against all tables.
 func TestScripts(t *testing.T) {
-	runScripts(t, "testdata/*.txt", func(t *testing.T) func(c *ddCase) string {
+	datadriven.RunScripts(t, "testdata/*.txt", func(t *testing.T) func(c *datadriven.Case) string {
 		h := &kvHarness{t: t, seqs: map[string]*kvSeq{}}
 		return h.do
 	})
@@ -45,7 +47,7 @@ type kvHarness struct {
 	seqs map[string]*kvSeq
 }
 
-func (h *kvHarness) do(c *ddCase) string {
+func (h *kvHarness) do(c *datadriven.Case) string {
 	out, err := h.exec(c)
 	if err != nil {
 		out += "error: " + err.Error()
@@ -55,18 +57,18 @@ func (h *kvHarness) do(c *ddCase) string {
 		for _, s := range h.seqs {
 			tables = append(tables, s.table)
 			if err := h.pool.VerifyTokens(s.table, s.tokens); err != nil {
-				h.t.Fatalf("%s: %v", c.pos, err)
+				h.t.Fatalf("%s: %v", c.Pos, err)
 			}
 		}
 		if err := h.pool.Verify(tables); err != nil {
-			h.t.Fatalf("%s: %v", c.pos, err)
+			h.t.Fatalf("%s: %v", c.Pos, err)
 		}
 	}
 	return out
 }
 
-func (h *kvHarness) seq(c *ddCase, i int) (string, *kvSeq, error) {
-	name, err := c.positional(i)
+func (h *kvHarness) seq(c *datadriven.Case, i int) (string, *kvSeq, error) {
+	name, err := c.Positional(i)
 	if err != nil {
 		return "", nil, err
 	}
@@ -77,21 +79,21 @@ func (h *kvHarness) seq(c *ddCase, i int) (string, *kvSeq, error) {
 	return name, s, nil
 }
 
-func (h *kvHarness) exec(c *ddCase) (string, error) {
-	if c.cmd != "pool" && h.pool == nil {
+func (h *kvHarness) exec(c *datadriven.Case) (string, error) {
+	if c.Cmd != "pool" && h.pool == nil {
 		return "", fmt.Errorf("no pool yet")
 	}
-	switch c.cmd {
+	switch c.Cmd {
 	case "pool":
-		n, err := c.int("blocks", 0)
+		n, err := c.Int("blocks", 0)
 		if err != nil {
 			return "", err
 		}
-		bs, err := c.int("block-size", 0)
+		bs, err := c.Int("block-size", 0)
 		if err != nil {
 			return "", err
 		}
-		pc, err := c.bool("prefix-cache", true)
+		pc, err := c.Bool("prefix-cache", true)
 		if err != nil {
 			return "", err
 		}
@@ -102,25 +104,25 @@ func (h *kvHarness) exec(c *ddCase) (string, error) {
 		h.pool, h.seqs = p, map[string]*kvSeq{}
 		return fmt.Sprintf("%d usable blocks of %d tokens", p.NumBlocks()-1, p.BlockSize()), nil
 	case "seq":
-		name, err := c.positional(0)
+		name, err := c.Positional(0)
 		if err != nil {
 			return "", err
 		}
-		toks, err := parseTokens(c.str("tokens", ""))
+		toks, err := parseTokens(c.Str("tokens", ""))
 		if err != nil {
 			return "", err
 		}
 		if _, ok := h.seqs[name]; ok {
 			return "", fmt.Errorf("sequence %q exists", name)
 		}
-		h.seqs[name] = &kvSeq{table: kvcache.NewBlockTable(c.str("salt", "")), tokens: toks}
+		h.seqs[name] = &kvSeq{table: kvcache.NewBlockTable(c.Str("salt", "")), tokens: toks}
 		return "", nil
 	case "append":
 		_, s, err := h.seq(c, 0)
 		if err != nil {
 			return "", err
 		}
-		toks, err := parseTokens(c.str("tokens", ""))
+		toks, err := parseTokens(c.Str("tokens", ""))
 		if err != nil {
 			return "", err
 		}
@@ -142,11 +144,11 @@ func (h *kvHarness) exec(c *ddCase) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		n, err := c.int("n", len(s.tokens))
+		n, err := c.Int("n", len(s.tokens))
 		if err != nil {
 			return "", err
 		}
-		if c.has("prefix") {
+		if c.Has("prefix") {
 			if s.match == nil {
 				return "", fmt.Errorf("alloc prefix without match")
 			}
@@ -164,7 +166,7 @@ func (h *kvHarness) exec(c *ddCase) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		n, err := c.int("n", len(s.tokens))
+		n, err := c.Int("n", len(s.tokens))
 		if err != nil {
 			return "", err
 		}
@@ -180,14 +182,14 @@ func (h *kvHarness) exec(c *ddCase) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		child, err := c.positional(1)
+		child, err := c.Positional(1)
 		if err != nil {
 			return "", err
 		}
 		if _, ok := h.seqs[child]; ok {
 			return "", fmt.Errorf("sequence %q exists", child)
 		}
-		n, err := c.int("n", len(s.tokens))
+		n, err := c.Int("n", len(s.tokens))
 		if err != nil {
 			return "", err
 		}
@@ -209,7 +211,7 @@ func (h *kvHarness) exec(c *ddCase) (string, error) {
 		h.pool.Free(s.table)
 		return fmt.Sprintf("free %d/%d", h.pool.NumFree(), h.pool.NumBlocks()-1), nil
 	case "grow":
-		n, err := c.int("n", 0)
+		n, err := c.Int("n", 0)
 		if err != nil {
 			return "", err
 		}
@@ -220,7 +222,7 @@ func (h *kvHarness) exec(c *ddCase) (string, error) {
 	case "state":
 		return h.state(), nil
 	}
-	return "", fmt.Errorf("unknown command %q", c.cmd)
+	return "", fmt.Errorf("unknown command %q", c.Cmd)
 }
 
 func (h *kvHarness) state() string {

@@ -236,6 +236,9 @@ func (r *Runner) Execute(step *Step) (*Output, error) {
 	}
 	out := &Output{b: r.b, Rows: nl}
 	if nl > 0 {
+		if logits == nil || len(logits.Shape()) != 2 || logits.Shape()[0] != nl {
+			return nil, fmt.Errorf("runner: forward returned no [%d, vocab] logits", nl)
+		}
 		out.logits = logits
 		out.vocab = logits.Shape()[1]
 		for i, s := range step.Seqs {
@@ -263,6 +266,9 @@ func (r *Runner) pack(step *Step) error {
 	}
 	r.hTokens, r.hPositions, r.hSlots = r.hTokens[:0], r.hPositions[:0], r.hSlots[:0]
 	r.hQueryStart, r.hSeqLens, r.hLogitsRows = append(r.hQueryStart[:0], 0), r.hSeqLens[:0], r.hLogitsRows[:0]
+	if need := len(step.Seqs) * r.maxBlocksPerSeq; cap(r.hTables) < need {
+		r.hTables = make([]int32, 0, o.MaxSeqs*r.maxBlocksPerSeq)
+	}
 	r.hTables = r.hTables[:0]
 	for i, s := range step.Seqs {
 		n := len(s.Tokens)
@@ -300,7 +306,8 @@ func (r *Runner) pack(step *Step) error {
 			r.hLogitsRows = append(r.hLogitsRows, int32(len(r.hTokens)-1))
 		}
 		row := len(r.hTables)
-		r.hTables = append(r.hTables, make([]int32, r.maxBlocksPerSeq)...)
+		r.hTables = r.hTables[:row+r.maxBlocksPerSeq] // capacity reserved below
+		clear(r.hTables[row:])
 		nb := min(len(s.BlockTable), r.maxBlocksPerSeq)
 		for j := 0; j < nb; j++ {
 			b := s.BlockTable[j]

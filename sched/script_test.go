@@ -1,6 +1,8 @@
 package sched_test
 
 import (
+	"github.com/trigon-llm/trigon/internal/datadriven"
+
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -39,7 +41,7 @@ import (
 // update made up tokens); the scheduler's invariants, the step budget and
 // the sequence cap are checked after every command.
 func TestScripts(t *testing.T) {
-	runScripts(t, "testdata/*.txt", func(t *testing.T) func(c *ddCase) string {
+	datadriven.RunScripts(t, "testdata/*.txt", func(t *testing.T) func(c *datadriven.Case) string {
 		h := &harness{t: t}
 		return h.do
 	})
@@ -67,8 +69,8 @@ type harness struct {
 	pos          string
 }
 
-func (h *harness) do(c *ddCase) string {
-	h.pos = c.pos
+func (h *harness) do(c *datadriven.Case) string {
+	h.pos = c.Pos
 	out, err := h.exec(c)
 	if err != nil {
 		if out != "" {
@@ -78,34 +80,34 @@ func (h *harness) do(c *ddCase) string {
 	}
 	if h.s != nil {
 		if err := h.s.Verify(); err != nil {
-			h.t.Fatalf("%s: %v", c.pos, err)
+			h.t.Fatalf("%s: %v", c.Pos, err)
 		}
 	}
 	return out
 }
 
-func (h *harness) exec(c *ddCase) (string, error) {
-	if c.cmd != "init" && h.s == nil {
+func (h *harness) exec(c *datadriven.Case) (string, error) {
+	if c.Cmd != "init" && h.s == nil {
 		return "", errors.New("no scheduler yet")
 	}
-	switch c.cmd {
+	switch c.Cmd {
 	case "init":
 		return h.init(c)
 	case "add":
 		return "", h.add(c)
 	case "add-range":
-		ids := c.str("ids", "")
+		ids := c.Str("ids", "")
 		lo, hi, ok := strings.Cut(ids, "-")
 		a, err1 := strconv.Atoi(lo)
 		b, err2 := strconv.Atoi(hi)
 		if !ok || err1 != nil || err2 != nil {
 			return "", fmt.Errorf("add-range: ids=%q", ids)
 		}
-		plen, err := c.int("prompt", 0)
+		plen, err := c.Int("prompt", 0)
 		if err != nil {
 			return "", err
 		}
-		maxT, err := c.int("max", 1)
+		maxT, err := c.Int("max", 1)
 		if err != nil {
 			return "", err
 		}
@@ -127,7 +129,7 @@ func (h *harness) exec(c *ddCase) (string, error) {
 		}
 		out, err := h.model.execute(h.plan)
 		if err != nil {
-			h.t.Fatalf("%s: fake model: %v", c.pos, err)
+			h.t.Fatalf("%s: fake model: %v", c.Pos, err)
 		}
 		return h.update(out)
 	case "update":
@@ -136,7 +138,7 @@ func (h *harness) exec(c *ddCase) (string, error) {
 		}
 		h.manual = true
 		out := sched.StepOutput{Tokens: map[sched.SeqID]int32{}, Finish: map[sched.SeqID]sched.FinishReason{}}
-		for _, kv := range splitList(c.str("sampled", "")) {
+		for _, kv := range splitList(c.Str("sampled", "")) {
 			id, v, err := parsePair(kv)
 			if err != nil {
 				return "", err
@@ -147,7 +149,7 @@ func (h *harness) exec(c *ddCase) (string, error) {
 			}
 			out.Tokens[id] = int32(tok)
 		}
-		for _, kv := range splitList(c.str("finish", "")) {
+		for _, kv := range splitList(c.Str("finish", "")) {
 			id, v, err := parsePair(kv)
 			if err != nil {
 				return "", err
@@ -165,13 +167,13 @@ func (h *harness) exec(c *ddCase) (string, error) {
 		}
 		return h.update(out)
 	case "step":
-		n, err := c.int("n", 1)
+		n, err := c.Int("n", 1)
 		if err != nil {
 			return "", err
 		}
 		var lines []string
 		for range n {
-			l, err := h.step(c.has("verbose"))
+			l, err := h.step(c.Has("verbose"))
 			lines = append(lines, l)
 			if err != nil {
 				return strings.Join(lines, "\n"), err
@@ -181,7 +183,7 @@ func (h *harness) exec(c *ddCase) (string, error) {
 	case "run":
 		return h.run(c)
 	case "abort":
-		id, err := c.int("id", 0)
+		id, err := c.Int("id", 0)
 		if err != nil {
 			return "", err
 		}
@@ -192,7 +194,7 @@ func (h *harness) exec(c *ddCase) (string, error) {
 		}
 		return fmt.Sprintf("aborted %v, free %d/%d", ok, h.pool.NumFree(), h.pool.NumBlocks()-1), nil
 	case "grow":
-		n, err := c.int("n", 0)
+		n, err := c.Int("n", 0)
 		if err != nil {
 			return "", err
 		}
@@ -200,13 +202,13 @@ func (h *harness) exec(c *ddCase) (string, error) {
 	case "state":
 		return h.state(), nil
 	}
-	return "", fmt.Errorf("unknown command %q", c.cmd)
+	return "", fmt.Errorf("unknown command %q", c.Cmd)
 }
 
-func (h *harness) init(c *ddCase) (string, error) {
+func (h *harness) init(c *datadriven.Case) (string, error) {
 	var err error
 	geti := func(key string, def int) int {
-		v, e := c.int(key, def)
+		v, e := c.Int(key, def)
 		if e != nil {
 			err = e
 		}
@@ -222,14 +224,14 @@ func (h *harness) init(c *ddCase) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	switch c.str("policy", "fcfs") {
+	switch c.Str("policy", "fcfs") {
 	case "fcfs":
 	case "priority":
 		h.cfg.Policy = sched.Priority
 	default:
-		return "", fmt.Errorf("policy %q", c.str("policy", ""))
+		return "", fmt.Errorf("policy %q", c.Str("policy", ""))
 	}
-	pc, err := c.bool("prefix-cache", true)
+	pc, err := c.Bool("prefix-cache", true)
 	if err != nil {
 		return "", err
 	}
@@ -260,29 +262,29 @@ func (h *harness) tokens(seed uint64, n int) []int32 {
 	return out
 }
 
-func (h *harness) add(c *ddCase) error {
-	id, err := c.int("id", 0)
+func (h *harness) add(c *datadriven.Case) error {
+	id, err := c.Int("id", 0)
 	if err != nil {
 		return err
 	}
-	plen, err := c.int("prompt", 0)
+	plen, err := c.Int("prompt", 0)
 	if err != nil {
 		return err
 	}
-	maxT, err := c.int("max", 1)
+	maxT, err := c.Int("max", 1)
 	if err != nil {
 		return err
 	}
-	prio, err := c.int("prio", 0)
+	prio, err := c.Int("prio", 0)
 	if err != nil {
 		return err
 	}
-	seed, err := c.int("seed", id)
+	seed, err := c.Int("seed", id)
 	if err != nil {
 		return err
 	}
 	var prompt []int32
-	if p := c.str("prefix", ""); p != "" {
+	if p := c.Str("prefix", ""); p != "" {
 		srcID, k, err := parsePair(p)
 		if err != nil {
 			return err
@@ -298,8 +300,8 @@ func (h *harness) add(c *ddCase) error {
 		prompt = slices.Clone(src[:n])
 	}
 	prompt = append(prompt, h.tokens(uint64(seed), plen-len(prompt))...)
-	req := sched.Request{ID: sched.SeqID(id), Prompt: prompt, MaxTokens: maxT, Priority: prio, CacheSalt: c.str("salt", "")}
-	for _, f := range splitList(c.str("forks", "")) {
+	req := sched.Request{ID: sched.SeqID(id), Prompt: prompt, MaxTokens: maxT, Priority: prio, CacheSalt: c.Str("salt", "")}
+	for _, f := range splitList(c.Str("forks", "")) {
 		v, err := strconv.Atoi(f)
 		if err != nil {
 			return fmt.Errorf("forks: %w", err)
@@ -397,12 +399,12 @@ func (h *harness) step(verbose bool) (string, error) {
 	return line, err
 }
 
-func (h *harness) run(c *ddCase) (string, error) {
-	maxSteps, err := c.int("max-steps", 100000)
+func (h *harness) run(c *datadriven.Case) (string, error) {
+	maxSteps, err := c.Int("max-steps", 100000)
 	if err != nil {
 		return "", err
 	}
-	quiet := c.has("quiet")
+	quiet := c.Has("quiet")
 	var lines []string
 	steps, finished := 0, 0
 	for h.s.NumWaiting()+h.s.NumRunning() > 0 {

@@ -82,6 +82,7 @@ func benchLatencyCmd() *cobra.Command {
 					return err
 				}
 				source = fmt.Sprintf("synthetic, seed %d", seed)
+				arch = bench.ArchLabel(arch)
 			}
 			defer w.Close()
 			b, err := df.open(newLogger(verbose))

@@ -93,4 +93,3 @@ func maxAbs(v []float32) float64 {
 	}
 	return m
 }
-

@@ -1,4 +1,7 @@
-package sched_test
+// Package datadriven runs data-driven test scripts (raft and Pebble style):
+// each case is a command line, optional input, "----" and the expected
+// output. Run tests with -rewrite to regenerate the expected outputs.
+package datadriven
 
 import (
 	"flag"
@@ -23,20 +26,23 @@ import (
 
 var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testdata scripts")
 
-type ddArg struct {
+// Arg is one argument of a command: key=val, or a bare positional word.
+type Arg struct {
 	key, val string
 	eq       bool // written as key=val
 }
 
-type ddCase struct {
-	pos   string // file:line of the command
-	cmd   string
-	args  []ddArg
-	input string
+// Case is one command of a script with its input lines.
+type Case struct {
+	Pos   string // file:line of the command
+	Cmd   string
+	Args  []Arg
+	Input string
 }
 
-func (c *ddCase) has(key string) bool {
-	for _, a := range c.args {
+// Has reports whether the command has an argument key.
+func (c *Case) Has(key string) bool {
+	for _, a := range c.Args {
 		if a.key == key {
 			return true
 		}
@@ -44,8 +50,9 @@ func (c *ddCase) has(key string) bool {
 	return false
 }
 
-func (c *ddCase) str(key, def string) string {
-	for _, a := range c.args {
+// Str returns argument key's value, or def.
+func (c *Case) Str(key, def string) string {
+	for _, a := range c.Args {
 		if a.key == key {
 			return a.val
 		}
@@ -53,9 +60,9 @@ func (c *ddCase) str(key, def string) string {
 	return def
 }
 
-// positional returns the i-th argument without '='.
-func (c *ddCase) positional(i int) (string, error) {
-	for _, a := range c.args {
+// Positional returns the i-th argument without '='.
+func (c *Case) Positional(i int) (string, error) {
+	for _, a := range c.Args {
 		if !a.eq {
 			if i == 0 {
 				return a.key, nil
@@ -63,49 +70,51 @@ func (c *ddCase) positional(i int) (string, error) {
 			i--
 		}
 	}
-	return "", fmt.Errorf("%s: missing positional argument", c.cmd)
+	return "", fmt.Errorf("%s: missing positional argument", c.Cmd)
 }
 
-func (c *ddCase) int(key string, def int) (int, error) {
-	v := c.str(key, "")
+// Int returns argument key as an int, or def when absent.
+func (c *Case) Int(key string, def int) (int, error) {
+	v := c.Str(key, "")
 	if v == "" {
 		return def, nil
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil {
-		return 0, fmt.Errorf("%s: %s=%q: %w", c.cmd, key, v, err)
+		return 0, fmt.Errorf("%s: %s=%q: %w", c.Cmd, key, v, err)
 	}
 	return n, nil
 }
 
-func (c *ddCase) bool(key string, def bool) (bool, error) {
-	v := c.str(key, "")
+// Bool returns argument key as a bool, or def when absent.
+func (c *Case) Bool(key string, def bool) (bool, error) {
+	v := c.Str(key, "")
 	if v == "" {
-		if c.has(key) {
+		if c.Has(key) {
 			return true, nil
 		}
 		return def, nil
 	}
 	b, err := strconv.ParseBool(v)
 	if err != nil {
-		return false, fmt.Errorf("%s: %s=%q: %w", c.cmd, key, v, err)
+		return false, fmt.Errorf("%s: %s=%q: %w", c.Cmd, key, v, err)
 	}
 	return b, nil
 }
 
-func parseCommand(line string) (string, []ddArg) {
+func parseCommand(line string) (string, []Arg) {
 	fields := strings.Fields(line)
-	var args []ddArg
+	var args []Arg
 	for _, f := range fields[1:] {
 		k, v, eq := strings.Cut(f, "=")
-		args = append(args, ddArg{k, v, eq})
+		args = append(args, Arg{k, v, eq})
 	}
 	return fields[0], args
 }
 
-// runScripts runs every testdata file matching glob as a subtest, each
+// RunScripts runs every testdata file matching glob as a subtest, each
 // with a fresh handler from newHandler.
-func runScripts(t *testing.T, glob string, newHandler func(t *testing.T) func(c *ddCase) string) {
+func RunScripts(t *testing.T, glob string, newHandler func(t *testing.T) func(c *Case) string) {
 	files, err := filepath.Glob(glob)
 	if err != nil {
 		t.Fatal(err)
@@ -115,14 +124,14 @@ func runScripts(t *testing.T, glob string, newHandler func(t *testing.T) func(c 
 	}
 	for _, path := range files {
 		t.Run(filepath.Base(path), func(t *testing.T) {
-			runScript(t, path, newHandler(t))
+			RunScript(t, path, newHandler(t))
 		})
 	}
 }
 
-// runScript feeds each case of the script at path to do and compares its
+// RunScript feeds each case of the script at path to do and compares its
 // output with the expected one.
-func runScript(t *testing.T, path string, do func(c *ddCase) string) {
+func RunScript(t *testing.T, path string, do func(c *Case) string) {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -138,8 +147,8 @@ func runScript(t *testing.T, path string, do func(c *ddCase) string) {
 			i++
 			continue
 		}
-		c := &ddCase{pos: fmt.Sprintf("%s:%d", path, i+1)}
-		c.cmd, c.args = parseCommand(line)
+		c := &Case{Pos: fmt.Sprintf("%s:%d", path, i+1)}
+		c.Cmd, c.Args = parseCommand(line)
 		out.WriteString(line + "\n")
 		i++
 		var input []string
@@ -149,11 +158,11 @@ func runScript(t *testing.T, path string, do func(c *ddCase) string) {
 			i++
 		}
 		if i == len(lines) {
-			t.Fatalf("%s: no ---- after the command", c.pos)
+			t.Fatalf("%s: no ---- after the command", c.Pos)
 		}
 		out.WriteString("----\n")
 		i++
-		c.input = strings.Join(input, "\n")
+		c.Input = strings.Join(input, "\n")
 		var expected []string
 		for i < len(lines) && strings.TrimSpace(lines[i]) != "" {
 			expected = append(expected, lines[i])
@@ -164,14 +173,14 @@ func runScript(t *testing.T, path string, do func(c *ddCase) string) {
 			actual = "ok"
 		}
 		if strings.Contains(actual, "\n\n") {
-			t.Fatalf("%s: output has a blank line:\n%s", c.pos, actual)
+			t.Fatalf("%s: output has a blank line:\n%s", c.Pos, actual)
 		}
 		if *rewrite {
 			out.WriteString(actual + "\n")
 			continue
 		}
 		if want := strings.Join(expected, "\n"); actual != want {
-			t.Errorf("%s: %s\nexpected:\n%s\ngot:\n%s", c.pos, line, want, actual)
+			t.Errorf("%s: %s\nexpected:\n%s\ngot:\n%s", c.Pos, line, want, actual)
 		}
 	}
 	if *rewrite {

@@ -1,0 +1,128 @@
+package runner
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/trigon-llm/trigon/backend"
+	"github.com/trigon-llm/trigon/backend/cpu"
+	"github.com/trigon-llm/trigon/model"
+)
+
+// nopModel records the batch it was given and returns [NumLogits, 5]
+// logits.
+type nopModel struct {
+	b    backend.Backend
+	last *model.DeviceBatch
+}
+
+func (m *nopModel) Forward(in *model.DeviceBatch, _ []model.LayerKV) (backend.Tensor, error) {
+	m.last = in
+	if in.NumLogits == 0 {
+		return nil, nil
+	}
+	return m.b.Alloc(backend.F32, in.NumLogits, 5)
+}
+
+func newTest(t *testing.T) (*Runner, *nopModel) {
+	t.Helper()
+	b := cpu.New(cpu.Options{Threads: 1})
+	m := &nopModel{b: b}
+	r, err := New(b, m, Options{
+		NumBlocks: 10, BlockSize: 4, MaxTokens: 16, MaxSeqs: 3, MaxSeqLen: 20,
+		NumLayers: 2, NumKVHeads: 1, HeadDim: 8,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	return r, m
+}
+
+func TestPackRejectsBadSteps(t *testing.T) {
+	r, _ := newTest(t)
+	for _, tc := range []struct {
+		name string
+		seqs []Seq
+		want string
+	}{
+		{"empty", nil, "empty step"},
+		{"too many seqs", []Seq{{Tokens: []int32{1}, BlockTable: []int32{1}}, {Tokens: []int32{1}, BlockTable: []int32{2}}, {Tokens: []int32{1}, BlockTable: []int32{3}}, {Tokens: []int32{1}, BlockTable: []int32{4}}}, "4 sequences"},
+		{"no tokens", []Seq{{BlockTable: []int32{1}}}, "0 tokens"},
+		{"short table", []Seq{{Tokens: make([]int32, 5), BlockTable: []int32{1}}}, "needs 2"},
+		{"null block", []Seq{{Tokens: []int32{1}, BlockTable: []int32{0}}}, "out of range"},
+		{"block past pool", []Seq{{Tokens: []int32{1}, BlockTable: []int32{10}}}, "out of range"},
+		{"past context", []Seq{{Tokens: []int32{1}, Start: 20, BlockTable: []int32{1, 2, 3, 4, 5, 6}}}, "past the context"},
+		{"too many tokens", []Seq{{Tokens: make([]int32, 17), BlockTable: []int32{1, 2, 3, 4, 5}}}, "more than 16 tokens"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := r.Execute(&Step{Seqs: tc.seqs})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestPackLayout checks the slot mapping, positions, query offsets,
+// sequence lengths and logits rows of a mixed prefill/decode step.
+func TestPackLayout(t *testing.T) {
+	r, m := newTest(t)
+	step := &Step{Seqs: []Seq{
+		{Tokens: []int32{7, 8, 9}, Start: 3, BlockTable: []int32{5, 2}, WantLogits: true}, // positions 3..5
+		{Tokens: []int32{4}, Start: 0, BlockTable: []int32{9}},                             // no logits
+		{Tokens: []int32{1, 2}, Start: 0, BlockTable: []int32{3}, AllLogits: true},
+	}}
+	out, err := r.Execute(step)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(t2 backend.Tensor) []int32 {
+		n := 1
+		for _, d := range t2.Shape() {
+			n *= d
+		}
+		raw := make([]byte, 4*n)
+		if err := r.b.Read(t2, raw); err != nil {
+			t.Fatal(err)
+		}
+		v := make([]int32, n)
+		for i := range v {
+			v[i] = int32(uint32(raw[4*i]) | uint32(raw[4*i+1])<<8 | uint32(raw[4*i+2])<<16 | uint32(raw[4*i+3])<<24)
+		}
+		return v
+	}
+	in := m.last
+	for name, c := range map[string]struct{ got, want []int32 }{
+		"tokens":     {read(in.Tokens), []int32{7, 8, 9, 4, 1, 2}},
+		"positions":  {read(in.Positions), []int32{3, 4, 5, 0, 0, 1}},
+		"slots":      {read(in.SlotMapping), []int32{5*4 + 3, 2*4 + 0, 2*4 + 1, 9 * 4, 3 * 4, 3*4 + 1}},
+		"queryStart": {read(in.QueryStart), []int32{0, 3, 4, 6}},
+		"seqLens":    {read(in.SeqLens), []int32{6, 1, 2}},
+		"logitsRows": {read(in.LogitsRows), []int32{2, 4, 5}},
+	} {
+		if len(c.got) != len(c.want) {
+			t.Errorf("%s: %v, want %v", name, c.got, c.want)
+			continue
+		}
+		for i := range c.got {
+			if c.got[i] != c.want[i] {
+				t.Errorf("%s: %v, want %v", name, c.got, c.want)
+				break
+			}
+		}
+	}
+	if got := out.Seq; len(got) != 3 || got[0] != 0 || got[1] != 2 || got[2] != 2 {
+		t.Errorf("logits rows map to seqs %v, want [0 2 2]", got)
+	}
+	if tb := read(in.BlockTables); tb[0] != 5 || tb[1] != 2 || tb[5] != 9 || tb[10] != 3 || tb[2] != 0 {
+		t.Errorf("block tables %v", tb)
+	}
+	// The per-step path allocates only the step's tensor views and output.
+	allocs := testing.AllocsPerRun(20, func() {
+		if _, err := r.Execute(step); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Logf("allocations per step: %.0f", allocs)
+}
