@@ -77,10 +77,7 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		w.Close()
 		return nil, fmt.Errorf("load %s: tokenizer has %d tokens but the model's vocabulary is %d", opts.Model, tok.VocabSize(), cfg.VocabSize)
 	}
-	ctxLen := cfg.MaxPositions
-	if opts.MaxContext > 0 && opts.MaxContext < ctxLen {
-		ctxLen = opts.MaxContext
-	}
+	ctxLen := contextLength(cfg, opts.MaxContext)
 	setDefault(&opts.MaxSeqs, 64)
 	setDefault(&opts.MaxBatchedTokens, 2048)
 	setDefault(&opts.ChunkSize, 512)
@@ -207,3 +204,21 @@ var prefetchSink byte
 // RunnerOf exposes a loaded model's runner, for tools that drive steps
 // directly (scoring, tests). The engine's loop must not be running.
 func RunnerOf(l *Loaded) *runner.Runner { return l.runner }
+
+// ContextLength is the context Load would serve for the model at path with
+// LoadOptions.MaxContext maxContext, read without loading the weights.
+func ContextLength(path string, maxContext int) (int, error) {
+	cfg, _, w, err := model.OpenWeights(path)
+	if err != nil {
+		return 0, err
+	}
+	w.Close()
+	return contextLength(cfg, maxContext), nil
+}
+
+func contextLength(cfg model.Config, maxContext int) int {
+	if maxContext > 0 && maxContext < cfg.MaxPositions {
+		return maxContext
+	}
+	return cfg.MaxPositions
+}

@@ -70,7 +70,7 @@ func TestPackLayout(t *testing.T) {
 	r, m := newTest(t)
 	step := &Step{Seqs: []Seq{
 		{Tokens: []int32{7, 8, 9}, Start: 3, BlockTable: []int32{5, 2}, WantLogits: true}, // positions 3..5
-		{Tokens: []int32{4}, Start: 0, BlockTable: []int32{9}},                             // no logits
+		{Tokens: []int32{4}, Start: 0, BlockTable: []int32{9}},                            // no logits
 		{Tokens: []int32{1, 2}, Start: 0, BlockTable: []int32{3}, AllLogits: true},
 	}}
 	out, err := r.Execute(step)

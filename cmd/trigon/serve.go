@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -48,45 +49,21 @@ func serveCmd() *cobra.Command {
 				return err
 			}
 			defer shutdownTracing(context.Background())
-
-			metrics := telemetry.NewMetrics()
 			mf.maxQueue = maxQueue
-			l, stopEngine, err := mf.load(context.Background(), log, metrics)
-			if err != nil {
-				return err
-			}
-			defer stopEngine()
 			if name == "" {
 				name = modelName(mf.model)
 			}
-			srv, err := newAPIServer(l, name, apiKey, metrics, log)
+			ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
 			if err != nil {
 				return err
 			}
-			addr := net.JoinHostPort(host, strconv.Itoa(port))
-			hs := api.NewHTTPServer(addr, srv.Handler())
-			ln, err := net.Listen("tcp", addr)
-			if err != nil {
-				return err
-			}
-			log.Info("serving", "addr", "http://"+ln.Addr().String(), "model", name, "auth", apiKey != "")
-			errc := make(chan error, 1)
-			go func() { errc <- hs.Serve(ln) }()
-			select {
-			case err := <-errc:
-				return err
-			case <-ctx.Done():
-			}
-			// Graceful shutdown: stop admitting, let running requests finish
-			// within the timeout, then abort what is left.
-			log.Info("draining", "timeout", shutdown)
-			l.Engine.Drain()
-			sctx, cancel := context.WithTimeout(context.Background(), shutdown)
-			defer cancel()
-			if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-				return err
-			}
-			return nil
+			return serve(ctx, ln, serveOptions{
+				name: name, apiKey: apiKey, shutdown: shutdown, maxContext: mf.maxContext, log: log,
+				modelPath: mf.modelPath,
+				load: func(m *telemetry.Metrics) (*engine.Loaded, func(), error) {
+					return mf.load(context.Background(), log, m)
+				},
+			})
 		},
 	}
 	mf.register(cmd)
@@ -102,16 +79,79 @@ func serveCmd() *cobra.Command {
 	return cmd
 }
 
-// newAPIServer puts the HTTP layer in front of a loaded engine.
-func newAPIServer(l *engine.Loaded, name, apiKey string, metrics *telemetry.Metrics, log *slog.Logger) (*api.Server, error) {
-	return api.New(api.Options{
-		Engine:    &apiEngine{l: l},
-		Tokenizer: apiTokenizer{l.Tokenizer},
-		Model:     api.ModelInfo{ID: name, MaxContext: l.Context, Created: time.Now().Unix()},
-		APIKey:    apiKey,
+// serveOptions are what serve needs besides the listener.
+type serveOptions struct {
+	name, apiKey string
+	shutdown     time.Duration
+	maxContext   int
+	log          *slog.Logger
+	modelPath    func() (string, error)
+	// load uploads the model and starts its engine (the slow part).
+	load func(*telemetry.Metrics) (*engine.Loaded, func(), error)
+}
+
+// serve answers HTTP on ln at once (/health says 503 until the model is
+// loaded), loads the model, and serves until ctx ends; then it drains:
+// no new requests, running ones get opts.shutdown to finish, the rest are
+// aborted.
+func serve(ctx context.Context, ln net.Listener, opts serveOptions) error {
+	path, err := opts.modelPath()
+	if err != nil {
+		return err
+	}
+	// The tokenizer and the context length are cheap to read; the HTTP
+	// layer needs them up front.
+	tok, err := engine.LoadTokenizer(path)
+	if err != nil {
+		return err
+	}
+	ctxLen, err := engine.ContextLength(path, opts.maxContext)
+	if err != nil {
+		return err
+	}
+	metrics := telemetry.NewMetrics()
+	eng := &apiEngine{}
+	srv, err := api.New(api.Options{
+		Engine:    eng,
+		Tokenizer: apiTokenizer{tok},
+		Model:     api.ModelInfo{ID: opts.name, MaxContext: ctxLen, Created: time.Now().Unix()},
+		APIKey:    opts.apiKey,
 		Metrics:   metrics,
-		Logger:    log,
+		Logger:    opts.log,
 	})
+	if err != nil {
+		return err
+	}
+	hs := api.NewHTTPServer(ln.Addr().String(), srv.Handler())
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	opts.log.Info("listening; loading the model", "addr", "http://"+ln.Addr().String(), "model", opts.name, "auth", opts.apiKey != "")
+
+	l, stopEngine, err := opts.load(metrics)
+	if err != nil {
+		hs.Close()
+		return err
+	}
+	defer stopEngine()
+	if l.Context != ctxLen {
+		hs.Close()
+		return fmt.Errorf("serve: context length %d after loading, %d announced", l.Context, ctxLen)
+	}
+	eng.l.Store(l)
+	opts.log.Info("serving", "addr", "http://"+ln.Addr().String())
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	opts.log.Info("draining", "timeout", opts.shutdown)
+	l.Engine.Drain()
+	sctx, cancel := context.WithTimeout(context.Background(), opts.shutdown)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return nil
 }
 
 func modelName(path string) string {
@@ -121,12 +161,20 @@ func modelName(path string) string {
 	return strings.TrimSuffix(filepath.Base(filepath.Clean(path)), ".gguf")
 }
 
-// apiEngine adapts the engine to the HTTP layer's interface.
-type apiEngine struct{ l *engine.Loaded }
+// apiEngine adapts the engine to the HTTP layer's interface. It is not
+// ready until the model is loaded.
+type apiEngine struct{ l atomic.Pointer[engine.Loaded] }
 
-func (a *apiEngine) Ready() bool { return a.l.Engine.Ready() }
+func (a *apiEngine) Ready() bool {
+	l := a.l.Load()
+	return l != nil && l.Engine.Ready()
+}
 
 func (a *apiEngine) Generate(ctx context.Context, r *api.GenerateRequest) (<-chan api.Event, error) {
+	l := a.l.Load()
+	if l == nil {
+		return nil, api.ErrNotReady
+	}
 	sp := r.Sampling
 	req := &engine.Request{
 		ID: r.RequestID, Prompt: r.Prompt, N: r.N,
@@ -138,7 +186,7 @@ func (a *apiEngine) Generate(ctx context.Context, r *api.GenerateRequest) (<-cha
 		},
 		Logprobs: r.Logprobs, TopLogprobs: r.TopLogprobs, SkipSpecialTokens: sp.SkipSpecialTokens,
 	}
-	events, err := a.l.Engine.Submit(ctx, req)
+	events, err := l.Engine.Submit(ctx, req)
 	switch {
 	case errors.Is(err, engine.ErrQueueFull):
 		return nil, api.ErrQueueFull

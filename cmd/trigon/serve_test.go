@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -16,15 +17,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/trigon-llm/trigon/api"
 	"github.com/trigon-llm/trigon/backend/cpu"
 	"github.com/trigon-llm/trigon/engine"
 	"github.com/trigon-llm/trigon/telemetry"
 )
 
+const fixtureModel = "../../testdata/models/llama3"
+
 // startServer serves the fixture model over HTTP on loopback.
 func startServer(t *testing.T, opts engine.LoadOptions) (*httptest.Server, *engine.Loaded) {
 	t.Helper()
-	opts.Model = "../../testdata/models/llama3"
+	opts.Model = fixtureModel
 	opts.Backend = cpu.New(cpu.Options{Threads: 2})
 	l, err := engine.Load(opts)
 	if err != nil {
@@ -34,7 +38,10 @@ func startServer(t *testing.T, opts engine.LoadOptions) (*httptest.Server, *engi
 	done := make(chan struct{})
 	go func() { defer close(done); l.Engine.Run(ctx) }()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv, err := newAPIServer(l, "fixture", "", telemetry.NewMetrics(), log)
+	eng := &apiEngine{}
+	eng.l.Store(l)
+	srv, err := api.New(api.Options{Engine: eng, Tokenizer: apiTokenizer{l.Tokenizer},
+		Model: api.ModelInfo{ID: "fixture", MaxContext: l.Context}, Metrics: telemetry.NewMetrics(), Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,4 +203,70 @@ func TestLoopbackLoad(t *testing.T) {
 func freeBlocks(t *testing.T, l *engine.Loaded) int {
 	t.Helper()
 	return l.Engine.Stats().FreeBlocks
+}
+
+// TestServeLifecycle: /health answers 503 while the model loads and 200
+// after; requests are served; cancelling the context drains and returns.
+func TestServeLifecycle(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + ln.Addr().String()
+	release := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- serve(ctx, ln, serveOptions{
+			name: "fixture", shutdown: 5 * time.Second, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			modelPath: func() (string, error) { return fixtureModel, nil },
+			load: func(m *telemetry.Metrics) (*engine.Loaded, func(), error) {
+				<-release // the model is "loading" until the test says so
+				l, err := engine.Load(engine.LoadOptions{Model: fixtureModel, Backend: cpu.New(cpu.Options{Threads: 2}), Metrics: m})
+				if err != nil {
+					return nil, nil, err
+				}
+				rctx, stop := context.WithCancel(context.Background())
+				ran := make(chan struct{})
+				go func() { defer close(ran); l.Engine.Run(rctx) }()
+				return l, func() { stop(); <-ran; l.Close() }, nil
+			},
+		})
+	}()
+	health := func() int {
+		for range 100 {
+			resp, err := http.Get(url + "/health")
+			if err == nil {
+				resp.Body.Close()
+				return resp.StatusCode
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatal("server never answered")
+		return 0
+	}
+	if code := health(); code != http.StatusServiceUnavailable {
+		t.Fatalf("/health while loading: %d, want 503", code)
+	}
+	close(release)
+	deadline := time.Now().Add(10 * time.Second)
+	for health() != http.StatusOK {
+		if time.Now().After(deadline) {
+			t.Fatal("/health never became 200")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := complete(context.Background(), url, []int32{5, 6, 7}, 4, false, -1); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not return after cancel")
+	}
 }
