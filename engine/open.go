@@ -77,6 +77,10 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		w.Close()
 		return nil, fmt.Errorf("load %s: tokenizer has %d tokens but the model's vocabulary is %d", opts.Model, tok.VocabSize(), cfg.VocabSize)
 	}
+	if p := DefaultParams(gen); p.Validate() != nil {
+		w.Close()
+		return nil, fmt.Errorf("load %s: generation_config.json: %w", opts.Model, p.Validate())
+	}
 	ctxLen := contextLength(cfg, opts.MaxContext)
 	setDefault(&opts.MaxSeqs, 64)
 	setDefault(&opts.MaxBatchedTokens, 2048)

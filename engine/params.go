@@ -9,7 +9,7 @@ import (
 // sampling (temperature 1, no filters or penalties) with the checkpoint's
 // generation_config.json laid over it. do_sample=false there means greedy.
 func DefaultParams(g model.GenerationConfig) sample.Params {
-	p := sample.Params{Temperature: 1, TopP: 1, RepetitionPenalty: 1}
+	p := sample.Neutral()
 	if g.Temperature != nil {
 		p.Temperature = *g.Temperature
 	}

@@ -26,7 +26,6 @@
 package sample
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 )
@@ -127,59 +126,9 @@ func (p Params) Validate() error {
 	return nil
 }
 
-// GenerationConfig holds the sampling defaults a model ships in its
-// generation_config.json. Nil fields are absent from the file.
-type GenerationConfig struct {
-	Temperature       *float32 `json:"temperature"`
-	TopP              *float32 `json:"top_p"`
-	TopK              *int     `json:"top_k"`
-	MinP              *float32 `json:"min_p"`
-	RepetitionPenalty *float32 `json:"repetition_penalty"`
-	MaxNewTokens      *int     `json:"max_new_tokens"`
-}
-
-// ParseGenerationConfig reads the sampling fields of a generation_config.json.
-// Like vLLM it ignores do_sample: a model that ships a temperature means it.
-// Values out of range are an error, so a broken file fails at load time
-// rather than on every request.
-func ParseGenerationConfig(data []byte) (GenerationConfig, error) {
-	var gc GenerationConfig
-	if err := json.Unmarshal(data, &gc); err != nil {
-		return GenerationConfig{}, fmt.Errorf("parse generation config: %w", err)
-	}
-	p := Defaults(gc)
-	p.MaxTokens = 0 // max_new_tokens is checked on its own
-	if err := p.Validate(); err != nil {
-		return GenerationConfig{}, fmt.Errorf("generation config: %w", err)
-	}
-	if gc.MaxNewTokens != nil && *gc.MaxNewTokens < 0 {
-		return GenerationConfig{}, fmt.Errorf("generation config: max_new_tokens must be non-negative, got %d", *gc.MaxNewTokens)
-	}
-	return gc, nil
-}
-
-// Defaults returns the neutral parameters (temperature 1, no filters, no
-// penalties) with the model's generation config laid over them. The API
-// layer then overwrites whatever the request sets.
-func Defaults(gc GenerationConfig) Params {
-	p := Params{Temperature: 1, TopP: 1, RepetitionPenalty: 1}
-	if gc.Temperature != nil {
-		p.Temperature = *gc.Temperature
-	}
-	if gc.TopP != nil {
-		p.TopP = *gc.TopP
-	}
-	if gc.TopK != nil {
-		p.TopK = *gc.TopK
-	}
-	if gc.MinP != nil {
-		p.MinP = *gc.MinP
-	}
-	if gc.RepetitionPenalty != nil {
-		p.RepetitionPenalty = *gc.RepetitionPenalty
-	}
-	if gc.MaxNewTokens != nil {
-		p.MaxTokens = *gc.MaxNewTokens
-	}
-	return p
+// Neutral returns parameters that change nothing: temperature 1, no
+// filters, no penalties. Callers lay a model's generation config and then
+// the request over them.
+func Neutral() Params {
+	return Params{Temperature: 1, TopP: 1, RepetitionPenalty: 1}
 }

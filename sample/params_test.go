@@ -8,7 +8,7 @@ import (
 
 func TestValidate(t *testing.T) {
 	nan := float32(math.NaN())
-	base := Defaults(GenerationConfig{})
+	base := Neutral()
 	for _, c := range []struct {
 		name    string
 		mutate  func(p *Params)
@@ -60,54 +60,3 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-func TestGenerationConfig(t *testing.T) {
-	for _, c := range []struct {
-		name    string
-		json    string
-		want    Params
-		wantErr bool
-	}{
-		{
-			name: "Qwen3 style",
-			json: `{"bos_token_id": 151643, "do_sample": true, "eos_token_id": [151645, 151643],
-				"pad_token_id": 151643, "temperature": 0.6, "top_k": 20, "top_p": 0.95, "transformers_version": "4.51.0"}`,
-			want: Params{Temperature: 0.6, TopP: 0.95, TopK: 20, RepetitionPenalty: 1},
-		},
-		{
-			name: "penalty, min_p and max_new_tokens",
-			json: `{"repetition_penalty": 1.05, "min_p": 0.1, "max_new_tokens": 512}`,
-			want: Params{Temperature: 1, TopP: 1, MinP: 0.1, RepetitionPenalty: 1.05, MaxTokens: 512},
-		},
-		{
-			name: "greedy model ignores do_sample",
-			json: `{"do_sample": false, "temperature": 0.7}`,
-			want: Params{Temperature: 0.7, TopP: 1, RepetitionPenalty: 1},
-		},
-		{name: "nothing", json: `{}`, want: Params{Temperature: 1, TopP: 1, RepetitionPenalty: 1}},
-		{name: "top_p out of range", json: `{"top_p": 0}`, wantErr: true},
-		{name: "negative max_new_tokens", json: `{"max_new_tokens": -5}`, wantErr: true},
-		{name: "not JSON", json: `{"temperature": }`, wantErr: true},
-		{name: "wrong type", json: `{"top_k": "20"}`, wantErr: true},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			gc, err := ParseGenerationConfig([]byte(c.json))
-			if c.wantErr {
-				if err == nil {
-					t.Fatal("no error")
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := Defaults(gc)
-			if got.Temperature != c.want.Temperature || got.TopP != c.want.TopP || got.TopK != c.want.TopK ||
-				got.MinP != c.want.MinP || got.RepetitionPenalty != c.want.RepetitionPenalty || got.MaxTokens != c.want.MaxTokens {
-				t.Errorf("Defaults = %+v, want %+v", got, c.want)
-			}
-			if err := got.Validate(); err != nil {
-				t.Errorf("defaults do not validate: %v", err)
-			}
-		})
-	}
-}

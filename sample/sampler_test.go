@@ -59,7 +59,7 @@ func TestSeedReproducible(t *testing.T) {
 	for range 200 {
 		steps = append(steps, randLogits(r, 50, 1))
 	}
-	p := Defaults(GenerationConfig{})
+	p := Neutral()
 	p.Temperature, p.TopP = 1.2, 0.98
 	a := pickSequence(t, mustSampler(t, seeded(p, 7), 0), steps)
 	b := pickSequence(t, mustSampler(t, seeded(p, 7), 0), steps)
@@ -141,7 +141,7 @@ func TestDistribution(t *testing.T) {
 		}()},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			p := Defaults(GenerationConfig{})
+			p := Neutral()
 			c.edit(&p)
 			s := mustSampler(t, seeded(p, 12345), 0)
 			const draws = 20000
@@ -202,7 +202,7 @@ func cmpFloat(a, b float64) int {
 }
 
 func TestRow(t *testing.T) {
-	p := Defaults(GenerationConfig{})
+	p := Neutral()
 	p.TopK, p.TopP, p.MinP, p.Temperature = -1, 0.9, 0.05, 0.8
 	s := mustSampler(t, seeded(p, 1), 0)
 	row := s.Row()
@@ -231,7 +231,7 @@ func TestRow(t *testing.T) {
 // the rows of a twin sampler.
 func TestPickMatchesBackendRule(t *testing.T) {
 	r := newRand(t)
-	p := Defaults(GenerationConfig{})
+	p := Neutral()
 	p.Temperature, p.TopK, p.TopP = 0.9, 30, 0.9
 	a, twin := mustSampler(t, seeded(p, 3), 2), mustSampler(t, seeded(p, 3), 2)
 	b := cpu.New(cpu.Options{Threads: 1})
@@ -262,7 +262,7 @@ func TestPickMatchesBackendRule(t *testing.T) {
 }
 
 func TestApplyPenaltiesHandComputed(t *testing.T) {
-	p := Defaults(GenerationConfig{})
+	p := Neutral()
 	p.RepetitionPenalty, p.PresencePenalty, p.FrequencyPenalty = 2, 0.5, 0.25
 	s := mustSampler(t, p, 0)
 	logits := []float32{2, -1, 0.5, 3, -2, 1}
@@ -278,7 +278,7 @@ func TestApplyPenaltiesHandComputed(t *testing.T) {
 		t.Errorf("logits %v, want %v", logits, want)
 	}
 	t.Run("off", func(t *testing.T) {
-		s := mustSampler(t, Defaults(GenerationConfig{}), 0)
+		s := mustSampler(t, Neutral(), 0)
 		l := []float32{1, 2, 3}
 		if err := s.ApplyPenalties(l, []int32{0, 1}, []int32{2}); err != nil || !slices.Equal(l, []float32{1, 2, 3}) {
 			t.Errorf("logits %v, %v; want unchanged", l, err)
@@ -326,7 +326,7 @@ func TestApplyPenaltiesIncremental(t *testing.T) {
 	const vocab = 300
 	for round := range 5 {
 		t.Run(fmt.Sprint(round), func(t *testing.T) {
-			p := Defaults(GenerationConfig{})
+			p := Neutral()
 			p.RepetitionPenalty = float32(0.5 + 1.5*r.Float64())
 			p.PresencePenalty = float32(4*r.Float64() - 2)
 			p.FrequencyPenalty = float32(4*r.Float64() - 2)
@@ -380,7 +380,7 @@ func refLogSoftmax(logits []float32) []float64 {
 
 func TestLogprobs(t *testing.T) {
 	r := newRand(t)
-	s := mustSampler(t, Defaults(GenerationConfig{}), 0)
+	s := mustSampler(t, Neutral(), 0)
 	for _, c := range []struct {
 		vocab, n int
 	}{{1, 0}, {1, 1}, {5, 3}, {5, 5}, {20, 20}, {1000, 7}, {32000, 20}} {
