@@ -220,3 +220,38 @@ func (c *wordCache) put(w string, ids []TokenID) {
 	s.m[key] = val
 	s.mu.Unlock()
 }
+
+// TokenBytes returns the bytes one token contributes to decoded text, as
+// OpenAI's logprobs "bytes" want them: byte-level pieces mapped back to
+// their bytes, SentencePiece "▁" as a space and <0xAB> byte tokens as that
+// byte, added tokens as their content. The result may be an incomplete
+// UTF-8 sequence. ok is false for ids outside the vocabulary.
+func (t *Tokenizer) TokenBytes(id TokenID) (b []byte, ok bool) {
+	if id < 0 || int(id) >= len(t.pieces) || !t.known[id] {
+		return nil, false
+	}
+	piece := t.pieces[id]
+	if t.isAddedID(id) {
+		return []byte(piece), true
+	}
+	if t.kind == KindByteLevelBPE {
+		if raw, ok := byteLevelDecode(piece); ok {
+			return raw, true
+		}
+		return []byte(piece), true
+	}
+	if c, ok := parseByteToken(piece); ok {
+		return []byte{c}, true
+	}
+	return []byte(strings.ReplaceAll(piece, "▁", " ")), true
+}
+
+// isAddedID reports whether id is an added token (special or not).
+func (t *Tokenizer) isAddedID(id TokenID) bool {
+	for _, a := range t.added {
+		if a.id == id {
+			return true
+		}
+	}
+	return false
+}

@@ -242,9 +242,6 @@ func (a apiTokenizer) ApplyChatTemplate(msgs []api.ChatMessage, addGen bool) (st
 }
 
 func (a apiTokenizer) TokenString(id int32) (string, bool) {
-	if id < 0 || int(id) >= a.t.VocabSize() {
-		return "", false
-	}
-	s, err := a.t.Decode([]int32{id}, false)
-	return s, err == nil
+	b, ok := a.t.TokenBytes(id)
+	return string(b), ok
 }
