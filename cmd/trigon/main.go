@@ -13,6 +13,13 @@ import (
 )
 
 func main() {
+	if err := newRoot().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "trigon:", err)
+		os.Exit(1)
+	}
+}
+
+func newRoot() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "trigon",
 		Short:         "trigon: an LLM inference engine and server",
@@ -20,8 +27,5 @@ func main() {
 		SilenceErrors: true,
 	}
 	root.AddCommand(runCmd(), serveCmd(), inspectCmd(), convertCmd(), evalCmd(), kernelsCmd(), benchCmd(), versionCmd())
-	if err := root.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "trigon:", err)
-		os.Exit(1)
-	}
+	return root
 }
