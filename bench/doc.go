@@ -16,7 +16,10 @@
 // the device work it launched.
 //
 //	cfg, err := bench.Arch("llama-3-8b")
-//	w := bench.SyntheticWeights(cfg, backend.BF16, 0)
+//	if err != nil { ... }
+//	w, err := bench.SyntheticWeights(cfg, backend.BF16, 0)
+//	if err != nil { ... }
+//	defer w.Close()
 //	res, err := bench.RunLatency(ctx, bench.LatencyOptions{
 //		Backend: b, Config: cfg, Weights: w, Batch: 4, InputLen: 2048, OutputLen: 128,
 //	})

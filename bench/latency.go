@@ -101,7 +101,8 @@ type LatencyResult struct {
 	OutputTokensPerS float64  `json:"output_tokens_per_s"`
 
 	// Bytes one decode step must read: every weight except the embedding
-	// table (only its batch rows), plus the KV cache of every sequence.
+	// table (only its batch rows, unless it is also the LM head), plus the
+	// KV cache of every sequence.
 	DecodeWeightBytes  int64    `json:"decode_weight_bytes_per_step"`
 	DecodeKVBytes      *float64 `json:"decode_kv_bytes_per_step"` // mean over the steps
 	DecodeBytesPerStep *float64 `json:"decode_bytes_per_step"`

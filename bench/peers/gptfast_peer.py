@@ -241,7 +241,7 @@ def main():
         idx = torch.randint(0, spec["vocab_size"], (args.batch, args.input_len), device=dev, generator=gen)
         prompt_pos = torch.arange(args.input_len, device=dev)
         prefill_s, itl_s, e2e_s = [], [], []
-        with torch.inference_mode():
+        with torch.no_grad():
             for it in range(warmup + args.iters):
                 sync(dev)
                 t0 = time.perf_counter()

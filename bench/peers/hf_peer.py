@@ -58,7 +58,7 @@ def hf_config(spec, notes, with_scaling=True):
     else:
         kw["rope_theta"] = spec["rope_theta"]
         if scaling:
-            kw["rope_scaling"] = dict(scaling, type=scaling.get("rope_type"))
+            kw["rope_scaling"] = dict(scaling)
     try:
         return cfg_cls(**kw)
     except Exception as e:  # a RoPE-scaling validation this version disagrees with
@@ -154,7 +154,7 @@ def run_mode(model, spec, label, args, mode):
         timer = StepTimer()
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        with torch.inference_mode():
+        with torch.no_grad():
             out = model.generate(input_ids=ids, attention_mask=mask, generation_config=gc, streamer=timer)
         torch.cuda.synchronize()
         t1 = time.perf_counter()

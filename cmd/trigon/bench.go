@@ -110,7 +110,7 @@ func benchLatencyCmd() *cobra.Command {
 	fl := cmd.Flags()
 	fl.StringVar(&arch, "arch", bench.ArchDefault, "architecture of the synthetic weights: a preset name or a config.json path")
 	fl.StringVarP(&modelPath, "model", "m", "", "time this checkpoint (HF directory or .gguf) instead of synthetic weights")
-	fl.StringVar(&dtype, "dtype", "bf16", "synthetic weight dtype: bf16, f16, f32, q8_0 or q4_0")
+	fl.StringVar(&dtype, "dtype", "bf16", "synthetic weight dtype: bf16, f16, f32, q8_0 or q4_0 (not with --model)")
 	fl.IntVar(&batch, "batch", 1, "sequences decoded together")
 	fl.IntVar(&inputLen, "input-len", 512, "prompt tokens per sequence")
 	fl.IntVar(&outputLen, "output-len", 128, "generated tokens per sequence, the prefill's included")

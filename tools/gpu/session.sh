@@ -63,5 +63,29 @@ if .gpu/trigon bench latency --help >/dev/null 2>&1; then
 fi
 }
 
+serve_smoke() {
+log "trigon serve --device cuda: completion, chat, metrics, SIGTERM drain"
+.gpu/trigon serve --device cuda --port 8011 >"$OUT/serve.log" 2>&1 &
+pid=$!
+for i in $(seq 100); do curl -sf localhost:8011/health >/dev/null && break; sleep 0.2; done
+curl -s localhost:8011/v1/completions -H 'Content-Type: application/json' \
+  -d '{"prompt":"func reverse(s string) string {","max_tokens":32,"temperature":0}' | tee -a "$OUT/summary.txt"; echo | tee -a "$OUT/summary.txt"
+curl -sN localhost:8011/v1/completions -H 'Content-Type: application/json' \
+  -d '{"prompt":"package main","max_tokens":8,"stream":true,"seed":3}' | tail -3 | tee -a "$OUT/summary.txt"
+curl -s localhost:8011/metrics | grep -E '^trigon_(generation_tokens_total|prompt_tokens_total|kv_cache_usage_ratio)' | tee -a "$OUT/summary.txt"
+kill -TERM $pid; wait $pid; echo "serve exit=$?" | tee -a "$OUT/summary.txt"
+}
+
+bench_rows() {
+for args in "--batch 1" "--batch 4" "--batch 64"; do
+  for g in off on; do
+    log "bench latency llama-3-8b $args --input-len 2048 --output-len 64 --cuda-graphs $g"
+    .gpu/trigon bench latency --arch llama-3-8b $args --input-len 2048 --output-len 64 --device cuda --cuda-graphs $g --json \
+      >"$OUT/bench-${args#--batch }-$g.json" 2>>"$OUT/bench.err" || tail -3 "$OUT/bench.err"
+    $PY -c "import json,sys;d=json.load(open(sys.argv[1]));print({k:d.get(k) for k in ['batch','cuda_graphs','itl_ms','prefill_ms','decode_floor_ms','ceiling_share','copy_ceiling_bytes_per_s','prefill_gemm_floor_ms']})" "$OUT/bench-${args#--batch }-$g.json" 2>&1 | tee -a "$OUT/summary.txt"
+  done
+done
+}
+
 for part in ${@:-checks bigref}; do "$part"; done
 log done
