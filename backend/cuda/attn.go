@@ -271,7 +271,7 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 		}
 		var part uint64
 		if nsplit > 1 {
-			if part, err = b.pool.get(s * h * nsplit * (d + 2) * 4); err != nil {
+			if part, err = b.tmpGet(s * h * nsplit * (d + 2) * 4); err != nil {
 				return err
 			}
 			defer b.tmpPut(part)

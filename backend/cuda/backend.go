@@ -120,9 +120,12 @@ type Backend struct {
 	shadows    map[shadowKey]uint64
 	deferred   error
 	// capturing is set while the stream records a graph (CUDA thread);
-	// captureTemps are the temporaries the captured ops used.
+	// captureTemps are the temporaries the captured ops took (the graph
+	// keeps them); captureFree those released again, by size class, for
+	// reuse by later ops of the same capture.
 	capturing    bool
 	captureTemps []uint64
+	captureFree  map[int][]uint64
 }
 
 var _ backend.Backend = (*Backend)(nil)

@@ -26,11 +26,38 @@ type Graph struct {
 // errCapturing is returned by calls that cannot be recorded in a graph.
 var errCapturing = errors.New("not allowed while a graph is being captured")
 
-// tmpPut returns an op's temporary to the pool, or hands it to the graph
-// being captured, whose replays keep using its address. CUDA thread only.
+// tmpGet takes an op's temporary of n bytes. While capturing, it first
+// reuses a temporary an earlier op of the same capture released: ops run
+// in stream order, so the earlier op is done with it on every replay, and
+// a capture of 32 layers then holds one split-KV buffer, not 32, and does
+// not call cuMemAlloc, which would invalidate the capture. CUDA thread only.
+func (b *Backend) tmpGet(n int) (uint64, error) {
+	if b.capturing {
+		c := sizeClass(n)
+		if l := b.captureFree[c]; len(l) > 0 {
+			ptr := l[len(l)-1]
+			b.captureFree[c] = l[:len(l)-1]
+			return ptr, nil
+		}
+		ptr, err := b.pool.get(n)
+		if err == nil {
+			b.captureTemps = append(b.captureTemps, ptr)
+		}
+		return ptr, err
+	}
+	return b.pool.get(n)
+}
+
+// tmpPut releases an op's temporary: to the pool, or while capturing to the
+// capture's free list (the graph keeps every temporary it used, since its
+// replays use their addresses). CUDA thread only.
 func (b *Backend) tmpPut(ptr uint64) {
 	if b.capturing {
-		b.captureTemps = append(b.captureTemps, ptr)
+		c := b.pool.class[ptr]
+		if b.captureFree == nil {
+			b.captureFree = map[int][]uint64{}
+		}
+		b.captureFree[c] = append(b.captureFree[c], ptr)
 		return
 	}
 	b.pool.put(ptr)
@@ -57,7 +84,7 @@ func (b *Backend) Capture(fn func() error) (*Graph, error) {
 			return err
 		}
 		b.capturing = true
-		b.captureTemps = nil
+		b.captureTemps, b.captureFree = nil, nil
 		return nil
 	}); err != nil {
 		return nil, fmt.Errorf("cuda: capture: %w", err)
@@ -68,7 +95,7 @@ func (b *Backend) Capture(fn func() error) (*Graph, error) {
 	g := &Graph{b: b}
 	err := b.call(func() error {
 		b.capturing = false
-		g.temps, b.captureTemps = b.captureTemps, nil
+		g.temps, b.captureTemps, b.captureFree = b.captureTemps, nil, nil
 		err := b.d.check("cuStreamEndCapture", b.d.call(b.d.cuStreamEndCapture, b.stream, uintptr(unsafe.Pointer(&g.graph))))
 		if err == nil && b.deferred != nil {
 			err, b.deferred = b.deferred, nil

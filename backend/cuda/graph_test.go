@@ -93,3 +93,57 @@ func TestGraph(t *testing.T) {
 	}
 	p.must("sync after refused capture", g.Sync())
 }
+
+// TestGraphManyLayers captures several split-KV attentions in a row, as a
+// decode step of a many-layer model does. Each needs a partials buffer; the
+// capture must reuse one (an allocation inside a capture invalidates it:
+// `bench latency --cuda-graphs on` failed so at batch 4 on the H200), and
+// replays must match eager runs.
+func TestGraphManyLayers(t *testing.T) {
+	p := newPair(t)
+	g := p.g
+	const n, h, kv, d, bs, ctx, layers = 4, 8, 2, 128, 16, 1500, 6
+	nb := (ctx + bs - 1) / bs
+	_, kc := p.same(backend.BF16, []int{n*nb + 1, kv, bs, d}, encode(backend.BF16, p.normal((n*nb+1)*kv*bs*d, 1)))
+	_, vc := p.same(backend.BF16, []int{n*nb + 1, kv, bs, d}, encode(backend.BF16, p.normal((n*nb+1)*kv*bs*d, 1)))
+	tables, lens, starts := make([]int32, n*nb), make([]int32, n), make([]int32, n+1)
+	for i, id := range p.r.Perm(n * nb) {
+		tables[i] = int32(id + 1)
+	}
+	for i := range n {
+		lens[i] = int32(ctx - 100*i)
+		starts[i+1] = int32(i + 1)
+	}
+	_, bt := p.same(backend.I32, []int{n, nb}, i32Bytes(tables))
+	_, sl := p.same(backend.I32, []int{n}, i32Bytes(lens))
+	_, qs := p.same(backend.I32, []int{n + 1}, i32Bytes(starts))
+	q := p.poisoned(backend.BF16, n, h*d)
+	outs := make([]backend.Tensor, layers)
+	for i := range outs {
+		outs[i] = p.poisoned(backend.BF16, n, h*d)
+	}
+	step := func() error {
+		for _, o := range outs {
+			if err := g.Attention(backend.AttentionArgs{Out: o, Q: q, KCache: kc, VCache: vc, BlockTables: bt, SeqLens: sl, QueryStart: qs,
+				NumSeqs: n, MaxSeqLen: ctx, NumHeads: h, NumKVHeads: kv, HeadDim: d, Scale: float32(1 / math.Sqrt(d))}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	p.must("write q", g.Write(q, encode(backend.BF16, p.normal(n*h*d, 1))))
+	p.must("eager warm-up", step())
+	p.must("sync", g.Sync())
+	graph, err := g.Capture(step)
+	p.must("capture", err)
+	defer graph.Close()
+	p.must("write q", g.Write(q, encode(backend.BF16, p.normal(n*h*d, 1))))
+	p.must("eager", step())
+	want := readBytes(t, g, outs[layers-1])
+	p.must("poison", g.Write(outs[layers-1], make([]byte, len(want))))
+	p.must("launch", graph.Launch())
+	p.must("sync", g.Sync())
+	if got := readBytes(t, g, outs[layers-1]); string(got) != string(want) {
+		t.Fatal("replayed attention differs from the eager one")
+	}
+}

@@ -95,7 +95,7 @@ func (b *Backend) MatMul(out, x, w, bias backend.Tensor) error {
 func (b *Backend) matmul(o, xt, wt, bt *tensor, n, m, k int) error {
 	xptr := xt.ptr
 	if xt.dt != backend.BF16 {
-		tmp, err := b.pool.get(n * k * 2)
+		tmp, err := b.tmpGet(n * k * 2)
 		if err != nil {
 			return err
 		}
@@ -141,7 +141,7 @@ func (b *Backend) matmul(o, xt, wt, bt *tensor, n, m, k int) error {
 				return err
 			}
 		} else {
-			tmp, err := b.pool.get(m * k * 2)
+			tmp, err := b.tmpGet(m * k * 2)
 			if err != nil {
 				return err
 			}
