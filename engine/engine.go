@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/trigon-llm/trigon/backend"
 	"github.com/trigon-llm/trigon/kvcache"
@@ -249,34 +248,41 @@ func (e *Engine) admit() {
 
 func (e *Engine) start(r *request) {
 	if r.ctx.Err() != nil {
-		e.queued.Add(-1)
+		e.dequeue(r)
 		r.finishAll(FinishAbort, r.ctx.Err())
 		return
 	}
 	ids := make([]sched.SeqID, r.req.N)
 	for i := range ids {
-		ids[i] = e.nextID
-		e.nextID++
-	}
-	sreq := sched.Request{ID: ids[0], Prompt: r.req.Prompt, MaxTokens: r.req.Params.MaxTokens, Forks: ids[1:]}
-	if err := e.sch.Add(sreq); err != nil {
-		e.queued.Add(-1)
-		r.finishAll(FinishError, fmt.Errorf("%w: %v", ErrBadRequest, err))
-		return
-	}
-	r.arrivedAtSched = time.Now()
-	for i, id := range ids {
-		c, err := newChoice(e, r, i, id)
+		ids[i] = e.nextID + sched.SeqID(i)
+		c, err := newChoice(e, r, i, ids[i])
 		if err != nil {
-			e.sch.Abort(ids[0])
-			e.queued.Add(-1)
+			e.dequeue(r)
 			r.finishAll(FinishError, err)
 			return
 		}
 		r.choices[i] = c
-		e.choices[id] = c
+	}
+	sreq := sched.Request{ID: ids[0], Prompt: r.req.Prompt, MaxTokens: r.req.Params.MaxTokens, Forks: ids[1:]}
+	if err := e.sch.Add(sreq); err != nil {
+		e.dequeue(r)
+		r.finishAll(FinishError, fmt.Errorf("%w: %v", ErrBadRequest, err))
+		return
+	}
+	e.nextID += sched.SeqID(len(ids))
+	for i, id := range ids {
+		e.choices[id] = r.choices[i]
 	}
 	e.active[r] = struct{}{}
+}
+
+// dequeue counts r out of the waiting queue (once): when its first step is
+// scheduled, or when it ends before that.
+func (e *Engine) dequeue(r *request) {
+	if !r.scheduled {
+		r.scheduled = true
+		e.queued.Add(-1)
+	}
 }
 
 // reap aborts requests whose context ended (client gone, timeout).
@@ -289,10 +295,7 @@ func (e *Engine) reap() {
 }
 
 func (e *Engine) abortRequest(r *request, reason string, err error) {
-	if !r.scheduled {
-		e.queued.Add(-1)
-		r.scheduled = true
-	}
+	e.dequeue(r)
 	for _, c := range r.choices {
 		if c == nil || c.done {
 			continue
@@ -313,7 +316,7 @@ func (e *Engine) abortAll(reason string, err error) {
 	e.pending = nil
 	e.mu.Unlock()
 	for _, r := range batch {
-		e.queued.Add(-1)
+		e.dequeue(r)
 		r.finishAll(reason, err)
 	}
 }

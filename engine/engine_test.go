@@ -319,3 +319,43 @@ func TestBackendErrorReachesClient(t *testing.T) {
 		t.Errorf("after the fault: %d tokens (%s %v)", len(r.tokens), r.final.FinishReason, r.final.Err)
 	}
 }
+
+// TestQueueFull: past MaxQueue waiting requests, Submit refuses with
+// ErrQueueFull; requests that end (here: cancelled before they start) free
+// their places.
+func TestQueueFull(t *testing.T) {
+	l, err := engine.Load(engine.LoadOptions{Model: fixture, Backend: cpu.New(cpu.Options{Threads: 1}), MaxQueue: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	var chans []<-chan engine.Event
+	for range 2 {
+		ch, err := l.Engine.Submit(ctx, &engine.Request{Prompt: []int32{5, 6}, N: 1, Params: greedy(2)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		chans = append(chans, ch)
+	}
+	if _, err := l.Engine.Submit(context.Background(), &engine.Request{Prompt: []int32{5}, N: 1, Params: greedy(2)}); !errors.Is(err, engine.ErrQueueFull) {
+		t.Fatalf("third request: %v, want ErrQueueFull", err)
+	}
+	// Start the loop with the two queued requests cancelled: they end with
+	// "abort" and leave the queue, so new requests are admitted again.
+	cancel()
+	rctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); l.Engine.Run(rctx) }()
+	defer func() { stop(); <-done }()
+	for _, ch := range chans {
+		for ev := range ch {
+			if ev.FinishReason != "" && ev.FinishReason != engine.FinishAbort {
+				t.Errorf("cancelled request finished %q", ev.FinishReason)
+			}
+		}
+	}
+	if got := submit(t, l, context.Background(), []int32{5, 6, 7}, 1, greedy(3))[0]; len(got.tokens) != 3 {
+		t.Errorf("after the queue drained: %d tokens", len(got.tokens))
+	}
+}

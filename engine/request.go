@@ -26,10 +26,9 @@ type request struct {
 	closed bool
 
 	// Owned by the step loop.
-	choices        []*choice
-	remaining      int
-	scheduled      bool // counted out of the waiting queue
-	arrivedAtSched time.Time
+	choices   []*choice
+	remaining int
+	scheduled bool // counted out of the waiting queue (Engine.dequeue)
 }
 
 func newRequest(ctx context.Context, req *Request) *request {

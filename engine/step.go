@@ -29,6 +29,10 @@ func (e *Engine) step() error {
 			}
 		}
 	}
+	if len(plan.Seqs) == 0 {
+		// Nothing could run (waiting for blocks): do not spin.
+		time.Sleep(time.Millisecond)
+	}
 	fin, err := e.sch.Update(plan, out)
 	if err != nil {
 		return fmt.Errorf("engine: update: %w", err)
@@ -39,6 +43,7 @@ func (e *Engine) step() error {
 			continue
 		}
 		delete(e.choices, f.ID)
+		e.dequeue(c.req) // finished without ever being scheduled
 		reason := c.reason
 		switch {
 		case reason != "":
@@ -65,8 +70,7 @@ func (e *Engine) markScheduled(plan *sched.Plan) {
 		if c == nil || c.req.scheduled {
 			continue
 		}
-		c.req.scheduled = true
-		e.queued.Add(-1)
+		e.dequeue(c.req)
 		if m := e.opts.Metrics; m != nil {
 			m.ObserveQueueTime(now.Sub(c.req.submitted))
 		}
