@@ -192,3 +192,22 @@ func NumElements(shape []int) (int, error) {
 	}
 	return n, nil
 }
+
+// GraphCapturer is implemented by backends that can record the ops a
+// function queues and replay them with one launch (CUDA graphs). While
+// capturing, fn may only queue ops: calls that wait for the device (Alloc,
+// Write, Read, Sample, Sync) fail. Replays read and write the same
+// addresses as the captured ops, so inputs are refreshed by writing into
+// the captured tensors before Launch. Kernels must have run once eagerly
+// before capture.
+type GraphCapturer interface {
+	CaptureGraph(fn func() error) (Graph, error)
+}
+
+// Graph is a captured op sequence.
+type Graph interface {
+	// Launch queues one replay.
+	Launch() error
+	// Close releases the graph and the temporaries it holds.
+	Close()
+}

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/trigon-llm/trigon/backend"
-	"github.com/trigon-llm/trigon/backend/cuda"
 	"github.com/trigon-llm/trigon/kvcache"
 	"github.com/trigon-llm/trigon/model"
 	"github.com/trigon-llm/trigon/model/llama"
@@ -27,12 +26,8 @@ type BandwidthProber interface {
 	MeasureCopyBandwidth(bytes int) (float64, error)
 }
 
-// Graph is a captured decode step that replays with one launch
-// (*cuda.Graph satisfies it).
-type Graph interface {
-	Launch() error
-	Close()
-}
+// Graph is a captured decode step that replays with one launch.
+type Graph = backend.Graph
 
 // CaptureFunc records the backend ops fn queues into a Graph instead of
 // running them.
@@ -245,17 +240,10 @@ func checkLatencyOptions(o *LatencyOptions) error {
 
 // backendCapture returns the backend's graph capture, or nil.
 func backendCapture(b backend.Backend) CaptureFunc {
-	cb, ok := b.(*cuda.Backend)
-	if !ok {
-		return nil
+	if cb, ok := b.(backend.GraphCapturer); ok {
+		return cb.CaptureGraph
 	}
-	return func(fn func() error) (Graph, error) {
-		g, err := cb.Capture(fn)
-		if err != nil {
-			return nil, err
-		}
-		return g, nil
-	}
+	return nil
 }
 
 func (run *latencyRun) setup() error {

@@ -208,6 +208,11 @@ func (e *Engine) Run(ctx context.Context) error {
 				return nil
 			}
 			e.recordGauges()
+			// Idle: capture the decode graphs recent traffic uses.
+			if err := e.run.Precapture(); err != nil {
+				e.log.Warn("graph precapture failed", "err", err)
+			}
+			e.publish()
 			select {
 			case <-ctx.Done():
 				return nil
@@ -340,6 +345,7 @@ type Stats struct {
 	Preemptions      uint64
 	PrefixQueries    uint64 // prompt tokens looked up in the prefix cache
 	PrefixHits       uint64 // of which served from it
+	Graphs           runner.GraphStats
 }
 
 // Stats returns the counters the step loop published last.
@@ -361,6 +367,7 @@ func (e *Engine) publish() {
 	e.stats = Stats{
 		Running: st.NumRunning, Waiting: st.NumWaiting, FreeBlocks: e.pool.NumFree(), KVUsage: st.KVUsage,
 		Preemptions: st.Preemptions, PrefixQueries: st.PrefixQueryTokens, PrefixHits: st.PrefixHitTokens,
+		Graphs: e.run.GraphStats(),
 	}
 	e.statsMu.Unlock()
 }

@@ -40,6 +40,9 @@ type LoadOptions struct {
 	Logger   *slog.Logger
 	// Progress, when set, is called as weight bytes are read in.
 	Progress func(done, total int64)
+	// Graphs replays decode steps from captured graphs (backends that
+	// implement backend.GraphCapturer).
+	Graphs bool
 }
 
 // Loaded is a model ready to serve: its engine, tokenizer and configs.
@@ -115,6 +118,7 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		NumBlocks: blocks, BlockSize: kvcache.DefaultBlockSize,
 		MaxTokens: opts.MaxBatchedTokens, MaxSeqs: opts.MaxSeqs, MaxSeqLen: ctxLen,
 		NumLayers: cfg.NumLayers, NumKVHeads: cfg.NumKVHeads, HeadDim: cfg.HeadDim,
+		Graphs: runner.GraphOptions{Enabled: opts.Graphs},
 	})
 	if err != nil {
 		m.Close()

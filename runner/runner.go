@@ -40,6 +40,7 @@ type Options struct {
 	NumLayers  int
 	NumKVHeads int
 	HeadDim    int
+	Graphs     GraphOptions // replay decode steps from captured graphs
 }
 
 // Seq is one sequence's share of a step: compute Tokens, which sit at
@@ -74,6 +75,8 @@ type Runner struct {
 	seqLens                  backend.Tensor // [MaxSeqs] I32
 	blockTables              backend.Tensor // [MaxSeqs, maxBlocksPerSeq] I32
 	logitsRows               backend.Tensor // [MaxTokens] I32
+
+	graphs *graphCache // nil: graphs off
 
 	// Host staging, reused every step.
 	hTokens, hPositions, hSlots, hQueryStart, hSeqLens, hTables, hLogitsRows []int32
@@ -127,6 +130,10 @@ func New(b backend.Backend, m Model, opts Options) (*Runner, error) {
 		r.Close()
 		return nil, fmt.Errorf("runner: allocate step buffers: %w", err)
 	}
+	if r.graphs, err = newGraphCache(b, opts.Graphs, opts.MaxSeqs); err != nil {
+		r.Close()
+		return nil, err
+	}
 	return r, nil
 }
 
@@ -142,8 +149,11 @@ func (r *Runner) KVBytes() int64 {
 // Options returns the options the runner was made with (KVDType resolved).
 func (r *Runner) Options() Options { return r.opts }
 
-// Close frees the runner's device memory.
+// Close frees the runner's device memory and graphs.
 func (r *Runner) Close() {
+	if r.graphs != nil {
+		r.graphs.close()
+	}
 	for _, kv := range r.kv {
 		r.b.Free(kv.K)
 		r.b.Free(kv.V)
@@ -201,7 +211,58 @@ func (r *Runner) Execute(step *Step) (*Output, error) {
 	if err := r.pack(step); err != nil {
 		return nil, err
 	}
-	nt, ns, nl := len(r.hTokens), len(step.Seqs), len(r.hLogitsRows)
+	real := len(r.hLogitsRows)
+	bucket := 0
+	if r.graphs != nil && graphable(step) {
+		bucket = r.graphs.bucket(len(step.Seqs))
+		r.padDecode(bucket)
+	}
+	in, err := r.upload()
+	if err != nil {
+		return nil, err
+	}
+	var logits backend.Tensor
+	if bucket > 0 {
+		// One MaxSeqLen for every step of a bucket: kernels that size
+		// their grids by it (split-KV decode) must see the captured value.
+		in.MaxSeqLen = r.opts.MaxSeqLen
+		logits, err = r.forwardGraph(in, bucket)
+	} else {
+		logits, err = r.m.Forward(in, r.kv)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("runner: forward: %w", err)
+	}
+	out := &Output{b: r.b, Rows: real}
+	if real > 0 {
+		if logits == nil || len(logits.Shape()) != 2 || logits.Shape()[0] != in.NumLogits {
+			return nil, fmt.Errorf("runner: forward returned no [%d, vocab] logits", in.NumLogits)
+		}
+		if in.NumLogits > real { // padding rows of a graph bucket
+			if logits, err = r.b.View(logits, 0, real); err != nil {
+				return nil, err
+			}
+		}
+		out.logits = logits
+		out.vocab = logits.Shape()[1]
+		for i, s := range step.Seqs {
+			switch {
+			case s.AllLogits:
+				for range s.Tokens {
+					out.Seq = append(out.Seq, i)
+				}
+			case s.WantLogits:
+				out.Seq = append(out.Seq, i)
+			}
+		}
+	}
+	return out, nil
+}
+
+// upload writes the packed host rows into the static device buffers and
+// returns the batch viewing them.
+func (r *Runner) upload() (*model.DeviceBatch, error) {
+	nt, ns, nl := len(r.hTokens), len(r.hSeqLens), len(r.hLogitsRows)
 	in := &model.DeviceBatch{NumTokens: nt, NumSeqs: ns, NumLogits: nl}
 	var err error
 	view := func(t backend.Tensor, host []int32, n int) backend.Tensor {
@@ -230,29 +291,17 @@ func (r *Runner) Execute(step *Step) (*Output, error) {
 	for _, l := range r.hSeqLens {
 		in.MaxSeqLen = max(in.MaxSeqLen, int(l))
 	}
-	logits, err := r.m.Forward(in, r.kv)
-	if err != nil {
-		return nil, fmt.Errorf("runner: forward: %w", err)
+	return in, nil
+}
+
+// resetHost empties the host staging rows.
+func (r *Runner) resetHost() {
+	r.hTokens, r.hPositions, r.hSlots = r.hTokens[:0], r.hPositions[:0], r.hSlots[:0]
+	r.hQueryStart, r.hSeqLens, r.hLogitsRows = append(r.hQueryStart[:0], 0), r.hSeqLens[:0], r.hLogitsRows[:0]
+	if need := r.opts.MaxSeqs * r.maxBlocksPerSeq; cap(r.hTables) < need {
+		r.hTables = make([]int32, 0, need)
 	}
-	out := &Output{b: r.b, Rows: nl}
-	if nl > 0 {
-		if logits == nil || len(logits.Shape()) != 2 || logits.Shape()[0] != nl {
-			return nil, fmt.Errorf("runner: forward returned no [%d, vocab] logits", nl)
-		}
-		out.logits = logits
-		out.vocab = logits.Shape()[1]
-		for i, s := range step.Seqs {
-			switch {
-			case s.AllLogits:
-				for range s.Tokens {
-					out.Seq = append(out.Seq, i)
-				}
-			case s.WantLogits:
-				out.Seq = append(out.Seq, i)
-			}
-		}
-	}
-	return out, nil
+	r.hTables = r.hTables[:0]
 }
 
 // pack validates the step and fills the host staging slices.
@@ -264,12 +313,7 @@ func (r *Runner) pack(step *Step) error {
 	if len(step.Seqs) > o.MaxSeqs {
 		return fmt.Errorf("runner: %d sequences in a step, at most %d", len(step.Seqs), o.MaxSeqs)
 	}
-	r.hTokens, r.hPositions, r.hSlots = r.hTokens[:0], r.hPositions[:0], r.hSlots[:0]
-	r.hQueryStart, r.hSeqLens, r.hLogitsRows = append(r.hQueryStart[:0], 0), r.hSeqLens[:0], r.hLogitsRows[:0]
-	if need := len(step.Seqs) * r.maxBlocksPerSeq; cap(r.hTables) < need {
-		r.hTables = make([]int32, 0, o.MaxSeqs*r.maxBlocksPerSeq)
-	}
-	r.hTables = r.hTables[:0]
+	r.resetHost()
 	for i, s := range step.Seqs {
 		n := len(s.Tokens)
 		end := s.Start + n

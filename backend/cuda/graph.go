@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"unsafe"
+
+	"github.com/trigon-llm/trigon/backend"
 )
 
 // Graph is a captured sequence of ops that replays with one launch. Decode
@@ -159,4 +161,13 @@ func (g *Graph) Close() {
 		g.release()
 		return nil
 	})
+}
+
+// CaptureGraph implements backend.GraphCapturer.
+func (b *Backend) CaptureGraph(fn func() error) (backend.Graph, error) {
+	g, err := b.Capture(fn)
+	if err != nil {
+		return nil, err
+	}
+	return g, nil
 }

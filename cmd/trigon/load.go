@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/trigon-llm/trigon/backend"
 	"github.com/trigon-llm/trigon/engine"
 	"github.com/trigon-llm/trigon/models"
 	"github.com/trigon-llm/trigon/telemetry"
@@ -23,6 +25,7 @@ type modelFlags struct {
 	kvBlocks   int
 	kvMemory   int64
 	maxQueue   int // serve only
+	graphs     string
 }
 
 func (f *modelFlags) register(cmd *cobra.Command) {
@@ -33,6 +36,7 @@ func (f *modelFlags) register(cmd *cobra.Command) {
 	cmd.Flags().IntVar(&f.maxTokens, "max-batched-tokens", 2048, "token budget of one engine step")
 	cmd.Flags().IntVar(&f.kvBlocks, "kv-blocks", 0, "KV-cache blocks of 16 tokens (0: sized from --kv-memory)")
 	cmd.Flags().Int64Var(&f.kvMemory, "kv-memory", 2<<30, "bytes for the KV cache when --kv-blocks is 0")
+	cmd.Flags().StringVar(&f.graphs, "cuda-graphs", "off", "replay decode steps from CUDA graphs: on, off, or auto (on where the backend can capture); off by default until verified on the GPU")
 }
 
 // modelPath resolves --model, extracting the embedded default when empty.
@@ -54,9 +58,14 @@ func (f *modelFlags) load(ctx context.Context, log *slog.Logger, metrics *teleme
 	if err != nil {
 		return nil, nil, err
 	}
+	graphs, err := f.useGraphs(b)
+	if err != nil {
+		return nil, nil, err
+	}
 	t0 := time.Now()
 	l, err = engine.Load(engine.LoadOptions{
-		Model: path, Backend: b, MaxContext: f.maxContext,
+		Graphs: graphs,
+		Model:  path, Backend: b, MaxContext: f.maxContext,
 		MaxSeqs: f.maxSeqs, MaxBatchedTokens: f.maxTokens, MaxQueue: f.maxQueue, KVBlocks: f.kvBlocks, KVMemory: f.kvMemory,
 		Metrics: metrics, Logger: log,
 		Progress: progress(path),
@@ -83,4 +92,21 @@ func newLogger(verbose bool) *slog.Logger {
 		level = slog.LevelInfo
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+}
+
+// useGraphs resolves --cuda-graphs for backend b.
+func (f *modelFlags) useGraphs(b backend.Backend) (bool, error) {
+	_, can := b.(backend.GraphCapturer)
+	switch f.graphs {
+	case "off", "":
+		return false, nil
+	case "auto":
+		return can, nil
+	case "on":
+		if !can {
+			return false, fmt.Errorf("--cuda-graphs on: the %s backend cannot capture graphs", b.Name())
+		}
+		return true, nil
+	}
+	return false, fmt.Errorf("--cuda-graphs %q: want on, off or auto", f.graphs)
 }

@@ -4,8 +4,10 @@
 #
 #   tools/gpu/build.sh
 #
-# Parts: checks (kernel tests, fixtures on CUDA, trigon run) and bigref
-# (Llama-3-8B shape vs transformers); `session.sh bigref` runs one.
+# Parts: checks (kernel tests, fixtures on CUDA, trigon run), bigref
+# (Llama-3-8B shape vs transformers), serve_smoke, bench_rows, graphs;
+# `session.sh bigref graphs` runs those. Results: $OUT/summary.txt and
+# $OUT/logs.tgz (the device tool returns at most 8 files).
 #
 # then run from the repository root on the GPU machine (the device tool's
 # `run`, carrying .gpu/bins.tar.xz):  bash tools/gpu/session.sh
@@ -87,5 +89,18 @@ for args in "--batch 1" "--batch 4" "--batch 64"; do
 done
 }
 
+graphs() {
+log "graph capture: kernel tests, and run/serve with --cuda-graphs on vs off"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.run 'TestGraph' -test.v >"$OUT/graph-tests.log" 2>&1)
+echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^(--- |FAIL|PASS|ok)" "$OUT/graph-tests.log" | tail -5 | tee -a "$OUT/summary.txt"
+p='func reverse(s string) string {'
+.gpu/trigon run --device cuda --cuda-graphs on --temperature 0 --max-tokens 64 "$p" >"$OUT/run-graphs.txt" 2>"$OUT/run-graphs.err"; echo "rc=$?" | tee -a "$OUT/summary.txt"
+.gpu/trigon run --device cuda --cuda-graphs off --temperature 0 --max-tokens 64 "$p" >"$OUT/run-nographs.txt" 2>&1
+if cmp -s "$OUT/run-graphs.txt" "$OUT/run-nographs.txt"; then echo "graphs on/off greedy text identical" | tee -a "$OUT/summary.txt"; else echo "graphs on/off greedy text differ" | tee -a "$OUT/summary.txt"; fi
+tail -1 "$OUT/run-graphs.err" | tee -a "$OUT/summary.txt"
+}
+
 for part in ${@:-checks bigref}; do "$part"; done
 log done
+# The device tool returns at most 8 files: pack every log into one archive.
+(cd "$OUT" && tar -czf logs.tgz --exclude=logs.tgz --exclude=summary.txt . && find . -type f ! -name logs.tgz ! -name summary.txt -delete)

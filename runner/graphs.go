@@ -1,0 +1,247 @@
+package runner
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/trigon-llm/trigon/backend"
+	"github.com/trigon-llm/trigon/model"
+)
+
+// GraphOptions turn on replaying decode steps from captured graphs.
+//
+// A step qualifies when every sequence feeds one token and wants its
+// logits (pure decode). It is padded to the next bucket with padding rows
+// (slot -1, so no KV write; a one-token context in the null block; their
+// logits are dropped) and run with MaxSeqLen fixed at the runner's
+// context, so one graph per bucket serves every step of that size: the
+// kernels read lengths and block tables from the step's device buffers,
+// which keep their addresses. A bucket's first step runs eagerly (loading
+// kernels, warming the memory pool), its second is captured and replayed,
+// later ones replay.
+type GraphOptions struct {
+	Enabled bool
+	// Buckets are the padded batch sizes, ascending (default 1, 2, 4, 8,
+	// 16, 24, 32, 48, 64, then every 32 up to MaxSeqs).
+	Buckets []int
+	// MaxGraphs bounds the graph cache (each graph holds its own
+	// temporaries); the least recently used graph is dropped beyond it.
+	// 0: one per bucket.
+	MaxGraphs int
+}
+
+// DefaultBuckets are the decode batch sizes graphs are captured for, up to
+// maxSeqs.
+func DefaultBuckets(maxSeqs int) []int {
+	var b []int
+	for _, n := range []int{1, 2, 4, 8, 16, 24, 32, 48, 64} {
+		if n < maxSeqs {
+			b = append(b, n)
+		}
+	}
+	for n := 96; n < maxSeqs; n += 32 {
+		b = append(b, n)
+	}
+	return append(b, maxSeqs)
+}
+
+// graphCache holds the captured decode graphs by bucket, in LRU order, and
+// the histogram of decode batch sizes seen.
+type graphCache struct {
+	capture backend.GraphCapturer
+	buckets []int
+	max     int
+	graphs  map[int]*graphEntry
+	warm    map[int]bool // buckets that ran eagerly once (kernels loaded)
+	clock   uint64
+	hist    map[int]uint64 // decode steps per bucket
+	steps   uint64
+	stats   GraphStats
+}
+
+type graphEntry struct {
+	g       backend.Graph
+	logits  backend.Tensor // what the captured Forward returned
+	lastUse uint64
+}
+
+// GraphStats count what the graph path did.
+type GraphStats struct {
+	Captures, Replays, Evictions, EagerDecodes uint64
+	Cached                                     int
+}
+
+func newGraphCache(b backend.Backend, o GraphOptions, maxSeqs int) (*graphCache, error) {
+	if !o.Enabled {
+		return nil, nil
+	}
+	cp, ok := b.(backend.GraphCapturer)
+	if !ok {
+		return nil, fmt.Errorf("runner: the %s backend cannot capture graphs", b.Name())
+	}
+	buckets := o.Buckets
+	if len(buckets) == 0 {
+		buckets = DefaultBuckets(maxSeqs)
+	}
+	if !slices.IsSorted(buckets) || buckets[0] < 1 || buckets[len(buckets)-1] > maxSeqs {
+		return nil, fmt.Errorf("runner: graph buckets %v must ascend within [1, %d]", buckets, maxSeqs)
+	}
+	max := o.MaxGraphs
+	if max <= 0 {
+		max = len(buckets)
+	}
+	return &graphCache{capture: cp, buckets: buckets, max: max,
+		graphs: map[int]*graphEntry{}, warm: map[int]bool{}, hist: map[int]uint64{}}, nil
+}
+
+// bucket is the smallest bucket holding n sequences, or 0.
+func (c *graphCache) bucket(n int) int {
+	i, _ := slices.BinarySearch(c.buckets, n)
+	if i == len(c.buckets) {
+		return 0
+	}
+	return c.buckets[i]
+}
+
+// graphable reports whether step is a pure decode step.
+func graphable(step *Step) bool {
+	for _, s := range step.Seqs {
+		if len(s.Tokens) != 1 || !s.WantLogits || s.AllLogits {
+			return false
+		}
+	}
+	return true
+}
+
+// padDecode appends padding rows up to bucket rows after pack filled the
+// step's real rows.
+func (r *Runner) padDecode(bucket int) {
+	for i := len(r.hSeqLens); i < bucket; i++ {
+		r.hTokens = append(r.hTokens, 0)
+		r.hPositions = append(r.hPositions, 0)
+		r.hSlots = append(r.hSlots, -1)
+		r.hQueryStart = append(r.hQueryStart, int32(len(r.hTokens)))
+		r.hSeqLens = append(r.hSeqLens, 1)
+		r.hLogitsRows = append(r.hLogitsRows, int32(len(r.hTokens)-1))
+		row := len(r.hTables)
+		r.hTables = r.hTables[:row+r.maxBlocksPerSeq]
+		clear(r.hTables[row:]) // the null block
+	}
+}
+
+// forwardGraph runs a padded decode step of bucket rows from its graph,
+// capturing it on the bucket's second use.
+func (r *Runner) forwardGraph(in *model.DeviceBatch, bucket int) (backend.Tensor, error) {
+	c := r.graphs
+	c.clock++
+	c.steps++
+	c.hist[bucket]++
+	if e := c.graphs[bucket]; e != nil {
+		e.lastUse = c.clock
+		c.stats.Replays++
+		if err := e.g.Launch(); err != nil {
+			return nil, fmt.Errorf("replay graph of bucket %d: %w", bucket, err)
+		}
+		return e.logits, nil
+	}
+	if !c.warm[bucket] {
+		c.warm[bucket] = true
+		c.stats.EagerDecodes++
+		return r.m.Forward(in, r.kv)
+	}
+	e, err := r.captureBucket(in, bucket)
+	if err != nil {
+		return nil, err
+	}
+	c.stats.Replays++
+	if err := e.g.Launch(); err != nil {
+		return nil, fmt.Errorf("replay graph of bucket %d: %w", bucket, err)
+	}
+	return e.logits, nil
+}
+
+func (r *Runner) captureBucket(in *model.DeviceBatch, bucket int) (*graphEntry, error) {
+	c := r.graphs
+	e := &graphEntry{lastUse: c.clock}
+	g, err := c.capture.CaptureGraph(func() error {
+		var err error
+		e.logits, err = r.m.Forward(in, r.kv)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("capture graph of bucket %d: %w", bucket, err)
+	}
+	e.g = g
+	c.stats.Captures++
+	if len(c.graphs) >= c.max {
+		c.evictLRU()
+	}
+	c.graphs[bucket] = e
+	return e, nil
+}
+
+func (c *graphCache) evictLRU() {
+	victim, oldest := 0, ^uint64(0)
+	for b, e := range c.graphs {
+		if e.lastUse < oldest {
+			victim, oldest = b, e.lastUse
+		}
+	}
+	if e := c.graphs[victim]; e != nil {
+		e.g.Close()
+		delete(c.graphs, victim)
+		c.stats.Evictions++
+	}
+}
+
+func (c *graphCache) close() {
+	for b, e := range c.graphs {
+		e.g.Close()
+		delete(c.graphs, b)
+	}
+}
+
+// GraphStats reports the graph path's counters (zero when graphs are off).
+func (r *Runner) GraphStats() GraphStats {
+	if r.graphs == nil {
+		return GraphStats{}
+	}
+	s := r.graphs.stats
+	s.Cached = len(r.graphs.graphs)
+	return s
+}
+
+// Precapture captures, ahead of use, the graphs of the buckets that the
+// recent decode batch sizes show are in steady use (at least a tenth of
+// the decode steps since the last call), so a burst at that size does not
+// pay for capture. The engine calls it while idle. It runs a padding-only
+// decode step per bucket (no KV writes) to load kernels where needed.
+func (r *Runner) Precapture() error {
+	c := r.graphs
+	if c == nil || c.steps < 20 {
+		return nil
+	}
+	defer func() { clear(c.hist); c.steps = 0 }()
+	for _, b := range c.buckets {
+		if c.hist[b]*10 < c.steps || c.graphs[b] != nil {
+			continue
+		}
+		r.resetHost()
+		r.padDecode(b)
+		in, err := r.upload()
+		if err != nil {
+			return err
+		}
+		in.MaxSeqLen = r.opts.MaxSeqLen
+		if !c.warm[b] {
+			c.warm[b] = true
+			if _, err := r.m.Forward(in, r.kv); err != nil {
+				return fmt.Errorf("runner: precapture bucket %d: %w", b, err)
+			}
+		}
+		if _, err := r.captureBucket(in, b); err != nil {
+			return fmt.Errorf("runner: precapture: %w", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,100 @@
+package runner
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/trigon-llm/trigon/backend"
+	"github.com/trigon-llm/trigon/backend/cpu"
+)
+
+func TestDefaultBuckets(t *testing.T) {
+	for _, tc := range []struct {
+		maxSeqs int
+		want    []int
+	}{
+		{1, []int{1}},
+		{5, []int{1, 2, 4, 5}},
+		{64, []int{1, 2, 4, 8, 16, 24, 32, 48, 64}},
+		{200, []int{1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 200}},
+	} {
+		if got := DefaultBuckets(tc.maxSeqs); !slices.Equal(got, tc.want) {
+			t.Errorf("DefaultBuckets(%d) = %v, want %v", tc.maxSeqs, got, tc.want)
+		}
+	}
+}
+
+type fakeGraph struct {
+	fn     func() error
+	closed *int
+}
+
+func (g fakeGraph) Launch() error { return g.fn() }
+func (g fakeGraph) Close()        { *g.closed++ }
+
+type capturing struct {
+	backend.Backend
+	closed int
+}
+
+func (c *capturing) CaptureGraph(fn func() error) (backend.Graph, error) {
+	return fakeGraph{fn, &c.closed}, nil
+}
+
+// TestGraphCacheLRUAndPadding: decode steps pad to their bucket (padding
+// rows write no KV and their logits are dropped), each bucket is eager
+// once, then captured; beyond MaxGraphs the least recently used graph goes.
+func TestGraphCacheLRUAndPadding(t *testing.T) {
+	cb := &capturing{Backend: cpu.New(cpu.Options{Threads: 1})}
+	m := &nopModel{b: cb}
+	r, err := New(cb, m, Options{NumBlocks: 16, BlockSize: 4, MaxTokens: 16, MaxSeqs: 8, MaxSeqLen: 20,
+		NumLayers: 1, NumKVHeads: 1, HeadDim: 8, Graphs: GraphOptions{Enabled: true, Buckets: []int{1, 2, 4, 8}, MaxGraphs: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	decode := func(n int) *Output {
+		t.Helper()
+		st := &Step{}
+		for i := range n {
+			st.Seqs = append(st.Seqs, Seq{Tokens: []int32{int32(i + 1)}, Start: 2, BlockTable: []int32{int32(i + 1)}, WantLogits: true})
+		}
+		out, err := r.Execute(st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	out := decode(3) // bucket 4, eager
+	if out.Rows != 3 || m.last.NumSeqs != 4 || m.last.MaxSeqLen != 20 {
+		t.Fatalf("3 seqs: %d rows, forward saw %d seqs, MaxSeqLen %d; want 3, 4 (padded), 20", out.Rows, m.last.NumSeqs, m.last.MaxSeqLen)
+	}
+	if lg, err := out.Logits(2); err != nil || len(lg) != 5 {
+		t.Fatalf("logits row 2: %v %v", lg, err)
+	}
+	decode(4) // bucket 4 again: captured and replayed
+	decode(2) // bucket 2: eager
+	decode(2) // captured
+	decode(1) // bucket 1: eager
+	decode(1) // captured: the cache holds 2, so bucket 4 (least recent) goes
+	st := r.GraphStats()
+	if st.Captures != 3 || st.Evictions != 1 || st.Cached != 2 || st.EagerDecodes != 3 || cb.closed != 1 {
+		t.Errorf("stats %+v, closed %d; want 3 captures, 1 eviction, 2 cached, 3 eager, 1 closed", st, cb.closed)
+	}
+	// A prefill step never takes the graph path.
+	if _, err := r.Execute(&Step{Seqs: []Seq{{Tokens: []int32{1, 2}, BlockTable: []int32{1}, WantLogits: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	if m.last.NumSeqs != 1 || m.last.MaxSeqLen != 2 {
+		t.Errorf("prefill step: %d seqs, MaxSeqLen %d", m.last.NumSeqs, m.last.MaxSeqLen)
+	}
+}
+
+func TestGraphsNeedCapturer(t *testing.T) {
+	b := cpu.New(cpu.Options{Threads: 1})
+	_, err := New(b, &nopModel{b: b}, Options{NumBlocks: 4, BlockSize: 4, MaxTokens: 4, MaxSeqs: 2, MaxSeqLen: 8,
+		NumLayers: 1, NumKVHeads: 1, HeadDim: 8, Graphs: GraphOptions{Enabled: true}})
+	if err == nil {
+		t.Fatal("graphs on a backend that cannot capture: no error")
+	}
+}
