@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -26,12 +25,6 @@ type BandwidthProber interface {
 	MeasureCopyBandwidth(bytes int) (float64, error)
 }
 
-// Graph is a captured decode step that replays with one launch.
-type Graph = backend.Graph
-
-// CaptureFunc records the backend ops fn queues into a Graph instead of
-// running them.
-type CaptureFunc func(fn func() error) (Graph, error)
 
 // LatencyOptions configure RunLatency.
 type LatencyOptions struct {
@@ -52,11 +45,10 @@ type LatencyOptions struct {
 	Iters        int // timed iterations (>= 1)
 	Seed         uint64
 
-	// CUDAGraphs replays decode steps from a captured graph. Capture is
-	// how; nil means the backend's own capture (the CUDA backend), and an
-	// error when it has none.
+	// CUDAGraphs replays decode steps from the runner's captured graphs
+	// (one bucket: the batch); the backend must implement
+	// backend.GraphCapturer.
 	CUDAGraphs bool
-	Capture    CaptureFunc
 	// PeakBandwidth, bytes/s, is a nominal ceiling used when the backend
 	// cannot measure one (0: none).
 	PeakBandwidth float64
@@ -132,11 +124,6 @@ type latencyRun struct {
 	tables  [][]int32 // [batch][blocksPerSeq]
 	greedy  []backend.SampleRow
 
-	graph       Graph
-	static      *model.DeviceBatch // graph inputs
-	staticOwned []backend.Tensor
-	logits      backend.Tensor // [batch, vocab] F32, captured
-	hostBuf     []byte
 
 	tokens [][]int32
 }
@@ -163,13 +150,6 @@ func RunLatency(ctx context.Context, opts LatencyOptions) (*LatencyResult, error
 	for it := range opts.Warmup + opts.Iters {
 		if err := ctx.Err(); err != nil {
 			return nil, err
-		}
-		if it == opts.Warmup && opts.CUDAGraphs {
-			// Kernels and GEMM plans are loaded by the eager warm-up, as
-			// capture requires.
-			if err := run.captureDecode(); err != nil {
-				return nil, err
-			}
 		}
 		p, steps, err := run.iteration(ctx)
 		if err != nil {
@@ -224,24 +204,8 @@ func checkLatencyOptions(o *LatencyOptions) error {
 	if _, err := checkedMul(o.Batch, o.InputLen+o.OutputLen); err != nil {
 		return fmt.Errorf("bench latency: %w", err)
 	}
-	if o.CUDAGraphs {
-		if o.Capture == nil {
-			o.Capture = backendCapture(o.Backend)
-		}
-		if o.Capture == nil {
-			return fmt.Errorf("bench latency: --cuda-graphs on: the %s backend cannot capture graphs", o.Backend.Name())
-		}
-		if o.Warmup < 1 {
-			return errors.New("bench latency: --cuda-graphs on needs --warmup >= 1: kernels must be loaded by an eager pass before capture")
-		}
-	}
-	return nil
-}
-
-// backendCapture returns the backend's graph capture, or nil.
-func backendCapture(b backend.Backend) CaptureFunc {
-	if cb, ok := b.(backend.GraphCapturer); ok {
-		return cb.CaptureGraph
+	if _, can := o.Backend.(backend.GraphCapturer); o.CUDAGraphs && !can {
+		return fmt.Errorf("bench latency: --cuda-graphs on: the %s backend cannot capture graphs", o.Backend.Name())
 	}
 	return nil
 }
@@ -264,6 +228,9 @@ func (run *latencyRun) setup() error {
 	r, err := runner.New(run.b, m, runner.Options{
 		NumBlocks: blocks + 1, BlockSize: bs, MaxTokens: maxTokens, MaxSeqs: o.Batch, MaxSeqLen: seqLen,
 		NumLayers: c.NumLayers, NumKVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
+		// The runner's decode graphs, as serving uses them: one bucket, the
+		// batch. Its first decode step runs eagerly, the second captures.
+		Graphs: runner.GraphOptions{Enabled: o.CUDAGraphs, Buckets: []int{o.Batch}},
 	})
 	if err != nil {
 		return fmt.Errorf("bench latency: %w", err)
@@ -288,12 +255,6 @@ func (run *latencyRun) setup() error {
 }
 
 func (run *latencyRun) close() {
-	if run.graph != nil {
-		run.graph.Close()
-	}
-	for _, t := range run.staticOwned {
-		run.b.Free(t)
-	}
 	if run.r != nil {
 		run.r.Close()
 	}
@@ -325,11 +286,7 @@ func (run *latencyRun) iteration(ctx context.Context) (prefill float64, steps []
 			return 0, nil, err
 		}
 		t := time.Now()
-		if run.graph != nil {
-			cur, err = run.decodeGraph(cur, k)
-		} else {
-			cur, err = run.decodeEager(cur, k)
-		}
+		cur, err = run.decode(cur, k)
 		if err != nil {
 			return 0, nil, fmt.Errorf("bench latency: decode step %d: %w", k, err)
 		}
@@ -388,7 +345,9 @@ func (run *latencyRun) prefill() ([]int32, error) {
 
 // decodeEager runs decode step k (k = 1..OutputLen-1) through the runner:
 // each sequence's previous token at position InputLen+k-1.
-func (run *latencyRun) decodeEager(cur []int32, k int) ([]int32, error) {
+// decode runs decode step k: one token per sequence, sampled greedily on
+// the device (from a graph replay when the runner has graphs on).
+func (run *latencyRun) decode(cur []int32, k int) ([]int32, error) {
 	o := run.opts
 	step := runner.Step{Seqs: make([]runner.Seq, o.Batch)}
 	for s := range step.Seqs {
@@ -399,116 +358,6 @@ func (run *latencyRun) decodeEager(cur []int32, k int) ([]int32, error) {
 		return nil, err
 	}
 	return out.Sample(run.greedy)
-}
-
-// captureDecode prepares static decode inputs, captures one decode
-// forward over them and replays it once (a graph's first launch uploads
-// it, which the timed steps should not pay).
-func (run *latencyRun) captureDecode() error {
-	o, b := run.opts, run.b
-	n := o.Batch
-	perSeq := len(run.tables[0])
-	var err error
-	alloc := func(shape ...int) backend.Tensor {
-		if err != nil {
-			return nil
-		}
-		var t backend.Tensor
-		if t, err = b.Alloc(backend.I32, shape...); err == nil {
-			run.staticOwned = append(run.staticOwned, t)
-		}
-		return t
-	}
-	in := &model.DeviceBatch{
-		Tokens: alloc(n), Positions: alloc(n), SlotMapping: alloc(n),
-		QueryStart: alloc(n + 1), SeqLens: alloc(n), BlockTables: alloc(n, perSeq), LogitsRows: alloc(n),
-		NumTokens: n, NumSeqs: n, NumLogits: n,
-		// An upper bound: the attention kernels tile for it and read the
-		// true lengths from SeqLens, so one graph serves every step.
-		MaxSeqLen: o.InputLen + o.OutputLen,
-	}
-	if err != nil {
-		return fmt.Errorf("bench latency: graph inputs: %w", err)
-	}
-	run.static = in
-	qs, rows, tables := make([]int32, n+1), make([]int32, n), make([]int32, 0, n*perSeq)
-	for s := range n {
-		qs[s+1] = int32(s + 1)
-		rows[s] = int32(s)
-		tables = append(tables, run.tables[s]...)
-	}
-	for _, w := range []struct {
-		t backend.Tensor
-		v []int32
-	}{{in.QueryStart, qs}, {in.LogitsRows, rows}, {in.BlockTables, tables}} {
-		if err := b.Write(w.t, run.i32Bytes(w.v)); err != nil {
-			return fmt.Errorf("bench latency: graph inputs: %w", err)
-		}
-	}
-	if err := run.writeDecodeInputs(make([]int32, n), 1); err != nil {
-		return err
-	}
-	g, err := run.opts.Capture(func() error {
-		var err error
-		run.logits, err = run.m.Forward(in, run.r.KV())
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("bench latency: capture decode step: %w", err)
-	}
-	run.graph = g
-	if err := g.Launch(); err != nil {
-		return fmt.Errorf("bench latency: first graph launch: %w", err)
-	}
-	if err := b.Sync(); err != nil {
-		return fmt.Errorf("bench latency: first graph launch: %w", err)
-	}
-	return nil
-}
-
-// writeDecodeInputs sets the static inputs of decode step k: token cur[s]
-// of sequence s at position InputLen+k-1.
-func (run *latencyRun) writeDecodeInputs(cur []int32, k int) error {
-	o, in := run.opts, run.static
-	n, bs := o.Batch, kvcache.DefaultBlockSize
-	pos := o.InputLen + k - 1
-	positions, slots, lens := make([]int32, n), make([]int32, n), make([]int32, n)
-	for s := range n {
-		positions[s] = int32(pos)
-		slots[s] = run.tables[s][pos/bs]*int32(bs) + int32(pos%bs)
-		lens[s] = int32(pos + 1)
-	}
-	for _, w := range []struct {
-		t backend.Tensor
-		v []int32
-	}{{in.Tokens, cur}, {in.Positions, positions}, {in.SlotMapping, slots}, {in.SeqLens, lens}} {
-		if err := run.b.Write(w.t, run.i32Bytes(w.v)); err != nil {
-			return fmt.Errorf("bench latency: write decode inputs: %w", err)
-		}
-	}
-	return nil
-}
-
-// decodeGraph runs decode step k by replaying the captured forward.
-func (run *latencyRun) decodeGraph(cur []int32, k int) ([]int32, error) {
-	if err := run.writeDecodeInputs(cur, k); err != nil {
-		return nil, err
-	}
-	if err := run.graph.Launch(); err != nil {
-		return nil, err
-	}
-	return run.b.Sample(backend.SampleArgs{Logits: run.logits, Rows: run.greedy})
-}
-
-func (run *latencyRun) i32Bytes(v []int32) []byte {
-	if cap(run.hostBuf) < 4*len(v) {
-		run.hostBuf = make([]byte, 4*len(v))
-	}
-	buf := run.hostBuf[:4*len(v)]
-	for i, x := range v {
-		binary.LittleEndian.PutUint32(buf[4*i:], uint32(x))
-	}
-	return buf
 }
 
 // kvBytesPerToken is the K and V bytes one token takes over all layers.
@@ -531,10 +380,10 @@ func (run *latencyRun) newResult() *LatencyResult {
 	if d, ok := run.b.(interface{ Device() string }); ok {
 		res.Device = d.Device()
 	}
-	if o.CUDAGraphs {
+	if _, can := run.b.(backend.GraphCapturer); o.CUDAGraphs {
 		res.CUDAGraphs = "on"
-		res.Notes = append(res.Notes, "decode steps replay a graph captured by the benchmark; the serving runner does not use graphs yet")
-	} else if backendCapture(run.b) != nil {
+		res.Notes = append(res.Notes, "decode steps replay the runner's captured graph (the first decode step of the first iteration runs eagerly, the second captures)")
+	} else if can {
 		res.Notes = append(res.Notes, "decode steps launch op by op (--cuda-graphs on replays a captured graph)")
 	}
 	dtypes := map[backend.DType]bool{}

@@ -205,8 +205,11 @@ func TestRunServeFailures(t *testing.T) {
 	if len(res.Errors) != 3 {
 		t.Errorf("%d distinct errors kept, want 3: %q", len(res.Errors), res.Errors)
 	}
-	if f.peak.Load() != 1 || res.PeakInFlight != 1 {
-		t.Errorf("peak concurrency %d at the server, %d reported; want 1 (MaxConcurrency)", f.peak.Load(), res.PeakInFlight)
+	// The client counts a request done when it has read the response; the
+	// server's handler may still be returning then, so the server can see
+	// the next request start before the last one's handler ends: at most 2.
+	if res.PeakInFlight != 1 || f.peak.Load() > 2 {
+		t.Errorf("peak concurrency %d reported, %d at the server; want 1 (MaxConcurrency), at most 2 at the server", res.PeakInFlight, f.peak.Load())
 	}
 	for _, p := range f.prompts {
 		for _, id := range p {
