@@ -25,7 +25,6 @@ type BandwidthProber interface {
 	MeasureCopyBandwidth(bytes int) (float64, error)
 }
 
-
 // LatencyOptions configure RunLatency.
 type LatencyOptions struct {
 	Backend backend.Backend
@@ -123,7 +122,6 @@ type latencyRun struct {
 	prompts [][]int32 // [batch][inputLen]
 	tables  [][]int32 // [batch][blocksPerSeq]
 	greedy  []backend.SampleRow
-
 
 	tokens [][]int32
 }
