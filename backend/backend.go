@@ -1,13 +1,3 @@
-// Package backend defines the small contract between the model code and the
-// devices that run it: a handful of fused ops on opaque tensor handles.
-//
-// Every op has a pure-Go implementation in backend/cpu (the fallback and the
-// oracle) and a CUDA implementation in backend/cuda, and a test comparing
-// them. The contract grows by optional interfaces checked with a type
-// assertion (as io.WriterTo), never by capability flags.
-//
-// Shapes are written outermost first: [numTokens, hidden] is numTokens rows
-// of hidden contiguous elements. All tensors are dense and row-major.
 package backend
 
 import (

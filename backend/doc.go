@@ -1,0 +1,22 @@
+// Package backend defines the small contract between the model code and the
+// devices that run it: a handful of fused ops on opaque tensor handles.
+//
+// Every op has a pure-Go implementation in backend/cpu (the fallback and the
+// oracle) and a CUDA implementation in backend/cuda, and a test comparing
+// them. The contract grows by optional interfaces checked with a type
+// assertion (as io.WriterTo), never by capability flags.
+//
+// Shapes are written outermost first: [numTokens, hidden] is numTokens rows
+// of hidden contiguous elements. All tensors are dense and row-major.
+//
+// Example: one RMS norm on the CPU backend.
+//
+//	b := cpu.New(cpu.Options{})
+//	x, _ := b.Upload(backend.F32, []int{2, 4}, xBytes)     // [2, 4]
+//	w, _ := b.Upload(backend.F32, []int{4}, wBytes)        // [4]
+//	out, _ := b.Alloc(backend.F32, 2, 4)                   // [2, 4]
+//	err := b.AddRMSNorm(out, x, nil, w, 1e-5)
+//	err = b.Read(out, dst)
+//
+// Optional interfaces: GraphCapturer (record and replay op sequences).
+package backend

@@ -1,0 +1,33 @@
+// Package engine runs the step loop that turns submitted requests into
+// streamed tokens: it owns the scheduler (package sched), drives the runner
+// (package runner) and streams each request's progress on a channel.
+//
+//	submit ──► pending ──► sched.Add
+//	                           │
+//	step loop (one goroutine): │
+//	   plan := sched.Schedule()            which sequences, which tokens, which blocks
+//	   copy forked blocks                  (n > 1)
+//	   out := runner.Execute(plan)         model forward (graph replay for decode steps)
+//	   sample: device (plain rows) or host (penalties, logprobs, min_tokens)
+//	   stop checks, detokenize             sample.StopChecker, tokenizer.Decoder
+//	   sched.Update(plan, tokens)          finished sequences free their blocks
+//	   events ──► per-request queue ──► pump goroutine ──► caller's channel
+//
+// The loop never blocks on a slow reader: events queue without bound per
+// request and a pump goroutine delivers them. Cancelling a request's
+// context aborts it within one step and frees its KV blocks at once. A
+// backend error fails the requests of that step (FinishError) and the loop
+// goes on serving the rest. Drain stops admitting; Run returns when the
+// last request ends.
+//
+// Usage:
+//
+//	l, err := engine.Load(engine.LoadOptions{Model: "/models/llama-3-8b", Backend: b})
+//	if err != nil { ... }
+//	go l.Engine.Run(ctx)
+//	events, err := l.Engine.Submit(ctx, &engine.Request{Prompt: ids, N: 1, Params: p})
+//	for ev := range events {
+//		fmt.Print(ev.Text)
+//		if ev.FinishReason != "" { ... }
+//	}
+package engine
