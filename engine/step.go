@@ -28,8 +28,7 @@ func (e *Engine) step() error {
 				}
 			}
 		}
-	}
-	if len(plan.Seqs) == 0 {
+	} else {
 		// Nothing could run (waiting for blocks): do not spin.
 		time.Sleep(time.Millisecond)
 	}
