@@ -85,7 +85,7 @@ func benchLatencyCmd() *cobra.Command {
 				arch = bench.ArchLabel(arch)
 			}
 			defer w.Close()
-			b, err := df.open(newLogger(verbose))
+			b, err := df.open(newLogger(cmd.ErrOrStderr(), verbose))
 			if err != nil {
 				return err
 			}

@@ -45,7 +45,7 @@ func perplexityCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			b, err := df.open(newLogger(false))
+			b, err := df.open(newLogger(cmd.ErrOrStderr(), false))
 			if err != nil {
 				return err
 			}

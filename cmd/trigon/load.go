@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -86,12 +86,14 @@ func (f *modelFlags) load(ctx context.Context, log *slog.Logger, metrics *teleme
 	return l, func() { cancel(); <-done; l.Close() }, nil
 }
 
-func newLogger(verbose bool) *slog.Logger {
+// newLogger logs to w (the command's stderr): warnings, or info with
+// verbose.
+func newLogger(w io.Writer, verbose bool) *slog.Logger {
 	level := slog.LevelWarn
 	if verbose {
 		level = slog.LevelInfo
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
 }
 
 // useGraphs resolves --cuda-graphs for backend b.

@@ -87,7 +87,7 @@ func runCmd() *cobra.Command {
 			}
 			ctx, cancel := signal.NotifyContext(cmd.Context(), os.Interrupt)
 			defer cancel()
-			log := newLogger(verbose)
+			log := newLogger(cmd.ErrOrStderr(), verbose)
 			l, stop, err := mf.load(ctx, log, nil)
 			if err != nil {
 				return err

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"github.com/trigon-llm/trigon/backend/cuda"
 )
 
 // execute runs the trigon command line in-process.
@@ -59,6 +61,18 @@ func TestRunErrors(t *testing.T) {
 	} {
 		if _, _, err := execute(t, "", args...); err == nil {
 			t.Errorf("%s: no error", name)
+		}
+	}
+	// --device cuda without a usable GPU fails with the reason, rather than
+	// falling back as --device auto does.
+	if reason := cuda.Available(); reason != nil {
+		_, _, err := execute(t, "", "run", "--model", fixtureModel, "--device", "cuda", "x")
+		if err == nil || !strings.Contains(err.Error(), "--device cuda") {
+			t.Errorf("--device cuda without a GPU: %v", err)
+		}
+		out, errOut, err := execute(t, "", "run", "-v", "--model", fixtureModel, "--device", "auto", "--max-tokens", "2", "x")
+		if err != nil || !strings.Contains(errOut, "using the CPU backend") {
+			t.Errorf("--device auto without a GPU: %v, stderr %q, stdout %q", err, errOut, out)
 		}
 	}
 }

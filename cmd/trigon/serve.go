@@ -41,7 +41,7 @@ func serveCmd() *cobra.Command {
 			if apiKey == "" {
 				apiKey = os.Getenv("TRIGON_API_KEY")
 			}
-			log := newLogger(true)
+			log := newLogger(cmd.ErrOrStderr(), true)
 			ctx, stopSignals := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, os.Interrupt)
 			defer stopSignals()
 			shutdownTracing, err := telemetry.Tracing(ctx, telemetry.TracingOptions{Endpoint: otlp})
