@@ -169,4 +169,3 @@ func TestPerplexityMatchesTraining(t *testing.T) {
 		t.Errorf("first window perplexity %.4f, training script %.4f: more than 1%% apart", res.PPL, want)
 	}
 }
-

@@ -59,4 +59,3 @@ func TestValidate(t *testing.T) {
 		})
 	}
 }
-
