@@ -5,7 +5,7 @@
 #   tools/gpu/build.sh
 #
 # Parts: checks (kernel tests, fixtures on CUDA, trigon run), bigref
-# (Llama-3-8B shape vs transformers), serve_smoke, bench_rows, graphs;
+# (Llama-3-8B shape vs transformers), serve_smoke, bench_rows, graphs, peers;
 # `session.sh bigref graphs` runs those. Results: $OUT/summary.txt and
 # $OUT/logs.tgz (the device tool returns at most 8 files).
 #
@@ -98,6 +98,17 @@ p='func reverse(s string) string {'
 .gpu/trigon run --device cuda --cuda-graphs off --temperature 0 --max-tokens 64 "$p" >"$OUT/run-nographs.txt" 2>&1
 if cmp -s "$OUT/run-graphs.txt" "$OUT/run-nographs.txt"; then echo "graphs on/off greedy text identical" | tee -a "$OUT/summary.txt"; else echo "graphs on/off greedy text differ" | tee -a "$OUT/summary.txt"; fi
 tail -1 "$OUT/run-graphs.err" | tee -a "$OUT/summary.txt"
+}
+
+peers() {
+log "peers (same shapes): selftest, gpt-fast style, HF eager and static+compile, trigon graphs on/off"
+a="--arch llama-3-8b --batch 4 --input-len 2048 --output-len 128"
+PYTHONUNBUFFERED=1 $PY bench/peers/selftest.py --device cuda 2>&1 | tail -3 | tee -a "$OUT/summary.txt"
+.gpu/trigon bench latency --device cuda $a --json >"$OUT/trigon.json" 2>>"$OUT/peers.err"
+.gpu/trigon bench latency --device cuda $a --cuda-graphs on --json >"$OUT/trigon-graphs.json" 2>>"$OUT/peers.err"
+PYTHONUNBUFFERED=1 timeout 420 $PY bench/peers/gptfast_peer.py $a >"$OUT/gptfast.jsonl" 2>>"$OUT/peers.err"
+PYTHONUNBUFFERED=1 timeout 300 $PY bench/peers/hf_peer.py $a >"$OUT/hf.jsonl" 2>>"$OUT/peers.err"
+$PY bench/peers/compare.py --markdown "$OUT/trigon.json" "$OUT/trigon-graphs.json" "$OUT/gptfast.jsonl" "$OUT/hf.jsonl" 2>&1 | tee -a "$OUT/summary.txt"
 }
 
 for part in ${@:-checks bigref}; do "$part"; done
