@@ -24,10 +24,22 @@ type GraphOptions struct {
 	// Buckets are the padded batch sizes, ascending (default 1, 2, 4, 8,
 	// 16, 24, 32, 48, 64, then every 32 up to MaxSeqs).
 	Buckets []int
-	// MaxGraphs bounds the graph cache (each graph holds its own
-	// temporaries); the least recently used graph is dropped beyond it.
-	// 0: one per bucket.
+	// MaxGraphs bounds the graph cache; the least recently used graph is
+	// dropped beyond it. 0: one per bucket.
 	MaxGraphs int
+	// MemoryBudget bounds the device bytes the cached graphs hold beyond
+	// the runner's tensors (their temporaries, for backends whose graphs
+	// report them with a Bytes() int64 method); 0: no bound.
+	MemoryBudget int64
+}
+
+// GraphKey identifies a captured graph: a graph replays fixed weights,
+// adapters and KV layout, so a change of any of them must not reuse it.
+type GraphKey struct {
+	WeightsVersion uint64 // bumped when weights are replaced in place
+	AdapterVersion uint64 // the loaded adapter set (0: none)
+	KVDType        backend.DType
+	Bucket         int
 }
 
 // DefaultBuckets are the decode batch sizes graphs are captured for, up to
@@ -51,7 +63,10 @@ type graphCache struct {
 	capture backend.GraphCapturer
 	buckets []int
 	max     int
-	graphs  map[int]*graphEntry
+	budget  int64
+	bytes   int64 // held by cached graphs
+	key     GraphKey
+	graphs  map[GraphKey]*graphEntry
 	warm    map[int]bool // buckets that ran eagerly once (kernels loaded)
 	clock   uint64
 	hist    map[int]uint64 // decode steps per bucket
@@ -62,6 +77,7 @@ type graphCache struct {
 type graphEntry struct {
 	g       backend.Graph
 	logits  backend.Tensor // what the captured Forward returned
+	bytes   int64
 	lastUse uint64
 }
 
@@ -69,6 +85,7 @@ type graphEntry struct {
 type GraphStats struct {
 	Captures, Replays, Evictions, EagerDecodes uint64
 	Cached                                     int
+	Bytes                                      int64 // device bytes the cached graphs hold
 }
 
 func newGraphCache(b backend.Backend, o GraphOptions, maxSeqs int) (*graphCache, error) {
@@ -90,8 +107,8 @@ func newGraphCache(b backend.Backend, o GraphOptions, maxSeqs int) (*graphCache,
 	if max <= 0 {
 		max = len(buckets)
 	}
-	return &graphCache{capture: cp, buckets: buckets, max: max,
-		graphs: map[int]*graphEntry{}, warm: map[int]bool{}, hist: map[int]uint64{}}, nil
+	return &graphCache{capture: cp, buckets: buckets, max: max, budget: o.MemoryBudget,
+		graphs: map[GraphKey]*graphEntry{}, warm: map[int]bool{}, hist: map[int]uint64{}}, nil
 }
 
 // bucket is the smallest bucket holding n sequences, or 0.
@@ -136,7 +153,7 @@ func (r *Runner) forwardGraph(in *model.DeviceBatch, bucket int) (backend.Tensor
 	c.clock++
 	c.steps++
 	c.hist[bucket]++
-	if e := c.graphs[bucket]; e != nil {
+	if e := c.graphs[c.keyFor(bucket)]; e != nil {
 		e.lastUse = c.clock
 		c.stats.Replays++
 		if err := e.g.Launch(); err != nil {
@@ -172,32 +189,63 @@ func (r *Runner) captureBucket(in *model.DeviceBatch, bucket int) (*graphEntry, 
 		return nil, fmt.Errorf("capture graph of bucket %d: %w", bucket, err)
 	}
 	e.g = g
+	if sz, ok := g.(interface{ Bytes() int64 }); ok {
+		e.bytes = sz.Bytes()
+	}
 	c.stats.Captures++
-	if len(c.graphs) >= c.max {
+	for len(c.graphs) > 0 && (len(c.graphs) >= c.max || c.budget > 0 && c.bytes+e.bytes > c.budget) {
 		c.evictLRU()
 	}
-	c.graphs[bucket] = e
+	c.graphs[c.keyFor(bucket)] = e
+	c.bytes += e.bytes
 	return e, nil
 }
 
+// keyFor is the cache key of bucket under the current versions.
+func (c *graphCache) keyFor(bucket int) GraphKey {
+	k := c.key
+	k.Bucket = bucket
+	return k
+}
+
 func (c *graphCache) evictLRU() {
-	victim, oldest := 0, ^uint64(0)
-	for b, e := range c.graphs {
+	var victim GraphKey
+	oldest := ^uint64(0)
+	for k, e := range c.graphs {
 		if e.lastUse < oldest {
-			victim, oldest = b, e.lastUse
+			victim, oldest = k, e.lastUse
 		}
 	}
-	if e := c.graphs[victim]; e != nil {
+	c.drop(victim)
+	c.stats.Evictions++
+}
+
+func (c *graphCache) drop(k GraphKey) {
+	if e := c.graphs[k]; e != nil {
 		e.g.Close()
-		delete(c.graphs, victim)
-		c.stats.Evictions++
+		c.bytes -= e.bytes
+		delete(c.graphs, k)
 	}
 }
 
 func (c *graphCache) close() {
-	for b, e := range c.graphs {
-		e.g.Close()
-		delete(c.graphs, b)
+	for k := range c.graphs {
+		c.drop(k)
+	}
+}
+
+// SetGraphVersions records new weights or adapter versions: graphs
+// captured under other versions are dropped and recaptured on use.
+func (r *Runner) SetGraphVersions(weights, adapters uint64) {
+	c := r.graphs
+	if c == nil || c.key.WeightsVersion == weights && c.key.AdapterVersion == adapters {
+		return
+	}
+	c.key.WeightsVersion, c.key.AdapterVersion = weights, adapters
+	for k := range c.graphs {
+		if k.WeightsVersion != weights || k.AdapterVersion != adapters {
+			c.drop(k)
+		}
 	}
 }
 
@@ -207,7 +255,7 @@ func (r *Runner) GraphStats() GraphStats {
 		return GraphStats{}
 	}
 	s := r.graphs.stats
-	s.Cached = len(r.graphs.graphs)
+	s.Cached, s.Bytes = len(r.graphs.graphs), r.graphs.bytes
 	return s
 }
 
@@ -223,7 +271,7 @@ func (r *Runner) Precapture() error {
 	}
 	defer func() { clear(c.hist); c.steps = 0 }()
 	for _, b := range c.buckets {
-		if c.hist[b]*10 < c.steps || c.graphs[b] != nil {
+		if c.hist[b]*10 < c.steps || c.graphs[c.keyFor(b)] != nil {
 			continue
 		}
 		r.resetHost()

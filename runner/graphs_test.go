@@ -98,3 +98,54 @@ func TestGraphsNeedCapturer(t *testing.T) {
 		t.Fatal("graphs on a backend that cannot capture: no error")
 	}
 }
+
+// sizedGraph reports the device bytes it holds.
+type sizedGraph struct {
+	fakeGraph
+	n int64
+}
+
+func (g sizedGraph) Bytes() int64 { return g.n }
+
+type sizedCapturing struct{ capturing }
+
+func (c *sizedCapturing) CaptureGraph(fn func() error) (backend.Graph, error) {
+	return sizedGraph{fakeGraph{fn, &c.closed}, 100}, nil
+}
+
+// TestGraphMemoryBudgetAndVersions: graphs beyond the byte budget evict the
+// least recently used; new weights or adapter versions drop stale graphs.
+func TestGraphMemoryBudgetAndVersions(t *testing.T) {
+	cb := &sizedCapturing{capturing{Backend: cpu.New(cpu.Options{Threads: 1})}}
+	m := &nopModel{b: cb}
+	r, err := New(cb, m, Options{NumBlocks: 16, BlockSize: 4, MaxTokens: 16, MaxSeqs: 8, MaxSeqLen: 20,
+		NumLayers: 1, NumKVHeads: 1, HeadDim: 8, Graphs: GraphOptions{Enabled: true, Buckets: []int{1, 2, 4}, MemoryBudget: 250}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	decode := func(n int) {
+		t.Helper()
+		st := &Step{}
+		for i := range n {
+			st.Seqs = append(st.Seqs, Seq{Tokens: []int32{1}, Start: 0, BlockTable: []int32{int32(i + 1)}, WantLogits: true})
+		}
+		if _, err := r.Execute(st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range []int{1, 1, 2, 2, 4, 4} { // eager then capture, per bucket
+		decode(n)
+	}
+	if st := r.GraphStats(); st.Cached != 2 || st.Bytes != 200 || st.Evictions != 1 {
+		t.Errorf("after 3 captures of 100 bytes under a 250-byte budget: %+v; want 2 cached, 200 bytes, 1 eviction", st)
+	}
+	r.SetGraphVersions(1, 0)
+	if st := r.GraphStats(); st.Cached != 0 || st.Bytes != 0 {
+		t.Errorf("after a weights version change: %+v; want nothing cached", st)
+	}
+	decode(4) // warm already: captured again under the new version
+	if st := r.GraphStats(); st.Cached != 1 || st.Captures != 4 {
+		t.Errorf("after recapture: %+v", st)
+	}
+}

@@ -134,6 +134,9 @@ func New(b backend.Backend, m Model, opts Options) (*Runner, error) {
 		r.Close()
 		return nil, err
 	}
+	if r.graphs != nil {
+		r.graphs.key.KVDType = opts.KVDType
+	}
 	return r, nil
 }
 

@@ -22,8 +22,14 @@ type Graph struct {
 	graph  uintptr
 	exec   uintptr
 	temps  []uint64
+	bytes  int64 // device bytes of temps, held for the graph's lifetime
 	closed bool
 }
+
+// Bytes is the device memory the graph holds beyond the tensors it was
+// captured over (its temporaries), for graph caches with a memory budget.
+// The driver's own graph memory is not counted.
+func (g *Graph) Bytes() int64 { return g.bytes }
 
 // errCapturing is returned by calls that cannot be recorded in a graph.
 var errCapturing = errors.New("not allowed while a graph is being captured")
@@ -98,6 +104,9 @@ func (b *Backend) Capture(fn func() error) (*Graph, error) {
 	err := b.call(func() error {
 		b.capturing = false
 		g.temps, b.captureTemps, b.captureFree = b.captureTemps, nil, nil
+		for _, p := range g.temps {
+			g.bytes += int64(b.pool.class[p])
+		}
 		err := b.d.check("cuStreamEndCapture", b.d.call(b.d.cuStreamEndCapture, b.stream, uintptr(unsafe.Pointer(&g.graph))))
 		if err == nil && b.deferred != nil {
 			err, b.deferred = b.deferred, nil
