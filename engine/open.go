@@ -43,6 +43,8 @@ type LoadOptions struct {
 	// Graphs replays decode steps from captured graphs (backends that
 	// implement backend.GraphCapturer).
 	Graphs bool
+	// GraphMemory bounds the device bytes cached graphs hold (0: no bound).
+	GraphMemory int64
 }
 
 // Loaded is a model ready to serve: its engine, tokenizer and configs.
@@ -118,7 +120,7 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		NumBlocks: blocks, BlockSize: kvcache.DefaultBlockSize,
 		MaxTokens: opts.MaxBatchedTokens, MaxSeqs: opts.MaxSeqs, MaxSeqLen: ctxLen,
 		NumLayers: cfg.NumLayers, NumKVHeads: cfg.NumKVHeads, HeadDim: cfg.HeadDim,
-		Graphs: runner.GraphOptions{Enabled: opts.Graphs},
+		Graphs: runner.GraphOptions{Enabled: opts.Graphs, MemoryBudget: opts.GraphMemory},
 	})
 	if err != nil {
 		m.Close()
