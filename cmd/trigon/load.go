@@ -67,7 +67,7 @@ func (f *modelFlags) load(ctx context.Context, log *slog.Logger, metrics *teleme
 	t0 := time.Now()
 	l, err = engine.Load(engine.LoadOptions{
 		Graphs: graphs, GraphMemory: f.graphMem,
-		Model:  path, Backend: b, MaxContext: f.maxContext,
+		Model: path, Backend: b, MaxContext: f.maxContext,
 		MaxSeqs: f.maxSeqs, MaxBatchedTokens: f.maxTokens, MaxQueue: f.maxQueue, KVBlocks: f.kvBlocks, KVMemory: f.kvMemory,
 		Metrics: metrics, Logger: log,
 		Progress: progress(path),
