@@ -1,0 +1,140 @@
+package convert_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/trigon-llm/trigon/backend"
+	"github.com/trigon-llm/trigon/convert"
+	"github.com/trigon-llm/trigon/engine"
+	"github.com/trigon-llm/trigon/model"
+	"github.com/trigon-llm/trigon/tokenizer"
+)
+
+const fixture = "../testdata/models/qwen3"
+
+// TestConvertTypes converts a fixture to every target type and reads the
+// file back: same config, 1-D tensors in F32, matrices in the target type
+// (F16 where a quantized type's 32-element blocks do not divide the row),
+// the tokenizer intact, and F32 weights byte-identical through an F32 file.
+func TestConvertTypes(t *testing.T) {
+	tok, err := engine.LoadTokenizer(fixture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srcCfg, _, src, err := model.OpenWeights(fixture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	for _, name := range []string{"f32", "f16", "bf16", "q8_0", "q4_0"} {
+		t.Run(name, func(t *testing.T) {
+			dt, err := convert.ParseType(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dst := filepath.Join(t.TempDir(), "m.gguf")
+			rep, err := convert.File(fixture, dst, tok, convert.Options{Type: dt})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st, err := os.Stat(dst); err != nil || st.Mode().Perm() != 0o644 {
+				t.Errorf("output file: %v, mode %v", err, st.Mode())
+			}
+			cfg, _, w, err := model.OpenWeights(dst)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			if cfg.Hidden != srcCfg.Hidden || cfg.NumLayers != srcCfg.NumLayers || cfg.QKNorm != srcCfg.QKNorm || cfg.HeadDim != srcCfg.HeadDim {
+				t.Errorf("config changed: %+v vs %+v", cfg, srcCfg)
+			}
+			if rep.Tensors != len(w.Names()) {
+				t.Errorf("report says %d tensors, file has %d", rep.Tensors, len(w.Names()))
+			}
+			fallback := map[string]bool{}
+			for _, n := range rep.Fallback {
+				fallback[n] = true
+			}
+			for _, n := range src.Names() {
+				sw, _ := src.Tensor(n)
+				gw, ok := w.Tensor(n)
+				if !ok {
+					t.Fatalf("%s missing after conversion", n)
+				}
+				want := dt
+				switch {
+				case len(sw.Shape) == 1:
+					want = backend.F32
+				case fallback[n]:
+					want = backend.F16
+				}
+				if gw.DType != want {
+					t.Errorf("%s: %v, want %v", n, gw.DType, want)
+				}
+				if dt == backend.F32 && sw.DType == backend.F32 && string(gw.Data) != string(sw.Data) {
+					t.Errorf("%s: F32 bytes changed through an F32 file", n)
+				}
+			}
+			gtok, err := engine.LoadTokenizer(dst)
+			if err != nil {
+				t.Fatal(err)
+			}
+			text := "Hello, world! 你好 <|im_start|>user\n12345"
+			a, _ := tok.Encode(text, false)
+			b, _ := gtok.Encode(text, false)
+			if len(a) != len(b) {
+				t.Errorf("tokenizer changed: %v vs %v", a, b)
+			}
+			for i := range a {
+				if a[i] != b[i] {
+					t.Errorf("tokenizer changed: %v vs %v", a, b)
+					break
+				}
+			}
+		})
+	}
+}
+
+// TestConvertRefusesUnnamedPreTokenizer: a byte-level tokenizer whose split
+// pattern has no GGUF name cannot be written, since the file would
+// tokenize differently.
+func TestConvertRefusesUnnamedPreTokenizer(t *testing.T) {
+	// The default model's tokenizer has a Split pre-tokenizer ("trigon-go").
+	raw, err := os.ReadFile("../models/default/hf/tokenizer.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	named, err := tokenizer.FromHFJSON(raw, nil)
+	if err != nil || named.Spec().Pre != "trigon-go" {
+		t.Fatalf("unchanged tokenizer: pre %q, %v", named.Spec().Pre, err)
+	}
+	// Swap its split pattern for one llama.cpp has no name for.
+	var doc map[string]any
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	split := doc["pre_tokenizer"].(map[string]any)["pretokenizers"].([]any)[0].(map[string]any)
+	split["pattern"] = map[string]any{"Regex": `\p{L}+|\s+|[^\s\p{L}]+`}
+	edited, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := tokenizer.FromHFJSON(edited, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, _, w, err := model.OpenWeights(fixture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	var sink strings.Builder
+	if _, err := convert.Write(&sink, cfg, w, tok, convert.Options{Type: backend.F16}); err == nil || !strings.Contains(err.Error(), "pre-tokenizer") {
+		t.Errorf("unnamed pre-tokenizer: %v, want a refusal", err)
+	}
+}
+
