@@ -137,4 +137,3 @@ func TestConvertRefusesUnnamedPreTokenizer(t *testing.T) {
 		t.Errorf("unnamed pre-tokenizer: %v, want a refusal", err)
 	}
 }
-
