@@ -11,9 +11,10 @@
 // Choices made where OpenAI's API leaves room:
 //   - "model" may be omitted or name the served model; any other name is
 //     404 (as vLLM), so a client never silently gets a different model.
-//   - response_format json_object and json_schema are refused with 400:
-//     there is no constrained decoding, and accepting them would promise a
-//     format the server cannot guarantee. {"type": "text"} is accepted.
+//   - response_format json_object is enforced by constrained decoding (the
+//     engine masks every token that would break the JSON object);
+//     json_schema is refused with 400: the server cannot guarantee a
+//     schema. {"type": "text"} is accepted.
 //   - tools, logit_bias, suffix, best_of != n, echo with logprobs and
 //     batched prompts are refused with 400 naming the field; unknown fields
 //     (user, metadata, store, ...) are ignored.

@@ -114,6 +114,10 @@ type SamplingParams struct {
 	IgnoreEOS bool
 	// SkipSpecialTokens leaves special tokens out of the output text.
 	SkipSpecialTokens bool
+	// JSONObject constrains the output to one JSON object
+	// (response_format json_object): tokens that would break it are never
+	// sampled, and EOS only once the object is complete.
+	JSONObject bool
 }
 
 // Event reports progress of one choice. Slices in an event belong to the

@@ -509,6 +509,10 @@ func TestParamsReachEngine(t *testing.T) {
 			with(func(p *SamplingParams) { p.Stop = []string{"end"}; p.Seed = &seedNeg; p.MaxTokens = 4 }), 1, true, 0},
 		{"greedy", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"temperature":0,"max_tokens":2,"logprobs":true,"top_logprobs":4}`, 0,
 			with(func(p *SamplingParams) { p.Temperature = 0; p.MaxTokens = 2 }), 1, true, 4},
+		{"json object", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"},"max_tokens":3}`, 0,
+			with(func(p *SamplingParams) { p.JSONObject = true; p.MaxTokens = 3 }), 1, false, 0},
+		{"text format", "/v1/completions", `{"prompt":"x","response_format":{"type":"text"},"max_tokens":3}`, 0,
+			with(func(p *SamplingParams) { p.MaxTokens = 3 }), 1, false, 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

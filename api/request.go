@@ -273,11 +273,13 @@ func (s *Server) sampling(c *commonFields) (SamplingParams, int, *Error) {
 	if rf := c.ResponseFormat; rf != nil {
 		switch rf.Type {
 		case "", "text":
-		case "json_object", "json_schema":
-			// Honest refusal: without constrained decoding the server could
-			// not guarantee JSON, and a client asking for it relies on that.
+		case "json_object":
+			p.JSONObject = true
+		case "json_schema":
+			// Honest refusal: the engine constrains output to a JSON object,
+			// not to a schema, and a client asking for one relies on it.
 			return p, 0, badRequest("response_format.type",
-				"response_format type '%s' is not supported: this server has no constrained decoding, so it cannot guarantee the output format", rf.Type)
+				"response_format type 'json_schema' is not supported: the server can constrain output to a JSON object (json_object) but not to a schema")
 		default:
 			return p, 0, badRequest("response_format.type",
 				"'response_format.type' must be one of text, json_object, json_schema, got '%s'", rf.Type)

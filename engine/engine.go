@@ -38,6 +38,8 @@ type Request struct {
 	TopLogprobs int
 	// SkipSpecialTokens leaves special tokens out of the text.
 	SkipSpecialTokens bool
+	// JSONObject constrains the output to one JSON object.
+	JSONObject bool
 }
 
 // Finish reasons of Event.FinishReason.
@@ -101,6 +103,9 @@ type Engine struct {
 	nextID  sched.SeqID
 	// Block copies: ids [2] I32 and a one-block scratch [1, blockElems].
 	copyIDs, copyScratch backend.Tensor
+	// tokenTexts[id] is the bytes token id adds to the output ("" for
+	// special tokens), built on the first JSON-mode request.
+	tokenTexts []string
 }
 
 // New builds an engine over a runner whose KV pools have pool's block
@@ -370,4 +375,21 @@ func (e *Engine) publish() {
 		Graphs: e.run.GraphStats(),
 	}
 	e.statsMu.Unlock()
+}
+
+// vocabTexts returns the output bytes of every token, for constraints.
+func (e *Engine) vocabTexts() []string {
+	if e.tokenTexts == nil {
+		n := e.tok.VocabSize()
+		e.tokenTexts = make([]string, n)
+		for id := range n {
+			if e.tok.IsSpecial(int32(id)) {
+				continue
+			}
+			if b, ok := e.tok.TokenBytes(int32(id)); ok {
+				e.tokenTexts[id] = string(b)
+			}
+		}
+	}
+	return e.tokenTexts
 }

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -414,4 +415,46 @@ func TestGraphDecodeMatchesEager(t *testing.T) {
 		t.Errorf("graph path unused: %+v", st)
 	}
 	t.Logf("graph stats %+v", st)
+}
+
+// TestJSONObjectMode: with JSONObject the output is always a prefix of a
+// JSON object, and a choice that ends with "stop" is a complete, valid one.
+func TestJSONObjectMode(t *testing.T) {
+	l := start(t, nil, engine.LoadOptions{})
+	prompt := randomPrompt(rand.New(rand.NewPCG(13, 14)), 10)
+	stops := 0
+	for seed := range uint64(8) {
+		p := sample.Params{Temperature: 1, TopP: 1, RepetitionPenalty: 1, MaxTokens: 120, Seed: &seed}
+		ch, err := l.Engine.Submit(context.Background(), &engine.Request{Prompt: prompt, N: 1, Params: p, JSONObject: true, SkipSpecialTokens: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var text strings.Builder
+		var final engine.Event
+		for ev := range ch {
+			text.WriteString(ev.Text)
+			if ev.FinishReason != "" {
+				final = ev
+			}
+		}
+		out := text.String()
+		st := sample.JSONState{TopObject: true}
+		if !st.Feed(out) {
+			t.Errorf("seed %d: %q is not a JSON object prefix", seed, out)
+		}
+		switch final.FinishReason {
+		case engine.FinishStop:
+			stops++
+			if !json.Valid([]byte(out)) || !strings.HasPrefix(strings.TrimSpace(out), "{") {
+				t.Errorf("seed %d: finished %q, not a JSON object", seed, out)
+			}
+		case engine.FinishLength:
+		default:
+			t.Errorf("seed %d: finish %q (%v)", seed, final.FinishReason, final.Err)
+		}
+	}
+	t.Logf("%d of 8 sampled outputs closed their object within 120 tokens", stops)
+	if stops == 0 {
+		t.Error("no output closed its object: EOS is never allowed after a complete object")
+	}
 }

@@ -100,7 +100,8 @@ type choice struct {
 	generated []int32
 	reason    string // finish reason decided by the engine (stop conditions)
 	done      bool
-	stopped   bool // a stop string or EOS ended it: nothing held back is shown
+	stopped   bool                   // a stop string or EOS ended it: nothing held back is shown
+	json      *sample.JSONConstraint // nil unless the request is in JSON mode
 	cached    int
 }
 
@@ -109,19 +110,23 @@ func newChoice(e *Engine, r *request, index int, id sched.SeqID) (*choice, error
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
-	return &choice{
+	c := &choice{
 		e: e, req: r, index: index, seq: id,
 		sampler: smp,
 		dec:     tokenizer.NewDecoder(e.tok, r.req.SkipSpecialTokens),
 		stop:    sample.NewStopChecker(r.req.Params, e.opts.EOS),
-	}, nil
+	}
+	if r.req.JSONObject {
+		c.json = sample.NewJSONConstraint(e.vocabTexts(), e.opts.EOS)
+	}
+	return c, nil
 }
 
 // needsHostLogits reports whether sampling needs the logits row on the host
 // (penalties, logprobs, EOS masking); otherwise the device samples.
 func (c *choice) needsHostLogits() bool {
 	p := &c.req.req.Params
-	return c.req.req.Logprobs || p.RepetitionPenalty != 1 && p.RepetitionPenalty != 0 ||
+	return c.json != nil || c.req.req.Logprobs || p.RepetitionPenalty != 1 && p.RepetitionPenalty != 0 ||
 		p.PresencePenalty != 0 || p.FrequencyPenalty != 0 || len(c.generated) < p.MinTokens
 }
 
@@ -141,6 +146,9 @@ func (c *choice) pickHost(logits []float32) (int32, *TokenLogprob, error) {
 	if err := c.sampler.ApplyPenalties(work, c.generated, c.req.req.Prompt); err != nil {
 		return 0, nil, err
 	}
+	if c.json != nil {
+		c.json.Mask(work)
+	}
 	tok, err := c.sampler.Pick(work)
 	if err != nil {
 		return 0, nil, err
@@ -159,6 +167,9 @@ func (c *choice) pickHost(logits []float32) (int32, *TokenLogprob, error) {
 // condition ends the choice.
 func (c *choice) onToken(tok int32, lp *TokenLogprob) string {
 	c.generated = append(c.generated, tok)
+	if c.json != nil {
+		c.json.Accept(tok)
+	}
 	ev := Event{Choice: c.index, TokenIDs: []int32{tok}}
 	if lp != nil {
 		ev.Logprobs = []TokenLogprob{*lp}

@@ -185,6 +185,7 @@ func (a *apiEngine) Generate(ctx context.Context, r *api.GenerateRequest) (<-cha
 			IgnoreEOS: sp.IgnoreEOS, Logprobs: r.TopLogprobs,
 		},
 		Logprobs: r.Logprobs, TopLogprobs: r.TopLogprobs, SkipSpecialTokens: sp.SkipSpecialTokens,
+		JSONObject: sp.JSONObject,
 	}
 	events, err := l.Engine.Submit(ctx, req)
 	switch {
