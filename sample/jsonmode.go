@@ -31,8 +31,8 @@ type JSONState struct {
 	stack     []byte // open containers, '{' or '['
 	ctx       jsonCtx
 	inString  bool
-	isKey     bool  // the string being read is an object key
-	escape    int8  // 0 none; 1 after '\'; 2..5 hex digits of \u left+1
+	isKey     bool   // the string being read is an object key
+	escape    int8   // 0 none; 1 after '\'; 2..5 hex digits of \u left+1
 	literal   string // rest of true/false/null being matched
 	number    uint8  // number state, 0: not in a number
 }
