@@ -120,7 +120,7 @@ func loadDriver() (*driver, error) {
 		// cuEventElapsedTime_v2 is CUDA 12.8+; older drivers only have the
 		// unversioned symbol, with the same signature.
 		for _, name := range []string{"cuEventElapsedTime_v2", "cuEventElapsedTime"} {
-			if p, e := purego.Dlsym(h, name); e == nil && p != 0 {
+			if p, e := dlsym(h, name); e == nil && p != 0 {
 				d.cuEventElapsedTime = p
 				break
 			}

@@ -7,8 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"unsafe"
-
-	"github.com/ebitengine/purego"
 )
 
 // libDirs lists the directories searched for CUDA libraries, most specific
@@ -34,7 +32,7 @@ func libDirs() []string {
 func openLib(names ...string) (uintptr, string, error) {
 	var tried []string
 	try := func(path string) (uintptr, bool) {
-		h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+		h, err := dlopen(path)
 		if err != nil {
 			tried = append(tried, fmt.Sprintf("%s (%v)", path, err))
 			return 0, false
@@ -68,7 +66,7 @@ func openLib(names ...string) (uintptr, string, error) {
 func symbols(h uintptr, lib string, syms map[string]*uintptr) error {
 	var missing []string
 	for name, dst := range syms {
-		p, err := purego.Dlsym(h, name)
+		p, err := dlsym(h, name)
 		if err != nil || p == 0 {
 			missing = append(missing, name)
 			continue
