@@ -201,3 +201,10 @@ type Graph interface {
 	// Close releases the graph and the temporaries it holds.
 	Close()
 }
+
+// MemoryReporter is implemented by backends with their own memory (GPUs),
+// so the KV cache can be sized to what is left after the weights.
+type MemoryReporter interface {
+	// MemoryInfo returns the bytes free for new allocations and the total.
+	MemoryInfo() (free, total int64, err error)
+}

@@ -458,3 +458,32 @@ func TestJSONObjectMode(t *testing.T) {
 		t.Error("no output closed its object: EOS is never allowed after a complete object")
 	}
 }
+
+// memBackend reports a fixed amount of device memory.
+type memBackend struct {
+	backend.Backend
+	free, total int64
+}
+
+func (m memBackend) MemoryInfo() (int64, int64, error) { return m.free, m.total, nil }
+
+// TestKVSizedFromDeviceMemory: on a backend that reports its memory, the
+// KV cache takes what the utilization share leaves after the weights; too
+// little for one sequence is a clear error.
+func TestKVSizedFromDeviceMemory(t *testing.T) {
+	c := cpu.New(cpu.Options{Threads: 1})
+	// llama3 fixture: 2 layers x K,V x 2 KV heads x 16 tokens x 16 dims x 4 bytes = 8 KiB a block.
+	const perBlock = 2 * 2 * 2 * 16 * 16 * 4
+	l, err := engine.Load(engine.LoadOptions{Model: fixture, Backend: memBackend{c, 100 * perBlock * 9 / 8 * 10, 10 << 30}, MemoryUtilization: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.KVBlocks != 1000 {
+		t.Errorf("KV blocks %d, want 1000 (all free memory at utilization 1, 9/8 per block)", l.KVBlocks)
+	}
+	l.Close()
+	_, err = engine.Load(engine.LoadOptions{Model: fixture, Backend: memBackend{c, 10 * perBlock, 10 << 30}, MemoryUtilization: 1})
+	if err == nil || !strings.Contains(err.Error(), "KV cache") {
+		t.Errorf("too little memory: %v, want an error about the KV cache", err)
+	}
+}

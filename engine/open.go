@@ -33,11 +33,16 @@ type LoadOptions struct {
 	// KVBlocks sizes the KV pools in 16-token blocks; 0: enough for
 	// MaxSeqs sequences of 2048 tokens, at most KVMemory bytes.
 	KVBlocks int
-	// KVMemory bounds the KV pools' bytes when KVBlocks is 0 (default 2 GiB).
+	// KVMemory bounds the KV pools' bytes when KVBlocks is 0 (default 2 GiB)
+	// on backends that do not report their memory (the CPU).
 	KVMemory int64
-	MaxQueue int
-	Metrics  *telemetry.Metrics
-	Logger   *slog.Logger
+	// MemoryUtilization is the share of a GPU's memory trigon may use in
+	// all (default 0.9): with KVBlocks 0, the KV pools take what is left of
+	// it after the weights and scratch are loaded.
+	MemoryUtilization float64
+	MaxQueue          int
+	Metrics           *telemetry.Metrics
+	Logger            *slog.Logger
 	// Progress, when set, is called as weight bytes are read in.
 	Progress func(done, total int64)
 	// Graphs replays decode steps from captured graphs (backends that
@@ -101,18 +106,17 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		return nil, err
 	}
 	perBlock := int64(blockBytes) * 2 * int64(cfg.NumLayers)
-	blocks := opts.KVBlocks
-	if blocks <= 0 {
-		want := opts.MaxSeqs*((min(ctxLen, 2048)+kvcache.DefaultBlockSize-1)/kvcache.DefaultBlockSize) + 1
-		blocks = int(min(int64(want), opts.KVMemory/perBlock))
-		// Always room for one sequence of the whole context.
-		blocks = max(blocks, (ctxLen+kvcache.DefaultBlockSize-1)/kvcache.DefaultBlockSize+1)
-	}
 	if opts.Progress != nil {
 		prefetch(w, opts.Progress)
 	}
 	m, err := llama.New(b, cfg, w, llama.Options{MaxTokens: opts.MaxBatchedTokens, MaxLogits: opts.MaxSeqs})
 	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("load %s: %w", opts.Model, err)
+	}
+	blocks, err := kvBlocks(opts, b, perBlock, ctxLen)
+	if err != nil {
+		m.Close()
 		w.Close()
 		return nil, fmt.Errorf("load %s: %w", opts.Model, err)
 	}
@@ -231,4 +235,37 @@ func contextLength(cfg model.Config, maxContext int) int {
 		return maxContext
 	}
 	return cfg.MaxPositions
+}
+
+// kvBlocks sizes the KV pools: KVBlocks when given; on a backend that
+// reports its memory, what MemoryUtilization leaves after the weights; else
+// MaxSeqs sequences of up to 2048 tokens within KVMemory. Always at least
+// one sequence of the whole context.
+func kvBlocks(opts LoadOptions, b backend.Backend, perBlock int64, ctxLen int) (int, error) {
+	oneSeq := (ctxLen+kvcache.DefaultBlockSize-1)/kvcache.DefaultBlockSize + 1
+	if opts.KVBlocks > 0 {
+		return opts.KVBlocks, nil
+	}
+	if mr, ok := b.(backend.MemoryReporter); ok {
+		util := opts.MemoryUtilization
+		if util <= 0 || util > 1 {
+			util = 0.9
+		}
+		free, total, err := mr.MemoryInfo()
+		if err != nil {
+			return 0, err
+		}
+		budget := free - int64((1-util)*float64(total))
+		// Device pools round allocations up to a size class (at most 12.5%
+		// over), so count each block at 9/8 of its bytes.
+		blocks := budget / (perBlock + perBlock/8)
+		if blocks < int64(oneSeq) {
+			return 0, fmt.Errorf("%.1f GiB of device memory left for the KV cache holds %d blocks, fewer than one %d-token sequence needs (%d): lower --max-context or raise the memory utilization",
+				float64(max(budget, 0))/(1<<30), max(blocks, 0), ctxLen, oneSeq)
+		}
+		return int(min(blocks, 1<<30)), nil
+	}
+	want := opts.MaxSeqs*((min(ctxLen, 2048)+kvcache.DefaultBlockSize-1)/kvcache.DefaultBlockSize) + 1
+	blocks := int(min(int64(want), opts.KVMemory/perBlock))
+	return max(blocks, oneSeq), nil
 }

@@ -74,3 +74,18 @@ func (b *Backend) MeasureCopyBandwidth(n int) (float64, error) {
 	}
 	return best, nil
 }
+
+// MemoryInfo reports the device's free and total memory in bytes
+// (cuMemGetInfo), plus what trigon's own pool holds cached for reuse,
+// which is free to trigon though not to the driver.
+func (b *Backend) MemoryInfo() (free, total int64, err error) {
+	err = b.call(func() error {
+		var f, t uint64
+		if err := b.d.check("cuMemGetInfo", b.d.call(b.d.cuMemGetInfo, uintptr(unsafe.Pointer(&f)), uintptr(unsafe.Pointer(&t)))); err != nil {
+			return err
+		}
+		free, total = int64(f)+b.pool.cached, int64(t)
+		return nil
+	})
+	return free, total, err
+}

@@ -27,6 +27,7 @@ type modelFlags struct {
 	maxQueue   int // serve only
 	graphs     string
 	graphMem   int64
+	memUtil    float64
 }
 
 func (f *modelFlags) register(cmd *cobra.Command) {
@@ -36,7 +37,8 @@ func (f *modelFlags) register(cmd *cobra.Command) {
 	cmd.Flags().IntVar(&f.maxSeqs, "max-seqs", 64, "most sequences running at once")
 	cmd.Flags().IntVar(&f.maxTokens, "max-batched-tokens", 2048, "token budget of one engine step")
 	cmd.Flags().IntVar(&f.kvBlocks, "kv-blocks", 0, "KV-cache blocks of 16 tokens (0: sized from --kv-memory)")
-	cmd.Flags().Int64Var(&f.kvMemory, "kv-memory", 2<<30, "bytes for the KV cache when --kv-blocks is 0")
+	cmd.Flags().Int64Var(&f.kvMemory, "kv-memory", 2<<30, "bytes for the KV cache on the CPU when --kv-blocks is 0")
+	cmd.Flags().Float64Var(&f.memUtil, "gpu-memory-utilization", 0.9, "share of GPU memory trigon may use; the KV cache gets what the weights leave")
 	cmd.Flags().Int64Var(&f.graphMem, "cuda-graph-memory", 1<<30, "device bytes the cached decode graphs may hold (0: no bound)")
 	cmd.Flags().StringVar(&f.graphs, "cuda-graphs", "off", "replay decode steps from CUDA graphs: on, off, or auto (on where the backend can capture); off by default until verified on the GPU")
 }
@@ -66,7 +68,7 @@ func (f *modelFlags) load(ctx context.Context, log *slog.Logger, metrics *teleme
 	}
 	t0 := time.Now()
 	l, err = engine.Load(engine.LoadOptions{
-		Graphs: graphs, GraphMemory: f.graphMem,
+		Graphs: graphs, GraphMemory: f.graphMem, MemoryUtilization: f.memUtil,
 		Model: path, Backend: b, MaxContext: f.maxContext,
 		MaxSeqs: f.maxSeqs, MaxBatchedTokens: f.maxTokens, MaxQueue: f.maxQueue, KVBlocks: f.kvBlocks, KVMemory: f.kvMemory,
 		Metrics: metrics, Logger: log,
