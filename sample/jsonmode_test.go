@@ -165,3 +165,28 @@ func equalInts(a, b []int) bool {
 	}
 	return true
 }
+
+// FuzzJSONState: the checker and encoding/json agree on complete objects,
+// and every prefix of a text the checker accepts is accepted too.
+func FuzzJSONState(f *testing.F) {
+	for _, s := range []string{`{}`, `{"a":[1,2,{"b":null}],"c":"\u00e9"}`, `{"a":1e5}`, ` {"x": -0.5E-3 } `, `{"a"`, `[1]`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		ok, complete := feedAll(s)
+		valid := json.Valid([]byte(s)) && strings.HasPrefix(strings.TrimLeft(s, " \t\r\n"), "{")
+		if ok && complete && !valid {
+			t.Fatalf("checker: complete object %q; encoding/json: invalid", s)
+		}
+		if valid && !(ok && complete) {
+			t.Fatalf("encoding/json: valid object %q; checker: ok %v complete %v", s, ok, complete)
+		}
+		if ok {
+			for i := range len(s) {
+				if p, _ := feedAll(s[:i]); !p {
+					t.Fatalf("checker accepts %q but not its prefix %q", s, s[:i])
+				}
+			}
+		}
+	})
+}
