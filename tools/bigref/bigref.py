@@ -42,12 +42,6 @@ def main():
     # reference is the model exactly as a transformers user would run it.
     with torch.device("cuda"):
         model = LlamaForCausalLM(cfg)
-    # Random weights at the default init give flat output distributions, so
-    # greedy paths hit near ties within a few tokens (seen 2026-11-29: 0-38
-    # agreeing tokens). A 5x LM head spreads the logits (std ~6 instead of
-    # ~1.3) so greedy agreement says more; both sides use these weights.
-    with torch.no_grad():
-        model.lm_head.weight.mul_(5.0)
     for p in model.parameters():
         p.data = p.data.to(torch.bfloat16)
     print(f"init {time.time() - t0:.1f}s", flush=True)
