@@ -50,8 +50,6 @@ func newFakeTokenizer() *fakeTokenizer {
 
 func isSpecial(id int32) bool { return id == eosID || id == bosID || id == unkID }
 
-func (t *fakeTokenizer) vocabSize() int { return len(fakeWords) }
-
 func (t *fakeTokenizer) Encode(text string, addSpecial bool) ([]int32, error) {
 	var ids []int32
 	if addSpecial {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 
 	"github.com/trigon-llm/trigon/backend"
 	"github.com/trigon-llm/trigon/format/gguf"
@@ -209,11 +210,11 @@ func prefetch(w model.Weights, progress func(done, total int64)) {
 		done += int64(len(t.Data))
 		progress(done, total)
 	}
-	prefetchSink = sink
+	prefetchSink.Store(uint32(sink))
 }
 
 // prefetchSink keeps the compiler from dropping prefetch's reads.
-var prefetchSink byte
+var prefetchSink atomic.Uint32
 
 // RunnerOf exposes a loaded model's runner, for tools that drive steps
 // directly (scoring, tests). The engine's loop must not be running.

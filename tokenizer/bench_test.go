@@ -10,10 +10,7 @@ import (
 // random words, so that the word cache sees both repeats and misses.
 func englishMB(tb testing.TB) string {
 	lines := corpusLines(tb)
-	var prose []string
-	for _, l := range lines[:12] {
-		prose = append(prose, l)
-	}
+	prose := append([]string(nil), lines[:12]...)
 	r := rand.New(rand.NewPCG(9, 9))
 	var b strings.Builder
 	for b.Len() < 1<<20 {

@@ -44,15 +44,6 @@ func byteLevelDecode(piece string) (b []byte, ok bool) {
 	return b, true
 }
 
-// byteLevelEncode maps raw bytes to the byte-level alphabet.
-func byteLevelEncode(raw string) string {
-	buf := make([]byte, 0, 2*len(raw))
-	for i := 0; i < len(raw); i++ {
-		buf = utf8.AppendRune(buf, byteToRune[raw[i]])
-	}
-	return string(buf)
-}
-
 // utf8SeqEnd reports how a UTF-8 sequence starting at s[0] ends, following
 // the Unicode "maximal subpart" rule that Rust's String::from_utf8_lossy and
 // Python's errors="replace" use: n is the number of bytes consumed, valid

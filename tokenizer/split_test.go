@@ -49,10 +49,7 @@ func collect(t *testing.T, m matcher, s string) []string {
 // TestScannersMatchRegexp2 checks the hand-written scanners against the
 // patterns themselves run by regexp2, on random text and the corpus.
 func TestScannersMatchRegexp2(t *testing.T) {
-	var corpus []string
-	for _, l := range corpusLines(t) {
-		corpus = append(corpus, l)
-	}
+	corpus := corpusLines(t)
 	for _, pat := range []struct{ name, pattern string }{
 		{"gpt2", gpt2Pattern}, {"llama3", llama3Pattern}, {"qwen2", qwen2Pattern},
 	} {

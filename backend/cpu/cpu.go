@@ -85,9 +85,6 @@ func (t *tensor) f32() []float32 { return bytesAs[float32](t.data) }
 // i32 views t's bytes as int32s.
 func (t *tensor) i32() []int32 { return bytesAs[int32](t.data) }
 
-// u16 views t's bytes as uint16s (F16, BF16 encodings).
-func (t *tensor) u16() []uint16 { return bytesAs[uint16](t.data) }
-
 func bytesAs[T float32 | int32 | uint16](b []byte) []T {
 	var zero T
 	size := int(unsafe.Sizeof(zero))

@@ -15,8 +15,6 @@ const (
 	cuDevAttrComputeCapMinor        = 76
 	cuDevAttrMaxSharedPerBlockOptin = 97
 
-	cuFuncAttrMaxDynamicSharedBytes = 8
-
 	cuMemHostAllocPortable  = 0x01
 	cuMemHostAllocDeviceMap = 0x02
 

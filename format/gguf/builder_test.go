@@ -12,7 +12,6 @@ import (
 type raw []byte
 
 func (r raw) u8(x uint8) raw    { return append(r, x) }
-func (r raw) u16(x uint16) raw  { return binary.LittleEndian.AppendUint16(r, x) }
 func (r raw) u32(x uint32) raw  { return binary.LittleEndian.AppendUint32(r, x) }
 func (r raw) u64(x uint64) raw  { return binary.LittleEndian.AppendUint64(r, x) }
 func (r raw) f32(x float32) raw { return r.u32(math.Float32bits(x)) }
