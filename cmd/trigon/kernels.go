@@ -18,7 +18,7 @@ func kernelsCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := cuda.Available(); err != nil {
-				return fmt.Errorf("no usable CUDA GPU: %w", err)
+				return fmt.Errorf("kernels: %w", err)
 			}
 			b, err := cuda.New(cuda.Options{Device: gpu})
 			if err != nil {
