@@ -481,34 +481,9 @@ func guardFor(rest string) (string, error) {
 
 // findKeyword finds kw as a whole word outside quotes and brackets.
 func findKeyword(s, kw string) int {
-	depth := 0
-	var quote byte
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if quote != 0 {
-			if c == '\\' {
-				i++
-			} else if c == quote {
-				quote = 0
-			}
-			continue
-		}
-		switch c {
-		case '\'', '"':
-			quote = c
-			continue
-		case '(', '[', '{':
-			depth++
-			continue
-		case ')', ']', '}':
-			depth--
-			continue
-		}
-		if depth == 0 && strings.HasPrefix(s[i:], kw) &&
+	return scanTopLevel(s, func(i int) bool {
+		return strings.HasPrefix(s[i:], kw) &&
 			(i == 0 || !isIdentByte(s[i-1])) &&
-			(i+len(kw) == len(s) || !isIdentByte(s[i+len(kw)])) {
-			return i
-		}
-	}
-	return -1
+			(i+len(kw) == len(s) || !isIdentByte(s[i+len(kw)]))
+	})
 }
