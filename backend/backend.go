@@ -121,15 +121,20 @@ type RoPEArgs struct {
 // The context of s lives in blocks BlockTables[s][0..]: position p is at
 // offset p%blockSize of block BlockTables[s][p/blockSize].
 type AttentionArgs struct {
-	Out           Tensor // [numTokens, numHeads*headDim]
-	Q             Tensor // [numTokens, numHeads*headDim], rotated
-	KCache        Tensor // [numBlocks, numKVHeads, blockSize, headDim]
-	VCache        Tensor // [numBlocks, numKVHeads, blockSize, headDim]
-	BlockTables   Tensor // [numSeqs, maxBlocksPerSeq] I32
-	SeqLens       Tensor // [numSeqs] I32
-	QueryStart    Tensor // [numSeqs+1] I32, QueryStart[0] = 0
-	NumSeqs       int
-	MaxSeqLen     int // upper bound of SeqLens, for tiling decisions
+	Out         Tensor // [numTokens, numHeads*headDim]
+	Q           Tensor // [numTokens, numHeads*headDim], rotated
+	KCache      Tensor // [numBlocks, numKVHeads, blockSize, headDim]
+	VCache      Tensor // [numBlocks, numKVHeads, blockSize, headDim]
+	BlockTables Tensor // [numSeqs, maxBlocksPerSeq] I32
+	SeqLens     Tensor // [numSeqs] I32
+	QueryStart  Tensor // [numSeqs+1] I32, QueryStart[0] = 0
+	NumSeqs     int
+	MaxSeqLen   int // upper bound of SeqLens, for tiling decisions
+	// MaxQueryLen bounds the query rows of any one sequence (0: unknown,
+	// up to the token count). 1 promises a decode-only batch: backends may
+	// then skip their prefill path, and must report a sequence with more
+	// rows as an error rather than leave its output unwritten.
+	MaxQueryLen   int
 	NumHeads      int
 	NumKVHeads    int
 	HeadDim       int

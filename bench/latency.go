@@ -25,6 +25,14 @@ type BandwidthProber interface {
 	MeasureCopyBandwidth(bytes int) (float64, error)
 }
 
+// Profiler is an optional Backend interface: it brackets the work an
+// external profiler records (the CUDA backend: cuProfilerStart/Stop, for
+// `ncu --profile-from-start off`).
+type Profiler interface {
+	ProfilerStart() error
+	ProfilerStop() error
+}
+
 // LatencyOptions configure RunLatency.
 type LatencyOptions struct {
 	Backend backend.Backend
@@ -51,6 +59,11 @@ type LatencyOptions struct {
 	// PeakBandwidth, bytes/s, is a nominal ceiling used when the backend
 	// cannot measure one (0: none).
 	PeakBandwidth float64
+	// ProfileSteps > 0 brackets, in the last iteration, the prefill and
+	// the first ProfileSteps decode steps with the backend's Profiler
+	// calls, so that a profiler started with collection off records one
+	// prefill and a few decode steps of a long run and nothing else.
+	ProfileSteps int
 }
 
 // LatencyResult is what `trigon bench latency` reports. Durations are in
@@ -149,7 +162,7 @@ func RunLatency(ctx context.Context, opts LatencyOptions) (*LatencyResult, error
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		p, steps, err := run.iteration(ctx)
+		p, steps, err := run.iteration(ctx, it == opts.Warmup+opts.Iters-1)
 		if err != nil {
 			return nil, err
 		}
@@ -192,6 +205,8 @@ func checkLatencyOptions(o *LatencyOptions) error {
 	case o.InputLen > o.Config.MaxPositions-o.OutputLen:
 		return fmt.Errorf("bench latency: input %d + output %d tokens exceed the model's context of %d",
 			o.InputLen, o.OutputLen, o.Config.MaxPositions)
+	case o.ProfileSteps < 0:
+		return fmt.Errorf("bench latency: profile steps %d must be >= 0", o.ProfileSteps)
 	case o.PrefillChunk < 1:
 		return fmt.Errorf("bench latency: prefill chunk %d must be positive", o.PrefillChunk)
 	case o.Warmup < 0 || o.Iters < 1:
@@ -263,11 +278,18 @@ func (run *latencyRun) close() {
 
 // iteration runs one prefill and the decode steps, returning their
 // durations in seconds.
-func (run *latencyRun) iteration(ctx context.Context) (prefill float64, steps []float64, err error) {
+func (run *latencyRun) iteration(ctx context.Context, last bool) (prefill float64, steps []float64, err error) {
 	o := run.opts
 	tokens := make([][]int32, o.Batch)
 	if err := run.b.Sync(); err != nil {
 		return 0, nil, fmt.Errorf("bench latency: sync before prefill: %w", err)
+	}
+	prof, _ := run.b.(Profiler)
+	profiling := last && o.ProfileSteps > 0 && prof != nil
+	if profiling {
+		if err := prof.ProfilerStart(); err != nil {
+			return 0, nil, fmt.Errorf("bench latency: %w", err)
+		}
 	}
 	t0 := time.Now()
 	first, err := run.prefill()
@@ -291,6 +313,17 @@ func (run *latencyRun) iteration(ctx context.Context) (prefill float64, steps []
 		steps = append(steps, time.Since(t).Seconds())
 		for s := range tokens {
 			tokens[s] = append(tokens[s], cur[s])
+		}
+		if profiling && k == o.ProfileSteps {
+			profiling = false
+			if err := prof.ProfilerStop(); err != nil {
+				return 0, nil, fmt.Errorf("bench latency: %w", err)
+			}
+		}
+	}
+	if profiling {
+		if err := prof.ProfilerStop(); err != nil {
+			return 0, nil, fmt.Errorf("bench latency: %w", err)
 		}
 	}
 	if err := run.b.Sync(); err != nil {
@@ -341,10 +374,9 @@ func (run *latencyRun) prefill() ([]int32, error) {
 	return first, nil
 }
 
-// decodeEager runs decode step k (k = 1..OutputLen-1) through the runner:
-// each sequence's previous token at position InputLen+k-1.
 // decode runs decode step k: one token per sequence, sampled greedily on
-// the device (from a graph replay when the runner has graphs on).
+// the device (from a graph replay when the runner has graphs on): each
+// sequence's previous token at position InputLen+k-1.
 func (run *latencyRun) decode(cur []int32, k int) ([]int32, error) {
 	o := run.opts
 	step := runner.Step{Seqs: make([]runner.Seq, o.Batch)}

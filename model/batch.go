@@ -141,6 +141,7 @@ type DeviceBatch struct {
 	NumSeqs     int
 	NumLogits   int
 	MaxSeqLen   int // upper bound of SeqLens, for kernel tiling
+	MaxQueryLen int // most query rows of one sequence (1: decode only; 0: unknown)
 }
 
 // LayerKV is one layer's paged KV cache. Block b's slice for KV head h is

@@ -294,6 +294,9 @@ func (r *Runner) upload() (*model.DeviceBatch, error) {
 	for _, l := range r.hSeqLens {
 		in.MaxSeqLen = max(in.MaxSeqLen, int(l))
 	}
+	for s := range ns {
+		in.MaxQueryLen = max(in.MaxQueryLen, int(r.hQueryStart[s+1]-r.hQueryStart[s]))
+	}
 	return in, nil
 }
 

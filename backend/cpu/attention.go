@@ -123,6 +123,8 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 			return backend.ShapeError("cpu: "+op, "SeqLens", "SeqLens[%d] = %d is shorter than its %d query rows", s, seqLen, qLen)
 		case seqLen > a.MaxSeqLen:
 			return backend.ShapeError("cpu: "+op, "SeqLens", "SeqLens[%d] = %d exceeds MaxSeqLen %d", s, seqLen, a.MaxSeqLen)
+		case a.MaxQueryLen > 0 && qLen > a.MaxQueryLen:
+			return backend.ShapeError("cpu: "+op, "QueryStart", "sequence %d has %d query rows, MaxQueryLen is %d", s, qLen, a.MaxQueryLen)
 		case (seqLen+blockSize-1)/blockSize > maxBlocks:
 			return backend.ShapeError("cpu: "+op, "BlockTables", "SeqLens[%d] = %d needs %d blocks, tables hold %d", s, seqLen, (seqLen+blockSize-1)/blockSize, maxBlocks)
 		}

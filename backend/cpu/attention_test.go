@@ -215,6 +215,7 @@ func TestAttentionErrors(t *testing.T) {
 			a.MaxSeqLen = 40
 		}},
 		{"seq past MaxSeqLen", func(a *backend.AttentionArgs) { a.MaxSeqLen = 10 }},
+		{"rows past MaxQueryLen", func(a *backend.AttentionArgs) { a.MaxQueryLen = 1 }},
 		{"QueryStart[0]", func(a *backend.AttentionArgs) { a.QueryStart.(*tensor).i32()[0] = 1 }},
 		{"QueryStart decreasing", func(a *backend.AttentionArgs) { a.QueryStart.(*tensor).i32()[1] = 5 }},
 		{"QueryStart past the rows", func(a *backend.AttentionArgs) { a.QueryStart.(*tensor).i32()[2] = 9 }},

@@ -259,10 +259,19 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 	// no more rows than sequences, almost surely every one is a decode row:
 	// the prefill kernel then runs one block per sequence, which loops over
 	// the tiles itself if some sequence does have several rows.
-	tiles := (min(a.MaxSeqLen, n) + 63) / 64
+	maxQ := min(a.MaxSeqLen, n)
+	if a.MaxQueryLen > 0 {
+		maxQ = min(maxQ, a.MaxQueryLen)
+	}
+	tiles := (maxQ + 63) / 64
 	preGrid := [3]int{tiles, s, h}
 	if n <= s {
 		preGrid = [3]int{1, s, 1}
+	}
+	// A decode-only batch (MaxQueryLen 1) needs no prefill kernel.
+	decodeOnly := 0
+	if a.MaxQueryLen == 1 {
+		decodeOnly = 1
 	}
 	return b.post(func() error {
 		dec, err := b.fn(fnKey{mod, "attn_decode"})
@@ -278,7 +287,7 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 		}
 		if err := b.launch(dec, [3]int{s, kvh * (g / gc), nsplit}, 128, 0, out.ptr, part, q.ptr, kc.ptr, vc.ptr,
 			bt.ptr, i32(maxBlocks), sl.ptr, qs.ptr, i32(h), i32(kvh), i32(g), i32(nsplit), scale,
-			i32(a.SlidingWindow), i32(numBlocks), i32(n), i32(a.MaxSeqLen), b.errDev); err != nil {
+			i32(a.SlidingWindow), i32(numBlocks), i32(n), i32(a.MaxSeqLen), i32(decodeOnly), b.errDev); err != nil {
 			return err
 		}
 		if nsplit > 1 {
@@ -290,12 +299,15 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 				return err
 			}
 		}
+		if decodeOnly == 1 {
+			return nil
+		}
 		pre, err := b.fn(fnKey{mod, "attn_prefill"})
 		if err != nil {
 			return err
 		}
 		return b.launch(pre, preGrid, 128, 0, out.ptr, q.ptr, kc.ptr, vc.ptr, bt.ptr, i32(maxBlocks),
-			sl.ptr, qs.ptr, i32(h), i32(kvh), scale, i32(a.SlidingWindow), i32(numBlocks), i32(n), i32(a.MaxSeqLen), i32(tiles), b.errDev)
+			sl.ptr, qs.ptr, i32(h), i32(kvh), scale, i32(a.SlidingWindow), i32(numBlocks), i32(n), i32(a.MaxSeqLen), b.errDev)
 	})
 }
 
@@ -304,14 +316,18 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 // benchmark can compare settings.
 var decodeUnroll = 2
 
+// decodeWaves is how many blocks per SM the decode grid aims for (the
+// split count follows from it); a variable so the benchmark can compare.
+var decodeWaves = 2
+
 // decodeSplits picks how many pieces each decode row's context is cut
-// into: enough blocks for two waves over the SMs, but no piece shorter
+// into: enough blocks for decodeWaves waves over the SMs, but no piece shorter
 // than 128 tokens and at most 32 pieces. It depends only on the batch
 // shape, so a captured graph can be replayed for any context length up
 // to maxSeqLen.
 func (b *Backend) decodeSplits(seqs, blocksPerSeq, maxSeqLen int) int {
 	base := seqs * blocksPerSeq
-	want := (2*b.sms + base - 1) / base
+	want := (decodeWaves*b.sms + base - 1) / base
 	byLen := (maxSeqLen + 127) / 128
 	return max(1, min(want, byLen, 32))
 }

@@ -154,76 +154,106 @@ func TestAttention(t *testing.T) {
 		{"mixed_gqa4_d256", 8, 2, 256, []seqSpec{{300, 1}, {129, 65}}, 0, 0, 0},
 		{"decode_many_seqs", 16, 8, 128, []seqSpec{{3, 1}, {700, 1}, {1, 1}, {64, 1}, {65, 1}, {1500, 1}, {999, 1}, {2, 1}, {128, 1}}, 0, 0, 0},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			p := newPair(t)
-			if tc.unroll != 0 {
-				defer func(u int) { decodeUnroll = u }(decodeUnroll)
-				decodeUnroll = tc.unroll
+		// Each case runs without and with the MaxQueryLen hint (the runner
+		// passes it; 1 skips the prefill kernel).
+		for _, hinted := range []bool{false, true} {
+			name := tc.name
+			if hinted {
+				name += "_hinted"
 			}
-			ns := len(tc.seqs)
-			maxBlocks, totalBlocks, rows, maxLen := 0, 0, 0, 0
-			for _, s := range tc.seqs {
-				nb := (s.ctx + blockSize - 1) / blockSize
-				maxBlocks = max(maxBlocks, nb)
-				totalBlocks += nb
-				rows += s.q
-				maxLen = max(maxLen, s.ctx)
-			}
-			maxBlocks++ // a spare column holding an invalid id no kernel may read
-			numBlocks := totalBlocks + 3
-			ids := p.r.Perm(numBlocks - 1) // block 0 stays the null block
-			tables := make([]int32, ns*maxBlocks)
-			lens := make([]int32, ns)
-			starts := make([]int32, ns+1)
-			next := 0
-			for i, s := range tc.seqs {
-				for j := range maxBlocks {
-					tables[i*maxBlocks+j] = 1 << 30
+			t.Run(name, func(t *testing.T) {
+				p := newPair(t)
+				if tc.unroll != 0 {
+					defer func(u int) { decodeUnroll = u }(decodeUnroll)
+					decodeUnroll = tc.unroll
 				}
-				for j := range (s.ctx + blockSize - 1) / blockSize {
-					tables[i*maxBlocks+j] = int32(ids[next] + 1)
-					next++
+				ns := len(tc.seqs)
+				maxBlocks, totalBlocks, rows, maxLen, maxQ := 0, 0, 0, 0, 0
+				for _, s := range tc.seqs {
+					nb := (s.ctx + blockSize - 1) / blockSize
+					maxBlocks = max(maxBlocks, nb)
+					totalBlocks += nb
+					rows += s.q
+					maxLen = max(maxLen, s.ctx)
+					maxQ = max(maxQ, s.q)
 				}
-				lens[i] = int32(s.ctx)
-				starts[i+1] = starts[i] + int32(s.q)
-			}
-			n := rows + tc.padRows
-			cshape := []int{numBlocks, tc.kv, blockSize, tc.d}
-			cells := numBlocks * tc.kv * blockSize * tc.d
-			ck, gk := p.same(backend.BF16, cshape, encode(backend.BF16, p.normal(cells, 1)))
-			cv, gv := p.same(backend.BF16, cshape, encode(backend.BF16, p.normal(cells, 1)))
-			cq, gq := p.act(backend.BF16, []int{n, tc.h * tc.d}, p.normal(n*tc.h*tc.d, 1))
-			cbt, gbt := p.same(backend.I32, []int{ns, maxBlocks}, i32Bytes(tables))
-			csl, gsl := p.same(backend.I32, []int{ns}, i32Bytes(lens))
-			cqs, gqs := p.same(backend.I32, []int{ns + 1}, i32Bytes(starts))
-			co, gout := p.cpuOut(n, tc.h*tc.d), p.poisoned(backend.BF16, n, tc.h*tc.d)
-			args := func(out, q, k, v, bt, sl, qs backend.Tensor) backend.AttentionArgs {
-				return backend.AttentionArgs{Out: out, Q: q, KCache: k, VCache: v, BlockTables: bt, SeqLens: sl, QueryStart: qs,
-					NumSeqs: ns, MaxSeqLen: maxLen, NumHeads: tc.h, NumKVHeads: tc.kv, HeadDim: tc.d,
-					Scale: float32(1 / math.Sqrt(float64(tc.d))), SlidingWindow: tc.window}
-			}
-			p.must("cpu", p.c.Attention(args(co, cq, ck, cv, cbt, csl, cqs)))
-			p.must("gpu", p.g.Attention(args(gout, gq, gk, gv, gbt, gsl, gqs)))
-			p.must("sync", p.g.Sync())
-			got, want := read(t, p.g, gout), read(t, p.c, co)
-			w := tc.h * tc.d
-			e, err := relErr(got[:rows*w], want[:rows*w])
-			if err != nil || e > bf16Tol {
-				// Say which sequences are off before failing.
+				if !hinted {
+					maxQ = 0
+				}
+				maxBlocks++ // a spare column holding an invalid id no kernel may read
+				numBlocks := totalBlocks + 3
+				ids := p.r.Perm(numBlocks - 1) // block 0 stays the null block
+				tables := make([]int32, ns*maxBlocks)
+				lens := make([]int32, ns)
+				starts := make([]int32, ns+1)
+				next := 0
 				for i, s := range tc.seqs {
-					lo, hi := int(starts[i])*w, int(starts[i+1])*w
-					se, serr := relErr(got[lo:hi], want[lo:hi])
-					t.Logf("sequence %d (ctx %d, %d rows): relative error %.3g %v", i, s.ctx, s.q, se, serr)
+					for j := range maxBlocks {
+						tables[i*maxBlocks+j] = 1 << 30
+					}
+					for j := range (s.ctx + blockSize - 1) / blockSize {
+						tables[i*maxBlocks+j] = int32(ids[next] + 1)
+						next++
+					}
+					lens[i] = int32(s.ctx)
+					starts[i+1] = starts[i] + int32(s.q)
 				}
-			}
-			p.expectClose("attention", got[:rows*w], want[:rows*w], bf16Tol)
-			for i, v := range got[rows*w:] {
-				if !math.IsNaN(float64(v)) {
-					t.Fatalf("padding row %d was written", rows+i/w)
+				n := rows + tc.padRows
+				cshape := []int{numBlocks, tc.kv, blockSize, tc.d}
+				cells := numBlocks * tc.kv * blockSize * tc.d
+				ck, gk := p.same(backend.BF16, cshape, encode(backend.BF16, p.normal(cells, 1)))
+				cv, gv := p.same(backend.BF16, cshape, encode(backend.BF16, p.normal(cells, 1)))
+				cq, gq := p.act(backend.BF16, []int{n, tc.h * tc.d}, p.normal(n*tc.h*tc.d, 1))
+				cbt, gbt := p.same(backend.I32, []int{ns, maxBlocks}, i32Bytes(tables))
+				csl, gsl := p.same(backend.I32, []int{ns}, i32Bytes(lens))
+				cqs, gqs := p.same(backend.I32, []int{ns + 1}, i32Bytes(starts))
+				co, gout := p.cpuOut(n, tc.h*tc.d), p.poisoned(backend.BF16, n, tc.h*tc.d)
+				args := func(out, q, k, v, bt, sl, qs backend.Tensor) backend.AttentionArgs {
+					return backend.AttentionArgs{Out: out, Q: q, KCache: k, VCache: v, BlockTables: bt, SeqLens: sl, QueryStart: qs,
+						NumSeqs: ns, MaxSeqLen: maxLen, MaxQueryLen: maxQ, NumHeads: tc.h, NumKVHeads: tc.kv, HeadDim: tc.d,
+						Scale: float32(1 / math.Sqrt(float64(tc.d))), SlidingWindow: tc.window}
 				}
-			}
-		})
+				p.must("cpu", p.c.Attention(args(co, cq, ck, cv, cbt, csl, cqs)))
+				p.must("gpu", p.g.Attention(args(gout, gq, gk, gv, gbt, gsl, gqs)))
+				p.must("sync", p.g.Sync())
+				got, want := read(t, p.g, gout), read(t, p.c, co)
+				w := tc.h * tc.d
+				e, err := relErr(got[:rows*w], want[:rows*w])
+				if err != nil || e > bf16Tol {
+					// Say which sequences are off before failing.
+					for i, s := range tc.seqs {
+						lo, hi := int(starts[i])*w, int(starts[i+1])*w
+						se, serr := relErr(got[lo:hi], want[lo:hi])
+						t.Logf("sequence %d (ctx %d, %d rows): relative error %.3g %v", i, s.ctx, s.q, se, serr)
+					}
+				}
+				p.expectClose("attention", got[:rows*w], want[:rows*w], bf16Tol)
+				for i, v := range got[rows*w:] {
+					if !math.IsNaN(float64(v)) {
+						t.Fatalf("padding row %d was written", rows+i/w)
+					}
+				}
+			})
+		}
 	}
+	// A batch said to be decode-only (MaxQueryLen 1) that has a sequence
+	// of two rows: no prefill kernel runs, so the rows would be left
+	// unwritten; the decode kernel reports it instead.
+	t.Run("decode_only_hint_broken", func(t *testing.T) {
+		p := newPair(t)
+		_, k := p.same(backend.BF16, []int{3, 1, blockSize, 64}, encode(backend.BF16, p.normal(3*blockSize*64, 1)))
+		_, v := p.same(backend.BF16, []int{3, 1, blockSize, 64}, encode(backend.BF16, p.normal(3*blockSize*64, 1)))
+		_, q := p.act(backend.BF16, []int{3, 64}, p.normal(3*64, 1))
+		_, bt := p.same(backend.I32, []int{2, 1}, i32Bytes([]int32{1, 2}))
+		_, sl := p.same(backend.I32, []int{2}, i32Bytes([]int32{5, 9}))
+		_, qs := p.same(backend.I32, []int{3}, i32Bytes([]int32{0, 1, 3}))
+		out := p.poisoned(backend.BF16, 3, 64)
+		p.must("call", p.g.Attention(backend.AttentionArgs{Out: out, Q: q, KCache: k, VCache: v, BlockTables: bt, SeqLens: sl,
+			QueryStart: qs, NumSeqs: 2, MaxSeqLen: 9, MaxQueryLen: 1, NumHeads: 1, NumKVHeads: 1, HeadDim: 64, Scale: 0.125}))
+		if err := p.g.Sync(); !errors.Is(err, backend.ErrShape) {
+			t.Fatalf("Sync: %v, want ErrShape", err)
+		}
+	})
 	t.Run("bad_block_id", func(t *testing.T) {
 		p := newPair(t)
 		k := p.poisoned(backend.BF16, 4, 1, blockSize, 64)

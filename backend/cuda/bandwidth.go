@@ -89,3 +89,19 @@ func (b *Backend) MemoryInfo() (free, total int64, err error) {
 	})
 	return free, total, err
 }
+
+// ProfilerStart and ProfilerStop bracket the work a profiler started with
+// collection off (`ncu --profile-from-start off`) records; outside a
+// profiler they do nothing. Queued work before the call is not included:
+// both wait for the stream first.
+func (b *Backend) ProfilerStart() error { return b.profiler("cuProfilerStart", b.d.cuProfilerStart) }
+
+// ProfilerStop: see ProfilerStart.
+func (b *Backend) ProfilerStop() error { return b.profiler("cuProfilerStop", b.d.cuProfilerStop) }
+
+func (b *Backend) profiler(name string, fn uintptr) error {
+	if err := b.Sync(); err != nil {
+		return err
+	}
+	return b.call(func() error { return b.d.check(name, b.d.call(fn)) })
+}

@@ -52,6 +52,7 @@ type driver struct {
 	cuStreamBeginCapture, cuStreamEndCapture, cuGraphInstantiateWithFlags           uintptr
 	cuGraphLaunch, cuGraphExecDestroy, cuGraphDestroy                               uintptr
 	cuDriverGetVersion                                                              uintptr
+	cuProfilerStart, cuProfilerStop                                                 uintptr
 }
 
 var (
@@ -110,6 +111,8 @@ func loadDriver() (*driver, error) {
 			"cuGraphLaunch":                &d.cuGraphLaunch,
 			"cuGraphExecDestroy":           &d.cuGraphExecDestroy,
 			"cuGraphDestroy":               &d.cuGraphDestroy,
+			"cuProfilerStart":              &d.cuProfilerStart,
+			"cuProfilerStop":               &d.cuProfilerStop,
 		})
 		if err != nil {
 			drvErr = err

@@ -36,7 +36,7 @@ var weightDTypes = map[string]backend.DType{
 func benchLatencyCmd() *cobra.Command {
 	var df deviceFlags
 	var arch, modelPath, dtype, graphs string
-	var batch, inputLen, outputLen, chunk, warmup, iters int
+	var batch, inputLen, outputLen, chunk, warmup, iters, profileSteps int
 	var seed uint64
 	var peakGBps float64
 	var asJSON, verbose bool
@@ -96,6 +96,7 @@ func benchLatencyCmd() *cobra.Command {
 				Backend: b, Config: cfg, Weights: w, Arch: arch, WeightsSource: source,
 				Batch: batch, InputLen: inputLen, OutputLen: outputLen, PrefillChunk: chunk,
 				Warmup: warmup, Iters: iters, Seed: seed, CUDAGraphs: useGraphs, PeakBandwidth: peakGBps * 1e9,
+				ProfileSteps: profileSteps,
 			})
 			if err != nil {
 				return err
@@ -122,6 +123,7 @@ func benchLatencyCmd() *cobra.Command {
 	fl.Float64Var(&peakGBps, "peak-bandwidth", 0, "nominal memory bandwidth in GB/s, used as the ceiling when the backend cannot measure one")
 	fl.BoolVar(&asJSON, "json", false, "print one JSON object")
 	fl.BoolVarP(&verbose, "verbose", "v", false, "log backend selection")
+	fl.IntVar(&profileSteps, "profile-steps", 0, "in the last iteration, bracket the prefill and this many decode steps for a profiler run with collection off (ncu --profile-from-start off)")
 	return cmd
 }
 

@@ -363,7 +363,7 @@ func (m *Model) forward(in *model.DeviceBatch, kv []model.LayerKV) (backend.Tens
 		if err := b.Attention(backend.AttentionArgs{
 			Out: attnOut, Q: q, KCache: kv[l].K, VCache: kv[l].V,
 			BlockTables: in.BlockTables, SeqLens: in.SeqLens, QueryStart: in.QueryStart,
-			NumSeqs: in.NumSeqs, MaxSeqLen: in.MaxSeqLen,
+			NumSeqs: in.NumSeqs, MaxSeqLen: in.MaxSeqLen, MaxQueryLen: in.MaxQueryLen,
 			NumHeads: c.NumHeads, NumKVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
 			Scale: m.scale, SlidingWindow: c.SlidingWindow,
 		}); err != nil {

@@ -40,12 +40,13 @@ __device__ __forceinline__ bool rows_ok(int q0, int qlen, int L, int num_tokens,
 //   q     [T, H*HD] bf16
 //   block_tables [S, max_blocks]; seq_lens [S]; qstart [S+1]
 // grid (S, KV * (G/GC), nsplit), block 128. Bad metadata raises
-// ERR_QUERY_LEN, reported once per sequence by this kernel.
+// ERR_QUERY_LEN, reported once per sequence by this kernel, as does a
+// sequence of several rows when decode_only (no prefill kernel follows).
 extern "C" __global__ void __launch_bounds__(128) attn_decode(
     u16* out, float* part, const u16* q, const u16* kc, const u16* vc,
     const int* block_tables, int max_blocks, const int* seq_lens, const int* qstart,
     int H, int KV, int G, int nsplit, float scale_log2, int window, int num_blocks, int num_tokens,
-    int max_seq_len, int* err) {
+    int max_seq_len, int decode_only, int* err) {
   __shared__ float sm_m[NW][GC], sm_l[NW][GC];
   __shared__ float sm_o[NW][GC][HD];
   int s = blockIdx.x;
@@ -59,7 +60,11 @@ extern "C" __global__ void __launch_bounds__(128) attn_decode(
     if (threadIdx.x == 0 && blockIdx.y == 0 && split == 0) report(err, ERR_QUERY_LEN);
     return;
   }
-  if (qlen != 1) return;
+  if (qlen != 1) {
+    // A decode-only launch has no prefill kernel behind it to fill these rows.
+    if (decode_only && qlen > 1 && threadIdx.x == 0 && blockIdx.y == 0 && split == 0) report(err, ERR_QUERY_LEN);
+    return;
+  }
   int qpos = L - 1;
   int lo = window > 0 ? max(0, qpos - window + 1) : 0;
   int chunk = (L - lo + nsplit - 1) / nsplit;
@@ -367,14 +372,17 @@ __device__ __forceinline__ void prefill_tile(u16* out, const u16* q, const u16* 
 extern "C" __global__ void __launch_bounds__(128) attn_prefill(
     u16* out, const u16* q, const u16* kc, const u16* vc, const int* block_tables, int max_blocks,
     const int* seq_lens, const int* qstart, int H, int KV, float scale_log2, int window, int num_blocks,
-    int num_tokens, int max_seq_len, int tiles, int* err) {
+    int num_tokens, int max_seq_len, int* err) {
   __shared__ __align__(16) u16 ks[BN * KSTRIDE];
   __shared__ __align__(16) u16 vs[BN * KSTRIDE];
   int s = blockIdx.y;
   int q0 = qstart[s], qlen = qstart[s + 1] - q0;
   int L = seq_lens[s];
   if (qlen < 2 || !rows_ok(q0, qlen, L, num_tokens, max_seq_len)) return;  // attn_decode reports bad rows
-  for (int unit = blockIdx.x * gridDim.z + blockIdx.z; unit < tiles * H; unit += gridDim.x * gridDim.z) {
+  // The grid is sized for the longest sequence the host expects; the loop
+  // covers this sequence's own rows, so a smaller grid still computes all.
+  int my_units = (qlen + BM - 1) / BM * H;
+  for (int unit = blockIdx.x * gridDim.z + blockIdx.z; unit < my_units; unit += gridDim.x * gridDim.z) {
     int h = unit % H;
     int i0 = (unit / H) * BM;
     if (i0 >= qlen) continue;
