@@ -318,17 +318,19 @@ var decodeUnroll = 2
 
 // decodeWaves is how many blocks per SM the decode grid aims for (the
 // split count follows from it); a variable so the benchmark can compare.
-var decodeWaves = 2
+// The ncu profile of 2026-11-30 (batch 4, context 2048) had the kernel
+// latency-bound at 2 waves: 288 blocks, 9 warps per SM.
+var decodeWaves = 4
 
 // decodeSplits picks how many pieces each decode row's context is cut
-// into: enough blocks for decodeWaves waves over the SMs, but no piece shorter
-// than 128 tokens and at most 32 pieces. It depends only on the batch
-// shape, so a captured graph can be replayed for any context length up
-// to maxSeqLen.
+// into: enough blocks for decodeWaves waves over the SMs, but no piece
+// shorter than 64 tokens and at most 32 pieces (attn_combine's
+// MAX_SPLITS). It depends only on the batch shape, so a captured graph can
+// be replayed for any context length up to maxSeqLen.
 func (b *Backend) decodeSplits(seqs, blocksPerSeq, maxSeqLen int) int {
 	base := seqs * blocksPerSeq
 	want := (decodeWaves*b.sms + base - 1) / base
-	byLen := (maxSeqLen + 127) / 128
+	byLen := (maxSeqLen + 63) / 64
 	return max(1, min(want, byLen, 32))
 }
 

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"math"
 	"unsafe"
 
 	"github.com/trigon-llm/trigon/backend"
@@ -204,9 +205,60 @@ func (b *Backend) gemm(y uint64, yt int, x, w uint64, n, m, k int) error {
 			return err
 		}
 	}
+	if p.candidates != nil && !b.capturing {
+		b.tuneGemm(p, y, x, w)
+	}
 	alpha := uintptr(unsafe.Pointer(&g.scalars[0]))
 	beta := uintptr(unsafe.Pointer(&g.scalars[4]))
 	l := g.lib
 	return l.check("cublasLtMatmul", l.call(l.matmul, g.handle, p.desc, alpha, uintptr(w), p.a, uintptr(x), p.b, beta,
 		uintptr(y), p.d, uintptr(y), p.d, uintptr(unsafe.Pointer(&p.algo[0])), uintptr(g.workspace), ltWorkspaceBytes, b.stream))
+}
+
+// tuneGemm times each of p's candidate algorithms on the call's own
+// operands (three runs each, after one untimed) and keeps the fastest in
+// p.algo. A candidate that fails is skipped; if timing itself fails, the
+// heuristic's first choice stays. It waits for the stream, so it runs
+// once per plan, on an eager call (never while capturing). CUDA thread only.
+func (b *Backend) tuneGemm(p *gemmPlan, y, x, w uint64) {
+	cands := p.candidates
+	p.candidates = nil
+	g, d := &b.blas, b.d
+	l := g.lib
+	var start, stop uintptr
+	if d.call(d.cuEventCreate, uintptr(unsafe.Pointer(&start)), 0) != 0 {
+		return
+	}
+	defer d.call(d.cuEventDestroy, start)
+	if d.call(d.cuEventCreate, uintptr(unsafe.Pointer(&stop)), 0) != 0 {
+		return
+	}
+	defer d.call(d.cuEventDestroy, stop)
+	alpha := uintptr(unsafe.Pointer(&g.scalars[0]))
+	beta := uintptr(unsafe.Pointer(&g.scalars[4]))
+	run := func(algo []byte) bool {
+		return l.call(l.matmul, g.handle, p.desc, alpha, uintptr(w), p.a, uintptr(x), p.b, beta,
+			uintptr(y), p.d, uintptr(y), p.d, uintptr(unsafe.Pointer(&algo[0])), uintptr(g.workspace), ltWorkspaceBytes, b.stream) == 0
+	}
+	best, bestAt := float32(math.MaxFloat32), -1
+	for i := 0; i+ltHeuristicResultBytes <= len(cands); i += ltHeuristicResultBytes {
+		c := cands[i : i+ltHeuristicResultBytes]
+		// state (offset 72) is the candidate's cublasStatus_t.
+		if *(*int32)(unsafe.Pointer(&c[72])) != 0 || *(*uint64)(unsafe.Pointer(&c[64])) > ltWorkspaceBytes || !run(c[:64]) {
+			continue
+		}
+		ok := d.call(d.cuEventRecord, start, b.stream) == 0
+		for r := 0; r < 3 && ok; r++ {
+			ok = run(c[:64])
+		}
+		ok = ok && d.call(d.cuEventRecord, stop, b.stream) == 0 && d.call(d.cuEventSynchronize, stop) == 0
+		var ms float32
+		if ok && d.call(d.cuEventElapsedTime, uintptr(unsafe.Pointer(&ms)), start, stop) == 0 && ms < best {
+			best, bestAt = ms, i
+		}
+	}
+	if bestAt >= 0 {
+		copy(p.algo, cands[bestAt:bestAt+64])
+		p.workspace = *(*uint64)(unsafe.Pointer(&cands[bestAt+64]))
+	}
 }

@@ -54,6 +54,8 @@ func TestAddRMSNorm(t *testing.T) {
 		{64, 4096, backend.BF16, false},
 		{3, 1000, backend.BF16, false},
 		{33, 2048, backend.F32, true},
+		{2, 20000, backend.BF16, true}, // past the registers of the fast path
+		{3, 5120, backend.BF16, false},
 	} {
 		t.Run(fmt.Sprintf("%dx%d_w%v_res%v", tc.rows, tc.dim, tc.w, tc.residual), func(t *testing.T) {
 			p := newPair(t)

@@ -14,6 +14,11 @@ import sys
 from collections import defaultdict
 
 
+def num(s: str) -> float:
+    """ncu's numbers carry thousands separators ("19,680")."""
+    return float(s.replace(",", ""))
+
+
 def short(name: str) -> str:
     name = name.split("(")[0]
     return name if len(name) <= 60 else name[:57] + "..."
@@ -45,7 +50,7 @@ def main() -> int:
         steps.append(cur)
     print(f"{len(rows)} kernels in {len(steps)} steps")
     for i, s in enumerate(steps):
-        tot = sum(float(r[tcol]) for r in s) * unit
+        tot = sum(num(r[tcol]) for r in s) * unit
         print(f"  step {i}: {len(s)} kernels, {tot:.1f} us of kernel time")
     # The last two steps are the decode steps (--profile-steps 2).
     ndec = min(2, len(steps) - 1) if len(steps) > 1 else 0
@@ -58,7 +63,7 @@ def main() -> int:
         for s in ss:
             for r in s:
                 key = (short(r["Kernel Name"]), r.get("Grid Size", ""), r.get("Block Size", ""))
-                t = float(r[tcol]) * unit
+                t = num(r[tcol]) * unit
                 agg[key][0] += 1
                 agg[key][1] += t
                 total += t

@@ -52,10 +52,33 @@ fi
 
 }
 
+cuda_tests() {
+log "backend/cuda: every test, then memcheck over attention, norm, RoPE and matmul"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.timeout 5m >"$OUT/cuda-tests.log" 2>&1)
+echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/cuda-tests.log" | tail -8 | tee -a "$OUT/summary.txt"
+grep -c -- "--- PASS" "$OUT/cuda-tests.log" | sed 's/^/passed (tests and subtests): /' | tee -a "$OUT/summary.txt"
+(cd backend/cuda && compute-sanitizer --tool memcheck "$root/.gpu/cuda.test" -test.run 'TestAttention/(decode_gqa4_d128|mixed_gqa4_d128|window_gqa2|decode_only_hint_broken|bad_block_id|decode_unroll4)|TestAddRMSNorm|TestRoPEStoreKV|TestMatMul' >"$OUT/memcheck.log" 2>&1)
+echo "memcheck rc=$?" | tee -a "$OUT/summary.txt"; grep -E "ERROR SUMMARY|^(PASS|FAIL)" "$OUT/memcheck.log" | tee -a "$OUT/summary.txt"
+}
+
+bench_b4() {
+for g in off on; do
+  log "bench latency llama-3-8b --batch 4 --input-len 2048 --output-len 64 --cuda-graphs $g"
+  .gpu/trigon bench latency --arch llama-3-8b --batch 4 --input-len 2048 --output-len 64 --device cuda --cuda-graphs $g --json \
+    >"$OUT/bench-4-$g.json" 2>>"$OUT/bench.err" || tail -3 "$OUT/bench.err"
+  $PY -c "import json,sys;d=json.load(open(sys.argv[1]));print({k:d.get(k) for k in ['cuda_graphs','itl_ms','prefill_ms','decode_floor_ms','ceiling_share']})" "$OUT/bench-4-$g.json" 2>&1 | tee -a "$OUT/summary.txt"
+done
+}
+
 bigref() {
 log "Llama-3-8B-shaped model: transformers reference"
-rm -rf /tmp/bigref
-PYTHONUNBUFFERED=1 $PY tools/bigref/bigref.py /tmp/bigref 2>&1 | tee "$OUT/bigref-py.log" | tail -8 | tee -a "$OUT/summary.txt"
+if [[ -f /tmp/bigref/.complete ]]; then
+  echo "reusing /tmp/bigref (this machine made it earlier)" | tee -a "$OUT/summary.txt"
+else
+  rm -rf /tmp/bigref
+  PYTHONUNBUFFERED=1 $PY tools/bigref/bigref.py /tmp/bigref 2>&1 | tee "$OUT/bigref-py.log" | tail -8 | tee -a "$OUT/summary.txt"
+  [[ ${PIPESTATUS[0]} == 0 ]] && touch /tmp/bigref/.complete
+fi
 log "Llama-3-8B-shaped model: trigon on CUDA vs transformers"
 (cd model/llama && TRIGON_BIGREF=/tmp/bigref TRIGON_BIGREF_OUT="$OUT/bigref.json" "$root/.gpu/llama.test" -test.run 'TestBigRef' -test.v -test.timeout 8m >"$OUT/bigref-go.log" 2>&1)
 echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "loaded|short|batch [0-9]|near tie|FAIL|PASS|Error|error" "$OUT/bigref-go.log" | head -30 | tee -a "$OUT/summary.txt"
@@ -95,7 +118,7 @@ log "graph capture: kernel tests, and run/serve with --cuda-graphs on vs off"
 echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^(--- |FAIL|PASS|ok)" "$OUT/graph-tests.log" | tail -5 | tee -a "$OUT/summary.txt"
 p='func reverse(s string) string {'
 .gpu/trigon run --device cuda --cuda-graphs on --temperature 0 --max-tokens 64 "$p" >"$OUT/run-graphs.txt" 2>"$OUT/run-graphs.err"; echo "rc=$?" | tee -a "$OUT/summary.txt"
-.gpu/trigon run --device cuda --cuda-graphs off --temperature 0 --max-tokens 64 "$p" >"$OUT/run-nographs.txt" 2>&1
+.gpu/trigon run --device cuda --cuda-graphs off --temperature 0 --max-tokens 64 "$p" >"$OUT/run-nographs.txt" 2>"$OUT/run-nographs.err"
 if cmp -s "$OUT/run-graphs.txt" "$OUT/run-nographs.txt"; then echo "graphs on/off greedy text identical" | tee -a "$OUT/summary.txt"; else echo "graphs on/off greedy text differ" | tee -a "$OUT/summary.txt"; fi
 tail -1 "$OUT/run-graphs.err" | tee -a "$OUT/summary.txt"
 }
@@ -152,5 +175,8 @@ done
 log "done in ${SECONDS}s"
 # The device tool returns at most 8 files: pack every log into one archive
 # (the training run's result parts stay beside it).
-(cd "$OUT" && tar -czf logs.tgz --exclude=logs.tgz --exclude=summary.txt --exclude='result.tar.*' . &&
-  find . -type f ! -name logs.tgz ! -name summary.txt ! -name 'result.tar.*' -delete)
+# The archive is written outside $OUT: tar fails on a folder that changes
+# while it reads it.
+(cd "$OUT" && tar -czf /tmp/session-logs.tgz --exclude=summary.txt --exclude='result.tar.*' . &&
+  find . -type f ! -name summary.txt ! -name 'result.tar.*' -delete && mv /tmp/session-logs.tgz logs.tgz) ||
+  echo "packing the logs failed: the device returns only the first 8 files" | tee -a "$OUT/summary.txt"

@@ -33,6 +33,32 @@ __device__ __forceinline__ bool rows_ok(int q0, int qlen, int L, int num_tokens,
   return q0 >= 0 && qlen >= 0 && q0 + qlen <= num_tokens && L >= qlen && L <= max_seq_len;
 }
 
+// decode_block returns the cache block holding context position p, or -1
+// when p is past the split's end c1 or its table entry is out of range (then
+// reported as ERR_BLOCK_ID).
+__device__ __forceinline__ int decode_block(const int* bt, int max_blocks, int num_blocks, int p, int c1, int* err) {
+  if (p >= c1) return -1;
+  int bi = p / BS;
+  int blk = bi < max_blocks ? bt[bi] : -1;
+  if (blk < 0 || blk >= num_blocks) {
+    report(err, ERR_BLOCK_ID);
+    return -1;
+  }
+  return blk;
+}
+
+// load_kv loads this thread's 8 dims of K and V at position p of block blk
+// (zeros when blk < 0).
+__device__ __forceinline__ void load_kv(const u16* kc, const u16* vc, int blk, int KV, int kvh, int p, int d0, uint4& k, uint4& v) {
+  k = make_uint4(0, 0, 0, 0);
+  v = make_uint4(0, 0, 0, 0);
+  if (blk >= 0) {
+    i64 off = (((i64)blk * KV + kvh) * BS + (p % BS)) * HD + d0;
+    k = *(const uint4*)(kc + off);
+    v = *(const uint4*)(vc + off);
+  }
+}
+
 // attn_decode: for each sequence with exactly one query row, attention of
 // GC query heads over the split's share of the context.
 //   out   [T, H*HD] bf16 (written when nsplit == 1)
@@ -92,30 +118,32 @@ extern "C" __global__ void __launch_bounds__(128) attn_decode(
     for (int e = 0; e < 8; e++) acc[g][e] = 0.f;
   }
   const int* bt = block_tables + (i64)s * max_blocks;
-  for (int base = c0 + warp * TPW * UNROLL; base < c1; base += NW * TPW * UNROLL) {
-    uint4 kv[UNROLL], vv[UNROLL];
-    bool valid[UNROLL];
+  // Software pipeline over the warp's steps: the K/V loads of step i+1 and
+  // the block-table reads of step i+2 are in flight while step i computes,
+  // so a step costs about one memory latency rather than three in a row
+  // (table entry, then K/V, then the math).
+  const int STEP = NW * TPW * UNROLL;
+  int base = c0 + warp * TPW * UNROLL;
+  int blk[UNROLL], blk_next[UNROLL];
+  uint4 kv[UNROLL], vv[UNROLL];
+#pragma unroll
+  for (int u = 0; u < UNROLL; u++) {
+    blk[u] = decode_block(bt, max_blocks, num_blocks, base + u * TPW + grp, c1, err);
+    blk_next[u] = decode_block(bt, max_blocks, num_blocks, base + STEP + u * TPW + grp, c1, err);
+  }
+#pragma unroll
+  for (int u = 0; u < UNROLL; u++) load_kv(kc, vc, blk[u], KV, kvh, base + u * TPW + grp, d0, kv[u], vv[u]);
+  for (; base < c1; base += STEP) {
+    uint4 kn[UNROLL], vn[UNROLL];
+    int blk_after[UNROLL];
 #pragma unroll
     for (int u = 0; u < UNROLL; u++) {
-      int p = base + u * TPW + grp;
-      valid[u] = p < c1;
-      kv[u] = make_uint4(0, 0, 0, 0);
-      vv[u] = make_uint4(0, 0, 0, 0);
-      if (valid[u]) {
-        int bi = p / BS;
-        int blk = bi < max_blocks ? bt[bi] : -1;
-        if (blk < 0 || blk >= num_blocks) {
-          report(err, ERR_BLOCK_ID);
-          valid[u] = false;
-        } else {
-          i64 off = (((i64)blk * KV + kvh) * BS + (p - bi * BS)) * HD + d0;
-          kv[u] = *(const uint4*)(kc + off);
-          vv[u] = *(const uint4*)(vc + off);
-        }
-      }
+      load_kv(kc, vc, blk_next[u], KV, kvh, base + STEP + u * TPW + grp, d0, kn[u], vn[u]);
+      blk_after[u] = decode_block(bt, max_blocks, num_blocks, base + 2 * STEP + u * TPW + grp, c1, err);
     }
 #pragma unroll
     for (int u = 0; u < UNROLL; u++) {
+      bool valid = blk[u] >= 0;
       float kf[8], vf[8];
       unpack8(kv[u], kf);
       unpack8(vv[u], vf);
@@ -126,7 +154,7 @@ extern "C" __global__ void __launch_bounds__(128) attn_decode(
         for (int e = 0; e < 8; e++) dot += qf[g][e] * kf[e];
 #pragma unroll
         for (int o = 1; o < TPT; o <<= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-        float sc = valid[u] ? dot : NEG_INF;
+        float sc = valid ? dot : NEG_INF;
         float mn = fmaxf(m[g], sc);
         if (mn != NEG_INF) {
           float alpha = fast_exp2(m[g] - mn);
@@ -137,6 +165,13 @@ extern "C" __global__ void __launch_bounds__(128) attn_decode(
           m[g] = mn;
         }
       }
+    }
+#pragma unroll
+    for (int u = 0; u < UNROLL; u++) {
+      kv[u] = kn[u];
+      vv[u] = vn[u];
+      blk[u] = blk_next[u];
+      blk_next[u] = blk_after[u];
     }
   }
   // Merge the token groups of the warp (lanes sub, sub+TPT, ...).
@@ -198,23 +233,38 @@ extern "C" __global__ void __launch_bounds__(128) attn_decode(
   }
 }
 
-// attn_combine merges the nsplit partial results of each decode row.
+// attn_combine merges the nsplit (<= MAX_SPLITS) partial results of each
+// decode row. Every load (each split's max, sum and this thread's output
+// dim) is issued before any is used: the kernel is one memory latency long.
 // grid (S, H), block HD.
+#define MAX_SPLITS 32
 extern "C" __global__ void attn_combine(u16* out, const float* part, const int* seq_lens, const int* qstart, int H, int nsplit,
                                         int num_tokens, int max_seq_len) {
+  __shared__ float sm_m[MAX_SPLITS], sm_l[MAX_SPLITS];
   int s = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
   int q0 = qstart[s], qlen = qstart[s + 1] - q0;
   if (qlen != 1 || !rows_ok(q0, qlen, seq_lens[s], num_tokens, max_seq_len) || d >= HD) return;
   const float* pp = part + ((i64)s * H + h) * nsplit * (HD + 2);
+  float ov[MAX_SPLITS];
+#pragma unroll
+  for (int j = 0; j < MAX_SPLITS; j++) ov[j] = j < nsplit ? pp[j * (HD + 2) + d] : 0.f;
+  for (int j = d; j < nsplit; j += HD) {
+    sm_m[j] = pp[j * (HD + 2) + HD];
+    sm_l[j] = pp[j * (HD + 2) + HD + 1];
+  }
+  __syncthreads();
   float M = NEG_INF;
-  for (int j = 0; j < nsplit; j++) M = fmaxf(M, pp[j * (HD + 2) + HD]);
+#pragma unroll
+  for (int j = 0; j < MAX_SPLITS; j++)
+    if (j < nsplit) M = fmaxf(M, sm_m[j]);
   float lsum = 0.f, o = 0.f;
-  for (int j = 0; j < nsplit; j++) {
-    float mj = pp[j * (HD + 2) + HD];
-    if (mj == NEG_INF) continue;
-    float f = fast_exp2(mj - M);
-    lsum += pp[j * (HD + 2) + HD + 1] * f;
-    o += pp[j * (HD + 2) + d] * f;
+#pragma unroll
+  for (int j = 0; j < MAX_SPLITS; j++) {
+    if (j < nsplit && sm_m[j] != NEG_INF) {
+      float f = fast_exp2(sm_m[j] - M);
+      lsum += sm_l[j] * f;
+      o += ov[j] * f;
+    }
   }
   out[((i64)q0 * H + h) * HD + d] = f32_to_bf16(lsum > 0.f ? o / lsum : 0.f);
 }

@@ -6,6 +6,7 @@
 
 #define HALF (HD / 2)
 #define PAIRS ((HALF + 31) / 32)
+#define VPL ((HD + 31) / 32)  // V elements per lane
 
 // rope_store_kv: one warp per (token, head); heads [0, H) are Q heads,
 // [H, H+KV) K heads (whose warp also copies the matching V head).
@@ -37,6 +38,14 @@ extern "C" __global__ void __launch_bounds__(128) rope_store_kv(
   if (p < 0) {
     if (lane == 0) report(err, ERR_POSITION);
     p = 0;
+  }
+  // The V row is read up front, with Q/K, so its latency overlaps theirs
+  // (the copy at the end used to add one more memory round trip).
+  float vrow[VPL];
+#pragma unroll
+  for (int k = 0; k < VPL; k++) {
+    int i = lane + 32 * k;
+    vrow[k] = (!is_q && i < HD) ? load_f<QT>(qkv, row + (i64)(H + KV + (head - H)) * HD + i) : 0.f;
   }
   float x1[PAIRS], x2[PAIRS];
   float ss = 0.f;
@@ -86,7 +95,10 @@ extern "C" __global__ void __launch_bounds__(128) rope_store_kv(
     }
   }
   if (!is_q && slot >= 0) {
-    i64 v = row + (i64)(H + KV + (head - H)) * HD;
-    for (int i = lane; i < HD; i += 32) store_f<CT>(vc, dst + i, load_f<QT>(qkv, v + i));
+#pragma unroll
+    for (int k = 0; k < VPL; k++) {
+      int i = lane + 32 * k;
+      if (i < HD) store_f<CT>(vc, dst + i, vrow[k]);
+    }
   }
 }
