@@ -117,8 +117,10 @@ type gemmPlan struct {
 // heuristic's first choice for the 4096x4096 projection at 2.9 TB/s plus a
 // split-K reduce kernel, against 4.0 TB/s for the gate/up product.
 const (
-	tuneMaxRows = 64
-	tuneAlgos   = 8
+	tuneMaxRows    = 64
+	tuneAlgos      = 8
+	tuneFlushBytes = 128 << 20 // over twice the H100/H200 L2 (50 MiB)
+	tuneMargin     = 0.03
 )
 
 // blas is the per-backend cuBLASLt state. It is owned by the CUDA thread.

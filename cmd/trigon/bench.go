@@ -50,13 +50,10 @@ func benchLatencyCmd() *cobra.Command {
 			", or a config.json path.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var useGraphs bool
 			switch graphs {
-			case "on":
-				useGraphs = true
-			case "off":
+			case "on", "off", "both", "auto":
 			default:
-				return fmt.Errorf("--cuda-graphs %q: want on or off", graphs)
+				return fmt.Errorf("--cuda-graphs %q: want on, off, both or auto", graphs)
 			}
 			var (
 				cfg    model.Config
@@ -92,19 +89,43 @@ func benchLatencyCmd() *cobra.Command {
 			if c, ok := b.(interface{ Close() error }); ok {
 				defer c.Close()
 			}
-			res, err := bench.RunLatency(cmd.Context(), bench.LatencyOptions{
-				Backend: b, Config: cfg, Weights: w, Arch: arch, WeightsSource: source,
-				Batch: batch, InputLen: inputLen, OutputLen: outputLen, PrefillChunk: chunk,
-				Warmup: warmup, Iters: iters, Seed: seed, CUDAGraphs: useGraphs, PeakBandwidth: peakGBps * 1e9,
-				ProfileSteps: profileSteps,
-			})
-			if err != nil {
-				return err
+			// auto: both rows where the backend can capture graphs, else off.
+			_, canCapture := b.(backend.GraphCapturer)
+			modes := map[string][]bool{"on": {true}, "off": {false}, "both": {false, true}}[graphs]
+			if graphs == "auto" {
+				modes = []bool{false}
+				if canCapture {
+					modes = []bool{false, true}
+				}
+			}
+			var results []*bench.LatencyResult
+			for _, useGraphs := range modes {
+				res, err := bench.RunLatency(cmd.Context(), bench.LatencyOptions{
+					Backend: b, Config: cfg, Weights: w, Arch: arch, WeightsSource: source,
+					Batch: batch, InputLen: inputLen, OutputLen: outputLen, PrefillChunk: chunk,
+					Warmup: warmup, Iters: iters, Seed: seed, CUDAGraphs: useGraphs, PeakBandwidth: peakGBps * 1e9,
+					ProfileSteps: profileSteps,
+				})
+				if err != nil {
+					return err
+				}
+				results = append(results, res)
 			}
 			if asJSON {
-				return bench.WriteJSON(cmd.OutOrStdout(), res)
+				if len(results) == 1 {
+					return bench.WriteJSON(cmd.OutOrStdout(), results[0])
+				}
+				return bench.WriteJSON(cmd.OutOrStdout(), results)
 			}
-			return res.WriteText(cmd.OutOrStdout())
+			for i, res := range results {
+				if i > 0 {
+					fmt.Fprintln(cmd.OutOrStdout())
+				}
+				if err := res.WriteText(cmd.OutOrStdout()); err != nil {
+					return err
+				}
+			}
+			return nil
 		},
 	}
 	df.register(cmd)
@@ -119,9 +140,9 @@ func benchLatencyCmd() *cobra.Command {
 	fl.IntVar(&warmup, "warmup", 1, "untimed iterations first")
 	fl.IntVar(&iters, "iters", 3, "timed iterations")
 	fl.Uint64Var(&seed, "seed", 0, "seed of the synthetic weights and the prompts")
-	fl.StringVar(&graphs, "cuda-graphs", "off", "on: replay decode steps from a captured CUDA graph")
+	fl.StringVar(&graphs, "cuda-graphs", "auto", "on: replay decode steps from a captured CUDA graph; off; both: one result each; auto: both where the backend captures graphs, else off")
 	fl.Float64Var(&peakGBps, "peak-bandwidth", 0, "nominal memory bandwidth in GB/s, used as the ceiling when the backend cannot measure one")
-	fl.BoolVar(&asJSON, "json", false, "print one JSON object")
+	fl.BoolVar(&asJSON, "json", false, "print JSON: one object, or an array of two with --cuda-graphs both")
 	fl.BoolVarP(&verbose, "verbose", "v", false, "log backend selection")
 	fl.IntVar(&profileSteps, "profile-steps", 0, "in the last iteration, bracket the prefill and this many decode steps for a profiler run with collection off (ncu --profile-from-start off)")
 	return cmd
@@ -205,7 +226,7 @@ func benchServeCmd() *cobra.Command {
 	fl.DurationVar(&timeout, "timeout", 30*time.Minute, "bound on the whole run; requests unfinished by then count as failed")
 	fl.StringVar(&tokenIDs, "token-ids", "auto", "prompt token ids: auto (ask the server's /tokenize) or LO-HI")
 	fl.BoolVar(&showProgress, "progress", true, "draw a progress bar on stderr")
-	fl.BoolVar(&asJSON, "json", false, "print one JSON object")
+	fl.BoolVar(&asJSON, "json", false, "print JSON: one object, or an array of two with --cuda-graphs both")
 	return cmd
 }
 

@@ -95,7 +95,8 @@ func TestBenchLatencyFlagErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"graphs value", []string{"--cuda-graphs", "maybe"}, "on or off"},
+		{"graphs value", []string{"--cuda-graphs", "maybe"}, "on, off, both or auto"},
+		{"graphs both on cpu", []string{"--cuda-graphs", "both"}, "cannot capture"},
 		{"graphs on cpu", []string{"--cuda-graphs", "on"}, "cannot capture"},
 		{"dtype", []string{"--dtype", "int3"}, "--dtype"},
 		{"arch", []string{"--arch", "gpt-5"}, "not a known architecture"},

@@ -40,7 +40,7 @@ func (f *modelFlags) register(cmd *cobra.Command) {
 	cmd.Flags().Int64Var(&f.kvMemory, "kv-memory", 2<<30, "bytes for the KV cache on the CPU when --kv-blocks is 0")
 	cmd.Flags().Float64Var(&f.memUtil, "gpu-memory-utilization", 0.9, "share of GPU memory trigon may use; the KV cache gets what the weights leave")
 	cmd.Flags().Int64Var(&f.graphMem, "cuda-graph-memory", 1<<30, "device bytes the cached decode graphs may hold (0: no bound)")
-	cmd.Flags().StringVar(&f.graphs, "cuda-graphs", "off", "replay decode steps from CUDA graphs: on, off, or auto (on where the backend can capture); off by default until verified on the GPU")
+	cmd.Flags().StringVar(&f.graphs, "cuda-graphs", "auto", "replay decode steps from CUDA graphs: on, off, or auto (on where the backend can capture)")
 }
 
 // modelPath resolves --model, extracting the embedded default when empty.

@@ -52,6 +52,14 @@ fi
 
 }
 
+quick_tests() {
+log "backend/cuda: matmul (tuned plans), attention, graph tests"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.run 'TestMatMul|TestAttention|TestGraph|TestAddRMSNorm' >"$OUT/quick-tests.log" 2>&1)
+echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/quick-tests.log" | tail -6 | tee -a "$OUT/summary.txt"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'MatMulDecode/graph' -test.benchtime 100x >"$OUT/matmul-bench.log" 2>&1)
+grep -E "^Benchmark" "$OUT/matmul-bench.log" | awk '{print $1, $3, $4, $5, $6, $7}' | tee -a "$OUT/summary.txt"
+}
+
 cuda_tests() {
 log "backend/cuda: every test, then memcheck over attention, norm, RoPE and matmul"
 (cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.timeout 5m >"$OUT/cuda-tests.log" 2>&1)
@@ -102,13 +110,12 @@ kill -TERM $pid; wait $pid; echo "serve exit=$?" | tee -a "$OUT/summary.txt"
 }
 
 bench_rows() {
-for args in "--batch 1" "--batch 4" "--batch 64"; do
-  for g in off on; do
-    log "bench latency llama-3-8b $args --input-len 2048 --output-len 64 --cuda-graphs $g"
-    .gpu/trigon bench latency --arch llama-3-8b $args --input-len 2048 --output-len 64 --device cuda --cuda-graphs $g --json \
-      >"$OUT/bench-${args#--batch }-$g.json" 2>>"$OUT/bench.err" || tail -3 "$OUT/bench.err"
-    $PY -c "import json,sys;d=json.load(open(sys.argv[1]));print({k:d.get(k) for k in ['batch','cuda_graphs','itl_ms','prefill_ms','decode_floor_ms','ceiling_share','copy_ceiling_bytes_per_s','prefill_gemm_floor_ms']})" "$OUT/bench-${args#--batch }-$g.json" 2>&1 | tee -a "$OUT/summary.txt"
-  done
+for n in ${BATCHES:-1 4 64}; do
+  log "bench latency llama-3-8b --batch $n --input-len 2048 --output-len 64 --cuda-graphs both"
+  .gpu/trigon bench latency --arch llama-3-8b --batch $n --input-len 2048 --output-len 64 --device cuda --cuda-graphs both --json \
+    >"$OUT/bench-$n.json" 2>>"$OUT/bench.err" || tail -3 "$OUT/bench.err"
+  $PY -c "import json,sys
+for d in json.load(open(sys.argv[1])): print({k:d.get(k) for k in ['batch','cuda_graphs','itl_ms','prefill_ms','decode_floor_ms','ceiling_share','copy_ceiling_bytes_per_s','prefill_gemm_floor_ms']})" "$OUT/bench-$n.json" 2>&1 | tee -a "$OUT/summary.txt"
 done
 }
 
@@ -156,14 +163,12 @@ echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^Benchmark" "$OUT/attn-bench.
 }
 
 peers() {
-log "peers (same shapes): selftest, gpt-fast style, HF eager and static+compile, trigon graphs on/off"
+log "peers, same shapes, same call: trigon graphs off/on, gpt-fast style, HF eager and static+compile"
 a="--arch llama-3-8b --batch 4 --input-len 2048 --output-len 128"
-PYTHONUNBUFFERED=1 $PY bench/peers/selftest.py --device cuda 2>&1 | tail -3 | tee -a "$OUT/summary.txt"
-.gpu/trigon bench latency --device cuda $a --json >"$OUT/trigon.json" 2>>"$OUT/peers.err"
-.gpu/trigon bench latency --device cuda $a --cuda-graphs on --json >"$OUT/trigon-graphs.json" 2>>"$OUT/peers.err"
-PYTHONUNBUFFERED=1 timeout 420 $PY bench/peers/gptfast_peer.py $a >"$OUT/gptfast.jsonl" 2>>"$OUT/peers.err"
-PYTHONUNBUFFERED=1 timeout 300 $PY bench/peers/hf_peer.py $a >"$OUT/hf.jsonl" 2>>"$OUT/peers.err"
-$PY bench/peers/compare.py --markdown "$OUT/trigon.json" "$OUT/trigon-graphs.json" "$OUT/gptfast.jsonl" "$OUT/hf.jsonl" 2>&1 | tee -a "$OUT/summary.txt"
+.gpu/trigon bench latency --device cuda $a --cuda-graphs both --json >"$OUT/trigon.json" 2>>"$OUT/peers.err"; echo "trigon rc=$?" | tee -a "$OUT/summary.txt"
+PYTHONUNBUFFERED=1 timeout ${GPTFAST_TIMEOUT:-300} $PY bench/peers/gptfast_peer.py $a >"$OUT/gptfast.jsonl" 2>>"$OUT/peers.err"; echo "gptfast rc=$?" | tee -a "$OUT/summary.txt"
+PYTHONUNBUFFERED=1 timeout ${HF_TIMEOUT:-240} $PY bench/peers/hf_peer.py $a >"$OUT/hf.jsonl" 2>>"$OUT/peers.err"; echo "hf rc=$?" | tee -a "$OUT/summary.txt"
+$PY bench/peers/compare.py --markdown "$OUT/trigon.json" "$OUT/gptfast.jsonl" "$OUT/hf.jsonl" 2>&1 | tee -a "$OUT/summary.txt"
 }
 
 # A part is skipped once SKIP_AFTER seconds (default 500) have passed, so

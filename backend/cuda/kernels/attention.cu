@@ -33,32 +33,6 @@ __device__ __forceinline__ bool rows_ok(int q0, int qlen, int L, int num_tokens,
   return q0 >= 0 && qlen >= 0 && q0 + qlen <= num_tokens && L >= qlen && L <= max_seq_len;
 }
 
-// decode_block returns the cache block holding context position p, or -1
-// when p is past the split's end c1 or its table entry is out of range (then
-// reported as ERR_BLOCK_ID).
-__device__ __forceinline__ int decode_block(const int* bt, int max_blocks, int num_blocks, int p, int c1, int* err) {
-  if (p >= c1) return -1;
-  int bi = p / BS;
-  int blk = bi < max_blocks ? bt[bi] : -1;
-  if (blk < 0 || blk >= num_blocks) {
-    report(err, ERR_BLOCK_ID);
-    return -1;
-  }
-  return blk;
-}
-
-// load_kv loads this thread's 8 dims of K and V at position p of block blk
-// (zeros when blk < 0).
-__device__ __forceinline__ void load_kv(const u16* kc, const u16* vc, int blk, int KV, int kvh, int p, int d0, uint4& k, uint4& v) {
-  k = make_uint4(0, 0, 0, 0);
-  v = make_uint4(0, 0, 0, 0);
-  if (blk >= 0) {
-    i64 off = (((i64)blk * KV + kvh) * BS + (p % BS)) * HD + d0;
-    k = *(const uint4*)(kc + off);
-    v = *(const uint4*)(vc + off);
-  }
-}
-
 // attn_decode: for each sequence with exactly one query row, attention of
 // GC query heads over the split's share of the context.
 //   out   [T, H*HD] bf16 (written when nsplit == 1)
@@ -118,32 +92,30 @@ extern "C" __global__ void __launch_bounds__(128) attn_decode(
     for (int e = 0; e < 8; e++) acc[g][e] = 0.f;
   }
   const int* bt = block_tables + (i64)s * max_blocks;
-  // Software pipeline over the warp's steps: the K/V loads of step i+1 and
-  // the block-table reads of step i+2 are in flight while step i computes,
-  // so a step costs about one memory latency rather than three in a row
-  // (table entry, then K/V, then the math).
-  const int STEP = NW * TPW * UNROLL;
-  int base = c0 + warp * TPW * UNROLL;
-  int blk[UNROLL], blk_next[UNROLL];
-  uint4 kv[UNROLL], vv[UNROLL];
-#pragma unroll
-  for (int u = 0; u < UNROLL; u++) {
-    blk[u] = decode_block(bt, max_blocks, num_blocks, base + u * TPW + grp, c1, err);
-    blk_next[u] = decode_block(bt, max_blocks, num_blocks, base + STEP + u * TPW + grp, c1, err);
-  }
-#pragma unroll
-  for (int u = 0; u < UNROLL; u++) load_kv(kc, vc, blk[u], KV, kvh, base + u * TPW + grp, d0, kv[u], vv[u]);
-  for (; base < c1; base += STEP) {
-    uint4 kn[UNROLL], vn[UNROLL];
-    int blk_after[UNROLL];
+  for (int base = c0 + warp * TPW * UNROLL; base < c1; base += NW * TPW * UNROLL) {
+    uint4 kv[UNROLL], vv[UNROLL];
+    bool valid[UNROLL];
 #pragma unroll
     for (int u = 0; u < UNROLL; u++) {
-      load_kv(kc, vc, blk_next[u], KV, kvh, base + STEP + u * TPW + grp, d0, kn[u], vn[u]);
-      blk_after[u] = decode_block(bt, max_blocks, num_blocks, base + 2 * STEP + u * TPW + grp, c1, err);
+      int p = base + u * TPW + grp;
+      valid[u] = p < c1;
+      kv[u] = make_uint4(0, 0, 0, 0);
+      vv[u] = make_uint4(0, 0, 0, 0);
+      if (valid[u]) {
+        int bi = p / BS;
+        int blk = bi < max_blocks ? bt[bi] : -1;
+        if (blk < 0 || blk >= num_blocks) {
+          report(err, ERR_BLOCK_ID);
+          valid[u] = false;
+        } else {
+          i64 off = (((i64)blk * KV + kvh) * BS + (p - bi * BS)) * HD + d0;
+          kv[u] = *(const uint4*)(kc + off);
+          vv[u] = *(const uint4*)(vc + off);
+        }
+      }
     }
 #pragma unroll
     for (int u = 0; u < UNROLL; u++) {
-      bool valid = blk[u] >= 0;
       float kf[8], vf[8];
       unpack8(kv[u], kf);
       unpack8(vv[u], vf);
@@ -154,7 +126,7 @@ extern "C" __global__ void __launch_bounds__(128) attn_decode(
         for (int e = 0; e < 8; e++) dot += qf[g][e] * kf[e];
 #pragma unroll
         for (int o = 1; o < TPT; o <<= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-        float sc = valid ? dot : NEG_INF;
+        float sc = valid[u] ? dot : NEG_INF;
         float mn = fmaxf(m[g], sc);
         if (mn != NEG_INF) {
           float alpha = fast_exp2(m[g] - mn);
@@ -165,13 +137,6 @@ extern "C" __global__ void __launch_bounds__(128) attn_decode(
           m[g] = mn;
         }
       }
-    }
-#pragma unroll
-    for (int u = 0; u < UNROLL; u++) {
-      kv[u] = kn[u];
-      vv[u] = vn[u];
-      blk[u] = blk_next[u];
-      blk_next[u] = blk_after[u];
     }
   }
   // Merge the token groups of the warp (lanes sub, sub+TPT, ...).
