@@ -126,7 +126,7 @@ func BenchmarkMatMulDecode(b *testing.B) {
 	// ones take less than a host launch) over enough copies of the weight
 	// that none is still in L2 when its turn comes again.
 	for _, s := range []struct {
-		name        string
+		name       string
 		n, in, out int
 	}{{"qkv", 4, 4096, 6144}, {"o", 4, 4096, 4096}, {"gate_up", 4, 4096, 28672}, {"down", 4, 14336, 4096}} {
 		b.Run(fmt.Sprintf("graph_%s_n%d_%dx%d", s.name, s.n, s.in, s.out), func(b *testing.B) {
