@@ -2,7 +2,10 @@ package cuda
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
+	"os"
+	"sync"
 	"unsafe"
 
 	"github.com/trigon-llm/trigon/backend"
@@ -321,6 +324,39 @@ var decodeUnroll = 2
 // The ncu profile of 2026-11-30 (batch 4, context 2048) had the kernel
 // latency-bound at 2 waves: 288 blocks, 9 warps per SM.
 var decodeWaves = 4
+
+// decodeTuningEnv names an override of the two knobs above, "UNROLL,WAVES"
+// (e.g. "4,4"), read once by New: for measuring another setting on a new
+// GPU without a rebuild. UNROLL is 1, 2, 4 or 8; WAVES 1 to 16.
+const decodeTuningEnv = "TRIGON_CUDA_DECODE_TUNING"
+
+var decodeTuningOnce sync.Once
+
+// applyDecodeTuning applies decodeTuningEnv, once per process.
+func applyDecodeTuning() error {
+	var err error
+	decodeTuningOnce.Do(func() {
+		v := os.Getenv(decodeTuningEnv)
+		if v == "" {
+			return
+		}
+		var u, w int
+		if u, w, err = parseDecodeTuning(v); err == nil {
+			decodeUnroll, decodeWaves = u, w
+		}
+	})
+	return err
+}
+
+// parseDecodeTuning reads "UNROLL,WAVES".
+func parseDecodeTuning(v string) (unroll, waves int, err error) {
+	var rest string
+	n, _ := fmt.Sscanf(v, "%d,%d%s", &unroll, &waves, &rest)
+	if n != 2 || (unroll != 1 && unroll != 2 && unroll != 4 && unroll != 8) || waves < 1 || waves > 16 {
+		return 0, 0, fmt.Errorf("cuda: %s=%q: want UNROLL,WAVES with UNROLL 1, 2, 4 or 8 and WAVES 1..16", decodeTuningEnv, v)
+	}
+	return unroll, waves, nil
+}
 
 // decodeSplits picks how many pieces each decode row's context is cut
 // into: enough blocks for decodeWaves waves over the SMs, but no piece

@@ -135,6 +135,9 @@ func New(opts Options) (*Backend, error) {
 	if err := Available(); err != nil {
 		return nil, err
 	}
+	if err := applyDecodeTuning(); err != nil {
+		return nil, err
+	}
 	d, _ := loadDriver()
 	b := &Backend{
 		opts:    opts,

@@ -162,6 +162,39 @@ log "attention decode benchmark (graph-timed): unroll x waves at batch 1/4/64, c
 echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^Benchmark" "$OUT/attn-bench.log" | awk '{print $1, $3, $4, $5, $6, $7}' | tee -a "$OUT/summary.txt"
 }
 
+# attn_check: the decode attention kernel's tests, memcheck, its sweep of
+# UNROLL x WAVES, then batch-4 decode with the default setting and with the
+# sweep's best batch-4 setting (through TRIGON_CUDA_DECODE_TUNING).
+attn_check() {
+log "attention tests + memcheck"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.run 'TestAttention|TestGraph|TestParseDecodeTuning' >"$OUT/attn-tests.log" 2>&1)
+echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/attn-tests.log" | tail -6 | tee -a "$OUT/summary.txt"
+(cd backend/cuda && compute-sanitizer --tool memcheck "$root/.gpu/cuda.test" -test.run 'TestAttention/(decode_gqa4_d128|decode_gqa4_unroll8|mixed_gqa4_d128|window_gqa2|decode_only_hint_broken|bad_block_id)$' >"$OUT/attn-memcheck.log" 2>&1)
+echo "memcheck rc=$?" | tee -a "$OUT/summary.txt"; grep -E "ERROR SUMMARY|^(PASS|FAIL)" "$OUT/attn-memcheck.log" | tee -a "$OUT/summary.txt"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'AttentionDecode' -test.benchtime 100x >"$OUT/attn-bench.log" 2>&1)
+grep -E "^Benchmark" "$OUT/attn-bench.log" | awk '{print $1, $3, $4, $5, $6, $7}' | tee -a "$OUT/summary.txt"
+best=$(grep -E "b4_ctx2048.*unroll[0-9]+_waves[0-9]+" "$OUT/attn-bench.log" | awk '{print $5, $1}' | sort -g | tail -1 | sed -E 's/.*unroll([0-9]+)_waves([0-9]+).*/\1,\2/')
+log "bench latency llama-3-8b batch 4, graphs off/on, default tuning; then graphs on with the sweep's best ($best)"
+a="--arch llama-3-8b --batch 4 --input-len 2048 --output-len 128 --device cuda --json"
+.gpu/trigon bench latency $a --cuda-graphs both >"$OUT/bench-4-default.json" 2>>"$OUT/bench.err"
+TRIGON_CUDA_DECODE_TUNING=$best .gpu/trigon bench latency $a --cuda-graphs on >"$OUT/bench-4-best.json" 2>>"$OUT/bench.err"
+$PY -c "import json,sys
+for f in sys.argv[1:]:
+  d=json.load(open(f)); d=d if isinstance(d,list) else [d]
+  for r in d: print(f.split('/')[-1], {k:r.get(k) for k in ['cuda_graphs','itl_ms','prefill_ms','decode_floor_ms','ceiling_share']})" "$OUT/bench-4-default.json" "$OUT/bench-4-best.json" 2>&1 | tee -a "$OUT/summary.txt"
+}
+
+# default_model: the embedded model on CUDA and CPU, greedy: the texts must match.
+default_model() {
+log "default model: trigon run, cuda vs cpu, greedy, and with default sampling"
+p='func reverse(s string) string {'
+.gpu/trigon run --device cuda --temperature 0 --max-tokens 64 "$p" >"$OUT/dm-cuda.txt" 2>"$OUT/dm-cuda.err"; echo "rc=$?" | tee -a "$OUT/summary.txt"
+.gpu/trigon run --device cpu --temperature 0 --max-tokens 64 "$p" >"$OUT/dm-cpu.txt" 2>"$OUT/dm-cpu.err"
+if cmp -s "$OUT/dm-cuda.txt" "$OUT/dm-cpu.txt"; then echo "cuda and cpu greedy text identical" | tee -a "$OUT/summary.txt"; else echo "cuda and cpu greedy text differ" | tee -a "$OUT/summary.txt"; fi
+tail -1 "$OUT/dm-cuda.err" | tee -a "$OUT/summary.txt"; tail -1 "$OUT/dm-cpu.err" | tee -a "$OUT/summary.txt"
+.gpu/trigon run --device cuda --max-tokens 96 --seed 1 "$p" 2>/dev/null | tee -a "$OUT/summary.txt"
+}
+
 peers() {
 log "peers, same shapes, same call: trigon graphs off/on, gpt-fast style, HF eager and static+compile"
 a="--arch llama-3-8b --batch 4 --input-len 2048 --output-len 128"

@@ -114,28 +114,60 @@ extern "C" __global__ void __launch_bounds__(128) attn_decode(
         }
       }
     }
+    // The step's UNROLL x GC scores first, all independent (their shuffle
+    // reductions overlap), then one online-softmax rescale per head for the
+    // whole step instead of one per token: per token this saves a rescale
+    // of the accumulators (8 FMA per head) and an exp2, and it breaks the
+    // token-to-token dependency through m, l and acc.
+    float sc[UNROLL][GC];
 #pragma unroll
     for (int u = 0; u < UNROLL; u++) {
-      float kf[8], vf[8];
+      float kf[8];
       unpack8(kv[u], kf);
-      unpack8(vv[u], vf);
 #pragma unroll
       for (int g = 0; g < GC; g++) {
         float dot = 0.f;
 #pragma unroll
         for (int e = 0; e < 8; e++) dot += qf[g][e] * kf[e];
+        sc[u][g] = dot;
+      }
+    }
 #pragma unroll
-        for (int o = 1; o < TPT; o <<= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-        float sc = valid[u] ? dot : NEG_INF;
-        float mn = fmaxf(m[g], sc);
-        if (mn != NEG_INF) {
-          float alpha = fast_exp2(m[g] - mn);
-          float pe = fast_exp2(sc - mn);
-          l[g] = l[g] * alpha + pe;
+    for (int o = 1; o < TPT; o <<= 1) {
 #pragma unroll
-          for (int e = 0; e < 8; e++) acc[g][e] = acc[g][e] * alpha + pe * vf[e];
-          m[g] = mn;
-        }
+      for (int u = 0; u < UNROLL; u++) {
+#pragma unroll
+        for (int g = 0; g < GC; g++) sc[u][g] += __shfl_xor_sync(0xffffffffu, sc[u][g], o);
+      }
+    }
+    float pe[UNROLL][GC];
+#pragma unroll
+    for (int g = 0; g < GC; g++) {
+      float tm = NEG_INF;
+#pragma unroll
+      for (int u = 0; u < UNROLL; u++) tm = fmaxf(tm, valid[u] ? sc[u][g] : NEG_INF);
+      float mn = fmaxf(m[g], tm);
+      // mn is -inf only while this lane group has seen no valid token:
+      // then nothing is added (and exp2(-inf - -inf) would be NaN).
+      float alpha = mn == NEG_INF ? 1.f : fast_exp2(m[g] - mn);
+      l[g] *= alpha;
+#pragma unroll
+      for (int e = 0; e < 8; e++) acc[g][e] *= alpha;
+      m[g] = mn;
+#pragma unroll
+      for (int u = 0; u < UNROLL; u++) {
+        pe[u][g] = (valid[u] && mn != NEG_INF) ? fast_exp2(sc[u][g] - mn) : 0.f;
+        l[g] += pe[u][g];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < UNROLL; u++) {
+      float vf[8];
+      unpack8(vv[u], vf);
+#pragma unroll
+      for (int g = 0; g < GC; g++) {
+#pragma unroll
+        for (int e = 0; e < 8; e++) acc[g][e] += pe[u][g] * vf[e];
       }
     }
   }
