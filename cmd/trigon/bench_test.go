@@ -61,9 +61,9 @@ func TestBenchLatencyJSON(t *testing.T) {
 	if num("batch") != 2 || num("input_len") != 32 || num("output_len") != 4 {
 		t.Errorf("run shape %v/%v/%v, want 2/32/4", r["batch"], r["input_len"], r["output_len"])
 	}
-	// The default model: 7,999,744 parameters (docs/default-model.md).
-	if num("params") != 7_999_744 {
-		t.Errorf("params %v, want 7999744", r["params"])
+	// The default model: 11,720,000 parameters (docs/default-model.md).
+	if num("params") != 11_720_000 {
+		t.Errorf("params %v, want 11720000", r["params"])
 	}
 	if n := num("itl_ms", "count"); n != 3 {
 		t.Errorf("%v decode steps timed, want 3 (output 4: one token from the prefill)", n)

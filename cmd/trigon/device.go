@@ -37,7 +37,9 @@ func (f *deviceFlags) open(log *slog.Logger) (backend.Backend, error) {
 		return cuda.New(cuda.Options{Device: f.gpu})
 	case "auto":
 		if err := cuda.Available(); err != nil {
-			log.Info("using the CPU backend", "reason", err.Error())
+			// Warn level, so that the line shows without -v: a user who
+			// expected the GPU learns at once why it is not used.
+			log.Warn("using the CPU backend", "reason", err.Error())
 			return cpu.New(cpu.Options{Threads: f.threads}), nil
 		}
 		b, err := cuda.New(cuda.Options{Device: f.gpu})

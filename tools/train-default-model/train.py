@@ -125,11 +125,9 @@ class ModelConfig:
             raise ValueError(f"head_dim {self.head_dim} must be even for RoPE")
 
 
-# hidden 256 with 8 heads gives head_dim 32 (one warp lane per element in
-# trigon's kernels); every matrix input dimension (256, 704) is a multiple of
-# 32, the Q8_0 block size, so the GGUF conversion quantizes every weight.
-# ~11.7M parameters (the issue asks 10-20M): head dim 32 and every input
-# dimension (320, 864) a multiple of 32, the Q8_0 block size. The first
+# ~11.7M parameters (the issue asks 10-20M): head dim 32 (10 heads of 32 make
+# hidden 320) and every matrix input dimension (320, 864) a multiple of 32,
+# the Q8_0 block size, so the GGUF conversion quantizes every weight. The first
 # shipped model (2026-11-29) was hidden 256, 8 heads, 4 KV heads,
 # intermediate 704: 8.0M parameters.
 FULL_MODEL = dict(hidden=320, layers=8, heads=10, kv_heads=5, intermediate=864, context=1024)
