@@ -118,11 +118,28 @@ func TestPackLayout(t *testing.T) {
 	if tb := read(in.BlockTables); tb[0] != 5 || tb[1] != 2 || tb[5] != 9 || tb[10] != 3 || tb[2] != 0 {
 		t.Errorf("block tables %v", tb)
 	}
-	// The per-step path allocates only the step's tensor views and output.
-	allocs := testing.AllocsPerRun(20, func() {
-		if _, err := r.Execute(step); err != nil {
-			t.Fatal(err)
+}
+
+// TestStepAllocationsIndependentOfTokens: the per-step host path allocates
+// a fixed number of small objects (the step's tensor views and its
+// Output), none per token: a step of 3 tokens and one of 16 allocate the
+// same.
+func TestStepAllocationsIndependentOfTokens(t *testing.T) {
+	r, _ := newTest(t)
+	allocs := func(perSeq []int) float64 {
+		step := &Step{}
+		for i, n := range perSeq {
+			step.Seqs = append(step.Seqs, Seq{Tokens: make([]int32, n), Start: 0, BlockTable: []int32{int32(1 + 3*i), int32(2 + 3*i), int32(3 + 3*i)}, WantLogits: true})
 		}
-	})
-	t.Logf("allocations per step: %.0f", allocs)
+		return testing.AllocsPerRun(20, func() {
+			if _, err := r.Execute(step); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	small, large := allocs([]int{1, 1, 1}), allocs([]int{6, 5, 5})
+	if small != large {
+		t.Errorf("a step of 3 tokens allocates %.0f objects, one of 16 tokens %.0f: something allocates per token", small, large)
+	}
+	t.Logf("allocations per step: %.0f", small)
 }
