@@ -19,8 +19,8 @@ import (
 // bandwidth in bytes/s (bytes read plus bytes written, per second),
 // measured by copying a buffer of about the given size. The latency
 // benchmark uses it as the ceiling that decode steps, which stream every
-// weight once, are held against. Backends without it get "n/a" (or the
-// nominal --peak-bandwidth).
+// weight once, are held against. A nominal --peak-bandwidth replaces it;
+// backends without it and no nominal figure get "n/a".
 type BandwidthProber interface {
 	MeasureCopyBandwidth(bytes int) (float64, error)
 }
@@ -56,8 +56,8 @@ type LatencyOptions struct {
 	// (one bucket: the batch); the backend must implement
 	// backend.GraphCapturer.
 	CUDAGraphs bool
-	// PeakBandwidth, bytes/s, is a nominal ceiling used when the backend
-	// cannot measure one (0: none).
+	// PeakBandwidth, bytes/s, is a nominal ceiling used instead of the
+	// backend's own measurement (0: measure, where the backend can).
 	PeakBandwidth float64
 	// ProfileSteps > 0 brackets, in the last iteration, the prefill and
 	// the first ProfileSteps decode steps with the backend's Profiler
@@ -490,7 +490,8 @@ func (run *latencyRun) finish(res *LatencyResult, prefill, itl, e2e []float64, k
 		res.Notes = append(res.Notes, "output length 1: no decode steps to time")
 	}
 
-	if p, ok := run.b.(BandwidthProber); ok {
+	// An explicit --peak-bandwidth wins over the backend's own probe.
+	if p, ok := run.b.(BandwidthProber); ok && o.PeakBandwidth == 0 {
 		bw, err := p.MeasureCopyBandwidth(1 << 30)
 		if err != nil {
 			return fmt.Errorf("bench latency: measure copy bandwidth: %w", err)
@@ -498,7 +499,7 @@ func (run *latencyRun) finish(res *LatencyResult, prefill, itl, e2e []float64, k
 		res.CopyCeiling, res.CeilingSource = ptr(bw), "measured"
 	} else if o.PeakBandwidth > 0 {
 		res.CopyCeiling, res.CeilingSource = ptr(o.PeakBandwidth), "nominal"
-		res.Notes = append(res.Notes, fmt.Sprintf("the %s backend does not measure its copy bandwidth; the ceiling is the nominal --peak-bandwidth", run.b.Name()))
+		res.Notes = append(res.Notes, "the ceiling is the nominal --peak-bandwidth")
 	} else {
 		res.Notes = append(res.Notes, fmt.Sprintf("the %s backend does not measure its copy bandwidth (bench.BandwidthProber): ceiling and floor n/a", run.b.Name()))
 	}

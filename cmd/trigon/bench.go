@@ -141,7 +141,7 @@ func benchLatencyCmd() *cobra.Command {
 	fl.IntVar(&iters, "iters", 3, "timed iterations")
 	fl.Uint64Var(&seed, "seed", 0, "seed of the synthetic weights and the prompts")
 	fl.StringVar(&graphs, "cuda-graphs", "auto", "on: replay decode steps from a captured CUDA graph; off; both: one result each; auto: both where the backend captures graphs, else off")
-	fl.Float64Var(&peakGBps, "peak-bandwidth", 0, "nominal memory bandwidth in GB/s, used as the ceiling when the backend cannot measure one")
+	fl.Float64Var(&peakGBps, "peak-bandwidth", 0, "nominal memory bandwidth in GB/s, used as the ceiling instead of the backend's own copy measurement")
 	fl.BoolVar(&asJSON, "json", false, "print JSON: one object, or an array of two with --cuda-graphs both")
 	fl.BoolVarP(&verbose, "verbose", "v", false, "log backend selection")
 	fl.IntVar(&profileSteps, "profile-steps", 0, "in the last iteration, bracket the prefill and this many decode steps for a profiler run with collection off (ncu --profile-from-start off)")
