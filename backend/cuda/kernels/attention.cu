@@ -6,7 +6,8 @@
 //
 // Decode (one query row per sequence) is split-KV flash decoding: a block
 // owns one (sequence, KV head, split) and the GC query heads of the GQA
-// group that share each K/V load; attn_combine merges the splits. Prefill
+// group that share each K/V load, scoring a warp step's tokens before one
+// online-softmax rescale per step; attn_combine merges the splits. Prefill
 // (sequences with two or more query rows) is a tiled online softmax on the
 // tensor cores (mma.sync m16n8k16 bf16, f32 accumulate). Both read the
 // block table directly. Scores are kept in the log2 domain: scale_log2 is
