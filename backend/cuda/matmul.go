@@ -208,11 +208,17 @@ func (b *Backend) gemm(y uint64, yt int, x, w uint64, n, m, k int) error {
 	if p.candidates != nil && !b.capturing {
 		b.tuneGemm(p, y, x, w)
 	}
+	return g.lib.check("cublasLtMatmul", b.gemmCall(p, p.algo, y, x, w))
+}
+
+// gemmCall queues y = x . w^T with plan p and algorithm algo (64 bytes),
+// returning cuBLASLt's status. CUDA thread only.
+func (b *Backend) gemmCall(p *gemmPlan, algo []byte, y, x, w uint64) int {
+	g := &b.blas
 	alpha := uintptr(unsafe.Pointer(&g.scalars[0]))
 	beta := uintptr(unsafe.Pointer(&g.scalars[4]))
-	l := g.lib
-	return l.check("cublasLtMatmul", l.call(l.matmul, g.handle, p.desc, alpha, uintptr(w), p.a, uintptr(x), p.b, beta,
-		uintptr(y), p.d, uintptr(y), p.d, uintptr(unsafe.Pointer(&p.algo[0])), uintptr(g.workspace), ltWorkspaceBytes, b.stream))
+	return g.lib.call(g.lib.matmul, g.handle, p.desc, alpha, uintptr(w), p.a, uintptr(x), p.b, beta,
+		uintptr(y), p.d, uintptr(y), p.d, uintptr(unsafe.Pointer(&algo[0])), uintptr(g.workspace), ltWorkspaceBytes, b.stream)
 }
 
 // tuneGemm times each of p's candidate algorithms on the call's own
@@ -229,8 +235,7 @@ func (b *Backend) gemm(y uint64, yt int, x, w uint64, n, m, k int) error {
 func (b *Backend) tuneGemm(p *gemmPlan, y, x, w uint64) {
 	cands := p.candidates
 	p.candidates = nil
-	g, d := &b.blas, b.d
-	l := g.lib
+	d := b.d
 	flush, err := b.pool.get(tuneFlushBytes)
 	if err != nil {
 		return
@@ -245,12 +250,7 @@ func (b *Backend) tuneGemm(p *gemmPlan, y, x, w uint64) {
 		return
 	}
 	defer d.call(d.cuEventDestroy, stop)
-	alpha := uintptr(unsafe.Pointer(&g.scalars[0]))
-	beta := uintptr(unsafe.Pointer(&g.scalars[4]))
-	run := func(algo []byte) bool {
-		return l.call(l.matmul, g.handle, p.desc, alpha, uintptr(w), p.a, uintptr(x), p.b, beta,
-			uintptr(y), p.d, uintptr(y), p.d, uintptr(unsafe.Pointer(&algo[0])), uintptr(g.workspace), ltWorkspaceBytes, b.stream) == 0
-	}
+	run := func(algo []byte) bool { return b.gemmCall(p, algo, y, x, w) == 0 }
 	// timed returns the best of three flushed runs of algo, in ms.
 	timed := func(algo []byte) (float32, bool) {
 		best := float32(math.MaxFloat32)
