@@ -121,6 +121,11 @@ type LatencyResult struct {
 	MatMulFLOPsPerS    *float64 `json:"matmul_flops_per_s"` // measured on the gate/up projection
 	PrefillGEMMFloorMS *float64 `json:"prefill_gemm_floor_ms"`
 
+	// KernelChoices lists, where the backend reports them, the kernels
+	// its autotuner kept for this run's products (the CUDA backend: own
+	// GEMV or cuBLASLt per decode shape, with the times it saw).
+	KernelChoices []string `json:"kernel_choices,omitempty"`
+
 	// Tokens are the greedy tokens of the last iteration, [batch][outputLen].
 	Tokens [][]int32 `json:"-"`
 }
@@ -184,6 +189,9 @@ func RunLatency(ctx context.Context, opts LatencyOptions) (*LatencyResult, error
 		return nil, err
 	}
 	res.Tokens = run.tokens
+	if k, ok := run.b.(interface{ GEMMChoices() []string }); ok {
+		res.KernelChoices = k.GEMMChoices()
+	}
 	return res, nil
 }
 

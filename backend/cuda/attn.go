@@ -153,12 +153,12 @@ func (b *Backend) RoPEStoreKV(a backend.RoPEArgs) error {
 
 // Attention implements backend.Backend.
 //
-// Sequences with one query row take the split-KV decode kernel (the query
+// Sequences with one query row take a split-KV decode kernel (the query
 // heads of a GQA group share each K/V load; the split count depends only
 // on the batch shape and MaxSeqLen, so a fixed-shape launch can be graph
-// captured); sequences with more take the tensor-core prefill kernel,
-// which includes earlier cache contents (prefix-cached context). Both read
-// the block tables directly. The caches must be BF16 and headDim one of
+// captured; see attn_decode.go); sequences with more take the tensor-core
+// prefill kernel, which includes earlier cache contents (prefix-cached
+// context). Both read the block tables directly. The caches must be BF16 and headDim one of
 // attnHeadDims.
 //
 //	Out, Q      [numTokens, numHeads*headDim] BF16
@@ -247,16 +247,7 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 		return backend.ShapeError("cuda: "+op, "Q", "%d rows exceed int32", n)
 	}
 	numBlocks, blockSize, maxBlocks := kc.shape[0], kc.shape[2], bt.shape[1]
-	g := h / kvh
-	gc := 1
-	for _, c := range []int{8, 4, 2} {
-		if g%c == 0 {
-			gc = c
-			break
-		}
-	}
-	mod := modSpec{file: "attention", p: [6]int{d, blockSize, gc, decodeUnroll}}
-	nsplit := b.decodeSplits(s, kvh*(g/gc), a.MaxSeqLen)
+	dp := b.planDecode(s, h, kvh, d, blockSize, a.MaxSeqLen)
 	scale := f32bits(a.Scale * math.Log2E)
 	// A sequence has at most min(MaxSeqLen, n) query rows. When there are
 	// no more rows than sequences, almost surely every one is a decode row:
@@ -266,8 +257,14 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 	if a.MaxQueryLen > 0 {
 		maxQ = min(maxQ, a.MaxQueryLen)
 	}
-	tiles := (maxQ + 63) / 64
-	preGrid := [3]int{tiles, s, h}
+	// Prefill grid (heads, sequences, row tiles): the row tile, counted
+	// from each sequence's end, is outermost so the longest causal tiles
+	// are dispatched first; a sequence with more tiles than the grid has
+	// loops over the rest in the kernel.
+	pc := prefillTiling(d)
+	preMod := pc.spec(d, blockSize)
+	preSmem := pc.smem(d)
+	preGrid := [3]int{h, s, min((maxQ+pc.rows-1)/pc.rows, maxGridYZ)}
 	if n <= s {
 		preGrid = [3]int{1, s, 1}
 	}
@@ -277,39 +274,40 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 		decodeOnly = 1
 	}
 	return b.post(func() error {
-		dec, err := b.fn(fnKey{mod, "attn_decode"})
+		// Both decode kernels take the same arguments, as do both combines.
+		dec, err := b.decodeFn(dp)
 		if err != nil {
 			return err
 		}
-		var part uint64
-		if nsplit > 1 {
-			if part, err = b.tmpGet(s * h * nsplit * (d + 2) * 4); err != nil {
+		var part uint64 // [s, h, nsplit, d+2] F32 partials
+		if dp.nsplit > 1 {
+			if part, err = b.tmpGet(s * h * dp.nsplit * (d + 2) * 4); err != nil {
 				return err
 			}
 			defer b.tmpPut(part)
 		}
-		if err := b.launch(dec, [3]int{s, kvh * (g / gc), nsplit}, 128, 0, out.ptr, part, q.ptr, kc.ptr, vc.ptr,
-			bt.ptr, i32(maxBlocks), sl.ptr, qs.ptr, i32(h), i32(kvh), i32(g), i32(nsplit), scale,
+		if err := b.launch(dec, dp.grid, 128, dp.smem, out.ptr, part, q.ptr, kc.ptr, vc.ptr,
+			bt.ptr, i32(maxBlocks), sl.ptr, qs.ptr, i32(h), i32(kvh), i32(h/kvh), i32(dp.nsplit), scale,
 			i32(a.SlidingWindow), i32(numBlocks), i32(n), i32(a.MaxSeqLen), i32(decodeOnly), b.errDev); err != nil {
 			return err
 		}
-		if nsplit > 1 {
-			comb, err := b.fn(fnKey{mod, "attn_combine"})
+		if dp.nsplit > 1 {
+			comb, err := b.fn(fnKey{dp.mod, dp.combine})
 			if err != nil {
 				return err
 			}
-			if err := b.launch(comb, [3]int{s, h, 1}, d, 0, out.ptr, part, sl.ptr, qs.ptr, i32(h), i32(nsplit), i32(n), i32(a.MaxSeqLen)); err != nil {
+			if err := b.launch(comb, [3]int{s, h, 1}, d, 0, out.ptr, part, sl.ptr, qs.ptr, i32(h), i32(dp.nsplit), i32(n), i32(a.MaxSeqLen)); err != nil {
 				return err
 			}
 		}
 		if decodeOnly == 1 {
 			return nil
 		}
-		pre, err := b.fn(fnKey{mod, "attn_prefill"})
+		pre, err := b.prefillFn(preMod, preSmem)
 		if err != nil {
 			return err
 		}
-		return b.launch(pre, preGrid, 128, 0, out.ptr, q.ptr, kc.ptr, vc.ptr, bt.ptr, i32(maxBlocks),
+		return b.launch(pre, preGrid, pc.warps*32, preSmem, out.ptr, q.ptr, kc.ptr, vc.ptr, bt.ptr, i32(maxBlocks),
 			sl.ptr, qs.ptr, i32(h), i32(kvh), scale, i32(a.SlidingWindow), i32(numBlocks), i32(n), i32(a.MaxSeqLen), b.errDev)
 	})
 }
@@ -332,10 +330,14 @@ const decodeTuningEnv = "TRIGON_CUDA_DECODE_TUNING"
 
 var decodeTuningOnce sync.Once
 
-// applyDecodeTuning applies decodeTuningEnv, once per process.
+// applyDecodeTuning applies decodeStagesEnv and decodeTuningEnv, once per
+// process.
 func applyDecodeTuning() error {
 	var err error
 	decodeTuningOnce.Do(func() {
+		if err = applyDecodeStages(); err != nil {
+			return
+		}
 		v := os.Getenv(decodeTuningEnv)
 		if v == "" {
 			return
@@ -359,15 +361,16 @@ func parseDecodeTuning(v string) (unroll, waves int, err error) {
 }
 
 // decodeSplits picks how many pieces each decode row's context is cut
-// into: enough blocks for decodeWaves waves over the SMs, but no piece
-// shorter than 64 tokens and at most 32 pieces (attn_combine's
-// MAX_SPLITS). It depends only on the batch shape, so a captured graph can
-// be replayed for any context length up to maxSeqLen.
+// into for the CUDA-core kernel: enough blocks for decodeWaves waves over
+// the SMs, but no piece shorter than 64 tokens and at most decodeMaxSplits
+// pieces (attn_combine's MAX_SPLITS is 32). It depends only on the batch
+// shape, so a captured graph can be replayed for any context length up to
+// maxSeqLen.
 func (b *Backend) decodeSplits(seqs, blocksPerSeq, maxSeqLen int) int {
 	base := seqs * blocksPerSeq
 	want := (decodeWaves*b.sms + base - 1) / base
 	byLen := (maxSeqLen + 63) / 64
-	return max(1, min(want, byLen, 32))
+	return max(1, min(want, byLen, decodeMaxSplits))
 }
 
 // Sample implements backend.Backend on the GPU: one 1024-thread block per
@@ -448,7 +451,81 @@ func (b *Backend) Sample(a backend.SampleArgs) ([]int32, error) {
 	return ids, nil
 }
 
-// attnHeadDims are the head dims the attention kernels take: decode gives
-// each token HD/8 lanes (a power of two dividing the warp), prefill tiles
-// HD in 16-wide mma steps.
+// attnHeadDims are the head dims the attention kernels take: the
+// tensor-core kernels tile HD in 16-wide mma steps, the CUDA-core decode
+// kernel gives each token HD/8 lanes (a power of two dividing the warp).
 var attnHeadDims = map[int]bool{16: true, 32: true, 64: true, 128: true, 256: true}
+
+// prefillConfig is the tiling of one attn_prefill module: the kernel's BM
+// (rows), BN (keys), NW (warps) and QR (qInRegs) constants. The kernel's
+// shared-memory layout follows from them (smem).
+type prefillConfig struct {
+	rows, keys, warps int
+	qInRegs           bool
+}
+
+// prefillTiling picks the prefill tiles for head dim d. Up to 128 dims a
+// block takes 128 query rows (8 warps of 16) against 64-key tiles with Q
+// held in registers: per lane 64 f32 accumulators, 32 scores and 32 Q
+// words at d=128, which leaves room below 255 registers. At 256 dims the
+// accumulators alone are 128 registers, so Q is re-read from shared
+// memory each tile and the tiles shrink to 64 rows by 32 keys (101 KB of
+// shared memory: two blocks per SM).
+func prefillTiling(d int) prefillConfig {
+	if d > 128 {
+		return prefillConfig{rows: 64, keys: 32, warps: 4, qInRegs: false}
+	}
+	return prefillConfig{rows: 128, keys: 64, warps: 8, qInRegs: true}
+}
+
+// spec is the module of the tiling for head dim d and cache block size bs.
+func (c prefillConfig) spec(d, bs int) modSpec {
+	qr := 0
+	if c.qInRegs {
+		qr = 1
+	}
+	return modSpec{file: "attn_prefill", p: [6]int{d, bs, c.rows, c.keys, c.warps, qr}}
+}
+
+// smem is the dynamic shared memory of the tiling for head dim d, as
+// kernels/attn_prefill.cu lays it out: two pipeline stages of a K and a V
+// tile with rows padded to d+8 elements, and the Q tile, which shares
+// stage 1 when it is moved into registers before that stage is first
+// filled and fits in it.
+func (c prefillConfig) smem(d int) int {
+	row := (d + 8) * 2
+	stage := 2 * c.keys * row
+	q := c.rows * row
+	if c.qInRegs && c.rows <= 2*c.keys {
+		return 2 * stage
+	}
+	return 2*stage + q
+}
+
+// maxGridYZ is CUDA's limit on a grid's y and z dimensions.
+const maxGridYZ = 65535
+
+// cuFuncAttributeMaxDynamicSharedSizeBytes is CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
+const cuFuncAttributeMaxDynamicSharedSizeBytes = 8
+
+// prefillFn returns the attn_prefill function of mod. A function may use
+// more than 48 KB of dynamic shared memory only once it opts in, so the
+// limit is raised to smem when the function is first fetched (a failure
+// forgets the function, so the next call tries again). CUDA thread only.
+func (b *Backend) prefillFn(mod modSpec, smem int) (uintptr, error) {
+	k := fnKey{mod, "attn_prefill"}
+	if f, ok := b.fns[k]; ok {
+		return f, nil
+	}
+	f, err := b.fn(k)
+	if err != nil {
+		return 0, err
+	}
+	if smem > 48<<10 {
+		if err := b.d.check("cuFuncSetAttribute", b.d.call(b.d.cuFuncSetAttribute, f, cuFuncAttributeMaxDynamicSharedSizeBytes, uintptr(smem))); err != nil {
+			delete(b.fns, k)
+			return 0, fmt.Errorf("attn_prefill in %v: %d bytes of shared memory: %w", mod, smem, err)
+		}
+	}
+	return f, nil
+}

@@ -125,7 +125,6 @@ type seqSpec struct{ ctx, q int }
 
 func TestAttention(t *testing.T) {
 	sharedBackend(t, true)
-	const blockSize = 16
 	for _, tc := range []struct {
 		name     string
 		h, kv, d int
@@ -156,24 +155,211 @@ func TestAttention(t *testing.T) {
 		{"mixed_gqa2_d16", 4, 2, 16, []seqSpec{{70, 1}, {102, 40}, {5, 5}}, 0, 0, 0},
 		{"mixed_gqa4_d256", 8, 2, 256, []seqSpec{{300, 1}, {129, 65}}, 0, 0, 0},
 		{"decode_many_seqs", 16, 8, 128, []seqSpec{{3, 1}, {700, 1}, {1, 1}, {64, 1}, {65, 1}, {1500, 1}, {999, 1}, {2, 1}, {128, 1}}, 0, 0, 0},
+		// attn_prefill: row counts that are not multiples of its tiles
+		// (128 rows, 64 at d=256) and span several, cached prefixes
+		// (ctx > q), windows narrower and wider than a key tile, d 16 to
+		// 256, GQA 1/4/8 and MQA, and a batch with no more rows than
+		// sequences (one block per sequence loops over all its tiles).
+		{"prefill_300_1000_gqa4_d128", 16, 4, 128, []seqSpec{{300, 300}, {1000, 1000}}, 0, 0, 0},
+		{"prefill_prefix_gqa8_d128", 16, 2, 128, []seqSpec{{1300, 1000}, {700, 300}, {130, 129}, {64, 2}}, 0, 0, 0},
+		{"prefill_ragged_gqa1_d64", 8, 8, 64, []seqSpec{{1000, 1000}, {5, 2}, {129, 129}, {900, 17}, {300, 300}}, 0, 0, 0},
+		{"prefill_with_decode_gqa4_d64", 16, 4, 64, []seqSpec{{800, 1}, {1000, 300}, {17, 1}, {257, 256}}, 0, 0, 0},
+		{"prefill_window200_gqa4_d128", 16, 4, 128, []seqSpec{{1000, 1000}, {1200, 300}}, 200, 0, 0},
+		{"prefill_window7_gqa1_d64", 4, 4, 64, []seqSpec{{300, 300}, {400, 129}}, 7, 0, 0},
+		{"prefill_window_wide_gqa4_d128", 8, 2, 128, []seqSpec{{600, 500}}, 5000, 0, 0},
+		{"prefill_gqa8_d256", 16, 2, 256, []seqSpec{{300, 300}, {600, 250}, {70, 65}}, 0, 0, 0},
+		{"prefill_window_gqa2_d256", 4, 2, 256, []seqSpec{{500, 200}, {90, 90}}, 100, 0, 0},
+		{"prefill_mqa_d128", 8, 1, 128, []seqSpec{{1000, 1000}, {40, 40}}, 0, 0, 0},
+		{"prefill_long_gqa2_d16", 4, 2, 16, []seqSpec{{700, 700}, {300, 131}}, 0, 0, 0},
+		{"prefill_one_block_per_seq", 8, 2, 64, oneBlockSeqs(), 0, 0, 0},
 	} {
-		// Each case runs without and with the MaxQueryLen hint (the runner
-		// passes it; 1 skips the prefill kernel).
+		testAttentionCase(t, attnCase{name: tc.name, h: tc.h, kv: tc.kv, d: tc.d, seqs: tc.seqs, window: tc.window,
+			padRows: tc.padRows, unroll: tc.unroll})
+	}
+	// Decode paths of the tensor-core kernel (and the CUDA-core one beside
+	// it): GQA 1, 2, 5, 16, 20 and 32 (two head chunks), head dims 16 to
+	// 256, contexts of 1 token, of a few tiles and of tens of tiles per
+	// warp (the ring wraps many times), not multiples of the 16-token tile
+	// or the cache block, windows that start mid-tile, cache blocks of 8
+	// (tiles span blocks) and 32 tokens, one split (direct output), three
+	// splits, and two and four pipeline stages.
+	for _, tc := range []attnCase{
+		{name: "decode_gqa5_d128", h: 10, kv: 2, d: 128, seqs: []seqSpec{{1, 1}, {17, 1}, {2049, 1}, {300, 1}, {16, 1}, {32, 1}}},
+		{name: "decode_gqa2_d64_10heads", h: 10, kv: 5, d: 64, seqs: []seqSpec{{1000, 1}, {7, 1}, {64, 1}}},
+		{name: "decode_gqa2_d256", h: 8, kv: 4, d: 256, seqs: []seqSpec{{513, 1}, {1, 1}, {100, 1}}},
+		{name: "decode_gqa8_d256_window", h: 16, kv: 2, d: 256, seqs: []seqSpec{{700, 1}, {90, 1}}, window: 77},
+		{name: "decode_gqa16_d128", h: 16, kv: 1, d: 128, seqs: []seqSpec{{700, 1}, {31, 1}}},
+		{name: "decode_mqa20_d64", h: 20, kv: 1, d: 64, seqs: []seqSpec{{300, 1}, {5, 1}}},
+		{name: "decode_mqa32_d32", h: 32, kv: 1, d: 32, seqs: []seqSpec{{129, 1}, {2, 1}}},
+		{name: "decode_gqa1_d16", h: 4, kv: 4, d: 16, seqs: []seqSpec{{45, 1}, {1, 1}, {250, 1}}},
+		{name: "decode_one_split", h: 32, kv: 8, d: 128, seqs: []seqSpec{{2049, 1}, {1, 1}, {700, 1}}, maxSplits: 1},
+		{name: "decode_one_split_long_gqa1", h: 2, kv: 2, d: 64, seqs: []seqSpec{{4001, 1}, {33, 1}}, maxSplits: 1},
+		{name: "decode_three_splits", h: 16, kv: 4, d: 64, seqs: []seqSpec{{1000, 1}, {65, 1}, {3, 1}}, maxSplits: 3},
+		{name: "decode_window37", h: 8, kv: 2, d: 128, seqs: []seqSpec{{700, 1}, {40, 1}, {37, 1}, {36, 1}, {1, 1}, {53, 1}}, window: 37},
+		{name: "decode_window_one_split", h: 8, kv: 4, d: 64, seqs: []seqSpec{{500, 1}, {101, 1}}, window: 100, maxSplits: 1},
+		{name: "decode_bs8_gqa4_d128", h: 16, kv: 4, d: 128, seqs: []seqSpec{{300, 1}, {1, 1}, {77, 1}}, bs: 8},
+		{name: "decode_bs8_window21_d64", h: 8, kv: 4, d: 64, seqs: []seqSpec{{300, 1}, {30, 1}, {21, 1}}, window: 21, bs: 8},
+		{name: "decode_bs32_gqa4_d64", h: 16, kv: 4, d: 64, seqs: []seqSpec{{300, 1}, {33, 1}, {1, 1}}, bs: 32},
+		{name: "decode_bs32_window50_d128", h: 8, kv: 2, d: 128, seqs: []seqSpec{{300, 1}, {49, 1}, {64, 1}}, window: 50, bs: 32},
+		{name: "decode_stages2", h: 32, kv: 8, d: 128, seqs: []seqSpec{{2049, 1}, {100, 1}, {1, 1}}, stages: 2},
+		{name: "decode_stages4_d64", h: 32, kv: 8, d: 64, seqs: []seqSpec{{2049, 1}, {100, 1}, {1, 1}}, stages: 4},
+		{name: "mixed_bs8_gqa2", h: 8, kv: 4, d: 64, seqs: []seqSpec{{300, 1}, {200, 57}, {1, 1}}, bs: 8},
+	} {
+		testAttentionCase(t, tc)
+	}
+	// Device-side checks, for both decode kernels: a batch said to be
+	// decode-only (MaxQueryLen 1) that has a sequence of two rows (no
+	// prefill kernel runs, so the rows would be left unwritten; the decode
+	// kernel reports it instead), and a block id past the cache (in cache
+	// blocks of 16, which hold whole tiles, and of 8, which do not).
+	for _, st := range []int{decodeStages, 0} {
+		t.Run(fmt.Sprintf("decode_only_hint_broken_stages%d", st), func(t *testing.T) {
+			defer func(v int) { decodeStages = v }(decodeStages)
+			decodeStages = st
+			const blockSize = 16
+			p := newPair(t)
+			_, k := p.same(backend.BF16, []int{3, 1, blockSize, 64}, encode(backend.BF16, p.normal(3*blockSize*64, 1)))
+			_, v := p.same(backend.BF16, []int{3, 1, blockSize, 64}, encode(backend.BF16, p.normal(3*blockSize*64, 1)))
+			_, q := p.act(backend.BF16, []int{3, 64}, p.normal(3*64, 1))
+			_, bt := p.same(backend.I32, []int{2, 1}, i32Bytes([]int32{1, 2}))
+			_, sl := p.same(backend.I32, []int{2}, i32Bytes([]int32{5, 9}))
+			_, qs := p.same(backend.I32, []int{3}, i32Bytes([]int32{0, 1, 3}))
+			out := p.poisoned(backend.BF16, 3, 64)
+			p.must("call", p.g.Attention(backend.AttentionArgs{Out: out, Q: q, KCache: k, VCache: v, BlockTables: bt, SeqLens: sl,
+				QueryStart: qs, NumSeqs: 2, MaxSeqLen: 9, MaxQueryLen: 1, NumHeads: 1, NumKVHeads: 1, HeadDim: 64, Scale: 0.125}))
+			if err := p.g.Sync(); !errors.Is(err, backend.ErrShape) {
+				t.Fatalf("Sync: %v, want ErrShape", err)
+			}
+		})
+		for _, blockSize := range []int{16, 8} {
+			t.Run(fmt.Sprintf("bad_block_id_stages%d_bs%d", st, blockSize), func(t *testing.T) {
+				defer func(v int) { decodeStages = v }(decodeStages)
+				decodeStages = st
+				p := newPair(t)
+				// 20 tokens: blocks 1 and 2 are fine, the last (4) is not.
+				nb := (20 + blockSize - 1) / blockSize
+				k := p.poisoned(backend.BF16, 4, 1, blockSize, 64)
+				v := p.poisoned(backend.BF16, 4, 1, blockSize, 64)
+				_, q := p.act(backend.BF16, []int{1, 64}, p.normal(64, 1))
+				ids := []int32{1, 2, 3}[:nb-1]
+				_, bt := p.same(backend.I32, []int{1, nb}, i32Bytes(append(ids, 4)))
+				_, sl := p.same(backend.I32, []int{1}, i32Bytes([]int32{20}))
+				_, qs := p.same(backend.I32, []int{2}, i32Bytes([]int32{0, 1}))
+				out := p.poisoned(backend.BF16, 1, 64)
+				p.must("call", p.g.Attention(backend.AttentionArgs{Out: out, Q: q, KCache: k, VCache: v, BlockTables: bt, SeqLens: sl,
+					QueryStart: qs, NumSeqs: 1, MaxSeqLen: 20, NumHeads: 1, NumKVHeads: 1, HeadDim: 64, Scale: 0.125}))
+				if err := p.g.Sync(); !errors.Is(err, backend.ErrShape) {
+					t.Fatalf("Sync: %v, want ErrShape", err)
+				}
+			})
+		}
+	}
+}
+
+// oneBlockSeqs is a batch of no more query rows than sequences, for which
+// Attention gives each sequence one prefill block that loops over all of
+// its row tiles and heads: 199 short sequences, a few of them decoding,
+// and one of 190 rows (two 128-row tiles) after a 210-token prefix.
+func oneBlockSeqs() []seqSpec {
+	seqs := make([]seqSpec, 0, 200)
+	for i := range 199 {
+		q := 0
+		if i%20 == 0 {
+			q = 1
+		}
+		seqs = append(seqs, seqSpec{1 + i%37, q})
+	}
+	return append(seqs, seqSpec{400, 190})
+}
+
+// TestPrefillTiling checks the prefill tilings against what
+// kernels/attn_prefill.cu assumes of them (its static_asserts and the
+// launch limits), for every head dim Attention accepts.
+func TestPrefillTiling(t *testing.T) {
+	const maxDynSmem = 227 << 10 // per block on sm_80 and sm_90
+	for d := range attnHeadDims {
+		c := prefillTiling(d)
+		smem := c.smem(d)
+		t.Logf("d=%d: %+v, %d bytes of shared memory", d, c, smem)
+		switch {
+		case c.rows != 16*c.warps:
+			t.Errorf("d=%d: %d rows for %d warps, want 16 per warp", d, c.rows, c.warps)
+		case c.keys%16 != 0 || d%16 != 0:
+			t.Errorf("d=%d: %d keys per tile: both must be multiples of 16", d, c.keys)
+		case c.qInRegs && d > 128:
+			t.Errorf("d=%d: Q fragments in registers", d)
+		case smem <= 0 || smem > maxDynSmem:
+			t.Errorf("d=%d: %d bytes of shared memory, limit %d", d, smem, maxDynSmem)
+		}
+		// The Q tile either shares stage 1 or follows both stages.
+		stage := 2 * c.keys * (d + 8) * 2
+		if want := 2*stage + c.rows*(d+8)*2; !c.qInRegs && smem != want {
+			t.Errorf("d=%d: %d bytes, want %d", d, smem, want)
+		}
+		if s := c.spec(d, 16); s.file != "attn_prefill" || len(s.defines()) != 6 {
+			t.Errorf("d=%d: module %v", d, s)
+		}
+	}
+}
+
+// attnCase is one TestAttention batch.
+type attnCase struct {
+	name     string
+	h, kv, d int
+	seqs     []seqSpec
+	window   int
+	padRows  int // rows past the last sequence's, which no kernel may write
+	unroll   int // the CUDA-core decode kernel's UR; 0: the default
+	bs       int // cache block size; 0: 16
+	// stages is decodeStages: 0 runs the case with the default tensor-core
+	// kernel and, if it has decode rows, again with the CUDA-core one
+	// (decodeStages 0); otherwise only with that many stages.
+	stages    int
+	maxSplits int // decodeMaxSplits; 0: the default
+}
+
+// testAttentionCase runs tc on the CPU and the GPU and compares: for each
+// decode kernel it asks for, without and with the MaxQueryLen hint (the
+// runner passes it; 1 skips the prefill kernel).
+func testAttentionCase(t *testing.T, tc attnCase) {
+	t.Helper()
+	bs := tc.bs
+	if bs == 0 {
+		bs = 16
+	}
+	stages := []int{tc.stages}
+	if tc.stages == 0 {
+		stages = []int{decodeStages}
+		for _, s := range tc.seqs {
+			if s.q == 1 && decodeStages != 0 {
+				stages = append(stages, 0)
+				break
+			}
+		}
+	}
+	for _, st := range stages {
 		for _, hinted := range []bool{false, true} {
 			name := tc.name
+			if st == 0 {
+				name += "_simt"
+			}
 			if hinted {
 				name += "_hinted"
 			}
 			t.Run(name, func(t *testing.T) {
-				p := newPair(t)
+				defer func(st, ms, u int) { decodeStages, decodeMaxSplits, decodeUnroll = st, ms, u }(decodeStages, decodeMaxSplits, decodeUnroll)
+				decodeStages = st
+				if tc.maxSplits != 0 {
+					decodeMaxSplits = tc.maxSplits
+				}
 				if tc.unroll != 0 {
-					defer func(u int) { decodeUnroll = u }(decodeUnroll)
 					decodeUnroll = tc.unroll
 				}
+				p := newPair(t)
 				ns := len(tc.seqs)
 				maxBlocks, totalBlocks, rows, maxLen, maxQ := 0, 0, 0, 0, 0
 				for _, s := range tc.seqs {
-					nb := (s.ctx + blockSize - 1) / blockSize
+					nb := (s.ctx + bs - 1) / bs
 					maxBlocks = max(maxBlocks, nb)
 					totalBlocks += nb
 					rows += s.q
@@ -194,7 +380,7 @@ func TestAttention(t *testing.T) {
 					for j := range maxBlocks {
 						tables[i*maxBlocks+j] = 1 << 30
 					}
-					for j := range (s.ctx + blockSize - 1) / blockSize {
+					for j := range (s.ctx + bs - 1) / bs {
 						tables[i*maxBlocks+j] = int32(ids[next] + 1)
 						next++
 					}
@@ -202,8 +388,8 @@ func TestAttention(t *testing.T) {
 					starts[i+1] = starts[i] + int32(s.q)
 				}
 				n := rows + tc.padRows
-				cshape := []int{numBlocks, tc.kv, blockSize, tc.d}
-				cells := numBlocks * tc.kv * blockSize * tc.d
+				cshape := []int{numBlocks, tc.kv, bs, tc.d}
+				cells := numBlocks * tc.kv * bs * tc.d
 				ck, gk := p.same(backend.BF16, cshape, encode(backend.BF16, p.normal(cells, 1)))
 				cv, gv := p.same(backend.BF16, cshape, encode(backend.BF16, p.normal(cells, 1)))
 				cq, gq := p.act(backend.BF16, []int{n, tc.h * tc.d}, p.normal(n*tc.h*tc.d, 1))
@@ -239,39 +425,6 @@ func TestAttention(t *testing.T) {
 			})
 		}
 	}
-	// A batch said to be decode-only (MaxQueryLen 1) that has a sequence
-	// of two rows: no prefill kernel runs, so the rows would be left
-	// unwritten; the decode kernel reports it instead.
-	t.Run("decode_only_hint_broken", func(t *testing.T) {
-		p := newPair(t)
-		_, k := p.same(backend.BF16, []int{3, 1, blockSize, 64}, encode(backend.BF16, p.normal(3*blockSize*64, 1)))
-		_, v := p.same(backend.BF16, []int{3, 1, blockSize, 64}, encode(backend.BF16, p.normal(3*blockSize*64, 1)))
-		_, q := p.act(backend.BF16, []int{3, 64}, p.normal(3*64, 1))
-		_, bt := p.same(backend.I32, []int{2, 1}, i32Bytes([]int32{1, 2}))
-		_, sl := p.same(backend.I32, []int{2}, i32Bytes([]int32{5, 9}))
-		_, qs := p.same(backend.I32, []int{3}, i32Bytes([]int32{0, 1, 3}))
-		out := p.poisoned(backend.BF16, 3, 64)
-		p.must("call", p.g.Attention(backend.AttentionArgs{Out: out, Q: q, KCache: k, VCache: v, BlockTables: bt, SeqLens: sl,
-			QueryStart: qs, NumSeqs: 2, MaxSeqLen: 9, MaxQueryLen: 1, NumHeads: 1, NumKVHeads: 1, HeadDim: 64, Scale: 0.125}))
-		if err := p.g.Sync(); !errors.Is(err, backend.ErrShape) {
-			t.Fatalf("Sync: %v, want ErrShape", err)
-		}
-	})
-	t.Run("bad_block_id", func(t *testing.T) {
-		p := newPair(t)
-		k := p.poisoned(backend.BF16, 4, 1, blockSize, 64)
-		v := p.poisoned(backend.BF16, 4, 1, blockSize, 64)
-		_, q := p.act(backend.BF16, []int{1, 64}, p.normal(64, 1))
-		_, bt := p.same(backend.I32, []int{1, 2}, i32Bytes([]int32{1, 4}))
-		_, sl := p.same(backend.I32, []int{1}, i32Bytes([]int32{20}))
-		_, qs := p.same(backend.I32, []int{2}, i32Bytes([]int32{0, 1}))
-		out := p.poisoned(backend.BF16, 1, 64)
-		p.must("call", p.g.Attention(backend.AttentionArgs{Out: out, Q: q, KCache: k, VCache: v, BlockTables: bt, SeqLens: sl,
-			QueryStart: qs, NumSeqs: 1, MaxSeqLen: 20, NumHeads: 1, NumKVHeads: 1, HeadDim: 64, Scale: 0.125}))
-		if err := p.g.Sync(); !errors.Is(err, backend.ErrShape) {
-			t.Fatalf("Sync: %v, want ErrShape", err)
-		}
-	})
 }
 
 func TestSample(t *testing.T) {
@@ -318,5 +471,92 @@ func TestSample(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDecodePlan checks the decode kernel choice and split counts without
+// a GPU: the tensor-core kernel where it can run (its shared memory within
+// the block limit), the CUDA-core one otherwise; splits within the caps,
+// none shorter than a tile per warp, and as many as one wave of resident
+// blocks holds when the batch alone does not fill the GPU.
+func TestDecodePlan(t *testing.T) {
+	for _, tc := range []struct {
+		cc, sms, stages        int
+		seqs, h, kv, d, maxLen int
+		wantMMA                bool
+	}{
+		{90, 132, 3, 4, 32, 8, 128, 2048, true},
+		{90, 132, 3, 1, 32, 8, 128, 8192, true},
+		{90, 132, 3, 64, 32, 8, 128, 2048, true},
+		{90, 132, 3, 4, 32, 8, 128, 32768, true},
+		{90, 132, 3, 3, 10, 5, 64, 300, true},
+		{90, 132, 4, 2, 16, 2, 256, 5000, true},
+		{90, 132, 3, 1, 32, 1, 64, 100, true},
+		{90, 132, 3, 200, 8, 8, 128, 40, true},
+		{80, 108, 3, 4, 32, 8, 128, 2048, true},
+		{86, 84, 3, 4, 32, 8, 128, 2048, true},  // two stages fit in 99 KB
+		{86, 84, 3, 4, 16, 8, 256, 2048, false}, // not even two
+		{75, 40, 3, 4, 32, 8, 128, 2048, false}, // no bf16 mma
+		{90, 132, 0, 4, 32, 8, 128, 2048, false},
+	} {
+		t.Run(fmt.Sprintf("sm%d_st%d_b%d_h%d_kv%d_d%d_ctx%d", tc.cc, tc.stages, tc.seqs, tc.h, tc.kv, tc.d, tc.maxLen), func(t *testing.T) {
+			defer func(v int) { decodeStages = v }(decodeStages)
+			decodeStages = tc.stages
+			b := &Backend{cc: tc.cc, sms: tc.sms}
+			p := b.planDecode(tc.seqs, tc.h, tc.kv, tc.d, 16, tc.maxLen)
+			t.Logf("%+v", p)
+			if mma := p.decode == "attn_decode_mma"; mma != tc.wantMMA {
+				t.Fatalf("kernel %s, want tensor cores %v", p.decode, tc.wantMMA)
+			}
+			if p.grid[0] != tc.seqs || p.grid[2] != p.nsplit || p.nsplit < 1 || p.nsplit > decodeMaxSplits {
+				t.Fatalf("grid %v with %d splits", p.grid, p.nsplit)
+			}
+			if !tc.wantMMA {
+				return
+			}
+			g := tc.h / tc.kv
+			if want := tc.kv * ((g + 15) / 16); p.grid[1] != want {
+				t.Errorf("grid y %d, want %d (16 query heads per block)", p.grid[1], want)
+			}
+			st := p.mod.p[2]
+			if st < 2 || st > tc.stages || p.mod.file != "attn_decode" || p.mod.p[0] != tc.d {
+				t.Errorf("module %v", p.mod)
+			}
+			_, perBlock := smemLimits(tc.cc)
+			if p.smem != decodeMMASmem(tc.d, st) || p.smem+decodeMMAStaticSmem(st) > perBlock {
+				t.Errorf("%d bytes of shared memory, block limit %d", p.smem, perBlock)
+			}
+			tiles := (tc.maxLen + decodeTile - 1) / decodeTile
+			if p.nsplit > 1 && tiles/p.nsplit < decodeNW {
+				t.Errorf("%d splits of %d tiles leave a warp without one", p.nsplit, tiles)
+			}
+			units := p.grid[0] * p.grid[1]
+			slots := decodeMMAPerSM(tc.cc, tc.d, st) * tc.sms
+			// Time in units of an unsplit block: waves of resident blocks
+			// over splits. No allowed count may beat the choice by 3%.
+			limit := max(1, min(decodeMaxSplits, tiles/decodeNW))
+			cost := func(n int) float64 { return math.Ceil(float64(units*n)/float64(slots)) / float64(n) }
+			for n := 1; n <= limit; n++ {
+				if cost(n) < 0.97*cost(p.nsplit) {
+					t.Errorf("%d splits take %.3f, %d would take %.3f", p.nsplit, cost(p.nsplit), n, cost(n))
+				}
+			}
+			if units*p.nsplit*2 <= slots && p.nsplit < limit {
+				t.Errorf("%d blocks leave more than half of %d slots idle with %d more splits allowed", units*p.nsplit, slots, limit-p.nsplit)
+			}
+		})
+	}
+}
+
+func TestParseDecodeStages(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int
+		ok   bool
+	}{{"0", 0, true}, {"2", 2, true}, {"3", 3, true}, {"4", 4, true}, {"1", 0, false}, {"5", 0, false}, {"", 0, false}, {"3x", 0, false}, {"-3", 0, false}} {
+		got, err := parseDecodeStages(tc.in)
+		if (err == nil) != tc.ok || (tc.ok && got != tc.want) {
+			t.Errorf("parseDecodeStages(%q) = %d, %v; want %d, ok %v", tc.in, got, err, tc.want, tc.ok)
+		}
 	}
 }

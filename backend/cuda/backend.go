@@ -109,6 +109,10 @@ type Backend struct {
 	params    pinned
 	paramVals *[maxKernelArgs]uint64
 	paramPtrs uintptr
+	// launchCfg is the CUlaunchConfig (in pinned host memory) of launches
+	// with programmatic dependent launch; pdl says whether they use it.
+	launchCfg *launchConfig
+	pdl       bool
 	errFlag   pinned
 	errDev    uint64
 	stage     pinned
@@ -136,6 +140,12 @@ func New(opts Options) (*Backend, error) {
 		return nil, err
 	}
 	if err := applyDecodeTuning(); err != nil {
+		return nil, err
+	}
+	if err := applyGEMVEnv(); err != nil {
+		return nil, err
+	}
+	if err := applyPDLEnv(); err != nil {
 		return nil, err
 	}
 	d, _ := loadDriver()
@@ -217,9 +227,10 @@ func (b *Backend) init() error {
 		return err
 	}
 	b.pool = pool{d: d, free: map[int][]uint64{}, class: map[uint64]int{}}
-	if b.params, err = b.hostAlloc(2*maxKernelArgs*8, 0); err != nil {
+	if b.params, err = b.hostAlloc(2*maxKernelArgs*8+launchConfigBytes, 0); err != nil {
 		return err
 	}
+	b.initLaunchConfig(b.params.host + 2*maxKernelArgs*8)
 	// kernelParams: values in the first half, the array of pointers to
 	// them in the second; the pointers never change.
 	b.paramVals = (*[maxKernelArgs]uint64)(cptr(b.params.host))
@@ -411,6 +422,14 @@ func (b *Backend) launch(f uintptr, grid [3]int, block, smem int, args ...uint64
 		return fmt.Errorf("launch: %d arguments, at most %d", len(args), maxKernelArgs)
 	}
 	copy(b.paramVals[:], args)
+	if b.pdl {
+		c := b.launchCfg
+		c.grid = [3]uint32{uint32(grid[0]), uint32(grid[1]), uint32(grid[2])}
+		c.block = [3]uint32{uint32(block), 1, 1}
+		c.smem = uint32(smem)
+		c.stream = b.stream
+		return b.d.check("cuLaunchKernelEx", b.d.call(b.d.cuLaunchKernelEx, uintptr(unsafe.Pointer(c)), f, b.paramPtrs, 0))
+	}
 	return b.d.check("cuLaunchKernel", b.d.call(b.d.cuLaunchKernel, f,
 		uintptr(grid[0]), uintptr(grid[1]), uintptr(grid[2]), uintptr(block), 1, 1,
 		uintptr(smem), b.stream, b.paramPtrs, 0))

@@ -128,28 +128,38 @@ func BenchmarkMatMulDecode(b *testing.B) {
 	for _, s := range []struct {
 		name       string
 		n, in, out int
-	}{{"qkv", 4, 4096, 6144}, {"o", 4, 4096, 4096}, {"gate_up", 4, 4096, 28672}, {"down", 4, 14336, 4096}} {
-		b.Run(fmt.Sprintf("graph_%s_n%d_%dx%d", s.name, s.n, s.in, s.out), func(b *testing.B) {
-			copies := min(8, max(2, (256<<20)/(s.in*s.out*2)))
-			ws := make([]backend.Tensor, copies)
-			for i := range ws {
-				ws[i] = randomBF16(b, g, 0.02, s.out, s.in)
-			}
-			x := randomBF16(b, g, 1, s.n, s.in)
-			y, _ := g.Alloc(backend.BF16, s.n, s.out)
-			defer func() {
-				for _, w := range ws {
-					g.Free(w)
+	}{{"qkv", 4, 4096, 6144}, {"o", 4, 4096, 4096}, {"gate_up", 4, 4096, 28672}, {"down", 4, 14336, 4096},
+		{"o", 1, 4096, 4096}, {"down", 1, 14336, 4096}, {"o", 16, 4096, 4096}, {"lm_head", 4, 4096, 128256}} {
+		// gemv=off is cuBLASLt's tuned algorithm alone; on, the tuner's
+		// choice between it and the own GEMV.
+		for _, own := range []bool{false, true} {
+			b.Run(fmt.Sprintf("graph_%s_n%d_%dx%d_gemv=%v", s.name, s.n, s.in, s.out, own), func(b *testing.B) {
+				defer func(v bool) { gemvEnabled = v }(gemvEnabled)
+				gemvEnabled = own
+				copies := min(8, max(2, (256<<20)/(s.in*s.out*2)))
+				ws := make([]backend.Tensor, copies)
+				for i := range ws {
+					ws[i] = randomBF16(b, g, 0.02, s.out, s.in)
 				}
-				g.Free(x)
-				g.Free(y)
-			}()
-			next := 0
-			timeGraphOps(b, g, float64(s.out*s.in*2), 4*copies, func() error {
-				next = (next + 1) % copies
-				return g.MatMul(y, x, ws[next], nil)
+				x := randomBF16(b, g, 1, s.n, s.in)
+				y, _ := g.Alloc(backend.BF16, s.n, s.out)
+				defer func() {
+					for _, w := range ws {
+						g.Free(w)
+					}
+					g.Free(x)
+					g.Free(y)
+				}()
+				next := 0
+				timeGraphOps(b, g, float64(s.out*s.in*2), 4*copies, func() error {
+					next = (next + 1) % copies
+					return g.MatMul(y, x, ws[next], nil)
+				})
 			})
-		})
+		}
+	}
+	for _, c := range g.GEMMChoices() {
+		b.Log(c)
 	}
 	for _, dt := range []backend.DType{backend.Q8_0, backend.Q4_0} {
 		b.Run(fmt.Sprintf("%v_n4_4096x14336", dt), func(b *testing.B) {
@@ -177,31 +187,36 @@ func BenchmarkMatMulDecode(b *testing.B) {
 }
 
 // BenchmarkAttentionDecode times one decode step of attention (one query
-// row per sequence) over contexts large enough to leave L2, reporting KV
-// bytes read per second.
+// row per sequence, Llama-3-8B's 32 query and 8 KV heads of 128 dims),
+// reporting KV bytes read per second, for the tensor-core kernel
+// (stages=2..4, its cp.async ring depth) and the CUDA-core one (stages=0).
+// From a graph: at batch 4 and context 2048 the kernels take less time
+// than the host needs to launch them. The graph cycles over enough copies
+// of the cache that none is still in L2 (50 MB on the H200) when its turn
+// comes again.
 func BenchmarkAttentionDecode(b *testing.B) {
 	g := benchBackend(b)
 	const h, kv, d, bs = 32, 8, 128, 16
-	type shape struct{ seqs, ctx, unroll, waves int }
-	cases := []shape{{1, 8192, 2, 2}, {8, 4096, 2, 2}, {32, 2048, 2, 2}, {4, 32768, 2, 2}, {4, 32768, 4, 2}, {32, 2048, 4, 2}}
-	// The decode benchmark's shapes (batch 1, 4, 64 at context 2048) over
-	// the kernel's two tuning knobs.
-	for _, seqs := range []int{1, 4, 64} {
-		for _, unroll := range []int{2, 4, 8} {
-			for _, waves := range []int{2, 4, 8} {
-				cases = append(cases, shape{seqs, 2048, unroll, waves})
-			}
-		}
+	type shape struct{ seqs, ctx, stages int }
+	var cases []shape
+	for _, c := range []shape{{1, 8192, 0}, {4, 2048, 0}, {4, 32768, 0}, {64, 2048, 0}} {
+		cases = append(cases, c, shape{c.seqs, c.ctx, 3})
 	}
+	cases = append(cases, shape{4, 2048, 2}, shape{4, 2048, 4}, shape{1, 8192, 4}, shape{64, 2048, 2})
 	for _, c := range cases {
 		s := c
-		b.Run(fmt.Sprintf("b%d_ctx%d_h%d_kv%d_d%d_unroll%d_waves%d", s.seqs, s.ctx, h, kv, d, s.unroll, s.waves), func(b *testing.B) {
-			defer func(u, w int) { decodeUnroll, decodeWaves = u, w }(decodeUnroll, decodeWaves)
-			decodeUnroll, decodeWaves = s.unroll, s.waves
+		b.Run(fmt.Sprintf("b%d_ctx%d_h%d_kv%d_d%d_stages%d", s.seqs, s.ctx, h, kv, d, s.stages), func(b *testing.B) {
+			defer func(v int) { decodeStages = v }(decodeStages)
+			decodeStages = s.stages
 			nbPer := (s.ctx + bs - 1) / bs
 			numBlocks := s.seqs*nbPer + 1
-			k := randomBF16(b, g, 1, numBlocks, kv, bs, d)
-			v := randomBF16(b, g, 1, numBlocks, kv, bs, d)
+			kvBytes := s.seqs * s.ctx * kv * d * 2 * 2
+			copies := min(4, max(1, (128<<20+kvBytes-1)/kvBytes))
+			var ks, vs []backend.Tensor
+			for range copies {
+				ks = append(ks, randomBF16(b, g, 1, numBlocks, kv, bs, d))
+				vs = append(vs, randomBF16(b, g, 1, numBlocks, kv, bs, d))
+			}
 			q := randomBF16(b, g, 1, s.seqs, h*d)
 			out, _ := g.Alloc(backend.BF16, s.seqs, h*d)
 			r := rand.New(rand.NewPCG(3, 4))
@@ -220,15 +235,68 @@ func BenchmarkAttentionDecode(b *testing.B) {
 			sl, _ := g.Upload(backend.I32, []int{s.seqs}, lens)
 			qs, _ := g.Upload(backend.I32, []int{s.seqs + 1}, starts)
 			defer func() {
+				for _, t := range append(append(ks, vs...), q, out, bt, sl, qs) {
+					g.Free(t)
+				}
+			}()
+			args := backend.AttentionArgs{Out: out, Q: q, BlockTables: bt, SeqLens: sl, QueryStart: qs, NumSeqs: s.seqs,
+				MaxSeqLen: s.ctx, MaxQueryLen: 1, NumHeads: h, NumKVHeads: kv, HeadDim: d, Scale: float32(1 / math.Sqrt(d))}
+			next := 0
+			timeGraphOps(b, g, float64(kvBytes), 4*copies, func() error {
+				next = (next + 1) % copies
+				args.KCache, args.VCache = ks[next], vs[next]
+				return g.Attention(args)
+			})
+		})
+	}
+}
+
+// BenchmarkAttentionPrefill times causal prefill attention of whole
+// prompts (no cached prefix) and reports TFLOP/s, counting the causal
+// half of the two products: 4*S*S/2*D per head and sequence. The launch
+// also carries the decode kernels, which return at once for these rows.
+func BenchmarkAttentionPrefill(b *testing.B) {
+	g := benchBackend(b)
+	const h, kv, d, bs = 32, 8, 128, 16
+	for _, c := range []struct{ seqs, len int }{{4, 2048}, {1, 8192}} {
+		b.Run(fmt.Sprintf("b%d_s%d_h%d_kv%d_d%d", c.seqs, c.len, h, kv, d), func(b *testing.B) {
+			nbPer := (c.len + bs - 1) / bs
+			numBlocks := c.seqs*nbPer + 1
+			rows := c.seqs * c.len
+			k := randomBF16(b, g, 1, numBlocks, kv, bs, d)
+			v := randomBF16(b, g, 1, numBlocks, kv, bs, d)
+			q := randomBF16(b, g, 1, rows, h*d)
+			out, err := g.Alloc(backend.BF16, rows, h*d)
+			if err != nil {
+				b.Fatal(err)
+			}
+			r := rand.New(rand.NewPCG(5, 6))
+			perm := r.Perm(numBlocks - 1)
+			tables := make([]byte, 4*c.seqs*nbPer)
+			lens := make([]byte, 4*c.seqs)
+			starts := make([]byte, 4*(c.seqs+1))
+			for i := range c.seqs {
+				for j := range nbPer {
+					binary.LittleEndian.PutUint32(tables[4*(i*nbPer+j):], uint32(perm[i*nbPer+j]+1))
+				}
+				binary.LittleEndian.PutUint32(lens[4*i:], uint32(c.len))
+				binary.LittleEndian.PutUint32(starts[4*(i+1):], uint32((i+1)*c.len))
+			}
+			bt, _ := g.Upload(backend.I32, []int{c.seqs, nbPer}, tables)
+			sl, _ := g.Upload(backend.I32, []int{c.seqs}, lens)
+			qs, _ := g.Upload(backend.I32, []int{c.seqs + 1}, starts)
+			defer func() {
 				for _, t := range []backend.Tensor{k, v, q, out, bt, sl, qs} {
 					g.Free(t)
 				}
 			}()
 			args := backend.AttentionArgs{Out: out, Q: q, KCache: k, VCache: v, BlockTables: bt, SeqLens: sl, QueryStart: qs,
-				NumSeqs: s.seqs, MaxSeqLen: s.ctx, NumHeads: h, NumKVHeads: kv, HeadDim: d, Scale: float32(1 / math.Sqrt(d))}
-			// From a graph: at batch 4 and context 2048 the kernels take
-			// less time than the host needs to launch them.
-			timeGraphOps(b, g, float64(s.seqs*s.ctx*kv*d*2*2), 20, func() error { return g.Attention(args) })
+				NumSeqs: c.seqs, MaxSeqLen: c.len, MaxQueryLen: c.len, NumHeads: h, NumKVHeads: kv, HeadDim: d,
+				Scale: float32(1 / math.Sqrt(d))}
+			const reps = 4
+			timeGraphOps(b, g, 0, reps, func() error { return g.Attention(args) })
+			flops := 4 * float64(c.len) * float64(c.len) / 2 * d * h * float64(c.seqs)
+			b.ReportMetric(flops*float64(b.N*reps)/b.Elapsed().Seconds()/1e12, "TFLOP/s")
 		})
 	}
 }

@@ -2,9 +2,13 @@ package cuda
 
 import (
 	"errors"
+	"io/fs"
 	"os"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // testCompiler returns a compiler for the device's architecture when a GPU
@@ -150,4 +154,70 @@ func TestWarmKernels(t *testing.T) {
 		}
 	}
 	t.Logf("%s: %d modules for %s", g.Device(), len(reps), g.comp.arch)
+}
+
+// TestKernelsWaitForPredecessor checks the rule programmatic dependent
+// launch rests on (launch.go): the first statement of every kernel is
+// grid_dep_sync(), so no kernel reads memory its predecessor in the
+// stream may still be writing.
+func TestKernelsWaitForPredecessor(t *testing.T) {
+	files, err := fs.Glob(kernelFS, "kernels/*.cu")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("kernel sources: %v (%d files)", err, len(files))
+	}
+	kernels := 0
+	for _, f := range files {
+		src, err := fs.ReadFile(kernelFS, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := string(src)
+		for _, loc := range globalRe.FindAllStringSubmatchIndex(s, -1) {
+			body := strings.Index(s[loc[1]:], "{")
+			if body < 0 {
+				t.Fatalf("%s: kernel at byte %d has no body", f, loc[0])
+			}
+			rest := strings.TrimSpace(s[loc[1]+body+1:])
+			name := s[loc[2]:loc[3]]
+			if early, ok := earlyReaders[name]; ok {
+				// Reads pristine weights first, then syncs: both branches
+				// must be there, the early one guarded by the host's flag.
+				if !strings.HasPrefix(rest, "if (!"+early+") grid_dep_sync();") ||
+					!strings.Contains(rest, "if ("+early+") grid_dep_sync();") {
+					t.Errorf("%s: kernel %q must start with `if (!%s) grid_dep_sync();` and sync after its early loads", f, name, early)
+				}
+			} else if !strings.HasPrefix(rest, "grid_dep_sync();") {
+				t.Errorf("%s: kernel %q does not start with grid_dep_sync();", f, name)
+			}
+			kernels++
+		}
+	}
+	if kernels < 10 {
+		t.Fatalf("found only %d kernels: the pattern no longer matches the sources", kernels)
+	}
+	t.Logf("checked %d kernels in %d files", kernels, len(files))
+}
+
+// earlyReaders are the kernels allowed to load, before grid_dep_sync, the
+// weights the host flags as pristine (never written by a kernel), named by
+// the flag parameter.
+var earlyReaders = map[string]string{"gemv_bf16": "early_w"}
+
+// globalRe matches a kernel's declaration up to its parameter list.
+var globalRe = regexp.MustCompile(`extern "C" __global__ void (?:__launch_bounds__\([^)]*\) )?(\w+)\(`)
+
+// TestLaunchConfigLayout checks the Go mirrors of cuda.h's launch structs.
+func TestLaunchConfigLayout(t *testing.T) {
+	if s := unsafe.Sizeof(launchConfig{}); s != 56 {
+		t.Errorf("launchConfig is %d bytes, CUlaunchConfig 56", s)
+	}
+	if s := unsafe.Sizeof(launchAttr{}); s != 72 {
+		t.Errorf("launchAttr is %d bytes, CUlaunchAttribute 72", s)
+	}
+	if o := unsafe.Offsetof(launchConfig{}.stream); o != 32 {
+		t.Errorf("launchConfig.stream at %d, hStream at 32", o)
+	}
+	if o := unsafe.Offsetof(launchConfig{}.numAttrs); o != 48 {
+		t.Errorf("launchConfig.numAttrs at %d, numAttrs at 48", o)
+	}
 }

@@ -108,6 +108,12 @@ type gemmPlan struct {
 	// candidates holds the heuristic's results (ltHeuristicResultBytes
 	// each) until the plan is tuned; nil once it is, or when not tuned.
 	candidates []byte
+	// gemv, when set by the tuner, is the own GEMV variant that beat
+	// cuBLASLt on this shape (decode products of at most gemvMaxRows rows).
+	gemv gemvConfig
+	// tunedMs and gemvMs are the tuner's best times (cuBLASLt's kept
+	// algorithm, the fastest GEMV variant), for reports; 0 until tuned.
+	tunedMs, gemvMs float32
 }
 
 // Products of at most tuneMaxRows rows (decode steps, where one product

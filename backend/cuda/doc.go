@@ -27,8 +27,10 @@
 // GEMMs of at most 64 rows (decode) are tuned once per shape: cuBLASLt's
 // first eight algorithms are timed from DRAM (L2 flushed) on the first
 // eager call, and one replaces the heuristic's pick only if 3% faster.
-// Decode attention is split-KV with a split count fixed per batch shape,
-// so captured graphs stay valid as contexts grow.
+// Decode attention is split-KV flash decoding on the tensor cores
+// (mma.sync, a per-warp cp.async pipeline over 16-token tiles; a CUDA-core
+// kernel before sm_80), with a split count fixed per batch shape, so
+// captured graphs stay valid as contexts grow.
 //
 // Dtypes: activations BF16 with f32 accumulation; weights BF16 (cuBLASLt),
 // F32/F16 (a BF16 copy made on first use), Q8_0/Q4_0 (own kernels); KV

@@ -53,6 +53,9 @@ type driver struct {
 	cuGraphLaunch, cuGraphExecDestroy, cuGraphDestroy                               uintptr
 	cuDriverGetVersion                                                              uintptr
 	cuProfilerStart, cuProfilerStop                                                 uintptr
+	// cuLaunchKernelEx (CUDA 12.0+) launches with attributes; 0 when the
+	// driver lacks it, and launches fall back to cuLaunchKernel.
+	cuLaunchKernelEx uintptr
 }
 
 var (
@@ -117,6 +120,9 @@ func loadDriver() (*driver, error) {
 		if err != nil {
 			drvErr = err
 			return
+		}
+		if p, e := dlsym(h, "cuLaunchKernelEx"); e == nil {
+			d.cuLaunchKernelEx = p
 		}
 		// cuEventElapsedTime_v2 is CUDA 12.8+; older drivers only have the
 		// unversioned symbol, with the same signature.

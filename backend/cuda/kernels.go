@@ -19,13 +19,16 @@ var kernelFS embed.FS
 // fileParams names, per kernel file, the -D constants a module of that
 // file is specialised with, in the order of modSpec.p.
 var fileParams = map[string][]string{
-	"embed":     {"TT", "OT"},
-	"norm":      {"XT", "OT", "WT"},
-	"act":       {"IT", "OT"},
-	"rope":      {"HD", "BS", "QT", "CT", "NT"},
-	"attention": {"HD", "BS", "GC", "UR"},
-	"sample":    {},
-	"quant":     {"WT", "OT"},
+	"embed":        {"TT", "OT"},
+	"norm":         {"XT", "OT", "WT"},
+	"act":          {"IT", "OT"},
+	"rope":         {"HD", "BS", "QT", "CT", "NT"},
+	"attention":    {"HD", "BS", "GC", "UR"},
+	"attn_prefill": {"HD", "BS", "BM", "BN", "NW", "QR"},
+	"attn_decode":  {"HD", "BS", "ST"},
+	"sample":       {},
+	"quant":        {"WT", "OT"},
+	"gemv":         {"NT", "NW", "UR", "OT"},
 }
 
 // modSpec identifies one compiled module: a kernel file and the values of
@@ -234,12 +237,24 @@ func warmSpecs() []modSpec {
 		{file: "quant", p: [6]int{int(dtQ4_0), bf}},
 		{file: "quant", p: [6]int{int(dtQ8_0), f32}},
 	}
+	// The GEMV variants the decode tuner times: one and two 8-row tiles,
+	// BF16 out; one tile with F32 out (logits).
+	for _, c := range gemvConfigs {
+		specs = append(specs,
+			modSpec{file: "gemv", p: [6]int{1, c.nw, c.ur, bf}},
+			modSpec{file: "gemv", p: [6]int{2, c.nw, c.ur, bf}},
+			modSpec{file: "gemv", p: [6]int{1, c.nw, c.ur, f32}})
+	}
 	for _, hd := range []int{64, 128} {
 		specs = append(specs,
 			modSpec{file: "rope", p: [6]int{hd, 16, bf, bf, bf}},
 			modSpec{file: "rope", p: [6]int{hd, 16, bf, bf, f32}})
 		for _, gc := range []int{1, 2, 4, 8} {
 			specs = append(specs, modSpec{file: "attention", p: [6]int{hd, 16, gc, decodeUnroll}})
+		}
+		specs = append(specs, prefillTiling(hd).spec(hd, 16))
+		if st, ok := decodeMMAStages(90, hd); ok {
+			specs = append(specs, modSpec{file: "attn_decode", p: [6]int{hd, 16, st}})
 		}
 	}
 	return specs

@@ -3,6 +3,8 @@ package cuda
 import (
 	"fmt"
 	"math"
+	"os"
+	"slices"
 	"unsafe"
 
 	"github.com/trigon-llm/trigon/backend"
@@ -89,11 +91,13 @@ func (b *Backend) MatMul(out, x, w, bias backend.Tensor) error {
 	if n > maxInt32 || m > maxInt32 || k > maxInt32 {
 		return backend.ShapeError("cuda: "+op, "w", "%v x %v exceeds int32", xt.shape, wt.shape)
 	}
-	return b.post(func() error { return b.matmul(o, xt, wt, bt, n, m, k) })
+	// Read now, in queue order: a later op may still make the weight non-pristine.
+	pristine := wt.owner != nil && wt.owner.pristine.Load()
+	return b.post(func() error { return b.matmul(o, xt, wt, bt, n, m, k, pristine) })
 }
 
-// matmul runs on the CUDA thread.
-func (b *Backend) matmul(o, xt, wt, bt *tensor, n, m, k int) error {
+// matmul runs on the CUDA thread. pristine: no kernel ever wrote w.
+func (b *Backend) matmul(o, xt, wt, bt *tensor, n, m, k int, pristine bool) error {
 	xptr := xt.ptr
 	if xt.dt != backend.BF16 {
 		tmp, err := b.tmpGet(n * k * 2)
@@ -112,12 +116,13 @@ func (b *Backend) matmul(o, xt, wt, bt *tensor, n, m, k int) error {
 	}
 	switch wt.dt {
 	case backend.BF16:
-		if err := b.gemm(o.ptr, yt, xptr, wt.ptr, n, m, k); err != nil {
+		if err := b.gemm(o.ptr, yt, xptr, wt.ptr, n, m, k, pristine); err != nil {
 			return err
 		}
 	case backend.F32, backend.F16:
 		sk := shadowKey{wt.ptr, wt.bytes}
 		sh, ok := b.shadows[sk]
+		fresh := !ok // converted by this call: not safe to read early
 		if !ok {
 			var err error
 			if sh, err = b.pool.get(m * k * 2); err != nil {
@@ -129,7 +134,7 @@ func (b *Backend) matmul(o, xt, wt, bt *tensor, n, m, k int) error {
 			}
 			b.shadows[sk] = sh
 		}
-		if err := b.gemm(o.ptr, yt, xptr, sh, n, m, k); err != nil {
+		if err := b.gemm(o.ptr, yt, xptr, sh, n, m, k, pristine && !fresh); err != nil {
 			return err
 		}
 	case backend.Q8_0, backend.Q4_0:
@@ -154,7 +159,7 @@ func (b *Backend) matmul(o, xt, wt, bt *tensor, n, m, k int) error {
 			if err := b.launch(f, [3]int{b.gridFor(m * k), 1, 1}, 256, 0, tmp, wt.ptr, i32(m), i32(k)); err != nil {
 				return err
 			}
-			if err := b.gemm(o.ptr, yt, xptr, tmp, n, m, k); err != nil {
+			if err := b.gemm(o.ptr, yt, xptr, tmp, n, m, k, false); err != nil {
 				return err
 			}
 		}
@@ -184,7 +189,11 @@ func (b *Backend) dropShadows(lo, hi uint64) {
 
 // gemm computes y[n,m] = x[n,k] . w[m,k]^T with BF16 x and w through
 // cuBLASLt, the plan cached per shape. CUDA thread only.
-func (b *Backend) gemm(y uint64, yt int, x, w uint64, n, m, k int) error {
+//
+// earlyW says no kernel of the step writes w (false for a BF16 copy made
+// by the call itself): the GEMV may then start streaming it before the
+// previous kernel finishes (programmatic dependent launch).
+func (b *Backend) gemm(y uint64, yt int, x, w uint64, n, m, k int, earlyW bool) error {
 	g := &b.blas
 	key := gemmKey{m: m, n: n, k: k, wt: cudaR16BF, xt: cudaR16BF, yt: yt}
 	p, ok := g.plans[key]
@@ -206,9 +215,70 @@ func (b *Backend) gemm(y uint64, yt int, x, w uint64, n, m, k int) error {
 		}
 	}
 	if p.candidates != nil && !b.capturing {
-		b.tuneGemm(p, y, x, w)
+		b.tuneGemm(p, key, y, x, w)
+	}
+	if p.gemv.nw > 0 && gemvEnabled && gemvFits(n, k, x, w) {
+		return b.gemvCall(p.gemv, y, yt, x, w, n, m, k, earlyW)
 	}
 	return g.lib.check("cublasLtMatmul", b.gemmCall(p, p.algo, y, x, w))
+}
+
+// gemvConfig is one variant of the tensor-core GEMV of kernels/gemv.cu:
+// warps per block (they split k) and 32-wide k spans whose loads each
+// warp issues together. The zero value means cuBLASLt.
+type gemvConfig struct{ nw, ur int }
+
+// gemvConfigs are the variants the tuner times against cuBLASLt: more
+// warps per block for short k, more spans in flight for long k.
+var gemvConfigs = []gemvConfig{{4, 4}, {8, 2}, {8, 4}, {4, 8}, {16, 2}}
+
+// gemvMaxRows is the most x rows the GEMV takes (two 8-row mma tiles).
+const gemvMaxRows = 16
+
+// gemvEnabled lets a benchmark (or TRIGON_CUDA_GEMV=off, read by New)
+// compare cuBLASLt alone with the tuned choice.
+var gemvEnabled = true
+
+// gemvEnv turns the GEMV off ("off") for a comparison without a rebuild;
+// "on" or unset leaves the tuner's choice.
+const gemvEnv = "TRIGON_CUDA_GEMV"
+
+// applyGEMVEnv reads gemvEnv.
+func applyGEMVEnv() error {
+	switch v := os.Getenv(gemvEnv); v {
+	case "", "on":
+	case "off":
+		gemvEnabled = false
+	default:
+		return fmt.Errorf("cuda: %s=%q: want on or off", gemvEnv, v)
+	}
+	return nil
+}
+
+// gemvFits reports whether the GEMV can take a product: few rows, k a
+// multiple of 8 and 16-byte aligned operands (it reads 8 bf16 at a time).
+func gemvFits(n, k int, x, w uint64) bool {
+	return n >= 1 && n <= gemvMaxRows && k%8 == 0 && x%16 == 0 && w%16 == 0
+}
+
+// gemvCall queues y = x . w^T through the GEMV variant c; earlyW as for
+// gemm. CUDA thread only.
+//
+//	y [n, m] BF16 or F32 (yt);  x [n, k] BF16;  w [m, k] BF16
+func (b *Backend) gemvCall(c gemvConfig, y uint64, yt int, x, w uint64, n, m, k int, earlyW bool) error {
+	ot := int(dtBF16)
+	if yt == cudaR32F {
+		ot = int(dtF32)
+	}
+	f, err := b.fn(fnKey{modSpec{file: "gemv", p: [6]int{(n + 7) / 8, c.nw, c.ur, ot}}, "gemv_bf16"})
+	if err != nil {
+		return err
+	}
+	early := uint64(0)
+	if earlyW {
+		early = 1
+	}
+	return b.launch(f, [3]int{(m + 15) / 16, 1, 1}, c.nw*32, 0, y, x, w, i32(n), i32(m), i32(k), early)
 }
 
 // gemmCall queues y = x . w^T with plan p and algorithm algo (64 bytes),
@@ -232,7 +302,7 @@ func (b *Backend) gemmCall(p *gemmPlan, algo []byte, y, x, w uint64) int {
 // fails is skipped; if timing itself fails, the first choice stays. It
 // waits for the stream, so it runs once per plan, on an eager call (never
 // while capturing). CUDA thread only.
-func (b *Backend) tuneGemm(p *gemmPlan, y, x, w uint64) {
+func (b *Backend) tuneGemm(p *gemmPlan, key gemmKey, y, x, w uint64) {
 	cands := p.candidates
 	p.candidates = nil
 	d := b.d
@@ -250,13 +320,12 @@ func (b *Backend) tuneGemm(p *gemmPlan, y, x, w uint64) {
 		return
 	}
 	defer d.call(d.cuEventDestroy, stop)
-	run := func(algo []byte) bool { return b.gemmCall(p, algo, y, x, w) == 0 }
-	// timed returns the best of three flushed runs of algo, in ms.
-	timed := func(algo []byte) (float32, bool) {
+	// timed returns the best of three flushed runs of run, in ms.
+	timed := func(run func() bool) (float32, bool) {
 		best := float32(math.MaxFloat32)
 		for range 3 {
 			if d.call(d.cuMemsetD8Async, uintptr(flush), 0, tuneFlushBytes, b.stream) != 0 ||
-				d.call(d.cuEventRecord, start, b.stream) != 0 || !run(algo) ||
+				d.call(d.cuEventRecord, start, b.stream) != 0 || !run() ||
 				d.call(d.cuEventRecord, stop, b.stream) != 0 || d.call(d.cuEventSynchronize, stop) != 0 {
 				return 0, false
 			}
@@ -268,15 +337,16 @@ func (b *Backend) tuneGemm(p *gemmPlan, y, x, w uint64) {
 		}
 		return best, true
 	}
-	var first float32
+	first := float32(math.MaxFloat32) // the heuristic's pick, unless it fails
 	best, bestAt := float32(math.MaxFloat32), -1
 	for i := 0; i+ltHeuristicResultBytes <= len(cands); i += ltHeuristicResultBytes {
 		c := cands[i : i+ltHeuristicResultBytes]
+		run := func() bool { return b.gemmCall(p, c[:64], y, x, w) == 0 }
 		// state (offset 72) is the candidate's cublasStatus_t.
-		if *(*int32)(unsafe.Pointer(&c[72])) != 0 || *(*uint64)(unsafe.Pointer(&c[64])) > ltWorkspaceBytes || !run(c[:64]) {
+		if *(*int32)(unsafe.Pointer(&c[72])) != 0 || *(*uint64)(unsafe.Pointer(&c[64])) > ltWorkspaceBytes || !run() {
 			continue
 		}
-		ms, ok := timed(c[:64])
+		ms, ok := timed(run)
 		if !ok {
 			if i == 0 {
 				return
@@ -290,8 +360,61 @@ func (b *Backend) tuneGemm(p *gemmPlan, y, x, w uint64) {
 			best, bestAt = ms, i
 		}
 	}
+	kept := first
 	if bestAt > 0 && best < first*(1-tuneMargin) {
 		copy(p.algo, cands[bestAt:bestAt+64])
 		p.workspace = *(*uint64)(unsafe.Pointer(&cands[bestAt+64]))
+		kept = best
 	}
+	if kept < math.MaxFloat32 {
+		p.tunedMs = kept
+	}
+	// The GEMV variants, timed the same way, replace cuBLASLt's kept
+	// algorithm only if faster by the same margin.
+	if key.xt != cudaR16BF || key.wt != cudaR16BF || !gemvFits(key.n, key.k, x, w) {
+		return
+	}
+	own, ownBest := gemvConfig{}, float32(math.MaxFloat32)
+	for _, c := range gemvConfigs {
+		run := func() bool { return b.gemvCall(c, y, key.yt, x, w, key.n, key.m, key.k, false) == nil }
+		if !run() {
+			continue
+		}
+		if ms, ok := timed(run); ok && ms < ownBest {
+			own, ownBest = c, ms
+		}
+	}
+	if own.nw == 0 {
+		return
+	}
+	p.gemvMs = ownBest
+	if ownBest < kept*(1-tuneMargin) {
+		p.gemv = own
+	}
+}
+
+// GEMMChoices describes, for each decode-shaped product the tuner has
+// timed, which kernel it kept and the times it saw (L2 flushed), so a
+// benchmark can report what ran. Sorted by shape.
+func (b *Backend) GEMMChoices() []string {
+	var out []string
+	_ = b.call(func() error {
+		for key, p := range b.blas.plans {
+			if p.tunedMs == 0 {
+				continue
+			}
+			kind := "cuBLASLt"
+			if p.gemv.nw > 0 {
+				kind = fmt.Sprintf("gemv(warps %d, spans %d)", p.gemv.nw, p.gemv.ur)
+			}
+			line := fmt.Sprintf("[%d,%d]x[%d,%d]^T: %s; best cuBLASLt %.4f ms", key.n, key.k, key.m, key.k, kind, p.tunedMs)
+			if p.gemvMs > 0 {
+				line += fmt.Sprintf(", best gemv %.4f ms", p.gemvMs)
+			}
+			out = append(out, line)
+		}
+		return nil
+	})
+	slices.Sort(out)
+	return out
 }

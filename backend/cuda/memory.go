@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 	"math/bits"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/trigon-llm/trigon/backend"
@@ -94,6 +95,11 @@ func (p *pool) release() {
 type allocation struct {
 	ptr   uint64
 	freed bool
+	// pristine: written only by host copies since Upload, never handed to
+	// an op except as a MatMul weight or bias. Only then may the GEMV read
+	// it before the previous kernel finishes (launch.go). Atomic: ops
+	// validate on the caller's goroutine.
+	pristine atomic.Bool
 }
 
 // tensor is a device tensor handle.
@@ -106,6 +112,8 @@ type tensor struct {
 	// alloc is the owning block; nil for views and reshapes, which share
 	// their base's memory and are not freed on their own.
 	alloc *allocation
+	// owner is the block the memory belongs to, for views too.
+	owner *allocation
 }
 
 func (t *tensor) DType() backend.DType { return t.dt }
@@ -121,6 +129,9 @@ func (b *Backend) tensorOf(op, name string, t backend.Tensor) (*tensor, error) {
 	}
 	if ct.alloc != nil && ct.alloc.freed {
 		return nil, backend.ShapeError("cuda: "+op, name, "tensor was freed")
+	}
+	if ct.owner != nil && !(op == "matmul" && (name == "w" || name == "bias")) {
+		ct.owner.pristine.Store(false) // any other role may mean a kernel writes it
 	}
 	return ct, nil
 }
@@ -149,7 +160,8 @@ func (b *Backend) Alloc(dt backend.DType, shape ...int) (backend.Tensor, error) 
 	}); err != nil {
 		return nil, fmt.Errorf("cuda: alloc %v%v: %w", dt, shape, err)
 	}
-	return &tensor{b: b, dt: dt, shape: append([]int(nil), shape...), ptr: ptr, bytes: n, alloc: &allocation{ptr: ptr}}, nil
+	a := &allocation{ptr: ptr}
+	return &tensor{b: b, dt: dt, shape: append([]int(nil), shape...), ptr: ptr, bytes: n, alloc: a, owner: a}, nil
 }
 
 // Upload implements backend.Backend. The bytes are copied to the device
@@ -164,6 +176,7 @@ func (b *Backend) Upload(dt backend.DType, shape []int, data []byte) (backend.Te
 		b.Free(t)
 		return nil, fmt.Errorf("cuda: upload %v%v: %w", dt, shape, err)
 	}
+	t.(*tensor).owner.pristine.Store(true)
 	return t, nil
 }
 
@@ -255,7 +268,7 @@ func (b *Backend) View(t backend.Tensor, start, n int) (backend.Tensor, error) {
 	}
 	row := ct.bytes / ct.shape[0]
 	shape := append([]int{n}, ct.shape[1:]...)
-	return &tensor{b: b, dt: ct.dt, shape: shape, ptr: ct.ptr + uint64(start*row), bytes: n * row}, nil
+	return &tensor{b: b, dt: ct.dt, shape: shape, ptr: ct.ptr + uint64(start*row), bytes: n * row, owner: ct.owner}, nil
 }
 
 // Reshape implements backend.Backend.
@@ -271,7 +284,7 @@ func (b *Backend) Reshape(t backend.Tensor, shape ...int) (backend.Tensor, error
 	if n != ct.bytes {
 		return nil, backend.ShapeError("cuda: reshape", "shape", "%v (%d bytes) to %v (%d bytes)", ct.shape, ct.bytes, shape, n)
 	}
-	return &tensor{b: b, dt: ct.dt, shape: append([]int(nil), shape...), ptr: ct.ptr, bytes: n}, nil
+	return &tensor{b: b, dt: ct.dt, shape: append([]int(nil), shape...), ptr: ct.ptr, bytes: n, owner: ct.owner}, nil
 }
 
 // Free implements backend.Backend. The block returns to the pool after the

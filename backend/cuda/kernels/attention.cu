@@ -4,14 +4,17 @@
 // heads per decode block> -DUR=<decode warp steps whose loads are issued
 // together>.
 //
+// This is the CUDA-core decode kernel: attn_decode.cu's tensor-core one
+// replaces it on sm_80 and newer (attn_decode.go chooses); it stays for
+// older GPUs and as the benchmark's baseline.
+//
 // Decode (one query row per sequence) is split-KV flash decoding: a block
 // owns one (sequence, KV head, split) and the GC query heads of the GQA
 // group that share each K/V load, scoring a warp step's tokens before one
 // online-softmax rescale per step; attn_combine merges the splits. Prefill
-// (sequences with two or more query rows) is a tiled online softmax on the
-// tensor cores (mma.sync m16n8k16 bf16, f32 accumulate). Both read the
-// block table directly. Scores are kept in the log2 domain: scale_log2 is
-// scale * log2(e), so exp becomes one ex2.
+// (sequences with two or more query rows) is attn_prefill.cu's. Decode
+// reads the block table directly. Scores are kept in the log2 domain:
+// scale_log2 is scale * log2(e), so exp becomes one ex2.
 #include "common.cuh"
 
 // ---------------------------------------------------------------- decode
@@ -48,6 +51,7 @@ extern "C" __global__ void __launch_bounds__(128) attn_decode(
     const int* block_tables, int max_blocks, const int* seq_lens, const int* qstart,
     int H, int KV, int G, int nsplit, float scale_log2, int window, int num_blocks, int num_tokens,
     int max_seq_len, int decode_only, int* err) {
+  grid_dep_sync();  // Q and the KV cache come from the kernels before this one
   __shared__ float sm_m[NW][GC], sm_l[NW][GC];
   __shared__ float sm_o[NW][GC][HD];
   int s = blockIdx.x;
@@ -238,6 +242,7 @@ extern "C" __global__ void __launch_bounds__(128) attn_decode(
 #define MAX_SPLITS 32
 extern "C" __global__ void attn_combine(u16* out, const float* part, const int* seq_lens, const int* qstart, int H, int nsplit,
                                         int num_tokens, int max_seq_len) {
+  grid_dep_sync();
   __shared__ float sm_m[MAX_SPLITS], sm_l[MAX_SPLITS];
   int s = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
   int q0 = qstart[s], qlen = qstart[s + 1] - q0;
@@ -265,176 +270,4 @@ extern "C" __global__ void attn_combine(u16* out, const float* part, const int* 
     }
   }
   out[((i64)q0 * H + h) * HD + d] = f32_to_bf16(lsum > 0.f ? o / lsum : 0.f);
-}
-
-// --------------------------------------------------------------- prefill
-
-#define BM 64           // query rows per block (16 per warp)
-#define BN 64           // keys per tile
-#define KSTRIDE (HD + 8) // smem row stride in elements; the pad spreads banks
-
-__device__ __forceinline__ void mma_bf16(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// prefill_tile computes query rows [i0, i0+BM) of head h of one sequence.
-// Every thread of the block calls it (it synchronises the block).
-__device__ __forceinline__ void prefill_tile(u16* out, const u16* q, const u16* kc, const u16* vc, const int* bt, int max_blocks,
-                                             int q0, int qlen, int L, int h, int H, int KV, float scale_log2, int window,
-                                             int num_blocks, int* err, u16* ks, u16* vs, int i0) {
-  int kvh = h / (H / KV);
-  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int gid = lane >> 2, tq = lane & 3;
-  int first = L - qlen;
-  int r0 = i0 + warp * 16 + gid, r1 = r0 + 8;
-  bool v0 = r0 < qlen, v1 = r1 < qlen;
-
-  const u16* qb = q + (i64)q0 * H * HD + (i64)h * HD;
-  i64 qrow = (i64)H * HD;
-  u32 qa[HD / 16][4];
-#pragma unroll
-  for (int kk = 0; kk < HD / 16; kk++) {
-    int c = kk * 16 + tq * 2;
-    qa[kk][0] = v0 ? *(const u32*)(qb + r0 * qrow + c) : 0u;
-    qa[kk][1] = v1 ? *(const u32*)(qb + r1 * qrow + c) : 0u;
-    qa[kk][2] = v0 ? *(const u32*)(qb + r0 * qrow + c + 8) : 0u;
-    qa[kk][3] = v1 ? *(const u32*)(qb + r1 * qrow + c + 8) : 0u;
-  }
-  float o[HD / 8][4];
-#pragma unroll
-  for (int n = 0; n < HD / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
-  float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.f, l1 = 0.f;
-  int qp0 = first + r0, qp1 = first + r1;
-
-  int kend = first + min(i0 + BM, qlen);  // keys < kend
-  int kstart = window > 0 ? max(0, first + i0 - window + 1) : 0;
-  for (int k0 = kstart; k0 < kend; k0 += BN) {
-    __syncthreads();
-    for (int c = threadIdx.x; c < BN * (HD / 8); c += blockDim.x) {
-      int r = c / (HD / 8), col = (c - r * (HD / 8)) * 8;
-      int p = k0 + r;
-      uint4 kv4 = make_uint4(0, 0, 0, 0), vv4 = make_uint4(0, 0, 0, 0);
-      if (p < kend) {
-        int bi = p / BS;
-        int blk = bi < max_blocks ? bt[bi] : -1;
-        if (blk >= 0 && blk < num_blocks) {
-          i64 off = (((i64)blk * KV + kvh) * BS + (p - bi * BS)) * HD + col;
-          kv4 = *(const uint4*)(kc + off);
-          vv4 = *(const uint4*)(vc + off);
-        } else {
-          report(err, ERR_BLOCK_ID);
-        }
-      }
-      *(uint4*)(ks + r * KSTRIDE + col) = kv4;
-      *(uint4*)(vs + r * KSTRIDE + col) = vv4;
-    }
-    __syncthreads();
-
-    float sc[BN / 8][4];
-#pragma unroll
-    for (int j = 0; j < BN / 8; j++) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < HD / 16; kk++) {
-#pragma unroll
-      for (int j = 0; j < BN / 8; j++) {
-        const u16* kr = ks + (j * 8 + gid) * KSTRIDE + kk * 16 + tq * 2;
-        mma_bf16(sc[j], qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3], *(const u32*)kr, *(const u32*)(kr + 8));
-      }
-    }
-    float mx0 = NEG_INF, mx1 = NEG_INF;
-#pragma unroll
-    for (int j = 0; j < BN / 8; j++) {
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        int key = k0 + j * 8 + tq * 2 + (e & 1);
-        int qp = e < 2 ? qp0 : qp1;
-        bool ok = key <= qp && key < kend && (window <= 0 || key > qp - window);
-        float v = ok ? sc[j][e] * scale_log2 : NEG_INF;
-        sc[j][e] = v;
-        if (e < 2) mx0 = fmaxf(mx0, v);
-        else mx1 = fmaxf(mx1, v);
-      }
-    }
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-    float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-    float ref0 = mn0 == NEG_INF ? 0.f : mn0, ref1 = mn1 == NEG_INF ? 0.f : mn1;
-    float al0 = fast_exp2(m0 - ref0), al1 = fast_exp2(m1 - ref1);
-    m0 = mn0;
-    m1 = mn1;
-    float rs0 = 0.f, rs1 = 0.f;
-#pragma unroll
-    for (int j = 0; j < BN / 8; j++) {
-      sc[j][0] = fast_exp2(sc[j][0] - ref0);
-      sc[j][1] = fast_exp2(sc[j][1] - ref0);
-      sc[j][2] = fast_exp2(sc[j][2] - ref1);
-      sc[j][3] = fast_exp2(sc[j][3] - ref1);
-      rs0 += sc[j][0] + sc[j][1];
-      rs1 += sc[j][2] + sc[j][3];
-    }
-    l0 = l0 * al0 + rs0;
-    l1 = l1 * al1 + rs1;
-#pragma unroll
-    for (int n = 0; n < HD / 8; n++) {
-      o[n][0] *= al0;
-      o[n][1] *= al0;
-      o[n][2] *= al1;
-      o[n][3] *= al1;
-    }
-#pragma unroll
-    for (int kc2 = 0; kc2 < BN / 16; kc2++) {
-      u32 a0 = pack_bf16x2(sc[2 * kc2][0], sc[2 * kc2][1]);
-      u32 a1 = pack_bf16x2(sc[2 * kc2][2], sc[2 * kc2][3]);
-      u32 a2 = pack_bf16x2(sc[2 * kc2 + 1][0], sc[2 * kc2 + 1][1]);
-      u32 a3 = pack_bf16x2(sc[2 * kc2 + 1][2], sc[2 * kc2 + 1][3]);
-      const u16* vr = vs + (kc2 * 16 + tq * 2) * KSTRIDE + gid;
-#pragma unroll
-      for (int n = 0; n < HD / 8; n++) {
-        const u16* vp = vr + n * 8;
-        u32 b0 = (u32)vp[0] | ((u32)vp[KSTRIDE] << 16);
-        u32 b1 = (u32)vp[8 * KSTRIDE] | ((u32)vp[9 * KSTRIDE] << 16);
-        mma_bf16(o[n], a0, a1, a2, a3, b0, b1);
-      }
-    }
-  }
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-  float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
-  u16* ob = out + (i64)q0 * H * HD + (i64)h * HD;
-#pragma unroll
-  for (int n = 0; n < HD / 8; n++) {
-    int col = n * 8 + tq * 2;
-    if (v0) *(u32*)(ob + r0 * qrow + col) = pack_bf16x2(o[n][0] * inv0, o[n][1] * inv0);
-    if (v1) *(u32*)(ob + r1 * qrow + col) = pack_bf16x2(o[n][2] * inv1, o[n][3] * inv1);
-  }
-  __syncthreads();  // the next tile's loads must not overwrite ks/vs still being read
-}
-
-extern "C" __global__ void __launch_bounds__(128) attn_prefill(
-    u16* out, const u16* q, const u16* kc, const u16* vc, const int* block_tables, int max_blocks,
-    const int* seq_lens, const int* qstart, int H, int KV, float scale_log2, int window, int num_blocks,
-    int num_tokens, int max_seq_len, int* err) {
-  __shared__ __align__(16) u16 ks[BN * KSTRIDE];
-  __shared__ __align__(16) u16 vs[BN * KSTRIDE];
-  int s = blockIdx.y;
-  int q0 = qstart[s], qlen = qstart[s + 1] - q0;
-  int L = seq_lens[s];
-  if (qlen < 2 || !rows_ok(q0, qlen, L, num_tokens, max_seq_len)) return;  // attn_decode reports bad rows
-  // The grid is sized for the longest sequence the host expects; the loop
-  // covers this sequence's own rows, so a smaller grid still computes all.
-  int my_units = (qlen + BM - 1) / BM * H;
-  for (int unit = blockIdx.x * gridDim.z + blockIdx.z; unit < my_units; unit += gridDim.x * gridDim.z) {
-    int h = unit % H;
-    int i0 = (unit / H) * BM;
-    if (i0 >= qlen) continue;
-    prefill_tile(out, q, kc, vc, block_tables + (i64)s * max_blocks, max_blocks, q0, qlen, L, h, H, KV, scale_log2,
-                 window, num_blocks, err, ks, vs, i0);
-  }
 }

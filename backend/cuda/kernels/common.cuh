@@ -32,6 +32,19 @@ __device__ __forceinline__ void report(int* err, int code) {
   *(volatile int*)err = code;
 }
 
+// grid_dep_sync is the first statement of every kernel. Launched with
+// programmatic dependent launch (launch.go), a kernel may start while the
+// previous kernel of the stream still runs: griddepcontrol.wait blocks
+// until that kernel has completed and its writes are visible, and
+// launch_dependents then lets the next kernel start early in turn. Without
+// PDL (or before sm_90) both are no-ops.
+__device__ __forceinline__ void grid_dep_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ float bf16_to_f32(u16 v) { return __uint_as_float(((u32)v) << 16); }
 
 // Round to nearest even; NaN stays a (quiet) NaN.

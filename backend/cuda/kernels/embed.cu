@@ -9,6 +9,7 @@
 //   ids   [n] int32
 // grid (n), block 256.
 extern "C" __global__ void __launch_bounds__(256) embed(void* out, const void* table, const int* ids, int dim, int rows, int* err) {
+  grid_dep_sync();
   int i = blockIdx.x;
   int id = ids[i];
   bool ok = id >= 0 && id < rows;

@@ -18,6 +18,7 @@
 // row (x, residual and weight) before its first store, so they overlap,
 // and keeps the row in registers instead of re-reading it.
 extern "C" __global__ void __launch_bounds__(1024) add_rmsnorm(void* out, const void* x, void* res, const void* w, int dim, float eps, int has_res) {
+  grid_dep_sync();
   __shared__ float scratch[32];
   i64 base = (i64)blockIdx.x * dim;
   int nt = blockDim.x, tid = threadIdx.x;

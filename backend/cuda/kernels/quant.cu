@@ -33,6 +33,7 @@ __device__ __forceinline__ void block_values(const unsigned char* blk, float* w)
 //   y [n, m] OT;  x [n, k] bf16;  w [m, k] WT
 // grid (ceil(m/8)), block 256.
 extern "C" __global__ void __launch_bounds__(256) qgemv(void* y, const u16* x, const unsigned char* w, int n, int m, int k) {
+  grid_dep_sync();
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int o = blockIdx.x * 8 + warp;
   if (o >= m) return;
@@ -78,6 +79,7 @@ extern "C" __global__ void __launch_bounds__(256) qgemv(void* y, const u16* x, c
 // through cuBLASLt.
 //   dst [m, k] bf16;  w [m, k] WT
 extern "C" __global__ void dequant(u16* dst, const unsigned char* w, int m, int k) {
+  grid_dep_sync();
   i64 total = (i64)m * k;
   i64 rb = (i64)(k >> 5) * BB;
   for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (i64)gridDim.x * blockDim.x) {

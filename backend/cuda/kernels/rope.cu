@@ -20,6 +20,7 @@ extern "C" __global__ void __launch_bounds__(128) rope_store_kv(
     void* q_out, const void* qkv, const int* pos, const int* slots, void* kc, void* vc,
     const float* inv_freq, const void* qn, const void* kn, float eps, int H, int KV,
     int num_slots, int* err) {
+  grid_dep_sync();
   int t = blockIdx.x;
   int lane = threadIdx.x & 31;
   int head = blockIdx.y * 4 + (threadIdx.x >> 5);

@@ -208,6 +208,7 @@ __device__ void find_prefix(const float* L, int vocab, float m, double invT, u32
 // A row holding NaN or +Inf, or nothing but -Inf, raises ERR_LOGITS and
 // writes -1, as the CPU reference rejects it.
 extern "C" __global__ void __launch_bounds__(NT) sample_rows(const float* logits, int vocab, const float* params, int* out, int* err) {
+  grid_dep_sync();
   __shared__ Shared sh;
   int row = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const float* L = logits + (i64)row * vocab;

@@ -1,0 +1,215 @@
+package cuda
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+)
+
+// Decode attention (sequences with one query row) has two kernels:
+//
+//   - attn_decode_mma (kernels/attn_decode.cu), on the tensor cores: a
+//     block owns (sequence, KV head, split) and up to 16 query heads of
+//     the GQA group; each of its NW warps streams 16-token K/V tiles
+//     through its own cp.async ring of decodeStages slots. Used on sm_80
+//     and newer when the ring fits in shared memory.
+//   - attn_decode (kernels/attention.cu), on the CUDA cores: the fallback
+//     for older GPUs, and the reference the benchmark compares against.
+//
+// Both cut a row's context into a split count that depends only on the
+// batch shape (never on the actual lengths), so a captured graph stays
+// valid as contexts grow; a combine kernel merges the splits.
+
+// decodeNW and decodeTile mirror NW (warps per block) and TT (tokens per
+// tile) in kernels/attn_decode.cu.
+const decodeNW, decodeTile = 4, 16
+
+// decodeStages is the depth of attn_decode_mma's per-warp cp.async ring
+// (decodeStages-1 tiles in flight per warp while one is computed); 0
+// selects the CUDA-core kernel. A variable so tests and the benchmark can
+// compare; decodeStagesEnv overrides it.
+var decodeStages = 3
+
+// decodeStagesEnv names an override of decodeStages read once by New: 0
+// (the CUDA-core kernel), 2, 3 or 4.
+const decodeStagesEnv = "TRIGON_CUDA_DECODE_STAGES"
+
+// decodeMaxSplits caps the split count of both decode kernels; at most 32,
+// the combine kernels' MAX_SPLITS. A variable so tests can force one split
+// (the kernels then write the output directly) or an odd count.
+var decodeMaxSplits = 32
+
+// parseDecodeStages reads decodeStagesEnv's value.
+func parseDecodeStages(v string) (int, error) {
+	n, err := strconv.Atoi(v)
+	if err != nil || (n != 0 && (n < 2 || n > 4)) {
+		return 0, fmt.Errorf("cuda: %s=%q: want 0 (CUDA-core kernel), 2, 3 or 4", decodeStagesEnv, v)
+	}
+	return n, nil
+}
+
+// applyDecodeStages applies decodeStagesEnv; applyDecodeTuning calls it once.
+func applyDecodeStages() error {
+	v := os.Getenv(decodeStagesEnv)
+	if v == "" {
+		return nil
+	}
+	n, err := parseDecodeStages(v)
+	if err == nil {
+		decodeStages = n
+	}
+	return err
+}
+
+// decodePlan is the decode half of one Attention call, fixed on the
+// caller's goroutine.
+type decodePlan struct {
+	mod             modSpec
+	decode, combine string // kernel names in mod
+	grid            [3]int
+	smem            int // dynamic shared memory of the decode kernel, bytes
+	nsplit          int
+}
+
+// planDecode picks the decode kernel, its grid and split count for s
+// sequences of h query and kvh KV heads of d dims, cache blocks of
+// blockSize tokens and contexts up to maxSeqLen.
+func (b *Backend) planDecode(s, h, kvh, d, blockSize, maxSeqLen int) decodePlan {
+	g := h / kvh
+	if st, ok := decodeMMAStages(b.cc, d); ok {
+		chunks := (g + 15) / 16 // blocks per KV head: 16 query heads each
+		units := s * kvh * chunks
+		n := b.decodeMMASplits(units, maxSeqLen, decodeMMAPerSM(b.cc, d, st))
+		return decodePlan{
+			mod:    modSpec{file: "attn_decode", p: [6]int{d, blockSize, st}},
+			decode: "attn_decode_mma", combine: "attn_decode_combine",
+			grid: [3]int{s, kvh * chunks, n}, smem: decodeMMASmem(d, st), nsplit: n,
+		}
+	}
+	// The CUDA-core kernel: a block takes gc query heads, the largest of
+	// 8, 4, 2 dividing the group.
+	gc := 1
+	for _, c := range []int{8, 4, 2} {
+		if g%c == 0 {
+			gc = c
+			break
+		}
+	}
+	n := b.decodeSplits(s, kvh*(g/gc), maxSeqLen)
+	return decodePlan{
+		mod:    modSpec{file: "attention", p: [6]int{d, blockSize, gc, decodeUnroll}},
+		decode: "attn_decode", combine: "attn_combine",
+		grid: [3]int{s, kvh * (g / gc), n}, nsplit: n,
+	}
+}
+
+// decodeMMASmem is attn_decode_mma's dynamic shared memory for head dim d
+// and st stages, as kernels/attn_decode.cu lays it out: the query tile and
+// per warp st slots of a K and a V tile, 16 rows of d+8 bf16 each.
+func decodeMMASmem(d, st int) int {
+	return (d + 8) * 2 * decodeTile * (1 + 2*decodeNW*st)
+}
+
+// decodeMMAStaticSmem is attn_decode_mma's static shared memory: the
+// per-warp row maxima and sums of the merge, and the tile masks.
+func decodeMMAStaticSmem(st int) int {
+	return 2*decodeNW*16*4 + decodeNW*st*4
+}
+
+// smemLimits returns the shared memory of one SM and the most one block
+// may opt in to, by compute capability (the CUDA programming guide's
+// table); other architectures get the smallest of sm_80 and newer.
+func smemLimits(cc int) (perSM, perBlock int) {
+	switch cc {
+	case 80, 87:
+		return 164 << 10, 163 << 10
+	case 90, 100, 103:
+		return 228 << 10, 227 << 10
+	}
+	return 100 << 10, 99 << 10
+}
+
+// decodeMMAStages returns the ring depth attn_decode_mma runs with at head
+// dim d on compute capability cc: decodeStages, or fewer (down to 2) where
+// the shared memory of a block does not allow it. ok is false where the
+// tensor-core kernel cannot run (decodeStages 0, GPUs before sm_80, or
+// not even two stages fit).
+func decodeMMAStages(cc, d int) (st int, ok bool) {
+	if decodeStages == 0 || cc < 80 {
+		return 0, false
+	}
+	_, perBlock := smemLimits(cc)
+	for st = decodeStages; st >= 2; st-- {
+		if decodeMMASmem(d, st)+decodeMMAStaticSmem(st) <= perBlock {
+			return st, true
+		}
+	}
+	return 0, false
+}
+
+// decodeMMAMinBlocks mirrors MIN_BLOCKS in kernels/attn_decode.cu: the
+// blocks per SM its register budget is compiled for.
+func decodeMMAMinBlocks(d int) int {
+	switch {
+	case d <= 64:
+		return 3
+	case d <= 128:
+		return 2
+	}
+	return 1
+}
+
+// decodeMMAPerSM is how many attn_decode_mma blocks fit on one SM: as
+// many as the shared memory holds (1 KB of it is reserved per block), but
+// no more than the register budget is known to allow.
+func decodeMMAPerSM(cc, d, st int) int {
+	perSM, _ := smemLimits(cc)
+	bySmem := perSM / (decodeMMASmem(d, st) + decodeMMAStaticSmem(st) + 1<<10)
+	return max(1, min(bySmem, decodeMMAMinBlocks(d)))
+}
+
+// decodeMMASplits picks how many pieces each decode row's context is cut
+// into, for units blocks per split (sequences x KV heads x head chunks)
+// and perSM resident blocks per SM. Blocks of one launch have equal work,
+// so the cost of n splits is the number of waves of resident blocks they
+// take over n (in units of an unsplit block's time); the cheapest n wins
+// but only if at least 3% cheaper than a smaller one, since every split
+// costs a partial write and the combine. No piece is shorter than a tile
+// per warp (64 tokens), nor are there more than decodeMaxSplits. It
+// depends only on the batch shape, so a captured graph can be replayed for
+// any context length up to maxSeqLen.
+func (b *Backend) decodeMMASplits(units, maxSeqLen, perSM int) int {
+	slots := max(1, perSM*b.sms)
+	tiles := (maxSeqLen + decodeTile - 1) / decodeTile
+	limit := max(1, min(decodeMaxSplits, tiles/decodeNW))
+	cost := func(n int) float64 { return float64((units*n+slots-1)/slots) / float64(n) }
+	best, bestCost := 1, cost(1)
+	for n := 2; n <= limit; n++ {
+		if c := cost(n); c < 0.97*bestCost {
+			best, bestCost = n, c
+		}
+	}
+	return best
+}
+
+// decodeFn returns p's decode kernel. A function may use more than 48 KB
+// of dynamic shared memory only once it opts in, so the limit is raised to
+// p.smem when the function is first fetched (a failure forgets the
+// function, so the next call tries again). CUDA thread only.
+func (b *Backend) decodeFn(p decodePlan) (uintptr, error) {
+	k := fnKey{p.mod, p.decode}
+	if f, ok := b.fns[k]; ok {
+		return f, nil
+	}
+	f, err := b.fn(k)
+	if err != nil {
+		return 0, err
+	}
+	if p.smem > 48<<10 {
+		if err := b.d.check("cuFuncSetAttribute", b.d.call(b.d.cuFuncSetAttribute, f, cuFuncAttributeMaxDynamicSharedSizeBytes, uintptr(p.smem))); err != nil {
+			delete(b.fns, k)
+			return 0, fmt.Errorf("%s in %v: %d bytes of shared memory: %w", p.decode, p.mod, p.smem, err)
+		}
+	}
+	return f, nil
+}

@@ -1,0 +1,440 @@
+// attn_decode.cu: paged decode attention (one query row per sequence) on
+// the tensor cores, over BF16 KV caches laid out [numBlocks, numKVHeads,
+// BS, HD]. Specialised with -DHD=<head dim> -DBS=<cache block size>
+// -DST=<cp.async pipeline stages per warp>.
+//
+// Why tensor cores for a memory-bound op: the CUDA-core kernel
+// (attention.cu's attn_decode) spends about one instruction per KV byte
+// on shuffles, bf16 unpacking and f32 FMAs, and at small batches that,
+// not HBM, bounds it. Here a block owns one (sequence, KV head, split) and
+// up to 16 query heads of the GQA group as the 16 rows of the mma A
+// operand (rows past the group are zero padding); S = Q.K^T and O += P.V
+// are mma.sync m16n8k16 (bf16 in, f32 accumulate) fed by ldmatrix, so a
+// 16-token tile costs ~250 warp instructions for 8 KB of K/V at HD 128.
+// What is left is keeping HBM busy: each warp streams its own tiles
+// through an ST-deep cp.async ring (no block barrier in the main loop),
+// so ST-1 tiles per warp are always in flight.
+//
+// Scores are kept in the log2 domain: scale_log2 is scale * log2(e), so
+// exp becomes one ex2. Splits write (o, m, l) partials that
+// attn_decode_combine merges; the split count depends only on the batch
+// shape, so a captured graph stays valid as contexts grow.
+#include "common.cuh"
+
+#define NW 4                    // warps per block
+#define TT 16                   // tokens per tile: the k of one P.V mma
+#define KSTR (HD + 8)           // smem row stride in elements (see below)
+#define TILE (TT * KSTR)        // elements of one K (or V) tile in smem
+#define MAX_SPLITS 32           // most splits attn_decode_combine merges
+
+// Blocks per SM the register allocation must allow; the host's
+// decodeMMAPerSM assumes the same (shared memory limits it to about this).
+#if HD <= 64
+#define MIN_BLOCKS 3
+#elif HD <= 128
+#define MIN_BLOCKS 2
+#else
+#define MIN_BLOCKS 1
+#endif
+
+// Shared memory (dynamic, (HD+8) * 32 * (1 + 2*NW*ST) bytes):
+//   qs    [16][KSTR] bf16        the group's query rows, zero past G
+//   ring  [NW][ST][2][TT][KSTR]  per warp, ST slots of a K tile then a V tile
+// A row is HD+8 elements, (HD+8)*2 bytes: consecutive rows start 16 bytes
+// apart modulo 128, so the 8 row addresses of each ldmatrix phase hit
+// distinct bank quads (no conflicts) for every HD that is a multiple of 8.
+// After the main loop a warp's first slot holds its f32 output [16][HD]
+// (64*HD bytes <= one slot's 64*(HD+8)) for the cross-warp merge.
+
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+  u32 a;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+  return a;
+}
+
+// 16-byte global->shared copy that bypasses L1; when !ok it reads nothing
+// and writes zeros (src-size 0), so masked rows hold finite values.
+__device__ __forceinline__ void cp_async16(u32 dst, const void* src, bool ok) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+// Waits until at most N of this thread's committed groups are pending.
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// ldmatrix x4: lanes 8i..8i+7 give the row addresses of 8x8 matrix i;
+// register i of lane l receives matrix i's row l/4, columns 2*(l%4) and
+// 2*(l%4)+1 (low half = lower column). With .trans, it receives column
+// l/4, rows 2*(l%4) and 2*(l%4)+1 (low half = lower row).
+__device__ __forceinline__ void ldsm_x4(u32& r0, u32& r1, u32& r2, u32& r3, u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr)
+               : "memory");
+}
+
+__device__ __forceinline__ void ldsm_x4_trans(u32& r0, u32& r1, u32& r2, u32& r3, u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr)
+               : "memory");
+}
+
+// c += A.B, m16n8k16, A row-major bf16, B column-major bf16, C f32.
+// With gid = lane/4 and tq = lane%4:
+//   A: a0 (row gid,   k 2tq..2tq+1)   a1 (row gid+8, k 2tq..2tq+1)
+//      a2 (row gid,   k 2tq+8..+9)    a3 (row gid+8, k 2tq+8..+9)
+//   B: b0 (k 2tq..2tq+1, col gid)     b1 (k 2tq+8..+9, col gid)
+//   C: c0, c1 (row gid, cols 2tq, 2tq+1)  c2, c3 (row gid+8, same cols)
+// (each register pair's lower index in the low 16 bits).
+__device__ __forceinline__ void mma16816(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// decode_rows_ok checks a sequence's metadata: its query rows lie inside
+// the batch and its context holds them and fits max_seq_len.
+__device__ __forceinline__ bool decode_rows_ok(int q0, int qlen, int L, int num_tokens, int max_seq_len) {
+  return q0 >= 0 && qlen >= 0 && q0 + qlen <= num_tokens && L >= qlen && L <= max_seq_len;
+}
+
+// attn_decode_mma: for each sequence with exactly one query row,
+// attention of up to 16 query heads of a GQA group over the split's share
+// of the context.
+//   out   [T, H*HD] bf16 (written when nsplit == 1)
+//   part  [S, H, nsplit, HD+2] f32: unnormalised o, then max m, then sum l
+//   q     [T, H*HD] bf16
+//   kc, vc [num_blocks, KV, BS, HD] bf16
+//   block_tables [S, max_blocks]; seq_lens [S]; qstart [S+1]
+// grid (S, KV * ceil(G/16), nsplit), block NW*32, dynamic shared memory as
+// above. The context [lo, L) is cut into 16-token tiles aligned to
+// multiples of 16 (masked at both ends); split z takes a contiguous run
+// of them and warp w every NW-th tile of the run. Bad metadata raises
+// ERR_QUERY_LEN, reported once per sequence, as does a sequence of
+// several rows when decode_only (no prefill kernel follows); a block id
+// outside the cache raises ERR_BLOCK_ID and its tokens are left out.
+extern "C" __global__ void __launch_bounds__(NW * 32, MIN_BLOCKS) attn_decode_mma(
+    u16* out, float* part, const u16* q, const u16* kc, const u16* vc, const int* block_tables, int max_blocks,
+    const int* seq_lens, const int* qstart, int H, int KV, int G, int nsplit, float scale_log2, int window, int num_blocks,
+    int num_tokens, int max_seq_len, int decode_only, int* err) {
+  grid_dep_sync();  // Q and the KV cache come from the kernels before this one
+#if __CUDA_ARCH__ >= 800
+  extern __shared__ __align__(16) u16 dsm[];
+  __shared__ float sm_m[NW][16], sm_l[NW][16];
+  __shared__ u32 sm_mask[NW][ST];  // valid-token bits of the tile in each slot
+  const int s = blockIdx.x;
+  const int chunks = (G + 15) / 16;
+  const int kvh = blockIdx.y / chunks;
+  const int g0 = (blockIdx.y - kvh * chunks) * 16;  // first query head of the group handled here
+  const int rows = min(16, G - g0);                 // valid A rows
+  const int split = blockIdx.z;
+  const int q0 = qstart[s], qlen = qstart[s + 1] - q0;
+  const int L = seq_lens[s];
+  if (!decode_rows_ok(q0, qlen, L, num_tokens, max_seq_len)) {
+    if (threadIdx.x == 0 && blockIdx.y == 0 && split == 0) report(err, ERR_QUERY_LEN);
+    return;
+  }
+  if (qlen != 1) {
+    // A decode-only launch has no prefill kernel behind it to fill these rows.
+    if (decode_only && qlen > 1 && threadIdx.x == 0 && blockIdx.y == 0 && split == 0) report(err, ERR_QUERY_LEN);
+    return;
+  }
+  // Keys [lo, L): the query sits at position L-1 and sees window keys.
+  const int lo = window > 0 ? max(0, L - window) : 0;
+  const int tlo = lo / TT, thi = (L + TT - 1) / TT;
+  const int per = (thi - tlo + nsplit - 1) / nsplit;
+  const int tb = tlo + split * per, te = min(thi, tb + per);  // this block's tiles [tb, te), maybe empty
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int gid = lane >> 2, tq = lane & 3;
+  u16* qs = dsm;
+  u16* ring = dsm + TT * KSTR + warp * (ST * 2 * TILE);
+  const int* bt = block_tables + (i64)s * max_blocks;
+  const i64 head_off = (i64)kvh * BS * HD;  // this KV head's slice of a cache block
+  const i64 blk_stride = (i64)KV * BS * HD;
+  const int nj = te - tb > warp ? (te - tb - warp + NW - 1) / NW : 0;  // tiles of this warp
+
+  // issue starts the copy of tile t (positions 16t..16t+15) into slot sl
+  // and records which of its rows are valid keys. Each lane copies the
+  // 16-byte chunks c = lane + 32i of the K and V tiles (row c/(HD/8),
+  // column 8*(c%(HD/8))). Rows outside [lo, L) or in a bad block are
+  // zero-filled and masked, never read.
+  auto issue = [&](int t, int sl) {
+    u16* ks = ring + sl * 2 * TILE;
+    u16* vs = ks + TILE;
+    const int p0 = t * TT;
+#if BS % TT == 0
+    // The tile lies inside one cache block: one lookup, contiguous rows.
+    const int bi = p0 / BS;
+    const int rlo = max(0, lo - p0), rhi = min(TT, L - p0);  // 0 <= rlo < rhi <= 16
+    u32 mask = ((1u << rhi) - 1u) & ~((1u << rlo) - 1u);
+    int blk = bi < max_blocks ? bt[bi] : -1;
+    if (blk < 0 || blk >= num_blocks) {
+      report(err, ERR_BLOCK_ID);
+      mask = 0;
+      blk = 0;
+    }
+    const i64 base = (i64)blk * blk_stride + head_off + (i64)(p0 - bi * BS) * HD;
+#pragma unroll
+    for (int i = 0; i < HD / 16; i++) {
+      const int c = lane + 32 * i;
+      const int r = c / (HD / 8), col = (c % (HD / 8)) * 8;
+      const bool ok = (mask >> r) & 1u;
+      const i64 off = base + (i64)r * HD + col;
+      cp_async16(smem_addr(ks + r * KSTR + col), kc + off, ok);
+      cp_async16(smem_addr(vs + r * KSTR + col), vc + off, ok);
+    }
+#else
+    // Rows may lie in different cache blocks: lane r (and r+16) looks up
+    // row r, the warp shares the ids by shuffle.
+    const int p = p0 + (lane & 15);
+    int myblk = 0;
+    bool myok = false;
+    if (p >= lo && p < L) {
+      const int bi = p / BS;
+      const int b = bi < max_blocks ? bt[bi] : -1;
+      if (b < 0 || b >= num_blocks) {
+        report(err, ERR_BLOCK_ID);
+      } else {
+        myok = true;
+        myblk = b;
+      }
+    }
+    const u32 mask = __ballot_sync(0xffffffffu, myok) & 0xffffu;
+#pragma unroll
+    for (int i = 0; i < HD / 16; i++) {
+      const int c = lane + 32 * i;
+      const int r = c / (HD / 8), col = (c % (HD / 8)) * 8;
+      const int b = __shfl_sync(0xffffffffu, myblk, r);
+      const bool ok = (mask >> r) & 1u;
+      const int pr = p0 + r;
+      const i64 off = (i64)b * blk_stride + head_off + (i64)(pr % BS) * HD + col;
+      cp_async16(smem_addr(ks + r * KSTR + col), kc + off, ok);
+      cp_async16(smem_addr(vs + r * KSTR + col), vc + off, ok);
+    }
+#endif
+    if (lane == 0) sm_mask[warp][sl] = mask;
+  };
+
+  // Prologue: the first ST-1 tiles in flight before anything else waits.
+  // Every step commits a group, empty or not, so wait_group counts align.
+#pragma unroll
+  for (int j = 0; j < ST - 1; j++) {
+    if (j < nj) issue(tb + warp + j * NW, j);
+    cp_async_commit();
+  }
+
+  // The query rows, loaded while the tiles are in flight: [16][HD], rows
+  // past the group zero (their scores are 0, their outputs never stored).
+  for (int c = threadIdx.x; c < 16 * (HD / 8); c += NW * 32) {
+    const int r = c / (HD / 8), col = (c % (HD / 8)) * 8;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (r < rows) v = *(const uint4*)(q + ((i64)q0 * H + (i64)kvh * G + g0 + r) * HD + col);
+    *(uint4*)(qs + r * KSTR + col) = v;
+  }
+  __syncthreads();
+
+  // Per-lane ldmatrix row addresses (bytes), see ldsm_x4 and mma16816:
+  //  Q (A operand, x4): matrices (rows 0-7, k 0-7), (rows 8-15, k 0-7),
+  //    (rows 0-7, k 8-15), (rows 8-15, k 8-15) = a0..a3.
+  //  K (B of S = Q.K^T, x4): matrices (tokens 0-7, dims 0-7),
+  //    (tokens 0-7, dims 8-15), (tokens 8-15, dims 0-7), (tokens 8-15,
+  //    dims 8-15) = b0, b1 of n-tile 0 (tokens 0-7), b0, b1 of n-tile 1.
+  //  V (B of O += P.V, x4.trans): matrices (tokens 0-7, dims 0-7),
+  //    (tokens 8-15, dims 0-7), (tokens 0-7, dims 8-15), (tokens 8-15,
+  //    dims 8-15) = b0, b1 of dim tile 0, b0, b1 of dim tile 1.
+  // Each step along k (Q, K) or along the dims (V) adds 16 elements.
+  const int r8 = lane & 7, lb3 = (lane >> 3) & 1, lb4 = lane >> 4;
+  const u32 qaddr = smem_addr(qs + (lb3 * 8 + r8) * KSTR + lb4 * 8);
+  const u32 koff = ((lb4 * 8 + r8) * KSTR + lb3 * 8) * 2;
+  const u32 voff = ((lb3 * 8 + r8) * KSTR + lb4 * 8) * 2;
+  const u32 ring_addr = smem_addr(ring);
+
+  // Output rows gid (o[n][0..1]) and gid+8 (o[n][2..3]), dims 8n+2tq, +1.
+  float o[HD / 8][4];
+#pragma unroll
+  for (int n = 0; n < HD / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  // Running max (log2 domain, the same in the lane's quad) and this lane's
+  // share of the sum, for rows gid and gid+8.
+  float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.f, l1 = 0.f;
+
+  for (int j = 0; j < nj; j++) {
+    {
+      const int jn = j + ST - 1;
+      // Slot jn % ST was last read in step j-1, which ended in __syncwarp.
+      if (jn < nj) issue(tb + warp + jn * NW, jn % ST);
+      cp_async_commit();
+    }
+    cp_async_wait<ST - 1>();  // this lane's copies of tile j have landed
+    __syncwarp();             // and every other lane's
+    const int sl = j % ST;
+    const u32 mask = sm_mask[warp][sl];
+    const u32 kaddr = ring_addr + sl * (2 * TILE * 2) + koff;
+    const u32 vaddr = ring_addr + sl * (2 * TILE * 2) + TILE * 2 + voff;
+
+    // S = Q.K^T: sc[j2] is the C fragment of tokens 8*j2..8*j2+7.
+    float sc[2][4];
+#pragma unroll
+    for (int j2 = 0; j2 < 2; j2++) sc[j2][0] = sc[j2][1] = sc[j2][2] = sc[j2][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++) {
+      u32 a0, a1, a2, a3, b0, b1, b2, b3;
+      ldsm_x4(a0, a1, a2, a3, qaddr + kk * 32);
+      ldsm_x4(b0, b1, b2, b3, kaddr + kk * 32);
+      mma16816(sc[0], a0, a1, a2, a3, b0, b1);
+      mma16816(sc[1], a0, a1, a2, a3, b2, b3);
+    }
+
+    // Online softmax over the tile. Element e of sc[j2] is row gid (e<2)
+    // or gid+8, token 8*j2 + 2tq + (e&1).
+    float mx0 = NEG_INF, mx1 = NEG_INF;
+#pragma unroll
+    for (int j2 = 0; j2 < 2; j2++) {
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int tok = j2 * 8 + tq * 2 + (e & 1);
+        const float v = ((mask >> tok) & 1u) ? sc[j2][e] * scale_log2 : NEG_INF;
+        sc[j2][e] = v;
+        if (e < 2) mx0 = fmaxf(mx0, v);
+        else mx1 = fmaxf(mx1, v);
+      }
+    }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+    // While a row has seen no valid key its max is -inf: subtract 0 then
+    // (exp2(-inf) = 0 for the masked scores and the empty history).
+    const float ref0 = mn0 == NEG_INF ? 0.f : mn0, ref1 = mn1 == NEG_INF ? 0.f : mn1;
+    const float al0 = fast_exp2(m0 - ref0), al1 = fast_exp2(m1 - ref1);
+    m0 = mn0;
+    m1 = mn1;
+    float rs0 = 0.f, rs1 = 0.f;
+#pragma unroll
+    for (int j2 = 0; j2 < 2; j2++) {
+      sc[j2][0] = fast_exp2(sc[j2][0] - ref0);
+      sc[j2][1] = fast_exp2(sc[j2][1] - ref0);
+      sc[j2][2] = fast_exp2(sc[j2][2] - ref1);
+      sc[j2][3] = fast_exp2(sc[j2][3] - ref1);
+      rs0 += sc[j2][0] + sc[j2][1];
+      rs1 += sc[j2][2] + sc[j2][3];
+    }
+    l0 = l0 * al0 + rs0;
+    l1 = l1 * al1 + rs1;
+#pragma unroll
+    for (int n = 0; n < HD / 8; n++) {
+      o[n][0] *= al0;
+      o[n][1] *= al0;
+      o[n][2] *= al1;
+      o[n][3] *= al1;
+    }
+    // P as the A operand (k = the 16 tokens): the C layout of S is
+    // already A's layout, packed to bf16 pairs.
+    const u32 pa0 = pack_bf16x2(sc[0][0], sc[0][1]);
+    const u32 pa1 = pack_bf16x2(sc[0][2], sc[0][3]);
+    const u32 pa2 = pack_bf16x2(sc[1][0], sc[1][1]);
+    const u32 pa3 = pack_bf16x2(sc[1][2], sc[1][3]);
+#pragma unroll
+    for (int nb = 0; nb < HD / 16; nb++) {
+      u32 b0, b1, b2, b3;
+      ldsm_x4_trans(b0, b1, b2, b3, vaddr + nb * 32);
+      mma16816(o[2 * nb], pa0, pa1, pa2, pa3, b0, b1);
+      mma16816(o[2 * nb + 1], pa0, pa1, pa2, pa3, b2, b3);
+    }
+    __syncwarp();  // every lane is done with slot sl before it is refilled
+  }
+  cp_async_wait<0>();  // only empty groups can remain; the ring is reused below
+  __syncwarp();
+
+  // Cross-warp merge: each warp leaves (m, l) per row and its o [16][HD]
+  // f32 in its first ring slot.
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  float* wo = (float*)ring;
+  if (tq == 0) {
+    sm_m[warp][gid] = m0;
+    sm_l[warp][gid] = l0;
+    sm_m[warp][gid + 8] = m1;
+    sm_l[warp][gid + 8] = l1;
+  }
+#pragma unroll
+  for (int n = 0; n < HD / 8; n++) {
+    const int col = n * 8 + tq * 2;
+    *(float2*)(wo + gid * HD + col) = make_float2(o[n][0], o[n][1]);
+    *(float2*)(wo + (gid + 8) * HD + col) = make_float2(o[n][2], o[n][3]);
+  }
+  __syncthreads();
+  const float* obase = (const float*)(dsm + TT * KSTR);  // warp w's output at obase + w*ST*2*TILE/2 floats
+  for (int idx = threadIdx.x; idx < rows * HD; idx += NW * 32) {
+    const int g = idx / HD, d = idx - g * HD;
+    float M = NEG_INF;
+#pragma unroll
+    for (int w = 0; w < NW; w++) M = fmaxf(M, sm_m[w][g]);
+    float lsum = 0.f, acc = 0.f;
+#pragma unroll
+    for (int w = 0; w < NW; w++) {
+      const float mw = sm_m[w][g];
+      if (mw == NEG_INF) continue;
+      const float f = fast_exp2(mw - M);
+      lsum += sm_l[w][g] * f;
+      acc += obase[w * (ST * TILE) + g * HD + d] * f;
+    }
+    const int h = kvh * G + g0 + g;
+    if (nsplit == 1) {
+      out[((i64)q0 * H + h) * HD + d] = f32_to_bf16(lsum > 0.f ? acc / lsum : 0.f);
+    } else {
+      float* pp = part + (((i64)s * H + h) * nsplit + split) * (HD + 2);
+      pp[d] = acc;
+      if (d == 0) {
+        pp[HD] = M;
+        pp[HD + 1] = lsum;
+      }
+    }
+  }
+#endif
+}
+
+// attn_decode_combine merges the nsplit (<= MAX_SPLITS) partials of each
+// decode row. The partials' addresses do not depend on the metadata, so
+// their loads are issued together with those of qstart and seq_lens: the
+// kernel is one memory latency long. (A row that is not a decode row reads
+// partials nobody wrote and discards them.)
+// grid (S, H), block HD.
+extern "C" __global__ void attn_decode_combine(u16* out, const float* part, const int* seq_lens, const int* qstart, int H,
+                                               int nsplit, int num_tokens, int max_seq_len) {
+  grid_dep_sync();
+  const int s = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
+  if (d >= HD) return;
+  const float* pp = part + ((i64)s * H + h) * nsplit * (HD + 2);
+  float ov[MAX_SPLITS], mv[MAX_SPLITS], lv[MAX_SPLITS];
+#pragma unroll
+  for (int j = 0; j < MAX_SPLITS; j++) {
+    const bool in = j < nsplit;
+    ov[j] = in ? pp[j * (HD + 2) + d] : 0.f;
+    mv[j] = in ? pp[j * (HD + 2) + HD] : NEG_INF;  // the same address across the block: one broadcast load
+    lv[j] = in ? pp[j * (HD + 2) + HD + 1] : 0.f;
+  }
+  const int q0 = qstart[s], qlen = qstart[s + 1] - q0;
+  if (qlen != 1 || !decode_rows_ok(q0, qlen, seq_lens[s], num_tokens, max_seq_len)) return;
+  float M = NEG_INF;
+#pragma unroll
+  for (int j = 0; j < MAX_SPLITS; j++) M = fmaxf(M, mv[j]);
+  float lsum = 0.f, o = 0.f;
+#pragma unroll
+  for (int j = 0; j < MAX_SPLITS; j++) {
+    if (mv[j] != NEG_INF) {
+      const float f = fast_exp2(mv[j] - M);
+      lsum += lv[j] * f;
+      o += ov[j] * f;
+    }
+  }
+  out[((i64)q0 * H + h) * HD + d] = f32_to_bf16(lsum > 0.f ? o / lsum : 0.f);
+}

@@ -1,0 +1,380 @@
+// attn_prefill.cu: causal prefill attention (sequences with two or more
+// query rows) over paged BF16 KV caches laid out [numBlocks, numKVHeads,
+// BS, HD], FlashAttention-2 style on the tensor cores (mma.sync m16n8k16,
+// bf16 in, f32 accumulate).
+//
+// Specialised with -DHD=<head dim> -DBS=<cache block size> -DBM=<query rows
+// per block> -DBN=<keys per tile> -DNW=<warps per block, BM/16> -DQR=<1: Q
+// fragments live in registers, 0: re-read from shared memory every tile>.
+// The host (prefillTiling in attn.go) picks them per head dim and sizes the
+// dynamic shared memory with the same layout formula as below.
+//
+// Design:
+//   - A block owns BM query rows of one head of one sequence; each warp owns
+//     16 rows (one mma row tile) for the whole key range, so the online
+//     softmax needs no cross-warp exchange.
+//   - K/V tiles of BN keys go to shared memory with 16-byte cp.async.cg in
+//     a two-stage pipeline: tile j+1 is in flight while tile j is computed;
+//     one __syncthreads per tile. Keys outside the block's range, and keys
+//     of bad block ids (reported as ERR_BLOCK_ID), are zero-filled.
+//   - Shared rows are padded to HD+8 elements (16 bytes): the eight row
+//     addresses of every ldmatrix phase then fall in eight different 16-byte
+//     bank groups, so ldmatrix and the cp.async stores are conflict-free.
+//   - Q/K fragments come from ldmatrix.x4, V fragments from ldmatrix.x4.trans;
+//     P is rounded to bf16 in registers and reused as the A operand of P.V.
+//   - Scores are in the log2 domain (scale_log2 includes log2 e); the causal
+//     and window masks are evaluated only on tiles that cross a warp's
+//     diagonal or window edge, and a warp skips tiles it cannot see at all.
+//   - Row tiles are counted from the END of each sequence (tile 0 holds its
+//     last BM rows: the most keys) and the grid is (H, S, row tiles) with the
+//     row tile outermost, so the longest tiles are dispatched first and the
+//     one ragged tile of a sequence is its cheapest, first, one. Key tiles
+//     are likewise counted back from the last row's position, so the
+//     diagonal of the block falls on tile boundaries.
+#include "common.cuh"
+
+#define NT (NW * 32)               // threads per block
+#define KSTRIDE (HD + 8)           // shared row stride in elements (16 bytes of pad)
+#define ROWB (KSTRIDE * 2)         // ... in bytes
+#define CPR (HD / 8)               // 16-byte chunks per row
+#define STAGE (2 * BN * KSTRIDE)   // elements of one pipeline stage: K tile, then V tile
+#define Q_ALIASED (QR && BM <= 2 * BN)
+
+// Shared memory layout (bytes; the host's prefillConfig.smem computes the
+// same total):
+//   [0, STAGE*2)            stage 0: K tile [BN][KSTRIDE], V tile [BN][KSTRIDE]
+//   [STAGE*2, STAGE*4)      stage 1, alike
+//   Q tile [BM][KSTRIDE]    at stage 1 when Q_ALIASED (it is moved into
+//                           registers before stage 1 is first written),
+//                           otherwise at [STAGE*4, STAGE*4 + BM*ROWB)
+#if Q_ALIASED
+#define Q_OFF (STAGE * 2)  // bytes
+#else
+#define Q_OFF (STAGE * 4)  // bytes
+#endif
+
+#if HD <= 64
+#define MINB 2  // small fragments: two blocks per SM fit in the registers
+#else
+#define MINB 1
+#endif
+
+static_assert(BM == 16 * NW, "each warp owns one 16-row mma tile");
+static_assert(BN % 16 == 0 && HD % 16 == 0, "mma steps are 16 wide");
+static_assert(!QR || HD <= 128, "Q fragments of HD > 128 do not fit in registers");
+
+// rows_ok checks a sequence's metadata: its query rows lie inside the
+// batch and its context holds them and fits max_seq_len.
+__device__ __forceinline__ bool rows_ok(int q0, int qlen, int L, int num_tokens, int max_seq_len) {
+  return q0 >= 0 && qlen >= 0 && q0 + qlen <= num_tokens && L >= qlen && L <= max_seq_len;
+}
+
+__device__ __forceinline__ u32 smem_u32(const void* p) {
+  u32 a;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+  return a;
+}
+
+// cp_async16 copies 16 bytes global -> shared, bypassing L1; with
+// valid == false it reads nothing and writes 16 zero bytes.
+__device__ __forceinline__ void cp_async16(u32 dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+
+// ldsm_x4 loads four 8x8 bf16 matrices: lanes 8i..8i+7 give the addresses
+// of matrix i's eight rows (16 contiguous bytes each); register i of lane l
+// then holds matrix i's elements (row l/4, cols 2(l%4), 2(l%4)+1), the lower
+// column in the low half.
+__device__ __forceinline__ void ldsm_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+// ldsm_x4_t is ldsm_x4 transposed: register i of lane l holds matrix i's
+// elements (rows 2(l%4), 2(l%4)+1; col l/4), the lower row in the low half.
+__device__ __forceinline__ void ldsm_x4_t(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+
+// mma16816 is c += a.b for a 16x16 A (row major), a 16x8 B and a 16x8 f32 C.
+// With g = lane/4, t = lane%4, each lane holds (lower index in the low half):
+//   A: a0 (row g,   k 2t..2t+1), a1 (row g+8, k 2t..2t+1),
+//      a2 (row g,   k 2t+8..2t+9), a3 (row g+8, k 2t+8..2t+9)
+//   B: b0 (k 2t..2t+1, col g), b1 (k 2t+8..2t+9, col g)
+//   C: c0, c1 (row g, cols 2t, 2t+1), c2, c3 (row g+8, cols 2t, 2t+1)
+__device__ __forceinline__ void mma16816(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// load_kv starts the copy of keys [k0, k0+BN) of KV head kvh into the stage
+// at shared address st; keys outside [klo, khi) and keys whose block id is
+// bad (reported) are zero-filled. Every thread of the block calls it.
+__device__ __forceinline__ void load_kv(u32 st, const u16* kc, const u16* vc, const int* bt, int max_blocks, int num_blocks,
+                                        int KV, int kvh, int k0, int klo, int khi, int* err) {
+#pragma unroll
+  for (int i = 0; i < (BN * CPR + NT - 1) / NT; i++) {
+    int c = threadIdx.x + i * NT;
+    if ((BN * CPR) % NT != 0 && c >= BN * CPR) break;
+    int r = c / CPR, col = (c - r * CPR) * 8;
+    int p = k0 + r;
+    const u16* ks = kc;
+    const u16* vs = vc;
+    bool ok = false;
+    if (p >= klo && p < khi) {
+      int bi = p / BS;
+      int blk = bi < max_blocks ? bt[bi] : -1;
+      if (blk >= 0 && blk < num_blocks) {
+        i64 off = (((i64)blk * KV + kvh) * BS + (p - bi * BS)) * HD + col;
+        ks = kc + off;
+        vs = vc + off;
+        ok = true;
+      } else {
+        report(err, ERR_BLOCK_ID);
+      }
+    }
+    u32 d = st + (u32)(r * ROWB + col * 2);
+    cp_async16(d, ks, ok);
+    cp_async16(d + BN * ROWB, vs, ok);
+  }
+}
+
+// attn_prefill: for each sequence with two or more query rows, causal
+// (optionally sliding-window) attention of every query row over the
+// sequence's context, earlier cached tokens included.
+//   out  [T, H*HD] bf16; q [T, H*HD] bf16
+//   kc, vc [num_blocks, KV, BS, HD] bf16
+//   block_tables [S, max_blocks]; seq_lens [S]; qstart [S+1]
+// grid (H, S, Z), block NT, dynamic shared memory per the layout above.
+// Block (x, y, z) takes units x + H*z, x + H*(z + Z), ... of sequence y,
+// unit u being head u % H and row tile u / H counted from the sequence's
+// end, so any grid covers every tile (the host sizes Z for the longest
+// sequence it expects; (1, S, 1) makes one block loop over all).
+// Sequences of fewer than two rows are attn_decode's, which also reports
+// bad metadata.
+extern "C" __global__ void __launch_bounds__(NT, MINB) attn_prefill(
+    u16* out, const u16* q, const u16* kc, const u16* vc, const int* block_tables, int max_blocks,
+    const int* seq_lens, const int* qstart, int H, int KV, float scale_log2, int window, int num_blocks,
+    int num_tokens, int max_seq_len, int* err) {
+  grid_dep_sync();
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const int s = blockIdx.y;
+  const int q0 = qstart[s], qlen = qstart[s + 1] - q0;
+  const int L = seq_lens[s];
+  if (qlen < 2 || !rows_ok(q0, qlen, L, num_tokens, max_seq_len)) return;
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int gid = lane >> 2, tq = lane & 3;
+  const int first = L - qlen;  // position of query row 0
+  const int* bt = block_tables + (i64)s * max_blocks;
+  const u32 sbase = smem_u32(smem_raw);
+  const u32 qbase = sbase + Q_OFF;
+  // Lane offsets (bytes) of the ldmatrix row addresses, per the fragment
+  // layouts of mma16816:
+  //  Q (A, non-trans): matrices (rows 0-7, k 0-7), (rows 8-15, k 0-7),
+  //    (rows 0-7, k 8-15), (rows 8-15, k 8-15) -> a0..a3. Lane l: row l%16,
+  //    k (l/16)*8.
+  //  K (B of Q.K^T, stored [key][dim], non-trans): (keys 0-7, dims 0-7),
+  //    (keys 0-7, dims 8-15), (keys 8-15, dims 0-7), (keys 8-15, dims 8-15)
+  //    -> b0, b1 of key tile n, b0, b1 of key tile n+8. Lane l: key
+  //    (l/16)*8 + l%8, dim ((l/8)%2)*8.
+  //  V (B of P.V, stored [key][dim], trans): (keys 0-7, dims 0-7),
+  //    (keys 8-15, dims 0-7), (keys 0-7, dims 8-15), (keys 8-15, dims 8-15)
+  //    -> b0, b1 of dim tile n, b0, b1 of dim tile n+8. Lane l: key l%16,
+  //    dim (l/16)*8.
+  const u32 q_lane = (u32)((warp * 16 + (lane & 15)) * ROWB + (lane >> 4) * 16);
+  const u32 k_lane = (u32)(((lane >> 4) * 8 + (lane & 7)) * ROWB + ((lane >> 3) & 1) * 16);
+  const u32 v_lane = (u32)(BN * ROWB + (lane & 15) * ROWB + (lane >> 4) * 16);
+
+  const i64 units = (i64)((qlen + BM - 1) / BM) * H;
+  for (i64 unit = (i64)blockIdx.z * gridDim.x + blockIdx.x; unit < units; unit += (i64)gridDim.x * gridDim.z) {
+    const int h = (int)(unit % H);
+    const int zt = (int)(unit / H);
+    const int kvh = h / (H / KV);
+    // This block: rows [r_lo, r_hi), r_lo < 0 for the first (ragged) tile,
+    // whose rows below 0 do not exist (zero Q, never stored).
+    const int r_hi = qlen - zt * BM, r_lo = r_hi - BM;
+    const int kend = first + r_hi;  // keys < kend: the last row's position + 1
+    const int kstart = window > 0 ? max(0, first + max(r_lo, 0) - window + 1) : 0;
+    const int ntiles = (kend - kstart + BN - 1) / BN;  // key tile j: [kend - (j+1)*BN, kend - j*BN)
+
+    // This warp's rows [w0, w0+16) at positions [wp_lo, wp_lo+15]; this
+    // lane's rows ra (C elements 0, 1) and rb = ra + 8 (elements 2, 3).
+    const int w0 = r_lo + warp * 16;
+    const bool warp_live = w0 + 15 >= 0;
+    const int wp_lo = first + w0, wp_hi = wp_lo + 15;
+    const int wlo_lo = window > 0 ? max(0, wp_lo - window + 1) : 0;  // lowest key any row of the warp sees
+    const int wlo_hi = window > 0 ? max(0, wp_hi - window + 1) : 0;  // lowest key all rows of the warp see
+    const int ra = w0 + gid, rb = ra + 8;
+    const int pa = first + ra, pb = first + rb;
+    const int loa = window > 0 ? max(0, pa - window + 1) : 0;
+    const int lob = window > 0 ? max(0, pb - window + 1) : 0;
+
+    __syncthreads();  // the previous unit's warps are done with shared memory
+    const u16* qsrc = q + (i64)h * HD;
+#pragma unroll
+    for (int ci = 0; ci < (BM * CPR + NT - 1) / NT; ci++) {
+      int c = threadIdx.x + ci * NT;
+      if ((BM * CPR) % NT != 0 && c >= BM * CPR) break;
+      int r = c / CPR, col = (c - r * CPR) * 8;
+      int i = r_lo + r;
+      bool ok = i >= 0;
+      cp_async16(qbase + (u32)(r * ROWB + col * 2), ok ? qsrc + (i64)(q0 + i) * H * HD + col : q, ok);
+    }
+    load_kv(sbase, kc, vc, bt, max_blocks, num_blocks, KV, kvh, kend - BN, kstart, kend, err);
+    cp_async_commit();
+
+#if QR
+    u32 qa[HD / 16][4];
+#endif
+    float o[HD / 8][4];
+#pragma unroll
+    for (int n = 0; n < HD / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    float ma = NEG_INF, mb = NEG_INF, la = 0.f, lb = 0.f;
+
+    for (int j = 0; j < ntiles; j++) {
+      cp_async_wait_all();
+      __syncthreads();  // tile j is visible, and every warp is done with tile j-1's stage
+      if (j == 0) {
+#if QR
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++) ldsm_x4(qbase + q_lane + kk * 32, qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3]);
+#endif
+#if Q_ALIASED
+        __syncthreads();  // stage 1 held Q until every warp had it in registers
+#endif
+      }
+      if (j + 1 < ntiles) {
+        load_kv(sbase + (u32)(((j + 1) & 1) * STAGE * 2), kc, vc, bt, max_blocks, num_blocks, KV, kvh, kend - (j + 2) * BN,
+                kstart, kend, err);
+        cp_async_commit();
+      }
+      const int k0 = kend - (j + 1) * BN;
+      // Keys [k0, k0+BN) against this warp's rows: none visible -> skip
+      // (scores would all be -inf: nothing changes); some hidden -> mask.
+      if (!warp_live || k0 > wp_hi || k0 + BN - 1 < wlo_lo) continue;
+      const bool masked = k0 + BN - 1 > wp_lo || k0 < wlo_hi;
+      const u32 st = sbase + (u32)((j & 1) * STAGE * 2);
+
+      // S = Q K^T: sc[jn] is key tile jn (keys k0 + 8jn + 2tq (+1)) of
+      // rows ra (elements 0, 1) and rb (elements 2, 3).
+      float sc[BN / 8][4];
+#pragma unroll
+      for (int jn = 0; jn < BN / 8; jn++) sc[jn][0] = sc[jn][1] = sc[jn][2] = sc[jn][3] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < HD / 16; kk++) {
+        u32 a0, a1, a2, a3;
+#if QR
+        a0 = qa[kk][0];
+        a1 = qa[kk][1];
+        a2 = qa[kk][2];
+        a3 = qa[kk][3];
+#else
+        ldsm_x4(qbase + q_lane + kk * 32, a0, a1, a2, a3);
+#endif
+#pragma unroll
+        for (int jp = 0; jp < BN / 16; jp++) {
+          u32 b0, b1, b2, b3;
+          ldsm_x4(st + k_lane + jp * 16 * ROWB + kk * 32, b0, b1, b2, b3);
+          mma16816(sc[2 * jp], a0, a1, a2, a3, b0, b1);
+          mma16816(sc[2 * jp + 1], a0, a1, a2, a3, b2, b3);
+        }
+      }
+
+      float mxa = NEG_INF, mxb = NEG_INF;
+      if (masked) {
+#pragma unroll
+        for (int jn = 0; jn < BN / 8; jn++) {
+#pragma unroll
+          for (int e = 0; e < 4; e++) {
+            int key = k0 + jn * 8 + tq * 2 + (e & 1);
+            bool ok = e < 2 ? (key <= pa && key >= loa) : (key <= pb && key >= lob);
+            sc[jn][e] = ok ? sc[jn][e] * scale_log2 : NEG_INF;
+          }
+        }
+      } else {
+#pragma unroll
+        for (int jn = 0; jn < BN / 8; jn++) {
+#pragma unroll
+          for (int e = 0; e < 4; e++) sc[jn][e] *= scale_log2;
+        }
+      }
+#pragma unroll
+      for (int jn = 0; jn < BN / 8; jn++) {
+        mxa = fmaxf(mxa, fmaxf(sc[jn][0], sc[jn][1]));
+        mxb = fmaxf(mxb, fmaxf(sc[jn][2], sc[jn][3]));
+      }
+      // A row's 4 lanes (same gid) hold its BN scores between them.
+      mxa = fmaxf(mxa, __shfl_xor_sync(0xffffffffu, mxa, 1));
+      mxa = fmaxf(mxa, __shfl_xor_sync(0xffffffffu, mxa, 2));
+      mxb = fmaxf(mxb, __shfl_xor_sync(0xffffffffu, mxb, 1));
+      mxb = fmaxf(mxb, __shfl_xor_sync(0xffffffffu, mxb, 2));
+      const float mna = fmaxf(ma, mxa), mnb = fmaxf(mb, mxb);
+      // While a row has seen only masked keys its max is -inf: exponents
+      // are then taken against 0 (giving 0), never -inf - -inf.
+      const float refa = mna == NEG_INF ? 0.f : mna, refb = mnb == NEG_INF ? 0.f : mnb;
+      const float ala = fast_exp2(ma - refa), alb = fast_exp2(mb - refb);
+      ma = mna;
+      mb = mnb;
+      float rsa = 0.f, rsb = 0.f;
+#pragma unroll
+      for (int jn = 0; jn < BN / 8; jn++) {
+        sc[jn][0] = fast_exp2(sc[jn][0] - refa);
+        sc[jn][1] = fast_exp2(sc[jn][1] - refa);
+        sc[jn][2] = fast_exp2(sc[jn][2] - refb);
+        sc[jn][3] = fast_exp2(sc[jn][3] - refb);
+        rsa += sc[jn][0] + sc[jn][1];
+        rsb += sc[jn][2] + sc[jn][3];
+      }
+      // l stays a per-lane partial sum (this lane's columns); the alphas
+      // are per row, so the quad's partials are summed once at the end.
+      la = la * ala + rsa;
+      lb = lb * alb + rsb;
+#pragma unroll
+      for (int n = 0; n < HD / 8; n++) {
+        o[n][0] *= ala;
+        o[n][1] *= ala;
+        o[n][2] *= alb;
+        o[n][3] *= alb;
+      }
+
+      // O += P V. The C fragments of key tiles 2kc and 2kc+1 are exactly the
+      // A fragment of keys [16kc, 16kc+16): a0 = (ra, keys 2tq..) of tile
+      // 2kc, a1 = (rb, ...) of tile 2kc, a2, a3 the same of tile 2kc+1.
+#pragma unroll
+      for (int kc2 = 0; kc2 < BN / 16; kc2++) {
+        u32 a0 = pack_bf16x2(sc[2 * kc2][0], sc[2 * kc2][1]);
+        u32 a1 = pack_bf16x2(sc[2 * kc2][2], sc[2 * kc2][3]);
+        u32 a2 = pack_bf16x2(sc[2 * kc2 + 1][0], sc[2 * kc2 + 1][1]);
+        u32 a3 = pack_bf16x2(sc[2 * kc2 + 1][2], sc[2 * kc2 + 1][3]);
+#pragma unroll
+        for (int dp = 0; dp < HD / 16; dp++) {
+          u32 b0, b1, b2, b3;
+          ldsm_x4_t(st + v_lane + kc2 * 16 * ROWB + dp * 32, b0, b1, b2, b3);
+          mma16816(o[2 * dp], a0, a1, a2, a3, b0, b1);
+          mma16816(o[2 * dp + 1], a0, a1, a2, a3, b2, b3);
+        }
+      }
+    }
+
+    // o[n] holds dims 8n + 2tq (+1) of rows ra (0, 1) and rb (2, 3).
+    la += __shfl_xor_sync(0xffffffffu, la, 1);
+    la += __shfl_xor_sync(0xffffffffu, la, 2);
+    lb += __shfl_xor_sync(0xffffffffu, lb, 1);
+    lb += __shfl_xor_sync(0xffffffffu, lb, 2);
+    const float inva = la > 0.f ? 1.f / la : 0.f, invb = lb > 0.f ? 1.f / lb : 0.f;
+    u16* oa = out + ((i64)(q0 + ra) * H + h) * HD + tq * 2;
+    u16* ob = out + ((i64)(q0 + rb) * H + h) * HD + tq * 2;
+#pragma unroll
+    for (int n = 0; n < HD / 8; n++) {
+      if (ra >= 0) *(u32*)(oa + n * 8) = pack_bf16x2(o[n][0] * inva, o[n][1] * inva);
+      if (rb >= 0) *(u32*)(ob + n * 8) = pack_bf16x2(o[n][2] * invb, o[n][3] * invb);
+    }
+  }
+}

@@ -1,0 +1,94 @@
+package cuda
+
+import (
+	"fmt"
+	"os"
+)
+
+// Programmatic dependent launch (PDL, Hopper and newer): a kernel launched
+// with the programmatic-stream-serialization attribute may start while the
+// kernel before it in the stream is still running; it waits at
+// griddepcontrol.wait until that kernel has finished and its writes are
+// visible. A decode step is ~300 short kernels replayed from a graph, and
+// without PDL every boundary costs the launch of the next grid after the
+// last block of the previous one drains. With it the next grid's blocks
+// are already resident, waiting, when the previous grid ends.
+//
+// Correctness rests on one rule, checked by TestKernelsWaitForPredecessor:
+// every trigon kernel calls grid_dep_sync() (common.cuh) before it touches
+// memory, so it never reads what its predecessor has not finished
+// writing. Kernels that others launch (cuBLASLt) are unaffected: the
+// attribute is on our launches only, and a kernel that never triggers its
+// dependents releases them when it completes.
+
+// launchConfig mirrors CUlaunchConfig (cuda.h, CUDA 12): 56 bytes
+// (TestLaunchConfigLayout checks the sizes).
+type launchConfig struct {
+	grid     [3]uint32
+	block    [3]uint32
+	smem     uint32
+	_        uint32
+	stream   uintptr
+	attrs    uintptr
+	numAttrs uint32
+	_        uint32
+}
+
+// launchAttr mirrors CUlaunchAttribute: an id, padding to 8 bytes, and a
+// 64-byte union value.
+type launchAttr struct {
+	id    uint32
+	_     uint32
+	value [64]byte
+}
+
+const (
+	// launchConfigBytes is the pinned space for one launchConfig and the
+	// attribute it points at (at offset 64).
+	launchConfigBytes = 64 + 72
+	// cuLaunchAttributeProgrammaticStreamSerialization is
+	// CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION.
+	cuLaunchAttributeProgrammaticStreamSerialization = 6
+	// pdlEnv turns PDL on ("on") where the device and driver can; unset
+	// or "off" launches plainly.
+	pdlEnv = "TRIGON_CUDA_PDL"
+)
+
+// pdlEnabled is pdlEnv's setting, read by New. Off by default: on the
+// H200 (docs/benchmarks.md, 2026-11-30) the batch-4 Llama-3-8B decode
+// step took 5.38 ms with PDL against 5.21 ms without, in the same call,
+// even with the GEMV streaming its weight before the wait.
+var pdlEnabled = false
+
+// applyPDLEnv reads pdlEnv.
+func applyPDLEnv() error {
+	switch v := os.Getenv(pdlEnv); v {
+	case "on":
+		pdlEnabled = true
+	case "", "off":
+		pdlEnabled = false
+	default:
+		return fmt.Errorf("cuda: %s=%q: want on or off", pdlEnv, v)
+	}
+	return nil
+}
+
+// initLaunchConfig lays the launch config and its one attribute out at
+// host (pinned memory that lives as long as the backend) and decides
+// whether launches use PDL: compute capability 9.0 or newer, a driver with
+// cuLaunchKernelEx, and not turned off. CUDA thread only.
+func (b *Backend) initLaunchConfig(host uintptr) {
+	b.launchCfg = (*launchConfig)(cptr(host))
+	attr := (*launchAttr)(cptr(host + 64))
+	*attr = launchAttr{id: cuLaunchAttributeProgrammaticStreamSerialization}
+	attr.value[0] = 1 // programmaticStreamSerializationAllowed = 1 (an int)
+	*b.launchCfg = launchConfig{attrs: host + 64, numAttrs: 1}
+	b.pdl = pdlEnabled && b.cc >= 90 && b.d.cuLaunchKernelEx != 0
+}
+
+// PDL reports whether kernel launches use programmatic dependent launch.
+func (b *Backend) PDL() bool {
+	var on bool
+	_ = b.call(func() error { on = b.pdl; return nil })
+	return on
+}
