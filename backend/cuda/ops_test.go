@@ -56,6 +56,11 @@ func TestAddRMSNorm(t *testing.T) {
 		{33, 2048, backend.F32, true},
 		{2, 20000, backend.BF16, true}, // past the registers of the fast path
 		{3, 5120, backend.BF16, false},
+		// The 16-byte path: prefill-sized, two chunks per thread, and a
+		// row length that is not a multiple of 8 (scalar path).
+		{300, 4096, backend.BF16, true},
+		{2, 12288, backend.BF16, true},
+		{4, 1004, backend.BF16, true},
 	} {
 		t.Run(fmt.Sprintf("%dx%d_w%v_res%v", tc.rows, tc.dim, tc.w, tc.residual), func(t *testing.T) {
 			p := newPair(t)
@@ -85,7 +90,8 @@ func TestAddRMSNorm(t *testing.T) {
 
 func TestSiLUMul(t *testing.T) {
 	sharedBackend(t, true)
-	for _, tc := range []struct{ n, inter int }{{1, 5632}, {7, 1000}, {33, 4096}} {
+	// 8-aligned rows take the 16-byte path; 1004 the scalar one.
+	for _, tc := range []struct{ n, inter int }{{1, 5632}, {7, 1000}, {33, 4096}, {3, 1004}, {512, 14336}} {
 		t.Run(fmt.Sprintf("%dx%d", tc.n, tc.inter), func(t *testing.T) {
 			p := newPair(t)
 			cg, gg := p.act(backend.BF16, []int{tc.n, 2 * tc.inter}, p.normal(tc.n*2*tc.inter, 2))

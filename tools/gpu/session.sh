@@ -292,6 +292,28 @@ print('\n'.join(d[-1].get('kernel_choices') or []))" "$OUT/bench-4.json" 2>&1 | 
 profile
 }
 
+# final: correctness of the build that is measured (every backend/cuda
+# test, the fixture models against transformers, the default model GPU
+# against CPU), stopping there on a failure; then the peers in one call,
+# the batch 1 and 64 rows, and the server smoke test.
+final() {
+log "backend/cuda: every test"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.timeout 6m >"$OUT/cuda-tests.log" 2>&1)
+rc=$?; echo "rc=$rc" | tee -a "$OUT/summary.txt"; grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/cuda-tests.log" | tail -8 | tee -a "$OUT/summary.txt"
+grep -c -- "--- PASS" "$OUT/cuda-tests.log" | sed 's/^/passed (tests and subtests): /' | tee -a "$OUT/summary.txt"
+grep -E "^\s+--- FAIL" "$OUT/cuda-tests.log" | head -20 | tee -a "$OUT/summary.txt"
+(cd backend/cuda && timeout 100 compute-sanitizer --tool memcheck "$root/.gpu/cuda.test" -test.run 'TestAddRMSNorm|TestSiLUMul' >"$OUT/memcheck.log" 2>&1)
+echo "memcheck rc=$?" | tee -a "$OUT/summary.txt"; grep -E "ERROR SUMMARY|^(PASS|FAIL)" "$OUT/memcheck.log" | tee -a "$OUT/summary.txt"
+log "fixture models and the default model on CUDA (llama.test)"
+(cd model/llama && "$root/.gpu/llama.test" -test.run 'TestFixturesCUDA|TestDefaultModelCUDAMatchesCPU' -test.v >"$OUT/llama-cuda.log" 2>&1)
+rc2=$?; echo "rc=$rc2" | tee -a "$OUT/summary.txt"; grep -E "worst|near tie|^(--- FAIL|FAIL|PASS)" "$OUT/llama-cuda.log" | tee -a "$OUT/summary.txt"
+if ((rc != 0 || rc2 != 0)); then log "tests failed: skipping the measurements"; return; fi
+default_model
+peers
+BATCHES="1 64" bench_rows
+serve_smoke
+}
+
 # A part is skipped once SKIP_AFTER seconds (default 500) have passed, so
 # that the logs still come back inside the device's 600-second limit.
 for part in ${@:-checks bigref}; do

@@ -22,6 +22,66 @@ extern "C" __global__ void __launch_bounds__(1024) add_rmsnorm(void* out, const 
   __shared__ float scratch[32];
   i64 base = (i64)blockIdx.x * dim;
   int nt = blockDim.x, tid = threadIdx.x;
+  if constexpr (XT == DT_BF16 && OT == DT_BF16 && WT == DT_BF16) {
+    // All-BF16 rows of up to 16 * blockDim.x elements: each thread owns up
+    // to two 8-element chunks and moves them with 16-byte loads and
+    // stores (prefill rows: 8x fewer memory instructions than the path
+    // below; the arithmetic is the same).
+    u64 addr = (u64)x | (u64)res | (u64)out | (u64)w;
+    if ((dim & 7) == 0 && (addr & 15) == 0 && dim <= 16 * nt) {
+      uint4 xv[2], rv[2], wq[2];
+      bool in[2];
+#pragma unroll
+      for (int k = 0; k < 2; k++) {
+        int c = (tid + k * nt) * 8;
+        in[k] = c < dim;
+        xv[k] = rv[k] = wq[k] = make_uint4(0, 0, 0, 0);
+        if (in[k]) {
+          xv[k] = *(const uint4*)((const u16*)x + base + c);
+          if (has_res) rv[k] = *(const uint4*)((const u16*)res + base + c);
+          wq[k] = *(const uint4*)((const u16*)w + c);
+        }
+      }
+      float v[2][8];
+      float ss = 0.f;
+#pragma unroll
+      for (int k = 0; k < 2; k++) {
+        const u32* xp = (const u32*)&xv[k];
+        const u32* rp = (const u32*)&rv[k];
+        uint4 sum;
+        u32* sp = (u32*)&sum;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+          float a0 = __uint_as_float(xp[j] << 16), a1 = __uint_as_float(xp[j] & 0xffff0000u);
+          if (has_res) {
+            a0 = round_to<DT_BF16>(a0 + __uint_as_float(rp[j] << 16));
+            a1 = round_to<DT_BF16>(a1 + __uint_as_float(rp[j] & 0xffff0000u));
+          }
+          v[k][2 * j] = a0;
+          v[k][2 * j + 1] = a1;
+          sp[j] = (u32)f32_to_bf16(a0) | ((u32)f32_to_bf16(a1) << 16);
+          ss += in[k] ? a0 * a0 + a1 * a1 : 0.f;
+        }
+        if (has_res && in[k]) *(uint4*)((u16*)res + base + (tid + k * nt) * 8) = sum;
+      }
+      ss = block_sum(ss, scratch);
+      float rs = rsqrtf(ss / (float)dim + eps);
+#pragma unroll
+      for (int k = 0; k < 2; k++) {
+        if (!in[k]) continue;
+        const u32* wp = (const u32*)&wq[k];
+        uint4 o;
+        u32* op = (u32*)&o;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+          float w0 = __uint_as_float(wp[j] << 16), w1 = __uint_as_float(wp[j] & 0xffff0000u);
+          op[j] = (u32)f32_to_bf16((v[k][2 * j] * rs) * w0) | ((u32)f32_to_bf16((v[k][2 * j + 1] * rs) * w1) << 16);
+        }
+        *(uint4*)((u16*)out + base + (tid + k * nt) * 8) = o;
+      }
+      return;
+    }
+  }
   if (dim <= VPT * nt) {
     float v[VPT], r[VPT], wv[VPT];
 #pragma unroll
