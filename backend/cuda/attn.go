@@ -275,7 +275,7 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 	}
 	return b.post(func() error {
 		// Both decode kernels take the same arguments, as do both combines.
-		dec, err := b.decodeFn(dp)
+		dec, err := b.fnSmem(fnKey{dp.mod, dp.decode}, dp.smem)
 		if err != nil {
 			return err
 		}
@@ -303,7 +303,7 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 		if decodeOnly == 1 {
 			return nil
 		}
-		pre, err := b.prefillFn(preMod, preSmem)
+		pre, err := b.fnSmem(fnKey{preMod, "attn_prefill"}, preSmem)
 		if err != nil {
 			return err
 		}
@@ -504,28 +504,3 @@ func (c prefillConfig) smem(d int) int {
 
 // maxGridYZ is CUDA's limit on a grid's y and z dimensions.
 const maxGridYZ = 65535
-
-// cuFuncAttributeMaxDynamicSharedSizeBytes is CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
-const cuFuncAttributeMaxDynamicSharedSizeBytes = 8
-
-// prefillFn returns the attn_prefill function of mod. A function may use
-// more than 48 KB of dynamic shared memory only once it opts in, so the
-// limit is raised to smem when the function is first fetched (a failure
-// forgets the function, so the next call tries again). CUDA thread only.
-func (b *Backend) prefillFn(mod modSpec, smem int) (uintptr, error) {
-	k := fnKey{mod, "attn_prefill"}
-	if f, ok := b.fns[k]; ok {
-		return f, nil
-	}
-	f, err := b.fn(k)
-	if err != nil {
-		return 0, err
-	}
-	if smem > 48<<10 {
-		if err := b.d.check("cuFuncSetAttribute", b.d.call(b.d.cuFuncSetAttribute, f, cuFuncAttributeMaxDynamicSharedSizeBytes, uintptr(smem))); err != nil {
-			delete(b.fns, k)
-			return 0, fmt.Errorf("attn_prefill in %v: %d bytes of shared memory: %w", mod, smem, err)
-		}
-	}
-	return f, nil
-}

@@ -191,25 +191,3 @@ func (b *Backend) decodeMMASplits(units, maxSeqLen, perSM int) int {
 	}
 	return best
 }
-
-// decodeFn returns p's decode kernel. A function may use more than 48 KB
-// of dynamic shared memory only once it opts in, so the limit is raised to
-// p.smem when the function is first fetched (a failure forgets the
-// function, so the next call tries again). CUDA thread only.
-func (b *Backend) decodeFn(p decodePlan) (uintptr, error) {
-	k := fnKey{p.mod, p.decode}
-	if f, ok := b.fns[k]; ok {
-		return f, nil
-	}
-	f, err := b.fn(k)
-	if err != nil {
-		return 0, err
-	}
-	if p.smem > 48<<10 {
-		if err := b.d.check("cuFuncSetAttribute", b.d.call(b.d.cuFuncSetAttribute, f, cuFuncAttributeMaxDynamicSharedSizeBytes, uintptr(p.smem))); err != nil {
-			delete(b.fns, k)
-			return 0, fmt.Errorf("%s in %v: %d bytes of shared memory: %w", p.decode, p.mod, p.smem, err)
-		}
-	}
-	return f, nil
-}

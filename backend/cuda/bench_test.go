@@ -219,21 +219,7 @@ func BenchmarkAttentionDecode(b *testing.B) {
 			}
 			q := randomBF16(b, g, 1, s.seqs, h*d)
 			out, _ := g.Alloc(backend.BF16, s.seqs, h*d)
-			r := rand.New(rand.NewPCG(3, 4))
-			perm := r.Perm(numBlocks - 1)
-			tables := make([]byte, 4*s.seqs*nbPer)
-			lens := make([]byte, 4*s.seqs)
-			starts := make([]byte, 4*(s.seqs+1))
-			for i := range s.seqs {
-				for j := range nbPer {
-					binary.LittleEndian.PutUint32(tables[4*(i*nbPer+j):], uint32(perm[i*nbPer+j]+1))
-				}
-				binary.LittleEndian.PutUint32(lens[4*i:], uint32(s.ctx))
-				binary.LittleEndian.PutUint32(starts[4*(i+1):], uint32(i+1))
-			}
-			bt, _ := g.Upload(backend.I32, []int{s.seqs, nbPer}, tables)
-			sl, _ := g.Upload(backend.I32, []int{s.seqs}, lens)
-			qs, _ := g.Upload(backend.I32, []int{s.seqs + 1}, starts)
+			bt, sl, qs := benchBatch(b, g, s.seqs, s.ctx, 1, nbPer, numBlocks, 3)
 			defer func() {
 				for _, t := range append(append(ks, vs...), q, out, bt, sl, qs) {
 					g.Free(t)
@@ -249,6 +235,38 @@ func BenchmarkAttentionDecode(b *testing.B) {
 			})
 		})
 	}
+}
+
+// benchBatch uploads the attention metadata of seqs sequences of ctx
+// tokens each with qlen query rows: block tables over a random permutation
+// of the cache blocks 1..numBlocks-1 (nbPer per sequence), the lengths and
+// the query offsets. seed varies the permutation.
+//
+//	BlockTables [seqs, nbPer]; SeqLens [seqs]; QueryStart [seqs+1]
+func benchBatch(b *testing.B, g *Backend, seqs, ctx, qlen, nbPer, numBlocks int, seed uint64) (bt, sl, qs backend.Tensor) {
+	b.Helper()
+	perm := rand.New(rand.NewPCG(seed, seed+1)).Perm(numBlocks - 1)
+	tables := make([]byte, 4*seqs*nbPer)
+	lens := make([]byte, 4*seqs)
+	starts := make([]byte, 4*(seqs+1))
+	for i := range seqs {
+		for j := range nbPer {
+			binary.LittleEndian.PutUint32(tables[4*(i*nbPer+j):], uint32(perm[i*nbPer+j]+1))
+		}
+		binary.LittleEndian.PutUint32(lens[4*i:], uint32(ctx))
+		binary.LittleEndian.PutUint32(starts[4*(i+1):], uint32((i+1)*qlen))
+	}
+	var err error
+	if bt, err = g.Upload(backend.I32, []int{seqs, nbPer}, tables); err != nil {
+		b.Fatal(err)
+	}
+	if sl, err = g.Upload(backend.I32, []int{seqs}, lens); err != nil {
+		b.Fatal(err)
+	}
+	if qs, err = g.Upload(backend.I32, []int{seqs + 1}, starts); err != nil {
+		b.Fatal(err)
+	}
+	return bt, sl, qs
 }
 
 // BenchmarkAttentionPrefill times causal prefill attention of whole
@@ -270,21 +288,7 @@ func BenchmarkAttentionPrefill(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			r := rand.New(rand.NewPCG(5, 6))
-			perm := r.Perm(numBlocks - 1)
-			tables := make([]byte, 4*c.seqs*nbPer)
-			lens := make([]byte, 4*c.seqs)
-			starts := make([]byte, 4*(c.seqs+1))
-			for i := range c.seqs {
-				for j := range nbPer {
-					binary.LittleEndian.PutUint32(tables[4*(i*nbPer+j):], uint32(perm[i*nbPer+j]+1))
-				}
-				binary.LittleEndian.PutUint32(lens[4*i:], uint32(c.len))
-				binary.LittleEndian.PutUint32(starts[4*(i+1):], uint32((i+1)*c.len))
-			}
-			bt, _ := g.Upload(backend.I32, []int{c.seqs, nbPer}, tables)
-			sl, _ := g.Upload(backend.I32, []int{c.seqs}, lens)
-			qs, _ := g.Upload(backend.I32, []int{c.seqs + 1}, starts)
+			bt, sl, qs := benchBatch(b, g, c.seqs, c.len, c.len, nbPer, numBlocks, 5)
 			defer func() {
 				for _, t := range []backend.Tensor{k, v, q, out, bt, sl, qs} {
 					g.Free(t)

@@ -219,6 +219,30 @@ func (b *Backend) fn(k fnKey) (uintptr, error) {
 	return f, nil
 }
 
+// cuFuncAttributeMaxDynamicSharedSizeBytes is CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
+const cuFuncAttributeMaxDynamicSharedSizeBytes = 8
+
+// fnSmem returns the function k for launches with smem bytes of dynamic
+// shared memory. A function may use more than 48 KB only once it opts in,
+// so the limit is raised when the function is first fetched (a failure
+// forgets the function, so the next call tries again). CUDA thread only.
+func (b *Backend) fnSmem(k fnKey, smem int) (uintptr, error) {
+	if f, ok := b.fns[k]; ok {
+		return f, nil
+	}
+	f, err := b.fn(k)
+	if err != nil {
+		return 0, err
+	}
+	if smem > 48<<10 {
+		if err := b.d.check("cuFuncSetAttribute", b.d.call(b.d.cuFuncSetAttribute, f, cuFuncAttributeMaxDynamicSharedSizeBytes, uintptr(smem))); err != nil {
+			delete(b.fns, k)
+			return 0, fmt.Errorf("%s in %v: %d bytes of shared memory: %w", k.name, k.mod, smem, err)
+		}
+	}
+	return f, nil
+}
+
 // warmSpecs lists the modules a typical BF16 model uses: head dims 64 and
 // 128, block size 16, the GQA group sizes 1..8, and the weight dtypes.
 func warmSpecs() []modSpec {

@@ -4,9 +4,12 @@
 #
 #   tools/gpu/build.sh
 #
-# Parts: checks (kernel tests, fixtures on CUDA, trigon run), bigref
-# (Llama-3-8B shape vs transformers), serve_smoke, bench_rows, graphs, peers;
-# `session.sh bigref graphs` runs those. Results: $OUT/summary.txt and
+# Parts: checks (kernel tests, fixtures on CUDA, trigon run), quick_tests,
+# cuda_tests (every test + memcheck), bigref (Llama-3-8B shape vs
+# transformers), serve_smoke, bench_rows, graphs, profile (ncu), attn_bench,
+# attn_check, default_model, peers, final (tests, then peers, rows and the
+# server: what docs/benchmarks.md's latest section ran);
+# `session.sh bigref graphs` runs those two. Results: $OUT/summary.txt and
 # $OUT/logs.tgz (the device tool returns at most 8 files).
 #
 # then run from the repository root on the GPU machine (the device tool's
@@ -20,6 +23,24 @@ root=$PWD
 PY=python3
 $PY -c 'import torch, transformers' 2>/dev/null || PY=/opt/torch/.venv/bin/python
 log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
+
+# all_cuda_tests runs every backend/cuda test into cuda-tests.log, prints
+# the verdict, the pass count and any failures, and returns the status.
+all_cuda_tests() {
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.timeout 6m >"$OUT/cuda-tests.log" 2>&1)
+local rc=$?
+echo "rc=$rc" | tee -a "$OUT/summary.txt"; grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/cuda-tests.log" | tail -8 | tee -a "$OUT/summary.txt"
+grep -c -- "--- PASS" "$OUT/cuda-tests.log" | sed 's/^/passed (tests and subtests): /' | tee -a "$OUT/summary.txt"
+grep -E "^\s+--- FAIL" "$OUT/cuda-tests.log" | head -20 | tee -a "$OUT/summary.txt"
+return $rc
+}
+
+# memcheck PATTERN runs compute-sanitizer's memcheck over the backend/cuda
+# tests PATTERN selects (at most 150 s).
+memcheck() {
+(cd backend/cuda && timeout 150 compute-sanitizer --tool memcheck "$root/.gpu/cuda.test" -test.run "$1" >"$OUT/memcheck.log" 2>&1)
+echo "memcheck rc=$?" | tee -a "$OUT/summary.txt"; grep -E "ERROR SUMMARY|^(PASS|FAIL)" "$OUT/memcheck.log" | tee -a "$OUT/summary.txt"
+}
 nvidia-smi -L | tee -a "$OUT/summary.txt"
 
 checks() {
@@ -61,12 +82,9 @@ grep -E "^Benchmark" "$OUT/matmul-bench.log" | awk '{print $1, $3, $4, $5, $6, $
 }
 
 cuda_tests() {
-log "backend/cuda: every test, then memcheck over attention, norm, RoPE and matmul"
-(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.timeout 5m >"$OUT/cuda-tests.log" 2>&1)
-echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/cuda-tests.log" | tail -8 | tee -a "$OUT/summary.txt"
-grep -c -- "--- PASS" "$OUT/cuda-tests.log" | sed 's/^/passed (tests and subtests): /' | tee -a "$OUT/summary.txt"
-(cd backend/cuda && compute-sanitizer --tool memcheck "$root/.gpu/cuda.test" -test.run 'TestAttention/(decode_gqa4_d128|mixed_gqa4_d128|window_gqa2|decode_only_hint_broken|bad_block_id|decode_unroll4)|TestAddRMSNorm|TestRoPEStoreKV|TestMatMul' >"$OUT/memcheck.log" 2>&1)
-echo "memcheck rc=$?" | tee -a "$OUT/summary.txt"; grep -E "ERROR SUMMARY|^(PASS|FAIL)" "$OUT/memcheck.log" | tee -a "$OUT/summary.txt"
+log "backend/cuda: every test, then memcheck over attention, GEMV, norm, RoPE and matmul"
+all_cuda_tests
+memcheck 'TestAttention/(decode_gqa4_d128|mixed_gqa4_d128|window_gqa2|prefill_prefix_gqa8_d128|decode_gqa5_d128|decode_only_hint_broken.*|bad_block_id.*)$|TestGEMV/n(3|9)_.*_w8_s4|TestAddRMSNorm|TestSiLUMul|TestRoPEStoreKV|TestMatMul'
 }
 
 bench_b4() {
@@ -157,31 +175,18 @@ $PY tools/gpu/ncu_summary.py "$OUT/ncu.csv" 2>&1 | tee -a "$OUT/summary.txt"
 }
 
 attn_bench() {
-log "attention decode benchmark (graph-timed): unroll x waves at batch 1/4/64, context 2048"
-(cd backend/cuda && "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'AttentionDecode|MatMulDecode' -test.benchtime 200x >"$OUT/attn-bench.log" 2>&1)
+log "kernel benchmarks (graph-timed): decode and prefill attention, decode GEMMs (cuBLASLt vs the tuner's choice)"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'AttentionDecode|AttentionPrefill|MatMulDecode/graph' -test.benchtime 50x -test.v >"$OUT/attn-bench.log" 2>&1)
 echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^Benchmark" "$OUT/attn-bench.log" | awk '{print $1, $3, $4, $5, $6, $7}' | tee -a "$OUT/summary.txt"
 }
 
-# attn_check: the decode attention kernel's tests, memcheck, its sweep of
-# UNROLL x WAVES, then batch-4 decode with the default setting and with the
-# sweep's best batch-4 setting (through TRIGON_CUDA_DECODE_TUNING).
+# attn_check: the attention kernels' tests, memcheck and benchmarks.
 attn_check() {
 log "attention tests + memcheck"
-(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.run 'TestAttention|TestGraph|TestParseDecodeTuning' >"$OUT/attn-tests.log" 2>&1)
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.run 'TestAttention|TestGraph|TestDecodePlan|TestPrefillTiling' >"$OUT/attn-tests.log" 2>&1)
 echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/attn-tests.log" | tail -6 | tee -a "$OUT/summary.txt"
-(cd backend/cuda && compute-sanitizer --tool memcheck "$root/.gpu/cuda.test" -test.run 'TestAttention/(decode_gqa4_d128|decode_gqa4_unroll8|mixed_gqa4_d128|window_gqa2|decode_only_hint_broken|bad_block_id)$' >"$OUT/attn-memcheck.log" 2>&1)
-echo "memcheck rc=$?" | tee -a "$OUT/summary.txt"; grep -E "ERROR SUMMARY|^(PASS|FAIL)" "$OUT/attn-memcheck.log" | tee -a "$OUT/summary.txt"
-(cd backend/cuda && "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'AttentionDecode' -test.benchtime 100x >"$OUT/attn-bench.log" 2>&1)
-grep -E "^Benchmark" "$OUT/attn-bench.log" | awk '{print $1, $3, $4, $5, $6, $7}' | tee -a "$OUT/summary.txt"
-best=$(grep -E "b4_ctx2048.*unroll[0-9]+_waves[0-9]+" "$OUT/attn-bench.log" | awk '{print $5, $1}' | sort -g | tail -1 | sed -E 's/.*unroll([0-9]+)_waves([0-9]+).*/\1,\2/')
-log "bench latency llama-3-8b batch 4, graphs off/on, default tuning; then graphs on with the sweep's best ($best)"
-a="--arch llama-3-8b --batch 4 --input-len 2048 --output-len 128 --device cuda --json"
-.gpu/trigon bench latency $a --cuda-graphs both >"$OUT/bench-4-default.json" 2>>"$OUT/bench.err"
-TRIGON_CUDA_DECODE_TUNING=$best .gpu/trigon bench latency $a --cuda-graphs on >"$OUT/bench-4-best.json" 2>>"$OUT/bench.err"
-$PY -c "import json,sys
-for f in sys.argv[1:]:
-  d=json.load(open(f)); d=d if isinstance(d,list) else [d]
-  for r in d: print(f.split('/')[-1], {k:r.get(k) for k in ['cuda_graphs','itl_ms','prefill_ms','decode_floor_ms','ceiling_share']})" "$OUT/bench-4-default.json" "$OUT/bench-4-best.json" 2>&1 | tee -a "$OUT/summary.txt"
+memcheck 'TestAttention/(decode_gqa4_d128|mixed_gqa4_d128|window_gqa2|prefill_prefix_gqa8_d128|prefill_gqa8_d256|decode_bs8_gqa4_d128|decode_only_hint_broken.*|bad_block_id.*)$'
+attn_bench
 }
 
 # default_model: the embedded model on CUDA and CPU, greedy: the texts must match.
@@ -204,106 +209,14 @@ PYTHONUNBUFFERED=1 timeout ${HF_TIMEOUT:-240} $PY bench/peers/hf_peer.py $a >"$O
 $PY bench/peers/compare.py --markdown "$OUT/trigon.json" "$OUT/gptfast.jsonl" "$OUT/hf.jsonl" 2>&1 | tee -a "$OUT/summary.txt"
 }
 
-# gemv_pdl: every backend/cuda test with programmatic dependent launch on
-# (the default), memcheck over the GEMV and graph tests, the decode GEMM
-# benchmark (cuBLASLt alone against the tuner's choice), the default model
-# on CUDA against the CPU, then batch-4 decode with PDL and the GEMV each
-# on and off (TRIGON_CUDA_PDL, TRIGON_CUDA_GEMV).
-gemv_pdl() {
-log "backend/cuda: every test (PDL on)"
-(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.timeout 5m >"$OUT/cuda-tests.log" 2>&1)
-echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/cuda-tests.log" | tail -8 | tee -a "$OUT/summary.txt"
-grep -c -- "--- PASS" "$OUT/cuda-tests.log" | sed 's/^/passed (tests and subtests): /' | tee -a "$OUT/summary.txt"
-grep -E "^\s+--- FAIL" "$OUT/cuda-tests.log" | head -20 | tee -a "$OUT/summary.txt"
-(cd backend/cuda && compute-sanitizer --tool memcheck "$root/.gpu/cuda.test" -test.run 'TestGEMV/n(3|9|16)_.*_w8_s4|TestGraph|TestMatMul' >"$OUT/memcheck.log" 2>&1)
-echo "memcheck rc=$?" | tee -a "$OUT/summary.txt"; grep -E "ERROR SUMMARY|^(PASS|FAIL)" "$OUT/memcheck.log" | tee -a "$OUT/summary.txt"
-log "decode GEMM benchmark: gemv=false is cuBLASLt alone"
-(cd backend/cuda && "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'MatMulDecode/graph' -test.benchtime 100x -test.v >"$OUT/matmul-bench.log" 2>&1)
-grep -E "^Benchmark|\]\^T" "$OUT/matmul-bench.log" | awk '{$2=""; print}' | tee -a "$OUT/summary.txt"
-default_model
-log "bench latency llama-3-8b batch 4, graphs on: PDL x GEMV"
-a="--arch llama-3-8b --batch 4 --input-len 2048 --output-len 64 --device cuda --cuda-graphs on --json"
-for pg in "on on" "off on" "on off" "off off"; do
-  set -- $pg
-  TRIGON_CUDA_PDL=$1 TRIGON_CUDA_GEMV=$2 .gpu/trigon bench latency $a >"$OUT/bench-pdl$1-gemv$2.json" 2>>"$OUT/bench.err" || tail -3 "$OUT/bench.err"
-  $PY -c "import json,sys
-d=json.load(open(sys.argv[1])); d=d if isinstance(d,list) else [d]
-for r in d: print(sys.argv[2], {k:r.get(k) for k in ['itl_ms','prefill_ms','decode_floor_ms','ceiling_share']})" "$OUT/bench-pdl$1-gemv$2.json" "PDL $1 GEMV $2" 2>&1 | tee -a "$OUT/summary.txt"
-done
-$PY -c "import json,sys
-d=json.load(open(sys.argv[1])); d=d if isinstance(d,list) else [d]
-print('\n'.join(d[0].get('kernel_choices') or []))" "$OUT/bench-pdlon-gemvon.json" 2>&1 | tee -a "$OUT/summary.txt"
-}
-
-# kernels2: the new attention kernels (tensor-core decode, FA2-style
-# prefill) and the pipelined GEMV with early weight loads: every
-# backend/cuda test, memcheck over attention and GEMV, the attention and
-# GEMM benchmarks, the default model on CUDA against the CPU, then
-# batch-4 decode with PDL on and off.
-kernels2() {
-log "backend/cuda: every test (PDL on)"
-(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.timeout 6m >"$OUT/cuda-tests.log" 2>&1)
-echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/cuda-tests.log" | tail -8 | tee -a "$OUT/summary.txt"
-grep -c -- "--- PASS" "$OUT/cuda-tests.log" | sed 's/^/passed (tests and subtests): /' | tee -a "$OUT/summary.txt"
-grep -E "^\s+--- FAIL" "$OUT/cuda-tests.log" | head -30 | tee -a "$OUT/summary.txt"
-(cd backend/cuda && timeout 150 compute-sanitizer --tool memcheck "$root/.gpu/cuda.test" -test.run 'TestAttention/(decode_gqa4_d128|mixed_gqa4_d128|window_gqa2|prefill_prefix_gqa8_d128|prefill_gqa8_d256|decode_gqa5_d128|decode_bs8_gqa4_d128|bad_block_id.*|decode_only_hint_broken.*)$|TestGEMV/n(3|9)_.*_w8_s4' >"$OUT/memcheck.log" 2>&1)
-echo "memcheck rc=$?" | tee -a "$OUT/summary.txt"; grep -E "ERROR SUMMARY|^(PASS|FAIL)" "$OUT/memcheck.log" | tee -a "$OUT/summary.txt"
-log "attention and GEMM benchmarks"
-(cd backend/cuda && "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'AttentionDecode|AttentionPrefill|MatMulDecode/graph' -test.benchtime 50x -test.v >"$OUT/bench-kernels.log" 2>&1)
-echo "rc=$?" | tee -a "$OUT/summary.txt"
-grep -E "^Benchmark.*(TB/s|TFLOP)|\]\^T" "$OUT/bench-kernels.log" | awk '{$2=""; print}' | tee -a "$OUT/summary.txt"
-default_model
-log "bench latency llama-3-8b batch 4, graphs on, PDL on / off"
-a="--arch llama-3-8b --batch 4 --input-len 2048 --output-len 64 --device cuda --cuda-graphs on --json"
-for p in on off; do
-  TRIGON_CUDA_PDL=$p .gpu/trigon bench latency $a >"$OUT/bench-pdl$p.json" 2>>"$OUT/bench.err" || tail -3 "$OUT/bench.err"
-  $PY -c "import json,sys
-d=json.load(open(sys.argv[1])); d=d if isinstance(d,list) else [d]
-for r in d: print(sys.argv[2], {k:r.get(k) for k in ['itl_ms','prefill_ms','decode_floor_ms','ceiling_share']})" "$OUT/bench-pdl$p.json" "PDL $p" 2>&1 | tee -a "$OUT/summary.txt"
-done
-$PY -c "import json,sys
-d=json.load(open(sys.argv[1])); d=d if isinstance(d,list) else [d]
-print('\n'.join(d[0].get('kernel_choices') or []))" "$OUT/bench-pdlon.json" 2>&1 | tee -a "$OUT/summary.txt"
-}
-
-# call3: correctness after the fused SiLU/down GEMV (every backend/cuda
-# test, memcheck over the new paths, the default model GPU against CPU
-# teacher-forced, the fixture models against transformers), then the
-# batch 1 / 4 / 64 rows (graphs off and on) and an ncu profile of batch 4.
-call3() {
-log "backend/cuda: every test"
-(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.timeout 6m >"$OUT/cuda-tests.log" 2>&1)
-echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/cuda-tests.log" | tail -8 | tee -a "$OUT/summary.txt"
-grep -c -- "--- PASS" "$OUT/cuda-tests.log" | sed 's/^/passed (tests and subtests): /' | tee -a "$OUT/summary.txt"
-grep -E "^\s+--- FAIL|tuned choice" "$OUT/cuda-tests.log" | head -20 | tee -a "$OUT/summary.txt"
-(cd backend/cuda && timeout 120 compute-sanitizer --tool memcheck "$root/.gpu/cuda.test" -test.run 'TestSiLUMulMatMul|TestGEMV/n(3|9)_.*_w8_s4_.*gatedtrue' >"$OUT/memcheck.log" 2>&1)
-echo "memcheck rc=$?" | tee -a "$OUT/summary.txt"; grep -E "ERROR SUMMARY|^(PASS|FAIL)" "$OUT/memcheck.log" | tee -a "$OUT/summary.txt"
-log "default model: GPU vs CPU logits, teacher-forced (llama.test)"
-(cd model/llama && "$root/.gpu/llama.test" -test.v -test.run 'TestDefaultModelCUDAMatchesCPU' >"$OUT/models-cuda.log" 2>&1)
-echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "near tie|worst|^(--- |FAIL|PASS|ok)|Error|error" "$OUT/models-cuda.log" | head -20 | tee -a "$OUT/summary.txt"
-log "fixture models on CUDA vs transformers and the CPU (llama.test)"
-(cd model/llama && "$root/.gpu/llama.test" -test.run 'TestFixturesCUDA' -test.v >"$OUT/fixtures-cuda.log" 2>&1)
-echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "worst|near tie|^(--- FAIL|FAIL|PASS)" "$OUT/fixtures-cuda.log" | tee -a "$OUT/summary.txt"
-default_model
-BATCHES="1 4 64" bench_rows
-$PY -c "import json,sys
-d=json.load(open(sys.argv[1])); d=d if isinstance(d,list) else [d]
-print('\n'.join(d[-1].get('kernel_choices') or []))" "$OUT/bench-4.json" 2>&1 | tee -a "$OUT/summary.txt"
-profile
-}
-
 # final: correctness of the build that is measured (every backend/cuda
 # test, the fixture models against transformers, the default model GPU
 # against CPU), stopping there on a failure; then the peers in one call,
 # the batch 1 and 64 rows, and the server smoke test.
 final() {
 log "backend/cuda: every test"
-(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.timeout 6m >"$OUT/cuda-tests.log" 2>&1)
-rc=$?; echo "rc=$rc" | tee -a "$OUT/summary.txt"; grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/cuda-tests.log" | tail -8 | tee -a "$OUT/summary.txt"
-grep -c -- "--- PASS" "$OUT/cuda-tests.log" | sed 's/^/passed (tests and subtests): /' | tee -a "$OUT/summary.txt"
-grep -E "^\s+--- FAIL" "$OUT/cuda-tests.log" | head -20 | tee -a "$OUT/summary.txt"
-(cd backend/cuda && timeout 100 compute-sanitizer --tool memcheck "$root/.gpu/cuda.test" -test.run 'TestAddRMSNorm|TestSiLUMul' >"$OUT/memcheck.log" 2>&1)
-echo "memcheck rc=$?" | tee -a "$OUT/summary.txt"; grep -E "ERROR SUMMARY|^(PASS|FAIL)" "$OUT/memcheck.log" | tee -a "$OUT/summary.txt"
+all_cuda_tests; rc=$?
+memcheck 'TestAddRMSNorm|TestSiLUMul'
 log "fixture models and the default model on CUDA (llama.test)"
 (cd model/llama && "$root/.gpu/llama.test" -test.run 'TestFixturesCUDA|TestDefaultModelCUDAMatchesCPU' -test.v >"$OUT/llama-cuda.log" 2>&1)
 rc2=$?; echo "rc=$rc2" | tee -a "$OUT/summary.txt"; grep -E "worst|near tie|^(--- FAIL|FAIL|PASS)" "$OUT/llama-cuda.log" | tee -a "$OUT/summary.txt"

@@ -31,12 +31,6 @@ __device__ __forceinline__ void unpack8(uint4 v, float* f) {
   f[6] = __uint_as_float(v.w << 16); f[7] = __uint_as_float(v.w & 0xffff0000u);
 }
 
-// rows_ok checks a sequence's metadata: its query rows lie inside the
-// batch and its context holds them and fits max_seq_len.
-__device__ __forceinline__ bool rows_ok(int q0, int qlen, int L, int num_tokens, int max_seq_len) {
-  return q0 >= 0 && qlen >= 0 && q0 + qlen <= num_tokens && L >= qlen && L <= max_seq_len;
-}
-
 // attn_decode: for each sequence with exactly one query row, attention of
 // GC query heads over the split's share of the context.
 //   out   [T, H*HD] bf16 (written when nsplit == 1)

@@ -19,7 +19,7 @@
 // exp becomes one ex2. Splits write (o, m, l) partials that
 // attn_decode_combine merges; the split count depends only on the batch
 // shape, so a captured graph stays valid as contexts grow.
-#include "common.cuh"
+#include "mma.cuh"
 
 #define NW 4                    // warps per block
 #define TT 16                   // tokens per tile: the k of one P.V mma
@@ -46,20 +46,6 @@
 // After the main loop a warp's first slot holds its f32 output [16][HD]
 // (64*HD bytes <= one slot's 64*(HD+8)) for the cross-warp merge.
 
-__device__ __forceinline__ u32 smem_addr(const void* p) {
-  u32 a;
-  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-  return a;
-}
-
-// 16-byte global->shared copy that bypasses L1; when !ok it reads nothing
-// and writes zeros (src-size 0), so masked rows hold finite values.
-__device__ __forceinline__ void cp_async16(u32 dst, const void* src, bool ok) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0) : "memory");
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-
 // Waits until at most N of this thread's committed groups are pending.
 template <int N> __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
@@ -81,26 +67,6 @@ __device__ __forceinline__ void ldsm_x4_trans(u32& r0, u32& r1, u32& r2, u32& r3
                : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
                : "r"(addr)
                : "memory");
-}
-
-// c += A.B, m16n8k16, A row-major bf16, B column-major bf16, C f32.
-// With gid = lane/4 and tq = lane%4:
-//   A: a0 (row gid,   k 2tq..2tq+1)   a1 (row gid+8, k 2tq..2tq+1)
-//      a2 (row gid,   k 2tq+8..+9)    a3 (row gid+8, k 2tq+8..+9)
-//   B: b0 (k 2tq..2tq+1, col gid)     b1 (k 2tq+8..+9, col gid)
-//   C: c0, c1 (row gid, cols 2tq, 2tq+1)  c2, c3 (row gid+8, same cols)
-// (each register pair's lower index in the low 16 bits).
-__device__ __forceinline__ void mma16816(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// decode_rows_ok checks a sequence's metadata: its query rows lie inside
-// the batch and its context holds them and fits max_seq_len.
-__device__ __forceinline__ bool decode_rows_ok(int q0, int qlen, int L, int num_tokens, int max_seq_len) {
-  return q0 >= 0 && qlen >= 0 && q0 + qlen <= num_tokens && L >= qlen && L <= max_seq_len;
 }
 
 // attn_decode_mma: for each sequence with exactly one query row,
@@ -135,7 +101,7 @@ extern "C" __global__ void __launch_bounds__(NW * 32, MIN_BLOCKS) attn_decode_mm
   const int split = blockIdx.z;
   const int q0 = qstart[s], qlen = qstart[s + 1] - q0;
   const int L = seq_lens[s];
-  if (!decode_rows_ok(q0, qlen, L, num_tokens, max_seq_len)) {
+  if (!rows_ok(q0, qlen, L, num_tokens, max_seq_len)) {
     if (threadIdx.x == 0 && blockIdx.y == 0 && split == 0) report(err, ERR_QUERY_LEN);
     return;
   }
@@ -186,8 +152,8 @@ extern "C" __global__ void __launch_bounds__(NW * 32, MIN_BLOCKS) attn_decode_mm
       const int r = c / (HD / 8), col = (c % (HD / 8)) * 8;
       const bool ok = (mask >> r) & 1u;
       const i64 off = base + (i64)r * HD + col;
-      cp_async16(smem_addr(ks + r * KSTR + col), kc + off, ok);
-      cp_async16(smem_addr(vs + r * KSTR + col), vc + off, ok);
+      cp_async16(smem_u32(ks + r * KSTR + col), kc + off, ok);
+      cp_async16(smem_u32(vs + r * KSTR + col), vc + off, ok);
     }
 #else
     // Rows may lie in different cache blocks: lane r (and r+16) looks up
@@ -214,8 +180,8 @@ extern "C" __global__ void __launch_bounds__(NW * 32, MIN_BLOCKS) attn_decode_mm
       const bool ok = (mask >> r) & 1u;
       const int pr = p0 + r;
       const i64 off = (i64)b * blk_stride + head_off + (i64)(pr % BS) * HD + col;
-      cp_async16(smem_addr(ks + r * KSTR + col), kc + off, ok);
-      cp_async16(smem_addr(vs + r * KSTR + col), vc + off, ok);
+      cp_async16(smem_u32(ks + r * KSTR + col), kc + off, ok);
+      cp_async16(smem_u32(vs + r * KSTR + col), vc + off, ok);
     }
 #endif
     if (lane == 0) sm_mask[warp][sl] = mask;
@@ -250,10 +216,10 @@ extern "C" __global__ void __launch_bounds__(NW * 32, MIN_BLOCKS) attn_decode_mm
   //    dims 8-15) = b0, b1 of dim tile 0, b0, b1 of dim tile 1.
   // Each step along k (Q, K) or along the dims (V) adds 16 elements.
   const int r8 = lane & 7, lb3 = (lane >> 3) & 1, lb4 = lane >> 4;
-  const u32 qaddr = smem_addr(qs + (lb3 * 8 + r8) * KSTR + lb4 * 8);
+  const u32 qaddr = smem_u32(qs + (lb3 * 8 + r8) * KSTR + lb4 * 8);
   const u32 koff = ((lb4 * 8 + r8) * KSTR + lb3 * 8) * 2;
   const u32 voff = ((lb3 * 8 + r8) * KSTR + lb4 * 8) * 2;
-  const u32 ring_addr = smem_addr(ring);
+  const u32 ring_addr = smem_u32(ring);
 
   // Output rows gid (o[n][0..1]) and gid+8 (o[n][2..3]), dims 8n+2tq, +1.
   float o[HD / 8][4];
@@ -423,7 +389,7 @@ extern "C" __global__ void attn_decode_combine(u16* out, const float* part, cons
     lv[j] = in ? pp[j * (HD + 2) + HD + 1] : 0.f;
   }
   const int q0 = qstart[s], qlen = qstart[s + 1] - q0;
-  if (qlen != 1 || !decode_rows_ok(q0, qlen, seq_lens[s], num_tokens, max_seq_len)) return;
+  if (qlen != 1 || !rows_ok(q0, qlen, seq_lens[s], num_tokens, max_seq_len)) return;
   float M = NEG_INF;
 #pragma unroll
   for (int j = 0; j < MAX_SPLITS; j++) M = fmaxf(M, mv[j]);

@@ -31,7 +31,7 @@
 //     one ragged tile of a sequence is its cheapest, first, one. Key tiles
 //     are likewise counted back from the last row's position, so the
 //     diagonal of the block falls on tile boundaries.
-#include "common.cuh"
+#include "mma.cuh"
 
 #define NT (NW * 32)               // threads per block
 #define KSTRIDE (HD + 8)           // shared row stride in elements (16 bytes of pad)
@@ -63,24 +63,6 @@ static_assert(BM == 16 * NW, "each warp owns one 16-row mma tile");
 static_assert(BN % 16 == 0 && HD % 16 == 0, "mma steps are 16 wide");
 static_assert(!QR || HD <= 128, "Q fragments of HD > 128 do not fit in registers");
 
-// rows_ok checks a sequence's metadata: its query rows lie inside the
-// batch and its context holds them and fits max_seq_len.
-__device__ __forceinline__ bool rows_ok(int q0, int qlen, int L, int num_tokens, int max_seq_len) {
-  return q0 >= 0 && qlen >= 0 && q0 + qlen <= num_tokens && L >= qlen && L <= max_seq_len;
-}
-
-__device__ __forceinline__ u32 smem_u32(const void* p) {
-  u32 a;
-  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-  return a;
-}
-
-// cp_async16 copies 16 bytes global -> shared, bypassing L1; with
-// valid == false it reads nothing and writes 16 zero bytes.
-__device__ __forceinline__ void cp_async16(u32 dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 
 // ldsm_x4 loads four 8x8 bf16 matrices: lanes 8i..8i+7 give the addresses
@@ -98,19 +80,6 @@ __device__ __forceinline__ void ldsm_x4_t(u32 addr, u32& r0, u32& r1, u32& r2, u
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
                : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
                : "r"(addr));
-}
-
-// mma16816 is c += a.b for a 16x16 A (row major), a 16x8 B and a 16x8 f32 C.
-// With g = lane/4, t = lane%4, each lane holds (lower index in the low half):
-//   A: a0 (row g,   k 2t..2t+1), a1 (row g+8, k 2t..2t+1),
-//      a2 (row g,   k 2t+8..2t+9), a3 (row g+8, k 2t+8..2t+9)
-//   B: b0 (k 2t..2t+1, col g), b1 (k 2t+8..2t+9, col g)
-//   C: c0, c1 (row g, cols 2t, 2t+1), c2, c3 (row g+8, cols 2t, 2t+1)
-__device__ __forceinline__ void mma16816(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 // load_kv starts the copy of keys [k0, k0+BN) of KV head kvh into the stage

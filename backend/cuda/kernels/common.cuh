@@ -157,3 +157,9 @@ __device__ __forceinline__ float fast_exp2(float x) {
 }
 
 #define NEG_INF (__int_as_float(0xff800000))
+
+// rows_ok checks an attention sequence's metadata: its query rows lie
+// inside the batch and its context holds them and fits max_seq_len.
+__device__ __forceinline__ bool rows_ok(int q0, int qlen, int L, int num_tokens, int max_seq_len) {
+  return q0 >= 0 && qlen >= 0 && q0 + qlen <= num_tokens && L >= qlen && L <= max_seq_len;
+}

@@ -26,14 +26,7 @@
 // A block owns 16 output features; its NW warps split k (span w, w+NW,
 // ...) and add their C fragments through shared memory. Each warp load
 // instruction reads 8 rows x 64 contiguous bytes: whole 32-byte sectors.
-#include "common.cuh"
-
-__device__ __forceinline__ void mma16816(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
+#include "mma.cuh"
 
 // Weights are read once per product: keep them out of L1.
 __device__ __forceinline__ uint4 ld_stream(const u16* p) {
