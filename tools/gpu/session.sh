@@ -227,6 +227,19 @@ BATCHES="1 64" bench_rows
 serve_smoke
 }
 
+# verify: after a refactor of kernel code, every test, memcheck, the
+# CUDA model tests, the kernel benchmarks and the batch-4 step.
+verify() {
+log "backend/cuda: every test"
+all_cuda_tests
+memcheck 'TestAttention/(decode_gqa4_d128|mixed_gqa4_d128|prefill_prefix_gqa8_d128|prefill_gqa8_d256|bad_block_id.*)$|TestGEMV/n(3|9)_.*_w8_s4'
+log "fixture models and the default model on CUDA (llama.test)"
+(cd model/llama && "$root/.gpu/llama.test" -test.run 'TestFixturesCUDA|TestDefaultModelCUDAMatchesCPU' -test.v >"$OUT/llama-cuda.log" 2>&1)
+echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "worst|^(--- FAIL|FAIL|PASS)" "$OUT/llama-cuda.log" | tee -a "$OUT/summary.txt"
+attn_bench
+bench_b4
+}
+
 # A part is skipped once SKIP_AFTER seconds (default 500) have passed, so
 # that the logs still come back inside the device's 600-second limit.
 for part in ${@:-checks bigref}; do
