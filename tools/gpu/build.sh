@@ -9,5 +9,5 @@ export CGO_ENABLED=0
 go build -ldflags "-s -w" -o .gpu/bin/trigon ./cmd/trigon
 go test -c -ldflags "-s -w" -o .gpu/bin/cuda.test ./backend/cuda
 go test -c -ldflags "-s -w" -o .gpu/bin/llama.test ./model/llama
-tar -C .gpu -cJf .gpu/bins.tar.xz bin
+tar -C .gpu -cf - bin | xz -9e -T0 > .gpu/bins.tar.xz  # -9e: the tree and the archive must stay under 64 MiB
 ls -la .gpu/bin .gpu/bins.tar.xz
