@@ -17,7 +17,9 @@ import (
 // Correctness rests on one rule, checked by TestKernelsWaitForPredecessor:
 // every trigon kernel calls grid_dep_sync() (common.cuh) before it touches
 // memory, so it never reads what its predecessor has not finished
-// writing. Kernels that others launch (cuBLASLt) are unaffected: the
+// writing. The one exception is the GEMV's first weight loads, made before
+// the wait only for a weight no kernel ever wrote (allocation.pristine).
+// Kernels that others launch (cuBLASLt) are unaffected: the
 // attribute is on our launches only, and a kernel that never triggers its
 // dependents releases them when it completes.
 

@@ -188,11 +188,12 @@ func (b *Backend) dropShadows(lo, hi uint64) {
 }
 
 // gemm computes y[n,m] = x[n,k] . w[m,k]^T with BF16 x and w through
-// cuBLASLt, the plan cached per shape. CUDA thread only.
+// cuBLASLt, or the GEMV where the shape's tuning chose it; the plan is
+// cached per shape. CUDA thread only.
 //
-// earlyW says no kernel of the step writes w (false for a BF16 copy made
-// by the call itself): the GEMV may then start streaming it before the
-// previous kernel finishes (programmatic dependent launch).
+// earlyW says no kernel ever wrote w (false for a BF16 copy made by the
+// call itself): under programmatic dependent launch the GEMV may then
+// start streaming it before the previous kernel finishes.
 func (b *Backend) gemm(y uint64, yt int, x, w uint64, n, m, k int, earlyW bool) error {
 	g := &b.blas
 	key := gemmKey{m: m, n: n, k: k, wt: cudaR16BF, xt: cudaR16BF, yt: yt}
