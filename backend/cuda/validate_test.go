@@ -96,7 +96,9 @@ func TestValidationWithoutGPU(t *testing.T) {
 
 		{"norm valid", func() error { return h.b.AddRMSNorm(h.t(bf, n, hidden), x, h.t(bf, n, hidden), h.t(bf, hidden), 1e-5) }, true},
 		{"norm weight length", func() error { return h.b.AddRMSNorm(h.t(bf, n, hidden), x, nil, h.t(bf, hidden-1), 1e-5) }, false},
-		{"norm residual shape", func() error { return h.b.AddRMSNorm(h.t(bf, n, hidden), x, h.t(bf, n+1, hidden), h.t(bf, hidden), 1e-5) }, false},
+		{"norm residual shape", func() error {
+			return h.b.AddRMSNorm(h.t(bf, n, hidden), x, h.t(bf, n+1, hidden), h.t(bf, hidden), 1e-5)
+		}, false},
 		{"norm out shape", func() error { return h.b.AddRMSNorm(h.t(bf, n, hidden+1), x, nil, h.t(bf, hidden), 1e-5) }, false},
 
 		{"silu valid", func() error { return h.b.SiLUMul(h.t(bf, n, inter), h.t(bf, n, 2*inter)) }, true},
