@@ -24,7 +24,7 @@ func benchCmd() *cobra.Command {
 			"bench serve sends streaming completions to an OpenAI-compatible server at a Poisson rate.\n" +
 			"See docs/benchmarks.md.",
 	}
-	cmd.AddCommand(benchLatencyCmd(), benchServeCmd())
+	cmd.AddCommand(benchLatencyCmd(), benchServeCmd(), benchOverlapCmd())
 	return cmd
 }
 
@@ -145,6 +145,97 @@ func benchLatencyCmd() *cobra.Command {
 	fl.BoolVar(&asJSON, "json", false, "print JSON: one object, or an array of two with --cuda-graphs both")
 	fl.BoolVarP(&verbose, "verbose", "v", false, "log backend selection")
 	fl.IntVar(&profileSteps, "profile-steps", 0, "in the last iteration, bracket the prefill and this many decode steps for a profiler run with collection off (ncu --profile-from-start off)")
+	return cmd
+}
+
+func benchOverlapCmd() *cobra.Command {
+	var df deviceFlags
+	var arch, dtype, graphs string
+	var batch, contextLen, promptLen, chunk, warmup, iters int
+	var seed uint64
+	var asJSON, second, verbose bool
+	cmd := &cobra.Command{
+		Use:   "overlap",
+		Short: "Compare mixed, serial and two-stream prefill while a batch decodes",
+		Long: "overlap decodes --batch sequences at --context tokens while a --prompt-len prompt is prefilled\n" +
+			"in --chunk token steps, three ways: mixed (each step carries the decode rows and a chunk, as the\n" +
+			"engine does), serial (a decode step, then a chunk) and overlap (decode on one stream while the\n" +
+			"prompt is prefilled on a second stream, a second backend on the same device with its own copy of\n" +
+			"the weights). It reports the prompt's TTFT and the decode steps and rate meanwhile. Synthetic\n" +
+			"weights of --arch: " + strings.Join(bench.ArchNames(), ", ") + ", or a config.json path.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if graphs != "on" && graphs != "off" {
+				return fmt.Errorf("--cuda-graphs %q: want on or off", graphs)
+			}
+			dt, ok := weightDTypes[strings.ToLower(dtype)]
+			if !ok {
+				return fmt.Errorf("--dtype %q: want bf16, f16, f32, q8_0 or q4_0", dtype)
+			}
+			cfg, err := bench.Arch(arch)
+			if err != nil {
+				return err
+			}
+			w, err := bench.SyntheticWeights(cfg, dt, seed)
+			if err != nil {
+				return err
+			}
+			defer w.Close()
+			log := newLogger(cmd.ErrOrStderr(), verbose)
+			open := func() (backend.Backend, func(), error) {
+				b, err := df.open(log)
+				if err != nil {
+					return nil, nil, err
+				}
+				closeFn := func() {}
+				if c, ok := b.(interface{ Close() error }); ok {
+					closeFn = func() { c.Close() }
+				}
+				return b, closeFn, nil
+			}
+			b, closeB, err := open()
+			if err != nil {
+				return err
+			}
+			defer closeB()
+			opts := bench.OverlapOptions{
+				Backend: b, Config: cfg, Weights: w, Arch: bench.ArchLabel(arch), WeightsSource: fmt.Sprintf("synthetic, seed %d", seed),
+				Batch: batch, Context: contextLen, PromptLen: promptLen, Chunk: chunk, Warmup: warmup, Iters: iters, Seed: seed,
+				CUDAGraphs: graphs == "on",
+			}
+			if second {
+				b2, close2, err := open()
+				if err != nil {
+					return fmt.Errorf("second stream: %w", err)
+				}
+				defer close2()
+				opts.Second = b2
+			}
+			res, err := bench.RunOverlap(cmd.Context(), opts)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return bench.WriteJSON(cmd.OutOrStdout(), res)
+			}
+			return res.WriteText(cmd.OutOrStdout())
+		},
+	}
+	df.register(cmd)
+	fl := cmd.Flags()
+	fl.StringVar(&arch, "arch", bench.ArchDefault, "architecture of the synthetic weights: a preset name or a config.json path")
+	fl.StringVar(&dtype, "dtype", "bf16", "synthetic weight dtype: bf16, f16, f32, q8_0 or q4_0")
+	fl.IntVar(&batch, "batch", 4, "sequences decoding when the prompt arrives")
+	fl.IntVar(&contextLen, "context", 2048, "their context in tokens")
+	fl.IntVar(&promptLen, "prompt-len", 2048, "tokens of the arriving prompt")
+	fl.IntVar(&chunk, "chunk", 512, "most prompt tokens per prefill step")
+	fl.IntVar(&warmup, "warmup", 1, "untimed repetitions of each strategy first")
+	fl.IntVar(&iters, "iters", 3, "timed repetitions of each strategy")
+	fl.Uint64Var(&seed, "seed", 0, "seed of the synthetic weights and the tokens")
+	fl.StringVar(&graphs, "cuda-graphs", "off", "on: pure decode steps replay a captured CUDA graph; off")
+	fl.BoolVar(&second, "second-stream", true, "measure overlap on a second backend of the same device (needs memory for a second copy of the weights)")
+	fl.BoolVar(&asJSON, "json", false, "print JSON")
+	fl.BoolVarP(&verbose, "verbose", "v", false, "log backend selection")
 	return cmd
 }
 
