@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strconv"
 	"unsafe"
 
 	"github.com/trigon-llm/trigon/backend"
@@ -244,7 +245,17 @@ var gemvEnabled = true
 // "on" or unset leaves the tuner's choice.
 const gemvEnv = "TRIGON_CUDA_GEMV"
 
-// applyGEMVEnv reads gemvEnv.
+// gemvMargin is how much faster than cuBLASLt's kept algorithm the best
+// GEMV variant must time to be kept. The tuner times each product alone
+// with L2 flushed; in a graph, back to back, the GEMV's lead on some
+// shapes shrinks (docs/benchmarks.md), so the margin is a knob.
+var gemvMargin = tuneMargin
+
+// gemvMarginEnv overrides gemvMargin with a fraction in [0, 0.5), e.g.
+// "0.10", read once by New.
+const gemvMarginEnv = "TRIGON_CUDA_GEMV_MARGIN"
+
+// applyGEMVEnv reads gemvEnv and gemvMarginEnv.
 func applyGEMVEnv() error {
 	switch v := os.Getenv(gemvEnv); v {
 	case "", "on":
@@ -253,7 +264,23 @@ func applyGEMVEnv() error {
 	default:
 		return fmt.Errorf("cuda: %s=%q: want on or off", gemvEnv, v)
 	}
+	if v := os.Getenv(gemvMarginEnv); v != "" {
+		m, err := parseGEMVMargin(v)
+		if err != nil {
+			return err
+		}
+		gemvMargin = m
+	}
 	return nil
+}
+
+// parseGEMVMargin reads gemvMarginEnv's value.
+func parseGEMVMargin(v string) (float64, error) {
+	m, err := strconv.ParseFloat(v, 64)
+	if err != nil || !(m >= 0 && m < 0.5) {
+		return 0, fmt.Errorf("cuda: %s=%q: want a fraction in [0, 0.5), e.g. 0.10", gemvMarginEnv, v)
+	}
+	return m, nil
 }
 
 // gemvFits reports whether the GEMV can take a product: few rows, k a
@@ -371,7 +398,7 @@ func (b *Backend) tuneGemm(p *gemmPlan, key gemmKey, y, x, w uint64) {
 		p.tunedMs = kept
 	}
 	// The GEMV variants, timed the same way, replace cuBLASLt's kept
-	// algorithm only if faster by the same margin.
+	// algorithm only if faster by gemvMargin.
 	if key.xt != cudaR16BF || key.wt != cudaR16BF || !gemvFits(key.n, key.k, x, w) {
 		return
 	}
@@ -389,7 +416,7 @@ func (b *Backend) tuneGemm(p *gemmPlan, key gemmKey, y, x, w uint64) {
 		return
 	}
 	p.gemvMs = ownBest
-	if ownBest < kept*(1-tuneMargin) {
+	if ownBest < kept*float32(1-gemvMargin) {
 		p.gemv = own
 	}
 }

@@ -151,3 +151,16 @@ func TestValidationWithoutGPU(t *testing.T) {
 		})
 	}
 }
+
+func TestParseGEMVMargin(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want float64
+		ok   bool
+	}{{"0", 0, true}, {"0.10", 0.10, true}, {"0.03", 0.03, true}, {"0.5", 0, false}, {"-0.1", 0, false}, {"NaN", 0, false}, {"", 0, false}, {"10%", 0, false}} {
+		got, err := parseGEMVMargin(tc.in)
+		if (err == nil) != tc.ok || (tc.ok && got != tc.want) {
+			t.Errorf("parseGEMVMargin(%q) = %g, %v; want %g, ok %v", tc.in, got, err, tc.want, tc.ok)
+		}
+	}
+}
