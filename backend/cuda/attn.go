@@ -274,45 +274,28 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 		decodeOnly = 1
 	}
 	return b.post(func() error {
+		// Both decode kernels take the same arguments, as do both combines.
 		dec, err := b.fnSmem(fnKey{dp.mod, dp.decode}, dp.smem)
 		if err != nil {
 			return err
 		}
 		var part uint64 // [s, h, nsplit, d+2] F32 partials
-		var comb uintptr
 		if dp.nsplit > 1 {
 			if part, err = b.tmpGet(s * h * dp.nsplit * (d + 2) * 4); err != nil {
 				return err
 			}
 			defer b.tmpPut(part)
-			// Fetched even when the merge is fused, so a capture that
-			// falls back to it needs no module call.
-			if comb, err = b.fn(fnKey{dp.mod, dp.combine}); err != nil {
-				return err
-			}
 		}
-		// attn_decode_mma merges its own splits when handed arrival
-		// counters ([s * grid y] I32, see decodeCounters); without them
-		// (and for the CUDA-core kernel) the combine kernel does.
-		combine := dp.nsplit > 1
-		args := append(make([]uint64, 0, maxKernelArgs), out.ptr, part)
-		if dp.decode == "attn_decode_mma" {
-			var cnt uint64
-			if dp.fused {
-				if cnt, err = b.decodeCounters(dp.counters); err != nil {
-					return err
-				}
-				combine = cnt == 0 // capturing with too few counters
-			}
-			args = append(args, cnt)
-		}
-		// The rest of the arguments are the same for both decode kernels.
-		args = append(args, q.ptr, kc.ptr, vc.ptr, bt.ptr, i32(maxBlocks), sl.ptr, qs.ptr, i32(h), i32(kvh), i32(h/kvh),
-			i32(dp.nsplit), scale, i32(a.SlidingWindow), i32(numBlocks), i32(n), i32(a.MaxSeqLen), i32(decodeOnly), b.errDev)
-		if err := b.launch(dec, dp.grid, 128, dp.smem, args...); err != nil {
+		if err := b.launch(dec, dp.grid, 128, dp.smem, out.ptr, part, q.ptr, kc.ptr, vc.ptr,
+			bt.ptr, i32(maxBlocks), sl.ptr, qs.ptr, i32(h), i32(kvh), i32(h/kvh), i32(dp.nsplit), scale,
+			i32(a.SlidingWindow), i32(numBlocks), i32(n), i32(a.MaxSeqLen), i32(decodeOnly), b.errDev); err != nil {
 			return err
 		}
-		if combine {
+		if dp.nsplit > 1 {
+			comb, err := b.fn(fnKey{dp.mod, dp.combine})
+			if err != nil {
+				return err
+			}
 			if err := b.launch(comb, [3]int{s, h, 1}, d, 0, out.ptr, part, sl.ptr, qs.ptr, i32(h), i32(dp.nsplit), i32(n), i32(a.MaxSeqLen)); err != nil {
 				return err
 			}
@@ -347,15 +330,12 @@ const decodeTuningEnv = "TRIGON_CUDA_DECODE_TUNING"
 
 var decodeTuningOnce sync.Once
 
-// applyDecodeTuning applies decodeStagesEnv, decodeCombineEnv and
-// decodeTuningEnv, once per process.
+// applyDecodeTuning applies decodeStagesEnv and decodeTuningEnv, once per
+// process.
 func applyDecodeTuning() error {
 	var err error
 	decodeTuningOnce.Do(func() {
 		if err = applyDecodeStages(); err != nil {
-			return
-		}
-		if err = applyDecodeCombine(); err != nil {
 			return
 		}
 		v := os.Getenv(decodeTuningEnv)

@@ -2,7 +2,6 @@ package cuda
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -205,18 +204,6 @@ func TestAttention(t *testing.T) {
 		{name: "decode_stages2", h: 32, kv: 8, d: 128, seqs: []seqSpec{{2049, 1}, {100, 1}, {1, 1}}, stages: 2},
 		{name: "decode_stages4_d64", h: 32, kv: 8, d: 64, seqs: []seqSpec{{2049, 1}, {100, 1}, {1, 1}}, stages: 4},
 		{name: "mixed_bs8_gqa2", h: 8, kv: 4, d: 64, seqs: []seqSpec{{300, 1}, {200, 57}, {1, 1}}, bs: 8},
-		// Forced split counts (decodeForceSplits) on contexts shorter than
-		// a split each of a tile per warp: uneven splits, many of them
-		// empty, sequences of different lengths in one batch, and both
-		// merges (each case runs fused and with the combine kernel).
-		{name: "decode_splits9_empty", h: 16, kv: 4, d: 128, seqs: []seqSpec{{1, 1}, {15, 1}, {16, 1}, {17, 1}, {100, 1}, {33, 1}}, splits: 9},
-		{name: "decode_splits32_gqa8_d64", h: 16, kv: 2, d: 64, seqs: []seqSpec{{2049, 1}, {40, 1}, {513, 1}, {2, 1}}, splits: 32},
-		{name: "decode_splits5_two_chunks", h: 40, kv: 2, d: 64, seqs: []seqSpec{{300, 1}, {3, 1}, {64, 1}}, splits: 5},
-		{name: "decode_splits6_window50", h: 8, kv: 2, d: 128, seqs: []seqSpec{{700, 1}, {40, 1}, {5, 1}}, window: 50, splits: 6},
-		{name: "decode_splits3_d256", h: 8, kv: 2, d: 256, seqs: []seqSpec{{129, 1}, {2, 1}, {47, 1}}, splits: 3},
-		{name: "decode_splits5_bs8_d32", h: 8, kv: 4, d: 32, seqs: []seqSpec{{100, 1}, {9, 1}, {250, 1}}, bs: 8, splits: 5},
-		{name: "decode_splits2_gqa1_d16", h: 4, kv: 4, d: 16, seqs: []seqSpec{{45, 1}, {1, 1}}, splits: 2},
-		{name: "mixed_splits4_empty_seq", h: 16, kv: 4, d: 64, seqs: []seqSpec{{300, 1}, {200, 57}, {1, 1}, {40, 0}, {90, 1}}, padRows: 2, splits: 4},
 	} {
 		testAttentionCase(t, tc)
 	}
@@ -244,11 +231,10 @@ func TestAttention(t *testing.T) {
 				t.Fatalf("Sync: %v, want ErrShape", err)
 			}
 		})
-		for _, c := range []struct{ blockSize, splits int }{{16, 0}, {8, 0}, {16, 3}} {
-			blockSize := c.blockSize
-			t.Run(fmt.Sprintf("bad_block_id_stages%d_bs%d_splits%d", st, blockSize, c.splits), func(t *testing.T) {
-				defer func(v, n int) { decodeStages, decodeForceSplits = v, n }(decodeStages, decodeForceSplits)
-				decodeStages, decodeForceSplits = st, c.splits
+		for _, blockSize := range []int{16, 8} {
+			t.Run(fmt.Sprintf("bad_block_id_stages%d_bs%d", st, blockSize), func(t *testing.T) {
+				defer func(v int) { decodeStages = v }(decodeStages)
+				decodeStages = st
 				p := newPair(t)
 				// 20 tokens: blocks 1 and 2 are fine, the last (4) is not.
 				nb := (20 + blockSize - 1) / blockSize
@@ -265,237 +251,9 @@ func TestAttention(t *testing.T) {
 				if err := p.g.Sync(); !errors.Is(err, backend.ErrShape) {
 					t.Fatalf("Sync: %v, want ErrShape", err)
 				}
-				// The blocks with the bad id still count their arrival.
-				checkSplitCountersZero(t, p.g)
 			})
 		}
 	}
-}
-
-// decodeFixture is a decode-only attention batch (MaxQueryLen 1, as the
-// runner passes it) on both backends, with Q refreshed by setQ: for tests
-// that run one call many times, eagerly and from graphs.
-type decodeFixture struct {
-	p              *pair
-	h, kv, d, rows int
-	cargs, gargs   backend.AttentionArgs // complete: Out is co or gout, Q cq or gq
-	cq, gq         backend.Tensor        // [rows, h*d]
-	co             backend.Tensor        // [rows, h*d] F32 on the CPU
-	gout           backend.Tensor        // [rows, h*d] BF16 on the GPU
-}
-
-// newDecodeFixture uploads a batch of seqs (each q 0 or 1) over a cache of
-// 16-token blocks holding random K and V.
-func newDecodeFixture(p *pair, h, kv, d int, seqs []seqSpec) *decodeFixture {
-	p.t.Helper()
-	const bs = 16
-	ns := len(seqs)
-	maxBlocks, totalBlocks, rows, maxLen := 1, 0, 0, 0
-	for _, s := range seqs {
-		nb := (s.ctx + bs - 1) / bs
-		maxBlocks = max(maxBlocks, nb)
-		totalBlocks += nb
-		rows += s.q
-		maxLen = max(maxLen, s.ctx)
-	}
-	numBlocks := totalBlocks + 1
-	ids := p.r.Perm(numBlocks - 1)
-	tables := make([]int32, ns*maxBlocks)
-	lens := make([]int32, ns)
-	starts := make([]int32, ns+1)
-	next := 0
-	for i, s := range seqs {
-		for j := range (s.ctx + bs - 1) / bs {
-			tables[i*maxBlocks+j] = int32(ids[next] + 1)
-			next++
-		}
-		lens[i] = int32(s.ctx)
-		starts[i+1] = starts[i] + int32(s.q)
-	}
-	cshape := []int{numBlocks, kv, bs, d}
-	cells := numBlocks * kv * bs * d
-	f := &decodeFixture{p: p, h: h, kv: kv, d: d, rows: rows}
-	ck, gk := p.same(backend.BF16, cshape, encode(backend.BF16, p.normal(cells, 1)))
-	cv, gv := p.same(backend.BF16, cshape, encode(backend.BF16, p.normal(cells, 1)))
-	f.cq, f.gq = p.act(backend.BF16, []int{rows, h * d}, p.normal(rows*h*d, 1))
-	cbt, gbt := p.same(backend.I32, []int{ns, maxBlocks}, i32Bytes(tables))
-	csl, gsl := p.same(backend.I32, []int{ns}, i32Bytes(lens))
-	cqs, gqs := p.same(backend.I32, []int{ns + 1}, i32Bytes(starts))
-	f.co = p.cpuOut(rows, h*d)
-	f.gout = p.poisoned(backend.BF16, rows, h*d)
-	base := backend.AttentionArgs{NumSeqs: ns, MaxSeqLen: maxLen, MaxQueryLen: 1, NumHeads: h, NumKVHeads: kv, HeadDim: d,
-		Scale: float32(1 / math.Sqrt(float64(d)))}
-	f.cargs, f.gargs = base, base
-	f.cargs.Out, f.cargs.Q, f.cargs.KCache, f.cargs.VCache, f.cargs.BlockTables, f.cargs.SeqLens, f.cargs.QueryStart = f.co, f.cq, ck, cv, cbt, csl, cqs
-	f.gargs.Out, f.gargs.Q, f.gargs.KCache, f.gargs.VCache, f.gargs.BlockTables, f.gargs.SeqLens, f.gargs.QueryStart = f.gout, f.gq, gk, gv, gbt, gsl, gqs
-	return f
-}
-
-// setQ writes fresh random queries to both backends and NaN to the GPU
-// output, so a launch that leaves a row unwritten shows.
-func (f *decodeFixture) setQ() {
-	p := f.p
-	p.t.Helper()
-	q := p.normal(f.rows*f.h*f.d, 1)
-	p.must("cpu write q", p.c.Write(f.cq, encode(backend.F32, q)))
-	p.must("gpu write q", p.g.Write(f.gq, encode(backend.BF16, q)))
-	poison := make([]byte, f.rows*f.h*f.d*2)
-	for i := range poison {
-		poison[i] = 0xff // bf16 0xffff is a NaN
-	}
-	p.must("poison out", p.g.Write(f.gout, poison))
-}
-
-// check compares the GPU output (of work already queued) with the CPU's
-// attention over the current queries.
-func (f *decodeFixture) check(what string) {
-	p := f.p
-	p.t.Helper()
-	p.must("cpu", p.c.Attention(f.cargs))
-	p.must("sync", p.g.Sync())
-	p.expectClose(what, read(p.t, p.g, f.gout), read(p.t, p.c, f.co), bf16Tol)
-}
-
-// splitCounterLen is the length of the backend's current counter array.
-func splitCounterLen(t *testing.T, g *Backend) int {
-	t.Helper()
-	var n int
-	if err := g.call(func() error { n = g.decodeCnt.cur.n; return nil }); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
-// TestAttentionDecodeRepeat runs the same decode attentions (two layers
-// of different shapes, forced to 6 splits over contexts of 1 to 1000
-// tokens, many splits empty, and a sequence with no query row) several
-// times in a row, eagerly and then as a graph replayed with fresh queries
-// between replays, with the fused merge and with the combine kernel. Each
-// result is checked against the CPU, and after each the arrival counters
-// must be back at zero: a counter left at k would make the next launch's
-// merge run early, on partials not yet written, or never.
-func TestAttentionDecodeRepeat(t *testing.T) {
-	g := sharedBackend(t, true)
-	if g.planDecode(1, 8, 2, 128, 16, 1024).decode != "attn_decode_mma" {
-		t.Skip("the tensor-core decode kernel does not run here (decodeStages 0)")
-	}
-	for _, fused := range []bool{true, false} {
-		t.Run(fmt.Sprintf("fused%v", fused), func(t *testing.T) {
-			defer func(f bool, n int) { decodeFusedCombine, decodeForceSplits = f, n }(decodeFusedCombine, decodeForceSplits)
-			decodeFusedCombine, decodeForceSplits = fused, 6
-			p := newPair(t)
-			layers := []*decodeFixture{
-				newDecodeFixture(p, 32, 8, 128, []seqSpec{{1000, 1}, {1, 1}, {17, 0}, {95, 1}, {300, 1}, {20, 1}}),
-				newDecodeFixture(p, 12, 12, 64, []seqSpec{{64, 1}, {700, 1}, {3, 1}}),
-			}
-			step := func() error {
-				for _, l := range layers {
-					if err := g.Attention(l.gargs); err != nil {
-						return err
-					}
-				}
-				return nil
-			}
-			for round := range 3 {
-				for _, l := range layers {
-					l.setQ()
-				}
-				p.must("eager", step())
-				for i, l := range layers {
-					l.check(fmt.Sprintf("eager round %d layer %d", round, i))
-				}
-				checkSplitCountersZero(t, g)
-			}
-			graph, err := g.Capture(step)
-			p.must("capture", err)
-			defer graph.Close()
-			for round := range 3 {
-				for _, l := range layers {
-					l.setQ()
-				}
-				p.must("launch", graph.Launch())
-				for i, l := range layers {
-					l.check(fmt.Sprintf("replay %d layer %d", round, i))
-				}
-				checkSplitCountersZero(t, g)
-			}
-		})
-	}
-}
-
-// TestAttentionDecodeCaptureFallback covers the counter array's life: a
-// capture that needs more counters than exist (it cannot allocate) falls
-// back to the combine kernel; the next eager call grows the array; a graph
-// captured with the grown array keeps working after a later call replaces
-// it (replaced arrays live until teardown). Every result is checked
-// against the CPU.
-func TestAttentionDecodeCaptureFallback(t *testing.T) {
-	g := sharedBackend(t, true)
-	if g.planDecode(1, 8, 2, 128, 16, 1024).decode != "attn_decode_mma" {
-		t.Skip("the tensor-core decode kernel does not run here (decodeStages 0)")
-	}
-	defer func(f bool, n int) { decodeFusedCombine, decodeForceSplits = f, n }(decodeFusedCombine, decodeForceSplits)
-	decodeForceSplits = 4
-	p := newPair(t)
-	const h, kv, d = 16, 8, 64 // one grid row per KV head: 8 counters per sequence
-	// batch returns a fixture of enough sequences to need more counters
-	// than the array now holds.
-	batch := func() *decodeFixture {
-		ns := splitCounterLen(t, g)/kv + 1
-		seqs := make([]seqSpec, ns)
-		for i := range seqs {
-			seqs[i] = seqSpec{1 + (i*37)%150, 1}
-		}
-		return newDecodeFixture(p, h, kv, d, seqs)
-	}
-	replay := func(what string, graph *Graph, f *decodeFixture) {
-		t.Helper()
-		for round := range 2 {
-			f.setQ()
-			p.must("launch", graph.Launch())
-			f.check(fmt.Sprintf("%s, replay %d", what, round))
-			checkSplitCountersZero(t, g)
-		}
-	}
-
-	f1 := batch()
-	// Warm up with the combine kernel: its module, function and partials
-	// buffer are ready, the counters are not grown.
-	decodeFusedCombine = false
-	f1.setQ()
-	p.must("eager", g.Attention(f1.gargs))
-	f1.check("eager warm-up, combine kernel")
-	decodeFusedCombine = true
-	have := splitCounterLen(t, g)
-	g1, err := g.Capture(func() error { return g.Attention(f1.gargs) })
-	p.must("capture with too few counters", err)
-	defer g1.Close()
-	if n := splitCounterLen(t, g); n != have {
-		t.Fatalf("capture changed the counter array: %d entries, was %d", n, have)
-	}
-	replay("fallback graph", g1, f1)
-
-	// An eager call grows the array, then a capture uses it.
-	f1.setQ()
-	p.must("eager", g.Attention(f1.gargs))
-	f1.check("eager, fused")
-	if n := splitCounterLen(t, g); n < f1.gargs.NumSeqs*kv {
-		t.Fatalf("counter array of %d entries after an eager call needing %d", n, f1.gargs.NumSeqs*kv)
-	}
-	checkSplitCountersZero(t, g)
-	replay("fallback graph after growth", g1, f1)
-	g2, err := g.Capture(func() error { return g.Attention(f1.gargs) })
-	p.must("capture", err)
-	defer g2.Close()
-	replay("fused graph", g2, f1)
-
-	// A larger batch replaces the array; g2 still names the old one.
-	f2 := batch()
-	f2.setQ()
-	p.must("eager", g.Attention(f2.gargs))
-	f2.check("eager, larger batch")
-	checkSplitCountersZero(t, g)
-	replay("fused graph after the array was replaced", g2, f1)
 }
 
 // oneBlockSeqs is a batch of no more query rows than sequences, for which
@@ -558,37 +316,6 @@ type attnCase struct {
 	// (decodeStages 0); otherwise only with that many stages.
 	stages    int
 	maxSplits int // decodeMaxSplits; 0: the default
-	splits    int // decodeForceSplits (the tensor-core kernel's split count); 0: the plan's
-}
-
-// combineRun is one GPU run of an attention case: how the tensor-core
-// decode kernel's splits are merged (by itself, or by the combine kernel)
-// and the split count forced on it (0: the plan's).
-type combineRun struct {
-	name   string
-	fused  bool
-	splits int
-}
-
-// combineRuns lists the GPU runs of tc with decode kernel stages st. With
-// decode rows, the tensor-core kernel runs with both merges, at the plan's
-// split count (or tc.splits) and, unless tc caps it at one, also at 7
-// splits, so cases whose contexts the plan leaves in one piece also cover
-// the merges, with uneven and empty splits. The CUDA-core kernel has one
-// merge and its own split count; a batch without decode rows needs one run.
-func combineRuns(st int, tc attnCase) []combineRun {
-	decodes := false
-	for _, s := range tc.seqs {
-		decodes = decodes || s.q == 1
-	}
-	if st == 0 || !decodes {
-		return []combineRun{{name: "one merge", fused: decodeFusedCombine}}
-	}
-	runs := []combineRun{{"fused", true, tc.splits}, {"kernel", false, tc.splits}}
-	if tc.splits == 0 && tc.maxSplits != 1 {
-		runs = append(runs, combineRun{"fused_7splits", true, 7}, combineRun{"kernel_7splits", false, 7})
-	}
-	return runs
 }
 
 // testAttentionCase runs tc on the CPU and the GPU and compares: for each
@@ -620,9 +347,7 @@ func testAttentionCase(t *testing.T, tc attnCase) {
 				name += "_hinted"
 			}
 			t.Run(name, func(t *testing.T) {
-				defer func(st, ms, u, fs int, fused bool) {
-					decodeStages, decodeMaxSplits, decodeUnroll, decodeForceSplits, decodeFusedCombine = st, ms, u, fs, fused
-				}(decodeStages, decodeMaxSplits, decodeUnroll, decodeForceSplits, decodeFusedCombine)
+				defer func(st, ms, u int) { decodeStages, decodeMaxSplits, decodeUnroll = st, ms, u }(decodeStages, decodeMaxSplits, decodeUnroll)
 				decodeStages = st
 				if tc.maxSplits != 0 {
 					decodeMaxSplits = tc.maxSplits
@@ -671,97 +396,35 @@ func testAttentionCase(t *testing.T, tc attnCase) {
 				cbt, gbt := p.same(backend.I32, []int{ns, maxBlocks}, i32Bytes(tables))
 				csl, gsl := p.same(backend.I32, []int{ns}, i32Bytes(lens))
 				cqs, gqs := p.same(backend.I32, []int{ns + 1}, i32Bytes(starts))
-				co := p.cpuOut(n, tc.h*tc.d)
+				co, gout := p.cpuOut(n, tc.h*tc.d), p.poisoned(backend.BF16, n, tc.h*tc.d)
 				args := func(out, q, k, v, bt, sl, qs backend.Tensor) backend.AttentionArgs {
 					return backend.AttentionArgs{Out: out, Q: q, KCache: k, VCache: v, BlockTables: bt, SeqLens: sl, QueryStart: qs,
 						NumSeqs: ns, MaxSeqLen: maxLen, MaxQueryLen: maxQ, NumHeads: tc.h, NumKVHeads: tc.kv, HeadDim: tc.d,
 						Scale: float32(1 / math.Sqrt(float64(tc.d))), SlidingWindow: tc.window}
 				}
 				p.must("cpu", p.c.Attention(args(co, cq, ck, cv, cbt, csl, cqs)))
-				want := read(t, p.c, co)
+				p.must("gpu", p.g.Attention(args(gout, gq, gk, gv, gbt, gsl, gqs)))
+				p.must("sync", p.g.Sync())
+				got, want := read(t, p.g, gout), read(t, p.c, co)
 				w := tc.h * tc.d
-				// Runs at the same split count must agree bit for bit: the
-				// fused merge does the combine kernel's arithmetic.
-				bySplits := map[int][]byte{}
-				for _, r := range combineRuns(st, tc) {
-					decodeFusedCombine, decodeForceSplits = r.fused, r.splits
-					dp := p.g.planDecode(ns, tc.h, tc.kv, tc.d, bs, maxLen)
-					t.Logf("%s: %s, %d splits, fused merge %v", r.name, dp.decode, dp.nsplit, dp.fused)
-					if r.splits > 0 && dp.nsplit != min(r.splits, decodeMaxSplits) {
-						t.Fatalf("%s: %d splits, forced %d", r.name, dp.nsplit, r.splits)
+				e, err := relErr(got[:rows*w], want[:rows*w])
+				if err != nil || e > bf16Tol {
+					// Say which sequences are off before failing.
+					for i, s := range tc.seqs {
+						lo, hi := int(starts[i])*w, int(starts[i+1])*w
+						se, serr := relErr(got[lo:hi], want[lo:hi])
+						t.Logf("sequence %d (ctx %d, %d rows): relative error %.3g %v", i, s.ctx, s.q, se, serr)
 					}
-					gout := p.poisoned(backend.BF16, n, tc.h*tc.d)
-					p.must("gpu "+r.name, p.g.Attention(args(gout, gq, gk, gv, gbt, gsl, gqs)))
-					p.must("sync "+r.name, p.g.Sync())
-					raw := readBytes(t, p.g, gout)
-					got := decode(backend.BF16, raw)
-					e, err := relErr(got[:rows*w], want[:rows*w])
-					if err != nil || e > bf16Tol {
-						// Say which sequences are off before failing.
-						for i, s := range tc.seqs {
-							lo, hi := int(starts[i])*w, int(starts[i+1])*w
-							se, serr := relErr(got[lo:hi], want[lo:hi])
-							t.Logf("%s: sequence %d (ctx %d, %d rows): relative error %.3g %v", r.name, i, s.ctx, s.q, se, serr)
-						}
-					}
-					p.expectClose("attention "+r.name, got[:rows*w], want[:rows*w], bf16Tol)
-					for i, v := range got[rows*w:] {
-						if !math.IsNaN(float64(v)) {
-							t.Fatalf("%s: padding row %d was written", r.name, rows+i/w)
-						}
-					}
-					if prev, ok := bySplits[dp.nsplit]; ok && st != 0 && !bytes.Equal(prev, raw) {
-						t.Fatalf("%s: output differs from the other merge's at %d splits", r.name, dp.nsplit)
-					}
-					bySplits[dp.nsplit] = raw
-					if dp.fused {
-						checkSplitCountersZero(t, p.g)
+				}
+				p.expectClose("attention", got[:rows*w], want[:rows*w], bf16Tol)
+				for i, v := range got[rows*w:] {
+					if !math.IsNaN(float64(v)) {
+						t.Fatalf("padding row %d was written", rows+i/w)
 					}
 				}
 			})
 		}
 	}
-}
-
-// checkSplitCountersZero fails t unless every arrival counter of the
-// fused decode merge, in the current array and in replaced ones, is zero:
-// each launch must leave them as it found them, for the next launch or
-// graph replay. It waits for the queued work.
-func checkSplitCountersZero(t *testing.T, g *Backend) {
-	t.Helper()
-	var bad []string
-	err := g.call(func() error {
-		c := &g.decodeCnt
-		for i, a := range append([]counterArray{c.cur}, c.retired...) {
-			if a.ptr == 0 {
-				continue
-			}
-			buf := make([]byte, 4*a.n)
-			if err := g.copyOut(buf, a.ptr); err != nil {
-				return err
-			}
-			for j, v := range decodeI32(buf) {
-				if v != 0 {
-					bad = append(bad, fmt.Sprintf("array %d entry %d = %d", i, j, v))
-				}
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("read split counters: %v", err)
-	}
-	if len(bad) > 0 {
-		t.Fatalf("split counters left non-zero: %v", bad[:min(len(bad), 8)])
-	}
-}
-
-func decodeI32(b []byte) []int32 {
-	v := make([]int32, len(b)/4)
-	for i := range v {
-		v[i] = int32(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return v
 }
 
 func TestSample(t *testing.T) {
@@ -848,9 +511,6 @@ func TestDecodePlan(t *testing.T) {
 			if p.grid[0] != tc.seqs || p.grid[2] != p.nsplit || p.nsplit < 1 || p.nsplit > decodeMaxSplits {
 				t.Fatalf("grid %v with %d splits", p.grid, p.nsplit)
 			}
-			if want := tc.wantMMA && decodeFusedCombine && p.nsplit > 1; p.fused != want {
-				t.Errorf("fused merge %v with %d splits, want %v", p.fused, p.nsplit, want)
-			}
 			if !tc.wantMMA {
 				return
 			}
@@ -885,85 +545,6 @@ func TestDecodePlan(t *testing.T) {
 				t.Errorf("%d blocks leave more than half of %d slots idle with %d more splits allowed", units*p.nsplit, slots, limit-p.nsplit)
 			}
 		})
-	}
-}
-
-// TestDecodePlanMerge checks how the plan merges splits: fused (with one
-// counter per sequence and grid row) only for the tensor-core kernel with
-// several splits and decodeFusedCombine set, and not past
-// maxSplitCounters; and that decodeForceSplits sets the split count.
-func TestDecodePlanMerge(t *testing.T) {
-	for _, tc := range []struct {
-		name                  string
-		stages                int
-		fused                 bool
-		force, seqs, h, kv, d int
-		maxLen                int
-		wantSplits            int // 0: any
-		wantFused             bool
-	}{
-		{"fused_b4_ctx2048", 3, true, 0, 4, 32, 8, 128, 2048, 0, true},
-		{"kernel_b4_ctx2048", 3, false, 0, 4, 32, 8, 128, 2048, 0, false},
-		{"fused_one_split", 3, true, 0, 4, 32, 8, 128, 64, 1, false},
-		{"fused_forced_7", 3, true, 7, 3, 40, 2, 64, 30, 7, true},
-		{"fused_forced_1", 3, true, 1, 4, 32, 8, 128, 8192, 1, false},
-		{"kernel_forced_5", 3, false, 5, 4, 32, 8, 128, 100, 5, false},
-		{"forced_past_max", 3, true, 50, 2, 8, 8, 64, 100, 32, true},
-		{"too_many_counters", 3, true, 2, 65535, 128, 128, 64, 100, 2, false},
-		{"simt", 0, true, 5, 4, 32, 8, 128, 2048, 0, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			defer func(st, n int, f bool) { decodeStages, decodeForceSplits, decodeFusedCombine = st, n, f }(decodeStages, decodeForceSplits, decodeFusedCombine)
-			decodeStages, decodeForceSplits, decodeFusedCombine = tc.stages, tc.force, tc.fused
-			b := &Backend{cc: 90, sms: 132}
-			p := b.planDecode(tc.seqs, tc.h, tc.kv, tc.d, 16, tc.maxLen)
-			t.Logf("%+v", p)
-			if tc.wantSplits != 0 && p.nsplit != tc.wantSplits {
-				t.Errorf("%d splits, want %d", p.nsplit, tc.wantSplits)
-			}
-			if p.fused != tc.wantFused {
-				t.Errorf("fused merge %v, want %v", p.fused, tc.wantFused)
-			}
-			if want := p.grid[0] * p.grid[1]; p.fused && p.counters != want {
-				t.Errorf("%d counters for grid %v, want %d", p.counters, p.grid, want)
-			}
-			if p.fused && p.counters > maxSplitCounters {
-				t.Errorf("%d counters, cap %d", p.counters, maxSplitCounters)
-			}
-		})
-	}
-}
-
-// TestNextCounterLen checks the counter array's growth: none while long
-// enough, else a doubling of the current length (from minSplitCounters)
-// that holds the need.
-func TestNextCounterLen(t *testing.T) {
-	for _, tc := range []struct{ have, need, want int }{
-		{0, 0, 0},
-		{0, 1, minSplitCounters},
-		{0, minSplitCounters, minSplitCounters},
-		{0, minSplitCounters + 1, 2 * minSplitCounters},
-		{minSplitCounters, 100, 0},
-		{minSplitCounters, minSplitCounters, 0},
-		{minSplitCounters, minSplitCounters + 1, 2 * minSplitCounters},
-		{2 * minSplitCounters, 9 * minSplitCounters, 16 * minSplitCounters},
-		{0, maxSplitCounters, maxSplitCounters},
-	} {
-		if got := nextCounterLen(tc.have, tc.need); got != tc.want {
-			t.Errorf("nextCounterLen(%d, %d) = %d, want %d", tc.have, tc.need, got, tc.want)
-		}
-	}
-}
-
-func TestParseDecodeCombine(t *testing.T) {
-	for _, tc := range []struct {
-		in        string
-		fused, ok bool
-	}{{"fused", true, true}, {"kernel", false, true}, {"", false, false}, {"Fused", false, false}, {"1", false, false}, {"kernel ", false, false}} {
-		got, err := parseDecodeCombine(tc.in)
-		if (err == nil) != tc.ok || (tc.ok && got != tc.fused) {
-			t.Errorf("parseDecodeCombine(%q) = %v, %v; want %v, ok %v", tc.in, got, err, tc.fused, tc.ok)
-		}
 	}
 }
 

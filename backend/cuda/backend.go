@@ -130,9 +130,6 @@ type Backend struct {
 	capturing    bool
 	captureTemps []uint64
 	captureFree  map[int][]uint64
-	// decodeCnt are attn_decode_mma's arrival counters for its fused
-	// split combine (attn_decode.go).
-	decodeCnt splitCounters
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -344,7 +341,6 @@ func (b *Backend) teardown() {
 		d.call(d.cuModuleUnload, m.handle)
 	}
 	b.mods, b.fns = nil, nil
-	b.decodeCnt.free(d)
 	b.pool.release()
 	for i := range b.ring {
 		if b.ring[i].ev != 0 {

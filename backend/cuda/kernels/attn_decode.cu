@@ -16,11 +16,8 @@
 // so ST-1 tiles per warp are always in flight.
 //
 // Scores are kept in the log2 domain: scale_log2 is scale * log2(e), so
-// exp becomes one ex2. With several splits every block writes its (o, m,
-// l) partial; then either the last block of each (sequence, head chunk)
-// to finish merges them (the fused combine: it counts arrivals in a
-// per-launch-zeroed counter, see merge_splits), or attn_decode_combine
-// does, as a second kernel. The split count depends only on the batch
+// exp becomes one ex2. Splits write (o, m, l) partials that
+// attn_decode_combine merges; the split count depends only on the batch
 // shape, so a captured graph stays valid as contexts grow.
 #include "mma.cuh"
 
@@ -28,7 +25,7 @@
 #define TT 16                   // tokens per tile: the k of one P.V mma
 #define KSTR (HD + 8)           // smem row stride in elements (see below)
 #define TILE (TT * KSTR)        // elements of one K (or V) tile in smem
-#define MAX_SPLITS 32           // most splits a merge takes: one per lane of a warp
+#define MAX_SPLITS 32           // most splits attn_decode_combine merges
 
 // Blocks per SM the register allocation must allow; the host's
 // decodeMMAPerSM assumes the same (shared memory limits it to about this).
@@ -47,10 +44,7 @@
 // apart modulo 128, so the 8 row addresses of each ldmatrix phase hit
 // distinct bank quads (no conflicts) for every HD that is a multiple of 8.
 // After the main loop a warp's first slot holds its f32 output [16][HD]
-// (64*HD bytes <= one slot's 64*(HD+8)) for the cross-warp merge. The
-// fused combine then reuses the start of the area for its factors
-// [16][MAX_SPLITS] and sums [16] f32 (2112 bytes; the area is at least
-// 13 KB, at HD 16 and 2 stages).
+// (64*HD bytes <= one slot's 64*(HD+8)) for the cross-warp merge.
 
 // Waits until at most N of this thread's committed groups are pending.
 template <int N> __device__ __forceinline__ void cp_async_wait() {
@@ -75,95 +69,23 @@ __device__ __forceinline__ void ldsm_x4_trans(u32& r0, u32& r1, u32& r2, u32& r3
                : "memory");
 }
 
-// split_factor is the weight 2^(m - M) of a split whose maximum is m in
-// a row whose maximum over the splits is M; 0 for a split that saw no key
-// (m = -inf, its o and l are 0).
-__device__ __forceinline__ float split_factor(float m, float M) { return m == NEG_INF ? 0.f : fast_exp2(m - M); }
-
-// merge_splits is the fused combine, run by the last block of a (sequence,
-// head chunk) to finish: it merges the nsplit partials of query heads
-// h0..h0+rows-1 of sequence s into their output rows, with the operations
-// of attn_decode_combine in the same order (fmaf in split order, then one
-// division), so both give the same bits. The partials were written by
-// other blocks: they are read with ld.global.cg (L2; L1 is not coherent)
-// after the caller's fence. sf [16][MAX_SPLITS] and sl [16] are f32
-// shared-memory scratch.
-//   out  [T, H*HD] bf16, row q0; part [S, H, nsplit, HD+2] f32
-__device__ __forceinline__ void merge_splits(u16* out, const float* part, int s, int q0, int H, int h0, int rows,
-                                             int nsplit, float* sf, float* sl) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const float* pbase = part + ((i64)s * H + h0) * nsplit * (HD + 2);  // [rows][nsplit][HD+2]
-  // Step 1, a warp per head (g = warp, warp+NW, ...) and a lane per split:
-  // the factors f_j = 2^(m_j - M) and the sum L = sum_j l_j f_j. Every
-  // warp issues its loads (m_j, l_j of up to 16/NW heads) before any use.
-  float mv[16 / NW], lv[16 / NW];
-#pragma unroll
-  for (int r = 0; r < 16 / NW; r++) {
-    const int g = warp + r * NW;
-    const bool in = g < rows && lane < nsplit;
-    const float* pj = pbase + ((i64)g * nsplit + lane) * (HD + 2);
-    mv[r] = in ? __ldcg(pj + HD) : NEG_INF;
-    lv[r] = in ? __ldcg(pj + HD + 1) : 0.f;
-  }
-#pragma unroll
-  for (int r = 0; r < 16 / NW; r++) {
-    const int g = warp + r * NW;
-    if (g >= rows) break;  // the same for the whole warp
-    const float M = warp_max(mv[r]);
-    const float f = split_factor(mv[r], M);
-    sf[g * MAX_SPLITS + lane] = f;
-    // L in split order, as attn_decode_combine adds it.
-    float L = 0.f;
-    for (int j = 0; j < nsplit; j++) L = fmaf(__shfl_sync(0xffffffffu, lv[r], j), __shfl_sync(0xffffffffu, f, j), L);
-    if (lane == 0) sl[g] = L;
-  }
-  __syncthreads();
-  // Step 2, a pair of output dims per thread and pass: out = sum_j f_j o_j / L,
-  // the nsplit loads of the pair issued before any is used.
-  for (int idx = threadIdx.x; idx < rows * (HD / 2); idx += NW * 32) {
-    const int g = idx / (HD / 2), d = (idx - g * (HD / 2)) * 2;
-    const float* pg = pbase + (i64)g * nsplit * (HD + 2) + d;  // 8-byte aligned: HD+2 and d are even
-    float2 ov[MAX_SPLITS];
-#pragma unroll
-    for (int j = 0; j < MAX_SPLITS; j++) ov[j] = j < nsplit ? __ldcg((const float2*)(pg + j * (HD + 2))) : make_float2(0.f, 0.f);
-    float o0 = 0.f, o1 = 0.f;
-#pragma unroll
-    for (int j = 0; j < MAX_SPLITS; j++) {
-      if (j < nsplit) {
-        const float f = sf[g * MAX_SPLITS + j];
-        o0 = fmaf(ov[j].x, f, o0);
-        o1 = fmaf(ov[j].y, f, o1);
-      }
-    }
-    const float L = sl[g];
-    const u32 lo = f32_to_bf16(L > 0.f ? o0 / L : 0.f), hi = f32_to_bf16(L > 0.f ? o1 / L : 0.f);
-    *(u32*)(out + ((i64)q0 * H + h0 + g) * HD + d) = lo | (hi << 16);
-  }
-}
-
 // attn_decode_mma: for each sequence with exactly one query row,
 // attention of up to 16 query heads of a GQA group over the split's share
 // of the context.
-//   out   [T, H*HD] bf16 (written when nsplit == 1 or cnt is set)
+//   out   [T, H*HD] bf16 (written when nsplit == 1)
 //   part  [S, H, nsplit, HD+2] f32: unnormalised o, then max m, then sum l
-//   cnt   [S * gridDim.y] int32 arrival counters, zero at launch and left
-//         zero; null: leave the partials to attn_decode_combine
 //   q     [T, H*HD] bf16
 //   kc, vc [num_blocks, KV, BS, HD] bf16
 //   block_tables [S, max_blocks]; seq_lens [S]; qstart [S+1]
 // grid (S, KV * ceil(G/16), nsplit), block NW*32, dynamic shared memory as
 // above. The context [lo, L) is cut into 16-token tiles aligned to
 // multiples of 16 (masked at both ends); split z takes a contiguous run
-// of them and warp w every NW-th tile of the run. With nsplit > 1 and cnt
-// set, the last of the nsplit blocks of a (sequence, head chunk) to finish
-// merges the partials (merge_splits) and zeroes its counter; blocks that
-// return early never count, and all the splits of a sequence take the
-// same early return. Bad metadata raises ERR_QUERY_LEN, reported once per
-// sequence, as does a sequence of several rows when decode_only (no
-// prefill kernel follows); a block id outside the cache raises
-// ERR_BLOCK_ID and its tokens are left out.
+// of them and warp w every NW-th tile of the run. Bad metadata raises
+// ERR_QUERY_LEN, reported once per sequence, as does a sequence of
+// several rows when decode_only (no prefill kernel follows); a block id
+// outside the cache raises ERR_BLOCK_ID and its tokens are left out.
 extern "C" __global__ void __launch_bounds__(NW * 32, MIN_BLOCKS) attn_decode_mma(
-    u16* out, float* part, int* cnt, const u16* q, const u16* kc, const u16* vc, const int* block_tables, int max_blocks,
+    u16* out, float* part, const u16* q, const u16* kc, const u16* vc, const int* block_tables, int max_blocks,
     const int* seq_lens, const int* qstart, int H, int KV, int G, int nsplit, float scale_log2, int window, int num_blocks,
     int num_tokens, int max_seq_len, int decode_only, int* err) {
   grid_dep_sync();  // Q and the KV cache come from the kernels before this one
@@ -171,7 +93,6 @@ extern "C" __global__ void __launch_bounds__(NW * 32, MIN_BLOCKS) attn_decode_mm
   extern __shared__ __align__(16) u16 dsm[];
   __shared__ float sm_m[NW][16], sm_l[NW][16];
   __shared__ u32 sm_mask[NW][ST];  // valid-token bits of the tile in each slot
-  __shared__ int sm_last;          // fused combine: this block is the last split to finish
   const int s = blockIdx.x;
   const int chunks = (G + 15) / 16;
   const int kvh = blockIdx.y / chunks;
@@ -444,37 +365,14 @@ extern "C" __global__ void __launch_bounds__(NW * 32, MIN_BLOCKS) attn_decode_mm
       }
     }
   }
-  if (nsplit == 1 || cnt == nullptr) return;
-
-  // Fused combine. Each thread's fence makes its partial stores visible
-  // GPU-wide; the barrier puts every thread's fence before thread 0's
-  // count; the counting block that brings the count to nsplit knows all
-  // the partials of its (sequence, head chunk) are written.
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int* c = cnt + (i64)s * gridDim.y + blockIdx.y;
-    const int last = atomicAdd(c, 1) == nsplit - 1;
-    if (last) {
-      atomicExch(c, 0);  // every split has counted: zero for the next launch or graph replay
-      __threadfence();   // and the partial reads below come after the count
-    }
-    sm_last = last;
-  }
-  __syncthreads();  // also: every thread is done with the ring before merge_splits reuses it
-  if (!sm_last) return;
-  float* sf = (float*)dsm;
-  merge_splits(out, part, s, q0, H, kvh * G + g0, rows, nsplit, sf, sf + 16 * MAX_SPLITS);
 #endif
 }
 
 // attn_decode_combine merges the nsplit (<= MAX_SPLITS) partials of each
-// decode row when attn_decode_mma is launched without counters. The
-// partials' addresses do not depend on the metadata, so their loads are
-// issued together with those of qstart and seq_lens: the kernel is one
-// memory latency long. (A row that is not a decode row reads partials
-// nobody wrote and discards them.) Its arithmetic is merge_splits', op for
-// op, so both combines give the same bits.
+// decode row. The partials' addresses do not depend on the metadata, so
+// their loads are issued together with those of qstart and seq_lens: the
+// kernel is one memory latency long. (A row that is not a decode row reads
+// partials nobody wrote and discards them.)
 // grid (S, H), block HD.
 extern "C" __global__ void attn_decode_combine(u16* out, const float* part, const int* seq_lens, const int* qstart, int H,
                                                int nsplit, int num_tokens, int max_seq_len) {
@@ -498,10 +396,10 @@ extern "C" __global__ void attn_decode_combine(u16* out, const float* part, cons
   float lsum = 0.f, o = 0.f;
 #pragma unroll
   for (int j = 0; j < MAX_SPLITS; j++) {
-    if (j < nsplit) {
-      const float f = split_factor(mv[j], M);
-      lsum = fmaf(lv[j], f, lsum);
-      o = fmaf(ov[j], f, o);
+    if (mv[j] != NEG_INF) {
+      const float f = fast_exp2(mv[j] - M);
+      lsum += lv[j] * f;
+      o += ov[j] * f;
     }
   }
   out[((i64)q0 * H + h) * HD + d] = f32_to_bf16(lsum > 0.f ? o / lsum : 0.f);
