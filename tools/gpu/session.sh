@@ -7,7 +7,7 @@
 # Parts: checks (kernel tests, fixtures on CUDA, trigon run), quick_tests,
 # cuda_tests (every test + memcheck), bigref (Llama-3-8B shape vs
 # transformers), serve_smoke, bench_rows, graphs, profile (ncu), attn_bench,
-# attn_check, default_model, peers, final (tests, then peers, rows and the
+# attn_check, default_model, peers, overlap, margin, combine, final (tests, then peers, rows and the
 # server: what docs/benchmarks.md's latest section ran);
 # `session.sh bigref graphs` runs those two. Results: $OUT/summary.txt and
 # $OUT/logs.tgz (the device tool returns at most 8 files).
@@ -94,6 +94,50 @@ for g in off on; do
     >"$OUT/bench-4-$g.json" 2>>"$OUT/bench.err" || tail -3 "$OUT/bench.err"
   $PY -c "import json,sys;d=json.load(open(sys.argv[1]));print({k:d.get(k) for k in ['cuda_graphs','itl_ms','prefill_ms','decode_floor_ms','ceiling_share']})" "$OUT/bench-4-$g.json" 2>&1 | tee -a "$OUT/summary.txt"
 done
+}
+
+# overlap: `trigon bench overlap` (mixed vs serial vs second-stream
+# prefill while batch 4 decodes at context 2048) for chunks $CHUNKS.
+overlap() {
+for c in ${CHUNKS:-512 2048}; do
+  log "bench overlap llama-3-8b --batch 4 --context 2048 --prompt-len 2048 --chunk $c --cuda-graphs on"
+  .gpu/trigon bench overlap --device cuda --arch llama-3-8b --batch 4 --context 2048 --prompt-len 2048 --chunk $c \
+    --cuda-graphs on --iters ${OVERLAP_ITERS:-3} >"$OUT/overlap-$c.txt" 2>>"$OUT/overlap.err"; echo "rc=$?" | tee -a "$OUT/summary.txt"
+  cat "$OUT/overlap-$c.txt" | tee -a "$OUT/summary.txt"; tail -3 "$OUT/overlap.err"
+done
+}
+
+# bench_env "ENV=V ..." LABEL: the batch-4 step (graphs on, output 64) with
+# backend knobs set, for A/B comparisons in one call.
+bench_env() {
+  log "bench latency llama-3-8b --batch 4 --input-len 2048 --output-len 64 --cuda-graphs on, with $1"
+  env $1 .gpu/trigon bench latency --arch llama-3-8b --batch 4 --input-len 2048 --output-len 64 --device cuda --cuda-graphs on --json \
+    >"$OUT/bench-4-$2.json" 2>>"$OUT/bench.err" || tail -3 "$OUT/bench.err"
+  $PY -c "import json,sys;d=json.load(open(sys.argv[1]));print({k:d.get(k) for k in ['itl_ms','prefill_ms','decode_floor_ms']});print(*d.get('kernel_choices',[]),sep='\n')" "$OUT/bench-4-$2.json" 2>&1 | tee -a "$OUT/summary.txt"
+}
+
+# margin: the GEMV tuner's margin, default (0.03) against 0.12.
+margin() {
+bench_env "TRIGON_CUDA_GEMV_MARGIN=0.03" m03
+bench_env "TRIGON_CUDA_GEMV_MARGIN=0.12" m12
+}
+
+# combine: decode attention's split merge fused into the kernel (the
+# default) against the separate combine kernel: tests, memcheck, the
+# graph-timed kernel benchmark and the batch-4 step, each mode its own process.
+combine() {
+log "decode attention: fused combine tests + memcheck"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.run 'TestAttention|TestGraph|TestDecodePlan' >"$OUT/combine-tests.log" 2>&1)
+echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/combine-tests.log" | tail -6 | tee -a "$OUT/summary.txt"
+grep -E "^\s+--- FAIL" "$OUT/combine-tests.log" | head -20 | tee -a "$OUT/summary.txt"
+memcheck 'TestAttentionDecodeRepeat|TestAttentionDecodeCaptureFallback|TestAttention/(decode_splits.*|mixed_splits4_empty_seq.*|bad_block_id.*)$'
+for m in kernel fused; do
+  log "graph-timed decode attention, TRIGON_CUDA_DECODE_COMBINE=$m"
+  (cd backend/cuda && TRIGON_CUDA_DECODE_COMBINE=$m "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'AttentionDecode/.*stages3' -test.benchtime 50x >"$OUT/attn-bench-$m.log" 2>&1)
+  grep -E "^Benchmark.*-16" "$OUT/attn-bench-$m.log" | awk '{print $1, $5, $6, $7, $8}' | tee -a "$OUT/summary.txt"
+done
+bench_env "TRIGON_CUDA_DECODE_COMBINE=kernel" ckernel
+bench_env "TRIGON_CUDA_DECODE_COMBINE=fused" cfused
 }
 
 bigref() {
