@@ -39,6 +39,11 @@ const decodeStagesEnv = "TRIGON_CUDA_DECODE_STAGES"
 // (the kernels then write the output directly) or an odd count.
 var decodeMaxSplits = 32
 
+// decodeSplitsForce, when positive, replaces the tensor-core kernel's
+// planned split count (clamped to 1..decodeMaxSplits): for benchmarks that
+// check the planner's cost model against the device.
+var decodeSplitsForce = 0
+
 // parseDecodeStages reads decodeStagesEnv's value.
 func parseDecodeStages(v string) (int, error) {
 	n, err := strconv.Atoi(v)
@@ -80,6 +85,9 @@ func (b *Backend) planDecode(s, h, kvh, d, blockSize, maxSeqLen int) decodePlan 
 		chunks := (g + 15) / 16 // blocks per KV head: 16 query heads each
 		units := s * kvh * chunks
 		n := b.decodeMMASplits(units, maxSeqLen, decodeMMAPerSM(b.cc, d, st))
+		if decodeSplitsForce > 0 {
+			n = min(decodeSplitsForce, decodeMaxSplits)
+		}
 		return decodePlan{
 			mod:    modSpec{file: "attn_decode", p: [6]int{d, blockSize, st}},
 			decode: "attn_decode_mma", combine: "attn_decode_combine",

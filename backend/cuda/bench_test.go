@@ -196,7 +196,7 @@ func BenchmarkMatMulDecode(b *testing.B) {
 // comes again.
 func BenchmarkAttentionDecode(b *testing.B) {
 	g := benchBackend(b)
-	const h, kv, d, bs = 32, 8, 128, 16
+	const h, kv, d = 32, 8, 128
 	type shape struct{ seqs, ctx, stages int }
 	var cases []shape
 	for _, c := range []shape{{1, 8192, 0}, {4, 2048, 0}, {4, 32768, 0}, {64, 2048, 0}} {
@@ -208,33 +208,58 @@ func BenchmarkAttentionDecode(b *testing.B) {
 		b.Run(fmt.Sprintf("b%d_ctx%d_h%d_kv%d_d%d_stages%d", s.seqs, s.ctx, h, kv, d, s.stages), func(b *testing.B) {
 			defer func(v int) { decodeStages = v }(decodeStages)
 			decodeStages = s.stages
-			nbPer := (s.ctx + bs - 1) / bs
-			numBlocks := s.seqs*nbPer + 1
-			kvBytes := s.seqs * s.ctx * kv * d * 2 * 2
-			copies := min(4, max(1, (128<<20+kvBytes-1)/kvBytes))
-			var ks, vs []backend.Tensor
-			for range copies {
-				ks = append(ks, randomBF16(b, g, 1, numBlocks, kv, bs, d))
-				vs = append(vs, randomBF16(b, g, 1, numBlocks, kv, bs, d))
-			}
-			q := randomBF16(b, g, 1, s.seqs, h*d)
-			out, _ := g.Alloc(backend.BF16, s.seqs, h*d)
-			bt, sl, qs := benchBatch(b, g, s.seqs, s.ctx, 1, nbPer, numBlocks, 3)
-			defer func() {
-				for _, t := range append(append(ks, vs...), q, out, bt, sl, qs) {
-					g.Free(t)
-				}
-			}()
-			args := backend.AttentionArgs{Out: out, Q: q, BlockTables: bt, SeqLens: sl, QueryStart: qs, NumSeqs: s.seqs,
-				MaxSeqLen: s.ctx, MaxQueryLen: 1, NumHeads: h, NumKVHeads: kv, HeadDim: d, Scale: float32(1 / math.Sqrt(d))}
-			next := 0
-			timeGraphOps(b, g, float64(kvBytes), 4*copies, func() error {
-				next = (next + 1) % copies
-				args.KCache, args.VCache = ks[next], vs[next]
-				return g.Attention(args)
-			})
+			benchDecodeAttention(b, g, s.seqs, s.ctx)
 		})
 	}
+}
+
+// BenchmarkAttentionDecodeSplits times the tensor-core decode kernel (and
+// its combine) at split counts forced around the planner's choice, to
+// check decodeMMASplits' cost model (which ignores a block's fixed costs)
+// against the device. splits=0 is the planner's own pick.
+func BenchmarkAttentionDecodeSplits(b *testing.B) {
+	g := benchBackend(b)
+	for _, c := range []struct{ seqs, ctx int }{{1, 8192}, {4, 2048}, {64, 2048}} {
+		for _, n := range []int{0, 4, 8, 12, 16, 24, 32} {
+			b.Run(fmt.Sprintf("b%d_ctx%d_splits%d", c.seqs, c.ctx, n), func(b *testing.B) {
+				defer func(v int) { decodeSplitsForce = v }(decodeSplitsForce)
+				decodeSplitsForce = n
+				benchDecodeAttention(b, g, c.seqs, c.ctx)
+			})
+		}
+	}
+}
+
+// benchDecodeAttention times decode attention of seqs sequences of ctx
+// tokens with Llama-3-8B's heads from a graph that cycles over enough
+// cache copies to leave L2, reporting KV bytes read per second.
+func benchDecodeAttention(b *testing.B, g *Backend, seqs, ctx int) {
+	const h, kv, d, bs = 32, 8, 128, 16
+	nbPer := (ctx + bs - 1) / bs
+	numBlocks := seqs*nbPer + 1
+	kvBytes := seqs * ctx * kv * d * 2 * 2
+	copies := min(4, max(1, (128<<20+kvBytes-1)/kvBytes))
+	var ks, vs []backend.Tensor
+	for range copies {
+		ks = append(ks, randomBF16(b, g, 1, numBlocks, kv, bs, d))
+		vs = append(vs, randomBF16(b, g, 1, numBlocks, kv, bs, d))
+	}
+	q := randomBF16(b, g, 1, seqs, h*d)
+	out, _ := g.Alloc(backend.BF16, seqs, h*d)
+	bt, sl, qs := benchBatch(b, g, seqs, ctx, 1, nbPer, numBlocks, 3)
+	defer func() {
+		for _, t := range append(append(ks, vs...), q, out, bt, sl, qs) {
+			g.Free(t)
+		}
+	}()
+	args := backend.AttentionArgs{Out: out, Q: q, BlockTables: bt, SeqLens: sl, QueryStart: qs, NumSeqs: seqs,
+		MaxSeqLen: ctx, MaxQueryLen: 1, NumHeads: h, NumKVHeads: kv, HeadDim: d, Scale: float32(1 / math.Sqrt(d))}
+	next := 0
+	timeGraphOps(b, g, float64(kvBytes), 4*copies, func() error {
+		next = (next + 1) % copies
+		args.KCache, args.VCache = ks[next], vs[next]
+		return g.Attention(args)
+	})
 }
 
 // benchBatch uploads the attention metadata of seqs sequences of ctx

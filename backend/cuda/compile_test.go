@@ -158,8 +158,9 @@ func TestWarmKernels(t *testing.T) {
 
 // TestKernelsWaitForPredecessor checks the rule programmatic dependent
 // launch rests on (launch.go): the first statement of every kernel is
-// grid_dep_sync(), so no kernel reads memory its predecessor in the
-// stream may still be writing.
+// grid_dep_sync() or grid_dep_wait(), so no kernel reads memory its
+// predecessor in the stream may still be writing, and a kernel that only
+// waits lets its successor in with grid_dep_launch() (common.cuh).
 func TestKernelsWaitForPredecessor(t *testing.T) {
 	files, err := fs.Glob(kernelFS, "kernels/*.cu")
 	if err != nil || len(files) == 0 {
@@ -180,14 +181,22 @@ func TestKernelsWaitForPredecessor(t *testing.T) {
 			rest := strings.TrimSpace(s[loc[1]+body+1:])
 			name := s[loc[2]:loc[3]]
 			if early, ok := earlyReaders[name]; ok {
-				// Reads pristine weights first, then syncs: both branches
+				// Reads pristine weights first, then waits: both branches
 				// must be there, the early one guarded by the host's flag.
-				if !strings.HasPrefix(rest, "if (!"+early+") grid_dep_sync();") ||
-					!strings.Contains(rest, "if ("+early+") grid_dep_sync();") {
-					t.Errorf("%s: kernel %q must start with `if (!%s) grid_dep_sync();` and sync after its early loads", f, name, early)
+				if !strings.HasPrefix(rest, "if (!"+early+") grid_dep_wait();") ||
+					!strings.Contains(rest, "if ("+early+") grid_dep_wait();") {
+					t.Errorf("%s: kernel %q must start with `if (!%s) grid_dep_wait();` and wait after its early loads", f, name, early)
 				}
-			} else if !strings.HasPrefix(rest, "grid_dep_sync();") {
-				t.Errorf("%s: kernel %q does not start with grid_dep_sync();", f, name)
+			} else if !strings.HasPrefix(rest, "grid_dep_sync();") && !strings.HasPrefix(rest, "grid_dep_wait();") {
+				t.Errorf("%s: kernel %q does not start with grid_dep_sync(); or grid_dep_wait();", f, name)
+			}
+			// A kernel that only waits must let the next one in itself.
+			end := len(s)
+			if next := globalRe.FindStringIndex(s[loc[1]:]); next != nil {
+				end = loc[1] + next[0]
+			}
+			if strings.Contains(s[loc[1]:end], "grid_dep_wait();") && !strings.Contains(s[loc[1]:end], "grid_dep_launch();") {
+				t.Errorf("%s: kernel %q waits with grid_dep_wait() but never calls grid_dep_launch()", f, name)
 			}
 			kernels++
 		}

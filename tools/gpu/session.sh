@@ -7,7 +7,7 @@
 # Parts: checks (kernel tests, fixtures on CUDA, trigon run), quick_tests,
 # cuda_tests (every test + memcheck), bigref (Llama-3-8B shape vs
 # transformers), serve_smoke, bench_rows, graphs, profile (ncu), attn_bench,
-# attn_check, default_model, peers, overlap, margin, combine, final (tests, then peers, rows and the
+# attn_check, default_model, peers, overlap, margin, combine, pdl, splits, final (tests, then peers, rows and the
 # server: what docs/benchmarks.md's latest section ran);
 # `session.sh bigref graphs` runs those two. Results: $OUT/summary.txt and
 # $OUT/logs.tgz (the device tool returns at most 8 files).
@@ -138,6 +138,26 @@ for m in kernel fused; do
 done
 bench_env "TRIGON_CUDA_DECODE_COMBINE=kernel" ckernel
 bench_env "TRIGON_CUDA_DECODE_COMBINE=fused" cfused
+}
+
+# pdl: programmatic dependent launch on against off (kernels that fill
+# the GPU let the next one in after their main loop): tests with PDL on,
+# then the batch-4 step twice each way, alternating.
+pdl() {
+log "PDL on: attention, GEMV and graph tests"
+(cd backend/cuda && TRIGON_CUDA_PDL=on "$root/.gpu/cuda.test" -test.v -test.run 'TestAttention|TestGEMV|TestGraph|TestMatMul|TestAddRMSNorm' >"$OUT/pdl-tests.log" 2>&1)
+echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/pdl-tests.log" | tail -6 | tee -a "$OUT/summary.txt"
+for r in 1 2; do
+  bench_env "TRIGON_CUDA_PDL=off" pdloff$r
+  bench_env "TRIGON_CUDA_PDL=on" pdlon$r
+done
+}
+
+# splits: decode attention at forced split counts (graph-timed).
+splits() {
+log "decode attention split counts (splits0 = the planner's pick)"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'AttentionDecodeSplits' -test.benchtime 50x >"$OUT/splits-bench.log" 2>&1)
+echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^Benchmark.*-16" "$OUT/splits-bench.log" | awk '{print $1, $5, $6, $7, $8}' | tee -a "$OUT/summary.txt"
 }
 
 bigref() {

@@ -88,7 +88,7 @@ extern "C" __global__ void __launch_bounds__(NW * 32, MIN_BLOCKS) attn_decode_mm
     u16* out, float* part, const u16* q, const u16* kc, const u16* vc, const int* block_tables, int max_blocks,
     const int* seq_lens, const int* qstart, int H, int KV, int G, int nsplit, float scale_log2, int window, int num_blocks,
     int num_tokens, int max_seq_len, int decode_only, int* err) {
-  grid_dep_sync();  // Q and the KV cache come from the kernels before this one
+  grid_dep_wait();  // Q and the KV cache come from the kernels before this one
 #if __CUDA_ARCH__ >= 800
   extern __shared__ __align__(16) u16 dsm[];
   __shared__ float sm_m[NW][16], sm_l[NW][16];
@@ -317,6 +317,7 @@ extern "C" __global__ void __launch_bounds__(NW * 32, MIN_BLOCKS) attn_decode_mm
   }
   cp_async_wait<0>();  // only empty groups can remain; the ring is reused below
   __syncwarp();
+  grid_dep_launch();  // the K/V stream is done: the next kernel may launch during the merge
 
   // Cross-warp merge: each warp leaves (m, l) per row and its o [16][HD]
   // f32 in its first ring slot.

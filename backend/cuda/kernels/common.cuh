@@ -32,17 +32,38 @@ __device__ __forceinline__ void report(int* err, int code) {
   *(volatile int*)err = code;
 }
 
-// grid_dep_sync is the first statement of every kernel. Launched with
-// programmatic dependent launch (launch.go), a kernel may start while the
-// previous kernel of the stream still runs: griddepcontrol.wait blocks
-// until that kernel has completed and its writes are visible, and
-// launch_dependents then lets the next kernel start early in turn. Without
-// PDL (or before sm_90) both are no-ops.
-__device__ __forceinline__ void grid_dep_sync() {
+// grid_dep_sync or grid_dep_wait is the first statement of every kernel.
+// Launched with programmatic dependent launch (launch.go), a kernel may
+// start while the previous kernel of the stream still runs:
+// griddepcontrol.wait blocks until that kernel has completed and its
+// writes are visible. griddepcontrol.launch_dependents lets the next
+// kernel launch (its blocks become resident and wait in turn) once every
+// block of this one has called it or exited.
+//
+// When to let the next kernel in is a trade: early hides its launch and
+// lets it start loading what does not depend on this kernel (the GEMV's
+// weights), but its waiting blocks hold registers and shared memory that
+// this kernel's later blocks may need. Short kernels of a few blocks
+// (norms, RoPE, SiLU, the combines) use grid_dep_sync: wait, then let the
+// next kernel in at once. Kernels that fill the GPU (the GEMV, decode
+// attention) use grid_dep_wait and call grid_dep_launch after their main
+// loop, so the next kernel's launch overlaps only their tail. Without PDL
+// (or before sm_90) all three are no-ops.
+__device__ __forceinline__ void grid_dep_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void grid_dep_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+
+__device__ __forceinline__ void grid_dep_sync() {
+  grid_dep_wait();
+  grid_dep_launch();
 }
 
 __device__ __forceinline__ float bf16_to_f32(u16 v) { return __uint_as_float(((u32)v) << 16); }

@@ -43,13 +43,13 @@ __device__ __forceinline__ uint4 ld_stream(const u16* p) {
 //
 // The weight loads of step i+1 are issued before the mmas of step i (two
 // steps of loads in flight per warp). With early_w set the first step's
-// weights are loaded before grid_dep_sync: under programmatic dependent
+// weights are loaded before grid_dep_wait: under programmatic dependent
 // launch that streaming overlaps the previous kernel's tail. Only the
 // weight is read early, and only when the host knows no kernel of the
 // step writes it (early_w is 0 for a weight converted just before).
 extern "C" __global__ void __launch_bounds__(NW * 32) gemv_bf16(void* y, const u16* x, const u16* w, int n, int m, int k,
                                                               int early_w) {
-  if (!early_w) grid_dep_sync();
+  if (!early_w) grid_dep_wait();
   __shared__ float red[NW][NT][32][4];
   int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   int gid = lane >> 2, tq = lane & 3;
@@ -71,7 +71,7 @@ extern "C" __global__ void __launch_bounds__(NW * 32) gemv_bf16(void* y, const u
     wb[u] = in && okb ? ld_stream(wb_p + kk) : zero;    \
   }
   LOAD_W(warp);
-  if (early_w) grid_dep_sync();
+  if (early_w) grid_dep_wait();
 
   const u16* x_p[NT];
   bool okx[NT];
@@ -112,6 +112,7 @@ extern "C" __global__ void __launch_bounds__(NW * 32) gemv_bf16(void* y, const u
     }
   }
 #undef LOAD_W
+  grid_dep_launch();  // every weight is read: the next kernel may launch during the reduction
 #pragma unroll
   for (int t = 0; t < NT; t++) {
 #pragma unroll
