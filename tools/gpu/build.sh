@@ -9,5 +9,11 @@ export CGO_ENABLED=0
 go build -ldflags "-s -w" -o .gpu/bin/trigon ./cmd/trigon
 go test -c -ldflags "-s -w" -o .gpu/bin/cuda.test ./backend/cuda
 go test -c -ldflags "-s -w" -o .gpu/bin/llama.test ./model/llama
+# What was built, so a session's summary says which code it ran: the commit
+# and any uncommitted change (helpers may be editing the tree meanwhile).
+{ git describe --always --dirty; git status --porcelain -- '*.go' '*.cu' '*.cuh'; } >.gpu/bin/BUILD
+if [ -n "$(git status --porcelain -- '*.go' '*.cu' '*.cuh')" ]; then
+  echo "build.sh: building uncommitted changes:" >&2; git status --porcelain -- '*.go' '*.cu' '*.cuh' >&2
+fi
 tar -C .gpu -cf - bin | xz -9e -T0 > .gpu/bins.tar.xz  # -9e: the tree and the archive must stay under 64 MiB
 ls -la .gpu/bin .gpu/bins.tar.xz

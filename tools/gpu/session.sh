@@ -7,7 +7,7 @@
 # Parts: checks (kernel tests, fixtures on CUDA, trigon run), quick_tests,
 # cuda_tests (every test + memcheck), bigref (Llama-3-8B shape vs
 # transformers), serve_smoke, bench_rows, graphs, profile (ncu), attn_bench,
-# attn_check, default_model, peers, overlap, margin, combine, pdl, splits, final (tests, then peers, rows and the
+# attn_check, default_model, peers, overlap, margin, pdl, splits, final (tests, then peers, rows and the
 # server: what docs/benchmarks.md's latest section ran);
 # `session.sh bigref graphs` runs those two. Results: $OUT/summary.txt and
 # $OUT/logs.tgz (the device tool returns at most 8 files).
@@ -42,6 +42,7 @@ memcheck() {
 echo "memcheck rc=$?" | tee -a "$OUT/summary.txt"; grep -E "ERROR SUMMARY|^(PASS|FAIL)" "$OUT/memcheck.log" | tee -a "$OUT/summary.txt"
 }
 nvidia-smi -L | tee -a "$OUT/summary.txt"
+[ -f .gpu/BUILD ] && sed 's/^/build: /' .gpu/BUILD | tee -a "$OUT/summary.txt"
 
 checks() {
 log "kernel tests: attention and RoPE at head dims 16, 32, 64, 128, 256"
@@ -120,24 +121,6 @@ bench_env() {
 margin() {
 bench_env "TRIGON_CUDA_GEMV_MARGIN=0.03" m03
 bench_env "TRIGON_CUDA_GEMV_MARGIN=0.12" m12
-}
-
-# combine: decode attention's split merge fused into the kernel (the
-# default) against the separate combine kernel: tests, memcheck, the
-# graph-timed kernel benchmark and the batch-4 step, each mode its own process.
-combine() {
-log "decode attention: fused combine tests + memcheck"
-(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.run 'TestAttention|TestGraph|TestDecodePlan' >"$OUT/combine-tests.log" 2>&1)
-echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/combine-tests.log" | tail -6 | tee -a "$OUT/summary.txt"
-grep -E "^\s+--- FAIL" "$OUT/combine-tests.log" | head -20 | tee -a "$OUT/summary.txt"
-memcheck 'TestAttentionDecodeRepeat|TestAttentionDecodeCaptureFallback|TestAttention/(decode_splits.*|mixed_splits4_empty_seq.*|bad_block_id.*)$'
-for m in kernel fused; do
-  log "graph-timed decode attention, TRIGON_CUDA_DECODE_COMBINE=$m"
-  (cd backend/cuda && TRIGON_CUDA_DECODE_COMBINE=$m "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'AttentionDecode/.*stages3' -test.benchtime 50x >"$OUT/attn-bench-$m.log" 2>&1)
-  grep -E "^Benchmark.*-16" "$OUT/attn-bench-$m.log" | awk '{print $1, $5, $6, $7, $8}' | tee -a "$OUT/summary.txt"
-done
-bench_env "TRIGON_CUDA_DECODE_COMBINE=kernel" ckernel
-bench_env "TRIGON_CUDA_DECODE_COMBINE=fused" cfused
 }
 
 # pdl: programmatic dependent launch on against off (kernels that fill
