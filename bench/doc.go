@@ -2,7 +2,10 @@
 // through the model and runner directly (prefill time, decode-step
 // latency, achieved memory bandwidth against a floor), and `trigon bench
 // serve` drives a running OpenAI-compatible server with Poisson arrivals
-// and reports TTFT, inter-token latency and throughput.
+// and reports TTFT, inter-token latency and throughput. `trigon bench
+// overlap` answers a scheduling question: while a batch decodes and a
+// prompt arrives, compare mixed steps (decode rows plus a prefill chunk),
+// serial steps and prefill on a second stream (see overlap.go).
 //
 // Latency runs need no checkpoint: Arch names a published architecture
 // (or reads a config.json) and SyntheticWeights generates deterministic
