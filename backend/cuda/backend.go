@@ -148,6 +148,9 @@ func New(opts Options) (*Backend, error) {
 	if err := applyPDLEnv(); err != nil {
 		return nil, err
 	}
+	if err := applyTuneEnv(); err != nil {
+		return nil, err
+	}
 	d, _ := loadDriver()
 	b := &Backend{
 		opts:    opts,

@@ -2,6 +2,8 @@ package cuda
 
 import (
 	"fmt"
+	"os"
+	"strconv"
 	"sync"
 	"unsafe"
 
@@ -123,11 +125,42 @@ type gemmPlan struct {
 // heuristic's first choice for the 4096x4096 projection at 2.9 TB/s plus a
 // split-K reduce kernel, against 4.0 TB/s for the gate/up product.
 const (
-	tuneMaxRows    = 64
 	tuneAlgos      = 8
 	tuneFlushBytes = 128 << 20 // over twice the H100/H200 L2 (50 MiB)
 	tuneMargin     = 0.03
 )
+
+// tuneMaxRows is the most rows a tuned product has. Larger (prefill)
+// products take the heuristic's first choice: every prompt chunk length
+// is a new shape, and timing eight algorithms is a stall of milliseconds.
+// tuneMaxRowsEnv raises it to measure what tuning prefill shapes would
+// gain.
+var tuneMaxRows = 64
+
+// tuneMaxRowsEnv overrides tuneMaxRows (1 to 1<<20), read once by New.
+const tuneMaxRowsEnv = "TRIGON_CUDA_TUNE_MAX_ROWS"
+
+// applyTuneEnv reads tuneMaxRowsEnv.
+func applyTuneEnv() error {
+	v := os.Getenv(tuneMaxRowsEnv)
+	if v == "" {
+		return nil
+	}
+	n, err := parseTuneMaxRows(v)
+	if err == nil {
+		tuneMaxRows = n
+	}
+	return err
+}
+
+// parseTuneMaxRows reads tuneMaxRowsEnv's value.
+func parseTuneMaxRows(v string) (int, error) {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 1<<20 {
+		return 0, fmt.Errorf("cuda: %s=%q: want a row count in 1..1048576", tuneMaxRowsEnv, v)
+	}
+	return n, nil
+}
 
 // blas is the per-backend cuBLASLt state. It is owned by the CUDA thread.
 type blas struct {

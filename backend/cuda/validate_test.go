@@ -164,3 +164,16 @@ func TestParseGEMVMargin(t *testing.T) {
 		}
 	}
 }
+
+func TestParseTuneMaxRows(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int
+		ok   bool
+	}{{"64", 64, true}, {"1", 1, true}, {"8192", 8192, true}, {"1048576", 1 << 20, true}, {"0", 0, false}, {"-4", 0, false}, {"1048577", 0, false}, {"", 0, false}, {"2k", 0, false}} {
+		got, err := parseTuneMaxRows(tc.in)
+		if (err == nil) != tc.ok || (tc.ok && got != tc.want) {
+			t.Errorf("parseTuneMaxRows(%q) = %d, %v; want %d, ok %v", tc.in, got, err, tc.want, tc.ok)
+		}
+	}
+}
