@@ -7,7 +7,7 @@
 # Parts: checks (kernel tests, fixtures on CUDA, trigon run), quick_tests,
 # cuda_tests (every test + memcheck), bigref (Llama-3-8B shape vs
 # transformers), serve_smoke, bench_rows, graphs, profile (ncu), attn_bench,
-# attn_check, default_model, peers, overlap, margin, pdl, splits, final (tests, then peers, rows and the
+# attn_check, default_model, peers, overlap, margin, pdl, tune_prefill, splits, final (tests, then peers, rows and the
 # server: what docs/benchmarks.md's latest section ran);
 # `session.sh bigref graphs` runs those two. Results: $OUT/summary.txt and
 # $OUT/logs.tgz (the device tool returns at most 8 files).
@@ -133,6 +133,17 @@ echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^(--- FAIL|FAIL|PASS|ok)|pani
 for r in 1 2; do
   bench_env "TRIGON_CUDA_PDL=off" pdloff$r
   bench_env "TRIGON_CUDA_PDL=on" pdlon$r
+done
+}
+
+# tune_prefill: prefill of 4 x 2048 with cuBLASLt's heuristic choice
+# (default) against the tuner timing eight algorithms for prefill shapes too.
+tune_prefill() {
+for r in 64 8192; do
+  log "bench latency llama-3-8b --batch 4 --input-len 2048 --output-len 8, TRIGON_CUDA_TUNE_MAX_ROWS=$r"
+  TRIGON_CUDA_TUNE_MAX_ROWS=$r .gpu/trigon bench latency --arch llama-3-8b --batch 4 --input-len 2048 --output-len 8 --device cuda \
+    --cuda-graphs on --iters 5 --json >"$OUT/bench-tune-$r.json" 2>>"$OUT/bench.err" || tail -3 "$OUT/bench.err"
+  $PY -c "import json,sys;d=json.load(open(sys.argv[1]));print({k:d.get(k) for k in ['prefill_ms','prefill_gemm_floor_ms','matmul_flops_per_s']})" "$OUT/bench-tune-$r.json" 2>&1 | tee -a "$OUT/summary.txt"
 done
 }
 
