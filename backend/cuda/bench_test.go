@@ -402,3 +402,65 @@ func BenchmarkGraphReplay(b *testing.B) {
 	timeOps(b, g, 0, graph.Launch)
 	b.ReportMetric(b.Elapsed().Seconds()*1e6/float64(b.N)/kernels, "us/kernel")
 }
+
+// BenchmarkPrefetchL2 asks whether the idle HBM during a decode step's
+// add+RMSNorm (4 rows: a chain of memory latencies) can start the next
+// product's weight stream: a graph of norm-then-product pairs, the norm
+// launched with extra blocks that prefetch the first pf MB of the
+// product's weight into L2 (pf0: none). The weights cycle through enough
+// copies to leave L2 between uses.
+func BenchmarkPrefetchL2(b *testing.B) {
+	g := benchBackend(b)
+	const rows = 4
+	for _, p := range []struct {
+		name string
+		m, k int
+	}{{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"down", 4096, 14336}} {
+		for _, mb := range []int{0, 4, 8, 16, 24} {
+			b.Run(fmt.Sprintf("%s_%dx%d_pf%dMB", p.name, p.k, p.m, mb), func(b *testing.B) {
+				wBytes := p.m * p.k * 2
+				copies := max(2, (256<<20)/wBytes+1)
+				var ws []backend.Tensor
+				for range copies {
+					ws = append(ws, randomBF16(b, g, 0.02, p.m, p.k))
+				}
+				x := randomBF16(b, g, 1, rows, p.k)
+				res := randomBF16(b, g, 1, rows, p.k)
+				gw := randomBF16(b, g, 1, p.k)
+				normed, _ := g.Alloc(backend.BF16, rows, p.k)
+				y, _ := g.Alloc(backend.BF16, rows, p.m)
+				defer func() {
+					for _, t := range append(ws, x, res, gw, normed, y) {
+						g.Free(t)
+					}
+				}()
+				next := 0
+				timeGraphOps(b, g, float64(wBytes), 2*copies, func() error {
+					next = (next + 1) % copies
+					if err := normPrefetch(g, normed, x, res, gw, ws[next], mb<<20); err != nil {
+						return err
+					}
+					return g.MatMul(y, normed, ws[next], nil)
+				})
+			})
+		}
+	}
+}
+
+// normPrefetch queues AddRMSNorm(out, x, res, w) of BF16 operands with
+// pfBytes of pf prefetched into L2 by the same launch.
+func normPrefetch(g *Backend, out, x, res, w, pf backend.Tensor, pfBytes int) error {
+	var ts [5]*tensor
+	for i, t := range []backend.Tensor{out, x, res, w, pf} {
+		var err error
+		if ts[i], err = g.tensorOf("normprefetch", "operand", t); err != nil {
+			return err
+		}
+	}
+	rows, dim := ts[1].shape[0], ts[1].shape[1]
+	k := fnKey{modSpec{file: "norm", p: [6]int{dtBF16, dtBF16, dtBF16}}, "add_rmsnorm"}
+	pfBytes = min(pfBytes, ts[4].bytes)
+	return g.post(func() error {
+		return g.addRMSNorm(k, rows, normThreads(dim), ts[0], ts[1], ts[2], ts[3], dim, 1e-5, 1, ts[4].ptr, pfBytes)
+	})
+}

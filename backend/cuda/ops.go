@@ -167,19 +167,34 @@ func (b *Backend) AddRMSNorm(out, x, residual, weight backend.Tensor, eps float3
 	if dim > maxInt32 {
 		return backend.ShapeError("cuda: "+op, "x", "dim %d exceeds int32", dim)
 	}
-	threads := min(1024, max(32, (dim/8+31)/32*32))
+	threads := normThreads(dim)
 	k := fnKey{modSpec{file: "norm", p: [6]int{int(xt.dt), int(o.dt), int(wt.dt)}}, "add_rmsnorm"}
 	hasRes := 0
 	if rt != nil {
 		hasRes = 1
 	}
-	return b.post(func() error {
-		f, err := b.fn(k)
-		if err != nil {
-			return err
-		}
-		return b.launch(f, [3]int{rows, 1, 1}, threads, 0, o.ptr, xt.ptr, ptrOf(rt), wt.ptr, i32(dim), f32bits(eps), uint64(hasRes))
-	})
+	return b.post(func() error { return b.addRMSNorm(k, rows, threads, o, xt, rt, wt, dim, eps, hasRes, 0, 0) })
+}
+
+// normThreads is add_rmsnorm's block size for rows of dim elements: a
+// thread per 8 (one 16-byte chunk), in whole warps, at most 1024.
+func normThreads(dim int) int { return min(1024, max(32, (dim/8+31)/32*32)) }
+
+// addRMSNorm launches add_rmsnorm for validated operands, with extra
+// blocks that prefetch pf[0, pfBytes) into L2 when pfBytes > 0. CUDA
+// thread only.
+func (b *Backend) addRMSNorm(k fnKey, rows, threads int, o, xt, rt, wt *tensor, dim int, eps float32, hasRes int, pf uint64, pfBytes int) error {
+	f, err := b.fn(k)
+	if err != nil {
+		return err
+	}
+	// Each prefetching thread asks for at most 8 lines.
+	extra := 0
+	if pfBytes > 0 {
+		extra = min(b.sms, (pfBytes+threads*128*8-1)/(threads*128*8))
+	}
+	return b.launch(f, [3]int{rows + extra, 1, 1}, threads, 0, o.ptr, xt.ptr, ptrOf(rt), wt.ptr, i32(dim), f32bits(eps), uint64(hasRes),
+		i32(rows), pf, uint64(pfBytes))
 }
 
 // overlaps reports whether two tensors share device bytes.

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -214,5 +215,31 @@ func TestDeviceChecks(t *testing.T) {
 	// Host-checkable mistakes fail at the call.
 	if err := g.Embed(out, tab, out); !errors.Is(err, backend.ErrShape) {
 		t.Fatalf("Embed with BF16 ids: %v", err)
+	}
+}
+
+// TestAddRMSNormPrefetch checks that add_rmsnorm's prefetching blocks
+// change nothing: the same rows with and without 8 MB (and a size that is
+// not a whole number of lines) prefetched give the same bytes.
+func TestAddRMSNormPrefetch(t *testing.T) {
+	sharedBackend(t, true)
+	for _, tc := range []struct{ rows, dim, pfBytes int }{{4, 4096, 8 << 20}, {1, 4096, 1000}, {7, 2048, 3 << 20}} {
+		t.Run(fmt.Sprintf("%dx%d_pf%d", tc.rows, tc.dim, tc.pfBytes), func(t *testing.T) {
+			p := newPair(t)
+			shape := []int{tc.rows, tc.dim}
+			_, gx := p.act(backend.BF16, shape, p.normal(tc.rows*tc.dim, 1))
+			resVals := encode(backend.BF16, p.normal(tc.rows*tc.dim, 2))
+			_, gr1 := p.same(backend.BF16, shape, resVals)
+			_, gr2 := p.same(backend.BF16, shape, resVals)
+			_, gw := p.same(backend.BF16, []int{tc.dim}, encode(backend.BF16, p.normal(tc.dim, 0.3)))
+			_, pf := p.same(backend.BF16, []int{tc.pfBytes/2 + 1}, encode(backend.BF16, p.normal(tc.pfBytes/2+1, 1)))
+			o1, o2 := p.poisoned(backend.BF16, shape...), p.poisoned(backend.BF16, shape...)
+			p.must("plain", p.g.AddRMSNorm(o1, gx, gr1, gw, 1e-5))
+			p.must("prefetching", normPrefetch(p.g, o2, gx, gr2, gw, pf, tc.pfBytes))
+			p.must("sync", p.g.Sync())
+			if !bytes.Equal(readBytes(t, p.g, o1), readBytes(t, p.g, o2)) || !bytes.Equal(readBytes(t, p.g, gr1), readBytes(t, p.g, gr2)) {
+				t.Fatal("outputs differ with prefetching blocks")
+			}
+		})
 	}
 }

@@ -6,19 +6,34 @@
 // to VPT * blockDim.x elements, 16384 at 1024 threads).
 #define VPT 16
 
+// prefetch_l2 asks L2 to fetch the 128-byte line at p (a hint: nothing
+// waits for it) and to keep it in preference to streamed data.
+__device__ __forceinline__ void prefetch_l2(const char* p) {
+  asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(p));
+}
+
 // add_rmsnorm: with has_res, residual += x (stored as XT) and
 // out = (r * rsqrt(mean(r^2) + eps)) * w with r the stored residual;
 // otherwise the same of x. out may alias x.
 //   out, x, residual [rows, dim]
 //   w                [dim]
-// grid (rows), block 256..1024 (multiple of 32).
+// grid (rows + extra), block 256..1024 (multiple of 32). Blocks past rows
+// only prefetch pf[0, pf_bytes) into L2: a decode step's norm is a chain
+// of memory latencies during which HBM idles, and the product after it
+// can find the start of its weight already in L2.
 //
 // Decode rows are tiny (a few KiB), so the kernel's time is its chain of
 // memory latencies, not bandwidth: the fast path issues every load of the
 // row (x, residual and weight) before its first store, so they overlap,
 // and keeps the row in registers instead of re-reading it.
-extern "C" __global__ void __launch_bounds__(1024) add_rmsnorm(void* out, const void* x, void* res, const void* w, int dim, float eps, int has_res) {
+extern "C" __global__ void __launch_bounds__(1024) add_rmsnorm(void* out, const void* x, void* res, const void* w, int dim, float eps, int has_res,
+                                                              int rows, const char* pf, i64 pf_bytes) {
   grid_dep_sync();
+  if ((int)blockIdx.x >= rows) {
+    const i64 stride = (i64)(gridDim.x - rows) * blockDim.x * 128;
+    for (i64 off = ((i64)(blockIdx.x - rows) * blockDim.x + threadIdx.x) * 128; off < pf_bytes; off += stride) prefetch_l2(pf + off);
+    return;
+  }
   __shared__ float scratch[32];
   i64 base = (i64)blockIdx.x * dim;
   int nt = blockDim.x, tid = threadIdx.x;
