@@ -7,7 +7,7 @@
 # Parts: checks (kernel tests, fixtures on CUDA, trigon run), quick_tests,
 # cuda_tests (every test + memcheck), bigref (Llama-3-8B shape vs
 # transformers), serve_smoke, bench_rows, graphs, profile (ncu), attn_bench,
-# attn_check, default_model, peers, overlap, margin, pdl, tune_prefill, splits, final (tests, then peers, rows and the
+# attn_check, default_model, peers, overlap, margin, pdl, tune_prefill, prefetch, splits, final (tests, then peers, rows and the
 # server: what docs/benchmarks.md's latest section ran);
 # `session.sh bigref graphs` runs those two. Results: $OUT/summary.txt and
 # $OUT/logs.tgz (the device tool returns at most 8 files).
@@ -145,6 +145,16 @@ for r in 64 8192; do
     --cuda-graphs on --iters 5 --json >"$OUT/bench-tune-$r.json" 2>>"$OUT/bench.err" || tail -3 "$OUT/bench.err"
   $PY -c "import json,sys;d=json.load(open(sys.argv[1]));print({k:d.get(k) for k in ['prefill_ms','prefill_gemm_floor_ms','matmul_flops_per_s']})" "$OUT/bench-tune-$r.json" 2>&1 | tee -a "$OUT/summary.txt"
 done
+}
+
+# prefetch: does prefetching a product's weight into L2 during the norm
+# before it shorten the pair? (add_rmsnorm's prefetching blocks)
+prefetch() {
+log "add_rmsnorm prefetch: tests, then norm+product pairs (graph-timed)"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.run 'TestAddRMSNorm' >"$OUT/prefetch-tests.log" 2>&1)
+echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/prefetch-tests.log" | tail -4 | tee -a "$OUT/summary.txt"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'PrefetchL2' -test.benchtime 40x >"$OUT/prefetch-bench.log" 2>&1)
+echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^Benchmark.*-16" "$OUT/prefetch-bench.log" | awk '{print $1, $5, $6, $7, $8}' | tee -a "$OUT/summary.txt"
 }
 
 # splits: decode attention at forced split counts (graph-timed).
