@@ -213,3 +213,14 @@ type MemoryReporter interface {
 	// MemoryInfo returns the bytes free for new allocations and the total.
 	MemoryInfo() (free, total int64, err error)
 }
+
+// QKVRoPEFuser is an optional Backend interface: the QKV projection fused with RoPEStoreKV.
+// FusedQKVRoPE computes x . w^T, then what RoPEStoreKV(args) does with it, and may leave
+// args.QKV unwritten. It returns false, having queued nothing, where it does not fuse these
+// operands; the caller then runs MatMul and RoPEStoreKV.
+//
+//	x [numTokens, inFeatures]
+//	w [(numHeads+2*numKVHeads)*headDim, inFeatures]
+type QKVRoPEFuser interface {
+	FusedQKVRoPE(x, w Tensor, args RoPEArgs) (bool, error)
+}

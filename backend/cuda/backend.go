@@ -151,6 +151,9 @@ func New(opts Options) (*Backend, error) {
 	if err := applyTuneEnv(); err != nil {
 		return nil, err
 	}
+	if err := applyFuseEnv(); err != nil {
+		return nil, err
+	}
 	d, _ := loadDriver()
 	b := &Backend{
 		opts:    opts,

@@ -196,6 +196,19 @@ func (b *Backend) dropShadows(lo, hi uint64) {
 // call itself): under programmatic dependent launch the GEMV may then
 // start streaming it before the previous kernel finishes.
 func (b *Backend) gemm(y uint64, yt int, x, w uint64, n, m, k int, earlyW bool) error {
+	p, err := b.gemmPlanFor(y, yt, x, w, n, m, k)
+	if err != nil {
+		return err
+	}
+	return b.gemmWith(p, y, yt, x, w, n, m, k, earlyW)
+}
+
+// gemmPlanFor returns the plan of y[n,m] = x[n,k] . w[m,k]^T with BF16 x
+// and w, made on the shape's first use and tuned on its first eager call
+// (which runs the candidates on these operands, y as scratch). Ops that
+// fuse work into the GEMV (FusedQKVRoPE) read its choice from the plan.
+// CUDA thread only.
+func (b *Backend) gemmPlanFor(y uint64, yt int, x, w uint64, n, m, k int) (*gemmPlan, error) {
 	g := &b.blas
 	key := gemmKey{m: m, n: n, k: k, wt: cudaR16BF, xt: cudaR16BF, yt: yt}
 	p, ok := g.plans[key]
@@ -207,22 +220,28 @@ func (b *Backend) gemm(y uint64, yt int, x, w uint64, n, m, k int, earlyW bool) 
 			// algo at enqueue time, so the memory can be reused.
 			g.close()
 			if err := b.initBlasHandles(); err != nil {
-				return err
+				return nil, err
 			}
 			slot = 1
 		}
 		var err error
 		if p, err = g.plan(key, g.scalars[slot*64:(slot+1)*64]); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if p.candidates != nil && !b.capturing {
 		b.tuneGemm(p, key, y, x, w)
 	}
+	return p, nil
+}
+
+// gemmWith queues the product with plan p: the GEMV variant the tuner
+// kept, where it takes the operands, else cuBLASLt. CUDA thread only.
+func (b *Backend) gemmWith(p *gemmPlan, y uint64, yt int, x, w uint64, n, m, k int, earlyW bool) error {
 	if p.gemv.nw > 0 && gemvEnabled && gemvFits(n, k, x, w) {
 		return b.gemvCall(p.gemv, y, yt, x, w, n, m, k, earlyW)
 	}
-	return g.lib.check("cublasLtMatmul", b.gemmCall(p, p.algo, y, x, w))
+	return b.blas.lib.check("cublasLtMatmul", b.gemmCall(p, p.algo, y, x, w))
 }
 
 // gemvConfig is one variant of the tensor-core GEMV of kernels/gemv.cu:

@@ -349,16 +349,27 @@ func (m *Model) forward(in *model.DeviceBatch, kv []model.LayerKV) (backend.Tens
 		if err != nil {
 			return nil, fmt.Errorf("layer %d input norm: %w", l, err)
 		}
-		if err := b.MatMul(qkv, normed, ly.qkv, ly.qkvBias); err != nil {
-			return nil, fmt.Errorf("layer %d qkv: %w", l, err)
-		}
-		if err := b.RoPEStoreKV(backend.RoPEArgs{
+		rope := backend.RoPEArgs{
 			Q: q, QKV: qkv, Positions: in.Positions, SlotMapping: in.SlotMapping,
 			KCache: kv[l].K, VCache: kv[l].V, InvFreq: m.invFreq,
 			QNorm: ly.qNorm, KNorm: ly.kNorm, NormEps: c.RMSNormEps,
 			NumHeads: c.NumHeads, NumKVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
-		}); err != nil {
-			return nil, fmt.Errorf("layer %d rope: %w", l, err)
+		}
+		// A QKVRoPEFuser runs the projection, RoPE and the KV write as
+		// one op where it can (decode batches) and says false elsewhere.
+		fused := false
+		if f, ok := b.(backend.QKVRoPEFuser); ok && ly.qkvBias == nil && ly.qNorm == nil && ly.kNorm == nil {
+			if fused, err = f.FusedQKVRoPE(normed, ly.qkv, rope); err != nil {
+				return nil, fmt.Errorf("layer %d qkv+rope: %w", l, err)
+			}
+		}
+		if !fused {
+			if err := b.MatMul(qkv, normed, ly.qkv, ly.qkvBias); err != nil {
+				return nil, fmt.Errorf("layer %d qkv: %w", l, err)
+			}
+			if err := b.RoPEStoreKV(rope); err != nil {
+				return nil, fmt.Errorf("layer %d rope: %w", l, err)
+			}
 		}
 		if err := b.Attention(backend.AttentionArgs{
 			Out: attnOut, Q: q, KCache: kv[l].K, VCache: kv[l].V,

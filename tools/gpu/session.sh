@@ -7,7 +7,7 @@
 # Parts: checks (kernel tests, fixtures on CUDA, trigon run), quick_tests,
 # cuda_tests (every test + memcheck), bigref (Llama-3-8B shape vs
 # transformers), serve_smoke, bench_rows, graphs, profile (ncu), attn_bench,
-# attn_check, default_model, peers, overlap, margin, pdl, tune_prefill, prefetch, splits, final (tests, then peers, rows and the
+# attn_check, default_model, peers, overlap, margin, pdl, tune_prefill, prefetch, qkvrope, splits, final (tests, then peers, rows and the
 # server: what docs/benchmarks.md's latest section ran);
 # `session.sh bigref graphs` runs those two. Results: $OUT/summary.txt and
 # $OUT/logs.tgz (the device tool returns at most 8 files).
@@ -155,6 +155,26 @@ log "add_rmsnorm prefetch: tests, then norm+product pairs (graph-timed)"
 echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/prefetch-tests.log" | tail -4 | tee -a "$OUT/summary.txt"
 (cd backend/cuda && "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'PrefetchL2' -test.benchtime 40x >"$OUT/prefetch-bench.log" 2>&1)
 echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^Benchmark.*-16" "$OUT/prefetch-bench.log" | awk '{print $1, $5, $6, $7, $8}' | tee -a "$OUT/summary.txt"
+}
+
+# qkvrope: the QKV projection with RoPE and the KV write in its epilogue
+# (qkv_rope_bf16): its tests, memcheck, the model tests on CUDA, the GEMV
+# benchmark (the kernel file was refactored) and the step fused vs not.
+qkvrope() {
+log "fused QKV+RoPE: kernel tests (and GEMV, MatMul, graphs)"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.run 'TestFusedQKVRoPE|TestGEMV|TestMatMul|TestGraph|TestRoPEStoreKV|TestKernels' >"$OUT/qkvrope-tests.log" 2>&1)
+echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/qkvrope-tests.log" | tail -6 | tee -a "$OUT/summary.txt"
+grep -E "^\s+--- FAIL" "$OUT/qkvrope-tests.log" | head -20 | tee -a "$OUT/summary.txt"
+memcheck 'TestFusedQKVRoPE$|TestFusedQKVRoPEGraph|TestFusedQKVRoPEDeviceChecks'
+log "model on CUDA: fixtures vs transformers, default model vs CPU"
+(cd model/llama && "$root/.gpu/llama.test" -test.run 'TestFixturesCUDA|TestDefaultModelCUDAMatchesCPU' -test.v >"$OUT/llama-cuda.log" 2>&1)
+echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "worst|^(--- FAIL|FAIL|PASS)" "$OUT/llama-cuda.log" | tee -a "$OUT/summary.txt"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'MatMulDecode/graph_(qkv|o|down)_n4' -test.benchtime 50x >"$OUT/gemv-bench.log" 2>&1)
+grep -E "^Benchmark.*-16" "$OUT/gemv-bench.log" | awk '{print $1, $5, $6, $7, $8}' | tee -a "$OUT/summary.txt"
+for r in 1 2; do
+  bench_env "TRIGON_CUDA_FUSE_QKV_ROPE=off" fuseoff$r
+  bench_env "TRIGON_CUDA_FUSE_QKV_ROPE=on" fuseon$r
+done
 }
 
 # splits: decode attention at forced split counts (graph-timed).

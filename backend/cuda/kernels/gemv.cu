@@ -26,6 +26,11 @@
 // A block owns 16 output features; its NW warps split k (span w, w+NW,
 // ...) and add their C fragments through shared memory. Each warp load
 // instruction reads 8 rows x 64 contiguous bytes: whole 32-byte sectors.
+//
+// gemv_bf16 is the plain product; qkv_rope_bf16 is the same product of a
+// fused QKV projection with RoPE and the paged KV-cache write in its
+// epilogue. Both share the code below up to the reduction, so a feature's
+// sum is the same float in both.
 #include "mma.cuh"
 
 // Weights are read once per product: keep them out of L1.
@@ -37,42 +42,50 @@ __device__ __forceinline__ uint4 ld_stream(const u16* p) {
   return v;
 }
 
-// gemv_bf16: y[t, o] = sum_k x[t, k] * w[o, k] for t < n <= 8*NT.
-//   y [n, m] OT;  x [n, k] bf16;  w [m, k] bf16; k % 8 == 0, x and w 16-byte aligned
-// grid (ceil(m/16)), block NW*32.
-//
-// The weight loads of step i+1 are issued before the mmas of step i (two
-// steps of loads in flight per warp). With early_w set the first step's
-// weights are loaded before grid_dep_wait: under programmatic dependent
-// launch that streaming overlaps the previous kernel's tail. Only the
-// weight is read early, and only when the host knows no kernel of the
-// step writes it (early_w is 0 for a weight converted just before).
-extern "C" __global__ void __launch_bounds__(NW * 32) gemv_bf16(void* y, const u16* x, const u16* w, int n, int m, int k,
-                                                              int early_w) {
-  if (!early_w) grid_dep_wait();
-  __shared__ float red[NW][NT][32][4];
-  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int gid = lane >> 2, tq = lane & 3;
-  int r0 = blockIdx.x * 16;
-  int ra = r0 + gid, rb = ra + 8;
-  bool oka = ra < m, okb = rb < m;
-  const u16* wa_p = w + (i64)(oka ? ra : 0) * k + tq * 8;
-  const u16* wb_p = w + (i64)(okb ? rb : 0) * k + tq * 8;
+// WRows is one thread's share of a block's 16 weight rows: A rows gid
+// (a) and gid + 8 (b) of the mma, from column tq*8 on, and the UR spans of
+// them a step multiplies. Which output features the rows are is the
+// kernel's choice: the products do not care.
+struct WRows {
+  const u16* pa;
+  const u16* pb;
+  bool oka, okb;       // the row exists (a partial last block has fewer)
+  uint4 a[UR], b[UR];  // the UR spans of the current step
+
+  // load fills a and b with the weights of the UR spans of step s0.
+  __device__ __forceinline__ void load(int s0, int spans, int k, int tq) {
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int u = 0; u < UR; u++) {
+      int s = s0 + u * NW;
+      int kk = s * 32;
+      bool in = s < spans && kk + tq * 8 < k;
+      a[u] = in && oka ? ld_stream(pa + kk) : zero;
+      b[u] = in && okb ? ld_stream(pb + kk) : zero;
+    }
+  }
+};
+
+// wrows points a thread at weight rows ra and rb of w [m, k].
+__device__ __forceinline__ WRows wrows(const u16* w, int ra, int rb, int m, int k, int tq) {
+  WRows r;
+  r.oka = ra < m;
+  r.okb = rb < m;
+  r.pa = w + (i64)(r.oka ? ra : 0) * k + tq * 8;
+  r.pb = w + (i64)(r.okb ? rb : 0) * k + tq * 8;
+  return r;
+}
+
+// gemv_steps accumulates into acc the warp's share of x . W^T for the rows
+// of r: spans warp, warp + NW, ..., UR of them per step. On entry r holds
+// step warp's weights (loaded before grid_dep_wait where allowed). The
+// weight loads of step i+1 are issued before the mmas of step i (two steps
+// of loads in flight per warp).
+//   acc[t]: C fragment of x rows t*8 .. t*8+7
+__device__ __forceinline__ void gemv_steps(WRows& r, float (&acc)[NT][4], const u16* x, int n, int k, int warp,
+                                           int gid, int tq) {
   int spans = (k + 31) >> 5;
   const uint4 zero = make_uint4(0, 0, 0, 0);
-  uint4 wa[UR], wb[UR];
-  // load_w fills wa/wb with the weights of the UR spans of step s0.
-#define LOAD_W(s0)                                      \
-  _Pragma("unroll") for (int u = 0; u < UR; u++) {      \
-    int s = (s0) + u * NW;                              \
-    int kk = s * 32;                                    \
-    bool in = s < spans && kk + tq * 8 < k;             \
-    wa[u] = in && oka ? ld_stream(wa_p + kk) : zero;    \
-    wb[u] = in && okb ? ld_stream(wb_p + kk) : zero;    \
-  }
-  LOAD_W(warp);
-  if (early_w) grid_dep_wait();
-
   const u16* x_p[NT];
   bool okx[NT];
 #pragma unroll
@@ -81,9 +94,8 @@ extern "C" __global__ void __launch_bounds__(NW * 32) gemv_bf16(void* y, const u
     okx[t] = row < n;
     x_p[t] = x + (i64)(okx[t] ? row : 0) * k + tq * 8;
   }
-  float c[NT][4];
 #pragma unroll
-  for (int t = 0; t < NT; t++) c[t][0] = c[t][1] = c[t][2] = c[t][3] = 0.f;
+  for (int t = 0; t < NT; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
 
   for (int s0 = warp; s0 < spans; s0 += NW * UR) {
     uint4 xv[UR][NT];
@@ -98,35 +110,179 @@ extern "C" __global__ void __launch_bounds__(NW * 32) gemv_bf16(void* y, const u
     uint4 ca[UR], cb[UR];
 #pragma unroll
     for (int u = 0; u < UR; u++) {
-      ca[u] = wa[u];
-      cb[u] = wb[u];
+      ca[u] = r.a[u];
+      cb[u] = r.b[u];
     }
-    LOAD_W(s0 + NW * UR);  // the next step's weights, in flight during this step's mmas
+    r.load(s0 + NW * UR, spans, k, tq);  // the next step's weights, in flight during this step's mmas
 #pragma unroll
     for (int u = 0; u < UR; u++) {
 #pragma unroll
       for (int t = 0; t < NT; t++) {
-        mma16816(c[t], ca[u].x, cb[u].x, ca[u].y, cb[u].y, xv[u][t].x, xv[u][t].y);
-        mma16816(c[t], ca[u].z, cb[u].z, ca[u].w, cb[u].w, xv[u][t].z, xv[u][t].w);
+        mma16816(acc[t], ca[u].x, cb[u].x, ca[u].y, cb[u].y, xv[u][t].x, xv[u][t].y);
+        mma16816(acc[t], ca[u].z, cb[u].z, ca[u].w, cb[u].w, xv[u][t].z, xv[u][t].w);
       }
     }
   }
-#undef LOAD_W
-  grid_dep_launch();  // every weight is read: the next kernel may launch during the reduction
+}
+
+// gemv_share puts each warp's C fragments where gemv_sum adds them
+// (__syncthreads between the two).
+__device__ __forceinline__ void gemv_share(float (&red)[NW][NT][32][4], const float (&acc)[NT][4], int warp, int lane) {
 #pragma unroll
   for (int t = 0; t < NT; t++) {
 #pragma unroll
-    for (int e = 0; e < 4; e++) red[warp][t][lane][e] = c[t][e];
+    for (int e = 0; e < 4; e++) red[warp][t][lane][e] = acc[t][e];
   }
+}
+
+// gemv_sum is C element e of lane l of tile t summed over the block's
+// warps, always in warp order, so a feature's sum is the same float in
+// every kernel of this file: x row t*8 + (l%4)*2 + e%2, A row l/4 + (e/2)*8.
+__device__ __forceinline__ float gemv_sum(const float (&red)[NW][NT][32][4], int t, int l, int e) {
+  float v = 0.f;
+#pragma unroll
+  for (int ww = 0; ww < NW; ww++) v += red[ww][t][l][e];
+  return v;
+}
+
+// gemv_bf16: y[t, o] = sum_k x[t, k] * w[o, k] for t < n <= 8*NT.
+//   y [n, m] OT;  x [n, k] bf16;  w [m, k] bf16; k % 8 == 0, x and w 16-byte aligned
+// grid (ceil(m/16)), block NW*32: block b owns features 16b .. 16b+15.
+//
+// With early_w set the first step's weights are loaded before
+// grid_dep_wait: under programmatic dependent launch that streaming
+// overlaps the previous kernel's tail. Only the weight is read early, and
+// only when the host knows no kernel of the step writes it (early_w is 0
+// for a weight converted just before).
+extern "C" __global__ void __launch_bounds__(NW * 32) gemv_bf16(void* y, const u16* x, const u16* w, int n, int m, int k,
+                                                              int early_w) {
+  if (!early_w) grid_dep_wait();
+  __shared__ float red[NW][NT][32][4];
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int gid = lane >> 2, tq = lane & 3;
+  int r0 = blockIdx.x * 16;
+  int ra = r0 + gid, rb = ra + 8;
+  WRows r = wrows(w, ra, rb, m, k, tq);
+  r.load(warp, (k + 31) >> 5, k, tq);
+  if (early_w) grid_dep_wait();
+
+  float acc[NT][4];
+  gemv_steps(r, acc, x, n, k, warp, gid, tq);
+  grid_dep_launch();  // every weight is read: the next kernel may launch during the reduction
+  gemv_share(red, acc, warp, lane);
   __syncthreads();
   // One thread per C element: (tile t, lane l, element e).
   for (int idx = threadIdx.x; idx < NT * 32 * 4; idx += NW * 32) {
     int t = idx >> 7, l = (idx >> 2) & 31, e = idx & 3;
-    float v = 0.f;
-#pragma unroll
-    for (int ww = 0; ww < NW; ww++) v += red[ww][t][l][e];
+    float v = gemv_sum(red, t, l, e);
     int row = t * 8 + (l & 3) * 2 + (e & 1);  // token row of x / y
     int feat = r0 + (l >> 2) + (e >> 1) * 8;  // output feature
     if (row < n && feat < m) store_f<OT>(y, (i64)row * m + feat, v);
+  }
+}
+
+// qkv_rope_bf16: a decode step's QKV projection with rope_store_kv's work
+// (no Q/K norm, bf16 Q and caches) done in the epilogue, so the projection
+// never goes to memory and back and one kernel launch fewer runs per layer.
+//   q_out [n, H*hd] bf16;  x [n, k] bf16;  w [(H+2*KV)*hd, k] bf16: Q, K, V rows
+//   pos, slots [n] int32 (slot = block*bs + offset; < 0 skips the K/V write)
+//   kc, vc [numBlocks, KV, bs, hd] bf16;  inv_freq [hd/2] f32
+// hd % 16 == 0, k % 8 == 0, x and w 16-byte aligned.
+// grid ((H+2*KV)*hd/16), block NW*32.
+//
+// No weight is permuted: the block picks which 16 rows of w its mma A
+// rows are. Blocks [0, (H+KV)*hd/16) each take hd/16-th of a Q or K head:
+// A rows 0..7 are its features j0..j0+7 and rows 8..15 features
+// j0+hd/2..j0+hd/2+7, so each thread's C fragment holds both halves of its
+// rotate-half pairs (c0, c1 = x1 of x rows 2tq, 2tq+1; c2, c3 = their x2).
+// The remaining blocks take 16 consecutive V features, as gemv_bf16 does.
+//
+// The result is bit for bit that of gemv_bf16 (same k split, same sum
+// order over warps) followed by rope_store_kv: each sum is rounded to bf16
+// as gemv_bf16 stores it, then rotated with the same expressions. Bad
+// positions and slots are reported as rope_store_kv reports them.
+extern "C" __global__ void __launch_bounds__(NW * 32) qkv_rope_bf16(
+    u16* q_out, const u16* x, const u16* w, const int* pos, const int* slots, u16* kc, u16* vc,
+    const float* inv_freq, int n, int k, int H, int KV, int hd, int bs, int num_slots, int* err, int early_w) {
+  if (!early_w) grid_dep_wait();
+  __shared__ float red[NW][NT][32][4];
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int gid = lane >> 2, tq = lane & 3;
+  int half = hd >> 1;
+  int hb = hd >> 4;            // blocks per Q or K head
+  int rot = (H + KV) * hb;     // blocks of Q and K heads
+  int m = (H + 2 * KV) * hd;   // rows of w
+  bool rotated = blockIdx.x < rot;
+  int head = 0, f0, ra, rb;
+  if (rotated) {
+    head = blockIdx.x / hb;
+    f0 = (blockIdx.x - head * hb) * 8;  // first pair index j0 of the block
+    ra = head * hd + f0 + gid;
+    rb = ra + half;
+  } else {
+    f0 = (blockIdx.x - rot) * 16;  // first feature, counted from V's start
+    ra = (H + KV) * hd + f0 + gid;
+    rb = ra + 8;
+  }
+  WRows r = wrows(w, ra, rb, m, k, tq);
+  r.load(warp, (k + 31) >> 5, k, tq);
+  if (early_w) grid_dep_wait();
+
+  float acc[NT][4];
+  gemv_steps(r, acc, x, n, k, warp, gid, tq);
+  grid_dep_launch();  // every weight is read: the next kernel may launch during the epilogue
+  gemv_share(red, acc, warp, lane);
+  __syncthreads();
+  if (rotated) {
+    // One thread per rotate-half pair: (tile t, lane l, x row parity e).
+    for (int idx = threadIdx.x; idx < NT * 32 * 2; idx += NW * 32) {
+      int t = idx >> 6, l = (idx >> 1) & 31, e = idx & 1;
+      int row = t * 8 + (l & 3) * 2 + e;
+      if (row >= n) continue;
+      float x1 = round_to<DT_BF16>(gemv_sum(red, t, l, e));
+      float x2 = round_to<DT_BF16>(gemv_sum(red, t, l, e + 2));
+      int i = f0 + (l >> 2);
+      int p = pos[row];
+      if (p < 0) {
+        report(err, ERR_POSITION);
+        p = 0;
+      }
+      u16* out = q_out;
+      i64 dst = ((i64)row * H + head) * hd;
+      if (head >= H) {
+        int slot = slots[row];
+        if (slot >= num_slots) {
+          report(err, ERR_SLOT);
+          continue;
+        }
+        if (slot < 0) continue;
+        int blk = slot / bs, off = slot - blk * bs;
+        out = kc;
+        dst = (((i64)blk * KV + (head - H)) * bs + off) * hd;
+      }
+      float s, c;
+      sincosf((float)p * inv_freq[i], &s, &c);
+      float y1 = x1 * c - x2 * s;
+      float y2 = x2 * c + x1 * s;
+      out[dst + i] = f32_to_bf16(y1);
+      out[dst + i + half] = f32_to_bf16(y2);
+    }
+  } else {
+    int vh = f0 / hd, v0 = f0 - vh * hd;  // V head and its first feature in this block
+    // One thread per C element, as gemv_bf16; V is stored as projected.
+    for (int idx = threadIdx.x; idx < NT * 32 * 4; idx += NW * 32) {
+      int t = idx >> 7, l = (idx >> 2) & 31, e = idx & 3;
+      int row = t * 8 + (l & 3) * 2 + (e & 1);
+      if (row >= n) continue;
+      int slot = slots[row];
+      if (slot >= num_slots) {
+        report(err, ERR_SLOT);
+        continue;
+      }
+      if (slot < 0) continue;
+      int blk = slot / bs, off = slot - blk * bs;
+      int i = v0 + (l >> 2) + (e >> 1) * 8;
+      vc[(((i64)blk * KV + vh) * bs + off) * hd + i] = f32_to_bf16(gemv_sum(red, t, l, e));
+    }
   }
 }

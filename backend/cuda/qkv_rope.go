@@ -1,0 +1,279 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"os"
+
+	"github.com/trigon-llm/trigon/backend"
+)
+
+var _ backend.QKVRoPEFuser = (*Backend)(nil)
+
+// fuseQKVRoPE lets a benchmark (or TRIGON_CUDA_FUSE_QKV_ROPE=off, read by
+// New) compare the fused kernel with the MatMul + RoPEStoreKV pair.
+var fuseQKVRoPE = true
+
+// fuseQKVRoPEEnv names fuseQKVRoPE's override: "on" or "off".
+const fuseQKVRoPEEnv = "TRIGON_CUDA_FUSE_QKV_ROPE"
+
+// applyFuseEnv reads fuseQKVRoPEEnv.
+func applyFuseEnv() error {
+	switch v := os.Getenv(fuseQKVRoPEEnv); v {
+	case "", "on":
+		fuseQKVRoPE = true
+	case "off":
+		fuseQKVRoPE = false
+	default:
+		return fmt.Errorf("cuda: %s=%q: want on or off", fuseQKVRoPEEnv, v)
+	}
+	return nil
+}
+
+// FusedQKVRoPE implements backend.QKVRoPEFuser: for decode-sized batches
+// whose QKV product the tuner gave to the GEMV, one kernel (qkv_rope_bf16
+// in kernels/gemv.cu) computes the projection and does RoPEStoreKV's work
+// in its epilogue, leaving a.QKV unwritten. That saves a launch and a
+// round trip of the projection through memory per layer (rope_store_kv
+// was ~3.7 us of each Llama-3-8B layer at batch 4 on the H200). The
+// result is bit for bit that of MatMul followed by RoPEStoreKV on the
+// GEMV path.
+//
+// Whether it fuses is decided here, on the caller's goroutine, from the
+// operands alone: x and w BF16, at most gemvMaxRows rows, a.QKV, a.Q and
+// the caches BF16, no Q/K norm, a head dim that is a multiple of 16, the
+// GEMV enabled and able to take the operands. Otherwise it returns false
+// and queues nothing. Operands that MatMul(a.QKV, x, w, nil) or
+// RoPEStoreKV(a) would refuse are an ErrShape error.
+//
+// Which kernel runs is the plan's choice, made on the CUDA thread: the
+// first eager call tunes the shape (x . w^T into a.QKV) exactly as MatMul
+// does, and where cuBLASLt won, the call runs the unfused pair (cuBLASLt
+// into a.QKV, then rope_store_kv). Either way the work is queued and it
+// returns true.
+//
+//	x [n, k] BF16;  w [(H+2*KV)*hd, k] BF16
+//	a as for RoPEStoreKV: a.QKV [n, (H+2*KV)*hd] (also the tuner's scratch)
+func (b *Backend) FusedQKVRoPE(x, w backend.Tensor, a backend.RoPEArgs) (bool, error) {
+	r, err := b.ropeOperands(a)
+	if err != nil {
+		return false, err
+	}
+	// x and w are MatMul(a.QKV, x, w, nil)'s operands and are checked as
+	// it checks them, under its name (which also keeps w pristine).
+	const op = "matmul"
+	xt, err := b.tensorOf(op, "x", x)
+	if err != nil {
+		return false, err
+	}
+	wt, err := b.tensorOf(op, "w", w)
+	if err != nil {
+		return false, err
+	}
+	if err := checkDType(op, "w", wt, weightDTypes...); err != nil {
+		return false, err
+	}
+	m := r.qkv.shape[1]
+	if err := checkShape(op, "w", wt, m, -1); err != nil {
+		return false, err
+	}
+	k := wt.shape[1]
+	if err := checkDType(op, "x", xt, floatDTypes...); err != nil {
+		return false, err
+	}
+	if err := checkShape(op, "x", xt, r.n, k); err != nil {
+		return false, err
+	}
+	if err := checkDType(op, "out", r.qkv, backend.BF16, backend.F32); err != nil {
+		return false, err
+	}
+	if overlaps(r.qkv, xt) || overlaps(r.qkv, wt) {
+		return false, backend.ShapeError("cuda: "+op, "out", "overlaps x or w")
+	}
+	if m > maxInt32 || k > maxInt32 {
+		return false, backend.ShapeError("cuda: "+op, "w", "%v x %v exceeds int32", xt.shape, wt.shape)
+	}
+	// Read now, in queue order, as MatMul does.
+	pristine := wt.owner != nil && wt.owner.pristine.Load()
+
+	bf := backend.BF16
+	fuse := fuseQKVRoPE && gemvEnabled && r.n <= gemvMaxRows && gemvFits(r.n, k, xt.ptr, wt.ptr) &&
+		xt.dt == bf && wt.dt == bf && r.qkv.dt == bf && r.kc.dt == bf &&
+		r.qn == nil && r.kn == nil && r.d%16 == 0 &&
+		// The kernel reads x and w while other blocks write Q and the
+		// caches; the unfused pair would not mind, so neither may overlap.
+		!overlaps(xt, r.q) && !overlaps(xt, r.kc) && !overlaps(xt, r.vc) &&
+		!overlaps(wt, r.q) && !overlaps(wt, r.kc) && !overlaps(wt, r.vc)
+	if !fuse {
+		return false, nil
+	}
+	if err := b.post(func() error { return b.qkvRoPE(xt, wt, r, k, pristine) }); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// qkvRoPE runs on the CUDA thread: the fused kernel where the shape's
+// plan kept the GEMV, else cuBLASLt into r.qkv and rope_store_kv. earlyW
+// as for gemm.
+func (b *Backend) qkvRoPE(xt, wt *tensor, r ropeOps, k int, earlyW bool) error {
+	n, m := r.n, r.qkv.shape[1]
+	p, err := b.gemmPlanFor(r.qkv.ptr, cudaR16BF, xt.ptr, wt.ptr, n, m, k)
+	if err != nil {
+		return err
+	}
+	if p.gemv.nw == 0 || !gemvEnabled {
+		if err := b.gemmWith(p, r.qkv.ptr, cudaR16BF, xt.ptr, wt.ptr, n, m, k, earlyW); err != nil {
+			return err
+		}
+		return b.ropeStore(r)
+	}
+	return b.qkvRoPECall(p.gemv, xt.ptr, wt.ptr, r, k, earlyW)
+}
+
+// qkvRoPECall launches qkv_rope_bf16 with GEMV variant c. CUDA thread only.
+func (b *Backend) qkvRoPECall(c gemvConfig, x, w uint64, r ropeOps, k int, earlyW bool) error {
+	f, err := b.fn(fnKey{modSpec{file: "gemv", p: [6]int{(r.n + 7) / 8, c.nw, c.ur, dtBF16}}, "qkv_rope_bf16"})
+	if err != nil {
+		return err
+	}
+	early := uint64(0)
+	if earlyW {
+		early = 1
+	}
+	blocks := (r.h + 2*r.kvh) * r.d / 16
+	return b.launch(f, [3]int{blocks, 1, 1}, c.nw*32, 0, r.q.ptr, x, w, r.pos.ptr, r.slots.ptr, r.kc.ptr, r.vc.ptr,
+		r.invf.ptr, i32(r.n), i32(k), i32(r.h), i32(r.kvh), i32(r.d), i32(r.blockSize), i32(r.numSlots), b.errDev, early)
+}
+
+// ropeOps are RoPEStoreKV's operands, checked by ropeOperands; ropeStore
+// launches rope_store_kv on them.
+type ropeOps struct {
+	q, qkv, pos, slots, kc, vc, invf *tensor
+	qn, kn                           *tensor // nil: no norm
+	nt                               backend.DType
+	eps                              float32
+	h, kvh, d                        int
+	n                                int // token rows
+	blockSize, numSlots              int // numSlots = numBlocks*blockSize
+}
+
+// ropeOperands checks a as RoPEStoreKV does (the same errors), on the
+// caller's goroutine.
+func (b *Backend) ropeOperands(a backend.RoPEArgs) (ropeOps, error) {
+	const op = "ropestorekv"
+	var r ropeOps
+	var err error
+	for _, c := range []struct {
+		name string
+		dst  **tensor
+		t    backend.Tensor
+	}{{"Q", &r.q, a.Q}, {"QKV", &r.qkv, a.QKV}, {"Positions", &r.pos, a.Positions}, {"SlotMapping", &r.slots, a.SlotMapping},
+		{"KCache", &r.kc, a.KCache}, {"VCache", &r.vc, a.VCache}, {"InvFreq", &r.invf, a.InvFreq}} {
+		if *c.dst, err = b.tensorOf(op, c.name, c.t); err != nil {
+			return r, err
+		}
+	}
+	if a.QNorm != nil {
+		if r.qn, err = b.tensorOf(op, "QNorm", a.QNorm); err != nil {
+			return r, err
+		}
+	}
+	if a.KNorm != nil {
+		if r.kn, err = b.tensorOf(op, "KNorm", a.KNorm); err != nil {
+			return r, err
+		}
+	}
+	h, kvh, d := a.NumHeads, a.NumKVHeads, a.HeadDim
+	if h <= 0 || kvh <= 0 || d <= 0 || d%2 != 0 || d > 1024 || h%kvh != 0 || h+kvh > 65535*4 {
+		return r, backend.ShapeError("cuda: "+op, "heads", "NumHeads %d, NumKVHeads %d, HeadDim %d: want positive counts, NumHeads a multiple of NumKVHeads and an even HeadDim <= 1024", h, kvh, d)
+	}
+	r.h, r.kvh, r.d = h, kvh, d
+	if err := checkDType(op, "QKV", r.qkv, floatDTypes...); err != nil {
+		return r, err
+	}
+	if err := checkShape(op, "QKV", r.qkv, -1, (h+2*kvh)*d); err != nil {
+		return r, err
+	}
+	r.n = r.qkv.shape[0]
+	if err := checkDType(op, "Q", r.q, r.qkv.dt); err != nil {
+		return r, err
+	}
+	if err := checkShape(op, "Q", r.q, r.n, h*d); err != nil {
+		return r, err
+	}
+	if overlaps(r.q, r.qkv) {
+		return r, backend.ShapeError("cuda: "+op, "Q", "overlaps QKV")
+	}
+	for _, c := range []struct {
+		name string
+		t    *tensor
+	}{{"Positions", r.pos}, {"SlotMapping", r.slots}} {
+		if err := checkDType(op, c.name, c.t, backend.I32); err != nil {
+			return r, err
+		}
+		if err := checkShape(op, c.name, c.t, r.n); err != nil {
+			return r, err
+		}
+	}
+	if err := checkDType(op, "KCache", r.kc, floatDTypes...); err != nil {
+		return r, err
+	}
+	if err := checkShape(op, "KCache", r.kc, -1, kvh, -1, d); err != nil {
+		return r, err
+	}
+	if err := checkDType(op, "VCache", r.vc, r.kc.dt); err != nil {
+		return r, err
+	}
+	if err := checkShape(op, "VCache", r.vc, r.kc.shape...); err != nil {
+		return r, err
+	}
+	if err := checkDType(op, "InvFreq", r.invf, backend.F32); err != nil {
+		return r, err
+	}
+	if err := checkShape(op, "InvFreq", r.invf, d/2); err != nil {
+		return r, err
+	}
+	r.nt = backend.BF16
+	for _, c := range []struct {
+		name string
+		t    *tensor
+	}{{"QNorm", r.qn}, {"KNorm", r.kn}} {
+		if c.t == nil {
+			continue
+		}
+		if err := checkDType(op, c.name, c.t, floatDTypes...); err != nil {
+			return r, err
+		}
+		if err := checkShape(op, c.name, c.t, d); err != nil {
+			return r, err
+		}
+		r.nt = c.t.dt
+	}
+	if r.qn != nil && r.kn != nil && r.qn.dt != r.kn.dt {
+		return r, backend.ShapeError("cuda: "+op, "KNorm", "dtype %v differs from QNorm's %v", r.kn.dt, r.qn.dt)
+	}
+	if (r.qn != nil || r.kn != nil) && (!(a.NormEps >= 0) || math.IsInf(float64(a.NormEps), 0)) {
+		return r, backend.ShapeError("cuda: "+op, "NormEps", "%v is not a finite non-negative number", a.NormEps)
+	}
+	r.eps = a.NormEps
+	numBlocks := r.kc.shape[0]
+	r.blockSize = r.kc.shape[2]
+	if numBlocks > maxInt32/r.blockSize || r.n > maxInt32 {
+		return r, backend.ShapeError("cuda: "+op, "KCache", "%v slots exceed int32", r.kc.shape)
+	}
+	r.numSlots = numBlocks * r.blockSize
+	return r, nil
+}
+
+// ropeStore launches rope_store_kv: one warp per (token, Q or K head).
+// CUDA thread only.
+func (b *Backend) ropeStore(r ropeOps) error {
+	f, err := b.fn(fnKey{modSpec{file: "rope", p: [6]int{r.d, r.blockSize, int(r.qkv.dt), int(r.kc.dt), int(r.nt)}}, "rope_store_kv"})
+	if err != nil {
+		return err
+	}
+	grid := [3]int{r.n, (r.h + r.kvh + 3) / 4, 1}
+	return b.launch(f, grid, 128, 0, r.q.ptr, r.qkv.ptr, r.pos.ptr, r.slots.ptr, r.kc.ptr, r.vc.ptr, r.invf.ptr,
+		ptrOf(r.qn), ptrOf(r.kn), f32bits(r.eps), i32(r.h), i32(r.kvh), i32(r.numSlots), b.errDev)
+}

@@ -1,0 +1,461 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/trigon-llm/trigon/backend"
+)
+
+// TestFusedQKVRoPERefusals checks, without a GPU, what FusedQKVRoPE
+// decides on the caller's goroutine: operands it does not fuse give
+// false with nothing queued, operands MatMul or RoPEStoreKV would refuse
+// give ErrShape with nothing queued, and fusable ones queue one task.
+func TestFusedQKVRoPERefusals(t *testing.T) {
+	if !gemvEnabled {
+		t.Skip("the GEMV is off (TRIGON_CUDA_GEMV=off): nothing fuses")
+	}
+	h := newHostOnly()
+	bf, f32, i32 := backend.BF16, backend.F32, backend.I32
+	const n, hidden, heads, kvh, hd, blocks, bs = 3, 512, 8, 2, 64, 10, 16
+	const width = (heads + 2*kvh) * hd
+	x := h.t(bf, n, hidden)
+	w := h.t(bf, width, hidden)
+	q := h.t(bf, n, heads*hd)
+	qkv := h.t(bf, n, width)
+	pos, slots := h.t(i32, n), h.t(i32, n)
+	kc, vc := h.t(bf, blocks, kvh, bs, hd), h.t(bf, blocks, kvh, bs, hd)
+	invf := h.t(f32, hd/2)
+	rope := func() backend.RoPEArgs {
+		return backend.RoPEArgs{Q: q, QKV: qkv, Positions: pos, SlotMapping: slots, KCache: kc, VCache: vc,
+			InvFreq: invf, NumHeads: heads, NumKVHeads: kvh, HeadDim: hd}
+	}
+	// rows returns operands of the same step with r token rows.
+	rows := func(r int) (backend.Tensor, backend.RoPEArgs) {
+		a := rope()
+		a.Q, a.QKV, a.Positions, a.SlotMapping = h.t(bf, r, heads*hd), h.t(bf, r, width), h.t(i32, r), h.t(i32, r)
+		return h.t(bf, r, hidden), a
+	}
+	// headDim24 is a step whose head dim is not a multiple of 16.
+	headDim24 := func() (backend.Tensor, backend.Tensor, backend.RoPEArgs) {
+		const d = 24
+		a := backend.RoPEArgs{Q: h.t(bf, n, heads*d), QKV: h.t(bf, n, (heads+2*kvh)*d), Positions: pos, SlotMapping: slots,
+			KCache: h.t(bf, blocks, kvh, bs, d), VCache: h.t(bf, blocks, kvh, bs, d), InvFreq: h.t(f32, d/2),
+			NumHeads: heads, NumKVHeads: kvh, HeadDim: d}
+		return x, h.t(bf, (heads+2*kvh)*d, hidden), a
+	}
+	const (
+		fused   = iota // true, nil: queued
+		refused        // false, nil: nothing queued
+		bad            // ErrShape: nothing queued
+	)
+	for _, tc := range []struct {
+		name string
+		op   func() (bool, error)
+		want int
+	}{
+		{"valid", func() (bool, error) { return h.b.FusedQKVRoPE(x, w, rope()) }, fused},
+		{"16 rows", func() (bool, error) { x, a := rows(16); return h.b.FusedQKVRoPE(x, w, a) }, fused},
+		{"one row", func() (bool, error) { x, a := rows(1); return h.b.FusedQKVRoPE(x, w, a) }, fused},
+
+		{"17 rows", func() (bool, error) { x, a := rows(17); return h.b.FusedQKVRoPE(x, w, a) }, refused},
+		{"QNorm", func() (bool, error) { a := rope(); a.QNorm = h.t(bf, hd); return h.b.FusedQKVRoPE(x, w, a) }, refused},
+		{"KNorm", func() (bool, error) { a := rope(); a.KNorm = h.t(f32, hd); return h.b.FusedQKVRoPE(x, w, a) }, refused},
+		{"F32 caches", func() (bool, error) {
+			a := rope()
+			a.KCache, a.VCache = h.t(f32, blocks, kvh, bs, hd), h.t(f32, blocks, kvh, bs, hd)
+			return h.b.FusedQKVRoPE(x, w, a)
+		}, refused},
+		{"F32 x", func() (bool, error) { return h.b.FusedQKVRoPE(h.t(f32, n, hidden), w, rope()) }, refused},
+		{"Q8_0 w", func() (bool, error) { return h.b.FusedQKVRoPE(x, h.t(backend.Q8_0, width, hidden), rope()) }, refused},
+		{"F32 QKV and Q", func() (bool, error) {
+			a := rope()
+			a.QKV, a.Q = h.t(f32, n, width), h.t(f32, n, heads*hd)
+			return h.b.FusedQKVRoPE(x, w, a)
+		}, refused},
+		{"head dim 24", func() (bool, error) { x, w, a := headDim24(); return h.b.FusedQKVRoPE(x, w, a) }, refused},
+		{"k not a multiple of 8", func() (bool, error) {
+			return h.b.FusedQKVRoPE(h.t(bf, n, hidden+4), h.t(bf, width, hidden+4), rope())
+		}, refused},
+		{"x overlaps Q", func() (bool, error) {
+			qt := q.(*tensor)
+			xq := &tensor{b: h.b, dt: bf, shape: []int{n, hidden}, ptr: qt.ptr, bytes: n * hidden * 2}
+			return h.b.FusedQKVRoPE(xq, w, rope())
+		}, refused},
+		{"GEMV off", func() (bool, error) {
+			gemvEnabled = false
+			defer func() { gemvEnabled = true }()
+			return h.b.FusedQKVRoPE(x, w, rope())
+		}, refused},
+
+		{"w rows", func() (bool, error) { return h.b.FusedQKVRoPE(x, h.t(bf, width+16, hidden), rope()) }, bad},
+		{"x inner dim", func() (bool, error) { return h.b.FusedQKVRoPE(h.t(bf, n, hidden+8), w, rope()) }, bad},
+		{"x rows", func() (bool, error) { return h.b.FusedQKVRoPE(h.t(bf, n+1, hidden), w, rope()) }, bad},
+		{"w 3-d", func() (bool, error) { return h.b.FusedQKVRoPE(x, h.t(bf, 1, width, hidden), rope()) }, bad},
+		{"w dtype", func() (bool, error) { return h.b.FusedQKVRoPE(x, h.t(i32, width, hidden), rope()) }, bad},
+		{"nil x", func() (bool, error) { return h.b.FusedQKVRoPE(nil, w, rope()) }, bad},
+		{"QKV is x", func() (bool, error) {
+			a := rope()
+			a.QKV = h.t(bf, n, width)
+			return h.b.FusedQKVRoPE(a.QKV, h.t(bf, width, width), a)
+		}, bad},
+		{"QKV width", func() (bool, error) { a := rope(); a.QKV = h.t(bf, n, heads*hd); return h.b.FusedQKVRoPE(x, w, a) }, bad},
+		{"heads not a multiple", func() (bool, error) { a := rope(); a.NumKVHeads = 3; return h.b.FusedQKVRoPE(x, w, a) }, bad},
+		{"positions length", func() (bool, error) { a := rope(); a.Positions = h.t(i32, n+1); return h.b.FusedQKVRoPE(x, w, a) }, bad},
+		{"slot mapping dtype", func() (bool, error) { a := rope(); a.SlotMapping = h.t(f32, n); return h.b.FusedQKVRoPE(x, w, a) }, bad},
+		{"cache heads", func() (bool, error) {
+			a := rope()
+			a.KCache = h.t(bf, blocks, kvh+1, bs, hd)
+			return h.b.FusedQKVRoPE(x, w, a)
+		}, bad},
+		{"V cache dtype", func() (bool, error) {
+			a := rope()
+			a.VCache = h.t(f32, blocks, kvh, bs, hd)
+			return h.b.FusedQKVRoPE(x, w, a)
+		}, bad},
+		{"inv freq length", func() (bool, error) { a := rope(); a.InvFreq = h.t(f32, hd); return h.b.FusedQKVRoPE(x, w, a) }, bad},
+		{"Q dtype", func() (bool, error) { a := rope(); a.Q = h.t(f32, n, heads*hd); return h.b.FusedQKVRoPE(x, w, a) }, bad},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ok, err := tc.op()
+			got := h.queued()
+			switch tc.want {
+			case fused:
+				if !ok || err != nil || got != 1 {
+					t.Fatalf("got %v, %v with %d tasks queued; want true, nil with 1", ok, err, got)
+				}
+			case refused:
+				if ok || err != nil || got != 0 {
+					t.Fatalf("got %v, %v with %d tasks queued; want false, nil with none", ok, err, got)
+				}
+			case bad:
+				if ok || !errors.Is(err, backend.ErrShape) || got != 0 {
+					t.Fatalf("got %v, %v with %d tasks queued; want false, ErrShape with none", ok, err, got)
+				}
+				t.Log(err)
+			}
+		})
+	}
+}
+
+// qkvCase is one step's operands for FusedQKVRoPE on both backends: fresh
+// random activations and weights, positions up to 8191 (one always past
+// 4096), distinct random slots in a cache of random contents, and with
+// more than one row a padding row (slot -1).
+type qkvCase struct {
+	p                  *pair
+	h, kv, hd, k, n    int
+	m, numBlocks       int
+	initK, initV       []byte // the caches' bytes before each run
+	slots              []int32
+	cx, cw, cq, cqkv   backend.Tensor // CPU
+	ckc, cvc           backend.Tensor
+	cpos, cslots       backend.Tensor
+	cinvf              backend.Tensor
+	gx, gw, gq, gqkv   backend.Tensor // GPU
+	gkc, gvc           backend.Tensor
+	gpos, gslots       backend.Tensor
+	ginvf              backend.Tensor
+	qPoison, qkvPoison []byte
+}
+
+const qkvBlockSize = 16
+
+func newQKVCase(p *pair, h, kv, hd, k, n int) *qkvCase {
+	c := &qkvCase{p: p, h: h, kv: kv, hd: hd, k: k, n: n, m: (h + 2*kv) * hd, numBlocks: n + 3}
+	c.cx, c.gx = p.act(backend.BF16, []int{n, k}, p.normal(n*k, 1))
+	c.cw, c.gw = p.same(backend.BF16, []int{c.m, k}, encode(backend.BF16, p.normal(c.m*k, float32(1/math.Sqrt(float64(k))))))
+	c.cq, c.cqkv = p.cpuOut(n, h*hd), p.cpuOut(n, c.m)
+	c.gq, c.gqkv = p.poisoned(backend.BF16, n, h*hd), p.poisoned(backend.BF16, n, c.m)
+	c.qPoison, c.qkvPoison = readBytes(p.t, p.g, c.gq), readBytes(p.t, p.g, c.gqkv)
+	cache := []int{c.numBlocks, kv, qkvBlockSize, hd}
+	c.initK = encode(backend.BF16, p.normal(c.numBlocks*kv*qkvBlockSize*hd, 1))
+	c.initV = encode(backend.BF16, p.normal(c.numBlocks*kv*qkvBlockSize*hd, 1))
+	// The CPU backend writes into uploaded bytes: it gets copies.
+	c.ckc, c.gkc = p.cpuT(backend.BF16, cache, slices.Clone(c.initK)), p.gpuT(backend.BF16, cache, c.initK)
+	c.cvc, c.gvc = p.cpuT(backend.BF16, cache, slices.Clone(c.initV)), p.gpuT(backend.BF16, cache, c.initV)
+	pos := c.positions()
+	c.cpos, c.gpos = p.same(backend.I32, []int{n}, i32Bytes(pos))
+	c.slots = make([]int32, n)
+	for i, s := range p.r.Perm(c.numBlocks * qkvBlockSize)[:n] {
+		c.slots[i] = int32(s)
+	}
+	if n > 1 {
+		c.slots[p.r.IntN(n)] = -1
+	}
+	c.cslots, c.gslots = p.same(backend.I32, []int{n}, i32Bytes(c.slots))
+	invf := make([]float32, hd/2)
+	for i := range invf {
+		invf[i] = float32(math.Pow(500000, -2*float64(i)/float64(hd)))
+	}
+	c.cinvf, c.ginvf = p.same(backend.F32, []int{hd / 2}, encode(backend.F32, invf))
+	return c
+}
+
+// positions returns fresh random positions, the last one past 4096.
+func (c *qkvCase) positions() []int32 {
+	pos := make([]int32, c.n)
+	for i := range pos {
+		pos[i] = int32(c.p.r.IntN(8192))
+	}
+	pos[c.n-1] = int32(4097 + c.p.r.IntN(4000))
+	return pos
+}
+
+func (c *qkvCase) cpuArgs() backend.RoPEArgs {
+	return backend.RoPEArgs{Q: c.cq, QKV: c.cqkv, Positions: c.cpos, SlotMapping: c.cslots, KCache: c.ckc, VCache: c.cvc,
+		InvFreq: c.cinvf, NumHeads: c.h, NumKVHeads: c.kv, HeadDim: c.hd}
+}
+
+func (c *qkvCase) gpuArgs() backend.RoPEArgs {
+	return backend.RoPEArgs{Q: c.gq, QKV: c.gqkv, Positions: c.gpos, SlotMapping: c.gslots, KCache: c.gkc, VCache: c.gvc,
+		InvFreq: c.ginvf, NumHeads: c.h, NumKVHeads: c.kv, HeadDim: c.hd}
+}
+
+// qkvOut is what a run left on the GPU.
+type qkvOut struct{ q, kc, vc, qkv []byte }
+
+// reset restores the caches and poisons Q and QKV, so a run's writes (and
+// the lack of them) show.
+func (c *qkvCase) reset() {
+	g := c.p.g
+	c.p.must("reset K cache", g.Write(c.gkc, c.initK))
+	c.p.must("reset V cache", g.Write(c.gvc, c.initV))
+	c.p.must("poison Q", g.Write(c.gq, c.qPoison))
+	c.p.must("poison QKV", g.Write(c.gqkv, c.qkvPoison))
+}
+
+func (c *qkvCase) read() qkvOut {
+	t, g := c.p.t, c.p.g
+	c.p.must("sync", g.Sync())
+	return qkvOut{q: readBytes(t, g, c.gq), kc: readBytes(t, g, c.gkc), vc: readBytes(t, g, c.gvc), qkv: readBytes(t, g, c.gqkv)}
+}
+
+// unfused runs MatMul then RoPEStoreKV.
+func (c *qkvCase) unfused() qkvOut {
+	c.reset()
+	c.p.must("matmul", c.p.g.MatMul(c.gqkv, c.gx, c.gw, nil))
+	c.p.must("rope", c.p.g.RoPEStoreKV(c.gpuArgs()))
+	return c.read()
+}
+
+// fused runs FusedQKVRoPE, which must accept the operands.
+func (c *qkvCase) fused() qkvOut {
+	c.p.t.Helper()
+	c.reset()
+	ok, err := c.p.g.FusedQKVRoPE(c.gx, c.gw, c.gpuArgs())
+	c.p.must("fused", err)
+	if !ok {
+		c.p.t.Fatal("FusedQKVRoPE returned false for operands it fuses")
+	}
+	return c.read()
+}
+
+// forceGEMV makes the plan of the case's product run GEMV variant v (the
+// zero value: cuBLASLt) and returns what it ran before. The plan must
+// exist (an eager MatMul of the shape made and tuned it).
+func (c *qkvCase) forceGEMV(v gemvConfig) gemvConfig {
+	c.p.t.Helper()
+	g := c.p.g
+	var old gemvConfig
+	c.p.must("force GEMV variant", g.call(func() error {
+		p, ok := g.blas.plans[gemmKey{m: c.m, n: c.n, k: c.k, wt: cudaR16BF, xt: cudaR16BF, yt: cudaR16BF}]
+		if !ok {
+			return fmt.Errorf("no plan for [%d,%d]x[%d,%d]^T", c.n, c.k, c.m, c.k)
+		}
+		old, p.gemv = p.gemv, v
+		return nil
+	}))
+	return old
+}
+
+// splitCache returns the rows of a [numBlocks, KV, bs, hd] cache that the
+// case's slots write, in (token, head) order, and every other value.
+func (c *qkvCase) splitCache(v []float32) (written, rest []float32) {
+	at := map[int]bool{} // first element of each written row
+	for _, s := range c.slots {
+		if s < 0 {
+			continue
+		}
+		blk, off := int(s)/qkvBlockSize, int(s)%qkvBlockSize
+		for head := range c.kv {
+			o := ((blk*c.kv+head)*qkvBlockSize + off) * c.hd
+			written = append(written, v[o:o+c.hd]...)
+			at[o] = true
+		}
+	}
+	for o := 0; o < len(v); o += c.hd {
+		if !at[o] {
+			rest = append(rest, v[o:o+c.hd]...)
+		}
+	}
+	return written, rest
+}
+
+// checkCPU compares a GPU run with the CPU backend's MatMul and
+// RoPEStoreKV: Q and the written cache rows within bf16 tolerance, the
+// rest of the caches unchanged.
+func (c *qkvCase) checkCPU(what string, got qkvOut) {
+	p := c.p
+	p.expectClose(what+" Q", decode(backend.BF16, got.q), read(p.t, p.c, c.cq), bf16Tol)
+	for _, kv := range []struct {
+		name string
+		got  []byte
+		cpu  backend.Tensor
+	}{{"K cache", got.kc, c.ckc}, {"V cache", got.vc, c.cvc}} {
+		gw, gr := c.splitCache(decode(backend.BF16, kv.got))
+		cw, cr := c.splitCache(read(p.t, p.c, kv.cpu))
+		p.expectClose(what+" "+kv.name, gw, cw, bf16Tol)
+		for i := range gr {
+			if math.Float32bits(gr[i]) != math.Float32bits(cr[i]) {
+				p.t.Fatalf("%s %s: value %d of the rows no slot names changed: %v, want %v", what, kv.name, i, gr[i], cr[i])
+			}
+		}
+	}
+}
+
+// TestFusedQKVRoPE compares the fused projection + RoPE + KV write with
+// MatMul then RoPEStoreKV on the GEMV path (byte for byte, with every GEMV
+// variant forced in turn) and with the CPU backend (bf16 tolerance), and
+// checks the cuBLASLt fallback the tuner's choice may give.
+func TestFusedQKVRoPE(t *testing.T) {
+	sharedBackend(t, true)
+	if !gemvEnabled {
+		t.Skip("the GEMV is off (TRIGON_CUDA_GEMV=off): nothing fuses")
+	}
+	for _, s := range []struct{ h, kv, hd, k int }{{32, 8, 128, 4096}, {8, 2, 64, 1024}, {4, 4, 16, 1000}, {16, 2, 256, 2048}} {
+		for _, n := range []int{1, 3, 4, 9, 16} {
+			t.Run(fmt.Sprintf("h%d_kv%d_hd%d_k%d_n%d", s.h, s.kv, s.hd, s.k, n), func(t *testing.T) {
+				p := newPair(t)
+				c := newQKVCase(p, s.h, s.kv, s.hd, s.k, n)
+				p.must("cpu matmul", p.c.MatMul(c.cqkv, c.cx, c.cw, nil))
+				p.must("cpu rope", p.c.RoPEStoreKV(c.cpuArgs()))
+				c.checkCPU("unfused", c.unfused()) // makes and tunes the shape's plan
+				tuned := c.forceGEMV(gemvConfig{})
+				t.Cleanup(func() { c.forceGEMV(tuned) })
+				t.Logf("tuner's choice: %+v", tuned)
+				for _, v := range gemvConfigs {
+					c.forceGEMV(v)
+					want, got := c.unfused(), c.fused()
+					for _, o := range []struct {
+						name      string
+						got, want []byte
+					}{{"Q", got.q, want.q}, {"K cache", got.kc, want.kc}, {"V cache", got.vc, want.vc}} {
+						if string(o.got) != string(o.want) {
+							t.Fatalf("GEMV %+v: fused %s differs from MatMul + RoPEStoreKV", v, o.name)
+						}
+					}
+					if string(got.qkv) != string(c.qkvPoison) {
+						t.Fatalf("GEMV %+v: QKV was written: the unfused fallback ran, not the fused kernel", v)
+					}
+					c.checkCPU(fmt.Sprintf("fused %+v", v), got)
+				}
+				c.forceGEMV(gemvConfig{})
+				got := c.fused()
+				if string(got.qkv) == string(c.qkvPoison) {
+					t.Fatal("cuBLASLt plan: QKV unwritten, the fallback did not run")
+				}
+				c.checkCPU("fallback", got)
+			})
+		}
+	}
+}
+
+// TestFusedQKVRoPEDeviceChecks expects the fused kernel to report a
+// negative position and a slot past the cache at Sync, as rope_store_kv
+// does.
+func TestFusedQKVRoPEDeviceChecks(t *testing.T) {
+	sharedBackend(t, true)
+	if !gemvEnabled {
+		t.Skip("the GEMV is off (TRIGON_CUDA_GEMV=off): nothing fuses")
+	}
+	p := newPair(t)
+	c := newQKVCase(p, 8, 2, 64, 1024, 4)
+	c.unfused() // makes and tunes the plan
+	tuned := c.forceGEMV(gemvConfigs[0])
+	t.Cleanup(func() { c.forceGEMV(tuned) })
+	good := make([]int32, c.n)
+	copy(good, c.slots)
+	for _, tc := range []struct {
+		name  string
+		pos   int32
+		slot  int32
+		wants string
+	}{{"negative position", -5, 0, "negative position"}, {"slot past the cache", 7, int32(c.numBlocks * qkvBlockSize), "slot outside"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			pos := c.positions()
+			pos[1] = tc.pos
+			slots := append([]int32(nil), good...)
+			slots[2] = tc.slot
+			p.must("write positions", p.g.Write(c.gpos, i32Bytes(pos)))
+			p.must("write slots", p.g.Write(c.gslots, i32Bytes(slots)))
+			c.reset()
+			ok, err := p.g.FusedQKVRoPE(c.gx, c.gw, c.gpuArgs())
+			if !ok || err != nil {
+				t.Fatalf("FusedQKVRoPE: %v, %v", ok, err)
+			}
+			err = p.g.Sync()
+			if !errors.Is(err, backend.ErrShape) || !strings.Contains(err.Error(), tc.wants) {
+				t.Fatalf("Sync: %v, want ErrShape naming %q", err, tc.wants)
+			}
+			p.must("second sync", p.g.Sync())
+		})
+	}
+	p.must("restore slots", p.g.Write(c.gslots, i32Bytes(good)))
+}
+
+// TestFusedQKVRoPEGraph captures FusedQKVRoPE, on the fused kernel and on
+// the cuBLASLt fallback, and replays it three times with fresh x and
+// positions written between replays: each replay must match an eager run
+// on the same inputs byte for byte.
+func TestFusedQKVRoPEGraph(t *testing.T) {
+	sharedBackend(t, true)
+	if !gemvEnabled {
+		t.Skip("the GEMV is off (TRIGON_CUDA_GEMV=off): nothing fuses")
+	}
+	for _, tc := range []struct {
+		name string
+		v    gemvConfig
+	}{{"fused", gemvConfigs[2]}, {"cuBLASLt", gemvConfig{}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPair(t)
+			g := p.g
+			c := newQKVCase(p, 8, 2, 64, 1024, 4)
+			c.unfused() // makes and tunes the plan
+			tuned := c.forceGEMV(tc.v)
+			t.Cleanup(func() { c.forceGEMV(tuned) })
+			c.fused() // loads the kernels before capture
+			step := func() error {
+				ok, err := g.FusedQKVRoPE(c.gx, c.gw, c.gpuArgs())
+				if err == nil && !ok {
+					err = errors.New("FusedQKVRoPE returned false")
+				}
+				return err
+			}
+			graph, err := g.Capture(step)
+			p.must("capture", err)
+			defer graph.Close()
+			for round := range 3 {
+				p.must("write x", g.Write(c.gx, encode(backend.BF16, p.normal(c.n*c.k, 1))))
+				p.must("write positions", g.Write(c.gpos, i32Bytes(c.positions())))
+				want := c.fused()
+				c.reset()
+				p.must("launch", graph.Launch())
+				got := c.read()
+				if string(got.q) != string(want.q) || string(got.kc) != string(want.kc) || string(got.vc) != string(want.vc) {
+					t.Fatalf("round %d: the replay differs from the eager run", round)
+				}
+				if fusedKernel := string(got.qkv) == string(c.qkvPoison); fusedKernel != (tc.v.nw > 0) {
+					t.Fatalf("round %d: QKV unwritten %v, want %v", round, fusedKernel, tc.v.nw > 0)
+				}
+				if string(want.kc) == string(c.initK) {
+					t.Fatalf("round %d: the K cache was not written", round)
+				}
+			}
+		})
+	}
+}
