@@ -6,7 +6,6 @@ package models
 import (
 	"bytes"
 	"crypto/sha256"
-	_ "embed"
 	"encoding/hex"
 	"fmt"
 	"os"
@@ -16,16 +15,19 @@ import (
 // DefaultFile is the default model's file name.
 const DefaultFile = "trigon-go.q8_0.gguf"
 
-//go:embed default/trigon-go.q8_0.gguf
-var defaultGGUF []byte
-
-// Default returns the embedded GGUF bytes (read-only).
-func Default() []byte { return defaultGGUF }
+// Default returns the embedded GGUF bytes (read-only). Built with the
+// external_default_model tag (models_external.go) it reads them from the
+// repository's file instead, and returns nil if that fails.
+func Default() []byte { b, _ := defaultBytes(); return b }
 
 // DefaultPath writes the embedded model to the user cache directory (once,
 // atomically, named by its hash) and returns the path, so the model is
 // opened through the same mmap path as any other file.
 func DefaultPath() (string, error) {
+	defaultGGUF, err := defaultBytes()
+	if err != nil {
+		return "", fmt.Errorf("default model: %w", err)
+	}
 	sum := sha256.Sum256(defaultGGUF)
 	dir, err := os.UserCacheDir()
 	if err != nil {
