@@ -7,7 +7,7 @@
 # Parts: checks (kernel tests, fixtures on CUDA, trigon run), quick_tests,
 # cuda_tests (every test + memcheck), bigref (Llama-3-8B shape vs
 # transformers), serve_smoke, bench_rows, graphs, profile (ncu), attn_bench,
-# attn_check, default_model, peers, overlap, margin, pdl, tune_prefill, prefetch, qkvrope, splits, final (tests, then peers, rows and the
+# attn_check, default_model, peers, overlap, margin, pdl, tune_prefill, prefetch, qkvrope, fuse_ab, splits, final (tests, then peers, rows and the
 # server: what docs/benchmarks.md's latest section ran);
 # `session.sh bigref graphs` runs those two. Results: $OUT/summary.txt and
 # $OUT/logs.tgz (the device tool returns at most 8 files).
@@ -171,6 +171,15 @@ log "model on CUDA: fixtures vs transformers, default model vs CPU"
 echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "worst|^(--- FAIL|FAIL|PASS)" "$OUT/llama-cuda.log" | tee -a "$OUT/summary.txt"
 (cd backend/cuda && "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'MatMulDecode/graph_(qkv|o|down)_n4' -test.benchtime 50x >"$OUT/gemv-bench.log" 2>&1)
 grep -E "^Benchmark.*-16" "$OUT/gemv-bench.log" | awk '{print $1, $5, $6, $7, $8}' | tee -a "$OUT/summary.txt"
+for r in 1 2; do
+  bench_env "TRIGON_CUDA_FUSE_QKV_ROPE=off" fuseoff$r
+  bench_env "TRIGON_CUDA_FUSE_QKV_ROPE=on" fuseon$r
+done
+}
+
+# fuse_ab: the batch-4 step with the fused QKV+RoPE kernel off and on,
+# twice, alternating.
+fuse_ab() {
 for r in 1 2; do
   bench_env "TRIGON_CUDA_FUSE_QKV_ROPE=off" fuseoff$r
   bench_env "TRIGON_CUDA_FUSE_QKV_ROPE=on" fuseon$r

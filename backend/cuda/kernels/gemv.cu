@@ -201,6 +201,9 @@ extern "C" __global__ void __launch_bounds__(NW * 32) gemv_bf16(void* y, const u
 // order over warps) followed by rope_store_kv: each sum is rounded to bf16
 // as gemv_bf16 stores it, then rotated with the same expressions. Bad
 // positions and slots are reported as rope_store_kv reports them.
+// Epilogue items per thread: a V block's NT*128 C elements over its threads.
+#define EPI ((NT * 128 + NW * 32 - 1) / (NW * 32))
+
 extern "C" __global__ void __launch_bounds__(NW * 32) qkv_rope_bf16(
     u16* q_out, const u16* x, const u16* w, const int* pos, const int* slots, u16* kc, u16* vc,
     const float* inv_freq, int n, int k, int H, int KV, int hd, int bs, int num_slots, int* err, int early_w) {
@@ -228,6 +231,33 @@ extern "C" __global__ void __launch_bounds__(NW * 32) qkv_rope_bf16(
   r.load(warp, (k + 31) >> 5, k, tq);
   if (early_w) grid_dep_wait();
 
+  // The epilogue's small inputs (position, slot, inverse frequency of each
+  // of this thread's items, numbered as the loops below number them) are
+  // loaded now: their latency passes under the weight stream instead of
+  // adding a round trip after it. Rotated blocks have NT*64 items, V
+  // blocks NT*128, dealt round-robin over the block's threads.
+  int pre_pos[EPI], pre_slot[EPI];
+  float pre_invf[EPI];
+#pragma unroll
+  for (int it = 0; it < EPI; it++) {
+    int idx = threadIdx.x + it * NW * 32;
+    int row, i = 0;
+    if (rotated) {
+      int t = idx >> 6, l = (idx >> 1) & 31;
+      row = t * 8 + (l & 3) * 2 + (idx & 1);
+      i = f0 + (l >> 2);
+      if (idx >= NT * 64) row = n;
+    } else {
+      int t = idx >> 7, l = (idx >> 2) & 31;
+      row = t * 8 + (l & 3) * 2 + (idx & 1);
+      if (idx >= NT * 128) row = n;
+    }
+    bool ok = row < n;
+    pre_pos[it] = ok && rotated ? pos[row] : 0;
+    pre_slot[it] = ok && (!rotated || head >= H) ? slots[row] : 0;
+    pre_invf[it] = ok && rotated ? inv_freq[i] : 0.f;
+  }
+
   float acc[NT][4];
   gemv_steps(r, acc, x, n, k, warp, gid, tq);
   grid_dep_launch();  // every weight is read: the next kernel may launch during the epilogue
@@ -235,14 +265,17 @@ extern "C" __global__ void __launch_bounds__(NW * 32) qkv_rope_bf16(
   __syncthreads();
   if (rotated) {
     // One thread per rotate-half pair: (tile t, lane l, x row parity e).
-    for (int idx = threadIdx.x; idx < NT * 32 * 2; idx += NW * 32) {
+#pragma unroll
+    for (int it = 0; it < EPI; it++) {
+      int idx = threadIdx.x + it * NW * 32;
+      if (idx >= NT * 32 * 2) break;
       int t = idx >> 6, l = (idx >> 1) & 31, e = idx & 1;
       int row = t * 8 + (l & 3) * 2 + e;
       if (row >= n) continue;
       float x1 = round_to<DT_BF16>(gemv_sum(red, t, l, e));
       float x2 = round_to<DT_BF16>(gemv_sum(red, t, l, e + 2));
       int i = f0 + (l >> 2);
-      int p = pos[row];
+      int p = pre_pos[it];
       if (p < 0) {
         report(err, ERR_POSITION);
         p = 0;
@@ -250,7 +283,7 @@ extern "C" __global__ void __launch_bounds__(NW * 32) qkv_rope_bf16(
       u16* out = q_out;
       i64 dst = ((i64)row * H + head) * hd;
       if (head >= H) {
-        int slot = slots[row];
+        int slot = pre_slot[it];
         if (slot >= num_slots) {
           report(err, ERR_SLOT);
           continue;
@@ -261,7 +294,7 @@ extern "C" __global__ void __launch_bounds__(NW * 32) qkv_rope_bf16(
         dst = (((i64)blk * KV + (head - H)) * bs + off) * hd;
       }
       float s, c;
-      sincosf((float)p * inv_freq[i], &s, &c);
+      sincosf((float)p * pre_invf[it], &s, &c);
       float y1 = x1 * c - x2 * s;
       float y2 = x2 * c + x1 * s;
       out[dst + i] = f32_to_bf16(y1);
@@ -270,11 +303,14 @@ extern "C" __global__ void __launch_bounds__(NW * 32) qkv_rope_bf16(
   } else {
     int vh = f0 / hd, v0 = f0 - vh * hd;  // V head and its first feature in this block
     // One thread per C element, as gemv_bf16; V is stored as projected.
-    for (int idx = threadIdx.x; idx < NT * 32 * 4; idx += NW * 32) {
+#pragma unroll
+    for (int it = 0; it < EPI; it++) {
+      int idx = threadIdx.x + it * NW * 32;
+      if (idx >= NT * 32 * 4) break;
       int t = idx >> 7, l = (idx >> 2) & 31, e = idx & 3;
       int row = t * 8 + (l & 3) * 2 + (e & 1);
       if (row >= n) continue;
-      int slot = slots[row];
+      int slot = pre_slot[it];
       if (slot >= num_slots) {
         report(err, ERR_SLOT);
         continue;
