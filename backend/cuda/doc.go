@@ -10,6 +10,7 @@
 //	memory.go                                  device memory pool, tensors, copies
 //	kernels.go, kcache.go                      kernel JIT and the on-disk cache
 //	ops.go, matmul.go, attn.go                 op launchers
+//	qkv_rope.go                                the QKV projection fused with RoPEStoreKV (backend.QKVRoPEFuser)
 //	attn_decode.go                             the decode attention kernel's plan (splits, stages)
 //	launch.go                                  kernel launch, programmatic dependent launch
 //	kernels/*.cu                               the kernels, one file per op family
@@ -30,16 +31,20 @@
 // first eight algorithms are timed from DRAM (L2 flushed) on the first
 // eager call, and one replaces the heuristic's pick only if 3% faster; up
 // to 16 rows, the own tensor-core GEMV (kernels/gemv.cu) competes too, by
-// the same rule. Prefill attention is FA2-style on mma.sync
+// the same rule (TRIGON_CUDA_GEMV_MARGIN). Where the GEMV takes a decode
+// step's QKV product, FusedQKVRoPE runs its variant that rotates Q and K
+// and writes the paged caches in the epilogue (one kernel instead of two,
+// bit for bit the same result). Prefill attention is FA2-style on mma.sync
 // (kernels/attn_prefill.cu).
 // Decode attention is split-KV flash decoding on the tensor cores
 // (mma.sync, a per-warp cp.async pipeline over 16-token tiles; a CUDA-core
 // kernel before sm_80), with a split count fixed per batch shape, so
 // captured graphs stay valid as contexts grow.
 //
-// Every kernel starts with grid_dep_sync() so launches may use
-// programmatic dependent launch (launch.go, TRIGON_CUDA_PDL=on; off by
-// default: slower on the H200).
+// Every kernel starts by waiting for its predecessor (grid_dep_sync or
+// grid_dep_wait, kernels/common.cuh) so launches may use programmatic
+// dependent launch (launch.go, TRIGON_CUDA_PDL=on; off by default: about
+// 1% slower on the H200).
 //
 // Dtypes: activations BF16 with f32 accumulation; weights BF16 (cuBLASLt or the GEMV),
 // F32/F16 (a BF16 copy made on first use), Q8_0/Q4_0 (own kernels); KV
