@@ -224,3 +224,40 @@ type MemoryReporter interface {
 type QKVRoPEFuser interface {
 	FusedQKVRoPE(x, w Tensor, args RoPEArgs) (bool, error)
 }
+
+// RandomFiller is an optional Backend interface: FillNormal writes
+// synthetic values into t where it lives, so benchmarks can make a model's
+// weights on the device instead of generating and copying gigabytes from
+// the host. Element i (row-major) becomes mean + std*SyntheticNormal(seed,
+// i), rounded to t's dtype (F32 or BF16; others are an ErrShape error).
+// Every backend computes the same bits.
+type RandomFiller interface {
+	FillNormal(t Tensor, seed uint64, mean, std float32) error
+}
+
+// SyntheticNormal is FillNormal's value for element i before scaling: an
+// Irwin-Hall sum of four 16-bit uniforms from a splitmix64 hash of (seed,
+// i), centred and scaled to unit variance (support +-3.46). Integer
+// arithmetic and one float32 multiply, so a GPU kernel reproduces it bit
+// for bit.
+func SyntheticNormal(seed uint64, i int64) float32 {
+	z := seed + uint64(i)*0x9e3779b97f4a7c15
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	z ^= z >> 31
+	s := int32(z&0xffff) + int32(z>>16&0xffff) + int32(z>>32&0xffff) + int32(z>>48)
+	// Four uniforms (k+0.5)/65536 sum to (s+2)/65536, of mean 2 and
+	// variance 1/3: z = ((s+2)/65536 - 2) * sqrt(3).
+	return float32(float32(s+2-131072) * SyntheticScale)
+}
+
+// SyntheticScale is sqrt(3)/65536 in float32 (kernels take it as an
+// argument rather than re-deriving the constant).
+const SyntheticScale = float32(1.7320508075688772 / 65536)
+
+// SyntheticValue is mean + std*SyntheticNormal(seed, i) with FillNormal's
+// rounding (before the store's conversion to the tensor's dtype).
+func SyntheticValue(seed uint64, i int64, mean, std float32) float32 {
+	t := float32(std * SyntheticNormal(seed, i))
+	return float32(mean + t)
+}

@@ -427,11 +427,15 @@ func (run *latencyRun) newResult() *LatencyResult {
 	dtypes := map[backend.DType]bool{}
 	var matrixParams int64
 	for _, s := range model.ExpectedWeights(c) {
-		w, ok := o.Weights.Tensor(s.Name)
+		dt, shape, ok := weightSpec(o.Weights, s.Name)
 		if !ok {
 			continue // llama.New validated the weights; cannot happen
 		}
-		n := int64(len(w.Data))
+		size, err := dt.Bytes(shape)
+		if err != nil {
+			continue // validated too
+		}
+		n := int64(size)
 		elems := int64(1)
 		for _, d := range s.Shape {
 			elems *= int64(d)
@@ -443,7 +447,7 @@ func (run *latencyRun) newResult() *LatencyResult {
 			res.DecodeWeightBytes += 4 * elems
 			continue
 		}
-		dtypes[w.DType] = true
+		dtypes[dt] = true
 		res.WeightBytes += n
 		switch s.Name {
 		case model.NameEmbed:
@@ -527,24 +531,74 @@ func (run *latencyRun) finish(res *LatencyResult, prefill, itl, e2e []float64, k
 	return nil
 }
 
+// weightSpec is a tensor's dtype and shape, without making a
+// model.Filler's bytes on the host.
+func weightSpec(w model.Weights, name string) (backend.DType, []int, bool) {
+	if f, ok := w.(model.Filler); ok {
+		return f.Spec(name)
+	}
+	t, ok := w.Tensor(name)
+	return t.DType, t.Shape, ok
+}
+
+// gateUpProbe puts layer 0's gate and up projections, stacked, on b: made
+// there by a model.Filler where it can, else uploaded. ok is false where
+// the two cannot be stacked (dtypes differ).
+func (run *latencyRun) gateUpProbe() (w backend.Tensor, ok bool, err error) {
+	o, c, b := run.opts, run.cfg, run.b
+	gname, uname := model.LayerName(0, model.SuffixGate), model.LayerName(0, model.SuffixUp)
+	gdt, _, ok1 := weightSpec(o.Weights, gname)
+	udt, _, ok2 := weightSpec(o.Weights, uname)
+	if !ok1 || !ok2 || gdt != udt {
+		return nil, false, nil
+	}
+	if f, isFiller := o.Weights.(model.Filler); isFiller {
+		if w, err = b.Alloc(gdt, 2*c.Intermediate, c.Hidden); err != nil {
+			return nil, false, err
+		}
+		filled := true
+		for i, name := range []string{gname, uname} {
+			part, err := b.View(w, i*c.Intermediate, c.Intermediate)
+			if err == nil {
+				filled, err = f.Fill(b, name, part)
+			}
+			if err != nil {
+				b.Free(w)
+				return nil, false, err
+			}
+			if !filled {
+				break
+			}
+		}
+		if filled {
+			return w, true, nil
+		}
+		b.Free(w)
+	}
+	gate, _ := o.Weights.Tensor(gname)
+	up, _ := o.Weights.Tensor(uname)
+	wdata := make([]byte, 0, len(gate.Data)+len(up.Data))
+	wdata = append(append(wdata, gate.Data...), up.Data...)
+	if w, err = b.Upload(gdt, []int{2 * c.Intermediate, c.Hidden}, wdata); err != nil {
+		return nil, false, err
+	}
+	return w, true, nil
+}
+
 // matmulRate measures FLOP/s of the model's largest projection (layer 0's
 // fused gate/up) on one prefill chunk's rows: the rate prefill's GEMMs can
 // reach on this backend, in the weights' own dtype.
 func (run *latencyRun) matmulRate() (float64, error) {
 	o, c, b := run.opts, run.cfg, run.b
-	gate, ok1 := o.Weights.Tensor(model.LayerName(0, model.SuffixGate))
-	up, ok2 := o.Weights.Tensor(model.LayerName(0, model.SuffixUp))
-	if !ok1 || !ok2 || gate.DType != up.DType {
-		return 0, nil
-	}
-	n := min(o.PrefillChunk, o.Batch*o.InputLen)
-	wdata := make([]byte, 0, len(gate.Data)+len(up.Data))
-	wdata = append(append(wdata, gate.Data...), up.Data...)
-	w, err := b.Upload(gate.DType, []int{2 * c.Intermediate, c.Hidden}, wdata)
+	w, ok, err := run.gateUpProbe()
 	if err != nil {
 		return 0, fmt.Errorf("bench latency: matmul probe: %w", err)
 	}
+	if !ok {
+		return 0, nil
+	}
 	defer b.Free(w)
+	n := min(o.PrefillChunk, o.Batch*o.InputLen)
 	x, err := b.Alloc(b.ActDType(), n, c.Hidden)
 	if err != nil {
 		return 0, fmt.Errorf("bench latency: matmul probe: %w", err)

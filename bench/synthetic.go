@@ -32,10 +32,13 @@ const chunkElems = 1 << 16
 // 1 + N(0, 0.05^2) and biases N(0, 0.02^2), stored as BF16 (F32/F16 when dt
 // is). The same (cfg, dt, seed) gives the same bytes on every machine.
 //
-// Generation runs on the host on every core. For the CUDA backend the
-// tensors are then copied to the device (llama.New); generating directly on
-// the device would avoid holding the model in host memory and is a later
-// optimisation.
+// Element i of a tensor is backend.SyntheticValue(tensor seed, i, mean,
+// std). The weights are a model.Filler: on a backend.RandomFiller (the
+// CUDA and CPU backends) llama.New has the backend make BF16 and F32
+// matrices in place, so an 8B model is never generated or held on the
+// host nor copied over PCIe; the bytes are the same as Tensor's, which
+// makes them on the host on every core (norms, biases, quantized dtypes
+// and backends without FillNormal).
 func SyntheticWeights(cfg model.Config, dt backend.DType, seed uint64) (model.Weights, error) {
 	return newSynthetic(cfg, dt, seed, runtime.GOMAXPROCS(0))
 }
@@ -124,6 +127,43 @@ func (w *synthWeights) Tensor(name string) (model.Weight, bool) {
 	return model.Weight{Name: name, DType: t.dt, Shape: append([]int(nil), t.spec.Shape...), Data: t.data}, true
 }
 
+// Spec implements model.Filler.
+func (w *synthWeights) Spec(name string) (backend.DType, []int, bool) {
+	w.mu.Lock()
+	t, ok := w.tensors[name]
+	w.mu.Unlock()
+	if !ok {
+		return 0, nil, false
+	}
+	return t.dt, append([]int(nil), t.spec.Shape...), true
+}
+
+// Fill implements model.Filler: BF16 and F32 tensors on a
+// backend.RandomFiller, with the values Tensor would make.
+func (w *synthWeights) Fill(b backend.Backend, name string, dst backend.Tensor) (bool, error) {
+	rf, ok := b.(backend.RandomFiller)
+	w.mu.Lock()
+	t, known := w.tensors[name]
+	w.mu.Unlock()
+	if !ok || !known || (t.dt != backend.BF16 && t.dt != backend.F32) {
+		return false, nil
+	}
+	n, err := backend.NumElements(t.spec.Shape)
+	if err != nil {
+		return false, err
+	}
+	if dst.DType() != t.dt {
+		return false, fmt.Errorf("synthetic weights: fill %s: destination is %v, the tensor %v", name, dst.DType(), t.dt)
+	}
+	if m, err := backend.NumElements(dst.Shape()); err != nil || m != n {
+		return false, fmt.Errorf("synthetic weights: fill %s: destination %v holds %d elements, the tensor %d", name, dst.Shape(), m, n)
+	}
+	if err := rf.FillNormal(dst, w.tensorSeed(name), float32(t.mean), float32(t.std)); err != nil {
+		return false, fmt.Errorf("synthetic weights: fill %s: %w", name, err)
+	}
+	return true, nil
+}
+
 // Names implements model.Weights.
 func (w *synthWeights) Names() []string { return append([]string(nil), w.names...) }
 
@@ -173,7 +213,9 @@ func (w *synthWeights) generate(t *synthTensor) ([]byte, error) {
 				}
 				lo := c * chunkElems
 				m := min(chunkElems, n-lo)
-				fillNormal(vals[:m], seed, uint64(c), t.mean, t.std)
+				for j := range m {
+					vals[j] = backend.SyntheticValue(seed, int64(lo+j), float32(t.mean), float32(t.std))
+				}
 				if err := encodeChunk(data, t.dt, lo, vals[:m]); err != nil {
 					errOnce.Do(func() { firstErr = err })
 					return

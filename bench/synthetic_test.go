@@ -267,3 +267,58 @@ func BenchmarkSyntheticBF16(b *testing.B) {
 	}
 	b.SetBytes(size)
 }
+
+// TestSyntheticFillMatchesTensor checks that the device path (Fill on a
+// backend.RandomFiller, here the CPU backend) makes the same bytes as the
+// host path (Tensor) for every BF16 and F32 tensor, refuses quantized
+// tensors and backends without FillNormal, and that Spec agrees with
+// Tensor.
+func TestSyntheticFillMatchesTensor(t *testing.T) {
+	cfg := tinyConfig(false, true)
+	b := cpu.New(cpu.Options{Threads: 2})
+	for _, dt := range []backend.DType{backend.BF16, backend.F32, backend.Q8_0} {
+		w := mustSynthetic(t, cfg, dt, 11)
+		f := w.(model.Filler)
+		filled := 0
+		for _, name := range w.Names() {
+			host, ok := w.Tensor(name)
+			sdt, shape, sok := f.Spec(name)
+			if !ok || !sok || sdt != host.DType || !slices.Equal(shape, host.Shape) {
+				t.Fatalf("%v %s: Spec %v %v %v against Tensor %v %v %v", dt, name, sdt, shape, sok, host.DType, host.Shape, ok)
+			}
+			dst, err := b.Alloc(sdt, shape...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ok, err = f.Fill(b, name, dst)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if quant := sdt == backend.Q8_0; ok == quant {
+				t.Fatalf("%v %s: Fill said %v", dt, name, ok)
+			}
+			if !ok {
+				continue
+			}
+			filled++
+			got := make([]byte, len(host.Data))
+			if err := b.Read(dst, got); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, host.Data) {
+				t.Fatalf("%v %s: filled bytes differ from Tensor's", dt, name)
+			}
+		}
+		if filled == 0 {
+			t.Fatalf("%v: nothing filled", dt)
+		}
+		// A backend without FillNormal is told no.
+		dst, _ := b.Alloc(backend.BF16, 4)
+		if ok, err := f.Fill(noFiller{b}, model.NameFinalNorm, dst); ok || err != nil {
+			t.Errorf("Fill on a backend without FillNormal: %v, %v", ok, err)
+		}
+	}
+}
+
+// noFiller hides the CPU backend's FillNormal.
+type noFiller struct{ backend.Backend }

@@ -37,6 +37,21 @@ type Weights interface {
 	Close() error
 }
 
+// Filler is an optional Weights interface for weights that need not exist
+// as host bytes (bench's synthetic weights): a loader asks Fill to make a
+// tensor's values directly in device memory, and calls Tensor only where
+// Fill says it cannot.
+type Filler interface {
+	// Spec returns a tensor's dtype and shape without making its bytes.
+	Spec(name string) (backend.DType, []int, bool)
+	// Fill writes tensor name's values into dst, a tensor on b of Spec's
+	// dtype with the same element count (or a row range of a bigger
+	// tensor: the caller's View). It reports false, having done nothing,
+	// where it cannot (b is not a backend.RandomFiller, or the dtype is
+	// quantized).
+	Fill(b backend.Backend, name string, dst backend.Tensor) (bool, error)
+}
+
 // HF tensor names. Per-layer names are "model.layers.N." + the suffix.
 const (
 	NameEmbed     = "model.embed_tokens.weight"
@@ -148,9 +163,18 @@ func ValidateWeights(c Config, w Weights) error {
 		return err
 	}
 	want := map[string]bool{}
+	filler, _ := w.(Filler)
 	for _, s := range ExpectedWeights(c) {
 		want[s.Name] = true
-		t, ok := w.Tensor(s.Name)
+		var t Weight
+		ok := false
+		if filler != nil {
+			// Checked from the spec: the bytes may never be made on the host.
+			t.Name = s.Name
+			t.DType, t.Shape, ok = filler.Spec(s.Name)
+		} else {
+			t, ok = w.Tensor(s.Name)
+		}
 		if !ok {
 			return fmt.Errorf("weights: tensor %s is missing", s.Name)
 		}
@@ -170,7 +194,7 @@ func ValidateWeights(c Config, w Weights) error {
 		if err != nil {
 			return fmt.Errorf("weights: tensor %s: %w", s.Name, err)
 		}
-		if n != len(t.Data) {
+		if filler == nil && n != len(t.Data) {
 			return fmt.Errorf("weights: tensor %s holds %d bytes, %v %v takes %d", s.Name, len(t.Data), t.DType, t.Shape, n)
 		}
 	}

@@ -1,6 +1,8 @@
 package cpu
 
 import (
+	"encoding/binary"
+	"fmt"
 	"math"
 
 	"github.com/trigon-llm/trigon/backend"
@@ -223,4 +225,34 @@ func (b *Backend) SiLUMul(out, gateUp backend.Tensor) error {
 
 func silu(v float32) float32 {
 	return float32(float64(v) / (1 + math.Exp(-float64(v))))
+}
+
+// FillNormal implements backend.RandomFiller.
+func (b *Backend) FillNormal(t backend.Tensor, seed uint64, mean, std float32) error {
+	const op = "fillnormal"
+	x, err := tensorOf(op, "t", t)
+	if err != nil {
+		return err
+	}
+	if err := checkDType(op, "t", x, backend.F32, backend.BF16); err != nil {
+		return err
+	}
+	n, err := backend.NumElements(x.shape)
+	if err != nil {
+		return fmt.Errorf("cpu: %s: %w", op, err)
+	}
+	const grain = 1 << 16
+	b.parallel((n+grain-1)/grain, 1, func(_, lo, hi int) {
+		for c := lo; c < hi; c++ {
+			for i := c * grain; i < min(n, (c+1)*grain); i++ {
+				v := backend.SyntheticValue(seed, int64(i), mean, std)
+				if x.dt == backend.F32 {
+					binary.LittleEndian.PutUint32(x.data[4*i:], math.Float32bits(v))
+				} else {
+					binary.LittleEndian.PutUint16(x.data[2*i:], F32ToBF16(v))
+				}
+			}
+		}
+	})
+	return nil
 }

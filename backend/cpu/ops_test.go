@@ -207,3 +207,63 @@ func TestSiLUMul(t *testing.T) {
 		}
 	})
 }
+
+// TestFillNormal checks FillNormal's bytes against backend.SyntheticValue
+// encoded in the tensor's dtype, over several goroutine chunks, into a row
+// view of a bigger tensor, and its refusals.
+func TestFillNormal(t *testing.T) {
+	b := New(Options{Threads: 3})
+	for _, tc := range []struct {
+		dt   backend.DType
+		rows int
+	}{{backend.F32, 1}, {backend.BF16, 3}, {backend.BF16, 70001}, {backend.F32, 40000}} {
+		t.Run(fmt.Sprintf("%v_%d", tc.dt, tc.rows), func(t *testing.T) {
+			const cols = 7
+			full, err := b.Alloc(tc.dt, tc.rows+2, cols)
+			if err != nil {
+				t.Fatal(err)
+			}
+			view, err := b.View(full, 1, tc.rows)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := b.FillNormal(view, 77, 1, 0.5); err != nil {
+				t.Fatal(err)
+			}
+			data := full.(*tensor).data
+			es := tc.dt.BlockBytes()
+			for i := range (tc.rows + 2) * cols {
+				got := data[i*es : (i+1)*es]
+				if i < cols || i >= (tc.rows+1)*cols {
+					for _, c := range got {
+						if c != 0 {
+							t.Fatalf("element %d outside the view was written", i)
+						}
+					}
+					continue
+				}
+				v := backend.SyntheticValue(77, int64(i-cols), 1, 0.5)
+				var want uint32
+				if tc.dt == backend.F32 {
+					want = math.Float32bits(v)
+				} else {
+					want = uint32(F32ToBF16(v))
+				}
+				var have uint32
+				for k := es - 1; k >= 0; k-- {
+					have = have<<8 | uint32(got[k])
+				}
+				if have != want {
+					t.Fatalf("element %d: %#x, want %#x", i-cols, have, want)
+				}
+			}
+		})
+	}
+	f16, err := b.Alloc(backend.F16, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.FillNormal(f16, 1, 0, 1); err == nil {
+		t.Error("FillNormal of an F16 tensor: no error")
+	}
+}

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/trigon-llm/trigon/backend"
@@ -254,4 +255,31 @@ func (b *Backend) convert(dst uint64, dt backend.DType, src uint64, st backend.D
 		return err
 	}
 	return b.launch(f, [3]int{b.gridFor(count), 1, 1}, 256, 0, dst, src, uint64(count))
+}
+
+// FillNormal implements backend.RandomFiller: element i of t becomes
+// backend.SyntheticValue(seed, i, mean, std) in t's dtype (F32 or BF16),
+// made on the device.
+func (b *Backend) FillNormal(t backend.Tensor, seed uint64, mean, std float32) error {
+	const op = "fillnormal"
+	x, err := b.tensorOf(op, "t", t)
+	if err != nil {
+		return err
+	}
+	if err := checkDType(op, "t", x, backend.F32, backend.BF16); err != nil {
+		return err
+	}
+	n, err := backend.NumElements(x.shape)
+	if err != nil {
+		return fmt.Errorf("cuda: %s: %w", op, err)
+	}
+	k := fnKey{modSpec{file: "act", p: [6]int{int(x.dt), int(x.dt)}}, "fill_normal"}
+	return b.post(func() error {
+		f, err := b.fn(k)
+		if err != nil {
+			return err
+		}
+		return b.launch(f, [3]int{b.gridFor(n), 1, 1}, 256, 0, x.ptr, uint64(n), seed,
+			f32bits(backend.SyntheticScale), f32bits(mean), f32bits(std))
+	})
 }

@@ -243,3 +243,43 @@ func TestAddRMSNormPrefetch(t *testing.T) {
 		})
 	}
 }
+
+// TestFillNormal checks that the device makes FillNormal's values bit for
+// bit as the CPU backend does (the same integer hash, no FMA contraction,
+// the same BF16 rounding), into a row view, over more elements than one
+// grid-stride pass.
+func TestFillNormal(t *testing.T) {
+	sharedBackend(t, true)
+	for _, tc := range []struct {
+		dt         backend.DType
+		rows, cols int
+	}{{backend.BF16, 1, 1}, {backend.F32, 3, 1000}, {backend.BF16, 4097, 1031}, {backend.F32, 1, 5}} {
+		t.Run(fmt.Sprintf("%v_%dx%d", tc.dt, tc.rows, tc.cols), func(t *testing.T) {
+			p := newPair(t)
+			fill := func(b backend.Backend) []byte {
+				full, err := b.Alloc(tc.dt, tc.rows+2, tc.cols)
+				p.must("alloc", err)
+				zero := make([]byte, (tc.rows+2)*tc.cols*tc.dt.BlockBytes())
+				p.must("zero", b.Write(full, zero))
+				view, err := b.View(full, 1, tc.rows)
+				p.must("view", err)
+				p.must("fill", b.(backend.RandomFiller).FillNormal(view, 0xfeed, -0.25, 3))
+				p.must("sync", b.Sync())
+				defer b.Free(full)
+				return readBytes(t, b, full)
+			}
+			if !bytes.Equal(fill(p.g), fill(p.c)) {
+				t.Fatal("device and CPU FillNormal bytes differ")
+			}
+		})
+	}
+	g := sharedBackend(t, true)
+	f16, err := g.Alloc(backend.F16, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Free(f16)
+	if err := g.FillNormal(f16, 1, 0, 1); !errors.Is(err, backend.ErrShape) {
+		t.Errorf("FillNormal of an F16 tensor: %v, want ErrShape", err)
+	}
+}

@@ -123,12 +123,12 @@ func (m *Model) load(w model.Weights) error {
 		t, _ := w.Tensor(name) // presence checked by ValidateWeights
 		return t
 	}
-	if m.embed, err = m.upload(get(model.NameEmbed)); err != nil {
+	if m.embed, err = m.matrix(w, model.NameEmbed); err != nil {
 		return err
 	}
 	m.lmHead = m.embed
 	if !c.TieEmbeddings {
-		if m.lmHead, err = m.upload(get(model.NameLMHead)); err != nil {
+		if m.lmHead, err = m.matrix(w, model.NameLMHead); err != nil {
 			return err
 		}
 	}
@@ -149,7 +149,8 @@ func (m *Model) load(w model.Weights) error {
 		if ly.postNorm, err = m.uploadF32(lw(model.SuffixPostNorm)); err != nil {
 			return err
 		}
-		if ly.qkv, err = m.uploadRows(lw(model.SuffixQ), lw(model.SuffixK), lw(model.SuffixV)); err != nil {
+		ln := func(suffix string) string { return model.LayerName(l, suffix) }
+		if ly.qkv, err = m.matrix(w, ln(model.SuffixQ), ln(model.SuffixK), ln(model.SuffixV)); err != nil {
 			return err
 		}
 		if c.AttentionBias {
@@ -165,7 +166,7 @@ func (m *Model) load(w model.Weights) error {
 				return err
 			}
 		}
-		if ly.o, err = m.upload(lw(model.SuffixO)); err != nil {
+		if ly.o, err = m.matrix(w, ln(model.SuffixO)); err != nil {
 			return err
 		}
 		if c.AttnOutputBias {
@@ -173,10 +174,10 @@ func (m *Model) load(w model.Weights) error {
 				return err
 			}
 		}
-		if ly.gateUp, err = m.uploadRows(lw(model.SuffixGate), lw(model.SuffixUp)); err != nil {
+		if ly.gateUp, err = m.matrix(w, ln(model.SuffixGate), ln(model.SuffixUp)); err != nil {
 			return err
 		}
-		if ly.down, err = m.upload(lw(model.SuffixDown)); err != nil {
+		if ly.down, err = m.matrix(w, ln(model.SuffixDown)); err != nil {
 			return err
 		}
 	}
@@ -190,6 +191,66 @@ func (m *Model) uploadRaw(dt backend.DType, shape []int, data []byte) (backend.T
 	}
 	m.owned = append(m.owned, t)
 	return t, nil
+}
+
+// matrix loads one projection, or stacks several of one dtype and row
+// width into a single [sum of rows, width] tensor so one MatMul computes
+// all of them. Weights that are a model.Filler make their values on the
+// device where they can; otherwise the host bytes are uploaded.
+func (m *Model) matrix(w model.Weights, names ...string) (backend.Tensor, error) {
+	if f, ok := w.(model.Filler); ok {
+		t, filled, err := m.fill(f, names)
+		if err != nil || filled {
+			return t, err
+		}
+	}
+	var ws []model.Weight
+	for _, name := range names {
+		t, _ := w.Tensor(name) // presence checked by ValidateWeights
+		ws = append(ws, t)
+	}
+	if len(ws) == 1 {
+		return m.upload(ws[0])
+	}
+	return m.uploadRows(ws...)
+}
+
+// fill allocates the stacked tensor of names and has f fill each part's
+// rows. filled is false, with nothing left allocated, where f cannot.
+func (m *Model) fill(f model.Filler, names []string) (t backend.Tensor, filled bool, err error) {
+	var dt backend.DType
+	var shapes [][]int
+	rows := 0
+	for i, name := range names {
+		d, shape, ok := f.Spec(name)
+		if !ok || len(shape) != 2 || (i > 0 && (d != dt || shape[1] != shapes[0][1])) {
+			return nil, false, nil // the host path reports what is wrong
+		}
+		dt = d
+		shapes = append(shapes, shape)
+		rows += shape[0]
+	}
+	full, err := m.b.Alloc(dt, rows, shapes[0][1])
+	if err != nil {
+		return nil, false, fmt.Errorf("%s: %w", names[0], err)
+	}
+	start := 0
+	for i, name := range names {
+		part, err := m.b.View(full, start, shapes[i][0])
+		if err == nil {
+			filled, err = f.Fill(m.b, name, part)
+		}
+		if err != nil || !filled {
+			m.b.Free(full)
+			if err != nil {
+				err = fmt.Errorf("%s: %w", name, err)
+			}
+			return nil, false, err
+		}
+		start += shapes[i][0]
+	}
+	m.owned = append(m.owned, full)
+	return full, true, nil
 }
 
 // upload passes one weight through unchanged.

@@ -63,3 +63,23 @@ extern "C" __global__ void convert(void* dst, const void* src, i64 count) {
     store_f<OT>(dst, idx, load_f<IT>(src, idx));
   }
 }
+
+// fill_normal: out[i] = mean + std * z(seed, i), z the Irwin-Hall sum of
+// backend.SyntheticNormal (four 16-bit uniforms of a splitmix64 hash,
+// centred, times scale = sqrt(3)/65536): integer arithmetic and
+// round-to-nearest float operations that cannot contract into an FMA, so
+// the bits equal the CPU backend's.
+//   out [n] OT (F32 or BF16)
+// grid-stride, any grid.
+extern "C" __global__ void fill_normal(void* out, i64 n, u64 seed, float scale, float mean, float stdv) {
+  grid_dep_sync();
+  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
+    u64 z = seed + (u64)i * 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    int s = (int)(z & 0xffffu) + (int)((z >> 16) & 0xffffu) + (int)((z >> 32) & 0xffffu) + (int)(z >> 48);
+    float u = __fmul_rn((float)(s + 2 - 131072), scale);
+    store_f<OT>(out, i, __fadd_rn(mean, __fmul_rn(stdv, u)));
+  }
+}
