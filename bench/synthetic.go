@@ -295,3 +295,10 @@ func mixBits(z uint64) uint64 {
 	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
 	return z ^ (z >> 31)
 }
+
+// HostOnly hides a model.Filler: llama.New then uploads every tensor from
+// host bytes (`bench latency --weights-on-device=false`, to compare the
+// two paths or to step around a device without a working FillNormal).
+func HostOnly(w model.Weights) model.Weights { return hostOnly{w} }
+
+type hostOnly struct{ model.Weights }

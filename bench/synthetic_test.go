@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"math"
 	"slices"
@@ -322,3 +323,30 @@ func TestSyntheticFillMatchesTensor(t *testing.T) {
 
 // noFiller hides the CPU backend's FillNormal.
 type noFiller struct{ backend.Backend }
+
+// TestHostOnlySameTokens runs the latency benchmark with the weights made
+// by the backend (Fill) and uploaded from the host (HostOnly): the same
+// bytes, so the same greedy tokens.
+func TestHostOnlySameTokens(t *testing.T) {
+	cfg := tinyConfig(false, false)
+	w := mustSynthetic(t, cfg, backend.BF16, 5)
+	if _, ok := HostOnly(w).(model.Filler); ok {
+		t.Fatal("HostOnly still exposes model.Filler")
+	}
+	var tokens [][][]int32
+	for _, ws := range []model.Weights{w, HostOnly(w)} {
+		res, err := RunLatency(context.Background(), LatencyOptions{
+			Backend: cpu.New(cpu.Options{Threads: 2}), Config: cfg, Weights: ws, Arch: "tiny",
+			Batch: 2, InputLen: 12, OutputLen: 5, Iters: 1, Seed: 4,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens = append(tokens, res.Tokens)
+	}
+	for s := range tokens[0] {
+		if !slices.Equal(tokens[0][s], tokens[1][s]) {
+			t.Errorf("sequence %d: %v filled, %v uploaded", s, tokens[0][s], tokens[1][s])
+		}
+	}
+}

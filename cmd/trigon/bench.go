@@ -39,7 +39,7 @@ func benchLatencyCmd() *cobra.Command {
 	var batch, inputLen, outputLen, chunk, warmup, iters, profileSteps int
 	var seed uint64
 	var peakGBps float64
-	var asJSON, verbose bool
+	var asJSON, verbose, onDevice bool
 	cmd := &cobra.Command{
 		Use:   "latency",
 		Short: "Time prefill and decode steps of one batch",
@@ -80,6 +80,9 @@ func benchLatencyCmd() *cobra.Command {
 				}
 				source = fmt.Sprintf("synthetic, seed %d", seed)
 				arch = bench.ArchLabel(arch)
+				if !onDevice {
+					w = bench.HostOnly(w)
+				}
 			}
 			defer w.Close()
 			b, err := df.open(newLogger(cmd.ErrOrStderr(), verbose))
@@ -144,6 +147,7 @@ func benchLatencyCmd() *cobra.Command {
 	fl.Float64Var(&peakGBps, "peak-bandwidth", 0, "nominal memory bandwidth in GB/s, used as the ceiling instead of the backend's own copy measurement")
 	fl.BoolVar(&asJSON, "json", false, "print JSON: one object, or an array of two with --cuda-graphs both")
 	fl.BoolVarP(&verbose, "verbose", "v", false, "log backend selection")
+	fl.BoolVar(&onDevice, "weights-on-device", true, "make BF16/F32 synthetic weights on the device (false: generate on the host and copy)")
 	fl.IntVar(&profileSteps, "profile-steps", 0, "in the last iteration, bracket the prefill and this many decode steps for a profiler run with collection off (ncu --profile-from-start off)")
 	return cmd
 }
@@ -153,7 +157,7 @@ func benchOverlapCmd() *cobra.Command {
 	var arch, dtype, graphs string
 	var batch, contextLen, promptLen, chunk, warmup, iters int
 	var seed uint64
-	var asJSON, second, verbose bool
+	var asJSON, second, verbose, onDevice bool
 	cmd := &cobra.Command{
 		Use:   "overlap",
 		Short: "Compare mixed, serial and two-stream prefill while a batch decodes",
@@ -181,6 +185,9 @@ func benchOverlapCmd() *cobra.Command {
 				return err
 			}
 			defer w.Close()
+			if !onDevice {
+				w = bench.HostOnly(w)
+			}
 			log := newLogger(cmd.ErrOrStderr(), verbose)
 			open := func() (backend.Backend, func(), error) {
 				b, err := df.open(log)
@@ -233,6 +240,7 @@ func benchOverlapCmd() *cobra.Command {
 	fl.IntVar(&iters, "iters", 3, "timed repetitions of each strategy")
 	fl.Uint64Var(&seed, "seed", 0, "seed of the synthetic weights and the tokens")
 	fl.StringVar(&graphs, "cuda-graphs", "off", "on: pure decode steps replay a captured CUDA graph; off")
+	fl.BoolVar(&onDevice, "weights-on-device", true, "make BF16/F32 synthetic weights on the device (false: generate on the host and copy)")
 	fl.BoolVar(&second, "second-stream", true, "measure overlap on a second backend of the same device (needs memory for a second copy of the weights)")
 	fl.BoolVar(&asJSON, "json", false, "print JSON")
 	fl.BoolVarP(&verbose, "verbose", "v", false, "log backend selection")

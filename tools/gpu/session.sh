@@ -7,7 +7,7 @@
 # Parts: checks (kernel tests, fixtures on CUDA, trigon run), quick_tests,
 # cuda_tests (every test + memcheck), bigref (Llama-3-8B shape vs
 # transformers), serve_smoke, bench_rows, graphs, profile (ncu), attn_bench,
-# attn_check, default_model, peers, overlap, margin, pdl, tune_prefill, prefetch, qkvrope, fuse_ab, splits, final (tests, then peers, rows and the
+# attn_check, default_model, peers, overlap, margin, pdl, tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, splits, final (tests, then peers, rows and the
 # server: what docs/benchmarks.md's latest section ran);
 # `session.sh bigref graphs` runs those two. Results: $OUT/summary.txt and
 # $OUT/logs.tgz (the device tool returns at most 8 files).
@@ -183,6 +183,20 @@ fuse_ab() {
 for r in 1 2; do
   bench_env "TRIGON_CUDA_FUSE_QKV_ROPE=off" fuseoff$r
   bench_env "TRIGON_CUDA_FUSE_QKV_ROPE=on" fuseon$r
+done
+}
+
+# fill_check: synthetic weights made on the device (FillNormal) against
+# the CPU's bytes, then the batch-4 step with weights made on the device
+# and uploaded from the host (same bytes: same tokens, same times).
+fill_check() {
+log "FillNormal on the device vs the CPU"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.run 'TestFillNormal' >"$OUT/fill-tests.log" 2>&1)
+echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^(--- |FAIL|PASS|ok)|differ|panic" "$OUT/fill-tests.log" | tail -8 | tee -a "$OUT/summary.txt"
+for d in true false; do
+  log "bench latency llama-3-8b --batch 4 --output-len 16 --weights-on-device=$d"
+  /usr/bin/time -f "wall %e s, max rss %M KB" .gpu/trigon bench latency --device cuda --arch llama-3-8b --batch 4 --input-len 2048 \
+    --output-len 16 --warmup 0 --iters 1 --cuda-graphs on --weights-on-device=$d 2>&1 | grep -E "prefill|ITL|wall|rror" | tee -a "$OUT/summary.txt"
 done
 }
 
