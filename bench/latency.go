@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -195,19 +194,30 @@ func RunLatency(ctx context.Context, opts LatencyOptions) (*LatencyResult, error
 	return res, nil
 }
 
-func checkLatencyOptions(o *LatencyOptions) error {
-	if o.Backend == nil || o.Weights == nil {
-		return errors.New("bench latency: a backend and weights are required")
+// checkModelRun checks what every model-driven benchmark needs: a
+// backend, weights, a valid config and a batch of 1..4096 sequences.
+// name prefixes the errors ("bench latency").
+func checkModelRun(name string, b backend.Backend, w model.Weights, c model.Config, batch int) error {
+	if b == nil || w == nil {
+		return fmt.Errorf("%s: a backend and weights are required", name)
 	}
-	if err := o.Config.Validate(); err != nil {
-		return fmt.Errorf("bench latency: %w", err)
+	if err := c.Validate(); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	if batch < 1 || batch > 4096 {
+		return fmt.Errorf("%s: batch %d outside 1..4096", name, batch)
+	}
+	return nil
+}
+
+func checkLatencyOptions(o *LatencyOptions) error {
+	if err := checkModelRun("bench latency", o.Backend, o.Weights, o.Config, o.Batch); err != nil {
+		return err
 	}
 	if o.PrefillChunk == 0 {
 		o.PrefillChunk = 2048
 	}
 	switch {
-	case o.Batch < 1 || o.Batch > 4096:
-		return fmt.Errorf("bench latency: batch %d outside 1..4096", o.Batch)
 	case o.InputLen < 1 || o.OutputLen < 1:
 		return fmt.Errorf("bench latency: input length %d and output length %d must be >= 1", o.InputLen, o.OutputLen)
 	case o.InputLen > o.Config.MaxPositions-o.OutputLen:

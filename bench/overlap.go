@@ -215,18 +215,13 @@ func RunOverlap(ctx context.Context, opts OverlapOptions) (*OverlapResult, error
 }
 
 func checkOverlapOptions(o *OverlapOptions) error {
-	if o.Backend == nil || o.Weights == nil {
-		return errors.New("bench overlap: a backend and weights are required")
-	}
-	if err := o.Config.Validate(); err != nil {
-		return fmt.Errorf("bench overlap: %w", err)
+	if err := checkModelRun("bench overlap", o.Backend, o.Weights, o.Config, o.Batch); err != nil {
+		return err
 	}
 	if o.Chunk == 0 {
 		o.Chunk = 512
 	}
 	switch {
-	case o.Batch < 1 || o.Batch > 4096:
-		return fmt.Errorf("bench overlap: batch %d outside 1..4096", o.Batch)
 	case o.Context < 1 || o.PromptLen < 1 || o.Chunk < 1:
 		return fmt.Errorf("bench overlap: context %d, prompt length %d and chunk %d must be >= 1", o.Context, o.PromptLen, o.Chunk)
 	case o.Context >= o.Config.MaxPositions || o.PromptLen > o.Config.MaxPositions:
