@@ -7,8 +7,10 @@
 # Parts: checks (kernel tests, fixtures on CUDA, trigon run), quick_tests,
 # cuda_tests (every test + memcheck), bigref (Llama-3-8B shape vs
 # transformers), serve_smoke, bench_rows, graphs, profile (ncu), attn_bench,
-# attn_check, default_model, peers, overlap, margin, pdl, tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, splits, final (tests, then peers, rows and the
-# server: what docs/benchmarks.md's latest section ran);
+# attn_check, default_model, peers, overlap (bench overlap), margin, pdl,
+# tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, splits (one A/B
+# experiment each), final (tests, then peers, rows and the server: what
+# docs/benchmarks.md's latest section ran);
 # `session.sh bigref graphs` runs those two. Results: $OUT/summary.txt and
 # $OUT/logs.tgz (the device tool returns at most 8 files).
 #
