@@ -259,7 +259,9 @@ func (b *Backend) convert(dst uint64, dt backend.DType, src uint64, st backend.D
 
 // FillNormal implements backend.RandomFiller: element i of t becomes
 // backend.SyntheticValue(seed, i, mean, std) in t's dtype (F32 or BF16),
-// made on the device.
+// made on the device. A kernel writes t, so t is never pristine: under
+// PDL the GEMV does not read such a weight before its wait (uploaded
+// weights it may).
 func (b *Backend) FillNormal(t backend.Tensor, seed uint64, mean, std float32) error {
 	const op = "fillnormal"
 	x, err := b.tensorOf(op, "t", t)
