@@ -33,6 +33,27 @@ var weightDTypes = map[string]backend.DType{
 	"bf16": backend.BF16, "f16": backend.F16, "f32": backend.F32, "q8_0": backend.Q8_0, "q4_0": backend.Q4_0,
 }
 
+// syntheticWeights makes the --arch, --dtype, --seed weights of a
+// benchmark; onDevice false hides their model.Filler (host generation).
+func syntheticWeights(arch, dtype string, seed uint64, onDevice bool) (model.Config, model.Weights, error) {
+	dt, ok := weightDTypes[strings.ToLower(dtype)]
+	if !ok {
+		return model.Config{}, nil, fmt.Errorf("--dtype %q: want bf16, f16, f32, q8_0 or q4_0", dtype)
+	}
+	cfg, err := bench.Arch(arch)
+	if err != nil {
+		return model.Config{}, nil, err
+	}
+	w, err := bench.SyntheticWeights(cfg, dt, seed)
+	if err != nil {
+		return model.Config{}, nil, err
+	}
+	if !onDevice {
+		w = bench.HostOnly(w)
+	}
+	return cfg, w, nil
+}
+
 func benchLatencyCmd() *cobra.Command {
 	var df deviceFlags
 	var arch, modelPath, dtype, graphs string
@@ -68,21 +89,11 @@ func benchLatencyCmd() *cobra.Command {
 				source = modelPath
 				arch = strings.TrimSuffix(filepath.Base(filepath.Clean(modelPath)), ".gguf")
 			} else {
-				dt, ok := weightDTypes[strings.ToLower(dtype)]
-				if !ok {
-					return fmt.Errorf("--dtype %q: want bf16, f16, f32, q8_0 or q4_0", dtype)
-				}
-				if cfg, err = bench.Arch(arch); err != nil {
-					return err
-				}
-				if w, err = bench.SyntheticWeights(cfg, dt, seed); err != nil {
+				if cfg, w, err = syntheticWeights(arch, dtype, seed, onDevice); err != nil {
 					return err
 				}
 				source = fmt.Sprintf("synthetic, seed %d", seed)
 				arch = bench.ArchLabel(arch)
-				if !onDevice {
-					w = bench.HostOnly(w)
-				}
 			}
 			defer w.Close()
 			b, err := df.open(newLogger(cmd.ErrOrStderr(), verbose))
@@ -172,22 +183,11 @@ func benchOverlapCmd() *cobra.Command {
 			if graphs != "on" && graphs != "off" {
 				return fmt.Errorf("--cuda-graphs %q: want on or off", graphs)
 			}
-			dt, ok := weightDTypes[strings.ToLower(dtype)]
-			if !ok {
-				return fmt.Errorf("--dtype %q: want bf16, f16, f32, q8_0 or q4_0", dtype)
-			}
-			cfg, err := bench.Arch(arch)
-			if err != nil {
-				return err
-			}
-			w, err := bench.SyntheticWeights(cfg, dt, seed)
+			cfg, w, err := syntheticWeights(arch, dtype, seed, onDevice)
 			if err != nil {
 				return err
 			}
 			defer w.Close()
-			if !onDevice {
-				w = bench.HostOnly(w)
-			}
 			log := newLogger(cmd.ErrOrStderr(), verbose)
 			open := func() (backend.Backend, func(), error) {
 				b, err := df.open(log)
