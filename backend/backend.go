@@ -225,6 +225,32 @@ type QKVRoPEFuser interface {
 	FusedQKVRoPE(x, w Tensor, args RoPEArgs) (bool, error)
 }
 
+// NormFuser is an optional Backend interface for decode-sized batches: it
+// folds AddRMSNorm and SiLUMul into the products beside them, so a decoder
+// layer runs fewer kernels. The residual add moves into the product that
+// makes the addend (MatMulAdd); the norm moves into the product that reads
+// it (NormQKVRoPE, NormGateUpSiLU), whose input is then the residual stream
+// itself. Each method returns false, having queued nothing, where it does
+// not fuse its operands (the caller then runs the unfused ops); operands
+// the unfused ops would refuse are an ErrShape error. Results match the
+// unfused ops within the rounding of the norm's scale (its sum of squares
+// may be added in another order).
+type NormFuser interface {
+	// MatMulAdd: resid += x . w^T, rounded as MatMul into a buffer and
+	// AddRMSNorm's residual add round it.
+	//	resid [n, m];  x [n, k];  w [m, k]
+	MatMulAdd(resid, x, w Tensor) (bool, error)
+	// NormQKVRoPE is FusedQKVRoPE with x = AddRMSNorm(h, nil, normW, eps)'s
+	// output (the norm without a residual add).
+	//	h [n, k];  normW [k];  w and args as for FusedQKVRoPE
+	NormQKVRoPE(h, normW Tensor, eps float32, w Tensor, args RoPEArgs) (bool, error)
+	// NormGateUpSiLU: out = SiLUMul of (RMSNorm(h) * normW) . w^T, w the
+	// gate rows and then the up rows, as MatMul, AddRMSNorm and SiLUMul
+	// would compute it.
+	//	out [n, inter];  h [n, k];  normW [k];  w [2*inter, k]
+	NormGateUpSiLU(out, h, normW Tensor, eps float32, w Tensor) (bool, error)
+}
+
 // RandomFiller is an optional Backend interface: FillNormal writes
 // synthetic values into t where it lives, so benchmarks can make a model's
 // weights on the device instead of generating and copying gigabytes from

@@ -154,6 +154,9 @@ func New(opts Options) (*Backend, error) {
 	if err := applyFuseEnv(); err != nil {
 		return nil, err
 	}
+	if err := applyFuseNormEnv(); err != nil {
+		return nil, err
+	}
 	d, _ := loadDriver()
 	b := &Backend{
 		opts:    opts,

@@ -210,7 +210,9 @@ func TestKernelsWaitForPredecessor(t *testing.T) {
 // earlyReaders are the kernels allowed to load, before grid_dep_sync, the
 // weights the host flags as pristine (never written by a kernel), named by
 // the flag parameter.
-var earlyReaders = map[string]string{"gemv_bf16": "early_w", "qkv_rope_bf16": "early_w"}
+var earlyReaders = map[string]string{
+	"gemv_bf16": "early_w", "qkv_rope_bf16": "early_w", "gemv_add_bf16": "early_w", "gemv_norm_silu_bf16": "early_w",
+}
 
 // globalRe matches a kernel's declaration up to its parameter list.
 var globalRe = regexp.MustCompile(`extern "C" __global__ void (?:__launch_bounds__\([^)]*\) )?(\w+)\(`)

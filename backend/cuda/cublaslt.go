@@ -113,6 +113,9 @@ type gemmPlan struct {
 	// gemv, when set by the tuner, is the own GEMV variant that beat
 	// cuBLASLt on this shape (decode products of at most gemvMaxRows rows).
 	gemv gemvConfig
+	// gemvBest is the fastest GEMV variant the tuner timed, whether or not
+	// it beat cuBLASLt: what fused products of the shape run (fusedGEMV).
+	gemvBest gemvConfig
 	// tunedMs and gemvMs are the tuner's best times (cuBLASLt's kept
 	// algorithm, the fastest GEMV variant), for reports; 0 until tuned.
 	tunedMs, gemvMs float32

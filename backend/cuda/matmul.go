@@ -434,7 +434,7 @@ func (b *Backend) tuneGemm(p *gemmPlan, key gemmKey, y, x, w uint64) {
 	if own.nw == 0 {
 		return
 	}
-	p.gemvMs = ownBest
+	p.gemvMs, p.gemvBest = ownBest, own
 	if ownBest < kept*float32(1-gemvMargin) {
 		p.gemv = own
 	}

@@ -55,62 +55,66 @@ func applyFuseEnv() error {
 //	x [n, k] BF16;  w [(H+2*KV)*hd, k] BF16
 //	a as for RoPEStoreKV: a.QKV [n, (H+2*KV)*hd] (also the tuner's scratch)
 func (b *Backend) FusedQKVRoPE(x, w backend.Tensor, a backend.RoPEArgs) (bool, error) {
-	r, err := b.ropeOperands(a)
-	if err != nil {
+	xt, wt, r, fuse, err := b.qkvRoPEOperands(x, w, a)
+	if err != nil || !fuse {
 		return false, err
-	}
-	// x and w are MatMul(a.QKV, x, w, nil)'s operands and are checked as
-	// it checks them, under its name (which also keeps w pristine).
-	const op = "matmul"
-	xt, err := b.tensorOf(op, "x", x)
-	if err != nil {
-		return false, err
-	}
-	wt, err := b.tensorOf(op, "w", w)
-	if err != nil {
-		return false, err
-	}
-	if err := checkDType(op, "w", wt, weightDTypes...); err != nil {
-		return false, err
-	}
-	m := r.qkv.shape[1]
-	if err := checkShape(op, "w", wt, m, -1); err != nil {
-		return false, err
-	}
-	k := wt.shape[1]
-	if err := checkDType(op, "x", xt, floatDTypes...); err != nil {
-		return false, err
-	}
-	if err := checkShape(op, "x", xt, r.n, k); err != nil {
-		return false, err
-	}
-	if err := checkDType(op, "out", r.qkv, backend.BF16, backend.F32); err != nil {
-		return false, err
-	}
-	if overlaps(r.qkv, xt) || overlaps(r.qkv, wt) {
-		return false, backend.ShapeError("cuda: "+op, "out", "overlaps x or w")
-	}
-	if m > maxInt32 || k > maxInt32 {
-		return false, backend.ShapeError("cuda: "+op, "w", "%v x %v exceeds int32", xt.shape, wt.shape)
 	}
 	// Read now, in queue order, as MatMul does.
 	pristine := wt.owner != nil && wt.owner.pristine.Load()
+	if err := b.post(func() error { return b.qkvRoPE(xt, wt, r, wt.shape[1], pristine) }); err != nil {
+		return false, err
+	}
+	return true, nil
+}
 
+// qkvRoPEOperands checks FusedQKVRoPE's operands (ErrShape errors, as
+// MatMul(a.QKV, x, w, nil) and RoPEStoreKV(a) would give them) and reports
+// whether qkv_rope_bf16 takes them. NormQKVRoPE shares it.
+func (b *Backend) qkvRoPEOperands(x, w backend.Tensor, a backend.RoPEArgs) (xt, wt *tensor, r ropeOps, fuse bool, err error) {
+	if r, err = b.ropeOperands(a); err != nil {
+		return nil, nil, r, false, err
+	}
+	// x and w are MatMul(a.QKV, x, w, nil)'s operands and are checked as
+	// it checks them, under its name.
+	const op = "matmul"
+	if xt, err = b.tensorOf(op, "x", x); err != nil {
+		return nil, nil, r, false, err
+	}
+	if wt, err = b.tensorOf(op, "w", w); err != nil {
+		return nil, nil, r, false, err
+	}
+	if err := checkDType(op, "w", wt, weightDTypes...); err != nil {
+		return nil, nil, r, false, err
+	}
+	m := r.qkv.shape[1]
+	if err := checkShape(op, "w", wt, m, -1); err != nil {
+		return nil, nil, r, false, err
+	}
+	k := wt.shape[1]
+	if err := checkDType(op, "x", xt, floatDTypes...); err != nil {
+		return nil, nil, r, false, err
+	}
+	if err := checkShape(op, "x", xt, r.n, k); err != nil {
+		return nil, nil, r, false, err
+	}
+	if err := checkDType(op, "out", r.qkv, backend.BF16, backend.F32); err != nil {
+		return nil, nil, r, false, err
+	}
+	if overlaps(r.qkv, xt) || overlaps(r.qkv, wt) {
+		return nil, nil, r, false, backend.ShapeError("cuda: "+op, "out", "overlaps x or w")
+	}
+	if m > maxInt32 || k > maxInt32 {
+		return nil, nil, r, false, backend.ShapeError("cuda: "+op, "w", "%v x %v exceeds int32", xt.shape, wt.shape)
+	}
 	bf := backend.BF16
-	fuse := fuseQKVRoPE && gemvEnabled && r.n <= gemvMaxRows && gemvFits(r.n, k, xt.ptr, wt.ptr) &&
+	fuse = fuseQKVRoPE && gemvEnabled && r.n <= gemvMaxRows && gemvFits(r.n, k, xt.ptr, wt.ptr) &&
 		xt.dt == bf && wt.dt == bf && r.qkv.dt == bf && r.kc.dt == bf &&
 		r.qn == nil && r.kn == nil && r.d%16 == 0 &&
 		// The kernel reads x and w while other blocks write Q and the
 		// caches; the unfused pair would not mind, so neither may overlap.
 		!overlaps(xt, r.q) && !overlaps(xt, r.kc) && !overlaps(xt, r.vc) &&
 		!overlaps(wt, r.q) && !overlaps(wt, r.kc) && !overlaps(wt, r.vc)
-	if !fuse {
-		return false, nil
-	}
-	if err := b.post(func() error { return b.qkvRoPE(xt, wt, r, k, pristine) }); err != nil {
-		return false, err
-	}
-	return true, nil
+	return xt, wt, r, fuse, nil
 }
 
 // qkvRoPE runs on the CUDA thread: the fused kernel where the shape's
@@ -128,22 +132,21 @@ func (b *Backend) qkvRoPE(xt, wt *tensor, r ropeOps, k int, earlyW bool) error {
 		}
 		return b.ropeStore(r)
 	}
-	return b.qkvRoPECall(p.gemv, xt.ptr, wt.ptr, r, k, earlyW)
+	return b.qkvRoPECall(p.gemv, xt.ptr, wt.ptr, r, k, earlyW, 0, 0)
 }
 
-// qkvRoPECall launches qkv_rope_bf16 with GEMV variant c. CUDA thread only.
-func (b *Backend) qkvRoPECall(c gemvConfig, x, w uint64, r ropeOps, k int, earlyW bool) error {
+// qkvRoPECall launches qkv_rope_bf16 with GEMV variant c; with a norm
+// weight g (F32 [k], else 0), x is normalised in the kernel. CUDA thread
+// only.
+func (b *Backend) qkvRoPECall(c gemvConfig, x, w uint64, r ropeOps, k int, earlyW bool, g uint64, eps float32) error {
 	f, err := b.fn(fnKey{modSpec{file: "gemv", p: [6]int{(r.n + 7) / 8, c.nw, c.ur, dtBF16}}, "qkv_rope_bf16"})
 	if err != nil {
 		return err
 	}
-	early := uint64(0)
-	if earlyW {
-		early = 1
-	}
 	blocks := (r.h + 2*r.kvh) * r.d / 16
 	return b.launch(f, [3]int{blocks, 1, 1}, c.nw*32, 0, r.q.ptr, x, w, r.pos.ptr, r.slots.ptr, r.kc.ptr, r.vc.ptr,
-		r.invf.ptr, i32(r.n), i32(k), i32(r.h), i32(r.kvh), i32(r.d), i32(r.blockSize), i32(r.numSlots), b.errDev, early)
+		r.invf.ptr, g, f32bits(eps), i32(r.n), i32(k), i32(r.h), i32(r.kvh), i32(r.d), i32(r.blockSize), i32(r.numSlots),
+		b.errDev, flag(earlyW))
 }
 
 // ropeOps are RoPEStoreKV's operands, checked by ropeOperands; ropeStore

@@ -398,30 +398,59 @@ func (m *Model) forward(in *model.DeviceBatch, kv []model.LayerKV) (backend.Tens
 	if err := b.Embed(resid, m.embed, in.Tokens); err != nil {
 		return nil, fmt.Errorf("embed: %w", err)
 	}
+	// A NormFuser folds the norms into the products beside them (decode
+	// batches): a product adds straight into resid, and the next product
+	// normalises resid itself. pending says delta holds a product not yet
+	// added into resid (the unfused path), which a norm then adds.
+	nf, _ := b.(backend.NormFuser)
+	pending := false
+	// norm leaves RMSNorm(resid) in normed, first adding delta if pending.
+	norm := func(w backend.Tensor) error {
+		if pending {
+			pending = false
+			return b.AddRMSNorm(normed, delta, resid, w, c.RMSNormEps)
+		}
+		return b.AddRMSNorm(normed, resid, nil, w, c.RMSNormEps)
+	}
+	// project adds x . w^T (+ bias) into resid, or leaves it in delta.
+	project := func(x, w, bias backend.Tensor) error {
+		if nf != nil && bias == nil {
+			ok, err := nf.MatMulAdd(resid, x, w)
+			if err != nil || ok {
+				return err
+			}
+		}
+		pending = true
+		return b.MatMul(delta, x, w, bias)
+	}
 	for l, ly := range m.layers {
-		// Attention block. The first layer norms the embeddings; later
-		// ones first add the previous MLP's output to the residual.
-		var err error
-		if l == 0 {
-			err = b.AddRMSNorm(normed, resid, nil, ly.inputNorm, c.RMSNormEps)
-		} else {
-			err = b.AddRMSNorm(normed, delta, resid, ly.inputNorm, c.RMSNormEps)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("layer %d input norm: %w", l, err)
-		}
+		// Attention block: the input norm (with the previous MLP's output
+		// added first, unless the down projection added it), QKV, RoPE and
+		// the KV write, attention, and the O projection.
 		rope := backend.RoPEArgs{
 			Q: q, QKV: qkv, Positions: in.Positions, SlotMapping: in.SlotMapping,
 			KCache: kv[l].K, VCache: kv[l].V, InvFreq: m.invFreq,
 			QNorm: ly.qNorm, KNorm: ly.kNorm, NormEps: c.RMSNormEps,
 			NumHeads: c.NumHeads, NumKVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
 		}
-		// A QKVRoPEFuser runs the projection, RoPE and the KV write as
-		// one op where it can (decode batches) and says false elsewhere.
+		plainQKV := ly.qkvBias == nil && ly.qNorm == nil && ly.kNorm == nil
 		fused := false
-		if f, ok := b.(backend.QKVRoPEFuser); ok && ly.qkvBias == nil && ly.qNorm == nil && ly.kNorm == nil {
-			if fused, err = f.FusedQKVRoPE(normed, ly.qkv, rope); err != nil {
-				return nil, fmt.Errorf("layer %d qkv+rope: %w", l, err)
+		var err error
+		if nf != nil && !pending && plainQKV {
+			if fused, err = nf.NormQKVRoPE(resid, ly.inputNorm, c.RMSNormEps, ly.qkv, rope); err != nil {
+				return nil, fmt.Errorf("layer %d norm+qkv+rope: %w", l, err)
+			}
+		}
+		if !fused {
+			if err := norm(ly.inputNorm); err != nil {
+				return nil, fmt.Errorf("layer %d input norm: %w", l, err)
+			}
+			// A QKVRoPEFuser runs the projection, RoPE and the KV write as
+			// one op where it can (decode batches) and says false elsewhere.
+			if f, ok := b.(backend.QKVRoPEFuser); ok && plainQKV {
+				if fused, err = f.FusedQKVRoPE(normed, ly.qkv, rope); err != nil {
+					return nil, fmt.Errorf("layer %d qkv+rope: %w", l, err)
+				}
 			}
 		}
 		if !fused {
@@ -441,21 +470,29 @@ func (m *Model) forward(in *model.DeviceBatch, kv []model.LayerKV) (backend.Tens
 		}); err != nil {
 			return nil, fmt.Errorf("layer %d attention: %w", l, err)
 		}
-		if err := b.MatMul(delta, attnOut, ly.o, ly.oBias); err != nil {
+		if err := project(attnOut, ly.o, ly.oBias); err != nil {
 			return nil, fmt.Errorf("layer %d o_proj: %w", l, err)
 		}
 
 		// MLP block: down(silu(gate(x)) * up(x)).
-		if err := b.AddRMSNorm(normed, delta, resid, ly.postNorm, c.RMSNormEps); err != nil {
-			return nil, fmt.Errorf("layer %d post-attention norm: %w", l, err)
+		fused = false
+		if nf != nil && !pending {
+			if fused, err = nf.NormGateUpSiLU(mlpAct, resid, ly.postNorm, c.RMSNormEps, ly.gateUp); err != nil {
+				return nil, fmt.Errorf("layer %d norm+gate/up+silu: %w", l, err)
+			}
 		}
-		if err := b.MatMul(gateUp, normed, ly.gateUp, nil); err != nil {
-			return nil, fmt.Errorf("layer %d gate/up: %w", l, err)
+		if !fused {
+			if err := norm(ly.postNorm); err != nil {
+				return nil, fmt.Errorf("layer %d post-attention norm: %w", l, err)
+			}
+			if err := b.MatMul(gateUp, normed, ly.gateUp, nil); err != nil {
+				return nil, fmt.Errorf("layer %d gate/up: %w", l, err)
+			}
+			if err := b.SiLUMul(mlpAct, gateUp); err != nil {
+				return nil, fmt.Errorf("layer %d silu: %w", l, err)
+			}
 		}
-		if err := b.SiLUMul(mlpAct, gateUp); err != nil {
-			return nil, fmt.Errorf("layer %d silu: %w", l, err)
-		}
-		if err := b.MatMul(delta, mlpAct, ly.down, nil); err != nil {
+		if err := project(mlpAct, ly.down, nil); err != nil {
 			return nil, fmt.Errorf("layer %d down_proj: %w", l, err)
 		}
 	}
@@ -467,7 +504,7 @@ func (m *Model) forward(in *model.DeviceBatch, kv []model.LayerKV) (backend.Tens
 	if vs.err != nil {
 		return nil, vs.err
 	}
-	if err := b.AddRMSNorm(normed, delta, resid, m.finalNorm, c.RMSNormEps); err != nil {
+	if err := norm(m.finalNorm); err != nil {
 		return nil, fmt.Errorf("final norm: %w", err)
 	}
 	// Only the wanted rows go through the LM head: the normed activations

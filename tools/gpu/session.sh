@@ -8,7 +8,7 @@
 # cuda_tests (every test + memcheck), bigref (Llama-3-8B shape vs
 # transformers), serve_smoke, bench_rows, graphs, profile (ncu), attn_bench,
 # attn_check, default_model, peers, overlap (bench overlap), margin, pdl,
-# tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, splits (one A/B
+# tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, splits (one A/B
 # experiment each), final (tests, then peers, rows and the server: what
 # docs/benchmarks.md's latest section ran);
 # `session.sh bigref graphs` runs those two. Results: $OUT/summary.txt and
@@ -185,6 +185,29 @@ fuse_ab() {
 for r in 1 2; do
   bench_env "TRIGON_CUDA_FUSE_QKV_ROPE=off" fuseoff$r
   bench_env "TRIGON_CUDA_FUSE_QKV_ROPE=on" fuseon$r
+done
+}
+
+# fuse_norm: the NormFuser kernels (norms and SiLU folded into the decode
+# GEMVs) against the unfused ops and the CPU, memcheck over them, the
+# CUDA model tests, then the batch-4 step with the fusion off and on,
+# alternating.
+fuse_norm() {
+log "NormFuser kernel tests (and the GEMV / fused QKV tests they share code with)"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.run 'TestNormFuse|TestNormQKVRoPE|TestFusedQKVRoPE|TestGEMV|TestKernelsWait' \
+  >"$OUT/fuse-tests.log" 2>&1)
+local rc=$?
+echo "rc=$rc" | tee -a "$OUT/summary.txt"; grep -E "^(--- FAIL|FAIL|PASS|ok)|panic|error:" "$OUT/fuse-tests.log" | head -12 | tee -a "$OUT/summary.txt"
+grep -E "^\s+--- FAIL" "$OUT/fuse-tests.log" | head -10 | tee -a "$OUT/summary.txt"
+grep -E "relative error" "$OUT/fuse-tests.log" | awk '{print $NF}' | sort -g | tail -1 | sed 's/^/largest relative error logged: /' | tee -a "$OUT/summary.txt"
+memcheck 'TestNormFused/k1000_m520_inter264_n(3|9)$|TestNormQKVRoPE/h4_kv4_hd16_k1000_n9$|TestNormFusedGraph'
+log "fixture models and the default model on CUDA (llama.test)"
+(cd model/llama && "$root/.gpu/llama.test" -test.run 'TestFixturesCUDA|TestDefaultModelCUDAMatchesCPU' -test.v >"$OUT/llama-cuda.log" 2>&1)
+echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "worst|near tie|^(--- FAIL|FAIL|PASS)" "$OUT/llama-cuda.log" | tee -a "$OUT/summary.txt"
+if ((rc != 0)); then log "fused-kernel tests failed: no A/B"; return; fi
+for r in 1 2; do
+  bench_env "TRIGON_CUDA_FUSE_NORM=off" normoff$r
+  bench_env "TRIGON_CUDA_FUSE_NORM=on" normon$r
 done
 }
 

@@ -76,14 +76,80 @@ __device__ __forceinline__ WRows wrows(const u16* w, int ra, int rb, int m, int 
   return r;
 }
 
+// norm8 is 8 bf16 values of a residual row normalised as add_rmsnorm
+// does it: bf16((v * rs) * w), w the 8 matching F32 norm weights.
+__device__ __forceinline__ uint4 norm8(uint4 v, float4 g0, float4 g1, float rs) {
+  const u32* vp = (const u32*)&v;
+  const float w[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+  uint4 o;
+  u32* op = (u32*)&o;
+#pragma unroll
+  for (int j = 0; j < 4; j++) {
+    float a0 = __uint_as_float(vp[j] << 16), a1 = __uint_as_float(vp[j] & 0xffff0000u);
+    op[j] = (u32)f32_to_bf16((a0 * rs) * w[2 * j]) | ((u32)f32_to_bf16((a1 * rs) * w[2 * j + 1]) << 16);
+  }
+  return o;
+}
+
+// norm_scales sets rs[t] to the RMS-norm scale rsqrt(mean(x^2) + eps) of
+// x row t*8 + gid (the row this thread feeds the mma as column gid of
+// tile t), for a product whose input is RMSNorm(x). Every block reads the
+// whole of x (a few KiB per row, from L2) and sums it itself, so no
+// kernel before the product has to: the sums are add_rmsnorm's, in
+// another order (the scale can differ from its in the last bit). All the
+// block's threads must call it (one __syncthreads).
+//   x [n, k] bf16, 16-byte aligned, k % 8 == 0;  ssq: shared scratch
+__device__ __forceinline__ void norm_scales(float (&rs)[NT], float (&ssq)[NW][8 * NT], const u16* x, int n, int k,
+                                            float eps, int warp, int lane, int gid) {
+  float ss[8 * NT];
+#pragma unroll
+  for (int r = 0; r < 8 * NT; r++) ss[r] = 0.f;
+  for (int c = threadIdx.x * 8; c < k; c += NW * 32 * 8) {
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+      uint4 v[8];
+#pragma unroll
+      for (int r = 0; r < 8; r++) v[r] = t * 8 + r < n ? *(const uint4*)(x + (i64)(t * 8 + r) * k + c) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+      for (int r = 0; r < 8; r++) {
+        const u32* p = (const u32*)&v[r];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+          float a0 = __uint_as_float(p[j] << 16), a1 = __uint_as_float(p[j] & 0xffff0000u);
+          ss[t * 8 + r] += a0 * a0 + a1 * a1;
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 8 * NT; r++) {
+    float v = warp_sum(ss[r]);
+    if (lane == 0) ssq[warp][r] = v;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int t = 0; t < NT; t++) {
+    float s = 0.f;
+#pragma unroll
+    for (int w = 0; w < NW; w++) s += ssq[w][t * 8 + gid];
+    rs[t] = rsqrtf(s / (float)k + eps);
+  }
+}
+
 // gemv_steps accumulates into acc the warp's share of x . W^T for the rows
 // of r: spans warp, warp + NW, ..., UR of them per step. On entry r holds
 // step warp's weights (loaded before grid_dep_wait where allowed). The
 // weight loads of step i+1 are issued before the mmas of step i (two steps
 // of loads in flight per warp).
 //   acc[t]: C fragment of x rows t*8 .. t*8+7
-__device__ __forceinline__ void gemv_steps(WRows& r, float (&acc)[NT][4], const u16* x, int n, int k, int warp,
-                                           int gid, int tq) {
+//
+// With NORM, x is a residual stream and the product's input is its RMS
+// norm, made as the spans are read: x row t*8+gid becomes
+// bf16((x * rs[t]) * g[k]), add_rmsnorm's arithmetic (rs from
+// norm_scales, g the F32 norm weight [k], 16-byte aligned).
+template <bool NORM>
+__device__ __forceinline__ void gemv_steps_t(WRows& r, float (&acc)[NT][4], const u16* x, const float* g,
+                                             const float (&rs)[NT], int n, int k, int warp, int gid, int tq) {
   int spans = (k + 31) >> 5;
   const uint4 zero = make_uint4(0, 0, 0, 0);
   const u16* x_p[NT];
@@ -114,6 +180,16 @@ __device__ __forceinline__ void gemv_steps(WRows& r, float (&acc)[NT][4], const 
       cb[u] = r.b[u];
     }
     r.load(s0 + NW * UR, spans, k, tq);  // the next step's weights, in flight during this step's mmas
+    if constexpr (NORM) {
+#pragma unroll
+      for (int u = 0; u < UR; u++) {
+        int kk = (s0 + u * NW) * 32 + tq * 8;
+        if (s0 + u * NW >= spans || kk >= k) continue;  // xv is zero there
+        float4 g0 = *(const float4*)(g + kk), g1 = *(const float4*)(g + kk + 4);
+#pragma unroll
+        for (int t = 0; t < NT; t++) xv[u][t] = norm8(xv[u][t], g0, g1, rs[t]);
+      }
+    }
 #pragma unroll
     for (int u = 0; u < UR; u++) {
 #pragma unroll
@@ -123,6 +199,13 @@ __device__ __forceinline__ void gemv_steps(WRows& r, float (&acc)[NT][4], const 
       }
     }
   }
+}
+
+// gemv_steps is gemv_steps_t on x as it is.
+__device__ __forceinline__ void gemv_steps(WRows& r, float (&acc)[NT][4], const u16* x, int n, int k, int warp,
+                                           int gid, int tq) {
+  const float one[NT] = {};
+  gemv_steps_t<false>(r, acc, x, nullptr, one, n, k, warp, gid, tq);
 }
 
 // gemv_share puts each warp's C fragments where gemv_sum adds them
@@ -186,6 +269,8 @@ extern "C" __global__ void __launch_bounds__(NW * 32) gemv_bf16(void* y, const u
 // never goes to memory and back and one kernel launch fewer runs per layer.
 //   q_out [n, H*hd] bf16;  x [n, k] bf16;  w [(H+2*KV)*hd, k] bf16: Q, K, V rows
 //   pos, slots [n] int32 (slot = block*bs + offset; < 0 skips the K/V write)
+//   g [k] f32 or null: with g, x is a residual stream and the projection's
+//     input is RMSNorm(x) * g with epsilon eps (norm_scales, norm8)
 //   kc, vc [numBlocks, KV, bs, hd] bf16;  inv_freq [hd/2] f32
 // hd % 16 == 0, k % 8 == 0, x and w 16-byte aligned.
 // grid ((H+2*KV)*hd/16), block NW*32.
@@ -206,9 +291,11 @@ extern "C" __global__ void __launch_bounds__(NW * 32) gemv_bf16(void* y, const u
 
 extern "C" __global__ void __launch_bounds__(NW * 32) qkv_rope_bf16(
     u16* q_out, const u16* x, const u16* w, const int* pos, const int* slots, u16* kc, u16* vc,
-    const float* inv_freq, int n, int k, int H, int KV, int hd, int bs, int num_slots, int* err, int early_w) {
+    const float* inv_freq, const float* g, float eps, int n, int k, int H, int KV, int hd, int bs, int num_slots,
+    int* err, int early_w) {
   if (!early_w) grid_dep_wait();
   __shared__ float red[NW][NT][32][4];
+  __shared__ float ssq[NW][8 * NT];
   int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   int gid = lane >> 2, tq = lane & 3;
   int half = hd >> 1;
@@ -259,7 +346,13 @@ extern "C" __global__ void __launch_bounds__(NW * 32) qkv_rope_bf16(
   }
 
   float acc[NT][4];
-  gemv_steps(r, acc, x, n, k, warp, gid, tq);
+  if (g) {
+    float rs[NT];
+    norm_scales(rs, ssq, x, n, k, eps, warp, lane, gid);
+    gemv_steps_t<true>(r, acc, x, g, rs, n, k, warp, gid, tq);
+  } else {
+    gemv_steps(r, acc, x, n, k, warp, gid, tq);
+  }
   grid_dep_launch();  // every weight is read: the next kernel may launch during the epilogue
   gemv_share(red, acc, warp, lane);
   __syncthreads();
@@ -320,5 +413,79 @@ extern "C" __global__ void __launch_bounds__(NW * 32) qkv_rope_bf16(
       int i = v0 + (l >> 2) + (e >> 1) * 8;
       vc[(((i64)blk * KV + vh) * bs + off) * hd + i] = f32_to_bf16(gemv_sum(red, t, l, e));
     }
+  }
+}
+
+// gemv_add_bf16: y[t, o] += sum_k x[t, k] * w[o, k], rounded as gemv_bf16
+// then add_rmsnorm's residual add round it (the product to bf16, then the
+// sum), so a decode step's O and down projections add into the residual
+// stream without a delta buffer and the kernel that would add it.
+//   y [n, m] bf16 (read and written);  x [n, k] bf16;  w [m, k] bf16
+// grid (ceil(m/16)), block NW*32, as gemv_bf16.
+extern "C" __global__ void __launch_bounds__(NW * 32) gemv_add_bf16(u16* y, const u16* x, const u16* w, int n, int m,
+                                                                  int k, int early_w) {
+  if (!early_w) grid_dep_wait();
+  __shared__ float red[NW][NT][32][4];
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int gid = lane >> 2, tq = lane & 3;
+  int r0 = blockIdx.x * 16;
+  WRows r = wrows(w, r0 + gid, r0 + gid + 8, m, k, tq);
+  r.load(warp, (k + 31) >> 5, k, tq);
+  if (early_w) grid_dep_wait();
+
+  float acc[NT][4];
+  gemv_steps(r, acc, x, n, k, warp, gid, tq);
+  grid_dep_launch();
+  gemv_share(red, acc, warp, lane);
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < NT * 32 * 4; idx += NW * 32) {
+    int t = idx >> 7, l = (idx >> 2) & 31, e = idx & 3;
+    int row = t * 8 + (l & 3) * 2 + (e & 1);
+    int feat = r0 + (l >> 2) + (e >> 1) * 8;
+    if (row < n && feat < m) {
+      i64 i = (i64)row * m + feat;
+      y[i] = f32_to_bf16(round_to<DT_BF16>(gemv_sum(red, t, l, e)) + bf16_to_f32(y[i]));
+    }
+  }
+}
+
+// gemv_norm_silu_bf16: a decode step's MLP input half, one kernel for
+// add_rmsnorm (without the add), the fused gate/up projection and
+// silu_mul: out[t, j] = silu(G[t, j]) * U[t, j] with [G | U] =
+// (RMSNorm(h) * g) . w^T, each rounded to bf16 as the unfused ops round.
+//   out [n, inter] bf16;  h [n, k] bf16 (the residual stream);  g [k] f32
+//   w [2*inter, k] bf16: the gate rows, then the up rows; inter % 8 == 0
+// grid (inter/8), block NW*32: block b's mma A rows 0..7 are gate rows
+// 8b..8b+7 and rows 8..15 the up rows of the same features, so each
+// thread's C fragment holds a feature's gate (c0, c1) and up (c2, c3).
+extern "C" __global__ void __launch_bounds__(NW * 32) gemv_norm_silu_bf16(u16* out, const u16* h, const float* g,
+                                                                        float eps, const u16* w, int n, int inter,
+                                                                        int k, int early_w) {
+  if (!early_w) grid_dep_wait();
+  __shared__ float red[NW][NT][32][4];
+  __shared__ float ssq[NW][8 * NT];
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int gid = lane >> 2, tq = lane & 3;
+  int f0 = blockIdx.x * 8;
+  WRows r = wrows(w, f0 + gid, inter + f0 + gid, 2 * inter, k, tq);
+  r.load(warp, (k + 31) >> 5, k, tq);
+  if (early_w) grid_dep_wait();
+
+  float rs[NT];
+  norm_scales(rs, ssq, h, n, k, eps, warp, lane, gid);
+  float acc[NT][4];
+  gemv_steps_t<true>(r, acc, h, g, rs, n, k, warp, gid, tq);
+  grid_dep_launch();
+  gemv_share(red, acc, warp, lane);
+  __syncthreads();
+  // One thread per (tile t, lane l, x row parity e): a gate and its up.
+  for (int idx = threadIdx.x; idx < NT * 64; idx += NW * 32) {
+    int t = idx >> 6, l = (idx >> 1) & 31, e = idx & 1;
+    int row = t * 8 + (l & 3) * 2 + e;
+    if (row >= n) continue;
+    float gt = round_to<DT_BF16>(gemv_sum(red, t, l, e));
+    float up = round_to<DT_BF16>(gemv_sum(red, t, l, e + 2));
+    float s = gt / (1.f + expf(-gt));
+    out[(i64)row * inter + f0 + (l >> 2)] = f32_to_bf16(s * up);
   }
 }

@@ -1,0 +1,264 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"os"
+
+	"github.com/trigon-llm/trigon/backend"
+)
+
+var _ backend.NormFuser = (*Backend)(nil)
+
+// fuseNorm lets a benchmark (or TRIGON_CUDA_FUSE_NORM=off, read by New)
+// compare the NormFuser kernels with the unfused ops.
+var fuseNorm = true
+
+// fuseNormEnv names fuseNorm's override: "on" or "off".
+const fuseNormEnv = "TRIGON_CUDA_FUSE_NORM"
+
+// applyFuseNormEnv reads fuseNormEnv.
+func applyFuseNormEnv() error {
+	switch v := os.Getenv(fuseNormEnv); v {
+	case "", "on":
+		fuseNorm = true
+	case "off":
+		fuseNorm = false
+	default:
+		return fmt.Errorf("cuda: %s=%q: want on or off", fuseNormEnv, v)
+	}
+	return nil
+}
+
+// defaultFusedGEMV is the GEMV variant a fused product runs before the
+// tuner has timed its shape (a shape first seen while capturing).
+var defaultFusedGEMV = gemvConfig{8, 2}
+
+// fusedGEMV returns the GEMV variant for a fused product of the shape
+// [n,k] x [m,k]^T: the fastest one the tuner timed for the plain product
+// of that shape, whether or not it beat cuBLASLt (a fused product has no
+// cuBLASLt form). On the shape's first eager call the plain product is
+// tuned here, into a scratch output, on the call's x and w. CUDA thread
+// only.
+func (b *Backend) fusedGEMV(n, m, k int, x, w uint64) (gemvConfig, error) {
+	key := gemmKey{m: m, n: n, k: k, wt: cudaR16BF, xt: cudaR16BF, yt: cudaR16BF}
+	p, ok := b.blas.plans[key]
+	if (!ok || p.candidates != nil) && !b.capturing {
+		y, err := b.pool.get(n * m * 2)
+		if err != nil {
+			return gemvConfig{}, err
+		}
+		p, err = b.gemmPlanFor(y, cudaR16BF, x, w, n, m, k)
+		b.pool.put(y)
+		if err != nil {
+			return gemvConfig{}, err
+		}
+	}
+	if p != nil && p.gemvBest.nw > 0 {
+		return p.gemvBest, nil
+	}
+	return defaultFusedGEMV, nil
+}
+
+// normWeight checks a NormFuser method's norm operands as AddRMSNorm
+// checks them (ErrShape errors), and reports whether the kernels take the
+// weight (F32, 16-byte aligned).
+//
+//	normW [k]
+func (b *Backend) normWeight(op string, normW backend.Tensor, eps float32, k int) (*tensor, bool, error) {
+	wt, err := b.tensorOf(op, "normW", normW)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := checkDType(op, "normW", wt, floatDTypes...); err != nil {
+		return nil, false, err
+	}
+	if err := checkShape(op, "normW", wt, k); err != nil {
+		return nil, false, err
+	}
+	if !(eps >= 0) || math.IsInf(float64(eps), 0) {
+		return nil, false, backend.ShapeError("cuda: "+op, "eps", "%v is not a finite non-negative number", eps)
+	}
+	return wt, wt.dt == backend.F32 && wt.ptr%16 == 0, nil
+}
+
+// product checks x . w^T's operands as MatMul checks them, for a product
+// whose output has m columns (ErrShape errors), and reports whether the
+// GEMV takes them: BF16 x and w, at most gemvMaxRows rows, k a multiple
+// of 8, aligned.
+//
+//	x [n, k];  w [m, k]
+func (b *Backend) product(op string, x, w backend.Tensor, m int) (xt, wt *tensor, ok bool, err error) {
+	if xt, err = b.tensorOf(op, "x", x); err != nil {
+		return nil, nil, false, err
+	}
+	if wt, err = b.tensorOf(op, "w", w); err != nil {
+		return nil, nil, false, err
+	}
+	if err := checkDType(op, "w", wt, weightDTypes...); err != nil {
+		return nil, nil, false, err
+	}
+	if err := checkShape(op, "w", wt, m, -1); err != nil {
+		return nil, nil, false, err
+	}
+	k := wt.shape[1]
+	if err := checkDType(op, "x", xt, floatDTypes...); err != nil {
+		return nil, nil, false, err
+	}
+	if err := checkShape(op, "x", xt, -1, k); err != nil {
+		return nil, nil, false, err
+	}
+	n := xt.shape[0]
+	if n > maxInt32 || m > maxInt32 || k > maxInt32 {
+		return nil, nil, false, backend.ShapeError("cuda: "+op, "w", "%v x %v exceeds int32", xt.shape, wt.shape)
+	}
+	ok = fuseNorm && gemvEnabled && xt.dt == backend.BF16 && wt.dt == backend.BF16 && gemvFits(n, k, xt.ptr, wt.ptr)
+	return xt, wt, ok, nil
+}
+
+// MatMulAdd implements backend.NormFuser: resid += x . w^T through
+// gemv_add_bf16 (kernels/gemv.cu), for BF16 operands of at most
+// gemvMaxRows rows; the sum is rounded as MatMul into a BF16 buffer, then
+// AddRMSNorm's residual add, round it.
+//
+//	resid [n, m] BF16;  x [n, k] BF16;  w [m, k] BF16
+func (b *Backend) MatMulAdd(resid, x, w backend.Tensor) (bool, error) {
+	const op = "matmuladd"
+	rt, err := b.tensorOf(op, "resid", resid)
+	if err != nil {
+		return false, err
+	}
+	if err := checkDType(op, "resid", rt, floatDTypes...); err != nil {
+		return false, err
+	}
+	if err := checkShape(op, "resid", rt, -1, -1); err != nil {
+		return false, err
+	}
+	m := rt.shape[1]
+	xt, wt, ok, err := b.product(op, x, w, m)
+	if err != nil {
+		return false, err
+	}
+	n, k := xt.shape[0], wt.shape[1]
+	if err := checkShape(op, "resid", rt, n, m); err != nil {
+		return false, err
+	}
+	if overlaps(rt, xt) || overlaps(rt, wt) {
+		return false, backend.ShapeError("cuda: "+op, "resid", "overlaps x or w")
+	}
+	if !ok || rt.dt != backend.BF16 {
+		return false, nil
+	}
+	pristine := wt.owner != nil && wt.owner.pristine.Load()
+	if err := b.post(func() error {
+		c, err := b.fusedGEMV(n, m, k, xt.ptr, wt.ptr)
+		if err != nil {
+			return err
+		}
+		f, err := b.fn(fnKey{modSpec{file: "gemv", p: [6]int{(n + 7) / 8, c.nw, c.ur, dtBF16}}, "gemv_add_bf16"})
+		if err != nil {
+			return err
+		}
+		return b.launch(f, [3]int{(m + 15) / 16, 1, 1}, c.nw*32, 0, rt.ptr, xt.ptr, wt.ptr, i32(n), i32(m), i32(k), flag(pristine))
+	}); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// NormGateUpSiLU implements backend.NormFuser through gemv_norm_silu_bf16
+// (kernels/gemv.cu): one kernel for the post-attention norm, the gate/up
+// projection and SiLUMul, for BF16 operands of at most gemvMaxRows rows and
+// an F32 norm weight.
+//
+//	out [n, inter] BF16;  h [n, k] BF16;  normW [k] F32;  w [2*inter, k] BF16
+func (b *Backend) NormGateUpSiLU(out, h, normW backend.Tensor, eps float32, w backend.Tensor) (bool, error) {
+	const op = "normgateupsilu"
+	o, err := b.tensorOf(op, "out", out)
+	if err != nil {
+		return false, err
+	}
+	if err := checkDType(op, "out", o, floatDTypes...); err != nil {
+		return false, err
+	}
+	if err := checkShape(op, "out", o, -1, -1); err != nil {
+		return false, err
+	}
+	inter := o.shape[1]
+	ht, wt, ok, err := b.product(op, h, w, 2*inter)
+	if err != nil {
+		return false, err
+	}
+	n, k := ht.shape[0], wt.shape[1]
+	if err := checkShape(op, "out", o, n, inter); err != nil {
+		return false, err
+	}
+	gt, gok, err := b.normWeight(op, normW, eps, k)
+	if err != nil {
+		return false, err
+	}
+	if overlaps(o, ht) || overlaps(o, wt) || overlaps(o, gt) {
+		return false, backend.ShapeError("cuda: "+op, "out", "overlaps h, w or normW")
+	}
+	if !ok || !gok || o.dt != backend.BF16 || inter%8 != 0 {
+		return false, nil
+	}
+	pristine := wt.owner != nil && wt.owner.pristine.Load()
+	if err := b.post(func() error {
+		c, err := b.fusedGEMV(n, 2*inter, k, ht.ptr, wt.ptr)
+		if err != nil {
+			return err
+		}
+		f, err := b.fn(fnKey{modSpec{file: "gemv", p: [6]int{(n + 7) / 8, c.nw, c.ur, dtBF16}}, "gemv_norm_silu_bf16"})
+		if err != nil {
+			return err
+		}
+		return b.launch(f, [3]int{inter / 8, 1, 1}, c.nw*32, 0, o.ptr, ht.ptr, gt.ptr, f32bits(eps), wt.ptr,
+			i32(n), i32(inter), i32(k), flag(pristine))
+	}); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// NormQKVRoPE implements backend.NormFuser: FusedQKVRoPE whose kernel
+// (qkv_rope_bf16 with a norm weight) normalises h itself. It fuses where
+// FusedQKVRoPE does and the norm weight is F32, and then always runs the
+// GEMV (the tuner's fastest variant for the shape, even where cuBLASLt
+// won the plain product), leaving args.QKV unwritten.
+//
+//	h [n, k] BF16;  normW [k] F32;  w, args as for FusedQKVRoPE
+func (b *Backend) NormQKVRoPE(h, normW backend.Tensor, eps float32, w backend.Tensor, args backend.RoPEArgs) (bool, error) {
+	const op = "normqkvrope"
+	ht, wt, r, ok, err := b.qkvRoPEOperands(h, w, args)
+	if err != nil {
+		return false, err
+	}
+	gt, gok, err := b.normWeight(op, normW, eps, wt.shape[1])
+	if err != nil {
+		return false, err
+	}
+	if !ok || !gok || !fuseNorm || overlaps(gt, r.q) || overlaps(gt, r.kc) || overlaps(gt, r.vc) {
+		return false, nil
+	}
+	k := wt.shape[1]
+	pristine := wt.owner != nil && wt.owner.pristine.Load()
+	if err := b.post(func() error {
+		c, err := b.fusedGEMV(r.n, r.qkv.shape[1], k, ht.ptr, wt.ptr)
+		if err != nil {
+			return err
+		}
+		return b.qkvRoPECall(c, ht.ptr, wt.ptr, r, k, pristine, gt.ptr, eps)
+	}); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// flag is a kernel's int flag argument.
+func flag(v bool) uint64 {
+	if v {
+		return 1
+	}
+	return 0
+}

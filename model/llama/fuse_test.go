@@ -1,0 +1,184 @@
+package llama
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/trigon-llm/trigon/backend"
+	"github.com/trigon-llm/trigon/backend/cpu"
+)
+
+// composedFuser is the CPU backend with a backend.NormFuser made of its
+// own unfused ops, so a forward through it must give exactly the plain
+// CPU backend's logits. accept decides, call by call, whether a method
+// fuses (false: it queues nothing, as a real backend refusing would), so
+// the model's bookkeeping of the residual (added by a product, or left in
+// delta for the next norm to add) is exercised in every mix.
+type composedFuser struct {
+	*cpu.Backend
+	accept func(op string) bool
+	calls  map[string]int // fused calls per method
+}
+
+var _ backend.NormFuser = (*composedFuser)(nil)
+
+// tmp allocates an F32 scratch tensor; the caller frees it.
+func (f *composedFuser) tmp(shape ...int) (backend.Tensor, error) {
+	return f.Alloc(backend.F32, shape...)
+}
+
+// ones is an F32 vector of n ones: a norm weight for AddRMSNorm used only
+// for its residual add.
+func (f *composedFuser) ones(n int) (backend.Tensor, error) {
+	b := make([]byte, 4*n)
+	for i := range n {
+		bits := math.Float32bits(1)
+		b[4*i], b[4*i+1], b[4*i+2], b[4*i+3] = byte(bits), byte(bits>>8), byte(bits>>16), byte(bits>>24)
+	}
+	return f.Upload(backend.F32, []int{n}, b)
+}
+
+func (f *composedFuser) MatMulAdd(resid, x, w backend.Tensor) (bool, error) {
+	if !f.accept("add") {
+		return false, nil
+	}
+	n, m := resid.Shape()[0], resid.Shape()[1]
+	d, err := f.tmp(n, m)
+	if err != nil {
+		return false, err
+	}
+	defer f.Free(d)
+	out, err := f.tmp(n, m)
+	if err != nil {
+		return false, err
+	}
+	defer f.Free(out)
+	one, err := f.ones(m)
+	if err != nil {
+		return false, err
+	}
+	defer f.Free(one)
+	if err := f.MatMul(d, x, w, nil); err != nil {
+		return false, err
+	}
+	if err := f.AddRMSNorm(out, d, resid, one, 0); err != nil {
+		return false, err
+	}
+	f.calls["add"]++
+	return true, nil
+}
+
+func (f *composedFuser) NormQKVRoPE(h, normW backend.Tensor, eps float32, w backend.Tensor, a backend.RoPEArgs) (bool, error) {
+	if !f.accept("qkv") {
+		return false, nil
+	}
+	normed, err := f.tmp(h.Shape()...)
+	if err != nil {
+		return false, err
+	}
+	defer f.Free(normed)
+	if err := f.AddRMSNorm(normed, h, nil, normW, eps); err != nil {
+		return false, err
+	}
+	if err := f.MatMul(a.QKV, normed, w, nil); err != nil {
+		return false, err
+	}
+	if err := f.RoPEStoreKV(a); err != nil {
+		return false, err
+	}
+	f.calls["qkv"]++
+	return true, nil
+}
+
+func (f *composedFuser) NormGateUpSiLU(out, h, normW backend.Tensor, eps float32, w backend.Tensor) (bool, error) {
+	if !f.accept("silu") {
+		return false, nil
+	}
+	normed, err := f.tmp(h.Shape()...)
+	if err != nil {
+		return false, err
+	}
+	defer f.Free(normed)
+	gu, err := f.tmp(h.Shape()[0], w.Shape()[0])
+	if err != nil {
+		return false, err
+	}
+	defer f.Free(gu)
+	if err := f.AddRMSNorm(normed, h, nil, normW, eps); err != nil {
+		return false, err
+	}
+	if err := f.MatMul(gu, normed, w, nil); err != nil {
+		return false, err
+	}
+	if err := f.SiLUMul(out, gu); err != nil {
+		return false, err
+	}
+	f.calls["silu"]++
+	return true, nil
+}
+
+// TestNormFuserBookkeeping runs every fixture through a prefill and decode
+// steps on the plain CPU backend and on composedFuser under several
+// patterns of fusing and refusing: the logits must be identical, bit for
+// bit, and each pattern must have fused what it says.
+func TestNormFuserBookkeeping(t *testing.T) {
+	for _, f := range loadFixtures(t) {
+		const steps = 4
+		run := func(b backend.Backend) [][]float32 {
+			m := newModel(t, b, f.cfg, f.w)
+			h := newHarness(t, b, m, backend.F32, blockSize, numBlocks, rand.New(rand.NewPCG(3, 4)))
+			defer h.close()
+			p := f.ref.Prompts[0].IDs
+			s1 := &seq{tokens: append([]int32(nil), p...)}
+			s2 := &seq{tokens: append([]int32(nil), p[:len(p)/2+1]...)}
+			out := h.step([]work{{s: s1, n: len(s1.tokens)}, {s: s2, n: len(s2.tokens)}})
+			logits := [][]float32{out[0][0], out[1][0]}
+			for range steps {
+				s1.tokens = append(s1.tokens, argmax(logits[len(logits)-2]))
+				s2.tokens = append(s2.tokens, argmax(logits[len(logits)-1]))
+				out = h.step([]work{{s: s1, n: 1}, {s: s2, n: 1}})
+				logits = append(logits, out[0][0], out[1][0])
+			}
+			return logits
+		}
+		want := run(cpu.New(cpu.Options{}))
+		for _, pat := range []struct {
+			name   string
+			accept func(rng *rand.Rand, op string) bool
+		}{
+			{"all", func(*rand.Rand, string) bool { return true }},
+			{"none", func(*rand.Rand, string) bool { return false }},
+			{"adds only", func(_ *rand.Rand, op string) bool { return op == "add" }},
+			{"norms only", func(_ *rand.Rand, op string) bool { return op != "add" }},
+			{"random", func(rng *rand.Rand, _ string) bool { return rng.IntN(2) == 0 }},
+		} {
+			t.Run(fmt.Sprintf("%s/%s", f.name, pat.name), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(uint64(len(pat.name)), 9))
+				fb := &composedFuser{Backend: cpu.New(cpu.Options{}), calls: map[string]int{}}
+				fb.accept = func(op string) bool { return pat.accept(rng, op) }
+				got := run(fb)
+				for i := range want {
+					for j := range want[i] {
+						if math.Float32bits(got[i][j]) != math.Float32bits(want[i][j]) {
+							t.Fatalf("logits row %d, element %d: %v, want %v (plain CPU)", i, j, got[i][j], want[i][j])
+						}
+					}
+				}
+				t.Logf("fused calls: %v", fb.calls)
+				switch pat.name {
+				case "none":
+					if len(fb.calls) != 0 {
+						t.Fatalf("fused %v with every call refused", fb.calls)
+					}
+				case "all":
+					layers := f.cfg.NumLayers * (1 + steps)
+					if fb.calls["add"] != 2*layers || fb.calls["silu"] != layers {
+						t.Fatalf("fused %v; want %d adds and %d MLP inputs", fb.calls, 2*layers, layers)
+					}
+				}
+			})
+		}
+	}
+}
