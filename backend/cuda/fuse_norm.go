@@ -4,30 +4,81 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"strings"
 
 	"github.com/trigon-llm/trigon/backend"
 )
 
 var _ backend.NormFuser = (*Backend)(nil)
 
-// fuseNorm lets a benchmark (or TRIGON_CUDA_FUSE_NORM=off, read by New)
-// compare the NormFuser kernels with the unfused ops.
-var fuseNorm = true
+// fuseNormOps says which NormFuser methods fuse (a benchmark sets it;
+// TRIGON_CUDA_FUSE_NORM, read by New, overrides it): fuseAdd for
+// MatMulAdd, fuseQKV for NormQKVRoPE, fuseMLP for NormGateUpSiLU.
+var fuseNormOps = fuseAdd | fuseQKV | fuseMLP
 
-// fuseNormEnv names fuseNorm's override: "on" or "off".
-const fuseNormEnv = "TRIGON_CUDA_FUSE_NORM"
+const (
+	fuseAdd = 1 << iota
+	fuseQKV
+	fuseMLP
+)
 
-// applyFuseNormEnv reads fuseNormEnv.
+// fuseNormPost picks where the normalising kernels apply the norm's
+// scale (the NP constant of kernels/gemv.cu): false, before the product
+// from a first pass over x; true, after it, from sums gathered during the
+// product. TRIGON_CUDA_FUSE_NORM_SCALE=pre|post overrides it.
+var fuseNormPost = false
+
+// fuseNormEnv names fuseNormOps' override: "on" (all), "off" (none), or
+// a comma-separated list of add, qkv and mlp. fuseNormScaleEnv names
+// fuseNormPost's.
+const (
+	fuseNormEnv      = "TRIGON_CUDA_FUSE_NORM"
+	fuseNormScaleEnv = "TRIGON_CUDA_FUSE_NORM_SCALE"
+)
+
+// applyFuseNormEnv reads fuseNormEnv and fuseNormScaleEnv.
 func applyFuseNormEnv() error {
 	switch v := os.Getenv(fuseNormEnv); v {
 	case "", "on":
-		fuseNorm = true
+		fuseNormOps = fuseAdd | fuseQKV | fuseMLP
 	case "off":
-		fuseNorm = false
+		fuseNormOps = 0
 	default:
-		return fmt.Errorf("cuda: %s=%q: want on or off", fuseNormEnv, v)
+		ops := 0
+		for _, f := range strings.Split(v, ",") {
+			switch strings.TrimSpace(f) {
+			case "add":
+				ops |= fuseAdd
+			case "qkv":
+				ops |= fuseQKV
+			case "mlp":
+				ops |= fuseMLP
+			default:
+				return fmt.Errorf("cuda: %s=%q: want on, off or a list of add, qkv and mlp", fuseNormEnv, v)
+			}
+		}
+		fuseNormOps = ops
+	}
+	switch v := os.Getenv(fuseNormScaleEnv); v {
+	case "":
+	case "pre":
+		fuseNormPost = false
+	case "post":
+		fuseNormPost = true
+	default:
+		return fmt.Errorf("cuda: %s=%q: want pre or post", fuseNormScaleEnv, v)
 	}
 	return nil
+}
+
+// normModule is the GEMV module (kernels/gemv.cu) of a normalising kernel
+// for n rows with variant c.
+func normModule(n int, c gemvConfig) modSpec {
+	np := 0
+	if fuseNormPost {
+		np = 1
+	}
+	return modSpec{file: "gemv", p: [6]int{(n + 7) / 8, c.nw, c.ur, dtBF16, np}}
 }
 
 // defaultFusedGEMV is the GEMV variant a fused product runs before the
@@ -112,7 +163,7 @@ func (b *Backend) product(op string, x, w backend.Tensor, m int) (xt, wt *tensor
 	if n > maxInt32 || m > maxInt32 || k > maxInt32 {
 		return nil, nil, false, backend.ShapeError("cuda: "+op, "w", "%v x %v exceeds int32", xt.shape, wt.shape)
 	}
-	ok = fuseNorm && gemvEnabled && xt.dt == backend.BF16 && wt.dt == backend.BF16 && gemvFits(n, k, xt.ptr, wt.ptr)
+	ok = gemvEnabled && xt.dt == backend.BF16 && wt.dt == backend.BF16 && gemvFits(n, k, xt.ptr, wt.ptr)
 	return xt, wt, ok, nil
 }
 
@@ -146,7 +197,7 @@ func (b *Backend) MatMulAdd(resid, x, w backend.Tensor) (bool, error) {
 	if overlaps(rt, xt) || overlaps(rt, wt) {
 		return false, backend.ShapeError("cuda: "+op, "resid", "overlaps x or w")
 	}
-	if !ok || rt.dt != backend.BF16 {
+	if !ok || rt.dt != backend.BF16 || fuseNormOps&fuseAdd == 0 {
 		return false, nil
 	}
 	pristine := wt.owner != nil && wt.owner.pristine.Load()
@@ -200,7 +251,7 @@ func (b *Backend) NormGateUpSiLU(out, h, normW backend.Tensor, eps float32, w ba
 	if overlaps(o, ht) || overlaps(o, wt) || overlaps(o, gt) {
 		return false, backend.ShapeError("cuda: "+op, "out", "overlaps h, w or normW")
 	}
-	if !ok || !gok || o.dt != backend.BF16 || inter%8 != 0 {
+	if !ok || !gok || o.dt != backend.BF16 || inter%8 != 0 || fuseNormOps&fuseMLP == 0 {
 		return false, nil
 	}
 	pristine := wt.owner != nil && wt.owner.pristine.Load()
@@ -209,7 +260,7 @@ func (b *Backend) NormGateUpSiLU(out, h, normW backend.Tensor, eps float32, w ba
 		if err != nil {
 			return err
 		}
-		f, err := b.fn(fnKey{modSpec{file: "gemv", p: [6]int{(n + 7) / 8, c.nw, c.ur, dtBF16}}, "gemv_norm_silu_bf16"})
+		f, err := b.fn(fnKey{normModule(n, c), "gemv_norm_silu_bf16"})
 		if err != nil {
 			return err
 		}
@@ -238,7 +289,7 @@ func (b *Backend) NormQKVRoPE(h, normW backend.Tensor, eps float32, w backend.Te
 	if err != nil {
 		return false, err
 	}
-	if !ok || !gok || !fuseNorm || overlaps(gt, r.q) || overlaps(gt, r.kc) || overlaps(gt, r.vc) {
+	if !ok || !gok || fuseNormOps&fuseQKV == 0 || overlaps(gt, r.q) || overlaps(gt, r.kc) || overlaps(gt, r.vc) {
 		return false, nil
 	}
 	k := wt.shape[1]

@@ -48,8 +48,8 @@ func TestNormFuserRefusals(t *testing.T) {
 		{"add Q8_0 w", func() (bool, error) { return h.b.MatMulAdd(resid, x, h.t(backend.Q8_0, m, k)) }, refused},
 		{"add k not a multiple of 8", func() (bool, error) { return h.b.MatMulAdd(resid, h.t(bf, n, k+4), h.t(bf, m, k+4)) }, refused},
 		{"add knob off", func() (bool, error) {
-			fuseNorm = false
-			defer func() { fuseNorm = true }()
+			defer func(ops int) { fuseNormOps = ops }(fuseNormOps)
+			fuseNormOps &^= fuseAdd
 			return h.b.MatMulAdd(resid, x, w)
 		}, refused},
 		{"add resid width", func() (bool, error) { return h.b.MatMulAdd(h.t(bf, n, m+1), x, w) }, bad},
@@ -69,6 +69,11 @@ func TestNormFuserRefusals(t *testing.T) {
 			return h.b.NormGateUpSiLU(h.t(bf, n, 20), x, normW, 1e-5, h.t(bf, 40, k))
 		}, refused},
 		{"silu F32 out", func() (bool, error) { return h.b.NormGateUpSiLU(h.t(f32, n, inter), x, normW, 1e-5, gu) }, refused},
+		{"silu knob off", func() (bool, error) {
+			defer func(ops int) { fuseNormOps = ops }(fuseNormOps)
+			fuseNormOps &^= fuseMLP
+			return h.b.NormGateUpSiLU(act, x, normW, 1e-5, gu)
+		}, refused},
 		{"silu w rows", func() (bool, error) { return h.b.NormGateUpSiLU(act, x, normW, 1e-5, h.t(bf, inter, k)) }, bad},
 		{"silu norm length", func() (bool, error) { return h.b.NormGateUpSiLU(act, x, h.t(f32, k+8), 1e-5, gu) }, bad},
 		{"silu NaN eps", func() (bool, error) { return h.b.NormGateUpSiLU(act, x, normW, float32(math.NaN()), gu) }, bad},
@@ -86,8 +91,8 @@ func TestNormFuserRefusals(t *testing.T) {
 			return h.b.NormQKVRoPE(x, normW, 1e-5, qkvW, a)
 		}, refused},
 		{"qkv knob off", func() (bool, error) {
-			fuseNorm = false
-			defer func() { fuseNorm = true }()
+			defer func(ops int) { fuseNormOps = ops }(fuseNormOps)
+			fuseNormOps &^= fuseQKV
 			return h.b.NormQKVRoPE(x, normW, 1e-5, qkvW, rope())
 		}, refused},
 		{"qkv norm length", func() (bool, error) { return h.b.NormQKVRoPE(x, h.t(f32, k/2), 1e-5, qkvW, rope()) }, bad},
@@ -240,9 +245,18 @@ func TestNormFused(t *testing.T) {
 					}
 					p.expectClose(fmt.Sprintf("GEMV %+v: MatMulAdd vs cpu", v), decode(bf, got), wantResid, bf16Tol)
 
-					wantG, gotG := unfusedAct(), fusedAct()
-					p.expectClose(fmt.Sprintf("GEMV %+v: NormGateUpSiLU vs gpu unfused", v), gotG, wantG, 2e-3)
-					p.expectClose(fmt.Sprintf("GEMV %+v: NormGateUpSiLU vs cpu", v), gotG, wantAct, bf16Tol)
+					wantG := unfusedAct()
+					for _, post := range []bool{false, true} {
+						fuseNormPost = post
+						gotG := fusedAct()
+						fuseNormPost = false
+						// Scale before the product: the unfused bytes but for
+						// the last bit of the norm's scale; after it: x*g rounded
+						// to bf16 instead of x*rs*g.
+						tol := map[bool]float64{false: 2e-3, true: 6e-3}[post]
+						p.expectClose(fmt.Sprintf("GEMV %+v post %v: NormGateUpSiLU vs gpu unfused", v, post), gotG, wantG, tol)
+						p.expectClose(fmt.Sprintf("GEMV %+v post %v: NormGateUpSiLU vs cpu", v, post), gotG, wantAct, bf16Tol)
+					}
 				}
 			})
 		}
@@ -278,18 +292,22 @@ func TestNormQKVRoPE(t *testing.T) {
 					forcePlan(p, n, c.m, s.k, tuned, best)
 				})
 				for _, v := range gemvConfigs {
-					forcePlan(p, n, c.m, s.k, gemvConfig{}, v) // the plain product on cuBLASLt: the fused op ignores it
-					c.reset()
-					ok, err := p.g.NormQKVRoPE(c.gx, gg, eps, c.gw, c.gpuArgs())
-					p.must("NormQKVRoPE", err)
-					if !ok {
-						t.Fatal("NormQKVRoPE returned false for operands it fuses")
+					for _, post := range []bool{false, true} {
+						forcePlan(p, n, c.m, s.k, gemvConfig{}, v) // the plain product on cuBLASLt: the fused op ignores it
+						c.reset()
+						fuseNormPost = post
+						ok, err := p.g.NormQKVRoPE(c.gx, gg, eps, c.gw, c.gpuArgs())
+						fuseNormPost = false
+						p.must("NormQKVRoPE", err)
+						if !ok {
+							t.Fatal("NormQKVRoPE returned false for operands it fuses")
+						}
+						got := c.read()
+						if string(got.qkv) != string(c.qkvPoison) {
+							t.Fatalf("GEMV %+v: QKV was written", v)
+						}
+						c.checkCPU(fmt.Sprintf("fused %+v post %v", v, post), got)
 					}
-					got := c.read()
-					if string(got.qkv) != string(c.qkvPoison) {
-						t.Fatalf("GEMV %+v: QKV was written", v)
-					}
-					c.checkCPU(fmt.Sprintf("fused %+v", v), got)
 				}
 			})
 		}
@@ -305,6 +323,16 @@ func TestNormFusedGraph(t *testing.T) {
 	if !gemvEnabled {
 		t.Skip("the GEMV is off (TRIGON_CUDA_GEMV=off): nothing fuses")
 	}
+	for _, post := range []bool{false, true} {
+		t.Run(fmt.Sprintf("post_%v", post), func(t *testing.T) {
+			defer func(old bool) { fuseNormPost = old }(fuseNormPost)
+			fuseNormPost = post
+			testNormFusedGraph(t)
+		})
+	}
+}
+
+func testNormFusedGraph(t *testing.T) {
 	const eps, inter = 1e-5, 2048
 	p := newPair(t)
 	g := p.g

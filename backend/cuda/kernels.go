@@ -28,7 +28,7 @@ var fileParams = map[string][]string{
 	"attn_decode":  {"HD", "BS", "ST"},
 	"sample":       {},
 	"quant":        {"WT", "OT"},
-	"gemv":         {"NT", "NW", "UR", "OT"},
+	"gemv":         {"NT", "NW", "UR", "OT", "NP"},
 }
 
 // modSpec identifies one compiled module: a kernel file and the values of

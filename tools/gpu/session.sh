@@ -205,9 +205,13 @@ log "fixture models and the default model on CUDA (llama.test)"
 (cd model/llama && "$root/.gpu/llama.test" -test.run 'TestFixturesCUDA|TestDefaultModelCUDAMatchesCPU' -test.v >"$OUT/llama-cuda.log" 2>&1)
 echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "worst|near tie|^(--- FAIL|FAIL|PASS)" "$OUT/llama-cuda.log" | tee -a "$OUT/summary.txt"
 if ((rc != 0)); then log "fused-kernel tests failed: no A/B"; return; fi
+log "BenchmarkNormFused (graph-timed, batch 4, Llama-3-8B shapes)"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'NormFused' -test.benchtime 50x >"$OUT/normfused-bench.log" 2>&1)
+echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^Benchmark" "$OUT/normfused-bench.log" | awk '{print $1, $3, $4, $5, $6}' | tee -a "$OUT/summary.txt"
 for r in 1 2; do
-  bench_env "TRIGON_CUDA_FUSE_NORM=off" normoff$r
-  bench_env "TRIGON_CUDA_FUSE_NORM=on" normon$r
+  for v in ${NORM_CONFIGS:-off on}; do
+    bench_env "TRIGON_CUDA_FUSE_NORM=${v%%:*} TRIGON_CUDA_FUSE_NORM_SCALE=${v##*:}" "norm-${v//[,:]/-}-$r"
+  done
 done
 }
 

@@ -1,7 +1,9 @@
 // gemv.cu: decode-shaped products y = x . W^T for a few rows of x (n <= 8*NT)
 // against a large BF16 weight, on the tensor cores.
 // Specialised with -DNT=<8-row tiles of x> -DNW=<warps per block>
-// -DUR=<32-wide k spans whose loads are issued together> -DOT=<y dtype>.
+// -DUR=<32-wide k spans whose loads are issued together> -DOT=<y dtype>
+// -DNP=<1: kernels that normalise x apply the norm's scale after the
+// product (see gemv_steps_t), 0: before>.
 //
 // Why not a CUDA-core GEMV: at batch 4 a CUDA-core dot product spends ~50
 // instructions (bf16 unpacking, FMAs, shuffles) per 16 bytes of weight,
@@ -91,6 +93,43 @@ __device__ __forceinline__ uint4 norm8(uint4 v, float4 g0, float4 g1, float rs) 
   return o;
 }
 
+// scale8 is 8 bf16 values times their F32 norm weights, rounded to bf16,
+// and adds their squares (before the weights) to ss.
+__device__ __forceinline__ uint4 scale8(uint4 v, float4 g0, float4 g1, float& ss) {
+  const u32* vp = (const u32*)&v;
+  const float w[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+  uint4 o;
+  u32* op = (u32*)&o;
+#pragma unroll
+  for (int j = 0; j < 4; j++) {
+    float a0 = __uint_as_float(vp[j] << 16), a1 = __uint_as_float(vp[j] & 0xffff0000u);
+    ss += a0 * a0 + a1 * a1;
+    op[j] = (u32)f32_to_bf16(a0 * w[2 * j]) | ((u32)f32_to_bf16(a1 * w[2 * j + 1]) << 16);
+  }
+  return o;
+}
+
+// ss_share (NP=1) adds each thread's sums of squares over the 4 lanes
+// that share its x row and puts the warp's in ssq[warp], for row_scale
+// after the block's next __syncthreads.
+__device__ __forceinline__ void ss_share(float (&ssq)[NW][8 * NT], float (&ss)[NT], int warp, int lane) {
+#pragma unroll
+  for (int t = 0; t < NT; t++) {
+    float v = ss[t];
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    v += __shfl_xor_sync(0xffffffffu, v, 2);
+    if ((lane & 3) == 0) ssq[warp][t * 8 + (lane >> 2)] = v;
+  }
+}
+
+// row_scale (NP=1) is x row row's RMS-norm scale from ss_share's sums.
+__device__ __forceinline__ float row_scale(const float (&ssq)[NW][8 * NT], int row, int k, float eps) {
+  float s = 0.f;
+#pragma unroll
+  for (int w = 0; w < NW; w++) s += ssq[w][row];
+  return rsqrtf(s / (float)k + eps);
+}
+
 // norm_scales sets rs[t] to the RMS-norm scale rsqrt(mean(x^2) + eps) of
 // x row t*8 + gid (the row this thread feeds the mma as column gid of
 // tile t), for a product whose input is RMSNorm(x). Every block reads the
@@ -144,12 +183,17 @@ __device__ __forceinline__ void norm_scales(float (&rs)[NT], float (&ssq)[NW][8 
 //   acc[t]: C fragment of x rows t*8 .. t*8+7
 //
 // With NORM, x is a residual stream and the product's input is its RMS
-// norm, made as the spans are read: x row t*8+gid becomes
-// bf16((x * rs[t]) * g[k]), add_rmsnorm's arithmetic (rs from
-// norm_scales, g the F32 norm weight [k], 16-byte aligned).
+// norm, made as the spans are read (g the F32 norm weight [k], 16-byte
+// aligned). NP=0: x row t*8+gid becomes bf16((x * rs[t]) * g[k]),
+// add_rmsnorm's arithmetic, with rs from norm_scales (a pass over x before
+// the product). NP=1: it becomes bf16(x * g[k]) and ss[t] gathers the
+// row's squares as they pass, so the scale is known only after the
+// product, which the kernel then multiplies by it (row_scale): no second
+// pass over x, at the price of rounding x*g rather than x*rs*g to bf16.
 template <bool NORM>
 __device__ __forceinline__ void gemv_steps_t(WRows& r, float (&acc)[NT][4], const u16* x, const float* g,
-                                             const float (&rs)[NT], int n, int k, int warp, int gid, int tq) {
+                                             const float (&rs)[NT], float (&ss)[NT], int n, int k, int warp, int gid,
+                                             int tq) {
   int spans = (k + 31) >> 5;
   const uint4 zero = make_uint4(0, 0, 0, 0);
   const u16* x_p[NT];
@@ -187,7 +231,13 @@ __device__ __forceinline__ void gemv_steps_t(WRows& r, float (&acc)[NT][4], cons
         if (s0 + u * NW >= spans || kk >= k) continue;  // xv is zero there
         float4 g0 = *(const float4*)(g + kk), g1 = *(const float4*)(g + kk + 4);
 #pragma unroll
-        for (int t = 0; t < NT; t++) xv[u][t] = norm8(xv[u][t], g0, g1, rs[t]);
+        for (int t = 0; t < NT; t++) {
+#if NP
+          xv[u][t] = scale8(xv[u][t], g0, g1, ss[t]);
+#else
+          xv[u][t] = norm8(xv[u][t], g0, g1, rs[t]);
+#endif
+        }
       }
     }
 #pragma unroll
@@ -205,7 +255,8 @@ __device__ __forceinline__ void gemv_steps_t(WRows& r, float (&acc)[NT][4], cons
 __device__ __forceinline__ void gemv_steps(WRows& r, float (&acc)[NT][4], const u16* x, int n, int k, int warp,
                                            int gid, int tq) {
   const float one[NT] = {};
-  gemv_steps_t<false>(r, acc, x, nullptr, one, n, k, warp, gid, tq);
+  float ss[NT] = {};
+  gemv_steps_t<false>(r, acc, x, nullptr, one, ss, n, k, warp, gid, tq);
 }
 
 // gemv_share puts each warp's C fragments where gemv_sum adds them
@@ -346,16 +397,20 @@ extern "C" __global__ void __launch_bounds__(NW * 32) qkv_rope_bf16(
   }
 
   float acc[NT][4];
+  float ss[NT] = {};
   if (g) {
-    float rs[NT];
-    norm_scales(rs, ssq, x, n, k, eps, warp, lane, gid);
-    gemv_steps_t<true>(r, acc, x, g, rs, n, k, warp, gid, tq);
+    float rs[NT] = {};
+    if (!NP) norm_scales(rs, ssq, x, n, k, eps, warp, lane, gid);
+    gemv_steps_t<true>(r, acc, x, g, rs, ss, n, k, warp, gid, tq);
   } else {
     gemv_steps(r, acc, x, n, k, warp, gid, tq);
   }
   grid_dep_launch();  // every weight is read: the next kernel may launch during the epilogue
   gemv_share(red, acc, warp, lane);
+  if (NP && g) ss_share(ssq, ss, warp, lane);
   __syncthreads();
+  // The norm's scale of an x row, applied after the product (NP=1).
+  auto post = [&](int row) { return NP && g ? row_scale(ssq, row, k, eps) : 1.f; };
   if (rotated) {
     // One thread per rotate-half pair: (tile t, lane l, x row parity e).
 #pragma unroll
@@ -365,8 +420,9 @@ extern "C" __global__ void __launch_bounds__(NW * 32) qkv_rope_bf16(
       int t = idx >> 6, l = (idx >> 1) & 31, e = idx & 1;
       int row = t * 8 + (l & 3) * 2 + e;
       if (row >= n) continue;
-      float x1 = round_to<DT_BF16>(gemv_sum(red, t, l, e));
-      float x2 = round_to<DT_BF16>(gemv_sum(red, t, l, e + 2));
+      float sc = post(row);
+      float x1 = round_to<DT_BF16>(gemv_sum(red, t, l, e) * sc);
+      float x2 = round_to<DT_BF16>(gemv_sum(red, t, l, e + 2) * sc);
       int i = f0 + (l >> 2);
       int p = pre_pos[it];
       if (p < 0) {
@@ -411,7 +467,7 @@ extern "C" __global__ void __launch_bounds__(NW * 32) qkv_rope_bf16(
       if (slot < 0) continue;
       int blk = slot / bs, off = slot - blk * bs;
       int i = v0 + (l >> 2) + (e >> 1) * 8;
-      vc[(((i64)blk * KV + vh) * bs + off) * hd + i] = f32_to_bf16(gemv_sum(red, t, l, e));
+      vc[(((i64)blk * KV + vh) * bs + off) * hd + i] = f32_to_bf16(gemv_sum(red, t, l, e) * post(row));
     }
   }
 }
@@ -471,20 +527,22 @@ extern "C" __global__ void __launch_bounds__(NW * 32) gemv_norm_silu_bf16(u16* o
   r.load(warp, (k + 31) >> 5, k, tq);
   if (early_w) grid_dep_wait();
 
-  float rs[NT];
-  norm_scales(rs, ssq, h, n, k, eps, warp, lane, gid);
+  float rs[NT] = {}, ss[NT] = {};
+  if (!NP) norm_scales(rs, ssq, h, n, k, eps, warp, lane, gid);
   float acc[NT][4];
-  gemv_steps_t<true>(r, acc, h, g, rs, n, k, warp, gid, tq);
+  gemv_steps_t<true>(r, acc, h, g, rs, ss, n, k, warp, gid, tq);
   grid_dep_launch();
   gemv_share(red, acc, warp, lane);
+  if (NP) ss_share(ssq, ss, warp, lane);
   __syncthreads();
   // One thread per (tile t, lane l, x row parity e): a gate and its up.
   for (int idx = threadIdx.x; idx < NT * 64; idx += NW * 32) {
     int t = idx >> 6, l = (idx >> 1) & 31, e = idx & 1;
     int row = t * 8 + (l & 3) * 2 + e;
     if (row >= n) continue;
-    float gt = round_to<DT_BF16>(gemv_sum(red, t, l, e));
-    float up = round_to<DT_BF16>(gemv_sum(red, t, l, e + 2));
+    float sc = NP ? row_scale(ssq, row, k, eps) : 1.f;
+    float gt = round_to<DT_BF16>(gemv_sum(red, t, l, e) * sc);
+    float up = round_to<DT_BF16>(gemv_sum(red, t, l, e + 2) * sc);
     float s = gt / (1.f + expf(-gt));
     out[(i64)row * inter + f0 + (l >> 2)] = f32_to_bf16(s * up);
   }
