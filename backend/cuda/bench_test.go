@@ -478,6 +478,7 @@ func normPrefetch(g *Backend, out, x, res, w, pf backend.Tensor, pfBytes int) er
 // us/op is the pair's (or the fused kernel's) time per layer.
 func BenchmarkNormFused(b *testing.B) {
 	g := benchBackend(b)
+	defer allFused()()
 	const n, k, inter, heads, kvh, hd, eps = 4, 4096, 14336, 32, 8, 128, 1e-5
 	const width = (heads + 2*kvh) * hd
 	copiesOf := func(bytes int) int { return max(2, (256<<20)/bytes+1) }

@@ -17,6 +17,7 @@ func TestNormFuserRefusals(t *testing.T) {
 	if !gemvEnabled {
 		t.Skip("the GEMV is off (TRIGON_CUDA_GEMV=off): nothing fuses")
 	}
+	defer allFused()()
 	h := newHostOnly()
 	bf, f32, i32 := backend.BF16, backend.F32, backend.I32
 	const n, k, m, inter = 4, 512, 256, 384
@@ -121,6 +122,14 @@ func TestNormFuserRefusals(t *testing.T) {
 	}
 }
 
+// allFused makes every NormFuser method fuse (whatever the defaults) and
+// returns the function that restores the knobs.
+func allFused() func() {
+	ops, post := fuseNormOps, fuseNormPost
+	fuseNormOps = fuseAdd | fuseQKV | fuseMLP
+	return func() { fuseNormOps, fuseNormPost = ops, post }
+}
+
 // forcePlan makes the plan of the product [n,k] x [m,k]^T (BF16 out) run
 // GEMV variant v, both as the plain product's choice and as the fused
 // products' (gemvBest), and returns the two it had. The plan must exist.
@@ -157,6 +166,7 @@ func TestNormFused(t *testing.T) {
 	if !gemvEnabled {
 		t.Skip("the GEMV is off (TRIGON_CUDA_GEMV=off): nothing fuses")
 	}
+	defer allFused()()
 	const eps = 1e-5
 	for _, s := range []struct{ k, m, inter int }{{4096, 4096, 14336}, {14336, 4096, 1024}, {1024, 768, 1536}, {1000, 520, 264}} {
 		for _, n := range []int{1, 3, 4, 9, 16} {
@@ -273,6 +283,7 @@ func TestNormQKVRoPE(t *testing.T) {
 	if !gemvEnabled {
 		t.Skip("the GEMV is off (TRIGON_CUDA_GEMV=off): nothing fuses")
 	}
+	defer allFused()()
 	const eps = 1e-5
 	for _, s := range []struct{ h, kv, hd, k int }{{32, 8, 128, 4096}, {8, 2, 64, 1024}, {4, 4, 16, 1000}} {
 		for _, n := range []int{1, 4, 9, 16} {
@@ -323,6 +334,7 @@ func TestNormFusedGraph(t *testing.T) {
 	if !gemvEnabled {
 		t.Skip("the GEMV is off (TRIGON_CUDA_GEMV=off): nothing fuses")
 	}
+	defer allFused()()
 	for _, post := range []bool{false, true} {
 		t.Run(fmt.Sprintf("post_%v", post), func(t *testing.T) {
 			defer func(old bool) { fuseNormPost = old }(fuseNormPost)

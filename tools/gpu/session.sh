@@ -215,6 +215,21 @@ for r in 1 2; do
 done
 }
 
+# prefill_chunks: prefill of 4 x 2048 tokens in steps of $CHUNK_SIZES
+# tokens (the GEMM floor's probe runs at the same row count), and prefill
+# attention's kernel benchmark.
+prefill_chunks() {
+for c in ${CHUNK_SIZES:-2048 4096 8192}; do
+  log "bench latency llama-3-8b --batch 4 --input-len 2048 --output-len 4 --prefill-chunk $c --iters 5"
+  .gpu/trigon bench latency --arch llama-3-8b --batch 4 --input-len 2048 --output-len 4 --prefill-chunk $c --iters 5 \
+    --device cuda --cuda-graphs on --json >"$OUT/prefill-$c.json" 2>>"$OUT/bench.err" || tail -3 "$OUT/bench.err"
+  $PY -c "import json,sys;d=json.load(open(sys.argv[1]));print({k:d.get(k) for k in ['prefill_ms','prefill_gemm_floor_ms','matmul_flops_per_s']})" "$OUT/prefill-$c.json" 2>&1 | tee -a "$OUT/summary.txt"
+done
+log "BenchmarkAttentionPrefill"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'AttentionPrefill' -test.benchtime 20x >"$OUT/attn-prefill-bench.log" 2>&1)
+grep -E "^Benchmark" "$OUT/attn-prefill-bench.log" | tee -a "$OUT/summary.txt"
+}
+
 # fill_check: synthetic weights made on the device (FillNormal) against
 # the CPU's bytes, then the batch-4 step with weights made on the device
 # and uploaded from the host (same bytes: same tokens, same times).
