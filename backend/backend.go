@@ -140,10 +140,6 @@ type AttentionArgs struct {
 	HeadDim       int
 	Scale         float32 // usually 1/sqrt(headDim)
 	SlidingWindow int     // 0: unlimited
-	// Prefetch optionally names the weight the step reads next (the O
-	// projection): a backend may pull its start into a cache while the
-	// attention runs. A hint only: it changes no result.
-	Prefetch Tensor
 }
 
 // SampleArgs are the operands of Backend.Sample.

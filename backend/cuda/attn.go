@@ -125,12 +125,6 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 	if n > maxInt32 {
 		return backend.ShapeError("cuda: "+op, "Q", "%d rows exceed int32", n)
 	}
-	var pf *tensor
-	if a.Prefetch != nil {
-		if pf, err = b.tensorOf(op, "Prefetch", a.Prefetch); err != nil {
-			return err
-		}
-	}
 	numBlocks, blockSize, maxBlocks := kc.shape[0], kc.shape[2], bt.shape[1]
 	dp := b.planDecode(s, h, kvh, d, blockSize, a.MaxSeqLen)
 	scale := f32bits(a.Scale * math.Log2E)
@@ -171,18 +165,9 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 			}
 			defer b.tmpPut(part)
 		}
-		grid := dp.grid
-		var pfPtr uint64
-		pfBytes := 0
-		if pf != nil && dp.decode == "attn_decode_mma" && prefetchBytes > 0 {
-			// Prefetching blocks: about one per SM, in whole x slices.
-			pfPtr, pfBytes = pf.ptr, min(pf.bytes, prefetchBytes)
-			grid[0] += max(1, b.sms/(grid[1]*grid[2]))
-		}
-		if err := b.launch(dec, grid, 128, dp.smem, out.ptr, part, q.ptr, kc.ptr, vc.ptr,
+		if err := b.launch(dec, dp.grid, 128, dp.smem, out.ptr, part, q.ptr, kc.ptr, vc.ptr,
 			bt.ptr, i32(maxBlocks), sl.ptr, qs.ptr, i32(h), i32(kvh), i32(h/kvh), i32(dp.nsplit), scale,
-			i32(a.SlidingWindow), i32(numBlocks), i32(n), i32(a.MaxSeqLen), i32(decodeOnly), b.errDev,
-			i32(s), pfPtr, uint64(pfBytes)); err != nil {
+			i32(a.SlidingWindow), i32(numBlocks), i32(n), i32(a.MaxSeqLen), i32(decodeOnly), b.errDev); err != nil {
 			return err
 		}
 		if dp.nsplit > 1 {

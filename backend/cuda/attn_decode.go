@@ -199,25 +199,3 @@ func (b *Backend) decodeMMASplits(units, maxSeqLen, perSM int) int {
 	}
 	return best
 }
-
-// prefetchBytes is how much of AttentionArgs.Prefetch the tensor-core
-// decode kernel's extra blocks ask L2 for while the attention streams the
-// KV cache (0: none). TRIGON_CUDA_PREFETCH_MB, read by New, overrides it.
-var prefetchBytes = 32 << 20
-
-// prefetchEnv names prefetchBytes' override, in MiB (0 turns it off).
-const prefetchEnv = "TRIGON_CUDA_PREFETCH_MB"
-
-// applyPrefetchEnv reads prefetchEnv.
-func applyPrefetchEnv() error {
-	v := os.Getenv(prefetchEnv)
-	if v == "" {
-		return nil
-	}
-	mb, err := strconv.Atoi(v)
-	if err != nil || mb < 0 || mb > 1024 {
-		return fmt.Errorf("cuda: %s=%q: want a whole number of MiB in [0, 1024]", prefetchEnv, v)
-	}
-	prefetchBytes = mb << 20
-	return nil
-}

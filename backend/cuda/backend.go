@@ -157,9 +157,6 @@ func New(opts Options) (*Backend, error) {
 	if err := applyFuseNormEnv(); err != nil {
 		return nil, err
 	}
-	if err := applyPrefetchEnv(); err != nil {
-		return nil, err
-	}
 	d, _ := loadDriver()
 	b := &Backend{
 		opts:    opts,

@@ -230,26 +230,6 @@ log "BenchmarkAttentionPrefill"
 grep -E "^Benchmark" "$OUT/attn-prefill-bench.log" | tee -a "$OUT/summary.txt"
 }
 
-# prefetch_o: the decode attention kernel prefetching the O projection's
-# weight into L2 (AttentionArgs.Prefetch): attention tests, memcheck, the
-# graph-timed attention + O pair, then the batch-4 step at 0 / 32 MiB.
-prefetch_o() {
-log "attention tests (the hinted runs set Prefetch and compare with a run without it)"
-(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.run 'TestAttention$|TestDecodePlan' >"$OUT/attn-tests.log" 2>&1)
-local rc=$?
-echo "rc=$rc" | tee -a "$OUT/summary.txt"; grep -E "^(--- FAIL|FAIL|PASS|ok)|panic|differs" "$OUT/attn-tests.log" | head -8 | tee -a "$OUT/summary.txt"
-memcheck 'TestAttention/(decode_gqa4_d128|decode_many_seqs|mixed_gqa4_d128)_hinted$'
-if ((rc != 0)); then log "attention tests failed: no A/B"; return; fi
-log "BenchmarkAttentionPrefetch (graph-timed attention + O projection)"
-(cd backend/cuda && "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'AttentionPrefetch' -test.benchtime 50x >"$OUT/prefetch-bench.log" 2>&1)
-echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^Benchmark" "$OUT/prefetch-bench.log" | awk '{print $1, $5, $6, $7, $8}' | tee -a "$OUT/summary.txt"
-for r in 1 2; do
-  for mb in ${PF_SIZES:-0 32}; do
-    bench_env "TRIGON_CUDA_PREFETCH_MB=$mb" "pf$mb-$r"
-  done
-done
-}
-
 # fill_check: synthetic weights made on the device (FillNormal) against
 # the CPU's bytes, then the batch-4 step with weights made on the device
 # and uploaded from the host (same bytes: same tokens, same times).

@@ -77,11 +77,8 @@ __device__ __forceinline__ void ldsm_x4_trans(u32& r0, u32& r1, u32& r2, u32& r3
 //   q     [T, H*HD] bf16
 //   kc, vc [num_blocks, KV, BS, HD] bf16
 //   block_tables [S, max_blocks]; seq_lens [S]; qstart [S+1]
-// grid (S + px, KV * ceil(G/16), nsplit), block NW*32, dynamic shared
-// memory as above. Blocks with blockIdx.x >= S only prefetch their share
-// of pf[0, pf_bytes) into L2 (px * gridDim.y * gridDim.z of them): a
-// decode step's attention leaves HBM half idle, and the product after it
-// (the O projection) can then find its weight in L2. The context [lo, L) is cut into 16-token tiles aligned to
+// grid (S, KV * ceil(G/16), nsplit), block NW*32, dynamic shared memory as
+// above. The context [lo, L) is cut into 16-token tiles aligned to
 // multiples of 16 (masked at both ends); split z takes a contiguous run
 // of them and warp w every NW-th tile of the run. Bad metadata raises
 // ERR_QUERY_LEN, reported once per sequence, as does a sequence of
@@ -90,15 +87,8 @@ __device__ __forceinline__ void ldsm_x4_trans(u32& r0, u32& r1, u32& r2, u32& r3
 extern "C" __global__ void __launch_bounds__(NW * 32, MIN_BLOCKS) attn_decode_mma(
     u16* out, float* part, const u16* q, const u16* kc, const u16* vc, const int* block_tables, int max_blocks,
     const int* seq_lens, const int* qstart, int H, int KV, int G, int nsplit, float scale_log2, int window, int num_blocks,
-    int num_tokens, int max_seq_len, int decode_only, int* err, int S, const char* pf, i64 pf_bytes) {
+    int num_tokens, int max_seq_len, int decode_only, int* err) {
   grid_dep_wait();  // Q and the KV cache come from the kernels before this one
-  if ((int)blockIdx.x >= S) {
-    const int px = gridDim.x - S;
-    prefetch_share(pf, pf_bytes, (blockIdx.x - S) + px * (blockIdx.y + gridDim.y * blockIdx.z),
-                   px * gridDim.y * gridDim.z);
-    grid_dep_launch();
-    return;
-  }
 #if __CUDA_ARCH__ >= 800
   extern __shared__ __align__(16) u16 dsm[];
   __shared__ float sm_m[NW][16], sm_l[NW][16];

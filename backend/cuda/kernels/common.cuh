@@ -170,19 +170,6 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   return warp_sum(v);
 }
 
-// prefetch_l2 asks L2 to fetch the 128-byte line at p (a hint: nothing
-// waits for it) and to keep it in preference to streamed data.
-__device__ __forceinline__ void prefetch_l2(const char* p) {
-  asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(p));
-}
-
-// prefetch_share has block `id` of `count` prefetching blocks ask L2 for
-// its share of [pf, pf + bytes), a line per thread at a time.
-__device__ __forceinline__ void prefetch_share(const char* pf, i64 bytes, int id, int count) {
-  const i64 stride = (i64)count * blockDim.x * 128;
-  for (i64 off = ((i64)id * blockDim.x + threadIdx.x) * 128; off < bytes; off += stride) prefetch_l2(pf + off);
-}
-
 // 2^x through the MUFU unit; ex2(-inf) = 0.
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;
