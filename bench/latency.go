@@ -120,6 +120,13 @@ type LatencyResult struct {
 	MatMulFLOPsPerS    *float64 `json:"matmul_flops_per_s"` // measured on the gate/up projection
 	PrefillGEMMFloorMS *float64 `json:"prefill_gemm_floor_ms"`
 
+	// QueuedStepMS is the last decode step's forward run queuedSteps times
+	// back to back, with nothing sampled or read back in between, per step
+	// (null when OutputLen < 2): the device's own time for a step. ITL
+	// minus it is what the host round trip (packing, copies, sampling,
+	// reading the ids) adds to each step.
+	QueuedStepMS *float64 `json:"queued_step_ms"`
+
 	// KernelChoices lists, where the backend reports them, the kernels
 	// its autotuner kept for this run's products (the CUDA backend: own
 	// GEMV or cuBLASLt per decode shape, with the times it saw).
@@ -186,6 +193,13 @@ func RunLatency(ctx context.Context, opts LatencyOptions) (*LatencyResult, error
 	}
 	if err := run.finish(res, prefill, itl, e2e, kvBytes, decodeSecs); err != nil {
 		return nil, err
+	}
+	if opts.OutputLen >= 2 {
+		ms, err := run.queuedStepTime()
+		if err != nil {
+			return nil, err
+		}
+		res.QueuedStepMS = &ms
 	}
 	res.Tokens = run.tokens
 	if k, ok := run.b.(interface{ GEMMChoices() []string }); ok {
@@ -406,6 +420,37 @@ func (run *latencyRun) decode(cur []int32, k int) ([]int32, error) {
 		return nil, err
 	}
 	return out.Sample(run.greedy)
+}
+
+// queuedSteps is how many times queuedStepTime runs the last decode step.
+const queuedSteps = 16
+
+// queuedStepTime re-runs the last iteration's last decode step
+// queuedSteps times without sampling (each run writes the same KV slots
+// with the same values) and returns the time per step in ms, from one
+// sync before to one after: the host only queues, so this is the device's
+// time.
+func (run *latencyRun) queuedStepTime() (float64, error) {
+	o := run.opts
+	k := o.OutputLen - 1
+	step := runner.Step{Seqs: make([]runner.Seq, o.Batch)}
+	for s := range step.Seqs {
+		tok := run.tokens[s][k-1 : k]
+		step.Seqs[s] = runner.Seq{Tokens: tok, Start: o.InputLen + k - 1, BlockTable: run.tables[s], WantLogits: true}
+	}
+	if err := run.b.Sync(); err != nil {
+		return 0, fmt.Errorf("bench latency: queued steps: %w", err)
+	}
+	t0 := time.Now()
+	for range queuedSteps {
+		if _, err := run.r.Execute(&step); err != nil {
+			return 0, fmt.Errorf("bench latency: queued steps: %w", err)
+		}
+	}
+	if err := run.b.Sync(); err != nil {
+		return 0, fmt.Errorf("bench latency: queued steps: %w", err)
+	}
+	return time.Since(t0).Seconds() * 1e3 / queuedSteps, nil
 }
 
 // kvBytesPerToken is the K and V bytes one token takes over all layers.

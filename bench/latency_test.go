@@ -147,6 +147,9 @@ func TestRunLatencyGreedyTokens(t *testing.T) {
 				t.Errorf("counts: prefill %d, e2e %d, itl %d; want %d, %d, %d",
 					res.PrefillMS.Count, res.E2EMS.Count, res.ITLMS.Count, tc.iters, tc.iters, tc.iters*(tc.out-1))
 			}
+			if res.QueuedStepMS == nil || !(*res.QueuedStepMS > 0) {
+				t.Errorf("queued step time %v, want a positive time", res.QueuedStepMS)
+			}
 			if !(res.E2EMS.Min >= res.PrefillMS.Min) || !(res.ITLMS.Min > 0) {
 				t.Errorf("e2e %v shorter than prefill %v, or a zero step %v", res.E2EMS, res.PrefillMS, res.ITLMS)
 			}
@@ -155,9 +158,9 @@ func TestRunLatencyGreedyTokens(t *testing.T) {
 					t.Fatalf("cuda_graphs %q with %d graphs captured, want on and 1", res.CUDAGraphs, len(rb.graphs))
 				}
 				// Every decode step but the first (eager, loading kernels)
-				// replays the graph; the run closes it.
+				// replays the graph, as do the queued steps; the run closes it.
 				g := rb.graphs[0]
-				if want := (tc.warmup+tc.iters)*(tc.out-1) - 1; g.launches != want || !g.closed {
+				if want := (tc.warmup+tc.iters)*(tc.out-1) - 1 + queuedSteps; g.launches != want || !g.closed {
 					t.Errorf("graph launched %d times (closed %v), want %d and closed", g.launches, g.closed, want)
 				}
 			} else if res.CUDAGraphs != "off" {

@@ -40,6 +40,9 @@ func (r *LatencyResult) WriteText(w io.Writer) error {
 	} else {
 		p("decode step (ITL)", "n/a")
 	}
+	if r.QueuedStepMS != nil {
+		p("decode step, queued", "%s (the device's time: steps queued back to back, nothing read back)", ms(*r.QueuedStepMS))
+	}
 	p("decode throughput", "%s", opt(r.DecodeTokensPerS, func(v float64) string { return count(v) + " tok/s" }))
 	p("end to end", "p50 %s  mean %s  (%s output tok/s)", ms(r.E2EMS.P50), ms(r.E2EMS.Mean), count(r.OutputTokensPerS))
 	if r.DecodeBytesPerStep != nil {

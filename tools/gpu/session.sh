@@ -8,7 +8,8 @@
 # cuda_tests (every test + memcheck), bigref (Llama-3-8B shape vs
 # transformers), serve_smoke, bench_rows, graphs, profile (ncu), attn_bench,
 # attn_check, default_model, peers, overlap (bench overlap), margin, pdl,
-# tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, splits (one A/B
+# tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab,
+# prefill_chunks, splits (one A/B
 # experiment each), final (tests, then peers, rows and the server: what
 # docs/benchmarks.md's latest section ran);
 # `session.sh bigref graphs` runs those two. Results: $OUT/summary.txt and
@@ -116,7 +117,22 @@ bench_env() {
   log "bench latency llama-3-8b --batch 4 --input-len 2048 --output-len 64 --cuda-graphs on, with $1"
   env $1 .gpu/trigon bench latency --arch llama-3-8b --batch 4 --input-len 2048 --output-len 64 --device cuda --cuda-graphs on --json \
     >"$OUT/bench-4-$2.json" 2>>"$OUT/bench.err" || tail -3 "$OUT/bench.err"
-  $PY -c "import json,sys;d=json.load(open(sys.argv[1]));print({k:d.get(k) for k in ['itl_ms','prefill_ms','decode_floor_ms']});print(*d.get('kernel_choices',[]),sep='\n')" "$OUT/bench-4-$2.json" 2>&1 | tee -a "$OUT/summary.txt"
+  $PY -c "import json,sys;d=json.load(open(sys.argv[1]));i=d['itl_ms'];print('ITL p50 %.3f p90 %.3f p99 %.3f ms, queued %s ms, prefill p50 %.1f ms, floor %.3f ms'%(i['p50'],i['p90'],i['p99'],d.get('queued_step_ms'),d['prefill_ms']['p50'],d['decode_floor_ms']))" "$OUT/bench-4-$2.json" 2>&1 | tee -a "$OUT/summary.txt"
+}
+
+# add_ab: MatMulAdd (the default NormFuser op) against no fusion,
+# alternating three times, then batch 1 and 64 with the defaults.
+add_ab() {
+for r in 1 2 3; do
+  bench_env "TRIGON_CUDA_FUSE_NORM=off" "fuseoff-$r"
+  bench_env "TRIGON_CUDA_FUSE_NORM=add" "fuseadd-$r"
+done
+for bs in 1 64; do
+  log "bench latency llama-3-8b --batch $bs --input-len 2048 --output-len 64 --cuda-graphs on"
+  .gpu/trigon bench latency --arch llama-3-8b --batch $bs --input-len 2048 --output-len 64 --device cuda --cuda-graphs on --json \
+    >"$OUT/bench-$bs.json" 2>>"$OUT/bench.err" || tail -3 "$OUT/bench.err"
+  $PY -c "import json,sys;d=json.load(open(sys.argv[1]));i=d['itl_ms'];print('ITL p50 %.3f p99 %.3f ms, queued %s ms, floor %.3f ms'%(i['p50'],i['p99'],d.get('queued_step_ms'),d['decode_floor_ms']))" "$OUT/bench-$bs.json" 2>&1 | tee -a "$OUT/summary.txt"
+done
 }
 
 # margin: the GEMV tuner's margin, default (0.03) against 0.12.
