@@ -251,6 +251,28 @@ type NormFuser interface {
 	NormGateUpSiLU(out, h, normW Tensor, eps float32, w Tensor) (bool, error)
 }
 
+// DeviceSampler is an optional Backend interface that keeps the host out
+// of a decode step's critical path: SampleTo leaves the sampled ids on the
+// device (where the next step's embedding can read them), and ReadAsync
+// queues their copy to the host, to be waited for after the next step is
+// queued. Both only queue work and return; ops run in queue order.
+type DeviceSampler interface {
+	// SampleTo queues Sample(args) with the picks written to ids [n] I32.
+	SampleTo(ids Tensor, args SampleArgs) error
+	// ReadAsync queues a copy of t (at most MaxAsyncRead bytes) to the
+	// host and returns wait, which blocks until the copy is done, fills dst
+	// and reports any error of the ops queued before it (as Sync would).
+	// At most MaxAsyncReads reads may be pending (queued, not yet waited
+	// for); each wait must be called once.
+	ReadAsync(t Tensor, dst []byte) (wait func() error, err error)
+}
+
+// Limits of DeviceSampler.ReadAsync.
+const (
+	MaxAsyncRead  = 64 << 10
+	MaxAsyncReads = 4
+)
+
 // RandomFiller is an optional Backend interface: FillNormal writes
 // synthetic values into t where it lives, so benchmarks can make a model's
 // weights on the device instead of generating and copying gigabytes from

@@ -58,6 +58,10 @@ type LatencyOptions struct {
 	// PeakBandwidth, bytes/s, is a nominal ceiling used instead of the
 	// backend's own measurement (0: measure, where the backend can).
 	PeakBandwidth float64
+	// NoQueueAhead turns off queuing each decode step on the previous
+	// step's sampled ids before the host reads them (runner.Output.
+	// SampleNext), for comparing the two.
+	NoQueueAhead bool
 	// ProfileSteps > 0 brackets, in the last iteration, the prefill and
 	// the first ProfileSteps decode steps with the backend's Profiler
 	// calls, so that a profiler started with collection off records one
@@ -126,6 +130,9 @@ type LatencyResult struct {
 	// minus it is what the host round trip (packing, copies, sampling,
 	// reading the ids) adds to each step.
 	QueuedStepMS *float64 `json:"queued_step_ms"`
+	// QueueAhead says whether decode steps were queued on the device's
+	// sampled ids before the host read them.
+	QueueAhead bool `json:"queue_ahead"`
 
 	// KernelChoices lists, where the backend reports them, the kernels
 	// its autotuner kept for this run's products (the CUDA backend: own
@@ -332,17 +339,46 @@ func (run *latencyRun) iteration(ctx context.Context, last bool) (prefill float6
 	for s := range tokens {
 		tokens[s] = append(make([]int32, 0, o.OutputLen), first[s])
 	}
+	// Decode. Where the backend can leave the sampled ids on the device
+	// (runner.Output.SampleNext), step k+1 is queued on step k's ids
+	// before the host waits for them, so the host's work for a step
+	// (packing, copies, the launch) overlaps the device's previous step;
+	// the first two steps of an iteration (which may load kernels and
+	// capture the graph) run one at a time. A step's time runs from the
+	// previous step's ids reaching the host to its own.
 	cur := first
+	feed := run.r.CanFeed() && !o.NoQueueAhead
+	var queued *runner.Output // step k, queued on step k-1's ids
+	t := time.Now()
 	for k := 1; k < o.OutputLen; k++ {
 		if err := ctx.Err(); err != nil {
 			return 0, nil, err
 		}
-		t := time.Now()
-		cur, err = run.decode(cur, k)
+		out := queued
+		queued = nil
+		if out == nil {
+			if out, err = run.decodeStep(cur, k, false); err != nil {
+				return 0, nil, fmt.Errorf("bench latency: decode step %d: %w", k, err)
+			}
+		}
+		if feed && k >= 2 && k+1 < o.OutputLen {
+			wait, err := out.SampleNext(run.greedy)
+			if err != nil {
+				return 0, nil, fmt.Errorf("bench latency: decode step %d: %w", k, err)
+			}
+			if queued, err = run.decodeStep(nil, k+1, true); err != nil {
+				return 0, nil, fmt.Errorf("bench latency: decode step %d: %w", k+1, err)
+			}
+			cur, err = wait()
+		} else {
+			cur, err = out.Sample(run.greedy)
+		}
 		if err != nil {
 			return 0, nil, fmt.Errorf("bench latency: decode step %d: %w", k, err)
 		}
-		steps = append(steps, time.Since(t).Seconds())
+		now := time.Now()
+		steps = append(steps, now.Sub(t).Seconds())
+		t = now
 		for s := range tokens {
 			tokens[s] = append(tokens[s], cur[s])
 		}
@@ -406,20 +442,22 @@ func (run *latencyRun) prefill() ([]int32, error) {
 	return first, nil
 }
 
-// decode runs decode step k: one token per sequence, sampled greedily on
-// the device (from a graph replay when the runner has graphs on): each
-// sequence's previous token at position InputLen+k-1.
-func (run *latencyRun) decode(cur []int32, k int) ([]int32, error) {
+// decodeStep queues decode step k (from a graph replay when the runner
+// has graphs on): one token per sequence, each sequence's previous token
+// at position InputLen+k-1, taken from cur or, fed, from the ids the
+// previous step's SampleNext left on the device.
+func (run *latencyRun) decodeStep(cur []int32, k int, fed bool) (*runner.Output, error) {
 	o := run.opts
-	step := runner.Step{Seqs: make([]runner.Seq, o.Batch)}
+	step := runner.Step{Seqs: make([]runner.Seq, o.Batch), FedTokens: fed}
+	placeholder := []int32{0}
 	for s := range step.Seqs {
-		step.Seqs[s] = runner.Seq{Tokens: cur[s : s+1], Start: o.InputLen + k - 1, BlockTable: run.tables[s], WantLogits: true}
+		tok := placeholder
+		if !fed {
+			tok = cur[s : s+1]
+		}
+		step.Seqs[s] = runner.Seq{Tokens: tok, Start: o.InputLen + k - 1, BlockTable: run.tables[s], WantLogits: true}
 	}
-	out, err := run.r.Execute(&step)
-	if err != nil {
-		return nil, err
-	}
-	return out.Sample(run.greedy)
+	return run.r.Execute(&step)
 }
 
 // queuedSteps is how many times queuedStepTime runs the last decode step.
@@ -472,6 +510,9 @@ func (run *latencyRun) newResult() *LatencyResult {
 	}
 	if d, ok := run.b.(interface{ Device() string }); ok {
 		res.Device = d.Device()
+	}
+	if res.QueueAhead = run.r.CanFeed() && !o.NoQueueAhead; res.QueueAhead {
+		res.Notes = append(res.Notes, "decode steps from the third on are queued on the device's sampled ids before the host reads them")
 	}
 	if _, can := run.b.(backend.GraphCapturer); o.CUDAGraphs {
 		res.CUDAGraphs = "on"

@@ -34,6 +34,16 @@ type replayGraph struct {
 func (g *replayGraph) Launch() error { g.launches++; return g.fn() }
 func (g *replayGraph) Close()        { g.closed = true }
 
+// SampleTo and ReadAsync pass through, so the benchmark feeds sampled ids
+// to the next step on the replayed path too.
+func (r *replayBackend) SampleTo(ids backend.Tensor, a backend.SampleArgs) error {
+	return r.Backend.(backend.DeviceSampler).SampleTo(ids, a)
+}
+
+func (r *replayBackend) ReadAsync(t backend.Tensor, dst []byte) (func() error, error) {
+	return r.Backend.(backend.DeviceSampler).ReadAsync(t, dst)
+}
+
 func (r *replayBackend) CaptureGraph(fn func() error) (backend.Graph, error) {
 	g := &replayGraph{fn: fn}
 	r.graphs = append(r.graphs, g)

@@ -264,6 +264,8 @@ func (r *Runner) GraphStats() GraphStats {
 // the decode steps since the last call), so a burst at that size does not
 // pay for capture. The engine calls it while idle. It runs a padding-only
 // decode step per bucket (no KV writes) to load kernels where needed.
+// It overwrites tokens fed by Output.SampleNext: call it between steps
+// that do not feed.
 func (r *Runner) Precapture() error {
 	c := r.graphs
 	if c == nil || c.steps < 20 {
@@ -276,7 +278,8 @@ func (r *Runner) Precapture() error {
 		}
 		r.resetHost()
 		r.padDecode(b)
-		in, err := r.upload()
+		r.fed = 0 // the padding tokens overwrite any fed ones
+		in, err := r.upload(0)
 		if err != nil {
 			return err
 		}

@@ -56,6 +56,12 @@ type Seq struct {
 // Step is the runner's input for one engine step.
 type Step struct {
 	Seqs []Seq
+	// FedTokens says every sequence computes one token that is already on
+	// the device: the previous step's Output.SampleNext picked it (row i
+	// for sequence i, so the sequences must come in the order of its
+	// rows), and Seqs[i].Tokens[0] is not read. The host then need not
+	// wait for the previous step's ids before queuing this one.
+	FedTokens bool
 }
 
 // Runner owns the KV pools and the step's device buffers. Not safe for
@@ -77,6 +83,10 @@ type Runner struct {
 	logitsRows               backend.Tensor // [MaxTokens] I32
 
 	graphs *graphCache // nil: graphs off
+
+	// fed is how many token ids the last Output.SampleNext left in tokens
+	// for the next step (0: none); every Execute clears it.
+	fed int
 
 	// Host staging, reused every step.
 	hTokens, hPositions, hSlots, hQueryStart, hSeqLens, hTables, hLogitsRows []int32
@@ -173,6 +183,7 @@ func (r *Runner) Close() {
 // wanted them (WantLogits), or one per token (AllLogits).
 type Output struct {
 	b      backend.Backend
+	r      *Runner
 	logits backend.Tensor // [Rows, vocab] F32
 	Rows   int
 	// Seq[i] is the index in Step.Seqs of logits row i.
@@ -188,6 +199,55 @@ func (o *Output) Sample(rows []backend.SampleRow) ([]int32, error) {
 		return nil, fmt.Errorf("runner: %d sampling rows for %d logits rows", len(rows), o.Rows)
 	}
 	return o.b.Sample(backend.SampleArgs{Logits: o.logits, Rows: rows})
+}
+
+// SampleNext samples like Sample, on the device, but leaves the picks
+// where the next step reads its tokens (Step.FedTokens) and returns at
+// once; wait gives the ids on the host when the device has them. Queue
+// the next step before calling wait, and the host's work for it overlaps
+// this step's. The backend must implement backend.DeviceSampler (see
+// CanFeed), and no other step may run between this one and the fed one.
+func (o *Output) SampleNext(rows []backend.SampleRow) (wait func() ([]int32, error), err error) {
+	ds, ok := o.b.(backend.DeviceSampler)
+	if !ok {
+		return nil, fmt.Errorf("runner: %s cannot sample into the next step's inputs", o.b.Name())
+	}
+	if len(rows) != o.Rows || o.Rows == 0 {
+		return nil, fmt.Errorf("runner: %d sampling rows for %d logits rows", len(rows), o.Rows)
+	}
+	if o.Rows*4 > backend.MaxAsyncRead {
+		return nil, fmt.Errorf("runner: %d rows are too many to feed back", o.Rows)
+	}
+	ids, err := o.b.View(o.r.tokens, 0, o.Rows)
+	if err != nil {
+		return nil, err
+	}
+	if err := ds.SampleTo(ids, backend.SampleArgs{Logits: o.logits, Rows: rows}); err != nil {
+		return nil, err
+	}
+	raw := make([]byte, 4*o.Rows)
+	done, err := ds.ReadAsync(ids, raw)
+	if err != nil {
+		return nil, err
+	}
+	o.r.fed = o.Rows
+	return func() ([]int32, error) {
+		if err := done(); err != nil {
+			return nil, fmt.Errorf("runner: sampled ids: %w", err)
+		}
+		out := make([]int32, len(raw)/4)
+		for i := range out {
+			out[i] = int32(binary.LittleEndian.Uint32(raw[4*i:]))
+		}
+		return out, nil
+	}, nil
+}
+
+// CanFeed reports whether the runner's backend can feed sampled tokens to
+// the next step on the device (Output.SampleNext, Step.FedTokens).
+func (r *Runner) CanFeed() bool {
+	_, ok := r.b.(backend.DeviceSampler)
+	return ok
 }
 
 // Logits returns row i's logits on the host, read from the device once for
@@ -211,6 +271,20 @@ func (o *Output) Logits(i int) ([]float32, error) {
 
 // Execute runs one step.
 func (r *Runner) Execute(step *Step) (*Output, error) {
+	fed := r.fed
+	r.fed = 0
+	if step.FedTokens {
+		if fed != len(step.Seqs) {
+			return nil, fmt.Errorf("runner: step of %d sequences fed %d sampled tokens", len(step.Seqs), fed)
+		}
+		for i, s := range step.Seqs {
+			if len(s.Tokens) != 1 {
+				return nil, fmt.Errorf("runner: fed step: seq %d computes %d tokens, not 1", i, len(s.Tokens))
+			}
+		}
+	} else {
+		fed = 0
+	}
 	if err := r.pack(step); err != nil {
 		return nil, err
 	}
@@ -220,7 +294,7 @@ func (r *Runner) Execute(step *Step) (*Output, error) {
 		bucket = r.graphs.bucket(len(step.Seqs))
 		r.padDecode(bucket)
 	}
-	in, err := r.upload()
+	in, err := r.upload(fed)
 	if err != nil {
 		return nil, err
 	}
@@ -236,7 +310,7 @@ func (r *Runner) Execute(step *Step) (*Output, error) {
 	if err != nil {
 		return nil, fmt.Errorf("runner: forward: %w", err)
 	}
-	out := &Output{b: r.b, Rows: real}
+	out := &Output{b: r.b, r: r, Rows: real}
 	if real > 0 {
 		if logits == nil || len(logits.Shape()) != 2 || logits.Shape()[0] != in.NumLogits {
 			return nil, fmt.Errorf("runner: forward returned no [%d, vocab] logits", in.NumLogits)
@@ -263,8 +337,9 @@ func (r *Runner) Execute(step *Step) (*Output, error) {
 }
 
 // upload writes the packed host rows into the static device buffers and
-// returns the batch viewing them.
-func (r *Runner) upload() (*model.DeviceBatch, error) {
+// returns the batch viewing them. The first fed token ids are on the
+// device already (Step.FedTokens) and are not written.
+func (r *Runner) upload(fed int) (*model.DeviceBatch, error) {
 	nt, ns, nl := len(r.hTokens), len(r.hSeqLens), len(r.hLogitsRows)
 	in := &model.DeviceBatch{NumTokens: nt, NumSeqs: ns, NumLogits: nl}
 	var err error
@@ -279,7 +354,18 @@ func (r *Runner) upload() (*model.DeviceBatch, error) {
 		err = r.b.Write(v, r.bytes(host))
 		return v
 	}
-	in.Tokens = view(r.tokens, r.hTokens, nt)
+	if fed > 0 {
+		// The first fed ids are in place; graph padding rows after them
+		// are written.
+		if in.Tokens, err = r.b.View(r.tokens, 0, nt); err == nil && nt > fed {
+			var pad backend.Tensor
+			if pad, err = r.b.View(r.tokens, fed, nt-fed); err == nil {
+				err = r.b.Write(pad, r.bytes(r.hTokens[fed:]))
+			}
+		}
+	} else {
+		in.Tokens = view(r.tokens, r.hTokens, nt)
+	}
 	in.Positions = view(r.positions, r.hPositions, nt)
 	in.SlotMapping = view(r.slots, r.hSlots, nt)
 	in.QueryStart = view(r.queryStart, r.hQueryStart, ns+1)

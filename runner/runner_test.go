@@ -143,3 +143,119 @@ func TestStepAllocationsIndependentOfTokens(t *testing.T) {
 	}
 	t.Logf("allocations per step: %.0f", small)
 }
+
+// argmaxModel returns logits whose argmax for token row i is
+// (token id + 1) % 5: a deterministic "next token" the fed path must
+// reproduce.
+type argmaxModel struct{ b backend.Backend }
+
+func (m *argmaxModel) Forward(in *model.DeviceBatch, _ []model.LayerKV) (backend.Tensor, error) {
+	raw := make([]byte, 4*in.NumTokens)
+	if err := m.b.Read(in.Tokens, raw); err != nil {
+		return nil, err
+	}
+	rows := make([]byte, 4*in.NumLogits)
+	if err := m.b.Read(in.LogitsRows, rows); err != nil {
+		return nil, err
+	}
+	logits := make([]float32, 5*in.NumLogits)
+	for i := range in.NumLogits {
+		row := int(int32(rows[4*i]) | int32(rows[4*i+1])<<8 | int32(rows[4*i+2])<<16 | int32(rows[4*i+3])<<24)
+		tok := int(raw[4*row]) // ids < 5
+		logits[5*i+(tok+1)%5] = 1
+	}
+	buf := make([]byte, 4*len(logits))
+	for i, v := range logits {
+		if v != 0 {
+			buf[4*i+3], buf[4*i+2] = 0x3f, 0x80 // 1.0
+		}
+	}
+	return m.b.Upload(backend.F32, []int{in.NumLogits, 5}, buf)
+}
+
+// TestFedTokens decodes three sequences for several steps twice: sampling
+// on the host's side (Sample, then the ids as the next step's tokens) and
+// feeding on the device (SampleNext, then FedTokens): the ids must agree.
+// It also checks that a fed step needs a SampleNext of its size just
+// before it.
+func TestFedTokens(t *testing.T) {
+	b := cpu.New(cpu.Options{Threads: 1})
+	r, err := New(b, &argmaxModel{b: b}, Options{
+		NumBlocks: 10, BlockSize: 4, MaxTokens: 16, MaxSeqs: 3, MaxSeqLen: 20,
+		NumLayers: 1, NumKVHeads: 1, HeadDim: 8,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if !r.CanFeed() {
+		t.Fatal("the CPU backend cannot feed")
+	}
+	greedy := make([]backend.SampleRow, 3)
+	step := func(cur []int32, k int, fed bool) *Step {
+		s := &Step{FedTokens: fed}
+		for i := range 3 {
+			s.Seqs = append(s.Seqs, Seq{Tokens: []int32{cur[i]}, Start: k, BlockTable: []int32{int32(1 + 3*i), int32(2 + 3*i), int32(3 + 3*i)}, WantLogits: true})
+		}
+		return s
+	}
+	run := func(feed bool) [][]int32 {
+		cur := []int32{0, 2, 4}
+		var got [][]int32
+		out, err := r.Execute(step(cur, 0, false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := 1; k <= 6; k++ {
+			if feed {
+				wait, err := out.SampleNext(greedy)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if out, err = r.Execute(step([]int32{9, 9, 9}, k, true)); err != nil { // placeholders: not read
+					t.Fatal(err)
+				}
+				if cur, err = wait(); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				if cur, err = out.Sample(greedy); err != nil {
+					t.Fatal(err)
+				}
+				if out, err = r.Execute(step(cur, k, false)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got = append(got, cur)
+		}
+		return got
+	}
+	host, dev := run(false), run(true)
+	for k := range host {
+		for i := range host[k] {
+			if host[k][i] != dev[k][i] || host[k][i] != int32((int(host[0][i])+k)%5) {
+				t.Fatalf("step %d: host-sampled %v, fed %v", k+1, host[k], dev[k])
+			}
+		}
+	}
+	// A fed step without a SampleNext before it, or of another size.
+	if _, err := r.Execute(step([]int32{0, 0, 0}, 7, true)); err == nil || !strings.Contains(err.Error(), "fed 0 sampled tokens") {
+		t.Fatalf("fed step with nothing fed: %v", err)
+	}
+	out, err := r.Execute(step([]int32{0, 1, 2}, 7, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait, err := out.SampleNext(greedy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	two := step([]int32{0, 0, 0}, 8, true)
+	two.Seqs = two.Seqs[:2]
+	if _, err := r.Execute(two); err == nil || !strings.Contains(err.Error(), "2 sequences fed 3") {
+		t.Fatalf("fed step of the wrong size: %v", err)
+	}
+}

@@ -355,3 +355,38 @@ func (b *Backend) Sample(a backend.SampleArgs) ([]int32, error) {
 	}
 	return ids, nil
 }
+
+var _ backend.DeviceSampler = (*Backend)(nil)
+
+// SampleTo implements backend.DeviceSampler: Sample, then the ids written
+// into ids [n] I32. The CPU backend runs ops as they are called, so
+// nothing is left to wait for.
+func (b *Backend) SampleTo(ids backend.Tensor, a backend.SampleArgs) error {
+	const op = "sampleto"
+	it, err := tensorOf(op, "ids", ids)
+	if err != nil {
+		return err
+	}
+	if err := checkDType(op, "ids", it, backend.I32); err != nil {
+		return err
+	}
+	if err := checkShape(op, "ids", it, len(a.Rows)); err != nil {
+		return err
+	}
+	picked, err := b.Sample(a)
+	if err != nil {
+		return err
+	}
+	copy(it.i32(), picked)
+	return nil
+}
+
+// ReadAsync implements backend.DeviceSampler: the read happens now; wait
+// only reports its error.
+func (b *Backend) ReadAsync(t backend.Tensor, dst []byte) (func() error, error) {
+	if len(dst) > backend.MaxAsyncRead {
+		return nil, backend.ShapeError("cpu: readasync", "dst", "%d bytes, at most %d", len(dst), backend.MaxAsyncRead)
+	}
+	err := b.Read(t, dst)
+	return func() error { return err }, nil
+}

@@ -258,63 +258,19 @@ func (b *Backend) decodeSplits(seqs, blocksPerSeq, maxSeqLen int) int {
 //
 //	Logits [n, vocab] F32
 func (b *Backend) Sample(a backend.SampleArgs) ([]int32, error) {
-	const op = "sample"
-	lt, err := b.tensorOf(op, "Logits", a.Logits)
+	lt, params, err := b.sampleOperands("sample", a)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkDType(op, "Logits", lt, backend.F32); err != nil {
-		return nil, err
-	}
-	if err := checkShape(op, "Logits", lt, -1, -1); err != nil {
-		return nil, err
-	}
-	n, vocab := lt.shape[0], lt.shape[1]
-	if len(a.Rows) != n {
-		return nil, backend.ShapeError("cuda: "+op, "Rows", "%d rules for %d logits rows", len(a.Rows), n)
-	}
-	if vocab > maxInt32 || n > maxInt32 {
-		return nil, backend.ShapeError("cuda: "+op, "Logits", "%v exceeds int32", lt.shape)
-	}
-	params := make([]byte, n*5*4)
-	for i, r := range a.Rows {
-		// The CPU reference's checks: only the temperature matters for a
-		// greedy row.
-		bad := math.IsNaN(float64(r.Temperature)) || math.IsInf(float64(r.Temperature), 0)
-		if !bad && r.Temperature > 0 {
-			bad = r.TopK < 0 || math.IsNaN(float64(r.TopP)) || !(r.MinP >= 0) || !(r.U >= 0 && r.U < 1)
-		}
-		if bad {
-			return nil, backend.ShapeError("cuda: "+op, "Rows", "row %d: invalid rule %+v", i, r)
-		}
-		topk := min(r.TopK, maxInt32)
-		w := params[i*20:]
-		binary.LittleEndian.PutUint32(w[0:], math.Float32bits(r.Temperature))
-		binary.LittleEndian.PutUint32(w[4:], uint32(int32(topk)))
-		binary.LittleEndian.PutUint32(w[8:], math.Float32bits(r.TopP))
-		binary.LittleEndian.PutUint32(w[12:], math.Float32bits(r.MinP))
-		binary.LittleEndian.PutUint32(w[16:], math.Float32bits(r.U))
-	}
+	n := lt.shape[0]
 	ids := make([]int32, n)
 	err = b.call(func() error {
-		f, err := b.fn(fnKey{modSpec{file: "sample"}, "sample_rows"})
-		if err != nil {
-			return err
-		}
-		pbuf, err := b.pool.get(len(params))
-		if err != nil {
-			return err
-		}
-		defer b.pool.put(pbuf)
 		obuf, err := b.pool.get(n * 4)
 		if err != nil {
 			return err
 		}
 		defer b.pool.put(obuf)
-		if err := b.copyIn(pbuf, params); err != nil {
-			return err
-		}
-		if err := b.launch(f, [3]int{n, 1, 1}, 1024, 0, lt.ptr, i32(vocab), pbuf, obuf, b.errDev); err != nil {
+		if err := b.sampleLaunch(lt, params, obuf); err != nil {
 			return err
 		}
 		if err := b.copyOut(unsafe.Slice((*byte)(unsafe.Pointer(&ids[0])), n*4), obuf); err != nil {
@@ -328,6 +284,69 @@ func (b *Backend) Sample(a backend.SampleArgs) ([]int32, error) {
 		return nil, err
 	}
 	return ids, nil
+}
+
+// sampleOperands checks Sample's operands and encodes the rows' rules as
+// sample_rows reads them (5 words a row).
+func (b *Backend) sampleOperands(op string, a backend.SampleArgs) (*tensor, []byte, error) {
+	lt, err := b.tensorOf(op, "Logits", a.Logits)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := checkDType(op, "Logits", lt, backend.F32); err != nil {
+		return nil, nil, err
+	}
+	if err := checkShape(op, "Logits", lt, -1, -1); err != nil {
+		return nil, nil, err
+	}
+	n, vocab := lt.shape[0], lt.shape[1]
+	if len(a.Rows) != n {
+		return nil, nil, backend.ShapeError("cuda: "+op, "Rows", "%d rules for %d logits rows", len(a.Rows), n)
+	}
+	if vocab > maxInt32 || n > maxInt32 {
+		return nil, nil, backend.ShapeError("cuda: "+op, "Logits", "%v exceeds int32", lt.shape)
+	}
+	params := make([]byte, n*5*4)
+	for i, r := range a.Rows {
+		// The CPU reference's checks: only the temperature matters for a
+		// greedy row.
+		bad := math.IsNaN(float64(r.Temperature)) || math.IsInf(float64(r.Temperature), 0)
+		if !bad && r.Temperature > 0 {
+			bad = r.TopK < 0 || math.IsNaN(float64(r.TopP)) || !(r.MinP >= 0) || !(r.U >= 0 && r.U < 1)
+		}
+		if bad {
+			return nil, nil, backend.ShapeError("cuda: "+op, "Rows", "row %d: invalid rule %+v", i, r)
+		}
+		topk := min(r.TopK, maxInt32)
+		w := params[i*20:]
+		binary.LittleEndian.PutUint32(w[0:], math.Float32bits(r.Temperature))
+		binary.LittleEndian.PutUint32(w[4:], uint32(int32(topk)))
+		binary.LittleEndian.PutUint32(w[8:], math.Float32bits(r.TopP))
+		binary.LittleEndian.PutUint32(w[12:], math.Float32bits(r.MinP))
+		binary.LittleEndian.PutUint32(w[16:], math.Float32bits(r.U))
+	}
+	return lt, params, nil
+}
+
+// sampleLaunch queues sample_rows over lt's rows with the encoded rules,
+// the ids going to out (n int32 on the device). CUDA thread only.
+func (b *Backend) sampleLaunch(lt *tensor, params []byte, out uint64) error {
+	n, vocab := lt.shape[0], lt.shape[1]
+	f, err := b.fn(fnKey{modSpec{file: "sample"}, "sample_rows"})
+	if err != nil {
+		return err
+	}
+	// The rules' buffer goes back to the pool at once: the pool's memory
+	// is reused only by later ops, which the stream runs after this one.
+	pbuf, err := b.pool.get(len(params))
+	if err != nil {
+		return err
+	}
+	defer b.pool.put(pbuf)
+	if err := b.copyIn(pbuf, params); err != nil {
+		return err
+	}
+	return b.launch(f, [3]int{n, 1, 1}, 1024, 0, lt.ptr, i32(vocab), pbuf, out, b.errDev)
 }
 
 // attnHeadDims are the head dims the attention kernels take: the

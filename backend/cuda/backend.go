@@ -119,6 +119,8 @@ type Backend struct {
 	// pinnedList is every cuMemHostAlloc block, freed at teardown.
 	pinnedList []uintptr
 	ring       [ringSlots]ringSlot
+	// reads are ReadAsync's buffers, made on first use.
+	reads [backend.MaxAsyncReads]asyncRead
 	ringNext   int
 	blas       blas
 	shadows    map[shadowKey]uint64
@@ -351,6 +353,11 @@ func (b *Backend) teardown() {
 	}
 	b.mods, b.fns = nil, nil
 	b.pool.release()
+	for i := range b.reads {
+		if b.reads[i].ev != 0 {
+			d.call(d.cuEventDestroy, b.reads[i].ev)
+		}
+	}
 	for i := range b.ring {
 		if b.ring[i].ev != 0 {
 			d.call(d.cuEventDestroy, b.ring[i].ev)

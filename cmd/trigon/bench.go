@@ -60,7 +60,7 @@ func benchLatencyCmd() *cobra.Command {
 	var batch, inputLen, outputLen, chunk, warmup, iters, profileSteps int
 	var seed uint64
 	var peakGBps float64
-	var asJSON, verbose, onDevice bool
+	var asJSON, verbose, onDevice, queueAhead bool
 	cmd := &cobra.Command{
 		Use:   "latency",
 		Short: "Time prefill and decode steps of one batch",
@@ -118,7 +118,7 @@ func benchLatencyCmd() *cobra.Command {
 					Backend: b, Config: cfg, Weights: w, Arch: arch, WeightsSource: source,
 					Batch: batch, InputLen: inputLen, OutputLen: outputLen, PrefillChunk: chunk,
 					Warmup: warmup, Iters: iters, Seed: seed, CUDAGraphs: useGraphs, PeakBandwidth: peakGBps * 1e9,
-					ProfileSteps: profileSteps,
+					ProfileSteps: profileSteps, NoQueueAhead: !queueAhead,
 				})
 				if err != nil {
 					return err
@@ -159,6 +159,7 @@ func benchLatencyCmd() *cobra.Command {
 	fl.BoolVar(&asJSON, "json", false, "print JSON: one object, or an array of two with --cuda-graphs both")
 	fl.BoolVarP(&verbose, "verbose", "v", false, "log backend selection")
 	fl.BoolVar(&onDevice, "weights-on-device", true, "make BF16/F32 synthetic weights on the device (false: generate on the host and copy)")
+	fl.BoolVar(&queueAhead, "queue-ahead", true, "queue each decode step on the device's sampled ids before the host reads them (where the backend can)")
 	fl.IntVar(&profileSteps, "profile-steps", 0, "in the last iteration, bracket the prefill and this many decode steps for a profiler run with collection off (ncu --profile-from-start off)")
 	return cmd
 }

@@ -8,7 +8,7 @@
 # cuda_tests (every test + memcheck), bigref (Llama-3-8B shape vs
 # transformers), serve_smoke, bench_rows, graphs, profile (ncu), attn_bench,
 # attn_check, default_model, peers, overlap (bench overlap), margin, pdl,
-# tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab,
+# tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab, queue_ab,
 # prefill_chunks, splits (one A/B
 # experiment each), final (tests, then peers, rows and the server: what
 # docs/benchmarks.md's latest section ran);
@@ -244,6 +244,25 @@ done
 log "BenchmarkAttentionPrefill"
 (cd backend/cuda && "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'AttentionPrefill' -test.benchtime 20x >"$OUT/attn-prefill-bench.log" 2>&1)
 grep -E "^Benchmark" "$OUT/attn-prefill-bench.log" | tee -a "$OUT/summary.txt"
+}
+
+# queue_ab: SampleTo / ReadAsync tests, then decode steps queued on the
+# device's sampled ids (--queue-ahead, the default) against one at a
+# time, alternating, at batch 4 and 1.
+queue_ab() {
+log "SampleTo, Sample and graph tests"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.run 'TestSampleTo|TestSample$|TestGraph' >"$OUT/sample-tests.log" 2>&1)
+echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/sample-tests.log" | head -8 | tee -a "$OUT/summary.txt"
+for r in 1 2; do
+  for bs in 4 1; do
+    for q in false true; do
+      log "bench latency llama-3-8b --batch $bs --output-len 64 --cuda-graphs on --queue-ahead=$q"
+      .gpu/trigon bench latency --arch llama-3-8b --batch $bs --input-len 2048 --output-len 64 --device cuda --cuda-graphs on \
+        --queue-ahead=$q --json >"$OUT/bench-$bs-q$q-$r.json" 2>>"$OUT/bench.err" || tail -3 "$OUT/bench.err"
+      $PY -c "import json,sys;d=json.load(open(sys.argv[1]));i=d['itl_ms'];print('ITL p50 %.3f p90 %.3f p99 %.3f ms, queued %.3f ms, queue_ahead %s'%(i['p50'],i['p90'],i['p99'],d.get('queued_step_ms'),d.get('queue_ahead')))" "$OUT/bench-$bs-q$q-$r.json" 2>&1 | tee -a "$OUT/summary.txt"
+    done
+  done
+done
 }
 
 # fill_check: synthetic weights made on the device (FillNormal) against

@@ -1,0 +1,121 @@
+package cuda
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/trigon-llm/trigon/backend"
+)
+
+var _ backend.DeviceSampler = (*Backend)(nil)
+
+// SampleTo implements backend.DeviceSampler: sample_rows writes its picks
+// straight into ids, and the call returns once the launch is queued.
+//
+//	ids [n] I32;  args as for Sample
+func (b *Backend) SampleTo(ids backend.Tensor, a backend.SampleArgs) error {
+	const op = "sampleto"
+	it, err := b.tensorOf(op, "ids", ids)
+	if err != nil {
+		return err
+	}
+	lt, params, err := b.sampleOperands(op, a)
+	if err != nil {
+		return err
+	}
+	if err := checkDType(op, "ids", it, backend.I32); err != nil {
+		return err
+	}
+	if err := checkShape(op, "ids", it, lt.shape[0]); err != nil {
+		return err
+	}
+	return b.post(func() error { return b.sampleLaunch(lt, params, it.ptr) })
+}
+
+// asyncRead is one pending ReadAsync: a pinned buffer the copy lands in
+// and the event recorded after it.
+type asyncRead struct {
+	mem  pinned
+	ev   uintptr
+	busy bool // queued and not yet waited for
+}
+
+// ReadAsync implements backend.DeviceSampler: cuMemcpyDtoHAsync into one
+// of MaxAsyncReads pinned buffers, then an event; wait synchronises on the
+// event (not the stream, so work queued after the read keeps running),
+// copies the bytes out and checks the device-side error flag.
+func (b *Backend) ReadAsync(t backend.Tensor, dst []byte) (func() error, error) {
+	const op = "readasync"
+	ct, err := b.tensorOf(op, "t", t)
+	if err != nil {
+		return nil, err
+	}
+	if len(dst) != ct.bytes || len(dst) > backend.MaxAsyncRead {
+		return nil, backend.ShapeError("cuda: "+op, "dst", "%d bytes for a %v%v tensor of %d bytes (at most %d)",
+			len(dst), ct.dt, ct.shape, ct.bytes, backend.MaxAsyncRead)
+	}
+	if b.hostCapturing {
+		return nil, fmt.Errorf("cuda: %s: %w", op, errCapturing)
+	}
+	var slot *asyncRead // set by the queued copy, read by wait (ordered after it)
+	if err := b.post(func() error {
+		for i := range b.reads {
+			if !b.reads[i].busy {
+				slot = &b.reads[i]
+				break
+			}
+		}
+		if slot == nil {
+			return fmt.Errorf("cuda: %s: more than %d reads pending", op, backend.MaxAsyncReads)
+		}
+		d := b.d
+		if slot.mem.b == nil {
+			var err error
+			if slot.mem, err = b.hostAlloc(backend.MaxAsyncRead, 0); err != nil {
+				return err
+			}
+			if err := d.check("cuEventCreate", d.call(d.cuEventCreate, uintptr(unsafe.Pointer(&slot.ev)), cuEventDisableTiming)); err != nil {
+				return err
+			}
+		}
+		if err := d.check("cuMemcpyDtoHAsync", d.call(d.cuMemcpyDtoHAsync, slot.mem.host, uintptr(ct.ptr), uintptr(len(dst)), b.stream)); err != nil {
+			return err
+		}
+		if err := d.check("cuEventRecord", d.call(d.cuEventRecord, slot.ev, b.stream)); err != nil {
+			return err
+		}
+		slot.busy = true
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	waited := false
+	return func() error {
+		if waited {
+			return fmt.Errorf("cuda: %s: wait called twice", op)
+		}
+		waited = true
+		return b.call(func() error {
+			if slot == nil { // the copy was never queued: its error is deferred
+				err := b.deferred
+				b.deferred = nil
+				if err == nil {
+					err = fmt.Errorf("cuda: %s: the copy was not queued", op)
+				}
+				return err
+			}
+			slot.busy = false
+			d := b.d
+			if err := d.check("cuEventSynchronize", d.call(d.cuEventSynchronize, slot.ev)); err != nil {
+				return err
+			}
+			copy(dst, slot.mem.b[:len(dst)])
+			err := b.deviceCheck()
+			if err == nil {
+				err = b.deferred
+			}
+			b.deferred = nil
+			return err
+		})
+	}, nil
+}
