@@ -120,11 +120,11 @@ type Backend struct {
 	pinnedList []uintptr
 	ring       [ringSlots]ringSlot
 	// reads are ReadAsync's buffers, made on first use.
-	reads [backend.MaxAsyncReads]asyncRead
-	ringNext   int
-	blas       blas
-	shadows    map[shadowKey]uint64
-	deferred   error
+	reads    [backend.MaxAsyncReads]asyncRead
+	ringNext int
+	blas     blas
+	shadows  map[shadowKey]uint64
+	deferred error
 	// capturing is set while the stream records a graph (CUDA thread);
 	// captureTemps are the temporaries the captured ops took (the graph
 	// keeps them); captureFree those released again, by size class, for
