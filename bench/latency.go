@@ -342,10 +342,9 @@ func (run *latencyRun) iteration(ctx context.Context, last bool) (prefill float6
 	// Decode. Where the backend can leave the sampled ids on the device
 	// (runner.Output.SampleNext), step k+1 is queued on step k's ids
 	// before the host waits for them, so the host's work for a step
-	// (packing, copies, the launch) overlaps the device's previous step;
-	// the first two steps of an iteration (which may load kernels and
-	// capture the graph) run one at a time. A step's time runs from the
-	// previous step's ids reaching the host to its own.
+	// (packing, copies, the launch) overlaps the device's previous step.
+	// A step's time runs from the previous step's ids reaching the host to
+	// its own.
 	cur := first
 	feed := run.r.CanFeed() && !o.NoQueueAhead
 	var queued *runner.Output // step k, queued on step k-1's ids
@@ -361,7 +360,7 @@ func (run *latencyRun) iteration(ctx context.Context, last bool) (prefill float6
 				return 0, nil, fmt.Errorf("bench latency: decode step %d: %w", k, err)
 			}
 		}
-		if feed && k >= 2 && k+1 < o.OutputLen {
+		if feed && k+1 < o.OutputLen {
 			wait, err := out.SampleNext(run.greedy)
 			if err != nil {
 				return 0, nil, fmt.Errorf("bench latency: decode step %d: %w", k, err)
@@ -512,7 +511,7 @@ func (run *latencyRun) newResult() *LatencyResult {
 		res.Device = d.Device()
 	}
 	if res.QueueAhead = run.r.CanFeed() && !o.NoQueueAhead; res.QueueAhead {
-		res.Notes = append(res.Notes, "decode steps from the third on are queued on the device's sampled ids before the host reads them")
+		res.Notes = append(res.Notes, "each decode step after the first is queued on the device's sampled ids before the host reads them")
 	}
 	if _, can := run.b.(backend.GraphCapturer); o.CUDAGraphs {
 		res.CUDAGraphs = "on"

@@ -57,7 +57,11 @@ func (b *Backend) ReadAsync(t backend.Tensor, dst []byte) (func() error, error) 
 	if b.hostCapturing {
 		return nil, fmt.Errorf("cuda: %s: %w", op, errCapturing)
 	}
-	var slot *asyncRead // set by the queued copy, read by wait (ordered after it)
+	// Set by the queued copy, read by wait (which runs after it on the
+	// CUDA thread): the buffer, or why there was none (that error is this
+	// read's, not one for whichever wait or Sync comes first).
+	var slot *asyncRead
+	var noSlot error
 	if err := b.post(func() error {
 		for i := range b.reads {
 			if !b.reads[i].busy {
@@ -66,7 +70,8 @@ func (b *Backend) ReadAsync(t backend.Tensor, dst []byte) (func() error, error) 
 			}
 		}
 		if slot == nil {
-			return fmt.Errorf("cuda: %s: more than %d reads pending", op, backend.MaxAsyncReads)
+			noSlot = fmt.Errorf("cuda: %s: more than %d reads pending", op, backend.MaxAsyncReads)
+			return nil
 		}
 		d := b.d
 		if slot.mem.b == nil {
@@ -96,7 +101,10 @@ func (b *Backend) ReadAsync(t backend.Tensor, dst []byte) (func() error, error) 
 		}
 		waited = true
 		return b.call(func() error {
-			if slot == nil { // the copy was never queued: its error is deferred
+			if noSlot != nil {
+				return noSlot
+			}
+			if slot == nil { // the copy failed to queue: its error is deferred
 				err := b.deferred
 				b.deferred = nil
 				if err == nil {
