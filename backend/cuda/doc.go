@@ -11,6 +11,8 @@
 //	kernels.go, kcache.go                      kernel JIT and the on-disk cache
 //	ops.go, matmul.go, attn.go                 op launchers
 //	qkv_rope.go                                the QKV projection fused with RoPEStoreKV (backend.QKVRoPEFuser)
+//	fuse_norm.go                               products that add into the residual or normalise their input (backend.NormFuser)
+//	sample_async.go                            sampling into a device tensor, asynchronous reads (backend.DeviceSampler)
 //	attn_decode.go                             the decode attention kernel's plan (splits, stages)
 //	launch.go                                  kernel launch, programmatic dependent launch
 //	kernels/*.cu                               the kernels, one file per op family
@@ -34,7 +36,14 @@
 // the same rule (TRIGON_CUDA_GEMV_MARGIN). Where the GEMV takes a decode
 // step's QKV product, FusedQKVRoPE runs its variant that rotates Q and K
 // and writes the paged caches in the epilogue (one kernel instead of two,
-// bit for bit the same result). Prefill attention is FA2-style on mma.sync
+// bit for bit the same result). MatMulAdd puts the residual add of the
+// O and down projections in the GEMV's epilogue (gemv_add_bf16), so the
+// norm after them only normalises. The GEMVs that would normalise their
+// own input (NormQKVRoPE, NormGateUpSiLU) are built and tested but off by
+// default (TRIGON_CUDA_FUSE_NORM=on|off|add,qkv,mlp;
+// TRIGON_CUDA_FUSE_NORM_SCALE=pre|post): every block redoes the row's
+// transform, which cost more than the norm kernel it saves.
+// Prefill attention is FA2-style on mma.sync
 // (kernels/attn_prefill.cu).
 // Decode attention is split-KV flash decoding on the tensor cores
 // (mma.sync, a per-warp cp.async pipeline over 16-token tiles; a CUDA-core
