@@ -251,6 +251,14 @@ type NormFuser interface {
 	NormGateUpSiLU(out, h, normW Tensor, eps float32, w Tensor) (bool, error)
 }
 
+// NormPrefetcher is an optional Backend interface: AddRMSNormPrefetch is
+// AddRMSNorm with a hint that the next op reads next (a weight), so the
+// backend may start pulling its first bytes into a cache while the norm
+// runs. A hint only: it changes no result.
+type NormPrefetcher interface {
+	AddRMSNormPrefetch(out, x, residual, weight Tensor, eps float32, next Tensor) error
+}
+
 // DeviceSampler is an optional Backend interface that keeps the host out
 // of a decode step's critical path: SampleTo leaves the sampled ids on the
 // device (where the next step's embedding can read them), and ReadAsync

@@ -159,6 +159,9 @@ func New(opts Options) (*Backend, error) {
 	if err := applyFuseNormEnv(); err != nil {
 		return nil, err
 	}
+	if err := applyNormPrefetchEnv(); err != nil {
+		return nil, err
+	}
 	d, _ := loadDriver()
 	b := &Backend{
 		opts:    opts,

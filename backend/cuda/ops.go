@@ -3,6 +3,8 @@ package cuda
 import (
 	"fmt"
 	"math"
+	"os"
+	"strconv"
 
 	"github.com/trigon-llm/trigon/backend"
 )
@@ -113,6 +115,53 @@ func (b *Backend) Embed(out, table, ids backend.Tensor) error {
 //	out, x, residual [rows, dim] (x and residual the same float dtype)
 //	weight           [dim] F32, F16 or BF16
 func (b *Backend) AddRMSNorm(out, x, residual, weight backend.Tensor, eps float32) error {
+	return b.addRMSNormOp(out, x, residual, weight, eps, nil)
+}
+
+var _ backend.NormPrefetcher = (*Backend)(nil)
+
+// normPrefetchBytes is how much of AddRMSNormPrefetch's next weight the
+// norm's extra blocks ask L2 for (0: none); TRIGON_CUDA_NORM_PREFETCH_MB,
+// read by New, overrides it. 8 MiB was the best of 4 to 24 in
+// BenchmarkPrefetchL2 on the H200 (docs/benchmarks.md).
+var normPrefetchBytes = 8 << 20
+
+// normPrefetchEnv names normPrefetchBytes' override, in MiB.
+const normPrefetchEnv = "TRIGON_CUDA_NORM_PREFETCH_MB"
+
+// applyNormPrefetchEnv reads normPrefetchEnv.
+func applyNormPrefetchEnv() error {
+	v := os.Getenv(normPrefetchEnv)
+	if v == "" {
+		return nil
+	}
+	mb, err := strconv.Atoi(v)
+	if err != nil || mb < 0 || mb > 256 {
+		return fmt.Errorf("cuda: %s=%q: want a whole number of MiB in [0, 256]", normPrefetchEnv, v)
+	}
+	normPrefetchBytes = mb << 20
+	return nil
+}
+
+// AddRMSNormPrefetch implements backend.NormPrefetcher: AddRMSNorm whose
+// launch also runs blocks that prefetch the first normPrefetchBytes of
+// next into L2 (decode-sized batches of at most 64 rows; larger ones get
+// the plain norm). A decode step's norm is a chain of memory latencies
+// during which HBM idles; the product after it then finds the start of
+// its weight in L2.
+func (b *Backend) AddRMSNormPrefetch(out, x, residual, weight backend.Tensor, eps float32, next backend.Tensor) error {
+	var nt *tensor
+	if next != nil {
+		var err error
+		if nt, err = b.tensorOf("addrmsnorm", "next", next); err != nil {
+			return err
+		}
+	}
+	return b.addRMSNormOp(out, x, residual, weight, eps, nt)
+}
+
+// addRMSNormOp checks and queues AddRMSNorm, with next's prefetch if any.
+func (b *Backend) addRMSNormOp(out, x, residual, weight backend.Tensor, eps float32, next *tensor) error {
 	const op = "addrmsnorm"
 	o, err := b.tensorOf(op, "out", out)
 	if err != nil {
@@ -174,7 +223,12 @@ func (b *Backend) AddRMSNorm(out, x, residual, weight backend.Tensor, eps float3
 	if rt != nil {
 		hasRes = 1
 	}
-	return b.post(func() error { return b.addRMSNorm(k, rows, threads, o, xt, rt, wt, dim, eps, hasRes, 0, 0) })
+	var pf uint64
+	pfBytes := 0
+	if next != nil && rows <= 64 && normPrefetchBytes > 0 {
+		pf, pfBytes = next.ptr, min(next.bytes, normPrefetchBytes)
+	}
+	return b.post(func() error { return b.addRMSNorm(k, rows, threads, o, xt, rt, wt, dim, eps, hasRes, pf, pfBytes) })
 }
 
 // normThreads is add_rmsnorm's block size for rows of dim elements: a

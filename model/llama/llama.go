@@ -404,13 +404,20 @@ func (m *Model) forward(in *model.DeviceBatch, kv []model.LayerKV) (backend.Tens
 	// added into resid (the unfused path), which a norm then adds.
 	nf, _ := b.(backend.NormFuser)
 	pending := false
-	// norm leaves RMSNorm(resid) in normed, first adding delta if pending.
-	norm := func(w backend.Tensor) error {
+	// norm leaves RMSNorm(resid) in normed, first adding delta if pending;
+	// a NormPrefetcher may meanwhile pull the start of next, the weight
+	// of the product after the norm, into a cache.
+	pf, _ := b.(backend.NormPrefetcher)
+	norm := func(w, next backend.Tensor) error {
+		var x, res backend.Tensor = resid, nil
 		if pending {
 			pending = false
-			return b.AddRMSNorm(normed, delta, resid, w, c.RMSNormEps)
+			x, res = delta, resid
 		}
-		return b.AddRMSNorm(normed, resid, nil, w, c.RMSNormEps)
+		if pf != nil {
+			return pf.AddRMSNormPrefetch(normed, x, res, w, c.RMSNormEps, next)
+		}
+		return b.AddRMSNorm(normed, x, res, w, c.RMSNormEps)
 	}
 	// project adds x . w^T (+ bias) into resid, or leaves it in delta.
 	project := func(x, w, bias backend.Tensor) error {
@@ -442,7 +449,7 @@ func (m *Model) forward(in *model.DeviceBatch, kv []model.LayerKV) (backend.Tens
 			}
 		}
 		if !fused {
-			if err := norm(ly.inputNorm); err != nil {
+			if err := norm(ly.inputNorm, ly.qkv); err != nil {
 				return nil, fmt.Errorf("layer %d input norm: %w", l, err)
 			}
 			// A QKVRoPEFuser runs the projection, RoPE and the KV write as
@@ -482,7 +489,7 @@ func (m *Model) forward(in *model.DeviceBatch, kv []model.LayerKV) (backend.Tens
 			}
 		}
 		if !fused {
-			if err := norm(ly.postNorm); err != nil {
+			if err := norm(ly.postNorm, ly.gateUp); err != nil {
 				return nil, fmt.Errorf("layer %d post-attention norm: %w", l, err)
 			}
 			if err := b.MatMul(gateUp, normed, ly.gateUp, nil); err != nil {
@@ -504,7 +511,7 @@ func (m *Model) forward(in *model.DeviceBatch, kv []model.LayerKV) (backend.Tens
 	if vs.err != nil {
 		return nil, vs.err
 	}
-	if err := norm(m.finalNorm); err != nil {
+	if err := norm(m.finalNorm, m.lmHead); err != nil {
 		return nil, fmt.Errorf("final norm: %w", err)
 	}
 	// Only the wanted rows go through the LM head: the normed activations

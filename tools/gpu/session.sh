@@ -8,7 +8,7 @@
 # cuda_tests (every test + memcheck), bigref (Llama-3-8B shape vs
 # transformers), serve_smoke, bench_rows, graphs, profile (ncu), attn_bench,
 # attn_check, default_model, peers, overlap (bench overlap), margin, pdl,
-# tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab, queue_ab,
+# tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab, queue_ab, norm_prefetch,
 # prefill_chunks, splits (one A/B
 # experiment each), final (tests, then peers, rows and the server: what
 # docs/benchmarks.md's latest section ran);
@@ -261,6 +261,25 @@ for r in 1 2; do
         --queue-ahead=$q --json >"$OUT/bench-$bs-q$q-$r.json" 2>>"$OUT/bench.err" || tail -3 "$OUT/bench.err"
       $PY -c "import json,sys;d=json.load(open(sys.argv[1]));i=d['itl_ms'];print('ITL p50 %.3f p90 %.3f p99 %.3f ms, queued %.3f ms, queue_ahead %s'%(i['p50'],i['p90'],i['p99'],d.get('queued_step_ms'),d.get('queue_ahead')))" "$OUT/bench-$bs-q$q-$r.json" 2>&1 | tee -a "$OUT/summary.txt"
     done
+  done
+done
+}
+
+# norm_prefetch: the norms prefetching the next product's weight into L2
+# (backend.NormPrefetcher): its test, then the batch-4 step at 0 / 8 / 16
+# MiB, alternating.
+norm_prefetch() {
+log "TestAddRMSNormPrefetch"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.run 'TestAddRMSNorm' >"$OUT/norm-tests.log" 2>&1)
+local rc=$?
+echo "rc=$rc" | tee -a "$OUT/summary.txt"; grep -E "^(--- FAIL|FAIL|PASS|ok)|panic|differ" "$OUT/norm-tests.log" | head -6 | tee -a "$OUT/summary.txt"
+if ((rc != 0)); then return; fi
+for r in 1 2; do
+  for mb in ${NPF_SIZES:-0 8 16}; do
+    log "bench latency llama-3-8b --batch 4 --output-len 128 --cuda-graphs on, TRIGON_CUDA_NORM_PREFETCH_MB=$mb"
+    TRIGON_CUDA_NORM_PREFETCH_MB=$mb .gpu/trigon bench latency --arch llama-3-8b --batch 4 --input-len 2048 --output-len 128 \
+      --device cuda --cuda-graphs on --json >"$OUT/bench-4-npf$mb-$r.json" 2>>"$OUT/bench.err" || tail -3 "$OUT/bench.err"
+    $PY -c "import json,sys;d=json.load(open(sys.argv[1]));i=d['itl_ms'];print('ITL p50 %.3f p90 %.3f p99 %.3f ms, floor %.3f'%(i['p50'],i['p90'],i['p99'],d['decode_floor_ms']))" "$OUT/bench-4-npf$mb-$r.json" 2>&1 | tee -a "$OUT/summary.txt"
   done
 done
 }
