@@ -233,7 +233,9 @@ func TestAddRMSNormPrefetch(t *testing.T) {
 			_, gr2 := p.same(backend.BF16, shape, resVals)
 			_, gw := p.same(backend.BF16, []int{tc.dim}, encode(backend.BF16, p.normal(tc.dim, 0.3)))
 			_, pf := p.same(backend.BF16, []int{tc.pfBytes/2 + 1}, encode(backend.BF16, p.normal(tc.pfBytes/2+1, 1)))
+			// (gr1 and gr2 now hold res + x: the next pair starts afresh.)
 			_, gr3 := p.same(backend.BF16, shape, resVals)
+			_, gr4 := p.same(backend.BF16, shape, resVals)
 			_, gw32 := p.same(backend.F32, []int{tc.dim}, encode(backend.F32, p.normal(tc.dim, 0.3)))
 			o1, o2 := p.poisoned(backend.BF16, shape...), p.poisoned(backend.BF16, shape...)
 			p.must("plain", p.g.AddRMSNorm(o1, gx, gr1, gw, 1e-5))
@@ -245,9 +247,9 @@ func TestAddRMSNormPrefetch(t *testing.T) {
 			// The NormPrefetcher op the model calls (F32 norm weight, as
 			// the model's), with and without a residual.
 			o3, o4 := p.poisoned(backend.BF16, shape...), p.poisoned(backend.BF16, shape...)
-			p.must("plain F32 weight", p.g.AddRMSNorm(o3, gx, gr1, gw32, 1e-5))
+			p.must("plain F32 weight", p.g.AddRMSNorm(o3, gx, gr4, gw32, 1e-5))
 			p.must("AddRMSNormPrefetch", p.g.AddRMSNormPrefetch(o4, gx, gr3, gw32, 1e-5, pf))
-			if !bytes.Equal(readBytes(t, p.g, o3), readBytes(t, p.g, o4)) || !bytes.Equal(readBytes(t, p.g, gr1), readBytes(t, p.g, gr3)) {
+			if !bytes.Equal(readBytes(t, p.g, o3), readBytes(t, p.g, o4)) || !bytes.Equal(readBytes(t, p.g, gr4), readBytes(t, p.g, gr3)) {
 				t.Fatal("AddRMSNormPrefetch differs from AddRMSNorm")
 			}
 			p.must("plain, no residual", p.g.AddRMSNorm(o3, gx, nil, gw32, 1e-5))
