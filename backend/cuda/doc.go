@@ -42,7 +42,9 @@
 // own input (NormQKVRoPE, NormGateUpSiLU) are built and tested but off by
 // default (TRIGON_CUDA_FUSE_NORM=on|off|add,qkv,mlp;
 // TRIGON_CUDA_FUSE_NORM_SCALE=pre|post): every block redoes the row's
-// transform, which cost more than the norm kernel it saves.
+// transform, which cost more than the norm kernel it saves. The norms of
+// a decode step prefetch the first MiBs of the next product's weight
+// into L2 (AddRMSNormPrefetch, TRIGON_CUDA_NORM_PREFETCH_MB).
 // Prefill attention is FA2-style on mma.sync
 // (kernels/attn_prefill.cu).
 // Decode attention is split-KV flash decoding on the tensor cores
