@@ -346,7 +346,8 @@ func (run *latencyRun) iteration(ctx context.Context, last bool) (prefill float6
 	// A step's time runs from the previous step's ids reaching the host to
 	// its own.
 	cur := first
-	feed := run.r.CanFeed() && !o.NoQueueAhead
+	// (Not while profiling: a queued step would fall inside the profiled range.)
+	feed := run.r.CanFeed() && !o.NoQueueAhead && !profiling
 	var queued *runner.Output // step k, queued on step k-1's ids
 	t := time.Now()
 	for k := 1; k < o.OutputLen; k++ {

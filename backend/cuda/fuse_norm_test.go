@@ -31,11 +31,6 @@ func TestNormFuserRefusals(t *testing.T) {
 			InvFreq: h.t(f32, hd/2), NumHeads: heads, NumKVHeads: kvh, HeadDim: hd}
 	}
 	qkvW := h.t(bf, width, k)
-	const (
-		fused   = iota // true, nil: queued
-		refused        // false, nil: nothing queued
-		bad            // ErrShape: nothing queued
-	)
 	for _, tc := range []struct {
 		name string
 		op   func() (bool, error)
@@ -102,22 +97,7 @@ func TestNormFuserRefusals(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ok, err := tc.op()
-			got := h.queued()
-			switch tc.want {
-			case fused:
-				if !ok || err != nil || got != 1 {
-					t.Fatalf("got %v, %v with %d tasks queued; want true, nil with 1", ok, err, got)
-				}
-			case refused:
-				if ok || err != nil || got != 0 {
-					t.Fatalf("got %v, %v with %d tasks queued; want false, nil with none", ok, err, got)
-				}
-			case bad:
-				if ok || !errors.Is(err, backend.ErrShape) || got != 0 {
-					t.Fatalf("got %v, %v with %d tasks queued; want false, ErrShape with none", ok, err, got)
-				}
-				t.Log(err)
-			}
+			checkFuseOutcome(t, tc.want, ok, err, h.queued())
 		})
 	}
 }

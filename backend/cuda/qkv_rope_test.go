@@ -11,6 +11,36 @@ import (
 	"github.com/trigon-llm/trigon/backend"
 )
 
+// What an optional fused op may do with operands, as the refusal tests
+// expect it: fused (true, nil, one task queued), refused (false, nil,
+// nothing queued) or bad (an ErrShape error, nothing queued).
+const (
+	fused = iota
+	refused
+	bad
+)
+
+// checkFuseOutcome fails t unless a fused op's result (ok, err, tasks
+// queued) is the outcome want.
+func checkFuseOutcome(t *testing.T, want int, ok bool, err error, queued int) {
+	t.Helper()
+	switch want {
+	case fused:
+		if !ok || err != nil || queued != 1 {
+			t.Fatalf("got %v, %v with %d tasks queued; want true, nil with 1", ok, err, queued)
+		}
+	case refused:
+		if ok || err != nil || queued != 0 {
+			t.Fatalf("got %v, %v with %d tasks queued; want false, nil with none", ok, err, queued)
+		}
+	case bad:
+		if ok || !errors.Is(err, backend.ErrShape) || queued != 0 {
+			t.Fatalf("got %v, %v with %d tasks queued; want false, ErrShape with none", ok, err, queued)
+		}
+		t.Log(err)
+	}
+}
+
 // TestFusedQKVRoPERefusals checks, without a GPU, what FusedQKVRoPE
 // decides on the caller's goroutine: operands it does not fuse give
 // false with nothing queued, operands MatMul or RoPEStoreKV would refuse
@@ -48,11 +78,6 @@ func TestFusedQKVRoPERefusals(t *testing.T) {
 			NumHeads: heads, NumKVHeads: kvh, HeadDim: d}
 		return x, h.t(bf, (heads+2*kvh)*d, hidden), a
 	}
-	const (
-		fused   = iota // true, nil: queued
-		refused        // false, nil: nothing queued
-		bad            // ErrShape: nothing queued
-	)
 	for _, tc := range []struct {
 		name string
 		op   func() (bool, error)
@@ -122,22 +147,7 @@ func TestFusedQKVRoPERefusals(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ok, err := tc.op()
-			got := h.queued()
-			switch tc.want {
-			case fused:
-				if !ok || err != nil || got != 1 {
-					t.Fatalf("got %v, %v with %d tasks queued; want true, nil with 1", ok, err, got)
-				}
-			case refused:
-				if ok || err != nil || got != 0 {
-					t.Fatalf("got %v, %v with %d tasks queued; want false, nil with none", ok, err, got)
-				}
-			case bad:
-				if ok || !errors.Is(err, backend.ErrShape) || got != 0 {
-					t.Fatalf("got %v, %v with %d tasks queued; want false, ErrShape with none", ok, err, got)
-				}
-				t.Log(err)
-			}
+			checkFuseOutcome(t, tc.want, ok, err, h.queued())
 		})
 	}
 }
