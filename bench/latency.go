@@ -513,6 +513,9 @@ func (run *latencyRun) newResult() *LatencyResult {
 	}
 	if res.QueueAhead = run.r.CanFeed() && !o.NoQueueAhead; res.QueueAhead {
 		res.Notes = append(res.Notes, "each decode step after the first is queued on the device's sampled ids before the host reads them")
+		if o.ProfileSteps > 0 {
+			res.Notes = append(res.Notes, "except in the last, profiled iteration, whose steps run one at a time")
+		}
 	}
 	if _, can := run.b.(backend.GraphCapturer); o.CUDAGraphs {
 		res.CUDAGraphs = "on"
