@@ -362,8 +362,8 @@ func (run *latencyRun) iteration(ctx context.Context, last bool) (prefill float6
 			}
 		}
 		if feed && k+1 < o.OutputLen {
-			wait, err := out.SampleNext(run.greedy)
-			if err != nil {
+			var wait func() ([]int32, error)
+			if wait, err = out.SampleNext(run.greedy); err != nil {
 				return 0, nil, fmt.Errorf("bench latency: decode step %d: %w", k, err)
 			}
 			if queued, err = run.decodeStep(nil, k+1, true); err != nil {

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -307,4 +308,26 @@ func TestLatencyOptionErrors(t *testing.T) {
 			t.Error("a cancelled run succeeded")
 		}
 	})
+}
+
+// failingReads is a CPU backend whose asynchronous reads of sampled ids
+// fail, as a device error would surface there.
+type failingReads struct{ *cpu.Backend }
+
+func (f failingReads) ReadAsync(t backend.Tensor, dst []byte) (func() error, error) {
+	return func() error { return errors.New("injected read failure") }, nil
+}
+
+// TestRunLatencyReportsQueuedReadErrors checks that an error surfacing
+// when the host waits for queued-ahead ids ends the run with that error.
+func TestRunLatencyReportsQueuedReadErrors(t *testing.T) {
+	cfg := tinyConfig(false, false)
+	w := mustSynthetic(t, cfg, backend.BF16, 42)
+	_, err := RunLatency(context.Background(), LatencyOptions{
+		Backend: failingReads{cpu.New(cpu.Options{Threads: 2})}, Config: cfg, Weights: w, Arch: "tiny",
+		Batch: 2, InputLen: 8, OutputLen: 4, Iters: 1, Seed: 3,
+	})
+	if err == nil || !strings.Contains(err.Error(), "injected read failure") {
+		t.Fatalf("RunLatency: %v, want the injected read failure", err)
+	}
 }
