@@ -331,3 +331,29 @@ func TestRunLatencyReportsQueuedReadErrors(t *testing.T) {
 		t.Fatalf("RunLatency: %v, want the injected read failure", err)
 	}
 }
+
+// TestRunLatencyQueueAheadSameTokens checks that queuing decode steps on
+// the device's ids changes no token: the same run with and without it.
+func TestRunLatencyQueueAheadSameTokens(t *testing.T) {
+	cfg := tinyConfig(false, false)
+	w := mustSynthetic(t, cfg, backend.BF16, 42)
+	run := func(noQueue bool) *LatencyResult {
+		res, err := RunLatency(context.Background(), LatencyOptions{
+			Backend: cpu.New(cpu.Options{Threads: 2}), Config: cfg, Weights: w, Arch: "tiny",
+			Batch: 3, InputLen: 12, OutputLen: 7, Iters: 1, Seed: 5, NoQueueAhead: noQueue,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	ahead, serial := run(false), run(true)
+	if !ahead.QueueAhead || serial.QueueAhead {
+		t.Fatalf("queue_ahead %v and %v, want true and false", ahead.QueueAhead, serial.QueueAhead)
+	}
+	for s := range ahead.Tokens {
+		if !slices.Equal(ahead.Tokens[s], serial.Tokens[s]) {
+			t.Fatalf("sequence %d: %v queued ahead, %v one step at a time", s, ahead.Tokens[s], serial.Tokens[s])
+		}
+	}
+}
