@@ -122,8 +122,9 @@ var _ backend.NormPrefetcher = (*Backend)(nil)
 
 // normPrefetchBytes is how much of AddRMSNormPrefetch's next weight the
 // norm's extra blocks ask L2 for (0: none); TRIGON_CUDA_NORM_PREFETCH_MB,
-// read by New, overrides it. 8 MiB was the best of 4 to 24 in
-// BenchmarkPrefetchL2 on the H200 (docs/benchmarks.md).
+// read by New, overrides it. In BenchmarkPrefetchL2 on the H200 (4 to 24
+// MiB tried) the best size was 4 MiB for QKV, 8 for O and 8-16 for down;
+// past 16 MiB the prefetch slowed the product (docs/benchmarks.md).
 var normPrefetchBytes = 8 << 20
 
 // normPrefetchEnv names normPrefetchBytes' override, in MiB.
