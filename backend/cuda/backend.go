@@ -115,6 +115,13 @@ type Backend struct {
 	pdl       bool
 	errFlag   pinned
 	errDev    uint64
+	// blob holds the parameter of launchBlob's launches: a pointer at 0
+	// to the struct at 64.
+	blob pinned
+	// chainSmem is the chain kernel's dynamic shared memory limit (0: no
+	// chain kernel on this device); chainSync its counters (chain.go).
+	chainSmem int
+	chainSync uint64
 	stage     pinned
 	// pinnedList is every cuMemHostAlloc block, freed at teardown.
 	pinnedList []uintptr
@@ -154,6 +161,9 @@ func New(opts Options) (*Backend, error) {
 		return nil, err
 	}
 	if err := applyFuseEnv(); err != nil {
+		return nil, err
+	}
+	if err := applyChainEnv(); err != nil {
 		return nil, err
 	}
 	if err := applyFuseNormEnv(); err != nil {
@@ -260,6 +270,13 @@ func (b *Backend) init() error {
 		return err
 	}
 	if b.stage, err = b.hostAlloc(stageBytes, 0); err != nil {
+		return err
+	}
+	if b.blob, err = b.hostAlloc(1024, 0); err != nil {
+		return err
+	}
+	*(*uint64)(cptr(b.blob.host)) = uint64(b.blob.host) + 64
+	if err := b.initChain(); err != nil {
 		return err
 	}
 	for i := range b.ring {
@@ -482,12 +499,13 @@ func (b *Backend) deviceCheck() error {
 	*flag = 0
 	var what []string
 	for bit, s := range map[int32]string{
-		1:  "Embed id outside the table",
-		2:  "RoPEStoreKV slot outside the cache",
-		4:  "Attention block id outside the cache or block table",
-		8:  "Attention query count inconsistent with QueryStart/SeqLens",
-		16: "RoPEStoreKV negative position",
-		32: "Sample logits row holds NaN or +Inf, or only -Inf",
+		1:        "Embed id outside the table",
+		2:        "RoPEStoreKV slot outside the cache",
+		4:        "Attention block id outside the cache or block table",
+		8:        "Attention query count inconsistent with QueryStart/SeqLens",
+		16:       "RoPEStoreKV negative position",
+		32:       "Sample logits row holds NaN or +Inf, or only -Inf",
+		chainErr: "Chain: a block waited past its timeout for the others",
 	} {
 		if code&bit != 0 {
 			what = append(what, s)

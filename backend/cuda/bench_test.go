@@ -578,3 +578,91 @@ func BenchmarkNormFused(b *testing.B) {
 		free(ws...)
 	}
 }
+
+// BenchmarkChainLayer times one layer boundary of a Llama-3-8B decode step
+// at batch 4: the O projection's residual add, the post-attention norm,
+// gate/up, SiLU, the down projection's add, the next layer's input norm
+// and its QKV projection with RoPE and the KV write. "separate" runs them
+// as the model does without a Chainer (MatMulAdd, AddRMSNormPrefetch,
+// cuBLASLt or the GEMV, SiLUMul, FusedQKVRoPE), "chain" as one Chain.
+// Graph-timed over two layers' weights in turn (436 MB each, far past the
+// L2); TB/s counts the weight bytes.
+func BenchmarkChainLayer(b *testing.B) {
+	g := benchBackend(b)
+	if g.chainSmem == 0 {
+		b.Skip("no chain kernel on this device")
+	}
+	const n, k, inter, heads, kvh, hd, eps = 4, 4096, 14336, 32, 8, 128, 1e-5
+	const width = (heads + 2*kvh) * hd
+	f32 := func(n int, v float32) backend.Tensor {
+		buf := make([]byte, 4*n)
+		for i := range n {
+			binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(v+0.01*float32(i%7)))
+		}
+		t, err := g.Upload(backend.F32, []int{n}, buf)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return t
+	}
+	type layer struct{ wo, gu, down, qkv, g1, g2 backend.Tensor }
+	var layers []layer
+	for range 2 {
+		layers = append(layers, layer{randomBF16(b, g, 0.015, k, k), randomBF16(b, g, 0.015, 2*inter, k),
+			randomBF16(b, g, 0.008, k, inter), randomBF16(b, g, 0.015, width, k), f32(k, 1), f32(k, 1)})
+	}
+	resid, attn := randomBF16(b, g, 1, n, k), randomBF16(b, g, 1, n, k)
+	normed, _ := g.Alloc(backend.BF16, n, k)
+	gu, _ := g.Alloc(backend.BF16, n, 2*inter)
+	act, _ := g.Alloc(backend.BF16, n, inter)
+	pos, _ := g.Upload(backend.I32, []int{n}, i32Bytes([]int32{2048, 2049, 2050, 2051}))
+	slots, _ := g.Upload(backend.I32, []int{n}, i32Bytes([]int32{0, 17, 34, 51}))
+	kc, _ := g.Alloc(backend.BF16, 8, kvh, 16, hd)
+	vc, _ := g.Alloc(backend.BF16, 8, kvh, 16, hd)
+	q, _ := g.Alloc(backend.BF16, n, heads*hd)
+	qkv, _ := g.Alloc(backend.BF16, n, width)
+	invf := f32(hd/2, 0.001)
+	rope := backend.RoPEArgs{Q: q, QKV: qkv, Positions: pos, SlotMapping: slots, KCache: kc, VCache: vc,
+		InvFreq: invf, NumHeads: heads, NumKVHeads: kvh, HeadDim: hd}
+	must := func(ok bool, err error) error {
+		if err == nil && !ok {
+			err = errors.New("the op refused its operands")
+		}
+		return err
+	}
+	separate := func(l layer) error {
+		if err := must(g.MatMulAdd(resid, attn, l.wo)); err != nil {
+			return err
+		}
+		if err := g.AddRMSNormPrefetch(normed, resid, nil, l.g2, eps, l.gu); err != nil {
+			return err
+		}
+		if err := g.MatMul(gu, normed, l.gu, nil); err != nil {
+			return err
+		}
+		if err := g.SiLUMul(act, gu); err != nil {
+			return err
+		}
+		if err := must(g.MatMulAdd(resid, act, l.down)); err != nil {
+			return err
+		}
+		if err := g.AddRMSNormPrefetch(normed, resid, nil, l.g1, eps, l.qkv); err != nil {
+			return err
+		}
+		return must(g.FusedQKVRoPE(normed, l.qkv, rope))
+	}
+	chain := func(l layer) error {
+		return must(g.Chain(chainOps(resid, attn, l.wo, act, l.gu, l.down, l.g2, l.g1, l.qkv, eps, rope)))
+	}
+	bytes := float64(2 * (k*k + 2*inter*k + k*inter + width*k))
+	for _, mode := range []string{"separate", "chain"} {
+		b.Run(mode, func(b *testing.B) {
+			run := map[string]func(layer) error{"separate": separate, "chain": chain}[mode]
+			next := 0
+			timeGraphOps(b, g, bytes, 8, func() error {
+				next = (next + 1) % len(layers)
+				return run(layers[next])
+			})
+		})
+	}
+}

@@ -184,32 +184,11 @@ func (b *Backend) product(op string, x, w backend.Tensor, m int) (xt, wt *tensor
 //
 //	resid [n, m] BF16;  x [n, k] BF16;  w [m, k] BF16
 func (b *Backend) MatMulAdd(resid, x, w backend.Tensor) (bool, error) {
-	const op = "matmuladd"
-	rt, err := b.tensorOf(op, "resid", resid)
-	if err != nil {
+	rt, xt, wt, ok, err := b.addOperands(resid, x, w)
+	if err != nil || !ok || fuseNormOps&fuseAdd == 0 {
 		return false, err
 	}
-	if err := checkDType(op, "resid", rt, floatDTypes...); err != nil {
-		return false, err
-	}
-	if err := checkShape(op, "resid", rt, -1, -1); err != nil {
-		return false, err
-	}
-	m := rt.shape[1]
-	xt, wt, ok, err := b.product(op, x, w, m)
-	if err != nil {
-		return false, err
-	}
-	n, k := xt.shape[0], wt.shape[1]
-	if err := checkShape(op, "resid", rt, n, m); err != nil {
-		return false, err
-	}
-	if overlaps(rt, xt) || overlaps(rt, wt) {
-		return false, backend.ShapeError("cuda: "+op, "resid", "overlaps x or w")
-	}
-	if !ok || rt.dt != backend.BF16 || fuseNormOps&fuseAdd == 0 {
-		return false, nil
-	}
+	n, m, k := xt.shape[0], wt.shape[0], wt.shape[1]
 	pristine := wt.owner != nil && wt.owner.pristine.Load()
 	if err := b.post(func() error {
 		c, err := b.fusedGEMV(n, m, k, xt.ptr, wt.ptr)
@@ -227,6 +206,33 @@ func (b *Backend) MatMulAdd(resid, x, w backend.Tensor) (bool, error) {
 	return true, nil
 }
 
+// addOperands checks MatMulAdd's operands (ErrShape errors) and reports
+// whether the GEMV takes them: BF16 throughout, few rows, aligned.
+func (b *Backend) addOperands(resid, x, w backend.Tensor) (rt, xt, wt *tensor, ok bool, err error) {
+	const op = "matmuladd"
+	if rt, err = b.tensorOf(op, "resid", resid); err != nil {
+		return nil, nil, nil, false, err
+	}
+	if err := checkDType(op, "resid", rt, floatDTypes...); err != nil {
+		return nil, nil, nil, false, err
+	}
+	if err := checkShape(op, "resid", rt, -1, -1); err != nil {
+		return nil, nil, nil, false, err
+	}
+	m := rt.shape[1]
+	xt, wt, ok, err = b.product(op, x, w, m)
+	if err != nil {
+		return nil, nil, nil, false, err
+	}
+	if err := checkShape(op, "resid", rt, xt.shape[0], m); err != nil {
+		return nil, nil, nil, false, err
+	}
+	if overlaps(rt, xt) || overlaps(rt, wt) {
+		return nil, nil, nil, false, backend.ShapeError("cuda: "+op, "resid", "overlaps x or w")
+	}
+	return rt, xt, wt, ok && rt.dt == backend.BF16, nil
+}
+
 // NormGateUpSiLU implements backend.NormFuser through gemv_norm_silu_bf16
 // (kernels/gemv.cu): one kernel for the post-attention norm, the gate/up
 // projection and SiLUMul, for BF16 operands of at most gemvMaxRows rows and
@@ -234,36 +240,11 @@ func (b *Backend) MatMulAdd(resid, x, w backend.Tensor) (bool, error) {
 //
 //	out [n, inter] BF16;  h [n, k] BF16;  normW [k] F32;  w [2*inter, k] BF16
 func (b *Backend) NormGateUpSiLU(out, h, normW backend.Tensor, eps float32, w backend.Tensor) (bool, error) {
-	const op = "normgateupsilu"
-	o, err := b.tensorOf(op, "out", out)
-	if err != nil {
+	o, ht, wt, gt, ok, err := b.siluOperands(out, h, normW, eps, w)
+	if err != nil || !ok || fuseNormOps&fuseMLP == 0 {
 		return false, err
 	}
-	if err := checkDType(op, "out", o, floatDTypes...); err != nil {
-		return false, err
-	}
-	if err := checkShape(op, "out", o, -1, -1); err != nil {
-		return false, err
-	}
-	inter := o.shape[1]
-	ht, wt, ok, err := b.product(op, h, w, 2*inter)
-	if err != nil {
-		return false, err
-	}
-	n, k := ht.shape[0], wt.shape[1]
-	if err := checkShape(op, "out", o, n, inter); err != nil {
-		return false, err
-	}
-	gt, gok, err := b.normWeight(op, normW, eps, k)
-	if err != nil {
-		return false, err
-	}
-	if overlaps(o, ht) || overlaps(o, wt) || overlaps(o, gt) {
-		return false, backend.ShapeError("cuda: "+op, "out", "overlaps h, w or normW")
-	}
-	if !ok || !gok || o.dt != backend.BF16 || inter%8 != 0 || fuseNormOps&fuseMLP == 0 {
-		return false, nil
-	}
+	n, inter, k := ht.shape[0], o.shape[1], wt.shape[1]
 	pristine := wt.owner != nil && wt.owner.pristine.Load()
 	if err := b.post(func() error {
 		c, err := b.fusedGEMV(n, 2*inter, k, ht.ptr, wt.ptr)
@@ -280,6 +261,38 @@ func (b *Backend) NormGateUpSiLU(out, h, normW backend.Tensor, eps float32, w ba
 		return false, err
 	}
 	return true, nil
+}
+
+// siluOperands checks NormGateUpSiLU's operands (ErrShape errors) and
+// reports whether the kernels take them: BF16 operands of few rows, an F32
+// norm weight, inter a multiple of 8.
+func (b *Backend) siluOperands(out, h, normW backend.Tensor, eps float32, w backend.Tensor) (o, ht, wt, gt *tensor, ok bool, err error) {
+	const op = "normgateupsilu"
+	if o, err = b.tensorOf(op, "out", out); err != nil {
+		return nil, nil, nil, nil, false, err
+	}
+	if err := checkDType(op, "out", o, floatDTypes...); err != nil {
+		return nil, nil, nil, nil, false, err
+	}
+	if err := checkShape(op, "out", o, -1, -1); err != nil {
+		return nil, nil, nil, nil, false, err
+	}
+	inter := o.shape[1]
+	if ht, wt, ok, err = b.product(op, h, w, 2*inter); err != nil {
+		return nil, nil, nil, nil, false, err
+	}
+	n, k := ht.shape[0], wt.shape[1]
+	if err := checkShape(op, "out", o, n, inter); err != nil {
+		return nil, nil, nil, nil, false, err
+	}
+	gt, gok, err := b.normWeight(op, normW, eps, k)
+	if err != nil {
+		return nil, nil, nil, nil, false, err
+	}
+	if overlaps(o, ht) || overlaps(o, wt) || overlaps(o, gt) {
+		return nil, nil, nil, nil, false, backend.ShapeError("cuda: "+op, "out", "overlaps h, w or normW")
+	}
+	return o, ht, wt, gt, ok && gok && o.dt == backend.BF16 && inter%8 == 0, nil
 }
 
 // NormQKVRoPE implements backend.NormFuser: FusedQKVRoPE whose kernel

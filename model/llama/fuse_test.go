@@ -182,3 +182,95 @@ func TestNormFuserBookkeeping(t *testing.T) {
 		}
 	}
 }
+
+// composedChainer adds a backend.Chainer to composedFuser: Chain runs the
+// ops through the composed NormFuser methods in order (all of them
+// accepting), or refuses the whole run when refuse is set.
+type composedChainer struct {
+	*composedFuser
+	refuse bool
+	chains int
+}
+
+var _ backend.Chainer = (*composedChainer)(nil)
+
+func (f *composedChainer) Chain(ops []backend.ChainOp) (bool, error) {
+	if f.refuse {
+		return false, nil
+	}
+	for i, op := range ops {
+		var ok bool
+		var err error
+		switch op.Kind {
+		case backend.ChainMatMulAdd:
+			ok, err = f.MatMulAdd(op.Out, op.X, op.W)
+		case backend.ChainNormGateUpSiLU:
+			ok, err = f.NormGateUpSiLU(op.Out, op.X, op.NormW, op.Eps, op.W)
+		case backend.ChainNormQKVRoPE:
+			ok, err = f.NormQKVRoPE(op.X, op.NormW, op.Eps, op.W, op.RoPE)
+		default:
+			err = fmt.Errorf("op %d: kind %d", i, op.Kind)
+		}
+		if err == nil && !ok {
+			err = fmt.Errorf("op %d refused", i)
+		}
+		if err != nil {
+			return false, err
+		}
+	}
+	f.chains++
+	return true, nil
+}
+
+// TestChainerBookkeeping runs every fixture through a prefill and decode
+// steps on the plain CPU backend and through composedChainer: with the
+// chains taken, and with them refused (the op-by-op path), the logits
+// must be identical bit for bit, and a model whose layers chain must have
+// run one chain for the first layer's QKV and one per layer a step.
+func TestChainerBookkeeping(t *testing.T) {
+	for _, f := range loadFixtures(t) {
+		const steps = 3
+		run := func(b backend.Backend) [][]float32 {
+			m := newModel(t, b, f.cfg, f.w)
+			h := newHarness(t, b, m, backend.F32, blockSize, numBlocks, rand.New(rand.NewPCG(5, 6)))
+			defer h.close()
+			p := f.ref.Prompts[0].IDs
+			s1 := &seq{tokens: append([]int32(nil), p...)}
+			s2 := &seq{tokens: append([]int32(nil), p[:len(p)/2+1]...)}
+			out := h.step([]work{{s: s1, n: len(s1.tokens)}, {s: s2, n: len(s2.tokens)}})
+			logits := [][]float32{out[0][0], out[1][0]}
+			for range steps {
+				s1.tokens = append(s1.tokens, argmax(logits[len(logits)-2]))
+				s2.tokens = append(s2.tokens, argmax(logits[len(logits)-1]))
+				out = h.step([]work{{s: s1, n: 1}, {s: s2, n: 1}})
+				logits = append(logits, out[0][0], out[1][0])
+			}
+			return logits
+		}
+		want := run(cpu.New(cpu.Options{}))
+		for _, refuse := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/refuse_%v", f.name, refuse), func(t *testing.T) {
+				fb := &composedChainer{composedFuser: &composedFuser{Backend: cpu.New(cpu.Options{}), calls: map[string]int{},
+					accept: func(string) bool { return true }}, refuse: refuse}
+				got := run(fb)
+				for i := range want {
+					for j := range want[i] {
+						if math.Float32bits(got[i][j]) != math.Float32bits(want[i][j]) {
+							t.Fatalf("logits row %d, element %d: %v, want %v (plain CPU)", i, j, got[i][j], want[i][j])
+						}
+					}
+				}
+				m := newModel(t, fb, f.cfg, f.w)
+				wantChains := 0
+				if !refuse && m.chainable() {
+					wantChains = (1 + steps) * (1 + f.cfg.NumLayers)
+				}
+				m.Close()
+				if fb.chains != wantChains {
+					t.Fatalf("%d chains ran, want %d (calls %v)", fb.chains, wantChains, fb.calls)
+				}
+				t.Logf("chains %d, fused calls %v", fb.chains, fb.calls)
+			})
+		}
+	}
+}

@@ -8,7 +8,7 @@
 # cuda_tests (every test + memcheck), bigref (Llama-3-8B shape vs
 # transformers), serve_smoke, bench_rows, graphs, profile (ncu), attn_bench,
 # attn_check, default_model, peers, overlap (bench overlap), margin, pdl,
-# tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab, queue_ab, norm_prefetch,
+# tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab, queue_ab, norm_prefetch, chain,
 # prefill_chunks, splits (one A/B
 # experiment each), final (tests, then peers, rows and the server: what
 # docs/benchmarks.md's latest section ran);
@@ -280,6 +280,31 @@ for r in 1 2; do
     TRIGON_CUDA_NORM_PREFETCH_MB=$mb .gpu/trigon bench latency --arch llama-3-8b --batch 4 --input-len 2048 --output-len 128 \
       --device cuda --cuda-graphs on --json >"$OUT/bench-4-npf$mb-$r.json" 2>>"$OUT/bench.err" || tail -3 "$OUT/bench.err"
     $PY -c "import json,sys;d=json.load(open(sys.argv[1]));i=d['itl_ms'];print('ITL p50 %.3f p90 %.3f p99 %.3f ms, floor %.3f'%(i['p50'],i['p90'],i['p99'],d['decode_floor_ms']))" "$OUT/bench-4-npf$mb-$r.json" 2>&1 | tee -a "$OUT/summary.txt"
+  done
+done
+}
+
+# chain: the chained layer products (kernels/chain.cu): their tests, the
+# graph-timed layer boundary, the model's CUDA tests, then the batch-4
+# step with and without chains, alternating.
+chain() {
+log "TestChain*, TestKernelsCompile/chain, TestKernelsWait*"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.timeout 4m -test.run 'TestChain|TestKernelsCompile/chain|TestKernelsWait' >"$OUT/chain-tests.log" 2>&1)
+local rc=$?
+echo "rc=$rc" | tee -a "$OUT/summary.txt"; grep -E "^(--- FAIL|FAIL|PASS|ok)|panic|relative error|differ|Chain|timeout" "$OUT/chain-tests.log" | head -40 | tee -a "$OUT/summary.txt"
+if ((rc != 0)); then return; fi
+log "BenchmarkChainLayer"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'BenchmarkChainLayer' -test.benchtime 200x >"$OUT/chain-bench.log" 2>&1)
+grep -E "Benchmark|rror" "$OUT/chain-bench.log" | tee -a "$OUT/summary.txt"
+log "model tests on CUDA (chains on)"
+(cd model/llama && "$root/.gpu/llama.test" -test.run 'TestFixturesCUDA|TestDefaultModelCUDAMatchesCPU' -test.v >"$OUT/llama-cuda.log" 2>&1)
+echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "worst|^(--- FAIL|FAIL|PASS)" "$OUT/llama-cuda.log" | head -20 | tee -a "$OUT/summary.txt"
+for r in 1 2; do
+  for c in off on; do
+    log "bench latency llama-3-8b --batch 4 --output-len ${CHAIN_OUT:-128} --cuda-graphs on, TRIGON_CUDA_CHAIN=$c"
+    TRIGON_CUDA_CHAIN=$c .gpu/trigon bench latency --arch llama-3-8b --batch 4 --input-len 2048 --output-len ${CHAIN_OUT:-128} \
+      --device cuda --cuda-graphs on --json >"$OUT/bench-4-chain-$c-$r.json" 2>>"$OUT/bench.err" || tail -3 "$OUT/bench.err"
+    $PY -c "import json,sys;d=json.load(open(sys.argv[1]));i=d['itl_ms'];print('ITL p50 %.3f p90 %.3f p99 %.3f ms, floor %.3f, prefill %.1f'%(i['p50'],i['p90'],i['p99'],d['decode_floor_ms'],d['prefill_ms']['p50']))" "$OUT/bench-4-chain-$c-$r.json" 2>&1 | tee -a "$OUT/summary.txt"
   done
 done
 }
