@@ -40,6 +40,7 @@
 #include "mma.cuh"
 
 #define NCW 8                      // consumer warps
+#define CHAIN_THREADS ((NCW + 1) * 32)  // with the producer warp
 #define KC 512                     // k columns of a ring tile
 #define RSTR (KC + 32)             // tile row stride (elements): rows 64 bytes apart mod 128
 #define TILE_ELEMS (16 * RSTR)     // elements of one ring tile
@@ -361,7 +362,7 @@ __device__ __forceinline__ void epilogue(const ChainOp& o, i64 g, int n, const f
 // Dynamic shared memory: a.stages ring tiles (TILE_ELEMS bf16 each), then
 // the staged x (n rows of k + 32 elements, for the largest staged op).
 // grid (SMs), block (NCW + 1) * 32.
-extern "C" __global__ void __launch_bounds__((NCW + 1) * 32, 1) chain_bf16(const ChainArgs a) {
+extern "C" __global__ void __launch_bounds__(CHAIN_THREADS, 1) chain_bf16(const ChainArgs a) {
   grid_dep_wait();
 #if __CUDA_ARCH__ >= 900
   extern __shared__ __align__(128) unsigned char dsm[];
@@ -499,5 +500,6 @@ extern "C" __global__ void __launch_bounds__((NCW + 1) * 32, 1) chain_bf16(const
       __threadfence();
     }
   }
+  grid_dep_launch();
 #endif
 }
