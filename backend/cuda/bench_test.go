@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/trigon-llm/trigon/backend"
@@ -579,6 +580,126 @@ func BenchmarkNormFused(b *testing.B) {
 	}
 }
 
+// chainBench holds Llama-3-8B decode operands at batch 4 for the chain
+// benchmarks: activations, RoPE operands, and weights in sets cycled so
+// that each product streams from HBM, not the L2.
+type chainBench struct {
+	g                            *Backend
+	resid, attn, normed, gu, act backend.Tensor
+	rope                         backend.RoPEArgs
+}
+
+const (
+	cbN, cbK, cbInter, cbHeads, cbKVH, cbHD, cbEps = 4, 4096, 14336, 32, 8, 128, 1e-5
+	cbWidth                                        = (cbHeads + 2*cbKVH) * cbHD
+)
+
+func newChainBench(b *testing.B) *chainBench {
+	g := benchBackend(b)
+	if g.chainSmem == 0 {
+		b.Skip("no chain kernel on this device")
+	}
+	c := &chainBench{g: g}
+	c.resid, c.attn = randomBF16(b, g, 1, cbN, cbK), randomBF16(b, g, 1, cbN, cbK)
+	c.normed, _ = g.Alloc(backend.BF16, cbN, cbK)
+	c.gu, _ = g.Alloc(backend.BF16, cbN, 2*cbInter)
+	c.act = randomBF16(b, g, 1, cbN, cbInter)
+	pos, _ := g.Upload(backend.I32, []int{cbN}, i32Bytes([]int32{2048, 2049, 2050, 2051}))
+	slots, _ := g.Upload(backend.I32, []int{cbN}, i32Bytes([]int32{0, 17, 34, 51}))
+	kc, _ := g.Alloc(backend.BF16, 8, cbKVH, 16, cbHD)
+	vc, _ := g.Alloc(backend.BF16, 8, cbKVH, 16, cbHD)
+	q, _ := g.Alloc(backend.BF16, cbN, cbHeads*cbHD)
+	qkv, _ := g.Alloc(backend.BF16, cbN, cbWidth)
+	c.rope = backend.RoPEArgs{Q: q, QKV: qkv, Positions: pos, SlotMapping: slots, KCache: kc, VCache: vc,
+		InvFreq: c.f32(b, cbHD/2, 0.001), NumHeads: cbHeads, NumKVHeads: cbKVH, HeadDim: cbHD}
+	return c
+}
+
+func (c *chainBench) f32(b *testing.B, n int, v float32) backend.Tensor {
+	buf := make([]byte, 4*n)
+	for i := range n {
+		binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(v+0.01*float32(i%7)))
+	}
+	t, err := c.g.Upload(backend.F32, []int{n}, buf)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return t
+}
+
+// chainLayer is one layer's weights.
+type chainLayer struct{ wo, gu, down, qkv, g1, g2 backend.Tensor }
+
+// layers returns weight sets for the products kinds names, enough sets
+// that their bytes pass 256 MB (at least two); the others are nil.
+func (c *chainBench) layers(b *testing.B, kinds []string) []chainLayer {
+	bytes := 0
+	for _, k := range kinds {
+		bytes += weightBytes(k)
+	}
+	var ls []chainLayer
+	for range max(2, (256<<20)/bytes+1) {
+		l := chainLayer{g1: c.f32(b, cbK, 1), g2: c.f32(b, cbK, 1)}
+		for _, k := range kinds {
+			switch k {
+			case "o":
+				l.wo = randomBF16(b, c.g, 0.015, cbK, cbK)
+			case "gateup":
+				l.gu = randomBF16(b, c.g, 0.015, 2*cbInter, cbK)
+			case "down":
+				l.down = randomBF16(b, c.g, 0.008, cbK, cbInter)
+			case "qkv":
+				l.qkv = randomBF16(b, c.g, 0.015, cbWidth, cbK)
+			}
+		}
+		ls = append(ls, l)
+	}
+	return ls
+}
+
+func mustRun(ok bool, err error) error {
+	if err == nil && !ok {
+		err = errors.New("the op refused its operands")
+	}
+	return err
+}
+
+// separate runs op kind ("o", "gateup", "down", "qkv") as the model does
+// without a Chainer.
+func (c *chainBench) separate(kind string, l chainLayer) error {
+	g := c.g
+	switch kind {
+	case "o":
+		return mustRun(g.MatMulAdd(c.resid, c.attn, l.wo))
+	case "gateup":
+		if err := g.AddRMSNormPrefetch(c.normed, c.resid, nil, l.g2, cbEps, l.gu); err != nil {
+			return err
+		}
+		if err := g.MatMul(c.gu, c.normed, l.gu, nil); err != nil {
+			return err
+		}
+		return g.SiLUMul(c.act, c.gu)
+	case "down":
+		return mustRun(g.MatMulAdd(c.resid, c.act, l.down))
+	default:
+		if err := g.AddRMSNormPrefetch(c.normed, c.resid, nil, l.g1, cbEps, l.qkv); err != nil {
+			return err
+		}
+		return mustRun(g.FusedQKVRoPE(c.normed, l.qkv, c.rope))
+	}
+}
+
+// op is op kind as a ChainOp.
+func (c *chainBench) op(kind string, l chainLayer) backend.ChainOp {
+	ops := chainOps(c.resid, c.attn, l.wo, c.act, l.gu, l.down, l.g2, l.g1, l.qkv, cbEps, c.rope)
+	return ops[map[string]int{"o": 0, "gateup": 1, "down": 2, "qkv": 3}[kind]]
+}
+
+// weightBytes is op kind's weight bytes.
+func weightBytes(kind string) int {
+	return 2 * map[string]int{"o": cbK * cbK, "gateup": 2 * cbInter * cbK, "down": cbK * cbInter, "qkv": cbWidth * cbK}[kind]
+}
+
 // BenchmarkChainLayer times one layer boundary of a Llama-3-8B decode step
 // at batch 4: the O projection's residual add, the post-attention norm,
 // gate/up, SiLU, the down projection's add, the next layer's input norm
@@ -588,81 +709,76 @@ func BenchmarkNormFused(b *testing.B) {
 // Graph-timed over two layers' weights in turn (436 MB each, far past the
 // L2); TB/s counts the weight bytes.
 func BenchmarkChainLayer(b *testing.B) {
-	g := benchBackend(b)
-	if g.chainSmem == 0 {
-		b.Skip("no chain kernel on this device")
+	c := newChainBench(b)
+	kinds := []string{"o", "gateup", "down", "qkv"}
+	bytes := 0
+	for _, k := range kinds {
+		bytes += weightBytes(k)
 	}
-	const n, k, inter, heads, kvh, hd, eps = 4, 4096, 14336, 32, 8, 128, 1e-5
-	const width = (heads + 2*kvh) * hd
-	f32 := func(n int, v float32) backend.Tensor {
-		buf := make([]byte, 4*n)
-		for i := range n {
-			binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(v+0.01*float32(i%7)))
-		}
-		t, err := g.Upload(backend.F32, []int{n}, buf)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return t
-	}
-	type layer struct{ wo, gu, down, qkv, g1, g2 backend.Tensor }
-	var layers []layer
-	for range 2 {
-		layers = append(layers, layer{randomBF16(b, g, 0.015, k, k), randomBF16(b, g, 0.015, 2*inter, k),
-			randomBF16(b, g, 0.008, k, inter), randomBF16(b, g, 0.015, width, k), f32(k, 1), f32(k, 1)})
-	}
-	resid, attn := randomBF16(b, g, 1, n, k), randomBF16(b, g, 1, n, k)
-	normed, _ := g.Alloc(backend.BF16, n, k)
-	gu, _ := g.Alloc(backend.BF16, n, 2*inter)
-	act, _ := g.Alloc(backend.BF16, n, inter)
-	pos, _ := g.Upload(backend.I32, []int{n}, i32Bytes([]int32{2048, 2049, 2050, 2051}))
-	slots, _ := g.Upload(backend.I32, []int{n}, i32Bytes([]int32{0, 17, 34, 51}))
-	kc, _ := g.Alloc(backend.BF16, 8, kvh, 16, hd)
-	vc, _ := g.Alloc(backend.BF16, 8, kvh, 16, hd)
-	q, _ := g.Alloc(backend.BF16, n, heads*hd)
-	qkv, _ := g.Alloc(backend.BF16, n, width)
-	invf := f32(hd/2, 0.001)
-	rope := backend.RoPEArgs{Q: q, QKV: qkv, Positions: pos, SlotMapping: slots, KCache: kc, VCache: vc,
-		InvFreq: invf, NumHeads: heads, NumKVHeads: kvh, HeadDim: hd}
-	must := func(ok bool, err error) error {
-		if err == nil && !ok {
-			err = errors.New("the op refused its operands")
-		}
-		return err
-	}
-	separate := func(l layer) error {
-		if err := must(g.MatMulAdd(resid, attn, l.wo)); err != nil {
-			return err
-		}
-		if err := g.AddRMSNormPrefetch(normed, resid, nil, l.g2, eps, l.gu); err != nil {
-			return err
-		}
-		if err := g.MatMul(gu, normed, l.gu, nil); err != nil {
-			return err
-		}
-		if err := g.SiLUMul(act, gu); err != nil {
-			return err
-		}
-		if err := must(g.MatMulAdd(resid, act, l.down)); err != nil {
-			return err
-		}
-		if err := g.AddRMSNormPrefetch(normed, resid, nil, l.g1, eps, l.qkv); err != nil {
-			return err
-		}
-		return must(g.FusedQKVRoPE(normed, l.qkv, rope))
-	}
-	chain := func(l layer) error {
-		return must(g.Chain(chainOps(resid, attn, l.wo, act, l.gu, l.down, l.g2, l.g1, l.qkv, eps, rope)))
-	}
-	bytes := float64(2 * (k*k + 2*inter*k + k*inter + width*k))
+	layers := c.layers(b, kinds)
 	for _, mode := range []string{"separate", "chain"} {
 		b.Run(mode, func(b *testing.B) {
-			run := map[string]func(layer) error{"separate": separate, "chain": chain}[mode]
 			next := 0
-			timeGraphOps(b, g, bytes, 8, func() error {
+			timeGraphOps(b, c.g, float64(bytes), 8, func() error {
 				next = (next + 1) % len(layers)
-				return run(layers[next])
+				l := layers[next]
+				if mode == "chain" {
+					ops := make([]backend.ChainOp, len(kinds))
+					for i, k := range kinds {
+						ops[i] = c.op(k, l)
+					}
+					return mustRun(c.g.Chain(ops))
+				}
+				for _, k := range kinds {
+					if err := c.separate(k, l); err != nil {
+						return err
+					}
+				}
+				return nil
 			})
 		})
+	}
+}
+
+// BenchmarkChainOps times each product of BenchmarkChainLayer alone, and
+// gate/up with down, as separate ops and as a chain: where the chain
+// kernel's streaming (not the waits between ops) loses or wins.
+func BenchmarkChainOps(b *testing.B) {
+	c := newChainBench(b)
+	for _, kinds := range [][]string{{"o"}, {"gateup"}, {"down"}, {"qkv"}, {"gateup", "down"}} {
+		bytes := 0
+		for _, k := range kinds {
+			bytes += weightBytes(k)
+		}
+		layers := c.layers(b, kinds)
+		for _, mode := range []string{"separate", "chain"} {
+			b.Run(strings.Join(kinds, "+")+"_"+mode, func(b *testing.B) {
+				next := 0
+				timeGraphOps(b, c.g, float64(bytes), 2*len(layers), func() error {
+					next = (next + 1) % len(layers)
+					l := layers[next]
+					if mode == "chain" {
+						ops := make([]backend.ChainOp, len(kinds))
+						for i, k := range kinds {
+							ops[i] = c.op(k, l)
+						}
+						return mustRun(c.g.Chain(ops))
+					}
+					for _, k := range kinds {
+						if err := c.separate(k, l); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+			})
+		}
+		for _, l := range layers {
+			for _, t := range []backend.Tensor{l.wo, l.gu, l.down, l.qkv, l.g1, l.g2} {
+				if t != nil {
+					c.g.Free(t)
+				}
+			}
+		}
 	}
 }

@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 	"os"
+	"strconv"
 	"unsafe"
 
 	"github.com/trigon-llm/trigon/backend"
@@ -17,7 +18,20 @@ var chainEnabled = true
 // chainEnv names chainEnabled's override: "on" or "off".
 const chainEnv = "TRIGON_CUDA_CHAIN"
 
-// applyChainEnv reads chainEnv.
+// chainKC is the k columns of a ring tile (KC in kernels/chain.cu; a
+// tile row is one TMA copy of 2*chainKC bytes), TRIGON_CUDA_CHAIN_KC.
+var chainKC = 512
+
+// chainStageAddMax: an ADD op's x is staged in shared memory when it is
+// at most this many bytes (the O projection's input at 8 rows), else read
+// from L2 a tile ahead (the down projection's), TRIGON_CUDA_CHAIN_STAGE_KB.
+var chainStageAddMax = 72 << 10
+
+// chainTileBytes is one ring tile: 16 rows of KC + 32 bf16.
+func chainTileBytes() int { return 16 * (chainKC + 32) * 2 }
+
+// applyChainEnv reads chainEnv, TRIGON_CUDA_CHAIN_KC and
+// TRIGON_CUDA_CHAIN_STAGE_KB.
 func applyChainEnv() error {
 	switch v := os.Getenv(chainEnv); v {
 	case "", "on":
@@ -27,25 +41,35 @@ func applyChainEnv() error {
 	default:
 		return fmt.Errorf("cuda: %s=%q: want on or off", chainEnv, v)
 	}
+	if v := os.Getenv("TRIGON_CUDA_CHAIN_KC"); v != "" {
+		kc, err := strconv.Atoi(v)
+		if err != nil || (kc != 256 && kc != 512 && kc != 1024 && kc != 2048) {
+			return fmt.Errorf("cuda: TRIGON_CUDA_CHAIN_KC=%q: want 256, 512, 1024 or 2048", v)
+		}
+		chainKC = kc
+	}
+	if v := os.Getenv("TRIGON_CUDA_CHAIN_STAGE_KB"); v != "" {
+		kb, err := strconv.Atoi(v)
+		if err != nil || kb < 0 || kb > 200 {
+			return fmt.Errorf("cuda: TRIGON_CUDA_CHAIN_STAGE_KB=%q: want 0..200", v)
+		}
+		chainStageAddMax = kb << 10
+	}
 	return nil
 }
 
 // The chain kernel's geometry (kernels/chain.cu).
 const (
-	chainMaxOps    = 4                   // MAX_OPS
-	chainMaxStages = 16                  // MAX_STAGES
-	chainMinStages = 4                   // fewer ring tiles than this would not cover the wait between ops
-	chainTileBytes = 16 * (512 + 32) * 2 // one ring tile: 16 rows of KC + 32 bf16
-	chainThreads   = (8 + 1) * 32        // NCW consumer warps and the producer
-	chainMaxRows   = 8                   // token rows: the 8 columns of the mma B operand
+	chainMaxOps    = 4            // MAX_OPS
+	chainMaxStages = 16           // MAX_STAGES
+	chainMinStages = 4            // fewer ring tiles than this would not cover the wait between ops
+	chainThreads   = (8 + 1) * 32 // NCW consumer warps and the producer
+	chainMaxRows   = 8            // token rows: the 8 columns of the mma B operand
 	// chainStaticSmem covers the kernel's static shared memory (about 4.7
 	// KB: mbarriers, the warps' partial sums, the norm's sums).
 	chainStaticSmem = 8 << 10
-	// chainStageAddMax: an ADD op's x is staged in shared memory when it
-	// is at most this big (the O projection's input at 8 rows), else read
-	// from L2 a tile ahead (the down projection's); the NORM ops' inputs
-	// are always staged and may take up to chainStageNormMax.
-	chainStageAddMax  = 72 << 10
+	// The NORM ops' inputs are always staged in shared memory and may
+	// take up to chainStageNormMax.
 	chainStageNormMax = 96 << 10
 	// chainErr is ERR_CHAIN: a block waited past its timeout.
 	chainErr = 64
@@ -120,7 +144,7 @@ func (b *Backend) Chain(ops []backend.ChainOp) (bool, error) {
 	if !ok {
 		return false, nil
 	}
-	stages := min(chainMaxStages, (b.chainSmem-xsBytes)/chainTileBytes)
+	stages := min(chainMaxStages, (b.chainSmem-xsBytes)/chainTileBytes())
 	if stages < chainMinStages {
 		return false, nil
 	}
@@ -136,9 +160,9 @@ func (b *Backend) Chain(ops []backend.ChainOp) (bool, error) {
 		a.eps, epsSet = op.Eps, true
 	}
 	a.nops, a.n, a.stages = int64(len(ops)), int64(n), int64(stages)
-	smem := stages*chainTileBytes + xsBytes
+	smem := stages*chainTileBytes() + xsBytes
 	if err := b.post(func() error {
-		f, err := b.fnSmem(fnKey{modSpec{file: "chain"}, "chain_bf16"}, b.chainSmem)
+		f, err := b.fnSmem(fnKey{modSpec{file: "chain", p: [6]int{chainKC}}, "chain_bf16"}, b.chainSmem)
 		if err != nil {
 			return err
 		}

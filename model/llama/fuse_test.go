@@ -188,14 +188,14 @@ func TestNormFuserBookkeeping(t *testing.T) {
 // accepting), or refuses the whole run when refuse is set.
 type composedChainer struct {
 	*composedFuser
-	refuse bool
+	refuse func(ops []backend.ChainOp) bool
 	chains int
 }
 
 var _ backend.Chainer = (*composedChainer)(nil)
 
 func (f *composedChainer) Chain(ops []backend.ChainOp) (bool, error) {
-	if f.refuse {
+	if f.refuse(ops) {
 		return false, nil
 	}
 	for i, op := range ops {
@@ -224,9 +224,9 @@ func (f *composedChainer) Chain(ops []backend.ChainOp) (bool, error) {
 
 // TestChainerBookkeeping runs every fixture through a prefill and decode
 // steps on the plain CPU backend and through composedChainer: with the
-// chains taken, and with them refused (the op-by-op path), the logits
-// must be identical bit for bit, and a model whose layers chain must have
-// run one chain for the first layer's QKV and one per layer a step.
+// chains taken, with all of them refused (the model's op-by-op path) and
+// with the layers' runs refused (runOps), the logits must be identical
+// bit for bit, and the chains counted must be the ones taken.
 func TestChainerBookkeeping(t *testing.T) {
 	for _, f := range loadFixtures(t) {
 		const steps = 3
@@ -248,10 +248,19 @@ func TestChainerBookkeeping(t *testing.T) {
 			return logits
 		}
 		want := run(cpu.New(cpu.Options{}))
-		for _, refuse := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/refuse_%v", f.name, refuse), func(t *testing.T) {
+		for _, pat := range []struct {
+			name   string
+			refuse func([]backend.ChainOp) bool
+			chains func(layers int) int // chains taken per step
+		}{
+			{"take all", func([]backend.ChainOp) bool { return false }, func(l int) int { return 1 + l }},
+			{"refuse all", func([]backend.ChainOp) bool { return true }, func(int) int { return 0 }},
+			// The first layer's QKV chains, the layers' runs fall back to runOps.
+			{"refuse layers", func(ops []backend.ChainOp) bool { return len(ops) > 1 }, func(int) int { return 1 }},
+		} {
+			t.Run(fmt.Sprintf("%s/%s", f.name, pat.name), func(t *testing.T) {
 				fb := &composedChainer{composedFuser: &composedFuser{Backend: cpu.New(cpu.Options{}), calls: map[string]int{},
-					accept: func(string) bool { return true }}, refuse: refuse}
+					accept: func(string) bool { return true }}, refuse: pat.refuse}
 				got := run(fb)
 				for i := range want {
 					for j := range want[i] {
@@ -262,8 +271,8 @@ func TestChainerBookkeeping(t *testing.T) {
 				}
 				m := newModel(t, fb, f.cfg, f.w)
 				wantChains := 0
-				if !refuse && m.chainable() {
-					wantChains = (1 + steps) * (1 + f.cfg.NumLayers)
+				if m.chainable() {
+					wantChains = (1 + steps) * pat.chains(f.cfg.NumLayers)
 				}
 				m.Close()
 				if fb.chains != wantChains {

@@ -562,7 +562,7 @@ func (m *Model) chainable() bool {
 // O projection's add, the MLP (norm, gate/up, SiLU, down's add) and the
 // next layer's input norm and QKV. It returns false, having run nothing,
 // when ch refuses the first chain (the caller runs the layers op by op);
-// ch refusing a later chain of the same shapes is an error.
+// a later chain ch refuses runs op by op (runOps).
 func (m *Model) runChained(ch backend.Chainer, resid, attnOut, mlpAct backend.Tensor,
 	ropeArgs func(int) backend.RoPEArgs, attend func(int) error) (bool, error) {
 	eps := m.cfg.RMSNormEps
@@ -590,14 +590,88 @@ func (m *Model) runChained(ch backend.Chainer, resid, attnOut, mlpAct backend.Te
 			run = append(run, qkvOp(l+1))
 		}
 		ok, err := ch.Chain(run)
+		if err == nil && !ok {
+			// A chain of other shapes than the first (the MLP's, say) may
+			// be refused: its ops then run one by one.
+			err = m.runOps(run)
+		}
 		if err != nil {
 			return true, fmt.Errorf("layer %d chain: %w", l, err)
 		}
-		if !ok {
-			return true, fmt.Errorf("layer %d chain: the backend refused a chain it took for layer 0", l)
-		}
 	}
 	return true, nil
+}
+
+// runOps runs ops one by one, computing what Chain would: through the
+// NormFuser methods where they fuse, else the unfused ops, with the
+// model's normed, delta and gateUp scratch.
+func (m *Model) runOps(ops []backend.ChainOp) error {
+	b := m.b
+	nf, _ := b.(backend.NormFuser)
+	for _, op := range ops {
+		n := op.X.Shape()[0]
+		var vs views
+		normed := vs.rows(b, m.normed, n)
+		if vs.err != nil {
+			return vs.err
+		}
+		fused := false
+		var err error
+		switch op.Kind {
+		case backend.ChainMatMulAdd:
+			if nf != nil {
+				if fused, err = nf.MatMulAdd(op.Out, op.X, op.W); err != nil || fused {
+					break
+				}
+			}
+			delta := vs.rows(b, m.delta, n)
+			if vs.err != nil {
+				return vs.err
+			}
+			if err = b.MatMul(delta, op.X, op.W, nil); err == nil {
+				// The add is AddRMSNorm's; its normalised output is scratch.
+				err = b.AddRMSNorm(normed, delta, op.Out, m.finalNorm, m.cfg.RMSNormEps)
+			}
+		case backend.ChainNormGateUpSiLU:
+			if nf != nil {
+				if fused, err = nf.NormGateUpSiLU(op.Out, op.X, op.NormW, op.Eps, op.W); err != nil || fused {
+					break
+				}
+			}
+			gateUp := vs.rows(b, m.gateUp, n)
+			if vs.err != nil {
+				return vs.err
+			}
+			if err = b.AddRMSNorm(normed, op.X, nil, op.NormW, op.Eps); err == nil {
+				if err = b.MatMul(gateUp, normed, op.W, nil); err == nil {
+					err = b.SiLUMul(op.Out, gateUp)
+				}
+			}
+		case backend.ChainNormQKVRoPE:
+			if nf != nil {
+				if fused, err = nf.NormQKVRoPE(op.X, op.NormW, op.Eps, op.W, op.RoPE); err != nil || fused {
+					break
+				}
+			}
+			if err = b.AddRMSNorm(normed, op.X, nil, op.NormW, op.Eps); err != nil {
+				break
+			}
+			if f, ok := b.(backend.QKVRoPEFuser); ok {
+				if fused, err = f.FusedQKVRoPE(normed, op.W, op.RoPE); err != nil || fused {
+					break
+				}
+			}
+			if err = b.MatMul(op.RoPE.QKV, normed, op.W, nil); err == nil {
+				err = b.RoPEStoreKV(op.RoPE)
+			}
+		default:
+			err = fmt.Errorf("chain op kind %d", op.Kind)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // views makes row views of scratch buffers, keeping the first error.

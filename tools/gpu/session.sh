@@ -8,7 +8,7 @@
 # cuda_tests (every test + memcheck), bigref (Llama-3-8B shape vs
 # transformers), serve_smoke, bench_rows, graphs, profile (ncu), attn_bench,
 # attn_check, default_model, peers, overlap (bench overlap), margin, pdl,
-# tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab, queue_ab, norm_prefetch, chain,
+# tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab, queue_ab, norm_prefetch, chain, chain_ops,
 # prefill_chunks, splits (one A/B
 # experiment each), final (tests, then peers, rows and the server: what
 # docs/benchmarks.md's latest section ran);
@@ -306,6 +306,19 @@ for r in 1 2; do
       --device cuda --cuda-graphs on --json >"$OUT/bench-4-chain-$c-$r.json" 2>>"$OUT/bench.err" || tail -3 "$OUT/bench.err"
     $PY -c "import json,sys;d=json.load(open(sys.argv[1]));i=d['itl_ms'];print('ITL p50 %.3f p90 %.3f p99 %.3f ms, floor %.3f, prefill %.1f'%(i['p50'],i['p90'],i['p99'],d['decode_floor_ms'],d['prefill_ms']['p50']))" "$OUT/bench-4-chain-$c-$r.json" 2>&1 | tee -a "$OUT/summary.txt"
   done
+done
+}
+
+# chain_ops: BenchmarkChainOps (each product alone, separate and chained)
+# at ring tiles of CHAIN_KCS columns, and with the down projection's input
+# staged in shared memory (TRIGON_CUDA_CHAIN_STAGE_KB=120).
+chain_ops() {
+for v in ${CHAIN_VARIANTS:-512:72 1024:72 2048:72 512:120}; do
+  kc=${v%%:*}; kb=${v##*:}
+  log "BenchmarkChainOps TRIGON_CUDA_CHAIN_KC=$kc TRIGON_CUDA_CHAIN_STAGE_KB=$kb"
+  (cd backend/cuda && TRIGON_CUDA_CHAIN_KC=$kc TRIGON_CUDA_CHAIN_STAGE_KB=$kb "$root/.gpu/cuda.test" -test.run '^$' \
+    -test.bench "${CHAIN_BENCH:-BenchmarkChainOps|BenchmarkChainLayer}" -test.benchtime 50x >"$OUT/chain-ops-$kc-$kb.log" 2>&1)
+  grep -E "^Benchmark|rror|panic" "$OUT/chain-ops-$kc-$kb.log" | sed -E 's/ +/ /g' | tee -a "$OUT/summary.txt"
 done
 }
 

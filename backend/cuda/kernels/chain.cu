@@ -37,11 +37,12 @@
 // Rounding is the unfused ops': a product is rounded to bf16 before the
 // residual add, SiLU or RoPE, and the norm is add_rmsnorm's
 // bf16((x * rs) * g).
+//
+// Specialised with -DKC=<k columns of a ring tile> (a multiple of 256).
 #include "mma.cuh"
 
 #define NCW 8                      // consumer warps
 #define CHAIN_THREADS ((NCW + 1) * 32)  // with the producer warp
-#define KC 512                     // k columns of a ring tile
 #define RSTR (KC + 32)             // tile row stride (elements): rows 64 bytes apart mod 128
 #define TILE_ELEMS (16 * RSTR)     // elements of one ring tile
 #define SPW (KC / 32 / NCW)        // spans per consumer warp per tile
