@@ -22,6 +22,15 @@ const chainEnv = "TRIGON_CUDA_CHAIN"
 // tile row is one TMA copy of 2*chainKC bytes), TRIGON_CUDA_CHAIN_KC.
 var chainKC = 512
 
+// chainPW is the chain kernel's producer warps (PW in kernels/chain.cu):
+// 0 for one warp of TMA bulk copies, else that many warps of cp.async,
+// TRIGON_CUDA_CHAIN_PW.
+var chainPW = 4
+
+// chainThreads is the chain kernel's block: 8 consumer warps (NCW) and
+// the producers.
+func chainThreads() int { return (8 + max(1, chainPW)) * 32 }
+
 // chainStageAddMax: an ADD op's x is staged in shared memory when it is
 // at most this many bytes (the O projection's input at 8 rows), else read
 // from L2 a tile ahead (the down projection's), TRIGON_CUDA_CHAIN_STAGE_KB.
@@ -30,8 +39,8 @@ var chainStageAddMax = 72 << 10
 // chainTileBytes is one ring tile: 16 rows of KC + 32 bf16.
 func chainTileBytes() int { return 16 * (chainKC + 32) * 2 }
 
-// applyChainEnv reads chainEnv, TRIGON_CUDA_CHAIN_KC and
-// TRIGON_CUDA_CHAIN_STAGE_KB.
+// applyChainEnv reads chainEnv, TRIGON_CUDA_CHAIN_KC,
+// TRIGON_CUDA_CHAIN_PW and TRIGON_CUDA_CHAIN_STAGE_KB.
 func applyChainEnv() error {
 	switch v := os.Getenv(chainEnv); v {
 	case "", "on":
@@ -48,6 +57,13 @@ func applyChainEnv() error {
 		}
 		chainKC = kc
 	}
+	if v := os.Getenv("TRIGON_CUDA_CHAIN_PW"); v != "" {
+		pw, err := strconv.Atoi(v)
+		if err != nil || pw < 0 || pw > 8 {
+			return fmt.Errorf("cuda: TRIGON_CUDA_CHAIN_PW=%q: want 0..8", v)
+		}
+		chainPW = pw
+	}
 	if v := os.Getenv("TRIGON_CUDA_CHAIN_STAGE_KB"); v != "" {
 		kb, err := strconv.Atoi(v)
 		if err != nil || kb < 0 || kb > 200 {
@@ -60,11 +76,10 @@ func applyChainEnv() error {
 
 // The chain kernel's geometry (kernels/chain.cu).
 const (
-	chainMaxOps    = 4            // MAX_OPS
-	chainMaxStages = 16           // MAX_STAGES
-	chainMinStages = 4            // fewer ring tiles than this would not cover the wait between ops
-	chainThreads   = (8 + 1) * 32 // NCW consumer warps and the producer
-	chainMaxRows   = 8            // token rows: the 8 columns of the mma B operand
+	chainMaxOps    = 4  // MAX_OPS
+	chainMaxStages = 16 // MAX_STAGES
+	chainMinStages = 4  // fewer ring tiles than this would not cover the wait between ops
+	chainMaxRows   = 8  // token rows: the 8 columns of the mma B operand
 	// chainStaticSmem covers the kernel's static shared memory (about 4.7
 	// KB: mbarriers, the warps' partial sums, the norm's sums).
 	chainStaticSmem = 8 << 10
@@ -162,12 +177,12 @@ func (b *Backend) Chain(ops []backend.ChainOp) (bool, error) {
 	a.nops, a.n, a.stages = int64(len(ops)), int64(n), int64(stages)
 	smem := stages*chainTileBytes() + xsBytes
 	if err := b.post(func() error {
-		f, err := b.fnSmem(fnKey{modSpec{file: "chain", p: [6]int{chainKC}}, "chain_bf16"}, b.chainSmem)
+		f, err := b.fnSmem(fnKey{modSpec{file: "chain", p: [6]int{chainKC, chainPW}}, "chain_bf16"}, b.chainSmem)
 		if err != nil {
 			return err
 		}
 		a.err, a.sync = b.errDev, b.chainSync
-		return b.launchBlob(f, [3]int{b.sms, 1, 1}, chainThreads, smem, unsafe.Pointer(&a), int(unsafe.Sizeof(a)))
+		return b.launchBlob(f, [3]int{b.sms, 1, 1}, chainThreads(), smem, unsafe.Pointer(&a), int(unsafe.Sizeof(a)))
 	}); err != nil {
 		return false, err
 	}

@@ -267,20 +267,25 @@ func (c *chainCase) cpu() (resid, act []float32) {
 // products' summation order), and checks that a second launch gives the
 // same bytes (the kernel's counters were reset). Shapes: Llama-3-8B's at
 // 4 rows (the down projection's input read from L2, not staged), and
-// small ones whose k is not a multiple of the ring tile's 512 columns.
+// small ones whose k is not a multiple of the ring tile's columns, with
+// each producer (TMA bulk copies, cp.async warps) and tile width.
 func TestChain(t *testing.T) {
 	g := sharedBackend(t, true)
 	if g.chainSmem == 0 || !gemvEnabled {
 		t.Skip("no chain kernel on this device (compute capability < 9.0) or the GEMV is off")
 	}
-	for _, s := range []struct{ heads, kvh, hd, hidden, inter int }{
-		{32, 8, 128, 4096, 14336}, {8, 2, 64, 512, 1376}, {4, 4, 32, 128, 5120},
+	for _, s := range []struct{ heads, kvh, hd, hidden, inter, pw, kc int }{
+		{32, 8, 128, 4096, 14336, chainPW, chainKC}, {8, 2, 64, 512, 1376, chainPW, chainKC}, {4, 4, 32, 128, 5120, chainPW, chainKC},
+		// The other producers (TMA bulk copies, cp.async) and tile widths.
+		{8, 2, 64, 512, 1376, 0, 512}, {8, 2, 64, 512, 1376, 2, 1024}, {8, 2, 64, 512, 1376, 4, 256},
 	} {
 		for _, n := range []int{1, 3, 4, 8} {
 			if s.hidden == 4096 && n != 4 {
 				continue // the CPU reference is slow
 			}
-			t.Run(fmt.Sprintf("h%d_kv%d_hd%d_hidden%d_inter%d_n%d", s.heads, s.kvh, s.hd, s.hidden, s.inter, n), func(t *testing.T) {
+			t.Run(fmt.Sprintf("h%d_kv%d_hd%d_hidden%d_inter%d_n%d_pw%d_kc%d", s.heads, s.kvh, s.hd, s.hidden, s.inter, n, s.pw, s.kc), func(t *testing.T) {
+				defer func(pw, kc int) { chainPW, chainKC = pw, kc }(chainPW, chainKC)
+				chainPW, chainKC = s.pw, s.kc
 				p := newPair(t)
 				c := newChainCase(p, s.heads, s.kvh, s.hd, s.hidden, s.inter, n)
 				sep := c.separate()

@@ -310,15 +310,16 @@ done
 }
 
 # chain_ops: BenchmarkChainOps (each product alone, separate and chained)
-# at ring tiles of CHAIN_KCS columns, and with the down projection's input
-# staged in shared memory (TRIGON_CUDA_CHAIN_STAGE_KB=120).
+# and BenchmarkChainLayer for CHAIN_VARIANTS, each KC:STAGE_KB:PW (ring
+# tile columns, the largest ADD input staged in shared memory, producer
+# warps: 0 = one warp of TMA bulk copies).
 chain_ops() {
-for v in ${CHAIN_VARIANTS:-512:72 1024:72 2048:72 512:120}; do
-  kc=${v%%:*}; kb=${v##*:}
-  log "BenchmarkChainOps TRIGON_CUDA_CHAIN_KC=$kc TRIGON_CUDA_CHAIN_STAGE_KB=$kb"
-  (cd backend/cuda && TRIGON_CUDA_CHAIN_KC=$kc TRIGON_CUDA_CHAIN_STAGE_KB=$kb "$root/.gpu/cuda.test" -test.run '^$' \
-    -test.bench "${CHAIN_BENCH:-BenchmarkChainOps|BenchmarkChainLayer}" -test.benchtime 50x >"$OUT/chain-ops-$kc-$kb.log" 2>&1)
-  grep -E "^Benchmark|rror|panic" "$OUT/chain-ops-$kc-$kb.log" | sed -E 's/ +/ /g' | tee -a "$OUT/summary.txt"
+for v in ${CHAIN_VARIANTS:-512:72:4 1024:72:4 1024:72:2 1024:72:0}; do
+  IFS=: read -r kc kb pw <<<"$v"
+  log "BenchmarkChainOps TRIGON_CUDA_CHAIN_KC=$kc TRIGON_CUDA_CHAIN_STAGE_KB=$kb TRIGON_CUDA_CHAIN_PW=$pw"
+  (cd backend/cuda && TRIGON_CUDA_CHAIN_KC=$kc TRIGON_CUDA_CHAIN_STAGE_KB=$kb TRIGON_CUDA_CHAIN_PW=$pw "$root/.gpu/cuda.test" -test.run '^$' \
+    -test.bench "${CHAIN_BENCH:-BenchmarkChainOps|BenchmarkChainLayer}" -test.benchtime 50x >"$OUT/chain-ops-$kc-$kb-$pw.log" 2>&1)
+  grep -E "^Benchmark.*chain|rror|panic" "$OUT/chain-ops-$kc-$kb-$pw.log" | sed -E 's/ +/ /g' | tee -a "$OUT/summary.txt"
 done
 }
 

@@ -38,11 +38,15 @@
 // residual add, SiLU or RoPE, and the norm is add_rmsnorm's
 // bf16((x * rs) * g).
 //
-// Specialised with -DKC=<k columns of a ring tile> (a multiple of 256).
+// Specialised with -DKC=<k columns of a ring tile> (a multiple of 256) and
+// -DPW=<producer warps>: 0, one warp whose lanes each copy a tile row with
+// a TMA bulk copy; PW > 0, PW warps whose threads copy 16-byte chunks with
+// cp.async, completing on the tile's mbarrier (cp.async.mbarrier.arrive).
 #include "mma.cuh"
 
 #define NCW 8                      // consumer warps
-#define CHAIN_THREADS ((NCW + 1) * 32)  // with the producer warp
+#define NPW (PW > 0 ? PW : 1)      // producer warps
+#define CHAIN_THREADS ((NCW + NPW) * 32)
 #define RSTR (KC + 32)             // tile row stride (elements): rows 64 bytes apart mod 128
 #define TILE_ELEMS (16 * RSTR)     // elements of one ring tile
 #define SPW (KC / 32 / NCW)        // spans per consumer warp per tile
@@ -362,7 +366,7 @@ __device__ __forceinline__ void epilogue(const ChainOp& o, i64 g, int n, const f
 // chain_bf16 runs a.ops[0..nops) as described at the top of the file.
 // Dynamic shared memory: a.stages ring tiles (TILE_ELEMS bf16 each), then
 // the staged x (n rows of k + 32 elements, for the largest staged op).
-// grid (SMs), block (NCW + 1) * 32.
+// grid (SMs), block CHAIN_THREADS.
 extern "C" __global__ void __launch_bounds__(CHAIN_THREADS, 1) chain_bf16(const ChainArgs a) {
   grid_dep_wait();
 #if __CUDA_ARCH__ >= 900
@@ -378,15 +382,15 @@ extern "C" __global__ void __launch_bounds__(CHAIN_THREADS, 1) chain_bf16(const 
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < ST; s++) {
-      mbar_init(smem_u32(&full[s]), 1);
+      mbar_init(smem_u32(&full[s]), PW > 0 ? PW * 32 : 1);
       mbar_init(smem_u32(&empty[s]), NCW);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
 
-  if (warp == 0) {
-    // Producer: every tile of the block's groups, op after op; it waits
+  if (warp < NPW) {
+    // Producers: every tile of the block's groups, op after op; they wait
     // only for free slots, never for the ops' inputs.
     u32 it = 0;
     for (int oi = 0; oi < nops; oi++) {
@@ -395,16 +399,33 @@ extern "C" __global__ void __launch_bounds__(CHAIN_THREADS, 1) chain_bf16(const 
       my_groups(o, g0, g1);
       const int k = (int)o.k, nt = (k + KC - 1) / KC;
       for (i64 g = g0; g < g1; g++) {
+#if PW > 0
+        const u16* rows[16];
+#pragma unroll
+        for (int r = 0; r < 16; r++) rows[r] = o.w + op_row(o, g, r) * o.k;
+#else
         const u16* src = o.w + op_row(o, g, lane & 15) * o.k;
+#endif
         for (int kt = 0; kt < nt; kt++, it++) {
           const int slot = it % ST;
           const u32 use = it / ST;
           if (use > 0) mbar_wait(smem_u32(&empty[slot]), (use - 1) & 1, a.err);
           const int kw = min(KC, k - kt * KC);
           const u32 fb = smem_u32(&full[slot]);
+          u16* dst = ring + (i64)slot * TILE_ELEMS;
+#if PW > 0
+          // 16-byte chunk c: row c / (kw/8), column 8 * (c % (kw/8)).
+          const int cpr = kw >> 3;
+          for (int c = threadIdx.x; c < 16 * cpr; c += PW * 32) {
+            int r = c / cpr, col = (c - r * cpr) * 8;
+            cp_async16(smem_u32(dst + r * RSTR + col), rows[r] + kt * KC + col, true);
+          }
+          asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(fb) : "memory");
+#else
           if (lane == 0) mbar_expect_tx(fb, 16u * kw * 2);
           __syncwarp();
-          if (lane < 16) bulk_copy(smem_u32(ring + (i64)slot * TILE_ELEMS + lane * RSTR), src + kt * KC, kw * 2, fb);
+          if (lane < 16) bulk_copy(smem_u32(dst + lane * RSTR), src + kt * KC, kw * 2, fb);
+#endif
         }
       }
     }
@@ -412,7 +433,7 @@ extern "C" __global__ void __launch_bounds__(CHAIN_THREADS, 1) chain_bf16(const 
   }
 
   // Consumers.
-  const int ct = threadIdx.x - 32, cw = warp - 1;
+  const int ct = threadIdx.x - NPW * 32, cw = warp - NPW;
   const int gid = lane >> 2, tq = lane & 3;
   u32 it = 0;
   for (int oi = 0; oi < nops; oi++) {
