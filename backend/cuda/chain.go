@@ -20,16 +20,33 @@ const chainEnv = "TRIGON_CUDA_CHAIN"
 
 // chainKC is the k columns of a ring tile (KC in kernels/chain.cu; a
 // tile row is one TMA copy of 2*chainKC bytes), TRIGON_CUDA_CHAIN_KC.
-var chainKC = 512
+var chainKC = 1024
 
 // chainPW is the chain kernel's producer warps (PW in kernels/chain.cu):
 // 0 for one warp of TMA bulk copies, else that many warps of cp.async,
 // TRIGON_CUDA_CHAIN_PW.
-var chainPW = 4
+var chainPW = 0
 
-// chainThreads is the chain kernel's block: 8 consumer warps (NCW) and
-// the producers.
-func chainThreads() int { return (8 + max(1, chainPW)) * 32 }
+// chainNC is the chain kernel's consumer warps (NC), TRIGON_CUDA_CHAIN_NC;
+// chainStagger staggers the blocks' first tiles (STG),
+// TRIGON_CUDA_CHAIN_STAGGER=on|off.
+var (
+	chainNC      = 8
+	chainStagger = false
+)
+
+// chainThreads is the chain kernel's block: the consumer and producer
+// warps.
+func chainThreads() int { return (chainNC + max(1, chainPW)) * 32 }
+
+// chainSpec is the chain kernel's module.
+func chainSpec() modSpec {
+	stg := 0
+	if chainStagger {
+		stg = 1
+	}
+	return modSpec{file: "chain", p: [6]int{chainKC, chainPW, chainNC, stg}}
+}
 
 // chainStageAddMax: an ADD op's x is staged in shared memory when it is
 // at most this many bytes (the O projection's input at 8 rows), else read
@@ -64,6 +81,25 @@ func applyChainEnv() error {
 		}
 		chainPW = pw
 	}
+	if v := os.Getenv("TRIGON_CUDA_CHAIN_NC"); v != "" {
+		nc, err := strconv.Atoi(v)
+		if err != nil || (nc != 4 && nc != 8 && nc != 16) {
+			return fmt.Errorf("cuda: TRIGON_CUDA_CHAIN_NC=%q: want 4, 8 or 16", v)
+		}
+		chainNC = nc
+	}
+	if chainKC < 32*chainNC {
+		return fmt.Errorf("cuda: TRIGON_CUDA_CHAIN_KC=%d is less than 32 columns per consumer warp (%d warps)", chainKC, chainNC)
+	}
+	switch v := os.Getenv("TRIGON_CUDA_CHAIN_STAGGER"); v {
+	case "":
+	case "on":
+		chainStagger = true
+	case "off":
+		chainStagger = false
+	default:
+		return fmt.Errorf("cuda: TRIGON_CUDA_CHAIN_STAGGER=%q: want on or off", v)
+	}
 	if v := os.Getenv("TRIGON_CUDA_CHAIN_STAGE_KB"); v != "" {
 		kb, err := strconv.Atoi(v)
 		if err != nil || kb < 0 || kb > 200 {
@@ -80,9 +116,10 @@ const (
 	chainMaxStages = 16 // MAX_STAGES
 	chainMinStages = 4  // fewer ring tiles than this would not cover the wait between ops
 	chainMaxRows   = 8  // token rows: the 8 columns of the mma B operand
-	// chainStaticSmem covers the kernel's static shared memory (about 4.7
-	// KB: mbarriers, the warps' partial sums, the norm's sums).
-	chainStaticSmem = 8 << 10
+	// chainStaticSmem covers the kernel's static shared memory (4.7 KB
+	// at 8 consumer warps, 9 KB at 16: mbarriers, the warps' partial sums,
+	// the norm's sums).
+	chainStaticSmem = 12 << 10
 	// The NORM ops' inputs are always staged in shared memory and may
 	// take up to chainStageNormMax.
 	chainStageNormMax = 96 << 10
@@ -177,7 +214,7 @@ func (b *Backend) Chain(ops []backend.ChainOp) (bool, error) {
 	a.nops, a.n, a.stages = int64(len(ops)), int64(n), int64(stages)
 	smem := stages*chainTileBytes() + xsBytes
 	if err := b.post(func() error {
-		f, err := b.fnSmem(fnKey{modSpec{file: "chain", p: [6]int{chainKC, chainPW}}, "chain_bf16"}, b.chainSmem)
+		f, err := b.fnSmem(fnKey{chainSpec(), "chain_bf16"}, b.chainSmem)
 		if err != nil {
 			return err
 		}

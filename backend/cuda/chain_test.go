@@ -274,18 +274,28 @@ func TestChain(t *testing.T) {
 	if g.chainSmem == 0 || !gemvEnabled {
 		t.Skip("no chain kernel on this device (compute capability < 9.0) or the GEMV is off")
 	}
-	for _, s := range []struct{ heads, kvh, hd, hidden, inter, pw, kc int }{
-		{32, 8, 128, 4096, 14336, chainPW, chainKC}, {8, 2, 64, 512, 1376, chainPW, chainKC}, {4, 4, 32, 128, 5120, chainPW, chainKC},
-		// The other producers (TMA bulk copies, cp.async) and tile widths.
-		{8, 2, 64, 512, 1376, 0, 512}, {8, 2, 64, 512, 1376, 2, 1024}, {8, 2, 64, 512, 1376, 4, 256},
+	type variant struct{ pw, kc, nc int }
+	def := variant{chainPW, chainKC, chainNC}
+	for _, s := range []struct {
+		heads, kvh, hd, hidden, inter int
+		v                             variant
+		stagger                       bool
+	}{
+		{32, 8, 128, 4096, 14336, def, chainStagger}, {8, 2, 64, 512, 1376, def, chainStagger},
+		{4, 4, 32, 128, 5120, def, chainStagger},
+		// The other producers (TMA bulk copies, cp.async), tile widths,
+		// consumer warps and the staggered tile order.
+		{8, 2, 64, 512, 1376, variant{0, 512, 8}, false}, {8, 2, 64, 512, 1376, variant{2, 1024, 8}, false},
+		{8, 2, 64, 512, 1376, variant{4, 256, 8}, true}, {8, 2, 64, 512, 1376, variant{0, 1024, 16}, true},
+		{32, 8, 128, 4096, 14336, variant{0, 1024, 16}, true},
 	} {
 		for _, n := range []int{1, 3, 4, 8} {
 			if s.hidden == 4096 && n != 4 {
 				continue // the CPU reference is slow
 			}
-			t.Run(fmt.Sprintf("h%d_kv%d_hd%d_hidden%d_inter%d_n%d_pw%d_kc%d", s.heads, s.kvh, s.hd, s.hidden, s.inter, n, s.pw, s.kc), func(t *testing.T) {
-				defer func(pw, kc int) { chainPW, chainKC = pw, kc }(chainPW, chainKC)
-				chainPW, chainKC = s.pw, s.kc
+			t.Run(fmt.Sprintf("h%d_kv%d_hd%d_hidden%d_inter%d_n%d_%+v_stagger%v", s.heads, s.kvh, s.hd, s.hidden, s.inter, n, s.v, s.stagger), func(t *testing.T) {
+				defer func(v variant, stg bool) { chainPW, chainKC, chainNC, chainStagger = v.pw, v.kc, v.nc, stg }(def, chainStagger)
+				chainPW, chainKC, chainNC, chainStagger = s.v.pw, s.v.kc, s.v.nc, s.stagger
 				p := newPair(t)
 				c := newChainCase(p, s.heads, s.kvh, s.hd, s.hidden, s.inter, n)
 				sep := c.separate()

@@ -310,16 +310,18 @@ done
 }
 
 # chain_ops: BenchmarkChainOps (each product alone, separate and chained)
-# and BenchmarkChainLayer for CHAIN_VARIANTS, each KC:STAGE_KB:PW (ring
-# tile columns, the largest ADD input staged in shared memory, producer
-# warps: 0 = one warp of TMA bulk copies).
+# and BenchmarkChainLayer for CHAIN_VARIANTS, each KC:STAGE_KB:PW:NC:STAGGER
+# (ring tile columns, the largest ADD input staged in shared memory,
+# producer warps (0 = one warp of TMA bulk copies), consumer warps, the
+# blocks' first tiles staggered).
 chain_ops() {
-for v in ${CHAIN_VARIANTS:-512:72:4 1024:72:4 1024:72:2 1024:72:0}; do
-  IFS=: read -r kc kb pw <<<"$v"
-  log "BenchmarkChainOps TRIGON_CUDA_CHAIN_KC=$kc TRIGON_CUDA_CHAIN_STAGE_KB=$kb TRIGON_CUDA_CHAIN_PW=$pw"
-  (cd backend/cuda && TRIGON_CUDA_CHAIN_KC=$kc TRIGON_CUDA_CHAIN_STAGE_KB=$kb TRIGON_CUDA_CHAIN_PW=$pw "$root/.gpu/cuda.test" -test.run '^$' \
-    -test.bench "${CHAIN_BENCH:-BenchmarkChainOps|BenchmarkChainLayer}" -test.benchtime 50x >"$OUT/chain-ops-$kc-$kb-$pw.log" 2>&1)
-  grep -E "^Benchmark.*chain|rror|panic" "$OUT/chain-ops-$kc-$kb-$pw.log" | sed -E 's/ +/ /g' | tee -a "$OUT/summary.txt"
+for v in ${CHAIN_VARIANTS:-1024:72:0:8:off 1024:72:0:8:on 1024:72:0:16:off 1024:72:0:16:on}; do
+  IFS=: read -r kc kb pw nc stg <<<"$v"
+  log "BenchmarkChainOps KC=$kc STAGE_KB=$kb PW=$pw NC=$nc STAGGER=$stg"
+  (cd backend/cuda && TRIGON_CUDA_CHAIN_KC=$kc TRIGON_CUDA_CHAIN_STAGE_KB=$kb TRIGON_CUDA_CHAIN_PW=$pw TRIGON_CUDA_CHAIN_NC=$nc \
+    TRIGON_CUDA_CHAIN_STAGGER=$stg "$root/.gpu/cuda.test" -test.run '^$' \
+    -test.bench "${CHAIN_BENCH:-BenchmarkChainOps|BenchmarkChainLayer}" -test.benchtime 50x >"$OUT/chain-ops-$kc-$kb-$pw-$nc-$stg.log" 2>&1)
+  grep -E "^Benchmark.*chain|rror|panic" "$OUT/chain-ops-$kc-$kb-$pw-$nc-$stg.log" | sed -E 's/ +/ /g' | tee -a "$OUT/summary.txt"
 done
 }
 

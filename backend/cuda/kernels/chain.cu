@@ -38,13 +38,26 @@
 // residual add, SiLU or RoPE, and the norm is add_rmsnorm's
 // bf16((x * rs) * g).
 //
-// Specialised with -DKC=<k columns of a ring tile> (a multiple of 256) and
+// Specialised with -DKC=<k columns of a ring tile> (a multiple of 32*NC),
 // -DPW=<producer warps>: 0, one warp whose lanes each copy a tile row with
 // a TMA bulk copy; PW > 0, PW warps whose threads copy 16-byte chunks with
-// cp.async, completing on the tile's mbarrier (cp.async.mbarrier.arrive).
+// cp.async, completing on the tile's mbarrier (cp.async.mbarrier.arrive),
+// -DNC=<consumer warps> and -DSTG=<1: stagger the blocks' first tiles>.
 #include "mma.cuh"
 
-#define NCW 8                      // consumer warps
+#define NCW NC                     // consumer warps
+// tile_k0 is the first column of a group's kt-th tile. With STG the
+// blocks start their groups at different tiles (the order of a dot
+// product's partial sums is free), so that the SMs do not all read the
+// same column window of their rows at once.
+__device__ __forceinline__ int tile_k0(int kt, int nt, long long g) {
+#if STG
+  int t = kt + (int)((blockIdx.x * 5 + g) % nt);
+  return (t >= nt ? t - nt : t) * KC;
+#else
+  return kt * KC;
+#endif
+}
 #define NPW (PW > 0 ? PW : 1)      // producer warps
 #define CHAIN_THREADS ((NCW + NPW) * 32)
 #define RSTR (KC + 32)             // tile row stride (elements): rows 64 bytes apart mod 128
@@ -410,7 +423,7 @@ extern "C" __global__ void __launch_bounds__(CHAIN_THREADS, 1) chain_bf16(const 
           const int slot = it % ST;
           const u32 use = it / ST;
           if (use > 0) mbar_wait(smem_u32(&empty[slot]), (use - 1) & 1, a.err);
-          const int kw = min(KC, k - kt * KC);
+          const int k0 = tile_k0(kt, nt, g), kw = min(KC, k - k0);
           const u32 fb = smem_u32(&full[slot]);
           u16* dst = ring + (i64)slot * TILE_ELEMS;
 #if PW > 0
@@ -418,13 +431,13 @@ extern "C" __global__ void __launch_bounds__(CHAIN_THREADS, 1) chain_bf16(const 
           const int cpr = kw >> 3;
           for (int c = threadIdx.x; c < 16 * cpr; c += PW * 32) {
             int r = c / cpr, col = (c - r * cpr) * 8;
-            cp_async16(smem_u32(dst + r * RSTR + col), rows[r] + kt * KC + col, true);
+            cp_async16(smem_u32(dst + r * RSTR + col), rows[r] + k0 + col, true);
           }
           asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(fb) : "memory");
 #else
           if (lane == 0) mbar_expect_tx(fb, 16u * kw * 2);
           __syncwarp();
-          if (lane < 16) bulk_copy(smem_u32(dst + lane * RSTR), src + kt * KC, kw * 2, fb);
+          if (lane < 16) bulk_copy(smem_u32(dst + lane * RSTR), src + k0, kw * 2, fb);
 #endif
         }
       }
@@ -471,15 +484,18 @@ extern "C" __global__ void __launch_bounds__(CHAIN_THREADS, 1) chain_bf16(const 
       float acc[4] = {0.f, 0.f, 0.f, 0.f};
       uint4 xn[SPW];
 #pragma unroll
-      for (int j = 0; j < SPW; j++) xn[j] = (cw + j * NCW) * 32 < k ? xload(o, xs, n, 0, cw + j * NCW, gid, tq) : make_uint4(0, 0, 0, 0);
+      for (int j = 0; j < SPW; j++) {
+        const int k0 = tile_k0(0, nt, g), s = cw + j * NCW;
+        xn[j] = s * 32 < min(KC, k - k0) ? xload(o, xs, n, k0, s, gid, tq) : make_uint4(0, 0, 0, 0);
+      }
       for (int kt = 0; kt < nt; kt++, it++) {
-        const int k0 = kt * KC, kw = min(KC, k - k0);
+        const int k0 = tile_k0(kt, nt, g), kw = min(KC, k - k0);
         uint4 xv[SPW];
 #pragma unroll
         for (int j = 0; j < SPW; j++) xv[j] = xn[j];
         if (kt + 1 < nt) {
           // The next tile's x, in flight while this one is multiplied.
-          const int k1 = k0 + KC, kw1 = min(KC, k - k1);
+          const int k1 = tile_k0(kt + 1, nt, g), kw1 = min(KC, k - k1);
 #pragma unroll
           for (int j = 0; j < SPW; j++) {
             int s = cw + j * NCW;
