@@ -31,8 +31,12 @@ var chainPW = 0
 // chainStagger staggers the blocks' first tiles (STG),
 // TRIGON_CUDA_CHAIN_STAGGER=on|off.
 var (
-	chainNC      = 8
+	chainNC      = 16
 	chainStagger = false
+	// chainNoMath (TRIGON_CUDA_CHAIN_NOMATH=1, a diagnostic) builds the
+	// kernel whose consumers do not multiply: the stream's rate alone,
+	// wrong results.
+	chainNoMath = 0
 )
 
 // chainThreads is the chain kernel's block: the consumer and producer
@@ -45,7 +49,7 @@ func chainSpec() modSpec {
 	if chainStagger {
 		stg = 1
 	}
-	return modSpec{file: "chain", p: [6]int{chainKC, chainPW, chainNC, stg}}
+	return modSpec{file: "chain", p: [6]int{chainKC, chainPW, chainNC, stg, chainNoMath}}
 }
 
 // chainStageAddMax: an ADD op's x is staged in shared memory when it is
@@ -87,6 +91,14 @@ func applyChainEnv() error {
 			return fmt.Errorf("cuda: TRIGON_CUDA_CHAIN_NC=%q: want 4, 8 or 16", v)
 		}
 		chainNC = nc
+	}
+	switch v := os.Getenv("TRIGON_CUDA_CHAIN_NOMATH"); v {
+	case "", "0":
+		chainNoMath = 0
+	case "1":
+		chainNoMath = 1
+	default:
+		return fmt.Errorf("cuda: TRIGON_CUDA_CHAIN_NOMATH=%q: want 0 or 1", v)
 	}
 	if chainKC < 32*chainNC {
 		return fmt.Errorf("cuda: TRIGON_CUDA_CHAIN_KC=%d is less than 32 columns per consumer warp (%d warps)", chainKC, chainNC)

@@ -310,16 +310,16 @@ done
 }
 
 # chain_ops: BenchmarkChainOps (each product alone, separate and chained)
-# and BenchmarkChainLayer for CHAIN_VARIANTS, each KC:STAGE_KB:PW:NC:STAGGER
+# and BenchmarkChainLayer for CHAIN_VARIANTS, each KC:STAGE_KB:PW:NC:STAGGER:NOMATH
 # (ring tile columns, the largest ADD input staged in shared memory,
 # producer warps (0 = one warp of TMA bulk copies), consumer warps, the
-# blocks' first tiles staggered).
+# blocks' first tiles staggered, consumers that do not multiply).
 chain_ops() {
-for v in ${CHAIN_VARIANTS:-1024:72:0:8:off 1024:72:0:8:on 1024:72:0:16:off 1024:72:0:16:on}; do
-  IFS=: read -r kc kb pw nc stg <<<"$v"
-  log "BenchmarkChainOps KC=$kc STAGE_KB=$kb PW=$pw NC=$nc STAGGER=$stg"
+for v in ${CHAIN_VARIANTS:-1024:72:0:16:off:0 1024:72:0:16:off:1 512:72:0:16:off:0 1024:72:4:16:off:0}; do
+  IFS=: read -r kc kb pw nc stg nm <<<"$v"
+  log "BenchmarkChainOps KC=$kc STAGE_KB=$kb PW=$pw NC=$nc STAGGER=$stg NOMATH=$nm"
   (cd backend/cuda && TRIGON_CUDA_CHAIN_KC=$kc TRIGON_CUDA_CHAIN_STAGE_KB=$kb TRIGON_CUDA_CHAIN_PW=$pw TRIGON_CUDA_CHAIN_NC=$nc \
-    TRIGON_CUDA_CHAIN_STAGGER=$stg "$root/.gpu/cuda.test" -test.run '^$' \
+    TRIGON_CUDA_CHAIN_STAGGER=$stg TRIGON_CUDA_CHAIN_NOMATH=${nm:-0} "$root/.gpu/cuda.test" -test.run '^$' \
     -test.bench "${CHAIN_BENCH:-BenchmarkChainOps|BenchmarkChainLayer}" -test.benchtime 50x >"$OUT/chain-ops-$kc-$kb-$pw-$nc-$stg.log" 2>&1)
   grep -E "^Benchmark.*chain|rror|panic" "$OUT/chain-ops-$kc-$kb-$pw-$nc-$stg.log" | sed -E 's/ +/ /g' | tee -a "$OUT/summary.txt"
 done

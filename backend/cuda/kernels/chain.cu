@@ -42,7 +42,9 @@
 // -DPW=<producer warps>: 0, one warp whose lanes each copy a tile row with
 // a TMA bulk copy; PW > 0, PW warps whose threads copy 16-byte chunks with
 // cp.async, completing on the tile's mbarrier (cp.async.mbarrier.arrive),
-// -DNC=<consumer warps> and -DSTG=<1: stagger the blocks' first tiles>.
+// -DNC=<consumer warps>, -DSTG=<1: stagger the blocks' first tiles> and
+// -DNOMATH=<1: consumers wait for and release tiles without multiplying, a
+// diagnostic of the stream alone; its results are wrong>.
 #include "mma.cuh"
 
 #define NCW NC                     // consumer warps
@@ -481,30 +483,34 @@ extern "C" __global__ void __launch_bounds__(CHAIN_THREADS, 1) chain_bf16(const 
     my_groups(o, g0, g1);
     const int k = (int)o.k, nt = (k + KC - 1) / KC;
     for (i64 g = g0; g < g1; g++) {
-      float acc[4] = {0.f, 0.f, 0.f, 0.f};
-      uint4 xn[SPW];
+      // Two accumulators: the two mmas of a span do not wait on each other.
+      float acc[4] = {0.f, 0.f, 0.f, 0.f}, acc2[4] = {0.f, 0.f, 0.f, 0.f};
+      // x fragments of the next two tiles, in flight while one is
+      // multiplied (two: an unstaged x comes from L2, ~1 us away).
+      uint4 xn[SPW], xn2[SPW];
+      auto xtile = [&](int kt, uint4(&xr)[SPW]) {
+        const int k1 = kt < nt ? tile_k0(kt, nt, g) : k, kw1 = min(KC, k - k1);
 #pragma unroll
-      for (int j = 0; j < SPW; j++) {
-        const int k0 = tile_k0(0, nt, g), s = cw + j * NCW;
-        xn[j] = s * 32 < min(KC, k - k0) ? xload(o, xs, n, k0, s, gid, tq) : make_uint4(0, 0, 0, 0);
-      }
+        for (int j = 0; j < SPW; j++) {
+          int s = cw + j * NCW;
+          xr[j] = s * 32 < kw1 ? xload(o, xs, n, k1, s, gid, tq) : make_uint4(0, 0, 0, 0);
+        }
+      };
+      xtile(0, xn);
+      xtile(1, xn2);
       for (int kt = 0; kt < nt; kt++, it++) {
         const int k0 = tile_k0(kt, nt, g), kw = min(KC, k - k0);
         uint4 xv[SPW];
 #pragma unroll
-        for (int j = 0; j < SPW; j++) xv[j] = xn[j];
-        if (kt + 1 < nt) {
-          // The next tile's x, in flight while this one is multiplied.
-          const int k1 = tile_k0(kt + 1, nt, g), kw1 = min(KC, k - k1);
-#pragma unroll
-          for (int j = 0; j < SPW; j++) {
-            int s = cw + j * NCW;
-            xn[j] = s * 32 < kw1 ? xload(o, xs, n, k1, s, gid, tq) : make_uint4(0, 0, 0, 0);
-          }
+        for (int j = 0; j < SPW; j++) {
+          xv[j] = xn[j];
+          xn[j] = xn2[j];
         }
+        xtile(kt + 2, xn2);
         const int slot = it % ST;
         mbar_wait(smem_u32(&full[slot]), (it / ST) & 1, a.err);
         const u16* tb = ring + (i64)slot * TILE_ELEMS;
+#if !NOMATH
 #pragma unroll
         for (int j = 0; j < SPW; j++) {
           int s = cw + j * NCW;
@@ -512,11 +518,14 @@ extern "C" __global__ void __launch_bounds__(CHAIN_THREADS, 1) chain_bf16(const 
           uint4 wa = *(const uint4*)(tb + gid * RSTR + s * 32 + tq * 8);
           uint4 wb = *(const uint4*)(tb + (gid + 8) * RSTR + s * 32 + tq * 8);
           mma16816(acc, wa.x, wb.x, wa.y, wb.y, xv[j].x, xv[j].y);
-          mma16816(acc, wa.z, wb.z, wa.w, wb.w, xv[j].z, xv[j].w);
+          mma16816(acc2, wa.z, wb.z, wa.w, wb.w, xv[j].z, xv[j].w);
         }
+#endif
         __syncwarp();
         if (lane == 0) mbar_arrive(smem_u32(&empty[slot]));
       }
+#pragma unroll
+      for (int e = 0; e < 4; e++) acc[e] += acc2[e];
 #pragma unroll
       for (int e = 0; e < 4; e++) red[cw][lane][e] = acc[e];
       consumers_sync();
