@@ -599,6 +599,9 @@ func newChainBench(b *testing.B) *chainBench {
 	if g.chainSmem == 0 {
 		b.Skip("no chain kernel on this device")
 	}
+	on := chainEnabled
+	chainEnabled = true
+	b.Cleanup(func() { chainEnabled = on })
 	c := &chainBench{g: g}
 	c.resid, c.attn = randomBF16(b, g, 1, cbN, cbK), randomBF16(b, g, 1, cbN, cbK)
 	c.normed, _ = g.Alloc(backend.BF16, cbN, cbK)

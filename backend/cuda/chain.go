@@ -11,9 +11,14 @@ import (
 
 var _ backend.Chainer = (*Backend)(nil)
 
-// chainEnabled lets a benchmark (or TRIGON_CUDA_CHAIN=off, read by New)
-// compare the chained products (kernels/chain.cu) with one kernel per op.
-var chainEnabled = true
+// chainEnabled turns the chained products (kernels/chain.cu) on
+// (TRIGON_CUDA_CHAIN=on, read by New). Off by default: on the H200
+// (docs/benchmarks.md, 2026-11-30, fifth session) a Llama-3-8B layer
+// boundary at batch 4 took 134-136 us chained against 123 us as separate
+// kernels, and the chain's weight stream alone, with nothing multiplied,
+// took 123.5 us: the ring of shared-memory tiles streams no faster than
+// the separate kernels do.
+var chainEnabled = false
 
 // chainEnv names chainEnabled's override: "on" or "off".
 const chainEnv = "TRIGON_CUDA_CHAIN"
@@ -27,12 +32,9 @@ var chainKC = 1024
 // TRIGON_CUDA_CHAIN_PW.
 var chainPW = 0
 
-// chainNC is the chain kernel's consumer warps (NC), TRIGON_CUDA_CHAIN_NC;
-// chainStagger staggers the blocks' first tiles (STG),
-// TRIGON_CUDA_CHAIN_STAGGER=on|off.
+// chainNC is the chain kernel's consumer warps (NC), TRIGON_CUDA_CHAIN_NC.
 var (
-	chainNC      = 16
-	chainStagger = false
+	chainNC = 16
 	// chainNoMath (TRIGON_CUDA_CHAIN_NOMATH=1, a diagnostic) builds the
 	// kernel whose consumers do not multiply: the stream's rate alone,
 	// wrong results.
@@ -45,11 +47,7 @@ func chainThreads() int { return (chainNC + max(1, chainPW)) * 32 }
 
 // chainSpec is the chain kernel's module.
 func chainSpec() modSpec {
-	stg := 0
-	if chainStagger {
-		stg = 1
-	}
-	return modSpec{file: "chain", p: [6]int{chainKC, chainPW, chainNC, stg, chainNoMath}}
+	return modSpec{file: "chain", p: [6]int{chainKC, chainPW, chainNC, chainNoMath}}
 }
 
 // chainStageAddMax: an ADD op's x is staged in shared memory when it is
@@ -64,7 +62,8 @@ func chainTileBytes() int { return 16 * (chainKC + 32) * 2 }
 // TRIGON_CUDA_CHAIN_PW and TRIGON_CUDA_CHAIN_STAGE_KB.
 func applyChainEnv() error {
 	switch v := os.Getenv(chainEnv); v {
-	case "", "on":
+	case "":
+	case "on":
 		chainEnabled = true
 	case "off":
 		chainEnabled = false
@@ -102,15 +101,6 @@ func applyChainEnv() error {
 	}
 	if chainKC < 32*chainNC {
 		return fmt.Errorf("cuda: TRIGON_CUDA_CHAIN_KC=%d is less than 32 columns per consumer warp (%d warps)", chainKC, chainNC)
-	}
-	switch v := os.Getenv("TRIGON_CUDA_CHAIN_STAGGER"); v {
-	case "":
-	case "on":
-		chainStagger = true
-	case "off":
-		chainStagger = false
-	default:
-		return fmt.Errorf("cuda: TRIGON_CUDA_CHAIN_STAGGER=%q: want on or off", v)
 	}
 	if v := os.Getenv("TRIGON_CUDA_CHAIN_STAGE_KB"); v != "" {
 		kb, err := strconv.Atoi(v)
@@ -165,7 +155,8 @@ type chainArgs struct {
 // chainArgsBytes is the size of the kernel's parameter (TestChainArgsLayout).
 const chainArgsBytes = chainMaxOps*18*8 + 3*8 + 8 + 2*8
 
-// Chain implements backend.Chainer through chain_bf16 (kernels/chain.cu):
+// Chain implements backend.Chainer through chain_bf16 (kernels/chain.cu),
+// when chainEnabled (it refuses every run otherwise, checking nothing):
 // the ops' products run as one persistent kernel, one block per SM, whose
 // producer warps stream every weight of the run through shared memory
 // while the consumer warps follow the ops' data dependencies. It takes
@@ -175,11 +166,11 @@ const chainArgsBytes = chainMaxOps*18*8 + 3*8 + 8 + 2*8
 // compute capability 9.0 or newer (TMA bulk copies); elsewhere it returns
 // false. Rounding is the unfused ops' (see the kernel file).
 func (b *Backend) Chain(ops []backend.ChainOp) (bool, error) {
-	if len(ops) == 0 {
+	if len(ops) == 0 || !chainEnabled || b.cc < 90 || b.chainSmem == 0 {
 		return false, nil
 	}
 	var a chainArgs
-	ok := chainEnabled && b.cc >= 90 && len(ops) <= chainMaxOps && b.chainSmem > 0
+	ok := len(ops) <= chainMaxOps
 	n := -1
 	xsBytes := 0
 	for i, op := range ops {

@@ -44,6 +44,8 @@ func TestChainRefusals(t *testing.T) {
 	if !gemvEnabled {
 		t.Skip("the GEMV is off (TRIGON_CUDA_GEMV=off): nothing fuses")
 	}
+	defer func(on bool) { chainEnabled = on }(chainEnabled)
+	chainEnabled = true
 	h := newHostOnly()
 	h.b.chainSmem = 227 << 10
 	bf, f32, i32 := backend.BF16, backend.F32, backend.I32
@@ -274,28 +276,27 @@ func TestChain(t *testing.T) {
 	if g.chainSmem == 0 || !gemvEnabled {
 		t.Skip("no chain kernel on this device (compute capability < 9.0) or the GEMV is off")
 	}
+	defer func(on bool) { chainEnabled = on }(chainEnabled)
+	chainEnabled = true
 	type variant struct{ pw, kc, nc int }
 	def := variant{chainPW, chainKC, chainNC}
 	for _, s := range []struct {
 		heads, kvh, hd, hidden, inter int
 		v                             variant
-		stagger                       bool
 	}{
-		{32, 8, 128, 4096, 14336, def, chainStagger}, {8, 2, 64, 512, 1376, def, chainStagger},
-		{4, 4, 32, 128, 5120, def, chainStagger},
-		// The other producers (TMA bulk copies, cp.async), tile widths,
-		// consumer warps and the staggered tile order.
-		{8, 2, 64, 512, 1376, variant{0, 512, 8}, false}, {8, 2, 64, 512, 1376, variant{2, 1024, 8}, false},
-		{8, 2, 64, 512, 1376, variant{4, 256, 8}, true}, {8, 2, 64, 512, 1376, variant{0, 1024, 16}, true},
-		{32, 8, 128, 4096, 14336, variant{0, 1024, 16}, true},
+		{32, 8, 128, 4096, 14336, def}, {8, 2, 64, 512, 1376, def}, {4, 4, 32, 128, 5120, def},
+		// The other producers (TMA bulk copies, cp.async), tile widths and
+		// consumer warps.
+		{8, 2, 64, 512, 1376, variant{0, 512, 8}}, {8, 2, 64, 512, 1376, variant{2, 1024, 8}},
+		{8, 2, 64, 512, 1376, variant{4, 256, 8}}, {8, 2, 64, 512, 1376, variant{4, 512, 16}},
 	} {
 		for _, n := range []int{1, 3, 4, 8} {
 			if s.hidden == 4096 && n != 4 {
 				continue // the CPU reference is slow
 			}
-			t.Run(fmt.Sprintf("h%d_kv%d_hd%d_hidden%d_inter%d_n%d_%+v_stagger%v", s.heads, s.kvh, s.hd, s.hidden, s.inter, n, s.v, s.stagger), func(t *testing.T) {
-				defer func(v variant, stg bool) { chainPW, chainKC, chainNC, chainStagger = v.pw, v.kc, v.nc, stg }(def, chainStagger)
-				chainPW, chainKC, chainNC, chainStagger = s.v.pw, s.v.kc, s.v.nc, s.stagger
+			t.Run(fmt.Sprintf("h%d_kv%d_hd%d_hidden%d_inter%d_n%d_%+v", s.heads, s.kvh, s.hd, s.hidden, s.inter, n, s.v), func(t *testing.T) {
+				defer func(v variant) { chainPW, chainKC, chainNC = v.pw, v.kc, v.nc }(def)
+				chainPW, chainKC, chainNC = s.v.pw, s.v.kc, s.v.nc
 				p := newPair(t)
 				c := newChainCase(p, s.heads, s.kvh, s.hd, s.hidden, s.inter, n)
 				sep := c.separate()
@@ -324,6 +325,8 @@ func TestChainGraph(t *testing.T) {
 	if g.chainSmem == 0 || !gemvEnabled {
 		t.Skip("no chain kernel on this device (compute capability < 9.0) or the GEMV is off")
 	}
+	defer func(on bool) { chainEnabled = on }(chainEnabled)
+	chainEnabled = true
 	p := newPair(t)
 	c := newChainCase(p, 8, 2, 64, 1024, 2048, 4)
 	c.chain() // loads the kernel before capture

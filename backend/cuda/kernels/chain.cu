@@ -42,26 +42,13 @@
 // -DPW=<producer warps>: 0, one warp whose lanes each copy a tile row with
 // a TMA bulk copy; PW > 0, PW warps whose threads copy 16-byte chunks with
 // cp.async, completing on the tile's mbarrier (cp.async.mbarrier.arrive),
-// -DNC=<consumer warps>, -DSTG=<1: stagger the blocks' first tiles> and
-// -DNOMATH=<1: consumers wait for and release tiles without multiplying, a
+// -DNC=<consumer warps> and -DNOMATH=<1: consumers wait for and release tiles without multiplying, a
 // diagnostic of the stream alone; its results are wrong>.
 #include "mma.cuh"
 
 #define NCW NC                     // consumer warps
-// tile_k0 is the first column of a group's kt-th tile. With STG the
-// blocks start their groups at different tiles (the order of a dot
-// product's partial sums is free), so that the SMs do not all read the
-// same column window of their rows at once.
-__device__ __forceinline__ int tile_k0(int kt, int nt, long long g) {
-#if STG
-  int t = kt + (int)((blockIdx.x * 5 + g) % nt);
-  return (t >= nt ? t - nt : t) * KC;
-#else
-  return kt * KC;
-#endif
-}
-#define NPW (PW > 0 ? PW : 1)      // producer warps
-#define CHAIN_THREADS ((NCW + NPW) * 32)
+// tile_k0 is the first column of a group's kt-th tile.
+__device__ __forceinline__ int tile_k0(int kt) { return kt * KC; }
 #define RSTR (KC + 32)             // tile row stride (elements): rows 64 bytes apart mod 128
 #define TILE_ELEMS (16 * RSTR)     // elements of one ring tile
 #define SPW (KC / 32 / NCW)        // spans per consumer warp per tile
@@ -425,7 +412,7 @@ extern "C" __global__ void __launch_bounds__(CHAIN_THREADS, 1) chain_bf16(const 
           const int slot = it % ST;
           const u32 use = it / ST;
           if (use > 0) mbar_wait(smem_u32(&empty[slot]), (use - 1) & 1, a.err);
-          const int k0 = tile_k0(kt, nt, g), kw = min(KC, k - k0);
+          const int k0 = tile_k0(kt), kw = min(KC, k - k0);
           const u32 fb = smem_u32(&full[slot]);
           u16* dst = ring + (i64)slot * TILE_ELEMS;
 #if PW > 0
@@ -489,7 +476,7 @@ extern "C" __global__ void __launch_bounds__(CHAIN_THREADS, 1) chain_bf16(const 
       // multiplied (two: an unstaged x comes from L2, ~1 us away).
       uint4 xn[SPW], xn2[SPW];
       auto xtile = [&](int kt, uint4(&xr)[SPW]) {
-        const int k1 = kt < nt ? tile_k0(kt, nt, g) : k, kw1 = min(KC, k - k1);
+        const int k1 = kt < nt ? tile_k0(kt) : k, kw1 = min(KC, k - k1);
 #pragma unroll
         for (int j = 0; j < SPW; j++) {
           int s = cw + j * NCW;
@@ -499,7 +486,7 @@ extern "C" __global__ void __launch_bounds__(CHAIN_THREADS, 1) chain_bf16(const 
       xtile(0, xn);
       xtile(1, xn2);
       for (int kt = 0; kt < nt; kt++, it++) {
-        const int k0 = tile_k0(kt, nt, g), kw = min(KC, k - k0);
+        const int k0 = tile_k0(kt), kw = min(KC, k - k0);
         uint4 xv[SPW];
 #pragma unroll
         for (int j = 0; j < SPW; j++) {
