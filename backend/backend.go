@@ -39,7 +39,8 @@ type Backend interface {
 	// be reused as soon as Write returns.
 	Write(t Tensor, data []byte) error
 	// Read copies t's bytes to dst, which must be exactly t's byte size,
-	// after the work queued before it has finished.
+	// after the work queued before it has finished. A deferred error of
+	// that work is reported (and cleared) as Sync reports it.
 	Read(t Tensor, dst []byte) error
 	// View returns the rows [start, start+n) of t's outermost dimension,
 	// sharing t's memory.

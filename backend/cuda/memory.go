@@ -238,7 +238,19 @@ func (b *Backend) Read(t backend.Tensor, dst []byte) error {
 	if len(dst) != ct.bytes {
 		return backend.ShapeError("cuda: read", "dst", "%d bytes for a %v%v tensor of %d bytes", len(dst), ct.dt, ct.shape, ct.bytes)
 	}
-	return b.call(func() error { return b.copyOut(dst, ct.ptr) })
+	return b.call(func() error {
+		if err := b.copyOut(dst, ct.ptr); err != nil {
+			return err
+		}
+		// A queued op that failed to launch (a kernel that did not
+		// compile, say) left t's bytes other than its result: report it
+		// here, as Sync would, rather than hand back stale data.
+		if err := b.deferred; err != nil {
+			b.deferred = nil
+			return err
+		}
+		return nil
+	})
 }
 
 // copyOut copies device bytes at src into dst. CUDA thread only.

@@ -8,7 +8,7 @@
 # cuda_tests (every test + memcheck), bigref (Llama-3-8B shape vs
 # transformers), serve_smoke, bench_rows, graphs, profile (ncu), attn_bench,
 # attn_check, default_model, peers, overlap (bench overlap), margin, pdl,
-# tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab, queue_ab, norm_prefetch, chain, chain_ops, chain_final,
+# tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab, queue_ab, norm_prefetch, chain, chain_ops, chain_final, chain_verify,
 # prefill_chunks, splits (one A/B
 # experiment each), final (tests, then peers, rows and the server: what
 # docs/benchmarks.md's latest section ran);
@@ -34,6 +34,7 @@ all_cuda_tests() {
 local rc=$?
 echo "rc=$rc" | tee -a "$OUT/summary.txt"; grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/cuda-tests.log" | tail -8 | tee -a "$OUT/summary.txt"
 grep -c -- "--- PASS" "$OUT/cuda-tests.log" | sed 's/^/passed (tests and subtests): /' | tee -a "$OUT/summary.txt"
+grep -c -- "--- SKIP" "$OUT/cuda-tests.log" | sed 's/^/skipped: /' | tee -a "$OUT/summary.txt"
 grep -E "^\s+--- FAIL" "$OUT/cuda-tests.log" | head -20 | tee -a "$OUT/summary.txt"
 return $rc
 }
@@ -346,6 +347,28 @@ for kb in 0 72; do
   (cd backend/cuda && TRIGON_CUDA_CHAIN_NOMATH=1 TRIGON_CUDA_CHAIN_STAGE_KB=$kb "$root/.gpu/cuda.test" -test.run '^$' \
     -test.bench 'BenchmarkChainOps/(o|down)_chain' -test.benchtime 50x >"$OUT/chain-nomath-$kb.log" 2>&1)
   grep -E "^Benchmark|rror|panic" "$OUT/chain-nomath-$kb.log" | sed -E 's/ +/ /g;s/^/STAGE_KB='$kb' /' | tee -a "$OUT/summary.txt"
+done
+}
+
+# chain_verify: every backend/cuda test, memcheck over the chain tests,
+# the CUDA model tests with chains off (the default) and on, and the
+# batch-4 step with chains off and on, alternating.
+chain_verify() {
+log "backend/cuda: every test"
+all_cuda_tests
+memcheck 'TestChainGraph|TestChain/h8_kv2_hd64_hidden512_inter1376_n3'
+for c in off on; do
+  log "model tests on CUDA, TRIGON_CUDA_CHAIN=$c"
+  (cd model/llama && TRIGON_CUDA_CHAIN=$c "$root/.gpu/llama.test" -test.run 'TestFixturesCUDA|TestDefaultModelCUDAMatchesCPU' -test.v >"$OUT/llama-cuda-chain-$c.log" 2>&1)
+  echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "worst|^(--- FAIL|FAIL|PASS)" "$OUT/llama-cuda-chain-$c.log" | tee -a "$OUT/summary.txt"
+done
+for r in 1 2; do
+  for c in off on; do
+    log "bench latency llama-3-8b --batch 4 --output-len 128 --cuda-graphs on, TRIGON_CUDA_CHAIN=$c"
+    TRIGON_CUDA_CHAIN=$c .gpu/trigon bench latency --arch llama-3-8b --batch 4 --input-len 2048 --output-len 128 \
+      --device cuda --cuda-graphs on --json >"$OUT/bench-4-chain-$c-$r.json" 2>>"$OUT/bench.err" || tail -3 "$OUT/bench.err"
+    $PY -c "import json,sys;d=json.load(open(sys.argv[1]));i=d['itl_ms'];print('ITL p50 %.3f p90 %.3f p99 %.3f ms, floor %.3f'%(i['p50'],i['p90'],i['p99'],d['decode_floor_ms']))" "$OUT/bench-4-chain-$c-$r.json" 2>&1 | tee -a "$OUT/summary.txt"
+  done
 done
 }
 

@@ -47,6 +47,8 @@
 #include "mma.cuh"
 
 #define NCW NC                     // consumer warps
+#define NPW (PW > 0 ? PW : 1)      // producer warps
+#define CHAIN_THREADS ((NCW + NPW) * 32)
 // tile_k0 is the first column of a group's kt-th tile.
 __device__ __forceinline__ int tile_k0(int kt) { return kt * KC; }
 #define RSTR (KC + 32)             // tile row stride (elements): rows 64 bytes apart mod 128
@@ -89,6 +91,16 @@ struct ChainArgs {
   int* sync;  // MAX_OPS + 1 counters, zero between launches (the last block out resets them)
 };
 
+// PTX80: the toolkit compiling this emits PTX ISA 8.0 (CUDA 12), which the
+// TMA bulk copy and mbarrier transaction counts need. An older NVRTC (the
+// development machine's 11.8) still compiles the file, with those
+// statements trapping, so the rest of it is checked there.
+#if defined(__CUDACC_VER_MAJOR__) && __CUDACC_VER_MAJOR__ >= 12
+#define PTX80 1
+#else
+#define PTX80 0
+#endif
+
 __device__ __forceinline__ u64 global_ns() {
   u64 t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -127,17 +139,25 @@ __device__ __forceinline__ void mbar_arrive(u32 bar) {
 }
 
 __device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
+#if !PTX80
+  __trap();
+#else
   asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar), "r"(bytes)
                : "memory");
+#endif
 }
 
 // bulk_copy: bytes (a multiple of 16) from global src to shared dst by the
 // TMA unit, counted against bar's transaction bytes. Weights are read once.
 __device__ __forceinline__ void bulk_copy(u32 dst, const void* src, u32 bytes, u32 bar) {
+#if !PTX80
+  __trap();
+#else
   asm volatile(
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
       "l"(src), "r"(bytes), "r"(bar)
       : "memory");
+#endif
 }
 
 // Loads of what other blocks of this kernel wrote go to L2 (.cg): L1 is
@@ -387,7 +407,9 @@ extern "C" __global__ void __launch_bounds__(CHAIN_THREADS, 1) chain_bf16(const 
       mbar_init(smem_u32(&full[s]), PW > 0 ? PW * 32 : 1);
       mbar_init(smem_u32(&empty[s]), NCW);
     }
+#if PTX80
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
   }
   __syncthreads();
 
