@@ -242,8 +242,10 @@ func TestNormFused(t *testing.T) {
 						fuseNormPost = false
 						// Scale before the product: the unfused bytes but for
 						// the last bit of the norm's scale; after it: x*g rounded
-						// to bf16 instead of x*rs*g.
-						tol := map[bool]float64{false: 2e-3, true: 6e-3}[post]
+						// to bf16 instead of x*rs*g, a bf16 rounding of every
+						// input element (6.5e-3 was seen at k 1000, inter 264,
+						// 3 rows on the H200), so bf16 tolerance.
+						tol := map[bool]float64{false: 2e-3, true: bf16Tol}[post]
 						p.expectClose(fmt.Sprintf("GEMV %+v post %v: NormGateUpSiLU vs gpu unfused", v, post), gotG, wantG, tol)
 						p.expectClose(fmt.Sprintf("GEMV %+v post %v: NormGateUpSiLU vs cpu", v, post), gotG, wantAct, bf16Tol)
 					}
