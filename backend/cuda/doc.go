@@ -13,6 +13,7 @@
 //	qkv_rope.go                                the QKV projection fused with RoPEStoreKV (backend.QKVRoPEFuser)
 //	fuse_norm.go                               products that add into the residual or normalise their input (backend.NormFuser)
 //	sample_async.go                            sampling into a device tensor, asynchronous reads (backend.DeviceSampler)
+//	chain.go                                   a run of decode products as one persistent kernel (backend.Chainer, off by default)
 //	attn_decode.go                             the decode attention kernel's plan (splits, stages)
 //	launch.go                                  kernel launch, programmatic dependent launch
 //	kernels/*.cu                               the kernels, one file per op family
@@ -21,7 +22,7 @@
 // since the context is current per thread. Ops validate on the caller's
 // goroutine and queue a closure; ops that return nothing do not wait, so
 // their CUDA errors (and failed device-side index checks) come back from
-// the next Sync.
+// the next Sync (a failed launch also from the next Read).
 //
 // Kernels are CUDA C embedded in the binary, specialised with -D constants
 // (head dim, block size, dtypes) and compiled by NVRTC for the device (SASS
