@@ -698,6 +698,24 @@ func (c *chainBench) op(kind string, l chainLayer) backend.ChainOp {
 	return ops[map[string]int{"o": 0, "gateup": 1, "down": 2, "qkv": 3}[kind]]
 }
 
+// run runs the products kinds names with layer l's weights: one Chain
+// (mode "chain") or one by one as the model does without a Chainer.
+func (c *chainBench) run(mode string, kinds []string, l chainLayer) error {
+	if mode == "chain" {
+		ops := make([]backend.ChainOp, len(kinds))
+		for i, k := range kinds {
+			ops[i] = c.op(k, l)
+		}
+		return mustRun(c.g.Chain(ops))
+	}
+	for _, k := range kinds {
+		if err := c.separate(k, l); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // weightBytes is op kind's weight bytes.
 func weightBytes(kind string) int {
 	return 2 * map[string]int{"o": cbK * cbK, "gateup": 2 * cbInter * cbK, "down": cbK * cbInter, "qkv": cbWidth * cbK}[kind]
@@ -724,20 +742,7 @@ func BenchmarkChainLayer(b *testing.B) {
 			next := 0
 			timeGraphOps(b, c.g, float64(bytes), 8, func() error {
 				next = (next + 1) % len(layers)
-				l := layers[next]
-				if mode == "chain" {
-					ops := make([]backend.ChainOp, len(kinds))
-					for i, k := range kinds {
-						ops[i] = c.op(k, l)
-					}
-					return mustRun(c.g.Chain(ops))
-				}
-				for _, k := range kinds {
-					if err := c.separate(k, l); err != nil {
-						return err
-					}
-				}
-				return nil
+				return c.run(mode, kinds, layers[next])
 			})
 		})
 	}
@@ -759,20 +764,7 @@ func BenchmarkChainOps(b *testing.B) {
 				next := 0
 				timeGraphOps(b, c.g, float64(bytes), 2*len(layers), func() error {
 					next = (next + 1) % len(layers)
-					l := layers[next]
-					if mode == "chain" {
-						ops := make([]backend.ChainOp, len(kinds))
-						for i, k := range kinds {
-							ops[i] = c.op(k, l)
-						}
-						return mustRun(c.g.Chain(ops))
-					}
-					for _, k := range kinds {
-						if err := c.separate(k, l); err != nil {
-							return err
-						}
-					}
-					return nil
+					return c.run(mode, kinds, layers[next])
 				})
 			})
 		}

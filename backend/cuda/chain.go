@@ -27,11 +27,6 @@ const chainEnv = "TRIGON_CUDA_CHAIN"
 // tile row is one TMA copy of 2*chainKC bytes), TRIGON_CUDA_CHAIN_KC.
 var chainKC = 1024
 
-// chainPW is the chain kernel's producer warps (PW in kernels/chain.cu):
-// 0 for one warp of TMA bulk copies, else that many warps of cp.async,
-// TRIGON_CUDA_CHAIN_PW.
-var chainPW = 0
-
 // chainNC is the chain kernel's consumer warps (NC), TRIGON_CUDA_CHAIN_NC.
 var (
 	chainNC = 16
@@ -41,13 +36,13 @@ var (
 	chainNoMath = 0
 )
 
-// chainThreads is the chain kernel's block: the consumer and producer
-// warps.
-func chainThreads() int { return (chainNC + max(1, chainPW)) * 32 }
+// chainThreads is the chain kernel's block: the consumer warps and the
+// producer warp.
+func chainThreads() int { return (chainNC + 1) * 32 }
 
 // chainSpec is the chain kernel's module.
 func chainSpec() modSpec {
-	return modSpec{file: "chain", p: [6]int{chainKC, chainPW, chainNC, chainNoMath}}
+	return modSpec{file: "chain", p: [6]int{chainKC, chainNC, chainNoMath}}
 }
 
 // chainStageAddMax: an ADD op's x is staged in shared memory when it is
@@ -58,8 +53,8 @@ var chainStageAddMax = 72 << 10
 // chainTileBytes is one ring tile: 16 rows of KC + 32 bf16.
 func chainTileBytes() int { return 16 * (chainKC + 32) * 2 }
 
-// applyChainEnv reads chainEnv, TRIGON_CUDA_CHAIN_KC,
-// TRIGON_CUDA_CHAIN_PW and TRIGON_CUDA_CHAIN_STAGE_KB.
+// applyChainEnv reads chainEnv, TRIGON_CUDA_CHAIN_KC, TRIGON_CUDA_CHAIN_NC,
+// TRIGON_CUDA_CHAIN_NOMATH and TRIGON_CUDA_CHAIN_STAGE_KB.
 func applyChainEnv() error {
 	switch v := os.Getenv(chainEnv); v {
 	case "":
@@ -76,13 +71,6 @@ func applyChainEnv() error {
 			return fmt.Errorf("cuda: TRIGON_CUDA_CHAIN_KC=%q: want 256, 512, 1024 or 2048", v)
 		}
 		chainKC = kc
-	}
-	if v := os.Getenv("TRIGON_CUDA_CHAIN_PW"); v != "" {
-		pw, err := strconv.Atoi(v)
-		if err != nil || pw < 0 || pw > 8 {
-			return fmt.Errorf("cuda: TRIGON_CUDA_CHAIN_PW=%q: want 0..8", v)
-		}
-		chainPW = pw
 	}
 	if v := os.Getenv("TRIGON_CUDA_CHAIN_NC"); v != "" {
 		nc, err := strconv.Atoi(v)

@@ -269,8 +269,8 @@ func (c *chainCase) cpu() (resid, act []float32) {
 // products' summation order), and checks that a second launch gives the
 // same bytes (the kernel's counters were reset). Shapes: Llama-3-8B's at
 // 4 rows (the down projection's input read from L2, not staged), and
-// small ones whose k is not a multiple of the ring tile's columns, with
-// each producer (TMA bulk copies, cp.async warps) and tile width.
+// small ones whose k is not a multiple of the ring tile's columns, at
+// several tile widths and consumer warp counts.
 func TestChain(t *testing.T) {
 	g := sharedBackend(t, true)
 	if g.chainSmem == 0 || !gemvEnabled {
@@ -278,25 +278,24 @@ func TestChain(t *testing.T) {
 	}
 	defer func(on bool) { chainEnabled = on }(chainEnabled)
 	chainEnabled = true
-	type variant struct{ pw, kc, nc int }
-	def := variant{chainPW, chainKC, chainNC}
+	type variant struct{ kc, nc int }
+	def := variant{chainKC, chainNC}
 	for _, s := range []struct {
 		heads, kvh, hd, hidden, inter int
 		v                             variant
 	}{
 		{32, 8, 128, 4096, 14336, def}, {8, 2, 64, 512, 1376, def}, {4, 4, 32, 128, 5120, def},
-		// The other producers (TMA bulk copies, cp.async), tile widths and
-		// consumer warps.
-		{8, 2, 64, 512, 1376, variant{0, 512, 8}}, {8, 2, 64, 512, 1376, variant{2, 1024, 8}},
-		{8, 2, 64, 512, 1376, variant{4, 256, 8}}, {8, 2, 64, 512, 1376, variant{4, 512, 16}},
+		// Other tile widths and consumer warps.
+		{8, 2, 64, 512, 1376, variant{512, 8}}, {8, 2, 64, 512, 1376, variant{256, 8}},
+		{8, 2, 64, 512, 1376, variant{512, 16}},
 	} {
 		for _, n := range []int{1, 3, 4, 8} {
 			if s.hidden == 4096 && n != 4 {
 				continue // the CPU reference is slow
 			}
 			t.Run(fmt.Sprintf("h%d_kv%d_hd%d_hidden%d_inter%d_n%d_%+v", s.heads, s.kvh, s.hd, s.hidden, s.inter, n, s.v), func(t *testing.T) {
-				defer func(v variant) { chainPW, chainKC, chainNC = v.pw, v.kc, v.nc }(def)
-				chainPW, chainKC, chainNC = s.v.pw, s.v.kc, s.v.nc
+				defer func(v variant) { chainKC, chainNC = v.kc, v.nc }(def)
+				chainKC, chainNC = s.v.kc, s.v.nc
 				p := newPair(t)
 				c := newChainCase(p, s.heads, s.kvh, s.hd, s.hidden, s.inter, n)
 				sep := c.separate()

@@ -27,7 +27,7 @@ var fileParams = map[string][]string{
 	"attn_prefill": {"HD", "BS", "BM", "BN", "NW", "QR"},
 	"attn_decode":  {"HD", "BS", "ST"},
 	"sample":       {},
-	"chain":        {"KC", "PW", "NC", "NOMATH"},
+	"chain":        {"KC", "NC", "NOMATH"},
 	"quant":        {"WT", "OT"},
 	"gemv":         {"NT", "NW", "UR", "OT", "NP"},
 }
@@ -258,7 +258,7 @@ func warmSpecs() []modSpec {
 		{file: "act", p: [6]int{f32, bf}},
 		{file: "act", p: [6]int{bf, f32}},
 		{file: "sample"},
-		{file: "chain", p: [6]int{1024, 0, 16, 0}},
+		{file: "chain", p: [6]int{1024, 16, 0}},
 		{file: "quant", p: [6]int{int(dtQ8_0), bf}},
 		{file: "quant", p: [6]int{int(dtQ4_0), bf}},
 		{file: "quant", p: [6]int{int(dtQ8_0), f32}},

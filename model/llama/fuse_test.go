@@ -119,6 +119,40 @@ func (f *composedFuser) NormGateUpSiLU(out, h, normW backend.Tensor, eps float32
 	return true, nil
 }
 
+// greedyTwo runs fixture f on b: a prefill of its first prompt and of
+// that prompt's first half+1 tokens as two sequences, then steps greedy
+// decode steps of both, and returns every logits row in order. seed picks
+// the harness's block tables.
+func greedyTwo(t *testing.T, b backend.Backend, f fixture, steps int, seed uint64) [][]float32 {
+	m := newModel(t, b, f.cfg, f.w)
+	h := newHarness(t, b, m, backend.F32, blockSize, numBlocks, rand.New(rand.NewPCG(seed, seed+1)))
+	defer h.close()
+	p := f.ref.Prompts[0].IDs
+	s1 := &seq{tokens: append([]int32(nil), p...)}
+	s2 := &seq{tokens: append([]int32(nil), p[:len(p)/2+1]...)}
+	out := h.step([]work{{s: s1, n: len(s1.tokens)}, {s: s2, n: len(s2.tokens)}})
+	logits := [][]float32{out[0][0], out[1][0]}
+	for range steps {
+		s1.tokens = append(s1.tokens, argmax(logits[len(logits)-2]))
+		s2.tokens = append(s2.tokens, argmax(logits[len(logits)-1]))
+		out = h.step([]work{{s: s1, n: 1}, {s: s2, n: 1}})
+		logits = append(logits, out[0][0], out[1][0])
+	}
+	return logits
+}
+
+// sameLogits fails unless got and want are the same bits.
+func sameLogits(t *testing.T, got, want [][]float32) {
+	t.Helper()
+	for i := range want {
+		for j := range want[i] {
+			if math.Float32bits(got[i][j]) != math.Float32bits(want[i][j]) {
+				t.Fatalf("logits row %d, element %d: %v, want %v (plain CPU)", i, j, got[i][j], want[i][j])
+			}
+		}
+	}
+}
+
 // TestNormFuserBookkeeping runs every fixture through a prefill and decode
 // steps on the plain CPU backend and on composedFuser under several
 // patterns of fusing and refusing: the logits must be identical, bit for
@@ -126,23 +160,7 @@ func (f *composedFuser) NormGateUpSiLU(out, h, normW backend.Tensor, eps float32
 func TestNormFuserBookkeeping(t *testing.T) {
 	for _, f := range loadFixtures(t) {
 		const steps = 4
-		run := func(b backend.Backend) [][]float32 {
-			m := newModel(t, b, f.cfg, f.w)
-			h := newHarness(t, b, m, backend.F32, blockSize, numBlocks, rand.New(rand.NewPCG(3, 4)))
-			defer h.close()
-			p := f.ref.Prompts[0].IDs
-			s1 := &seq{tokens: append([]int32(nil), p...)}
-			s2 := &seq{tokens: append([]int32(nil), p[:len(p)/2+1]...)}
-			out := h.step([]work{{s: s1, n: len(s1.tokens)}, {s: s2, n: len(s2.tokens)}})
-			logits := [][]float32{out[0][0], out[1][0]}
-			for range steps {
-				s1.tokens = append(s1.tokens, argmax(logits[len(logits)-2]))
-				s2.tokens = append(s2.tokens, argmax(logits[len(logits)-1]))
-				out = h.step([]work{{s: s1, n: 1}, {s: s2, n: 1}})
-				logits = append(logits, out[0][0], out[1][0])
-			}
-			return logits
-		}
+		run := func(b backend.Backend) [][]float32 { return greedyTwo(t, b, f, steps, 3) }
 		want := run(cpu.New(cpu.Options{}))
 		for _, pat := range []struct {
 			name   string
@@ -158,14 +176,7 @@ func TestNormFuserBookkeeping(t *testing.T) {
 				rng := rand.New(rand.NewPCG(uint64(len(pat.name)), 9))
 				fb := &composedFuser{Backend: cpu.New(cpu.Options{}), calls: map[string]int{}}
 				fb.accept = func(op string) bool { return pat.accept(rng, op) }
-				got := run(fb)
-				for i := range want {
-					for j := range want[i] {
-						if math.Float32bits(got[i][j]) != math.Float32bits(want[i][j]) {
-							t.Fatalf("logits row %d, element %d: %v, want %v (plain CPU)", i, j, got[i][j], want[i][j])
-						}
-					}
-				}
+				sameLogits(t, run(fb), want)
 				t.Logf("fused calls: %v", fb.calls)
 				switch pat.name {
 				case "none":
@@ -230,23 +241,7 @@ func (f *composedChainer) Chain(ops []backend.ChainOp) (bool, error) {
 func TestChainerBookkeeping(t *testing.T) {
 	for _, f := range loadFixtures(t) {
 		const steps = 3
-		run := func(b backend.Backend) [][]float32 {
-			m := newModel(t, b, f.cfg, f.w)
-			h := newHarness(t, b, m, backend.F32, blockSize, numBlocks, rand.New(rand.NewPCG(5, 6)))
-			defer h.close()
-			p := f.ref.Prompts[0].IDs
-			s1 := &seq{tokens: append([]int32(nil), p...)}
-			s2 := &seq{tokens: append([]int32(nil), p[:len(p)/2+1]...)}
-			out := h.step([]work{{s: s1, n: len(s1.tokens)}, {s: s2, n: len(s2.tokens)}})
-			logits := [][]float32{out[0][0], out[1][0]}
-			for range steps {
-				s1.tokens = append(s1.tokens, argmax(logits[len(logits)-2]))
-				s2.tokens = append(s2.tokens, argmax(logits[len(logits)-1]))
-				out = h.step([]work{{s: s1, n: 1}, {s: s2, n: 1}})
-				logits = append(logits, out[0][0], out[1][0])
-			}
-			return logits
-		}
+		run := func(b backend.Backend) [][]float32 { return greedyTwo(t, b, f, steps, 5) }
 		want := run(cpu.New(cpu.Options{}))
 		for _, pat := range []struct {
 			name   string
@@ -261,14 +256,7 @@ func TestChainerBookkeeping(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/%s", f.name, pat.name), func(t *testing.T) {
 				fb := &composedChainer{composedFuser: &composedFuser{Backend: cpu.New(cpu.Options{}), calls: map[string]int{},
 					accept: func(string) bool { return true }}, refuse: pat.refuse}
-				got := run(fb)
-				for i := range want {
-					for j := range want[i] {
-						if math.Float32bits(got[i][j]) != math.Float32bits(want[i][j]) {
-							t.Fatalf("logits row %d, element %d: %v, want %v (plain CPU)", i, j, got[i][j], want[i][j])
-						}
-					}
-				}
+				sameLogits(t, run(fb), want)
 				m := newModel(t, fb, f.cfg, f.w)
 				wantChains := 0
 				if m.chainable() {

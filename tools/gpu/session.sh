@@ -8,7 +8,7 @@
 # cuda_tests (every test + memcheck), bigref (Llama-3-8B shape vs
 # transformers), serve_smoke, bench_rows, graphs, profile (ncu), attn_bench,
 # attn_check, default_model, peers, overlap (bench overlap), margin, pdl,
-# tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab, queue_ab, norm_prefetch, chain, chain_ops, chain_final, chain_verify,
+# tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab, queue_ab, norm_prefetch, chain, chain_ops, chain_final, chain_verify, tests_only,
 # prefill_chunks, splits (one A/B
 # experiment each), final (tests, then peers, rows and the server: what
 # docs/benchmarks.md's latest section ran);
@@ -285,6 +285,19 @@ for r in 1 2; do
 done
 }
 
+# chain_ab RUNS: the batch-4 step (output CHAIN_OUT, default 128, graphs
+# on) with chains off then on, RUNS times.
+chain_ab() {
+for r in $(seq "$1"); do
+  for c in off on; do
+    log "bench latency llama-3-8b --batch 4 --output-len ${CHAIN_OUT:-128} --cuda-graphs on, TRIGON_CUDA_CHAIN=$c"
+    TRIGON_CUDA_CHAIN=$c .gpu/trigon bench latency --arch llama-3-8b --batch 4 --input-len 2048 --output-len ${CHAIN_OUT:-128} \
+      --device cuda --cuda-graphs on --json >"$OUT/bench-4-chain-$c-$r.json" 2>>"$OUT/bench.err" || tail -3 "$OUT/bench.err"
+    $PY -c "import json,sys;d=json.load(open(sys.argv[1]));i=d['itl_ms'];print('ITL p50 %.3f p90 %.3f p99 %.3f ms, floor %.3f, prefill %.1f'%(i['p50'],i['p90'],i['p99'],d['decode_floor_ms'],d['prefill_ms']['p50']))" "$OUT/bench-4-chain-$c-$r.json" 2>&1 | tee -a "$OUT/summary.txt"
+  done
+done
+}
+
 # chain: the chained layer products (kernels/chain.cu): their tests, the
 # graph-timed layer boundary, the model's CUDA tests, then the batch-4
 # step with and without chains, alternating.
@@ -300,29 +313,21 @@ grep -E "Benchmark|rror" "$OUT/chain-bench.log" | tee -a "$OUT/summary.txt"
 log "model tests on CUDA (chains on)"
 (cd model/llama && TRIGON_CUDA_CHAIN=on "$root/.gpu/llama.test" -test.run 'TestFixturesCUDA|TestDefaultModelCUDAMatchesCPU' -test.v >"$OUT/llama-cuda.log" 2>&1)
 echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "worst|^(--- FAIL|FAIL|PASS)" "$OUT/llama-cuda.log" | head -20 | tee -a "$OUT/summary.txt"
-for r in 1 2; do
-  for c in off on; do
-    log "bench latency llama-3-8b --batch 4 --output-len ${CHAIN_OUT:-128} --cuda-graphs on, TRIGON_CUDA_CHAIN=$c"
-    TRIGON_CUDA_CHAIN=$c .gpu/trigon bench latency --arch llama-3-8b --batch 4 --input-len 2048 --output-len ${CHAIN_OUT:-128} \
-      --device cuda --cuda-graphs on --json >"$OUT/bench-4-chain-$c-$r.json" 2>>"$OUT/bench.err" || tail -3 "$OUT/bench.err"
-    $PY -c "import json,sys;d=json.load(open(sys.argv[1]));i=d['itl_ms'];print('ITL p50 %.3f p90 %.3f p99 %.3f ms, floor %.3f, prefill %.1f'%(i['p50'],i['p90'],i['p99'],d['decode_floor_ms'],d['prefill_ms']['p50']))" "$OUT/bench-4-chain-$c-$r.json" 2>&1 | tee -a "$OUT/summary.txt"
-  done
-done
+chain_ab 2
 }
 
 # chain_ops: BenchmarkChainOps (each product alone, separate and chained)
-# and BenchmarkChainLayer for CHAIN_VARIANTS, each KC:STAGE_KB:PW:NC:NOMATH
+# and BenchmarkChainLayer for CHAIN_VARIANTS, each KC:STAGE_KB:NC:NOMATH
 # (ring tile columns, the largest ADD input staged in shared memory,
-# producer warps (0 = one warp of TMA bulk copies), consumer warps,
-# consumers that do not multiply).
+# consumer warps, consumers that do not multiply).
 chain_ops() {
-for v in ${CHAIN_VARIANTS:-1024:72:0:16:0 1024:72:0:16:1}; do
-  IFS=: read -r kc kb pw nc nm <<<"$v"
-  log "BenchmarkChainOps KC=$kc STAGE_KB=$kb PW=$pw NC=$nc NOMATH=$nm"
-  (cd backend/cuda && TRIGON_CUDA_CHAIN=on TRIGON_CUDA_CHAIN_KC=$kc TRIGON_CUDA_CHAIN_STAGE_KB=$kb TRIGON_CUDA_CHAIN_PW=$pw \
+for v in ${CHAIN_VARIANTS:-1024:72:16:0 1024:72:16:1}; do
+  IFS=: read -r kc kb nc nm <<<"$v"
+  log "BenchmarkChainOps KC=$kc STAGE_KB=$kb NC=$nc NOMATH=$nm"
+  (cd backend/cuda && TRIGON_CUDA_CHAIN=on TRIGON_CUDA_CHAIN_KC=$kc TRIGON_CUDA_CHAIN_STAGE_KB=$kb \
     TRIGON_CUDA_CHAIN_NC=$nc TRIGON_CUDA_CHAIN_NOMATH=${nm:-0} "$root/.gpu/cuda.test" -test.run '^$' \
-    -test.bench "${CHAIN_BENCH:-BenchmarkChainOps|BenchmarkChainLayer}" -test.benchtime 50x >"$OUT/chain-ops-$kc-$kb-$pw-$nc-$nm.log" 2>&1)
-  grep -E "^Benchmark|rror|panic" "$OUT/chain-ops-$kc-$kb-$pw-$nc-$nm.log" | sed -E 's/ +/ /g' | tee -a "$OUT/summary.txt"
+    -test.bench "${CHAIN_BENCH:-BenchmarkChainOps|BenchmarkChainLayer}" -test.benchtime 50x >"$OUT/chain-ops-$kc-$kb-$nc-$nm.log" 2>&1)
+  grep -E "^Benchmark|rror|panic" "$OUT/chain-ops-$kc-$kb-$nc-$nm.log" | sed -E 's/ +/ /g' | tee -a "$OUT/summary.txt"
 done
 }
 
@@ -336,17 +341,24 @@ memcheck 'TestChainGraph'
 log "model tests on CUDA, TRIGON_CUDA_CHAIN=on"
 (cd model/llama && TRIGON_CUDA_CHAIN=on "$root/.gpu/llama.test" -test.run 'TestFixturesCUDA|TestDefaultModelCUDAMatchesCPU' -test.v >"$OUT/llama-cuda-chain.log" 2>&1)
 echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "worst|^(--- FAIL|FAIL|PASS)" "$OUT/llama-cuda-chain.log" | tee -a "$OUT/summary.txt"
-for c in off on; do
-  log "bench latency llama-3-8b --batch 4 --output-len 128 --cuda-graphs on, TRIGON_CUDA_CHAIN=$c"
-  TRIGON_CUDA_CHAIN=$c .gpu/trigon bench latency --arch llama-3-8b --batch 4 --input-len 2048 --output-len 128 \
-    --device cuda --cuda-graphs on --json >"$OUT/bench-4-chain-$c.json" 2>>"$OUT/bench.err" || tail -3 "$OUT/bench.err"
-  $PY -c "import json,sys;d=json.load(open(sys.argv[1]));i=d['itl_ms'];print('ITL p50 %.3f p90 %.3f p99 %.3f ms, floor %.3f'%(i['p50'],i['p90'],i['p99'],d['decode_floor_ms']))" "$OUT/bench-4-chain-$c.json" 2>&1 | tee -a "$OUT/summary.txt"
-done
+chain_ab 1
 log "BenchmarkChainOps o and down, NOMATH=1, nothing staged (STAGE_KB=0) and staged (72)"
 for kb in 0 72; do
   (cd backend/cuda && TRIGON_CUDA_CHAIN_NOMATH=1 TRIGON_CUDA_CHAIN_STAGE_KB=$kb "$root/.gpu/cuda.test" -test.run '^$' \
     -test.bench 'BenchmarkChainOps/(o|down)_chain' -test.benchtime 50x >"$OUT/chain-nomath-$kb.log" 2>&1)
   grep -E "^Benchmark|rror|panic" "$OUT/chain-nomath-$kb.log" | sed -E 's/ +/ /g;s/^/STAGE_KB='$kb' /' | tee -a "$OUT/summary.txt"
+done
+}
+
+# tests_only: every backend/cuda test and the CUDA model tests with
+# chains off and on (after a kernel refactor).
+tests_only() {
+log "backend/cuda: every test"
+all_cuda_tests
+for c in off on; do
+  log "model tests on CUDA, TRIGON_CUDA_CHAIN=$c"
+  (cd model/llama && TRIGON_CUDA_CHAIN=$c "$root/.gpu/llama.test" -test.run 'TestFixturesCUDA|TestDefaultModelCUDAMatchesCPU' -test.v >"$OUT/llama-cuda-chain-$c.log" 2>&1)
+  echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "worst|^(--- FAIL|FAIL|PASS)" "$OUT/llama-cuda-chain-$c.log" | tee -a "$OUT/summary.txt"
 done
 }
 
@@ -362,14 +374,7 @@ for c in off on; do
   (cd model/llama && TRIGON_CUDA_CHAIN=$c "$root/.gpu/llama.test" -test.run 'TestFixturesCUDA|TestDefaultModelCUDAMatchesCPU' -test.v >"$OUT/llama-cuda-chain-$c.log" 2>&1)
   echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "worst|^(--- FAIL|FAIL|PASS)" "$OUT/llama-cuda-chain-$c.log" | tee -a "$OUT/summary.txt"
 done
-for r in 1 2; do
-  for c in off on; do
-    log "bench latency llama-3-8b --batch 4 --output-len 128 --cuda-graphs on, TRIGON_CUDA_CHAIN=$c"
-    TRIGON_CUDA_CHAIN=$c .gpu/trigon bench latency --arch llama-3-8b --batch 4 --input-len 2048 --output-len 128 \
-      --device cuda --cuda-graphs on --json >"$OUT/bench-4-chain-$c-$r.json" 2>>"$OUT/bench.err" || tail -3 "$OUT/bench.err"
-    $PY -c "import json,sys;d=json.load(open(sys.argv[1]));i=d['itl_ms'];print('ITL p50 %.3f p90 %.3f p99 %.3f ms, floor %.3f'%(i['p50'],i['p90'],i['p99'],d['decode_floor_ms']))" "$OUT/bench-4-chain-$c-$r.json" 2>&1 | tee -a "$OUT/summary.txt"
-  done
-done
+chain_ab 2
 }
 
 # fill_check: synthetic weights made on the device (FillNormal) against

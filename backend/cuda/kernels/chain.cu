@@ -39,18 +39,12 @@
 // bf16((x * rs) * g).
 //
 // Specialised with -DKC=<k columns of a ring tile> (a multiple of 32*NC),
-// -DPW=<producer warps>: 0, one warp whose lanes each copy a tile row with
-// a TMA bulk copy; PW > 0, PW warps whose threads copy 16-byte chunks with
-// cp.async, completing on the tile's mbarrier (cp.async.mbarrier.arrive),
 // -DNC=<consumer warps> and -DNOMATH=<1: consumers wait for and release tiles without multiplying, a
 // diagnostic of the stream alone; its results are wrong>.
 #include "mma.cuh"
 
 #define NCW NC                     // consumer warps
-#define NPW (PW > 0 ? PW : 1)      // producer warps
-#define CHAIN_THREADS ((NCW + NPW) * 32)
-// tile_k0 is the first column of a group's kt-th tile.
-__device__ __forceinline__ int tile_k0(int kt) { return kt * KC; }
+#define CHAIN_THREADS ((NCW + 1) * 32)  // and the producer warp
 #define RSTR (KC + 32)             // tile row stride (elements): rows 64 bytes apart mod 128
 #define TILE_ELEMS (16 * RSTR)     // elements of one ring tile
 #define SPW (KC / 32 / NCW)        // spans per consumer warp per tile
@@ -226,19 +220,6 @@ __device__ __forceinline__ void my_groups(const ChainOp& o, i64& g0, i64& g1) {
   g1 = ng * (blockIdx.x + 1) / gridDim.x;
 }
 
-// norm8 is 8 bf16 values normalised as add_rmsnorm does: bf16((v * rs) * w).
-__device__ __forceinline__ uint4 norm8(uint4 v, float4 g0, float4 g1, float rs) {
-  const u32* vp = (const u32*)&v;
-  const float w[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
-  uint4 o;
-  u32* op = (u32*)&o;
-#pragma unroll
-  for (int j = 0; j < 4; j++) {
-    float a0 = __uint_as_float(vp[j] << 16), a1 = __uint_as_float(vp[j] & 0xffff0000u);
-    op[j] = (u32)f32_to_bf16((a0 * rs) * w[2 * j]) | ((u32)f32_to_bf16((a1 * rs) * w[2 * j + 1]) << 16);
-  }
-  return o;
-}
 
 // stage copies x [n, k] into xs (row stride k + 32) and, for the NORM ops,
 // replaces it by RMSNorm(x) * g. Consumer threads only (ct = 0..NCW*32-1).
@@ -404,7 +385,7 @@ extern "C" __global__ void __launch_bounds__(CHAIN_THREADS, 1) chain_bf16(const 
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < ST; s++) {
-      mbar_init(smem_u32(&full[s]), PW > 0 ? PW * 32 : 1);
+      mbar_init(smem_u32(&full[s]), 1);
       mbar_init(smem_u32(&empty[s]), NCW);
     }
 #if PTX80
@@ -413,9 +394,11 @@ extern "C" __global__ void __launch_bounds__(CHAIN_THREADS, 1) chain_bf16(const 
   }
   __syncthreads();
 
-  if (warp < NPW) {
-    // Producers: every tile of the block's groups, op after op; they wait
-    // only for free slots, never for the ops' inputs.
+  if (warp == 0) {
+    // Producer: every tile of the block's groups, op after op; it waits
+    // only for free slots, never for the ops' inputs. Lane r < 16 copies
+    // tile row r with one TMA bulk copy (one warp of TMA measured faster
+    // than four warps of 16-byte cp.async copies, docs/benchmarks.md).
     u32 it = 0;
     for (int oi = 0; oi < nops; oi++) {
       const ChainOp& o = a.ops[oi];
@@ -423,33 +406,17 @@ extern "C" __global__ void __launch_bounds__(CHAIN_THREADS, 1) chain_bf16(const 
       my_groups(o, g0, g1);
       const int k = (int)o.k, nt = (k + KC - 1) / KC;
       for (i64 g = g0; g < g1; g++) {
-#if PW > 0
-        const u16* rows[16];
-#pragma unroll
-        for (int r = 0; r < 16; r++) rows[r] = o.w + op_row(o, g, r) * o.k;
-#else
         const u16* src = o.w + op_row(o, g, lane & 15) * o.k;
-#endif
         for (int kt = 0; kt < nt; kt++, it++) {
           const int slot = it % ST;
           const u32 use = it / ST;
           if (use > 0) mbar_wait(smem_u32(&empty[slot]), (use - 1) & 1, a.err);
-          const int k0 = tile_k0(kt), kw = min(KC, k - k0);
+          const int k0 = kt * KC, kw = min(KC, k - k0);
           const u32 fb = smem_u32(&full[slot]);
           u16* dst = ring + (i64)slot * TILE_ELEMS;
-#if PW > 0
-          // 16-byte chunk c: row c / (kw/8), column 8 * (c % (kw/8)).
-          const int cpr = kw >> 3;
-          for (int c = threadIdx.x; c < 16 * cpr; c += PW * 32) {
-            int r = c / cpr, col = (c - r * cpr) * 8;
-            cp_async16(smem_u32(dst + r * RSTR + col), rows[r] + k0 + col, true);
-          }
-          asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(fb) : "memory");
-#else
           if (lane == 0) mbar_expect_tx(fb, 16u * kw * 2);
           __syncwarp();
           if (lane < 16) bulk_copy(smem_u32(dst + lane * RSTR), src + k0, kw * 2, fb);
-#endif
         }
       }
     }
@@ -457,7 +424,7 @@ extern "C" __global__ void __launch_bounds__(CHAIN_THREADS, 1) chain_bf16(const 
   }
 
   // Consumers.
-  const int ct = threadIdx.x - NPW * 32, cw = warp - NPW;
+  const int ct = threadIdx.x - 32, cw = warp - 1;
   const int gid = lane >> 2, tq = lane & 3;
   u32 it = 0;
   for (int oi = 0; oi < nops; oi++) {
@@ -498,7 +465,7 @@ extern "C" __global__ void __launch_bounds__(CHAIN_THREADS, 1) chain_bf16(const 
       // multiplied (two: an unstaged x comes from L2, ~1 us away).
       uint4 xn[SPW], xn2[SPW];
       auto xtile = [&](int kt, uint4(&xr)[SPW]) {
-        const int k1 = kt < nt ? tile_k0(kt) : k, kw1 = min(KC, k - k1);
+        const int k1 = kt < nt ? kt * KC : k, kw1 = min(KC, k - k1);
 #pragma unroll
         for (int j = 0; j < SPW; j++) {
           int s = cw + j * NCW;
@@ -508,7 +475,7 @@ extern "C" __global__ void __launch_bounds__(CHAIN_THREADS, 1) chain_bf16(const 
       xtile(0, xn);
       xtile(1, xn2);
       for (int kt = 0; kt < nt; kt++, it++) {
-        const int k0 = tile_k0(kt), kw = min(KC, k - k0);
+        const int k0 = kt * KC, kw = min(KC, k - k0);
         uint4 xv[SPW];
 #pragma unroll
         for (int j = 0; j < SPW; j++) {

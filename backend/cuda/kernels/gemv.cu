@@ -78,20 +78,6 @@ __device__ __forceinline__ WRows wrows(const u16* w, int ra, int rb, int m, int 
   return r;
 }
 
-// norm8 is 8 bf16 values of a residual row normalised as add_rmsnorm
-// does it: bf16((v * rs) * w), w the 8 matching F32 norm weights.
-__device__ __forceinline__ uint4 norm8(uint4 v, float4 g0, float4 g1, float rs) {
-  const u32* vp = (const u32*)&v;
-  const float w[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
-  uint4 o;
-  u32* op = (u32*)&o;
-#pragma unroll
-  for (int j = 0; j < 4; j++) {
-    float a0 = __uint_as_float(vp[j] << 16), a1 = __uint_as_float(vp[j] & 0xffff0000u);
-    op[j] = (u32)f32_to_bf16((a0 * rs) * w[2 * j]) | ((u32)f32_to_bf16((a1 * rs) * w[2 * j + 1]) << 16);
-  }
-  return o;
-}
 
 // scale8 is 8 bf16 values times their F32 norm weights, rounded to bf16,
 // and adds their squares (before the weights) to ss.
