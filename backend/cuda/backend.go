@@ -458,17 +458,25 @@ func (b *Backend) launch(f uintptr, grid [3]int, block, smem int, args ...uint64
 		return fmt.Errorf("launch: %d arguments, at most %d", len(args), maxKernelArgs)
 	}
 	copy(b.paramVals[:], args)
+	return b.launchParams(f, grid, block, smem, b.paramPtrs)
+}
+
+// launchParams starts kernel f with kernelParams params (pinned host
+// memory: an array of pointers to the parameters' values), with
+// programmatic dependent launch where the backend uses it. CUDA thread
+// only.
+func (b *Backend) launchParams(f uintptr, grid [3]int, block, smem int, params uintptr) error {
 	if b.pdl {
 		c := b.launchCfg
 		c.grid = [3]uint32{uint32(grid[0]), uint32(grid[1]), uint32(grid[2])}
 		c.block = [3]uint32{uint32(block), 1, 1}
 		c.smem = uint32(smem)
 		c.stream = b.stream
-		return b.d.check("cuLaunchKernelEx", b.d.call(b.d.cuLaunchKernelEx, uintptr(unsafe.Pointer(c)), f, b.paramPtrs, 0))
+		return b.d.check("cuLaunchKernelEx", b.d.call(b.d.cuLaunchKernelEx, uintptr(unsafe.Pointer(c)), f, params, 0))
 	}
 	return b.d.check("cuLaunchKernel", b.d.call(b.d.cuLaunchKernel, f,
 		uintptr(grid[0]), uintptr(grid[1]), uintptr(grid[2]), uintptr(block), 1, 1,
-		uintptr(smem), b.stream, b.paramPtrs, 0))
+		uintptr(smem), b.stream, params, 0))
 }
 
 // Sync implements backend.Backend: it waits for the stream, then reports

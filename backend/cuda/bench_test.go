@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"testing"
 
@@ -599,9 +600,12 @@ func newChainBench(b *testing.B) *chainBench {
 	if g.chainSmem == 0 {
 		b.Skip("no chain kernel on this device")
 	}
-	on := chainEnabled
+	on, noMath := chainEnabled, chainNoMath
 	chainEnabled = true
-	b.Cleanup(func() { chainEnabled = on })
+	if os.Getenv("TRIGON_CUDA_CHAIN_NOMATH") == "1" {
+		chainNoMath = 1 // the stream alone: a diagnostic, wrong results
+	}
+	b.Cleanup(func() { chainEnabled, chainNoMath = on, noMath })
 	c := &chainBench{g: g}
 	c.resid, c.attn = randomBF16(b, g, 1, cbN, cbK), randomBF16(b, g, 1, cbN, cbK)
 	c.normed, _ = g.Alloc(backend.BF16, cbN, cbK)

@@ -28,13 +28,12 @@ const chainEnv = "TRIGON_CUDA_CHAIN"
 var chainKC = 1024
 
 // chainNC is the chain kernel's consumer warps (NC), TRIGON_CUDA_CHAIN_NC.
-var (
-	chainNC = 16
-	// chainNoMath (TRIGON_CUDA_CHAIN_NOMATH=1, a diagnostic) builds the
-	// kernel whose consumers do not multiply: the stream's rate alone,
-	// wrong results.
-	chainNoMath = 0
-)
+var chainNC = 16
+
+// chainNoMath builds the kernel whose consumers do not multiply (NOMATH):
+// the stream's rate alone, with wrong results. Only BenchmarkChainOps sets
+// it (TRIGON_CUDA_CHAIN_NOMATH=1 in its environment).
+var chainNoMath = 0
 
 // chainThreads is the chain kernel's block: the consumer warps and the
 // producer warp.
@@ -53,8 +52,8 @@ var chainStageAddMax = 72 << 10
 // chainTileBytes is one ring tile: 16 rows of KC + 32 bf16.
 func chainTileBytes() int { return 16 * (chainKC + 32) * 2 }
 
-// applyChainEnv reads chainEnv, TRIGON_CUDA_CHAIN_KC, TRIGON_CUDA_CHAIN_NC,
-// TRIGON_CUDA_CHAIN_NOMATH and TRIGON_CUDA_CHAIN_STAGE_KB.
+// applyChainEnv reads chainEnv, TRIGON_CUDA_CHAIN_KC, TRIGON_CUDA_CHAIN_NC
+// and TRIGON_CUDA_CHAIN_STAGE_KB.
 func applyChainEnv() error {
 	switch v := os.Getenv(chainEnv); v {
 	case "":
@@ -78,14 +77,6 @@ func applyChainEnv() error {
 			return fmt.Errorf("cuda: TRIGON_CUDA_CHAIN_NC=%q: want 4, 8 or 16", v)
 		}
 		chainNC = nc
-	}
-	switch v := os.Getenv("TRIGON_CUDA_CHAIN_NOMATH"); v {
-	case "", "0":
-		chainNoMath = 0
-	case "1":
-		chainNoMath = 1
-	default:
-		return fmt.Errorf("cuda: TRIGON_CUDA_CHAIN_NOMATH=%q: want 0 or 1", v)
 	}
 	if chainKC < 32*chainNC {
 		return fmt.Errorf("cuda: TRIGON_CUDA_CHAIN_KC=%d is less than 32 columns per consumer warp (%d warps)", chainKC, chainNC)
@@ -146,8 +137,9 @@ const chainArgsBytes = chainMaxOps*18*8 + 3*8 + 8 + 2*8
 // Chain implements backend.Chainer through chain_bf16 (kernels/chain.cu),
 // when chainEnabled (it refuses every run otherwise, checking nothing):
 // the ops' products run as one persistent kernel, one block per SM, whose
-// producer warps stream every weight of the run through shared memory
-// while the consumer warps follow the ops' data dependencies. It takes
+// producer warp streams the block's share of every weight of the run
+// through shared memory while its consumer warps follow the ops' data
+// dependencies. It takes
 // runs of at most chainMaxOps ops on the same 1..8 token rows whose
 // operands the NormFuser kernels take (BF16, F32 norm weights), with k a
 // multiple of 32, MatMulAdd outputs a multiple of 16 wide, on a device of
@@ -162,7 +154,7 @@ func (b *Backend) Chain(ops []backend.ChainOp) (bool, error) {
 	n := -1
 	xsBytes := 0
 	for i, op := range ops {
-		c, rows, fits, err := b.chainOp(op)
+		c, rows, fits, err := b.chainOperands(op)
 		if err != nil {
 			return false, fmt.Errorf("chain op %d: %w", i, err)
 		}
@@ -217,10 +209,10 @@ func (b *Backend) Chain(ops []backend.ChainOp) (bool, error) {
 	return true, nil
 }
 
-// chainOp checks op as its NormFuser method checks its operands (the same
-// ErrShape errors) and returns its kernel description, its token rows and
-// whether the chain kernel takes it.
-func (b *Backend) chainOp(op backend.ChainOp) (c chainOp, rows int, fits bool, err error) {
+// chainOperands checks op as its NormFuser method checks its operands (the
+// same ErrShape errors) and returns its kernel description, its token rows
+// and whether the chain kernel takes it.
+func (b *Backend) chainOperands(op backend.ChainOp) (c chainOp, rows int, fits bool, err error) {
 	switch op.Kind {
 	case backend.ChainMatMulAdd:
 		rt, xt, wt, ok, err := b.addOperands(op.Out, op.X, op.W)
@@ -286,16 +278,5 @@ func (b *Backend) launchBlob(f uintptr, grid [3]int, block, smem int, p unsafe.P
 		return fmt.Errorf("launch: a %d-byte parameter, at most %d", size, len(b.blob.b)-64)
 	}
 	copy(b.blob.b[64:64+size], unsafe.Slice((*byte)(p), size))
-	params := b.blob.host // one pointer, to the struct at +64
-	if b.pdl {
-		c := b.launchCfg
-		c.grid = [3]uint32{uint32(grid[0]), uint32(grid[1]), uint32(grid[2])}
-		c.block = [3]uint32{uint32(block), 1, 1}
-		c.smem = uint32(smem)
-		c.stream = b.stream
-		return b.d.check("cuLaunchKernelEx", b.d.call(b.d.cuLaunchKernelEx, uintptr(unsafe.Pointer(c)), f, params, 0))
-	}
-	return b.d.check("cuLaunchKernel", b.d.call(b.d.cuLaunchKernel, f,
-		uintptr(grid[0]), uintptr(grid[1]), uintptr(grid[2]), uintptr(block), 1, 1,
-		uintptr(smem), b.stream, params, 0))
+	return b.launchParams(f, grid, block, smem, b.blob.host) // one pointer, to the struct at +64
 }
