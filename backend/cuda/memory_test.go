@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -109,5 +110,32 @@ func TestParseDecodeTuning(t *testing.T) {
 		if (err == nil) != tc.ok || u != tc.unroll || w != tc.wave {
 			t.Errorf("parseDecodeTuning(%q) = %d, %d, %v; want %d, %d, ok %v", tc.in, u, w, err, tc.unroll, tc.wave, tc.ok)
 		}
+	}
+}
+
+// TestReadReportsDeferredError checks that Read, like Sync, reports (and
+// clears) the error of an op queued before it that failed on the CUDA
+// thread: the tensor's bytes are then not that op's result, and handing
+// them back without an error once let a kernel that did not compile pass
+// as stale logits.
+func TestReadReportsDeferredError(t *testing.T) {
+	g := sharedBackend(t, true)
+	x, err := g.Upload(backend.F32, []int{4}, make([]byte, 16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Free(x)
+	boom := errors.New("a queued op failed")
+	if err := g.post(func() error { return boom }); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Read(x, make([]byte, 16)); !errors.Is(err, boom) {
+		t.Fatalf("Read after a failed op: %v, want %v", err, boom)
+	}
+	if err := g.Sync(); err != nil {
+		t.Fatalf("Sync after Read reported %v: Read should have cleared the error", err)
+	}
+	if err := g.Read(x, make([]byte, 16)); err != nil {
+		t.Fatalf("a second Read: %v", err)
 	}
 }
