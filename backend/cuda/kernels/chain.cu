@@ -31,16 +31,21 @@
 // 16 rows x KC columns; consumer warp w multiplies the tile's 32-wide
 // spans w, w+NCW, ... and the warps' partial sums meet in shared memory
 // for the group's epilogue. x is staged in shared memory once per op (and
-// normalised there for the NORM ops) where it fits, else read from L2 one
-// tile ahead.
+// normalised there for the NORM ops) where it fits, else read from L2 two
+// tiles ahead.
 //
 // Rounding is the unfused ops': a product is rounded to bf16 before the
 // residual add, SiLU or RoPE, and the norm is add_rmsnorm's
 // bf16((x * rs) * g).
 //
+// Measured on the H200 (docs/benchmarks.md, fifth session): slower than the
+// separate kernels, because the ring, even with nothing multiplied, streams
+// no faster than they do; off by default (chain.go).
+//
 // Specialised with -DKC=<k columns of a ring tile> (a multiple of 32*NC),
-// -DNC=<consumer warps> and -DNOMATH=<1: consumers wait for and release tiles without multiplying, a
-// diagnostic of the stream alone; its results are wrong>.
+// -DNC=<consumer warps> and -DNOMATH=<1: consumers wait for and release
+// tiles without multiplying, a diagnostic of the stream alone; its results
+// are wrong>.
 #include "mma.cuh"
 
 #define NCW NC                     // consumer warps
