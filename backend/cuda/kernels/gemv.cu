@@ -78,7 +78,6 @@ __device__ __forceinline__ WRows wrows(const u16* w, int ra, int rb, int m, int 
   return r;
 }
 
-
 // scale8 is 8 bf16 values times their F32 norm weights, rounded to bf16,
 // and adds their squares (before the weights) to ss.
 __device__ __forceinline__ uint4 scale8(uint4 v, float4 g0, float4 g1, float& ss) {
