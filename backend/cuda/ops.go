@@ -292,13 +292,21 @@ func (b *Backend) SiLUMul(out, gateUp backend.Tensor) error {
 		return backend.ShapeError("cuda: "+op, "gateUp", "%v exceeds int32", g.shape)
 	}
 	k := fnKey{modSpec{file: "act", p: [6]int{int(g.dt), int(o.dt)}}, "silu_mul"}
-	grid := b.gridFor(n * inter)
+	grid := [3]int{b.gridFor(n * inter), 1, 1}
+	if g.dt == backend.BF16 && o.dt == backend.BF16 && inter%8 == 0 && (o.ptr|g.ptr)%16 == 0 {
+		// silu_mul_v8: a thread takes two 8-element chunks of a row, and
+		// the grid at most 16 blocks per SM, rows shared out over y.
+		k.name = "silu_mul_v8"
+		gx := (inter/8 + 2*256 - 1) / (2 * 256)
+		gy := max(1, min(n, b.sms*16/gx, maxGridYZ))
+		grid = [3]int{gx, gy, 1}
+	}
 	return b.post(func() error {
 		f, err := b.fn(k)
 		if err != nil {
 			return err
 		}
-		return b.launch(f, [3]int{grid, 1, 1}, 256, 0, o.ptr, g.ptr, i32(n), i32(inter))
+		return b.launch(f, grid, 256, 0, o.ptr, g.ptr, i32(n), i32(inter))
 	})
 }
 

@@ -62,6 +62,12 @@ func TestAddRMSNorm(t *testing.T) {
 		{300, 4096, backend.BF16, true},
 		{2, 12288, backend.BF16, true},
 		{4, 1004, backend.BF16, true},
+		// The same path with F32 weights (the models' norms), with and
+		// without the residual, one and two chunks per thread.
+		{300, 4096, backend.F32, true},
+		{4, 4096, backend.F32, false},
+		{2, 12288, backend.F32, true},
+		{7, 1000, backend.F32, false},
 	} {
 		t.Run(fmt.Sprintf("%dx%d_w%v_res%v", tc.rows, tc.dim, tc.w, tc.residual), func(t *testing.T) {
 			p := newPair(t)
@@ -91,8 +97,11 @@ func TestAddRMSNorm(t *testing.T) {
 
 func TestSiLUMul(t *testing.T) {
 	sharedBackend(t, true)
-	// 8-aligned rows take the 16-byte path; 1004 the scalar one.
-	for _, tc := range []struct{ n, inter int }{{1, 5632}, {7, 1000}, {33, 4096}, {3, 1004}, {512, 14336}} {
+	// 8-aligned rows take silu_mul_v8 (one chunk a thread: 1032; a
+	// second: 5632, 8200, 14336; more rows than the grid's y: 2500x16);
+	// 1004 the scalar kernel.
+	for _, tc := range []struct{ n, inter int }{{1, 5632}, {7, 1000}, {33, 4096}, {3, 1004}, {512, 14336},
+		{2500, 16}, {9, 1032}, {2, 8200}} {
 		t.Run(fmt.Sprintf("%dx%d", tc.n, tc.inter), func(t *testing.T) {
 			p := newPair(t)
 			cg, gg := p.act(backend.BF16, []int{tc.n, 2 * tc.inter}, p.normal(tc.n*2*tc.inter, 2))

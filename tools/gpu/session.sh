@@ -9,6 +9,7 @@
 # transformers), serve_smoke, bench_rows, graphs, profile (ncu), attn_bench,
 # attn_check, default_model, peers, overlap (bench overlap), margin, pdl,
 # tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab, queue_ab, norm_prefetch, chain, chain_ops, chain_final, chain_verify, tests_only,
+# prefill_ab, prefill_small,
 # prefill_chunks, splits (one A/B
 # experiment each), final (tests, then peers, rows and the server: what
 # docs/benchmarks.md's latest section ran);
@@ -296,6 +297,34 @@ for r in $(seq "$1"); do
     $PY -c "import json,sys;d=json.load(open(sys.argv[1]));i=d['itl_ms'];print('ITL p50 %.3f p90 %.3f p99 %.3f ms, floor %.3f, prefill %.1f'%(i['p50'],i['p90'],i['p99'],d['decode_floor_ms'],d['prefill_ms']['p50']))" "$OUT/bench-4-chain-$c-$r.json" 2>&1 | tee -a "$OUT/summary.txt"
   done
 done
+}
+
+# prefill_ab RUNS: the batch-4 bench (2048-token prompts, output 128,
+# graphs on) with .gpu/trigon-base (a build of the commit before a change,
+# when the archive holds one) and .gpu/trigon, alternating, RUNS times.
+prefill_ab() {
+for r in $(seq "$1"); do
+  for bin in trigon-base trigon; do
+    [ -x ".gpu/$bin" ] || continue
+    log "bench latency llama-3-8b --batch 4 --output-len 128 --cuda-graphs on ($bin)"
+    ".gpu/$bin" bench latency --arch llama-3-8b --batch 4 --input-len 2048 --output-len 128 \
+      --device cuda --cuda-graphs on --json >"$OUT/bench-4-$bin-$r.json" 2>>"$OUT/bench.err" || tail -3 "$OUT/bench.err"
+    $PY -c "import json,sys;d=json.load(open(sys.argv[1]));i=d['itl_ms'];p=d['prefill_ms']['p50'];f=d['prefill_gemm_floor_ms'];print('prefill %.1f ms (GEMM floor %.1f: %.3fx), ITL p50 %.3f p99 %.3f ms, floor %.3f'%(p,f,p/f,i['p50'],i['p99'],d['decode_floor_ms']))" "$OUT/bench-4-$bin-$r.json" 2>&1 | tee -a "$OUT/summary.txt"
+  done
+done
+}
+
+# prefill_small: the bandwidth kernels of prefill (silu_mul_v8, the norm's
+# 16-byte path for F32 weights): every backend/cuda test, the CUDA model
+# tests, the batch-4 bench against the base build, then ncu's kernel times.
+prefill_small() {
+log "backend/cuda: every test"
+all_cuda_tests
+log "model tests on CUDA"
+(cd model/llama && "$root/.gpu/llama.test" -test.run 'TestFixturesCUDA|TestDefaultModelCUDAMatchesCPU' -test.v >"$OUT/llama-cuda.log" 2>&1)
+echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "worst|^(--- FAIL|FAIL|PASS)" "$OUT/llama-cuda.log" | tee -a "$OUT/summary.txt"
+prefill_ab 2
+profile
 }
 
 # chain: the chained layer products (kernels/chain.cu): their tests, the

@@ -4,44 +4,59 @@
 
 // silu_mul: out[r, c] = silu(gu[r, c]) * gu[r, inter + c].
 //   out [n, inter] OT;  gu [n, 2*inter] IT
-// grid-stride, any grid.
+// grid-stride, any grid. BF16 rows that silu_mul_v8 takes go there.
 extern "C" __global__ void silu_mul(void* out, const void* gu, int n, int inter) {
   grid_dep_sync();
-  if constexpr (IT == DT_BF16 && OT == DT_BF16) {
-    // BF16 with 8-aligned rows: 8 elements per thread through 16-byte
-    // loads and stores (the scalar loop below reached half the memory
-    // bandwidth on prefill); the same arithmetic, so the same bits.
-    if ((inter & 7) == 0 && (((u64)out | (u64)gu) & 15) == 0) {
-      int per = inter >> 3;
-      i64 total = (i64)n * per;
-      for (i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (i64)gridDim.x * blockDim.x) {
-        i64 r = idx / per;
-        int c = (int)(idx - r * per) * 8;
-        uint4 g = *(const uint4*)((const u16*)gu + r * 2 * inter + c);
-        uint4 u = *(const uint4*)((const u16*)gu + r * 2 * inter + inter + c);
-        const u32* gp = (const u32*)&g;
-        const u32* up = (const u32*)&u;
-        uint4 o;
-        u32* op = (u32*)&o;
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-          float g0 = __uint_as_float(gp[j] << 16), g1 = __uint_as_float(gp[j] & 0xffff0000u);
-          float u0 = __uint_as_float(up[j] << 16), u1 = __uint_as_float(up[j] & 0xffff0000u);
-          float s0 = g0 / (1.f + expf(-g0)), s1 = g1 / (1.f + expf(-g1));
-          op[j] = (u32)f32_to_bf16(s0 * u0) | ((u32)f32_to_bf16(s1 * u1) << 16);
-        }
-        *(uint4*)((u16*)out + r * inter + c) = o;
-      }
-      return;
-    }
-  }
   i64 total = (i64)n * inter;
   for (i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (i64)gridDim.x * blockDim.x) {
     i64 r = idx / inter, c = idx - r * inter;
     float g = load_f<IT>(gu, r * 2 * inter + c);
     float u = load_f<IT>(gu, r * 2 * inter + inter + c);
-    float s = g / (1.f + expf(-g));
-    store_f<OT>(out, idx, s * u);
+    store_f<OT>(out, idx, silu_f(g) * u);
+  }
+}
+
+// silu8 is silu_mul of 8 bf16 gate and up values.
+__device__ __forceinline__ uint4 silu8(uint4 g, uint4 u) {
+  const u32* gp = (const u32*)&g;
+  const u32* up = (const u32*)&u;
+  uint4 o;
+  u32* op = (u32*)&o;
+#pragma unroll
+  for (int j = 0; j < 4; j++) {
+    float g0 = __uint_as_float(gp[j] << 16), g1 = __uint_as_float(gp[j] & 0xffff0000u);
+    float u0 = __uint_as_float(up[j] << 16), u1 = __uint_as_float(up[j] & 0xffff0000u);
+    op[j] = pack_bf16x2(silu_f(g0) * u0, silu_f(g1) * u1);
+  }
+  return o;
+}
+
+// silu_mul_v8 is silu_mul for BF16 with inter % 8 == 0 and 16-byte aligned
+// operands: 8 elements per thread and step through 16-byte loads and
+// stores, a thread's two chunks of a row loaded before either is used, and
+// no 64-bit division per element (the grid is 2D). The same values as
+// silu_mul.
+//   out [n, inter] bf16;  gu [n, 2*inter] bf16
+// grid (chunk blocks, row blocks), any; block any multiple of 32.
+extern "C" __global__ void silu_mul_v8(u16* out, const u16* gu, int n, int inter) {
+  grid_dep_sync();
+  const int per = inter >> 3;  // 16-byte chunks of a row
+  const int step = gridDim.x * blockDim.x;
+  for (int r = blockIdx.y; r < n; r += gridDim.y) {
+    const uint4* g = (const uint4*)(gu + (i64)r * 2 * inter);
+    const uint4* u = g + per;
+    uint4* o = (uint4*)(out + (i64)r * inter);
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < per; c += 2 * step) {
+      const int c1 = c + step;
+      const bool two = c1 < per;
+      uint4 g0 = g[c], u0 = u[c], g1, u1;
+      if (two) {
+        g1 = g[c1];
+        u1 = u[c1];
+      }
+      o[c] = silu8(g0, u0);
+      if (two) o[c1] = silu8(g1, u1);
+    }
   }
 }
 

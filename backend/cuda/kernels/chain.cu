@@ -315,8 +315,7 @@ __device__ __forceinline__ void epilogue(const ChainOp& o, i64 g, int n, const f
     if (row >= n) return;
     float gt = round_to<DT_BF16>(sum(l, e));
     float up = round_to<DT_BF16>(sum(l, e + 2));
-    float s = gt / (1.f + expf(-gt));
-    o.y[(i64)row * o.m + g * 8 + (l >> 2)] = f32_to_bf16(s * up);
+    o.y[(i64)row * o.m + g * 8 + (l >> 2)] = f32_to_bf16(silu_f(gt) * up);
     return;
   }
   // OP_NORM_QKV

@@ -528,7 +528,6 @@ extern "C" __global__ void __launch_bounds__(NW * 32) gemv_norm_silu_bf16(u16* o
     float sc = NP ? row_scale(ssq, row, k, eps) : 1.f;
     float gt = round_to<DT_BF16>(gemv_sum(red, t, l, e) * sc);
     float up = round_to<DT_BF16>(gemv_sum(red, t, l, e + 2) * sc);
-    float s = gt / (1.f + expf(-gt));
-    out[(i64)row * inter + f0 + (l >> 2)] = f32_to_bf16(s * up);
+    out[(i64)row * inter + f0 + (l >> 2)] = f32_to_bf16(silu_f(gt) * up);
   }
 }
