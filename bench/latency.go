@@ -62,6 +62,12 @@ type LatencyOptions struct {
 	// step's sampled ids before the host reads them (runner.Output.
 	// SampleNext), for comparing the two.
 	NoQueueAhead bool
+	// SustainedProbe > 0 also runs the GEMM probe back to back for this
+	// long and reports the rate over its second half: the rate the device
+	// holds once its power limit bites (on the H200 prefill's GEMMs drive
+	// it to the limit and the SM clock drops by a fifth within a fraction
+	// of a second), where the burst probe measures the boost clock.
+	SustainedProbe time.Duration
 	// ProfileSteps > 0 brackets, in the last iteration, the prefill and
 	// the first ProfileSteps decode steps with the backend's Profiler
 	// calls, so that a profiler started with collection off records one
@@ -121,8 +127,13 @@ type LatencyResult struct {
 	// the LM head on the logits rows); attention is left out, so the floor
 	// is a lower bound.
 	PrefillFLOPs       float64  `json:"prefill_flops"`
-	MatMulFLOPsPerS    *float64 `json:"matmul_flops_per_s"` // measured on the gate/up projection
+	MatMulFLOPsPerS    *float64 `json:"matmul_flops_per_s"` // measured on the gate/up projection: best of three 50 ms bursts
 	PrefillGEMMFloorMS *float64 `json:"prefill_gemm_floor_ms"`
+	// The same over the second half of SustainedProbe of back-to-back
+	// products (null when not measured): the floor at the rate the device
+	// sustains under its power limit.
+	MatMulFLOPsPerSSustained    *float64 `json:"matmul_flops_per_s_sustained"`
+	PrefillGEMMFloorSustainedMS *float64 `json:"prefill_gemm_floor_sustained_ms"`
 
 	// QueuedStepMS is the last decode step's forward run queuedSteps times
 	// back to back, with nothing sampled or read back in between, per step
@@ -619,13 +630,17 @@ func (run *latencyRun) finish(res *LatencyResult, prefill, itl, e2e []float64, k
 		res.DecodeFloorMS = ptr(*res.DecodeBytesPerStep / *res.CopyCeiling * 1e3)
 	}
 
-	rate, err := run.matmulRate()
+	rate, sustained, err := run.matmulRate()
 	if err != nil {
 		return err
 	}
 	if rate > 0 {
 		res.MatMulFLOPsPerS = ptr(rate)
 		res.PrefillGEMMFloorMS = ptr(res.PrefillFLOPs / rate * 1e3)
+	}
+	if sustained > 0 {
+		res.MatMulFLOPsPerSSustained = ptr(sustained)
+		res.PrefillGEMMFloorSustainedMS = ptr(res.PrefillFLOPs / sustained * 1e3)
 	}
 	return nil
 }
@@ -686,26 +701,28 @@ func (run *latencyRun) gateUpProbe() (w backend.Tensor, ok bool, err error) {
 
 // matmulRate measures FLOP/s of the model's largest projection (layer 0's
 // fused gate/up) on one prefill chunk's rows: the rate prefill's GEMMs can
-// reach on this backend, in the weights' own dtype.
-func (run *latencyRun) matmulRate() (float64, error) {
+// reach on this backend, in the weights' own dtype. burst is the best of
+// three 50 ms trials; sustained, with opts.SustainedProbe > 0, the rate
+// over the second half of that long a run (else 0).
+func (run *latencyRun) matmulRate() (burst, sustained float64, err error) {
 	o, c, b := run.opts, run.cfg, run.b
 	w, ok, err := run.gateUpProbe()
 	if err != nil {
-		return 0, fmt.Errorf("bench latency: matmul probe: %w", err)
+		return 0, 0, fmt.Errorf("bench latency: matmul probe: %w", err)
 	}
 	if !ok {
-		return 0, nil
+		return 0, 0, nil
 	}
 	defer b.Free(w)
 	n := min(o.PrefillChunk, o.Batch*o.InputLen)
 	x, err := b.Alloc(b.ActDType(), n, c.Hidden)
 	if err != nil {
-		return 0, fmt.Errorf("bench latency: matmul probe: %w", err)
+		return 0, 0, fmt.Errorf("bench latency: matmul probe: %w", err)
 	}
 	defer b.Free(x)
 	out, err := b.Alloc(b.ActDType(), n, 2*c.Intermediate)
 	if err != nil {
-		return 0, fmt.Errorf("bench latency: matmul probe: %w", err)
+		return 0, 0, fmt.Errorf("bench latency: matmul probe: %w", err)
 	}
 	defer b.Free(out)
 	// Random activations: zeros can run faster than real data.
@@ -713,16 +730,16 @@ func (run *latencyRun) matmulRate() (float64, error) {
 	fillNormal(vals, o.Seed, 0x70726f6265, 0, 1)
 	xb, err := encodeF32(vals, b.ActDType())
 	if err != nil {
-		return 0, fmt.Errorf("bench latency: matmul probe: %w", err)
+		return 0, 0, fmt.Errorf("bench latency: matmul probe: %w", err)
 	}
 	if err := b.Write(x, xb); err != nil {
-		return 0, fmt.Errorf("bench latency: matmul probe: %w", err)
+		return 0, 0, fmt.Errorf("bench latency: matmul probe: %w", err)
 	}
 	if err := b.MatMul(out, x, w, nil); err != nil { // warm: kernel load, GEMM plan
-		return 0, fmt.Errorf("bench latency: matmul probe: %w", err)
+		return 0, 0, fmt.Errorf("bench latency: matmul probe: %w", err)
 	}
 	if err := b.Sync(); err != nil {
-		return 0, fmt.Errorf("bench latency: matmul probe: %w", err)
+		return 0, 0, fmt.Errorf("bench latency: matmul probe: %w", err)
 	}
 	// Three trials of back-to-back launches between syncs, each at least
 	// 50 ms; the fastest counts, as a ceiling should (the others lost time
@@ -734,12 +751,12 @@ func (run *latencyRun) matmulRate() (float64, error) {
 		for batch := 1; ; batch *= 2 {
 			for range batch {
 				if err := b.MatMul(out, x, w, nil); err != nil {
-					return 0, fmt.Errorf("bench latency: matmul probe: %w", err)
+					return 0, 0, fmt.Errorf("bench latency: matmul probe: %w", err)
 				}
 			}
 			reps += batch
 			if err := b.Sync(); err != nil {
-				return 0, fmt.Errorf("bench latency: matmul probe: %w", err)
+				return 0, 0, fmt.Errorf("bench latency: matmul probe: %w", err)
 			}
 			if time.Since(start) >= 50*time.Millisecond || reps >= 1024 {
 				break
@@ -747,7 +764,34 @@ func (run *latencyRun) matmulRate() (float64, error) {
 		}
 		best = max(best, flops*float64(reps)/time.Since(start).Seconds())
 	}
-	return best, nil
+	if o.SustainedProbe <= 0 {
+		return best, 0, nil
+	}
+	// One long run, synchronised every 8 products; the rate counts from
+	// the first sync past half the duration to the last.
+	var (
+		reps, midReps int
+		start         = time.Now()
+		mid           time.Time
+	)
+	for {
+		for range 8 {
+			if err := b.MatMul(out, x, w, nil); err != nil {
+				return 0, 0, fmt.Errorf("bench latency: sustained matmul probe: %w", err)
+			}
+		}
+		reps += 8
+		if err := b.Sync(); err != nil {
+			return 0, 0, fmt.Errorf("bench latency: sustained matmul probe: %w", err)
+		}
+		el := time.Since(start)
+		if mid.IsZero() && el >= o.SustainedProbe/2 {
+			mid, midReps = time.Now(), reps
+		} else if !mid.IsZero() && el >= o.SustainedProbe {
+			break
+		}
+	}
+	return best, flops * float64(reps-midReps) / time.Since(mid).Seconds(), nil
 }
 
 // encodeF32 encodes vals in a float (activation) dtype.

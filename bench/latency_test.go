@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/trigon-llm/trigon/backend"
 	"github.com/trigon-llm/trigon/backend/cpu"
@@ -204,16 +205,18 @@ func TestLatencyAccounting(t *testing.T) {
 		source   string
 		ceiling  float64
 		hasFloor bool
+		sustain  time.Duration
 	}{
-		{"untied, measured ceiling", false, fakeProber{cpu.New(cpu.Options{Threads: 2}), 5e9}, 0, "measured", 5e9, true},
-		{"tied, nominal ceiling", true, cpu.New(cpu.Options{Threads: 2}), 3e9, "nominal", 3e9, true},
-		{"no ceiling", false, noProber{cpu.New(cpu.Options{Threads: 2})}, 0, "", 0, false},
+		{"untied, measured ceiling", false, fakeProber{cpu.New(cpu.Options{Threads: 2}), 5e9}, 0, "measured", 5e9, true, 0},
+		{"tied, nominal ceiling, sustained probe", true, cpu.New(cpu.Options{Threads: 2}), 3e9, "nominal", 3e9, true, 60 * time.Millisecond},
+		{"no ceiling", false, noProber{cpu.New(cpu.Options{Threads: 2})}, 0, "", 0, false, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := tinyConfig(tc.tied, false)
 			w := mustSynthetic(t, c, backend.BF16, 1)
 			res, err := RunLatency(context.Background(), LatencyOptions{
 				Backend: tc.b, Config: c, Weights: w, Batch: batch, InputLen: in, OutputLen: out, Iters: 1, PeakBandwidth: tc.peak,
+				SustainedProbe: tc.sustain,
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -244,6 +247,14 @@ func TestLatencyAccounting(t *testing.T) {
 			if res.MatMulFLOPsPerS == nil || !(*res.MatMulFLOPsPerS > 0) ||
 				math.Abs(*res.PrefillGEMMFloorMS - wantFLOPs / *res.MatMulFLOPsPerS * 1e3) > 1e-6**res.PrefillGEMMFloorMS {
 				t.Errorf("GEMM floor %v at %v FLOP/s, want FLOPs / rate", res.PrefillGEMMFloorMS, res.MatMulFLOPsPerS)
+			}
+			if tc.sustain == 0 {
+				if res.MatMulFLOPsPerSSustained != nil || res.PrefillGEMMFloorSustainedMS != nil {
+					t.Errorf("sustained rate %v, floor %v without the probe; want n/a", res.MatMulFLOPsPerSSustained, res.PrefillGEMMFloorSustainedMS)
+				}
+			} else if res.MatMulFLOPsPerSSustained == nil || !(*res.MatMulFLOPsPerSSustained > 0) ||
+				math.Abs(*res.PrefillGEMMFloorSustainedMS - wantFLOPs / *res.MatMulFLOPsPerSSustained * 1e3) > 1e-6**res.PrefillGEMMFloorSustainedMS {
+				t.Errorf("sustained GEMM floor %v at %v FLOP/s, want FLOPs / rate", res.PrefillGEMMFloorSustainedMS, res.MatMulFLOPsPerSSustained)
 			}
 			if wantParams := paramCount(c); res.Params != wantParams {
 				t.Errorf("params %d, want %d", res.Params, wantParams)

@@ -71,6 +71,9 @@ func (r *LatencyResult) WriteText(w io.Writer) error {
 	} else {
 		p("prefill GEMM floor", "n/a")
 	}
+	if r.PrefillGEMMFloorSustainedMS != nil {
+		p("sustained GEMM floor", "%s at %sFLOP/s held under the power limit", ms(*r.PrefillGEMMFloorSustainedMS), count(*r.MatMulFLOPsPerSSustained))
+	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "note: %s\n", n)
 	}

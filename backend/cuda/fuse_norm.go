@@ -177,18 +177,32 @@ func (b *Backend) product(op string, x, w backend.Tensor, m int) (xt, wt *tensor
 	return xt, wt, ok, nil
 }
 
-// MatMulAdd implements backend.NormFuser: resid += x . w^T through
-// gemv_add_bf16 (kernels/gemv.cu), for BF16 operands of at most
-// gemvMaxRows rows; the sum is rounded as MatMul into a BF16 buffer, then
-// AddRMSNorm's residual add, round it.
+// MatMulAdd implements backend.NormFuser: resid += x . w^T for BF16
+// operands. Decode batches (at most gemvMaxRows rows) run gemv_add_bf16
+// (kernels/gemv.cu), whose sum is rounded as MatMul into a BF16 buffer,
+// then AddRMSNorm's residual add, round it. Larger batches (prefill) run
+// cuBLASLt with beta = 1 and the residual as both C and D: the product
+// and the add in one rounding, and the norm after it reads the residual
+// alone instead of the residual and a product buffer and writes one
+// tensor instead of two (half its traffic).
 //
 //	resid [n, m] BF16;  x [n, k] BF16;  w [m, k] BF16
 func (b *Backend) MatMulAdd(resid, x, w backend.Tensor) (bool, error) {
 	rt, xt, wt, ok, err := b.addOperands(resid, x, w)
-	if err != nil || !ok || fuseNormOps&fuseAdd == 0 {
+	if err != nil || fuseNormOps&fuseAdd == 0 {
 		return false, err
 	}
 	n, m, k := xt.shape[0], wt.shape[0], wt.shape[1]
+	if !ok {
+		if n <= gemvMaxRows || !blasAdd || rt.dt != backend.BF16 || xt.dt != backend.BF16 || wt.dt != backend.BF16 ||
+			k%8 != 0 || m%8 != 0 {
+			return false, nil
+		}
+		if err := b.post(func() error { return b.gemmAdd(rt.ptr, xt.ptr, wt.ptr, n, m, k) }); err != nil {
+			return false, err
+		}
+		return true, nil
+	}
 	pristine := wt.owner != nil && wt.owner.pristine.Load()
 	if err := b.post(func() error {
 		c, err := b.fusedGEMV(n, m, k, xt.ptr, wt.ptr)
@@ -204,6 +218,34 @@ func (b *Backend) MatMulAdd(resid, x, w backend.Tensor) (bool, error) {
 		return false, err
 	}
 	return true, nil
+}
+
+// blasAdd lets MatMulAdd take prefill-sized batches through cuBLASLt
+// (TRIGON_CUDA_BLAS_ADD=off turns it off, for comparison).
+var blasAdd = os.Getenv("TRIGON_CUDA_BLAS_ADD") != "off"
+
+// gemmAdd queues y += x . w^T (y [n, m], BF16 throughout) as a cuBLASLt
+// product with beta = 1, y its C and D. The shape's first eager call
+// tunes the plan on a scratch output first: the tuner's runs write their
+// output with beta = 0 and would overwrite y. CUDA thread only.
+func (b *Backend) gemmAdd(y, x, w uint64, n, m, k int) error {
+	key := gemmKey{m: m, n: n, k: k, wt: cudaR16BF, xt: cudaR16BF, yt: cudaR16BF}
+	if p, ok := b.blas.plans[key]; (!ok || p.candidates != nil) && !b.capturing {
+		tmp, err := b.tmpGet(n * m * 2)
+		if err != nil {
+			return err
+		}
+		_, err = b.gemmPlanFor(tmp, cudaR16BF, x, w, n, m, k)
+		b.tmpPut(tmp)
+		if err != nil {
+			return err
+		}
+	}
+	p, err := b.gemmPlanFor(y, cudaR16BF, x, w, n, m, k)
+	if err != nil {
+		return err
+	}
+	return b.blas.lib.check("cublasLtMatmul", b.gemmCallBeta(p, p.algo, y, x, w, true))
 }
 
 // addOperands checks MatMulAdd's operands (ErrShape errors) and reports

@@ -38,7 +38,17 @@ func TestNormFuserRefusals(t *testing.T) {
 	}{
 		{"add", func() (bool, error) { return h.b.MatMulAdd(resid, x, w) }, fused},
 		{"add 16 rows", func() (bool, error) { return h.b.MatMulAdd(h.t(bf, 16, m), h.t(bf, 16, k), w) }, fused},
-		{"add 17 rows", func() (bool, error) { return h.b.MatMulAdd(h.t(bf, 17, m), h.t(bf, 17, k), w) }, refused},
+		// Past the GEMV's rows: cuBLASLt with beta = 1 (prefill).
+		{"add 17 rows", func() (bool, error) { return h.b.MatMulAdd(h.t(bf, 17, m), h.t(bf, 17, k), w) }, fused},
+		{"add 17 rows, cuBLASLt add off", func() (bool, error) {
+			defer func(v bool) { blasAdd = v }(blasAdd)
+			blasAdd = false
+			return h.b.MatMulAdd(h.t(bf, 17, m), h.t(bf, 17, k), w)
+		}, refused},
+		{"add 17 rows F32 x", func() (bool, error) { return h.b.MatMulAdd(h.t(bf, 17, m), h.t(f32, 17, k), w) }, refused},
+		{"add 17 rows k not a multiple of 8", func() (bool, error) {
+			return h.b.MatMulAdd(h.t(bf, 17, m), h.t(bf, 17, k+4), h.t(bf, m, k+4))
+		}, refused},
 		{"add F32 resid", func() (bool, error) { return h.b.MatMulAdd(h.t(f32, n, m), x, w) }, refused},
 		{"add F32 x", func() (bool, error) { return h.b.MatMulAdd(resid, h.t(f32, n, k), w) }, refused},
 		{"add Q8_0 w", func() (bool, error) { return h.b.MatMulAdd(resid, x, h.t(backend.Q8_0, m, k)) }, refused},
@@ -382,5 +392,40 @@ func testNormFusedGraph(t *testing.T) {
 		if string(wantH) == string(hBytes) {
 			t.Fatalf("round %d: the residual stream was not written", round)
 		}
+	}
+}
+
+// TestMatMulAddPrefill checks MatMulAdd on prefill-sized batches (cuBLASLt
+// with beta = 1, the residual as C and D) against the CPU's MatMul and
+// residual add, twice in a row: the first call of a shape tunes its plan,
+// which must not write into the residual, and the second accumulates onto
+// the first's sum.
+func TestMatMulAddPrefill(t *testing.T) {
+	sharedBackend(t, true)
+	if fuseNormOps&fuseAdd == 0 || !blasAdd {
+		t.Skip("MatMulAdd is off (TRIGON_CUDA_FUSE_NORM or TRIGON_CUDA_BLAS_ADD)")
+	}
+	for _, s := range []struct{ n, k, m int }{{17, 1000, 520}, {300, 4096, 4096}, {64, 14336, 4096}} {
+		t.Run(fmt.Sprintf("n%d_k%d_m%d", s.n, s.k, s.m), func(t *testing.T) {
+			p := newPair(t)
+			g, c := p.g, p.c
+			bf := backend.BF16
+			cr, gr := p.act(bf, []int{s.n, s.m}, p.normal(s.n*s.m, 1))
+			cx, gx := p.act(bf, []int{s.n, s.k}, p.normal(s.n*s.k, 1))
+			cw, gw := p.same(bf, []int{s.m, s.k}, encode(bf, p.normal(s.m*s.k, float32(1/math.Sqrt(float64(s.k))))))
+			cgm, _ := p.same(backend.F32, []int{s.m}, encode(backend.F32, p.normWeights(s.m)))
+			cDelta, cNormed := p.cpuOut(s.n, s.m), p.cpuOut(s.n, s.m)
+			p.must("cpu matmul", c.MatMul(cDelta, cx, cw, nil))
+			for i := range 2 {
+				p.must("cpu add", c.AddRMSNorm(cNormed, cDelta, cr, cgm, 1e-5))
+				ok, err := g.MatMulAdd(gr, gx, gw)
+				p.must("MatMulAdd", err)
+				if !ok {
+					t.Fatal("MatMulAdd returned false for a BF16 prefill batch")
+				}
+				p.must("sync", g.Sync())
+				p.expectClose(fmt.Sprintf("residual after call %d", i+1), read(t, g, gr), read(t, c, cr), bf16Tol)
+			}
+		})
 	}
 }

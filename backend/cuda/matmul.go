@@ -331,9 +331,18 @@ func (b *Backend) gemvCall(c gemvConfig, y uint64, yt int, x, w uint64, n, m, k 
 // gemmCall queues y = x . w^T with plan p and algorithm algo (64 bytes),
 // returning cuBLASLt's status. CUDA thread only.
 func (b *Backend) gemmCall(p *gemmPlan, algo []byte, y, x, w uint64) int {
+	return b.gemmCallBeta(p, algo, y, x, w, false)
+}
+
+// gemmCallBeta is gemmCall with beta = 1 when accumulate is set: y +=
+// x . w^T, y read as C and written as D (one layout, so in place).
+func (b *Backend) gemmCallBeta(p *gemmPlan, algo []byte, y, x, w uint64, accumulate bool) int {
 	g := &b.blas
 	alpha := uintptr(unsafe.Pointer(&g.scalars[0]))
 	beta := uintptr(unsafe.Pointer(&g.scalars[4]))
+	if accumulate {
+		beta = alpha // the pinned 1.0f
+	}
 	return g.lib.call(g.lib.matmul, g.handle, p.desc, alpha, uintptr(w), p.a, uintptr(x), p.b, beta,
 		uintptr(y), p.d, uintptr(y), p.d, uintptr(unsafe.Pointer(&algo[0])), uintptr(g.workspace), ltWorkspaceBytes, b.stream)
 }

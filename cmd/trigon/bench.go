@@ -58,6 +58,7 @@ func benchLatencyCmd() *cobra.Command {
 	var df deviceFlags
 	var arch, modelPath, dtype, graphs string
 	var batch, inputLen, outputLen, chunk, warmup, iters, profileSteps int
+	var sustained time.Duration
 	var seed uint64
 	var peakGBps float64
 	var asJSON, verbose, onDevice, queueAhead bool
@@ -118,7 +119,8 @@ func benchLatencyCmd() *cobra.Command {
 					Backend: b, Config: cfg, Weights: w, Arch: arch, WeightsSource: source,
 					Batch: batch, InputLen: inputLen, OutputLen: outputLen, PrefillChunk: chunk,
 					Warmup: warmup, Iters: iters, Seed: seed, CUDAGraphs: useGraphs, PeakBandwidth: peakGBps * 1e9,
-					ProfileSteps: profileSteps, NoQueueAhead: !queueAhead,
+					SustainedProbe: sustained,
+					ProfileSteps:   profileSteps, NoQueueAhead: !queueAhead,
 				})
 				if err != nil {
 					return err
@@ -160,6 +162,7 @@ func benchLatencyCmd() *cobra.Command {
 	fl.BoolVarP(&verbose, "verbose", "v", false, "log backend selection")
 	fl.BoolVar(&onDevice, "weights-on-device", true, "make BF16/F32 synthetic weights on the device (false: generate on the host and copy)")
 	fl.BoolVar(&queueAhead, "queue-ahead", true, "queue each decode step on the device's sampled ids before the host reads them (where the backend can)")
+	fl.DurationVar(&sustained, "sustained-probe", 1500*time.Millisecond, "also run the prefill GEMM probe back to back this long and report the rate over its second half, under the device's power limit (0: off)")
 	fl.IntVar(&profileSteps, "profile-steps", 0, "in the last iteration, bracket the prefill and this many decode steps for a profiler run with collection off (ncu --profile-from-start off)")
 	return cmd
 }

@@ -27,7 +27,7 @@ func runBench(t *testing.T, args ...string) (string, error) {
 // model's architecture and checks the report's fields.
 func TestBenchLatencyJSON(t *testing.T) {
 	out, err := runBench(t, "latency", "--device", "cpu", "--threads", "2", "--arch", "default",
-		"--batch", "2", "--input-len", "32", "--output-len", "4", "--warmup", "0", "--iters", "1", "--json")
+		"--batch", "2", "--input-len", "32", "--output-len", "4", "--warmup", "0", "--iters", "1", "--sustained-probe", "100ms", "--json")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
@@ -38,7 +38,7 @@ func TestBenchLatencyJSON(t *testing.T) {
 	for _, key := range []string{
 		"benchmark", "arch", "backend", "batch", "input_len", "output_len", "cuda_graphs", "params", "weight_bytes",
 		"prefill_ms", "itl_ms", "e2e_ms", "decode_tokens_per_s", "decode_bytes_per_step", "achieved_bytes_per_s",
-		"copy_ceiling_bytes_per_s", "decode_floor_ms", "prefill_gemm_floor_ms", "notes",
+		"copy_ceiling_bytes_per_s", "decode_floor_ms", "prefill_gemm_floor_ms", "prefill_gemm_floor_sustained_ms", "notes",
 	} {
 		if _, ok := r[key]; !ok {
 			t.Errorf("field %s missing", key)
@@ -71,6 +71,9 @@ func TestBenchLatencyJSON(t *testing.T) {
 	p50, p90, p99, mx := num("itl_ms", "p50"), num("itl_ms", "p90"), num("itl_ms", "p99"), num("itl_ms", "max")
 	if !(p50 > 0 && p50 <= p90 && p90 <= p99 && p99 <= mx) {
 		t.Errorf("ITL percentiles not ordered: %v", r["itl_ms"])
+	}
+	if f := num("prefill_gemm_floor_sustained_ms"); !(f > 0) || num("matmul_flops_per_s_sustained") <= 0 {
+		t.Errorf("sustained GEMM floor %v at %v FLOP/s: want both positive", f, r["matmul_flops_per_s_sustained"])
 	}
 	if pre, e2e := num("prefill_ms", "p50"), num("e2e_ms", "p50"); !(pre > 0 && e2e > pre) {
 		t.Errorf("prefill %v ms, end to end %v ms", pre, e2e)

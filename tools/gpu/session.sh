@@ -300,16 +300,19 @@ done
 }
 
 # prefill_ab RUNS: the batch-4 bench (2048-token prompts, output 128,
-# graphs on) with .gpu/trigon-base (a build of the commit before a change,
-# when the archive holds one) and .gpu/trigon, alternating, RUNS times.
+# graphs on) for each of AB_VARIANTS (default: trigon-base, a build of the
+# commit before a change when the archive holds one, then trigon), each
+# BINARY or BINARY:VAR=VALUE (one environment setting), alternating, RUNS
+# times.
 prefill_ab() {
 for r in $(seq "$1"); do
-  for bin in trigon-base trigon; do
+  for v in ${AB_VARIANTS:-trigon-base trigon}; do
+    bin=${v%%:*}; env=; [[ $v == *:* ]] && env=${v#*:}
     [ -x ".gpu/$bin" ] || continue
-    log "bench latency llama-3-8b --batch 4 --output-len 128 --cuda-graphs on ($bin)"
-    ".gpu/$bin" bench latency --arch llama-3-8b --batch 4 --input-len 2048 --output-len 128 \
-      --device cuda --cuda-graphs on --json >"$OUT/bench-4-$bin-$r.json" 2>>"$OUT/bench.err" || tail -3 "$OUT/bench.err"
-    $PY -c "import json,sys;d=json.load(open(sys.argv[1]));i=d['itl_ms'];p=d['prefill_ms']['p50'];f=d['prefill_gemm_floor_ms'];print('prefill %.1f ms (GEMM floor %.1f: %.3fx), ITL p50 %.3f p99 %.3f ms, floor %.3f'%(p,f,p/f,i['p50'],i['p99'],d['decode_floor_ms']))" "$OUT/bench-4-$bin-$r.json" 2>&1 | tee -a "$OUT/summary.txt"
+    log "bench latency llama-3-8b --batch 4 --output-len 128 --cuda-graphs on ($bin $env)"
+    env $env ".gpu/$bin" bench latency --arch llama-3-8b --batch 4 --input-len 2048 --output-len 128 \
+      --device cuda --cuda-graphs on --json >"$OUT/bench-4-$r-${v//[:=]/_}.json" 2>>"$OUT/bench.err" || tail -3 "$OUT/bench.err"
+    $PY -c "import json,sys;d=json.load(open(sys.argv[1]));i=d['itl_ms'];p=d['prefill_ms']['p50'];f=d['prefill_gemm_floor_ms'];fs=d.get('prefill_gemm_floor_sustained_ms') or 0;print('prefill %.1f ms (GEMM floor %.1f: %.3fx; sustained %.1f: %.3fx), ITL p50 %.3f p99 %.3f ms, floor %.3f'%(p,f,p/f,fs,p/fs if fs else 0,i['p50'],i['p99'],d['decode_floor_ms']))" "$OUT/bench-4-$r-${v//[:=]/_}.json" 2>&1 | tee -a "$OUT/summary.txt"
   done
 done
 }
