@@ -464,7 +464,7 @@ func normPrefetch(g *Backend, out, x, res, w, pf backend.Tensor, pfBytes int) er
 	k := fnKey{modSpec{file: "norm", p: [6]int{dtBF16, dtBF16, dtBF16}}, "add_rmsnorm"}
 	pfBytes = min(pfBytes, ts[4].bytes)
 	return g.post(func() error {
-		return g.addRMSNorm(k, rows, normThreads(dim), ts[0], ts[1], ts[2], ts[3], dim, 1e-5, 1, ts[4].ptr, pfBytes)
+		return g.addRMSNorm(k, rows, normThreads(dim, rows), ts[0], ts[1], ts[2], ts[3], dim, 1e-5, 1, ts[4].ptr, pfBytes)
 	})
 }
 

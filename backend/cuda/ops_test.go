@@ -68,6 +68,10 @@ func TestAddRMSNorm(t *testing.T) {
 		{4, 4096, backend.F32, false},
 		{2, 12288, backend.F32, true},
 		{7, 1000, backend.F32, false},
+		// Prefill-sized batches take two chunks a thread (normThreads),
+		// also on the scalar paths.
+		{100, 1004, backend.BF16, true},
+		{70, 20000, backend.F32, true},
 	} {
 		t.Run(fmt.Sprintf("%dx%d_w%v_res%v", tc.rows, tc.dim, tc.w, tc.residual), func(t *testing.T) {
 			p := newPair(t)
