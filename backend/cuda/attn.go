@@ -370,6 +370,9 @@ type prefillConfig struct {
 // memory each tile and the tiles shrink to 64 rows by 32 keys (101 KB of
 // shared memory: two blocks per SM).
 func prefillTiling(d int) prefillConfig {
+	if prefillTileOverride.rows > 0 && d <= 128 {
+		return prefillTileOverride
+	}
 	if d > 128 {
 		return prefillConfig{rows: 64, keys: 32, warps: 4, qInRegs: false}
 	}
@@ -398,6 +401,33 @@ func (c prefillConfig) smem(d int) int {
 		return 2 * stage
 	}
 	return 2*stage + q
+}
+
+// prefillTileOverride, when set (TRIGON_CUDA_PREFILL_TILE=rows:keys:warps,
+// read by New), replaces prefillTiling's choice for head dims up to 128,
+// for comparing tilings; Q stays in registers.
+var prefillTileOverride prefillConfig
+
+// prefillTileEnv names prefillTileOverride's setting.
+const prefillTileEnv = "TRIGON_CUDA_PREFILL_TILE"
+
+// applyPrefillTileEnv reads prefillTileEnv: rows a multiple of 16 up to
+// 128 with warps = rows/16, keys a multiple of 16 up to 128.
+func applyPrefillTileEnv() error {
+	v := os.Getenv(prefillTileEnv)
+	prefillTileOverride = prefillConfig{}
+	if v == "" {
+		return nil
+	}
+	var c prefillConfig
+	if _, err := fmt.Sscanf(v, "%d:%d:%d", &c.rows, &c.keys, &c.warps); err != nil ||
+		c.rows <= 0 || c.rows > 128 || c.rows%16 != 0 || c.warps != c.rows/16 ||
+		c.keys <= 0 || c.keys > 128 || c.keys%16 != 0 {
+		return fmt.Errorf("cuda: %s=%q: want rows:keys:warps, rows a multiple of 16 up to 128, warps rows/16, keys a multiple of 16 up to 128", prefillTileEnv, v)
+	}
+	c.qInRegs = true
+	prefillTileOverride = c
+	return nil
 }
 
 // maxGridYZ is CUDA's limit on a grid's y and z dimensions.

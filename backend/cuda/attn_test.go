@@ -560,3 +560,37 @@ func TestParseDecodeStages(t *testing.T) {
 		}
 	}
 }
+
+// TestPrefillTileEnv checks TRIGON_CUDA_PREFILL_TILE's parsing: accepted
+// tilings replace prefillTiling's for head dims up to 128 only.
+func TestPrefillTileEnv(t *testing.T) {
+	defer func() { prefillTileOverride = prefillConfig{} }()
+	for _, tc := range []struct {
+		v    string
+		want prefillConfig // zero: rejected or unset
+		ok   bool
+	}{
+		{"", prefillConfig{}, true},
+		{"64:64:4", prefillConfig{rows: 64, keys: 64, warps: 4, qInRegs: true}, true},
+		{"128:32:8", prefillConfig{rows: 128, keys: 32, warps: 8, qInRegs: true}, true},
+		{"128:64:4", prefillConfig{}, false}, // warps must be rows/16
+		{"144:64:9", prefillConfig{}, false},
+		{"128:72:8", prefillConfig{}, false},
+		{"128:256:8", prefillConfig{}, false},
+		{"big", prefillConfig{}, false},
+	} {
+		t.Setenv(prefillTileEnv, tc.v)
+		err := applyPrefillTileEnv()
+		if (err == nil) != tc.ok || prefillTileOverride != tc.want {
+			t.Errorf("%q: override %+v, err %v; want %+v, ok %v", tc.v, prefillTileOverride, err, tc.want, tc.ok)
+		}
+		if tc.want.rows > 0 {
+			if got := prefillTiling(128); got != tc.want {
+				t.Errorf("%q: prefillTiling(128) = %+v", tc.v, got)
+			}
+			if got := prefillTiling(256); got == tc.want {
+				t.Errorf("%q: the override reached head dim 256", tc.v)
+			}
+		}
+	}
+}

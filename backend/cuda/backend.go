@@ -172,6 +172,9 @@ func New(opts Options) (*Backend, error) {
 	if err := applyNormPrefetchEnv(); err != nil {
 		return nil, err
 	}
+	if err := applyPrefillTileEnv(); err != nil {
+		return nil, err
+	}
 	d, _ := loadDriver()
 	b := &Backend{
 		opts:    opts,

@@ -9,7 +9,7 @@
 # transformers), serve_smoke, bench_rows, graphs, profile (ncu), attn_bench,
 # attn_check, default_model, peers, overlap (bench overlap), margin, pdl,
 # tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab, queue_ab, norm_prefetch, chain, chain_ops, chain_final, chain_verify, tests_only,
-# prefill_ab, prefill_small,
+# prefill_ab, prefill_small, prefill_tile,
 # prefill_chunks, splits (one A/B
 # experiment each), final (tests, then peers, rows and the server: what
 # docs/benchmarks.md's latest section ran);
@@ -314,6 +314,19 @@ for r in $(seq "$1"); do
       --device cuda --cuda-graphs on --json >"$OUT/bench-4-$r-${v//[:=]/_}.json" 2>>"$OUT/bench.err" || tail -3 "$OUT/bench.err"
     $PY -c "import json,sys;d=json.load(open(sys.argv[1]));i=d['itl_ms'];p=d['prefill_ms']['p50'];f=d['prefill_gemm_floor_ms'];fs=d.get('prefill_gemm_floor_sustained_ms') or 0;print('prefill %.1f ms (GEMM floor %.1f: %.3fx; sustained %.1f: %.3fx), ITL p50 %.3f p99 %.3f ms, floor %.3f'%(p,f,p/f,fs,p/fs if fs else 0,i['p50'],i['p99'],d['decode_floor_ms']))" "$OUT/bench-4-$r-${v//[:=]/_}.json" 2>&1 | tee -a "$OUT/summary.txt"
   done
+done
+}
+
+# prefill_tile: prefill attention's tiling (TRIGON_CUDA_PREFILL_TILE) for
+# each of TILES: the attention tests under it, then
+# BenchmarkAttentionPrefill (graph-timed TFLOP/s).
+prefill_tile() {
+for tl in ${TILES:-128:64:8 128:32:8 64:64:4 64:32:4 128:128:8 32:32:2}; do
+  log "TRIGON_CUDA_PREFILL_TILE=$tl: TestAttention, BenchmarkAttentionPrefill"
+  (cd backend/cuda && TRIGON_CUDA_PREFILL_TILE=$tl "$root/.gpu/cuda.test" -test.run 'TestAttention' -test.timeout 3m >"$OUT/tile-$tl-tests.log" 2>&1)
+  echo "tests rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^(--- FAIL|FAIL)|relative error [0-9.e-]+ >" "$OUT/tile-$tl-tests.log" | head -5 | tee -a "$OUT/summary.txt"
+  (cd backend/cuda && TRIGON_CUDA_PREFILL_TILE=$tl "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'BenchmarkAttentionPrefill' -test.benchtime 20x >"$OUT/tile-$tl-bench.log" 2>&1)
+  grep -E "Benchmark.*TFLOP|rror" "$OUT/tile-$tl-bench.log" | tee -a "$OUT/summary.txt"
 done
 }
 
