@@ -365,7 +365,12 @@ type prefillConfig struct {
 // prefillTiling picks the prefill tiles for head dim d. Up to 128 dims a
 // block takes 128 query rows (8 warps of 16) against 64-key tiles with Q
 // held in registers: per lane 64 f32 accumulators, 32 scores and 32 Q
-// words at d=128, which leaves room below 255 registers. At 256 dims the
+// words at d=128, which leaves room below 255 registers. At exactly 128
+// dims the key tiles are 128 long (64 scores a lane; 139 KB of shared
+// memory, one block per SM): half the barriers and pipeline turns per key,
+// 2-4% faster on the H200 (204.9 against 200.6 TFLOP/s at 4 x 2048, 239.0
+// against 230.8 at 8192; 128:32, 64:64, 64:32 and 32:32 were slower,
+// docs/benchmarks.md); the smaller head dims were not timed. At 256 dims the
 // accumulators alone are 128 registers, so Q is re-read from shared
 // memory each tile and the tiles shrink to 64 rows by 32 keys (101 KB of
 // shared memory: two blocks per SM).
@@ -375,6 +380,9 @@ func prefillTiling(d int) prefillConfig {
 	}
 	if d > 128 {
 		return prefillConfig{rows: 64, keys: 32, warps: 4, qInRegs: false}
+	}
+	if d == 128 {
+		return prefillConfig{rows: 128, keys: 128, warps: 8, qInRegs: true}
 	}
 	return prefillConfig{rows: 128, keys: 64, warps: 8, qInRegs: true}
 }
