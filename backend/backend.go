@@ -226,9 +226,10 @@ type QKVRoPEFuser interface {
 	FusedQKVRoPE(x, w Tensor, args RoPEArgs) (bool, error)
 }
 
-// NormFuser is an optional Backend interface for decode-sized batches: it
-// folds AddRMSNorm and SiLUMul into the products beside them, so a decoder
-// layer runs fewer kernels. The residual add moves into the product that
+// NormFuser is an optional Backend interface (decode-sized batches; the
+// CUDA backend's MatMulAdd also takes prefill batches): it folds
+// AddRMSNorm and SiLUMul into the products beside them, so a decoder
+// layer runs fewer kernels and moves fewer bytes. The residual add moves into the product that
 // makes the addend (MatMulAdd); the norm moves into the product that reads
 // it (NormQKVRoPE, NormGateUpSiLU), whose input is then the residual stream
 // itself. Each method returns false, having queued nothing, where it does
@@ -238,7 +239,8 @@ type QKVRoPEFuser interface {
 // may be added in another order).
 type NormFuser interface {
 	// MatMulAdd: resid += x . w^T, rounded as MatMul into a buffer and
-	// AddRMSNorm's residual add round it.
+	// AddRMSNorm's residual add round it, or once (the product and the
+	// add in one rounding: the CUDA backend's cuBLASLt path).
 	//	resid [n, m];  x [n, k];  w [m, k]
 	MatMulAdd(resid, x, w Tensor) (bool, error)
 	// NormQKVRoPE is FusedQKVRoPE with x = AddRMSNorm(h, nil, normW, eps)'s

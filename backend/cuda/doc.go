@@ -39,7 +39,9 @@
 // and writes the paged caches in the epilogue (one kernel instead of two,
 // bit for bit the same result). MatMulAdd puts the residual add of the
 // O and down projections in the GEMV's epilogue (gemv_add_bf16), so the
-// norm after them only normalises. The GEMVs that would normalise their
+// norm after them only normalises; for prefill batches it runs cuBLASLt
+// with beta = 1 and the residual as C and D (TRIGON_CUDA_BLAS_ADD=off
+// turns that off). The GEMVs that would normalise their
 // own input (NormQKVRoPE, NormGateUpSiLU) are built and tested but off by
 // default (TRIGON_CUDA_FUSE_NORM=on|off|add,qkv,mlp;
 // TRIGON_CUDA_FUSE_NORM_SCALE=pre|post): every block redoes the row's
