@@ -273,15 +273,16 @@ func (b *Backend) ropeOperands(a backend.RoPEArgs) (ropeOps, error) {
 	return r, nil
 }
 
-// ropeStore launches rope_store_kv: one warp per two tokens and a Q or K head.
+// ropeStore launches rope_store_kv: one warp per two tokens and a Q or K head,
+// eight heads a block sharing their rotation angles.
 // CUDA thread only.
 func (b *Backend) ropeStore(r ropeOps) error {
 	f, err := b.fn(fnKey{modSpec{file: "rope", p: [6]int{r.d, r.blockSize, int(r.qkv.dt), int(r.kc.dt), int(r.nt)}}, "rope_store_kv"})
 	if err != nil {
 		return err
 	}
-	const tokensPerWarp = 2 // TPW of kernels/rope.cu
-	grid := [3]int{(r.n + tokensPerWarp - 1) / tokensPerWarp, (r.h + r.kvh + 3) / 4, 1}
-	return b.launch(f, grid, 128, 0, r.q.ptr, r.qkv.ptr, r.pos.ptr, r.slots.ptr, r.kc.ptr, r.vc.ptr, r.invf.ptr,
+	const tokensPerWarp, headsPerBlock = 2, 8 // TPW and HPB of kernels/rope.cu
+	grid := [3]int{(r.n + tokensPerWarp - 1) / tokensPerWarp, (r.h + r.kvh + headsPerBlock - 1) / headsPerBlock, 1}
+	return b.launch(f, grid, headsPerBlock*32, 0, r.q.ptr, r.qkv.ptr, r.pos.ptr, r.slots.ptr, r.kc.ptr, r.vc.ptr, r.invf.ptr,
 		ptrOf(r.qn), ptrOf(r.kn), f32bits(r.eps), i32(r.h), i32(r.kvh), i32(r.numSlots), b.errDev, i32(r.n))
 }
