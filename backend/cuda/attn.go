@@ -159,18 +159,24 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 			return err
 		}
 		var part uint64 // [s, h, nsplit, d+2] F32 partials
-		if dp.nsplit > 1 {
+		if dp.nsplit > 1 && dp.cluster == 0 {
 			if part, err = b.tmpGet(s * h * dp.nsplit * (d + 2) * 4); err != nil {
 				return err
 			}
 			defer b.tmpPut(part)
 		}
-		if err := b.launch(dec, dp.grid, 128, dp.smem, out.ptr, part, q.ptr, kc.ptr, vc.ptr,
+		decArgs := []uint64{out.ptr, part, q.ptr, kc.ptr, vc.ptr,
 			bt.ptr, i32(maxBlocks), sl.ptr, qs.ptr, i32(h), i32(kvh), i32(h/kvh), i32(dp.nsplit), scale,
-			i32(a.SlidingWindow), i32(numBlocks), i32(n), i32(a.MaxSeqLen), i32(decodeOnly), b.errDev); err != nil {
+			i32(a.SlidingWindow), i32(numBlocks), i32(n), i32(a.MaxSeqLen), i32(decodeOnly), b.errDev}
+		if dp.cluster > 0 {
+			err = b.launchCluster(dec, dp.grid, 128, dp.smem, dp.cluster, decArgs...)
+		} else {
+			err = b.launch(dec, dp.grid, 128, dp.smem, decArgs...)
+		}
+		if err != nil {
 			return err
 		}
-		if dp.nsplit > 1 {
+		if dp.nsplit > 1 && dp.cluster == 0 {
 			comb, err := b.fn(fnKey{dp.mod, dp.combine})
 			if err != nil {
 				return err

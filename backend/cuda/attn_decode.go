@@ -18,7 +18,10 @@ import (
 //
 // Both cut a row's context into a split count that depends only on the
 // batch shape (never on the actual lengths), so a captured graph stays
-// valid as contexts grow; a combine kernel merges the splits.
+// valid as contexts grow; a combine kernel merges the splits, or, with
+// TRIGON_CUDA_ATTN_CLUSTER=on on sm_90 and 2-8 splits, the tensor-core
+// kernel's blocks of a row merge them themselves as one thread-block
+// cluster (attn_decode_mma_cl, through distributed shared memory).
 
 // decodeNW and decodeTile mirror NW (warps per block) and TT (tokens per
 // tile) in kernels/attn_decode.cu.
@@ -66,14 +69,38 @@ func applyDecodeStages() error {
 	return err
 }
 
+// attnCluster, when set (TRIGON_CUDA_ATTN_CLUSTER=on, read by New), has
+// the tensor-core decode kernel merge its splits inside thread-block
+// clusters (attn_decode_mma_cl) where the device launches clusters and
+// the split count is 2..8, instead of through global partials and
+// attn_decode_combine.
+var attnCluster = false
+
+// attnClusterEnv names attnCluster's setting.
+const attnClusterEnv = "TRIGON_CUDA_ATTN_CLUSTER"
+
+// applyAttnClusterEnv reads attnClusterEnv.
+func applyAttnClusterEnv() error {
+	switch v := os.Getenv(attnClusterEnv); v {
+	case "on":
+		attnCluster = true
+	case "", "off":
+		attnCluster = false
+	default:
+		return fmt.Errorf("cuda: %s=%q: want on or off", attnClusterEnv, v)
+	}
+	return nil
+}
+
 // decodePlan is the decode half of one Attention call, fixed on the
 // caller's goroutine.
 type decodePlan struct {
 	mod             modSpec
-	decode, combine string // kernel names in mod
+	decode, combine string // kernel names in mod; combine "" with clusters
 	grid            [3]int
 	smem            int // dynamic shared memory of the decode kernel, bytes
 	nsplit          int
+	cluster         int // > 0: the splits are clusters (1, 1, cluster), merged in the kernel
 }
 
 // planDecode picks the decode kernel, its grid and split count for s
@@ -88,11 +115,15 @@ func (b *Backend) planDecode(s, h, kvh, d, blockSize, maxSeqLen int) decodePlan 
 		if decodeSplitsForce > 0 {
 			n = min(decodeSplitsForce, decodeMaxSplits)
 		}
-		return decodePlan{
+		p := decodePlan{
 			mod:    modSpec{file: "attn_decode", p: [6]int{d, blockSize, st}},
 			decode: "attn_decode_mma", combine: "attn_decode_combine",
 			grid: [3]int{s, kvh * chunks, n}, smem: decodeMMASmem(d, st), nsplit: n,
 		}
+		if attnCluster && b.clusters && n >= 2 && n <= 8 {
+			p.decode, p.combine, p.cluster = "attn_decode_mma_cl", "", n
+		}
+		return p
 	}
 	// The CUDA-core kernel: a block takes gc query heads, the largest of
 	// 8, 4, 2 dividing the group.

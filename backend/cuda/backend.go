@@ -112,6 +112,10 @@ type Backend struct {
 	// launchCfg is the CUlaunchConfig (in pinned host memory) of launches
 	// with programmatic dependent launch; pdl says whether they use it.
 	launchCfg *launchConfig
+	// clusterCfg is launchCluster's CUlaunchConfig (pinned, beside
+	// launchCfg); clusters says the device and driver launch clusters.
+	clusterCfg *launchConfig
+	clusters   bool
 	pdl       bool
 	errFlag   pinned
 	errDev    uint64
@@ -173,6 +177,9 @@ func New(opts Options) (*Backend, error) {
 		return nil, err
 	}
 	if err := applyPrefillTileEnv(); err != nil {
+		return nil, err
+	}
+	if err := applyAttnClusterEnv(); err != nil {
 		return nil, err
 	}
 	d, _ := loadDriver()

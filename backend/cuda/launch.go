@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 	"os"
+	"unsafe"
 )
 
 // Programmatic dependent launch (PDL, Hopper and newer): a kernel launched
@@ -45,9 +46,13 @@ type launchAttr struct {
 }
 
 const (
-	// launchConfigBytes is the pinned space for one launchConfig and the
-	// attribute it points at (at offset 64).
-	launchConfigBytes = 64 + 72
+	// launchConfigBytes is the pinned space for the PDL launchConfig and
+	// the attribute it points at (at offset 64), then the cluster launch's
+	// config (at 136) and its two attributes (at 200: the cluster's shape,
+	// then PDL).
+	launchConfigBytes = 64 + 72 + 64 + 2*72
+	// cuLaunchAttributeClusterDimension is CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION.
+	cuLaunchAttributeClusterDimension = 4
 	// cuLaunchAttributeProgrammaticStreamSerialization is
 	// CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION.
 	cuLaunchAttributeProgrammaticStreamSerialization = 6
@@ -86,6 +91,36 @@ func (b *Backend) initLaunchConfig(host uintptr) {
 	attr.value[0] = 1 // programmaticStreamSerializationAllowed = 1 (an int)
 	*b.launchCfg = launchConfig{attrs: host + 64, numAttrs: 1}
 	b.pdl = pdlEnabled && b.cc >= 90 && b.d.cuLaunchKernelEx != 0
+	b.clusterCfg = (*launchConfig)(cptr(host + 136))
+	attrs := (*[2]launchAttr)(cptr(host + 200))
+	attrs[0] = launchAttr{id: cuLaunchAttributeClusterDimension}
+	attrs[1] = *attr
+	*b.clusterCfg = launchConfig{attrs: host + 200, numAttrs: 1}
+	if b.pdl {
+		b.clusterCfg.numAttrs = 2
+	}
+	b.clusters = b.cc >= 90 && b.d.cuLaunchKernelEx != 0
+}
+
+// launchCluster is launch for a grid of thread-block clusters of shape
+// (1, 1, cz) (grid[2] a multiple of cz, cz <= 8), with PDL where launches
+// use it. Only where b.clusters. CUDA thread only.
+func (b *Backend) launchCluster(f uintptr, grid [3]int, block, smem, cz int, args ...uint64) error {
+	if len(args) > maxKernelArgs {
+		return fmt.Errorf("launch: %d arguments, at most %d", len(args), maxKernelArgs)
+	}
+	if !b.clusters || cz < 1 || cz > 8 || grid[2]%cz != 0 {
+		return fmt.Errorf("launch: cluster (1, 1, %d) of grid %v: not available here", cz, grid)
+	}
+	copy(b.paramVals[:], args)
+	c := b.clusterCfg
+	c.grid = [3]uint32{uint32(grid[0]), uint32(grid[1]), uint32(grid[2])}
+	c.block = [3]uint32{uint32(block), 1, 1}
+	c.smem = uint32(smem)
+	c.stream = b.stream
+	dim := (*[3]uint32)(unsafe.Pointer(&(*[2]launchAttr)(cptr(c.attrs))[0].value))
+	*dim = [3]uint32{1, 1, uint32(cz)}
+	return b.d.check("cuLaunchKernelEx", b.d.call(b.d.cuLaunchKernelEx, uintptr(unsafe.Pointer(c)), f, b.paramPtrs, 0))
 }
 
 // PDL reports whether kernel launches use programmatic dependent launch.

@@ -9,7 +9,7 @@
 # transformers), serve_smoke, bench_rows, graphs, profile (ncu), attn_bench,
 # attn_check, default_model, peers, overlap (bench overlap), margin, pdl,
 # tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab, queue_ab, norm_prefetch, chain, chain_ops, chain_final, chain_verify, tests_only,
-# prefill_ab, prefill_small, prefill_tile, rope_final,
+# prefill_ab, prefill_small, prefill_tile, rope_final, cluster_final,
 # prefill_chunks, splits (one A/B
 # experiment each), final (tests, then peers, rows and the server: what
 # docs/benchmarks.md's latest section ran);
@@ -353,6 +353,26 @@ log "model tests on CUDA"
 (cd model/llama && "$root/.gpu/llama.test" -test.run 'TestFixturesCUDA|TestDefaultModelCUDAMatchesCPU' -test.v >"$OUT/llama-cuda.log" 2>&1)
 echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "worst|^(--- FAIL|FAIL|PASS)" "$OUT/llama-cuda.log" | tee -a "$OUT/summary.txt"
 AB_VARIANTS="trigon-prev trigon" prefill_ab 1
+profile
+}
+
+# cluster_final: every backend/cuda test (TestAttentionCluster among them),
+# the CUDA model tests, decode attention graph-timed with its splits merged
+# by attn_decode_combine and inside clusters (TRIGON_CUDA_ATTN_CLUSTER),
+# the batch-4 bench alternating the two (and once the previous build,
+# .gpu/trigon-prev), then ncu's kernel times.
+cluster_final() {
+log "backend/cuda: every test"
+all_cuda_tests
+log "model tests on CUDA"
+(cd model/llama && "$root/.gpu/llama.test" -test.run 'TestFixturesCUDA|TestDefaultModelCUDAMatchesCPU' -test.v >"$OUT/llama-cuda.log" 2>&1)
+echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "worst|^(--- FAIL|FAIL|PASS)" "$OUT/llama-cuda.log" | tee -a "$OUT/summary.txt"
+for c in off on; do
+  log "BenchmarkAttentionDecode b4 ctx 2048, TRIGON_CUDA_ATTN_CLUSTER=$c"
+  (cd backend/cuda && TRIGON_CUDA_ATTN_CLUSTER=$c "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'BenchmarkAttentionDecode/b4_ctx2048_h32_kv8_d128_stages3$' -test.benchtime 200x >"$OUT/attn-cl-$c.log" 2>&1)
+  grep -E "Benchmark.*op|rror" "$OUT/attn-cl-$c.log" | tee -a "$OUT/summary.txt"
+done
+AB_VARIANTS="trigon:TRIGON_CUDA_ATTN_CLUSTER=off trigon:TRIGON_CUDA_ATTN_CLUSTER=on trigon-prev trigon:TRIGON_CUDA_ATTN_CLUSTER=off trigon:TRIGON_CUDA_ATTN_CLUSTER=on" prefill_ab 1
 profile
 }
 

@@ -69,6 +69,111 @@ __device__ __forceinline__ void ldsm_x4_trans(u32& r0, u32& r1, u32& r2, u32& r3
                : "memory");
 }
 
+#define MAX_CL 8  // largest cluster (split count) attn_decode_mma_cl merges
+
+// Thread-block cluster primitives (sm_90): a barrier over every thread of
+// the cluster whose shared-memory writes before it are visible to the
+// others after it, this block's rank, and a load from another block's
+// shared memory at the address local_addr has in this block's.
+__device__ __forceinline__ void cluster_sync() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");  // release, then acquire: the defaults
+#endif
+}
+
+__device__ __forceinline__ u32 cluster_rank() {
+  u32 r = 0;
+#if __CUDA_ARCH__ >= 900
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+#endif
+  return r;
+}
+
+__device__ __forceinline__ float ld_cluster(u32 local_addr, u32 rank) {
+  float v = 0.f;
+#if __CUDA_ARCH__ >= 900
+  u32 remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local_addr), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+#endif
+  return v;
+}
+
+// cluster_merge ends attn_decode_mma_cl: the block's rows (the warps'
+// outputs at obase and their sm_m, sm_l, merged as attn_decode_mma merges
+// them) go to cp [16][HD+2] in its own shared memory (o, then m and l),
+// the cluster meets, and the block of rank r merges every rank's copies
+// of its share of the rows x HD outputs (items r*NT, r*NT + nsplit*NT,
+// ...; NT the block's threads) into out. A second meeting keeps every
+// block's shared memory alive until the others have read it. h0 is the
+// block's first query head; cp may overlap obase (read before it is
+// written, across a __syncthreads).
+#define CL_IPT ((16 * HD + NW * 32 - 1) / (NW * 32))  // items a thread merges within its block
+__device__ __forceinline__ void cluster_merge(u16* out, const float* obase, const float (&sm_m)[NW][16],
+                                              const float (&sm_l)[NW][16], float* cp, int q0, int H, int h0, int rows,
+                                              int nsplit) {
+  float acc[CL_IPT], lsum[CL_IPT], mx[CL_IPT];
+#pragma unroll
+  for (int it = 0; it < CL_IPT; it++) {
+    const int idx = threadIdx.x + it * NW * 32;
+    acc[it] = lsum[it] = 0.f;
+    mx[it] = NEG_INF;
+    if (idx >= rows * HD) continue;
+    const int g = idx / HD, d = idx - g * HD;
+    float M = NEG_INF;
+#pragma unroll
+    for (int w = 0; w < NW; w++) M = fmaxf(M, sm_m[w][g]);
+#pragma unroll
+    for (int w = 0; w < NW; w++) {
+      const float mw = sm_m[w][g];
+      if (mw == NEG_INF) continue;
+      const float f = fast_exp2(mw - M);
+      lsum[it] += sm_l[w][g] * f;
+      acc[it] += obase[w * (ST * TILE) + g * HD + d] * f;
+    }
+    mx[it] = M;
+  }
+  __syncthreads();  // every warp is done reading obase, which cp overlaps
+#pragma unroll
+  for (int it = 0; it < CL_IPT; it++) {
+    const int idx = threadIdx.x + it * NW * 32;
+    if (idx >= rows * HD) continue;
+    const int g = idx / HD, d = idx - g * HD;
+    cp[g * (HD + 2) + d] = acc[it];
+    if (d == 0) {
+      cp[g * (HD + 2) + HD] = mx[it];
+      cp[g * (HD + 2) + HD + 1] = lsum[it];
+    }
+  }
+  cluster_sync();
+  const u32 base = smem_u32(cp);
+  for (int idx = (int)cluster_rank() * NW * 32 + threadIdx.x; idx < rows * HD; idx += nsplit * NW * 32) {
+    const int g = idx / HD, d = idx - g * HD;
+    float ov[MAX_CL], mv[MAX_CL], lv[MAX_CL];
+#pragma unroll
+    for (int j = 0; j < MAX_CL; j++) {
+      const bool in = j < nsplit;
+      ov[j] = in ? ld_cluster(base + (u32)(g * (HD + 2) + d) * 4, j) : 0.f;
+      mv[j] = in ? ld_cluster(base + (u32)(g * (HD + 2) + HD) * 4, j) : NEG_INF;
+      lv[j] = in ? ld_cluster(base + (u32)(g * (HD + 2) + HD + 1) * 4, j) : 0.f;
+    }
+    float M = NEG_INF;
+#pragma unroll
+    for (int j = 0; j < MAX_CL; j++) M = fmaxf(M, mv[j]);
+    float ls = 0.f, o = 0.f;
+#pragma unroll
+    for (int j = 0; j < MAX_CL; j++) {
+      if (mv[j] != NEG_INF) {
+        const float f = fast_exp2(mv[j] - M);
+        ls += lv[j] * f;
+        o += ov[j] * f;
+      }
+    }
+    out[((i64)q0 * H + h0 + g) * HD + d] = f32_to_bf16(ls > 0.f ? o / ls : 0.f);
+  }
+  cluster_sync();
+}
+
 // attn_decode_mma: for each sequence with exactly one query row,
 // attention of up to 16 query heads of a GQA group over the split's share
 // of the context.
@@ -84,11 +189,19 @@ __device__ __forceinline__ void ldsm_x4_trans(u32& r0, u32& r1, u32& r2, u32& r3
 // ERR_QUERY_LEN, reported once per sequence, as does a sequence of
 // several rows when decode_only (no prefill kernel follows); a block id
 // outside the cache raises ERR_BLOCK_ID and its tokens are left out.
-extern "C" __global__ void __launch_bounds__(NW * 32, MIN_BLOCKS) attn_decode_mma(
+//
+// With CL (attn_decode_mma_cl, sm_90), the nsplit blocks of a (sequence,
+// head chunk) are one thread-block cluster along z and merge their splits
+// through distributed shared memory instead of partials in global memory
+// and attn_decode_combine: each leaves its merged (o, m, l) in its own
+// shared memory, the cluster waits at a barrier, and each block merges a
+// 1/nsplit share of the outputs from every block's copy. nsplit is then
+// the cluster size (2..MAX_CL) and part is unused.
+template <bool CL>
+__device__ __forceinline__ void attn_decode_body(
     u16* out, float* part, const u16* q, const u16* kc, const u16* vc, const int* block_tables, int max_blocks,
     const int* seq_lens, const int* qstart, int H, int KV, int G, int nsplit, float scale_log2, int window, int num_blocks,
     int num_tokens, int max_seq_len, int decode_only, int* err) {
-  grid_dep_wait();  // Q and the KV cache come from the kernels before this one
 #if __CUDA_ARCH__ >= 800
   extern __shared__ __align__(16) u16 dsm[];
   __shared__ float sm_m[NW][16], sm_l[NW][16];
@@ -340,32 +453,59 @@ extern "C" __global__ void __launch_bounds__(NW * 32, MIN_BLOCKS) attn_decode_mm
   }
   __syncthreads();
   const float* obase = (const float*)(dsm + TT * KSTR);  // warp w's output at obase + w*ST*2*TILE/2 floats
-  for (int idx = threadIdx.x; idx < rows * HD; idx += NW * 32) {
-    const int g = idx / HD, d = idx - g * HD;
-    float M = NEG_INF;
+  if constexpr (CL) {
+    cluster_merge(out, obase, sm_m, sm_l, (float*)dsm, q0, H, kvh * G + g0, rows, nsplit);
+  } else {
+    for (int idx = threadIdx.x; idx < rows * HD; idx += NW * 32) {
+      const int g = idx / HD, d = idx - g * HD;
+      float M = NEG_INF;
 #pragma unroll
-    for (int w = 0; w < NW; w++) M = fmaxf(M, sm_m[w][g]);
-    float lsum = 0.f, acc = 0.f;
+      for (int w = 0; w < NW; w++) M = fmaxf(M, sm_m[w][g]);
+      float lsum = 0.f, acc = 0.f;
 #pragma unroll
-    for (int w = 0; w < NW; w++) {
-      const float mw = sm_m[w][g];
-      if (mw == NEG_INF) continue;
-      const float f = fast_exp2(mw - M);
-      lsum += sm_l[w][g] * f;
-      acc += obase[w * (ST * TILE) + g * HD + d] * f;
-    }
-    const int h = kvh * G + g0 + g;
-    if (nsplit == 1) {
-      out[((i64)q0 * H + h) * HD + d] = f32_to_bf16(lsum > 0.f ? acc / lsum : 0.f);
-    } else {
-      float* pp = part + (((i64)s * H + h) * nsplit + split) * (HD + 2);
-      pp[d] = acc;
-      if (d == 0) {
-        pp[HD] = M;
-        pp[HD + 1] = lsum;
+      for (int w = 0; w < NW; w++) {
+        const float mw = sm_m[w][g];
+        if (mw == NEG_INF) continue;
+        const float f = fast_exp2(mw - M);
+        lsum += sm_l[w][g] * f;
+        acc += obase[w * (ST * TILE) + g * HD + d] * f;
+      }
+      const int h = kvh * G + g0 + g;
+      if (nsplit == 1) {
+        out[((i64)q0 * H + h) * HD + d] = f32_to_bf16(lsum > 0.f ? acc / lsum : 0.f);
+      } else {
+        float* pp = part + (((i64)s * H + h) * nsplit + split) * (HD + 2);
+        pp[d] = acc;
+        if (d == 0) {
+          pp[HD] = M;
+          pp[HD + 1] = lsum;
+        }
       }
     }
   }
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(NW * 32, MIN_BLOCKS) attn_decode_mma(
+    u16* out, float* part, const u16* q, const u16* kc, const u16* vc, const int* block_tables, int max_blocks,
+    const int* seq_lens, const int* qstart, int H, int KV, int G, int nsplit, float scale_log2, int window, int num_blocks,
+    int num_tokens, int max_seq_len, int decode_only, int* err) {
+  grid_dep_wait();  // Q and the KV cache come from the kernels before this one
+  attn_decode_body<false>(out, part, q, kc, vc, block_tables, max_blocks, seq_lens, qstart, H, KV, G, nsplit, scale_log2,
+                          window, num_blocks, num_tokens, max_seq_len, decode_only, err);
+}
+
+// attn_decode_mma_cl is attn_decode_mma for a launch whose nsplit blocks
+// of each (sequence, head chunk) form a cluster (1, 1, nsplit); sm_90 and
+// newer only (elsewhere it does nothing: the host never launches it there).
+extern "C" __global__ void __launch_bounds__(NW * 32, MIN_BLOCKS) attn_decode_mma_cl(
+    u16* out, float* part, const u16* q, const u16* kc, const u16* vc, const int* block_tables, int max_blocks,
+    const int* seq_lens, const int* qstart, int H, int KV, int G, int nsplit, float scale_log2, int window, int num_blocks,
+    int num_tokens, int max_seq_len, int decode_only, int* err) {
+  grid_dep_wait();  // as attn_decode_mma
+#if __CUDA_ARCH__ >= 900
+  attn_decode_body<true>(out, part, q, kc, vc, block_tables, max_blocks, seq_lens, qstart, H, KV, G, nsplit, scale_log2,
+                         window, num_blocks, num_tokens, max_seq_len, decode_only, err);
 #endif
 }
 
