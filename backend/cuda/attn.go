@@ -166,7 +166,7 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 			defer b.tmpPut(part)
 		}
 		decArgs := []uint64{out.ptr, part, q.ptr, kc.ptr, vc.ptr,
-			bt.ptr, i32(maxBlocks), sl.ptr, qs.ptr, i32(h), i32(kvh), i32(h/kvh), i32(dp.nsplit), scale,
+			bt.ptr, i32(maxBlocks), sl.ptr, qs.ptr, i32(h), i32(kvh), i32(h / kvh), i32(dp.nsplit), scale,
 			i32(a.SlidingWindow), i32(numBlocks), i32(n), i32(a.MaxSeqLen), i32(decodeOnly), b.errDev}
 		if dp.cluster > 0 {
 			err = b.launchCluster(dec, dp.grid, 128, dp.smem, dp.cluster, decArgs...)

@@ -116,9 +116,9 @@ type Backend struct {
 	// launchCfg); clusters says the device and driver launch clusters.
 	clusterCfg *launchConfig
 	clusters   bool
-	pdl       bool
-	errFlag   pinned
-	errDev    uint64
+	pdl        bool
+	errFlag    pinned
+	errDev     uint64
 	// blob holds the parameter of launchBlob's launches: a pointer at 0
 	// to the struct at 64.
 	blob pinned
