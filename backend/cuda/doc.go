@@ -53,7 +53,10 @@
 // Decode attention is split-KV flash decoding on the tensor cores
 // (mma.sync, a per-warp cp.async pipeline over 16-token tiles; a CUDA-core
 // kernel before sm_80), with a split count fixed per batch shape, so
-// captured graphs stay valid as contexts grow.
+// captured graphs stay valid as contexts grow. A combine kernel merges
+// the splits; TRIGON_CUDA_ATTN_CLUSTER=on has the splits of a row merge
+// themselves as one thread-block cluster instead (sm_90, launchCluster;
+// off: slower on the H200, docs/benchmarks.md).
 //
 // Every kernel starts by waiting for its predecessor (grid_dep_sync or
 // grid_dep_wait, kernels/common.cuh) so launches may use programmatic
