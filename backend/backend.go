@@ -229,14 +229,14 @@ type QKVRoPEFuser interface {
 // NormFuser is an optional Backend interface (decode-sized batches; the
 // CUDA backend's MatMulAdd also takes prefill batches): it folds
 // AddRMSNorm and SiLUMul into the products beside them, so a decoder
-// layer runs fewer kernels and moves fewer bytes. The residual add moves into the product that
-// makes the addend (MatMulAdd); the norm moves into the product that reads
-// it (NormQKVRoPE, NormGateUpSiLU), whose input is then the residual stream
-// itself. Each method returns false, having queued nothing, where it does
-// not fuse its operands (the caller then runs the unfused ops); operands
-// the unfused ops would refuse are an ErrShape error. Results match the
-// unfused ops within the rounding of the norm's scale (its sum of squares
-// may be added in another order).
+// layer runs fewer kernels and moves fewer bytes. The residual add moves
+// into the product that makes the addend (MatMulAdd); the norm moves into
+// the product that reads it (NormQKVRoPE, NormGateUpSiLU), whose input is
+// then the residual stream itself. Each method returns false, having
+// queued nothing, where it does not fuse its operands (the caller then
+// runs the unfused ops); operands the unfused ops would refuse are an
+// ErrShape error. Results match the unfused ops within the rounding of the
+// norm's scale (its sum of squares may be added in another order).
 type NormFuser interface {
 	// MatMulAdd: resid += x . w^T, rounded as MatMul into a buffer and
 	// AddRMSNorm's residual add round it, or once (the product and the

@@ -80,16 +80,9 @@ var attnCluster = false
 const attnClusterEnv = "TRIGON_CUDA_ATTN_CLUSTER"
 
 // applyAttnClusterEnv reads attnClusterEnv.
-func applyAttnClusterEnv() error {
-	switch v := os.Getenv(attnClusterEnv); v {
-	case "on":
-		attnCluster = true
-	case "", "off":
-		attnCluster = false
-	default:
-		return fmt.Errorf("cuda: %s=%q: want on or off", attnClusterEnv, v)
-	}
-	return nil
+func applyAttnClusterEnv() (err error) {
+	attnCluster, err = envSwitch(attnClusterEnv, false)
+	return err
 }
 
 // decodePlan is the decode half of one Attention call, fixed on the

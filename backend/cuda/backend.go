@@ -182,6 +182,9 @@ func New(opts Options) (*Backend, error) {
 	if err := applyAttnClusterEnv(); err != nil {
 		return nil, err
 	}
+	if err := applyBLASAddEnv(); err != nil {
+		return nil, err
+	}
 	d, _ := loadDriver()
 	b := &Backend{
 		opts:    opts,

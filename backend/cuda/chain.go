@@ -55,15 +55,11 @@ func chainTileBytes() int { return 16 * (chainKC + 32) * 2 }
 // applyChainEnv reads chainEnv, TRIGON_CUDA_CHAIN_KC, TRIGON_CUDA_CHAIN_NC
 // and TRIGON_CUDA_CHAIN_STAGE_KB.
 func applyChainEnv() error {
-	switch v := os.Getenv(chainEnv); v {
-	case "":
-	case "on":
-		chainEnabled = true
-	case "off":
-		chainEnabled = false
-	default:
-		return fmt.Errorf("cuda: %s=%q: want on or off", chainEnv, v)
+	on, err := envSwitch(chainEnv, chainEnabled)
+	if err != nil {
+		return err
 	}
+	chainEnabled = on
 	if v := os.Getenv("TRIGON_CUDA_CHAIN_KC"); v != "" {
 		kc, err := strconv.Atoi(v)
 		if err != nil || (kc != 256 && kc != 512 && kc != 1024 && kc != 2048) {

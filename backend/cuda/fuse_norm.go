@@ -220,9 +220,18 @@ func (b *Backend) MatMulAdd(resid, x, w backend.Tensor) (bool, error) {
 	return true, nil
 }
 
-// blasAdd lets MatMulAdd take prefill-sized batches through cuBLASLt
-// (TRIGON_CUDA_BLAS_ADD=off turns it off, for comparison).
-var blasAdd = os.Getenv("TRIGON_CUDA_BLAS_ADD") != "off"
+// blasAdd lets MatMulAdd take prefill-sized batches through cuBLASLt;
+// blasAddEnv ("off", read by New) turns it off, for comparison.
+var blasAdd = true
+
+// blasAddEnv names blasAdd's setting.
+const blasAddEnv = "TRIGON_CUDA_BLAS_ADD"
+
+// applyBLASAddEnv reads blasAddEnv.
+func applyBLASAddEnv() (err error) {
+	blasAdd, err = envSwitch(blasAddEnv, true)
+	return err
+}
 
 // gemmAdd queues y += x . w^T (y [n, m], BF16 throughout) as a cuBLASLt
 // product with beta = 1, y its C and D. The shape's first eager call

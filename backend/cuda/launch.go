@@ -2,7 +2,6 @@ package cuda
 
 import (
 	"fmt"
-	"os"
 	"unsafe"
 )
 
@@ -68,16 +67,9 @@ const (
 var pdlEnabled = false
 
 // applyPDLEnv reads pdlEnv.
-func applyPDLEnv() error {
-	switch v := os.Getenv(pdlEnv); v {
-	case "on":
-		pdlEnabled = true
-	case "", "off":
-		pdlEnabled = false
-	default:
-		return fmt.Errorf("cuda: %s=%q: want on or off", pdlEnv, v)
-	}
-	return nil
+func applyPDLEnv() (err error) {
+	pdlEnabled, err = envSwitch(pdlEnv, false)
+	return err
 }
 
 // initLaunchConfig lays the launch config and its one attribute out at

@@ -276,13 +276,11 @@ const gemvMarginEnv = "TRIGON_CUDA_GEMV_MARGIN"
 
 // applyGEMVEnv reads gemvEnv and gemvMarginEnv.
 func applyGEMVEnv() error {
-	switch v := os.Getenv(gemvEnv); v {
-	case "", "on":
-	case "off":
-		gemvEnabled = false
-	default:
-		return fmt.Errorf("cuda: %s=%q: want on or off", gemvEnv, v)
+	on, err := envSwitch(gemvEnv, gemvEnabled)
+	if err != nil {
+		return err
 	}
+	gemvEnabled = on
 	if v := os.Getenv(gemvMarginEnv); v != "" {
 		m, err := parseGEMVMargin(v)
 		if err != nil {

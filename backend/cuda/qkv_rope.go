@@ -1,9 +1,7 @@
 package cuda
 
 import (
-	"fmt"
 	"math"
-	"os"
 
 	"github.com/trigon-llm/trigon/backend"
 )
@@ -18,16 +16,9 @@ var fuseQKVRoPE = true
 const fuseQKVRoPEEnv = "TRIGON_CUDA_FUSE_QKV_ROPE"
 
 // applyFuseEnv reads fuseQKVRoPEEnv.
-func applyFuseEnv() error {
-	switch v := os.Getenv(fuseQKVRoPEEnv); v {
-	case "", "on":
-		fuseQKVRoPE = true
-	case "off":
-		fuseQKVRoPE = false
-	default:
-		return fmt.Errorf("cuda: %s=%q: want on or off", fuseQKVRoPEEnv, v)
-	}
-	return nil
+func applyFuseEnv() (err error) {
+	fuseQKVRoPE, err = envSwitch(fuseQKVRoPEEnv, true)
+	return err
 }
 
 // FusedQKVRoPE implements backend.QKVRoPEFuser: for decode-sized batches

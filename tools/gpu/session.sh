@@ -9,7 +9,7 @@
 # transformers), serve_smoke, bench_rows, graphs, profile (ncu), attn_bench,
 # attn_check, default_model, peers, overlap (bench overlap), margin, pdl,
 # tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab, queue_ab, norm_prefetch, chain, chain_ops, chain_final, chain_verify, tests_only,
-# prefill_ab, prefill_small, prefill_tile, rope_final, cluster_final,
+# prefill_ab, prefill_small, prefill_tile, cluster_final,
 # prefill_chunks, splits (one A/B
 # experiment each), final (tests, then peers, rows and the server: what
 # docs/benchmarks.md's latest section ran);
@@ -38,6 +38,14 @@ grep -c -- "--- PASS" "$OUT/cuda-tests.log" | sed 's/^/passed (tests and subtest
 grep -c -- "--- SKIP" "$OUT/cuda-tests.log" | sed 's/^/skipped: /' | tee -a "$OUT/summary.txt"
 grep -E "^\s+--- FAIL" "$OUT/cuda-tests.log" | head -20 | tee -a "$OUT/summary.txt"
 return $rc
+}
+
+# model_tests: the CUDA model tests (the fixture models against
+# transformers, the default model GPU against CPU) into llama-cuda.log.
+model_tests() {
+log "model tests on CUDA"
+(cd model/llama && "$root/.gpu/llama.test" -test.run 'TestFixturesCUDA|TestDefaultModelCUDAMatchesCPU' -test.v >"$OUT/llama-cuda.log" 2>&1)
+echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "worst|^(--- FAIL|FAIL|PASS)" "$OUT/llama-cuda.log" | tee -a "$OUT/summary.txt"
 }
 
 # memcheck PATTERN runs compute-sanitizer's memcheck over the backend/cuda
@@ -336,23 +344,8 @@ done
 prefill_small() {
 log "backend/cuda: every test"
 all_cuda_tests
-log "model tests on CUDA"
-(cd model/llama && "$root/.gpu/llama.test" -test.run 'TestFixturesCUDA|TestDefaultModelCUDAMatchesCPU' -test.v >"$OUT/llama-cuda.log" 2>&1)
-echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "worst|^(--- FAIL|FAIL|PASS)" "$OUT/llama-cuda.log" | tee -a "$OUT/summary.txt"
+model_tests
 prefill_ab 2
-profile
-}
-
-# rope_final: after a change to one kernel of the final build: every
-# backend/cuda test, the CUDA model tests, one round of the batch-4 bench
-# against the previous build (.gpu/trigon-prev), then ncu's kernel times.
-rope_final() {
-log "backend/cuda: every test"
-all_cuda_tests
-log "model tests on CUDA"
-(cd model/llama && "$root/.gpu/llama.test" -test.run 'TestFixturesCUDA|TestDefaultModelCUDAMatchesCPU' -test.v >"$OUT/llama-cuda.log" 2>&1)
-echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "worst|^(--- FAIL|FAIL|PASS)" "$OUT/llama-cuda.log" | tee -a "$OUT/summary.txt"
-AB_VARIANTS="trigon-prev trigon" prefill_ab 1
 profile
 }
 
@@ -364,9 +357,7 @@ profile
 cluster_final() {
 log "backend/cuda: every test"
 all_cuda_tests
-log "model tests on CUDA"
-(cd model/llama && "$root/.gpu/llama.test" -test.run 'TestFixturesCUDA|TestDefaultModelCUDAMatchesCPU' -test.v >"$OUT/llama-cuda.log" 2>&1)
-echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "worst|^(--- FAIL|FAIL|PASS)" "$OUT/llama-cuda.log" | tee -a "$OUT/summary.txt"
+model_tests
 for c in off on; do
   log "BenchmarkAttentionDecode b4 ctx 2048, TRIGON_CUDA_ATTN_CLUSTER=$c"
   (cd backend/cuda && TRIGON_CUDA_ATTN_CLUSTER=$c "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'BenchmarkAttentionDecode/b4_ctx2048_h32_kv8_d128_stages3$' -test.benchtime 200x >"$OUT/attn-cl-$c.log" 2>&1)
