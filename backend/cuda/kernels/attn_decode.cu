@@ -69,6 +69,48 @@ __device__ __forceinline__ void ldsm_x4_trans(u32& r0, u32& r1, u32& r2, u32& r3
                : "memory");
 }
 
+// merge_parts folds N partial softmax results of one output element,
+// each an unnormalised sum ov[j] with its row's running max mv[j] (log2
+// domain; NEG_INF: the part saw no key) and sum of exponentials lv[j],
+// into one: it returns the merged unnormalised sum and sets M and lsum to
+// the merged max and sum. Parts are taken in index order, so every merge
+// of the same parts (the block's cross-warp merge, the combine kernel, a
+// cluster's merge) gives the same float.
+template <int N>
+__device__ __forceinline__ float merge_parts(const float (&ov)[N], const float (&mv)[N], const float (&lv)[N],
+                                             float& M, float& lsum) {
+  M = NEG_INF;
+#pragma unroll
+  for (int j = 0; j < N; j++) M = fmaxf(M, mv[j]);
+  float acc = 0.f;
+  lsum = 0.f;
+#pragma unroll
+  for (int j = 0; j < N; j++) {
+    if (mv[j] != NEG_INF) {
+      const float f = fast_exp2(mv[j] - M);
+      lsum += lv[j] * f;
+      acc += ov[j] * f;
+    }
+  }
+  return acc;
+}
+
+// warp_merge is merge_parts over the block's NW warps for output element
+// (query row g, dim d): each warp left its row maxima and sums in sm_m,
+// sm_l and its f32 output [16][HD] in its first ring slot (warp w's at
+// obase + w*ST*TILE floats).
+__device__ __forceinline__ float warp_merge(const float* obase, const float (&sm_m)[NW][16], const float (&sm_l)[NW][16],
+                                            int g, int d, float& M, float& lsum) {
+  float ov[NW], mv[NW], lv[NW];
+#pragma unroll
+  for (int w = 0; w < NW; w++) {
+    mv[w] = sm_m[w][g];
+    lv[w] = sm_l[w][g];
+    ov[w] = obase[w * (ST * TILE) + g * HD + d];
+  }
+  return merge_parts<NW>(ov, mv, lv, M, lsum);
+}
+
 #define MAX_CL 8  // largest cluster (split count) attn_decode_mma_cl merges
 
 // Thread-block cluster primitives (sm_90): a barrier over every thread of
@@ -120,18 +162,7 @@ __device__ __forceinline__ void cluster_merge(u16* out, const float* obase, cons
     mx[it] = NEG_INF;
     if (idx >= rows * HD) continue;
     const int g = idx / HD, d = idx - g * HD;
-    float M = NEG_INF;
-#pragma unroll
-    for (int w = 0; w < NW; w++) M = fmaxf(M, sm_m[w][g]);
-#pragma unroll
-    for (int w = 0; w < NW; w++) {
-      const float mw = sm_m[w][g];
-      if (mw == NEG_INF) continue;
-      const float f = fast_exp2(mw - M);
-      lsum[it] += sm_l[w][g] * f;
-      acc[it] += obase[w * (ST * TILE) + g * HD + d] * f;
-    }
-    mx[it] = M;
+    acc[it] = warp_merge(obase, sm_m, sm_l, g, d, mx[it], lsum[it]);
   }
   __syncthreads();  // every warp is done reading obase, which cp overlaps
 #pragma unroll
@@ -157,18 +188,8 @@ __device__ __forceinline__ void cluster_merge(u16* out, const float* obase, cons
       mv[j] = in ? ld_cluster(base + (u32)(g * (HD + 2) + HD) * 4, j) : NEG_INF;
       lv[j] = in ? ld_cluster(base + (u32)(g * (HD + 2) + HD + 1) * 4, j) : 0.f;
     }
-    float M = NEG_INF;
-#pragma unroll
-    for (int j = 0; j < MAX_CL; j++) M = fmaxf(M, mv[j]);
-    float ls = 0.f, o = 0.f;
-#pragma unroll
-    for (int j = 0; j < MAX_CL; j++) {
-      if (mv[j] != NEG_INF) {
-        const float f = fast_exp2(mv[j] - M);
-        ls += lv[j] * f;
-        o += ov[j] * f;
-      }
-    }
+    float M, ls;
+    const float o = merge_parts<MAX_CL>(ov, mv, lv, M, ls);
     out[((i64)q0 * H + h0 + g) * HD + d] = f32_to_bf16(ls > 0.f ? o / ls : 0.f);
   }
   cluster_sync();
@@ -458,18 +479,8 @@ __device__ __forceinline__ void attn_decode_body(
   } else {
     for (int idx = threadIdx.x; idx < rows * HD; idx += NW * 32) {
       const int g = idx / HD, d = idx - g * HD;
-      float M = NEG_INF;
-#pragma unroll
-      for (int w = 0; w < NW; w++) M = fmaxf(M, sm_m[w][g]);
-      float lsum = 0.f, acc = 0.f;
-#pragma unroll
-      for (int w = 0; w < NW; w++) {
-        const float mw = sm_m[w][g];
-        if (mw == NEG_INF) continue;
-        const float f = fast_exp2(mw - M);
-        lsum += sm_l[w][g] * f;
-        acc += obase[w * (ST * TILE) + g * HD + d] * f;
-      }
+      float M, lsum;
+      const float acc = warp_merge(obase, sm_m, sm_l, g, d, M, lsum);
       const int h = kvh * G + g0 + g;
       if (nsplit == 1) {
         out[((i64)q0 * H + h) * HD + d] = f32_to_bf16(lsum > 0.f ? acc / lsum : 0.f);
@@ -531,17 +542,7 @@ extern "C" __global__ void attn_decode_combine(u16* out, const float* part, cons
   }
   const int q0 = qstart[s], qlen = qstart[s + 1] - q0;
   if (qlen != 1 || !rows_ok(q0, qlen, seq_lens[s], num_tokens, max_seq_len)) return;
-  float M = NEG_INF;
-#pragma unroll
-  for (int j = 0; j < MAX_SPLITS; j++) M = fmaxf(M, mv[j]);
-  float lsum = 0.f, o = 0.f;
-#pragma unroll
-  for (int j = 0; j < MAX_SPLITS; j++) {
-    if (mv[j] != NEG_INF) {
-      const float f = fast_exp2(mv[j] - M);
-      lsum += lv[j] * f;
-      o += ov[j] * f;
-    }
-  }
+  float M, lsum;
+  const float o = merge_parts<MAX_SPLITS>(ov, mv, lv, M, lsum);
   out[((i64)q0 * H + h) * HD + d] = f32_to_bf16(lsum > 0.f ? o / lsum : 0.f);
 }
