@@ -32,6 +32,17 @@ type Profiler interface {
 	ProfilerStop() error
 }
 
+// StepClock is an optional Backend interface: timestamps taken on the
+// device's queue. MarkStep queues one after the work queued so far;
+// StepIntervals waits for them and returns the milliseconds between
+// successive ones, then forgets them. The latency benchmark marks each
+// decode step with it (--step-trace), which separates the device's time
+// for a step from what the host adds to the inter-token latency.
+type StepClock interface {
+	MarkStep() error
+	StepIntervals() ([]float64, error)
+}
+
 // LatencyOptions configure RunLatency.
 type LatencyOptions struct {
 	Backend backend.Backend
@@ -73,6 +84,10 @@ type LatencyOptions struct {
 	// calls, so that a profiler started with collection off records one
 	// prefill and a few decode steps of a long run and nothing else.
 	ProfileSteps int
+	// StepTrace reports every decode step's ITL in order and, where the
+	// backend is a StepClock, the device-timed interval between the ends
+	// of successive decode steps (device_step_ms).
+	StepTrace bool
 }
 
 // LatencyResult is what `trigon bench latency` reports. Durations are in
@@ -145,6 +160,19 @@ type LatencyResult struct {
 	// sampled ids before the host read them.
 	QueueAhead bool `json:"queue_ahead"`
 
+	// With StepTrace: DeviceStepMS summarises, over the timed iterations,
+	// the device-timed intervals between the ends of successive decode
+	// steps (each a step's sampling and read-back copy, then the next
+	// step's forward). While steps are queued ahead the device never waits
+	// for the host, so an interval is the device's own time for a step;
+	// ITL beyond it is the host's. Null where the backend has no
+	// StepClock. The traces are per timed iteration, in step order:
+	// ITLTraceMS[i][j] is decode step j+1's ITL, DeviceStepTraceMS[i][j]
+	// the interval ending with decode step j+2.
+	DeviceStepMS      *Summary    `json:"device_step_ms,omitempty"`
+	ITLTraceMS        [][]float64 `json:"itl_trace_ms,omitempty"`
+	DeviceStepTraceMS [][]float64 `json:"device_step_trace_ms,omitempty"`
+
 	// KernelChoices lists, where the backend reports them, the kernels
 	// its autotuner kept for this run's products (the CUDA backend: own
 	// GEMV or cuBLASLt per decode shape, with the times it saw).
@@ -185,18 +213,25 @@ func RunLatency(ctx context.Context, opts LatencyOptions) (*LatencyResult, error
 	}
 	res := run.newResult()
 
-	var prefill, e2e, itl []float64
+	var prefill, e2e, itl, devSteps []float64
 	var kvBytes, decodeSecs float64
 	for it := range opts.Warmup + opts.Iters {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		p, steps, err := run.iteration(ctx, it == opts.Warmup+opts.Iters-1)
+		p, steps, dev, err := run.iteration(ctx, it == opts.Warmup+opts.Iters-1)
 		if err != nil {
 			return nil, err
 		}
 		if it < opts.Warmup {
 			continue
+		}
+		if opts.StepTrace {
+			res.ITLTraceMS = append(res.ITLTraceMS, scaledCopy(steps, 1e3))
+			if dev != nil {
+				res.DeviceStepTraceMS = append(res.DeviceStepTraceMS, dev)
+				devSteps = append(devSteps, dev...)
+			}
 		}
 		prefill = append(prefill, p)
 		total := p
@@ -211,6 +246,9 @@ func RunLatency(ctx context.Context, opts LatencyOptions) (*LatencyResult, error
 	}
 	if err := run.finish(res, prefill, itl, e2e, kvBytes, decodeSecs); err != nil {
 		return nil, err
+	}
+	if len(devSteps) > 0 {
+		res.DeviceStepMS = ptr(Summarize(devSteps))
 	}
 	if opts.OutputLen >= 2 {
 		ms, err := run.queuedStepTime()
@@ -328,23 +366,37 @@ func (run *latencyRun) close() {
 
 // iteration runs one prefill and the decode steps, returning their
 // durations in seconds.
-func (run *latencyRun) iteration(ctx context.Context, last bool) (prefill float64, steps []float64, err error) {
+//
+// dev, with StepTrace on a StepClock backend, is the device-timed
+// intervals between the ends of successive decode steps' forwards.
+func (run *latencyRun) iteration(ctx context.Context, last bool) (prefill float64, steps, dev []float64, err error) {
 	o := run.opts
 	tokens := make([][]int32, o.Batch)
 	if err := run.b.Sync(); err != nil {
-		return 0, nil, fmt.Errorf("bench latency: sync before prefill: %w", err)
+		return 0, nil, nil, fmt.Errorf("bench latency: sync before prefill: %w", err)
 	}
 	prof, _ := run.b.(Profiler)
 	profiling := last && o.ProfileSteps > 0 && prof != nil
 	if profiling {
 		if err := prof.ProfilerStart(); err != nil {
-			return 0, nil, fmt.Errorf("bench latency: %w", err)
+			return 0, nil, nil, fmt.Errorf("bench latency: %w", err)
 		}
+	}
+	clock, _ := run.b.(StepClock)
+	if !o.StepTrace {
+		clock = nil
+	}
+	// mark timestamps the end of a decode step's forward on the device.
+	mark := func() error {
+		if clock == nil {
+			return nil
+		}
+		return clock.MarkStep()
 	}
 	t0 := time.Now()
 	first, err := run.prefill()
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	prefill = time.Since(t0).Seconds()
 	for s := range tokens {
@@ -363,29 +415,35 @@ func (run *latencyRun) iteration(ctx context.Context, last bool) (prefill float6
 	t := time.Now()
 	for k := 1; k < o.OutputLen; k++ {
 		if err := ctx.Err(); err != nil {
-			return 0, nil, err
+			return 0, nil, nil, err
 		}
 		out := queued
 		queued = nil
 		if out == nil {
 			if out, err = run.decodeStep(cur, k, false); err != nil {
-				return 0, nil, fmt.Errorf("bench latency: decode step %d: %w", k, err)
+				return 0, nil, nil, fmt.Errorf("bench latency: decode step %d: %w", k, err)
+			}
+			if err := mark(); err != nil {
+				return 0, nil, nil, fmt.Errorf("bench latency: decode step %d: %w", k, err)
 			}
 		}
 		if feed && k+1 < o.OutputLen {
 			var wait func() ([]int32, error)
 			if wait, err = out.SampleNext(run.greedy); err != nil {
-				return 0, nil, fmt.Errorf("bench latency: decode step %d: %w", k, err)
+				return 0, nil, nil, fmt.Errorf("bench latency: decode step %d: %w", k, err)
 			}
 			if queued, err = run.decodeStep(nil, k+1, true); err != nil {
-				return 0, nil, fmt.Errorf("bench latency: decode step %d: %w", k+1, err)
+				return 0, nil, nil, fmt.Errorf("bench latency: decode step %d: %w", k+1, err)
+			}
+			if err := mark(); err != nil {
+				return 0, nil, nil, fmt.Errorf("bench latency: decode step %d: %w", k+1, err)
 			}
 			cur, err = wait()
 		} else {
 			cur, err = out.Sample(run.greedy)
 		}
 		if err != nil {
-			return 0, nil, fmt.Errorf("bench latency: decode step %d: %w", k, err)
+			return 0, nil, nil, fmt.Errorf("bench latency: decode step %d: %w", k, err)
 		}
 		now := time.Now()
 		steps = append(steps, now.Sub(t).Seconds())
@@ -396,20 +454,34 @@ func (run *latencyRun) iteration(ctx context.Context, last bool) (prefill float6
 		if profiling && k == o.ProfileSteps {
 			profiling = false
 			if err := prof.ProfilerStop(); err != nil {
-				return 0, nil, fmt.Errorf("bench latency: %w", err)
+				return 0, nil, nil, fmt.Errorf("bench latency: %w", err)
 			}
 		}
 	}
 	if profiling {
 		if err := prof.ProfilerStop(); err != nil {
-			return 0, nil, fmt.Errorf("bench latency: %w", err)
+			return 0, nil, nil, fmt.Errorf("bench latency: %w", err)
 		}
 	}
 	if err := run.b.Sync(); err != nil {
-		return 0, nil, fmt.Errorf("bench latency: sync after decode: %w", err)
+		return 0, nil, nil, fmt.Errorf("bench latency: sync after decode: %w", err)
+	}
+	if clock != nil {
+		if dev, err = clock.StepIntervals(); err != nil {
+			return 0, nil, nil, fmt.Errorf("bench latency: %w", err)
+		}
 	}
 	run.tokens = tokens
-	return prefill, steps, nil
+	return prefill, steps, dev, nil
+}
+
+// scaledCopy is v times f, in a new slice.
+func scaledCopy(v []float64, f float64) []float64 {
+	out := make([]float64, len(v))
+	for i, x := range v {
+		out[i] = x * f
+	}
+	return out
 }
 
 // prefill computes every prompt's KV in steps of at most PrefillChunk

@@ -368,3 +368,81 @@ func TestRunLatencyQueueAheadSameTokens(t *testing.T) {
 		}
 	}
 }
+
+// markingBackend is the CPU backend with a StepClock whose marks are
+// counted; each interval it reports is the mark's index, so a test can
+// tell which marks the benchmark kept.
+type markingBackend struct {
+	*cpu.Backend
+	marks, calls int
+}
+
+func (m *markingBackend) MarkStep() error { m.marks++; return nil }
+
+func (m *markingBackend) StepIntervals() ([]float64, error) {
+	m.calls++
+	var out []float64
+	for i := 1; i < m.marks; i++ {
+		out = append(out, float64(i))
+	}
+	m.marks = 0
+	return out, nil
+}
+
+// TestRunLatencyStepTrace checks --step-trace: every timed iteration's
+// ITLs in order (summing to what the summary counts), one device mark per
+// decode step, and the device intervals summarised over the timed
+// iterations only; without it, nothing is marked or traced.
+func TestRunLatencyStepTrace(t *testing.T) {
+	cfg := tinyConfig(false, false)
+	w := mustSynthetic(t, cfg, backend.BF16, 42)
+	const outputLen, iters = 6, 2
+	for _, trace := range []bool{false, true} {
+		for _, noQueue := range []bool{false, true} {
+			b := &markingBackend{Backend: cpu.New(cpu.Options{Threads: 2})}
+			res, err := RunLatency(context.Background(), LatencyOptions{
+				Backend: b, Config: cfg, Weights: w, Arch: "tiny",
+				Batch: 2, InputLen: 9, OutputLen: outputLen, Warmup: 1, Iters: iters, Seed: 3,
+				NoQueueAhead: noQueue, StepTrace: trace,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !trace {
+				if b.calls != 0 || res.ITLTraceMS != nil || res.DeviceStepMS != nil || res.DeviceStepTraceMS != nil {
+					t.Fatalf("no trace asked: %d interval calls, traces %v %v", b.calls, res.ITLTraceMS, res.DeviceStepTraceMS)
+				}
+				continue
+			}
+			if b.calls != 1+iters {
+				t.Fatalf("queue ahead %v: StepIntervals called %d times, want once per iteration (%d)", !noQueue, b.calls, 1+iters)
+			}
+			if len(res.ITLTraceMS) != iters || len(res.DeviceStepTraceMS) != iters {
+				t.Fatalf("%d ITL traces and %d device traces, want %d each", len(res.ITLTraceMS), len(res.DeviceStepTraceMS), iters)
+			}
+			var sum float64
+			for i := range iters {
+				itl, dev := res.ITLTraceMS[i], res.DeviceStepTraceMS[i]
+				if len(itl) != outputLen-1 {
+					t.Fatalf("iteration %d: %d ITLs, want %d", i, len(itl), outputLen-1)
+				}
+				// One mark per decode step: outputLen-1 marks, outputLen-2 intervals 1, 2, ...
+				if want := []float64{1, 2, 3, 4}; !slices.Equal(dev, want) {
+					t.Fatalf("iteration %d: device intervals %v, want %v", i, dev, want)
+				}
+				for _, v := range itl {
+					if v <= 0 {
+						t.Fatalf("iteration %d: ITL %v", i, itl)
+					}
+					sum += v
+				}
+			}
+			if got, want := res.ITLMS.Mean*float64(res.ITLMS.Count), sum; math.Abs(got-want) > 1e-9*want {
+				t.Fatalf("traced ITLs sum to %v ms, the summary to %v", want, got)
+			}
+			if d := res.DeviceStepMS; d == nil || d.Count != iters*(outputLen-2) || d.Max != 4 || d.Min != 1 {
+				t.Fatalf("device step summary %+v, want %d intervals from 1 to 4", d, iters*(outputLen-2))
+			}
+		}
+	}
+}

@@ -40,6 +40,9 @@ func (r *LatencyResult) WriteText(w io.Writer) error {
 	} else {
 		p("decode step (ITL)", "n/a")
 	}
+	if d := r.DeviceStepMS; d != nil && d.Count > 0 {
+		p("decode step, device-timed", "p50 %s  p90 %s  p99 %s  mean %s  (%d intervals between steps' ends)", ms(d.P50), ms(d.P90), ms(d.P99), ms(d.Mean), d.Count)
+	}
 	if r.QueuedStepMS != nil {
 		p("decode step, queued", "%s (the device's time: steps queued back to back, nothing read back)", ms(*r.QueuedStepMS))
 	}

@@ -158,8 +158,20 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 		if err != nil {
 			return err
 		}
+		cluster := dp.cluster
+		if cluster > 0 {
+			cl, err := b.fnSmem(fnKey{dp.mod, dp.clusterKernel}, dp.smem)
+			if err != nil {
+				return err
+			}
+			if fits, _ := b.clusterFit(cl, dp.grid, 128, dp.smem, cluster); fits || clusterForce {
+				dec = cl
+			} else {
+				cluster = 0 // a second wave of clusters would cost more than the combine saves
+			}
+		}
 		var part uint64 // [s, h, nsplit, d+2] F32 partials
-		if dp.nsplit > 1 && dp.cluster == 0 {
+		if dp.nsplit > 1 && cluster == 0 {
 			if part, err = b.tmpGet(s * h * dp.nsplit * (d + 2) * 4); err != nil {
 				return err
 			}
@@ -168,15 +180,15 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 		decArgs := []uint64{out.ptr, part, q.ptr, kc.ptr, vc.ptr,
 			bt.ptr, i32(maxBlocks), sl.ptr, qs.ptr, i32(h), i32(kvh), i32(h / kvh), i32(dp.nsplit), scale,
 			i32(a.SlidingWindow), i32(numBlocks), i32(n), i32(a.MaxSeqLen), i32(decodeOnly), b.errDev}
-		if dp.cluster > 0 {
-			err = b.launchCluster(dec, dp.grid, 128, dp.smem, dp.cluster, decArgs...)
+		if cluster > 0 {
+			err = b.launchCluster(dec, dp.grid, 128, dp.smem, cluster, decArgs...)
 		} else {
 			err = b.launch(dec, dp.grid, 128, dp.smem, decArgs...)
 		}
 		if err != nil {
 			return err
 		}
-		if dp.nsplit > 1 && dp.cluster == 0 {
+		if dp.nsplit > 1 && cluster == 0 {
 			comb, err := b.fn(fnKey{dp.mod, dp.combine})
 			if err != nil {
 				return err

@@ -76,6 +76,10 @@ func applyDecodeStages() error {
 // attn_decode_combine.
 var attnCluster = false
 
+// clusterForce launches the cluster kernel even where its clusters do not
+// all fit at once (clusterFit), so tests check the kernel on any shape.
+var clusterForce = false
+
 // attnClusterEnv names attnCluster's setting.
 const attnClusterEnv = "TRIGON_CUDA_ATTN_CLUSTER"
 
@@ -89,11 +93,15 @@ func applyAttnClusterEnv() (err error) {
 // caller's goroutine.
 type decodePlan struct {
 	mod             modSpec
-	decode, combine string // kernel names in mod; combine "" with clusters
+	decode, combine string // kernel names in mod
 	grid            [3]int
 	smem            int // dynamic shared memory of the decode kernel, bytes
 	nsplit          int
-	cluster         int // > 0: the splits are clusters (1, 1, cluster), merged in the kernel
+	// cluster > 0: the splits are clusters (1, 1, cluster), merged in
+	// clusterKernel, where all of the launch's clusters are resident at
+	// once (Backend.clusterFit); otherwise decode and combine run.
+	cluster       int
+	clusterKernel string
 }
 
 // planDecode picks the decode kernel, its grid and split count for s
@@ -114,7 +122,7 @@ func (b *Backend) planDecode(s, h, kvh, d, blockSize, maxSeqLen int) decodePlan 
 			grid: [3]int{s, kvh * chunks, n}, smem: decodeMMASmem(d, st), nsplit: n,
 		}
 		if attnCluster && b.clusters && n >= 2 && n <= 8 {
-			p.decode, p.combine, p.cluster = "attn_decode_mma_cl", "", n
+			p.clusterKernel, p.cluster = "attn_decode_mma_cl", n
 		}
 		return p
 	}

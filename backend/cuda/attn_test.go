@@ -280,6 +280,48 @@ func TestAttentionCluster(t *testing.T) {
 	}
 }
 
+// TestClusterFit checks the occupancy query behind the cluster merge's
+// fallback: a cluster of two small blocks fits many times over, a launch
+// of more such clusters than the GPU holds does not all fit, and the
+// answer is the same when asked again (cached).
+func TestClusterFit(t *testing.T) {
+	b := sharedBackend(t, true)
+	if b == nil || !b.clusters || b.d.cuOccupancyMaxActiveClusters == 0 {
+		t.Skip("the device or driver launches no thread-block clusters, or cannot say how many fit")
+	}
+	const d, bs = 128, 16
+	st, ok := decodeMMAStages(b.cc, d)
+	if !ok {
+		t.Skip("no tensor-core decode kernel here")
+	}
+	mod := modSpec{file: "attn_decode", p: [6]int{d, bs, st}}
+	smem := decodeMMASmem(d, st)
+	var active1, active2 int
+	var fitSmall, fitHuge bool
+	if err := b.call(func() error {
+		f, err := b.fnSmem(fnKey{mod, "attn_decode_mma_cl"}, smem)
+		if err != nil {
+			return err
+		}
+		fitSmall, active1 = b.clusterFit(f, [3]int{1, 1, 2}, 128, smem, 2)
+		fitHuge, _ = b.clusterFit(f, [3]int{64, 64, 2}, 128, smem, 2)
+		_, active2 = b.clusterFit(f, [3]int{1, 1, 2}, 128, smem, 2)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s: clusters of 2 blocks of %d bytes of shared memory resident at once: %d", b.Name(), smem, active1)
+	if !fitSmall || active1 < b.sms/4 {
+		t.Fatalf("one cluster of 2: fits %v, %d resident; want it to fit and at least %d", fitSmall, active1, b.sms/4)
+	}
+	if fitHuge {
+		t.Fatalf("4096 clusters of 2 reported as all resident at once (%d SMs)", b.sms)
+	}
+	if active2 != active1 {
+		t.Fatalf("second query %d, first %d", active2, active1)
+	}
+}
+
 // oneBlockSeqs is a batch of no more query rows than sequences, for which
 // Attention gives each sequence one prefill block that loops over all of
 // its row tiles and heads: 199 short sequences, a few of them decoding,
@@ -375,11 +417,11 @@ func testAttentionCase(t *testing.T, tc attnCase) {
 				name += "_hinted"
 			}
 			t.Run(name, func(t *testing.T) {
-				defer func(st, ms, u int, cl bool) {
-					decodeStages, decodeMaxSplits, decodeUnroll, attnCluster = st, ms, u, cl
-				}(decodeStages, decodeMaxSplits, decodeUnroll, attnCluster)
+				defer func(st, ms, u int, cl, cf bool) {
+					decodeStages, decodeMaxSplits, decodeUnroll, attnCluster, clusterForce = st, ms, u, cl, cf
+				}(decodeStages, decodeMaxSplits, decodeUnroll, attnCluster, clusterForce)
 				decodeStages = st
-				attnCluster = tc.cluster
+				attnCluster, clusterForce = tc.cluster, tc.cluster // the kernel runs even where its clusters take two waves
 				if tc.maxSplits != 0 {
 					decodeMaxSplits = tc.maxSplits
 				}

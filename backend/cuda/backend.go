@@ -116,9 +116,13 @@ type Backend struct {
 	// launchCfg); clusters says the device and driver launch clusters.
 	clusterCfg *launchConfig
 	clusters   bool
-	pdl        bool
-	errFlag    pinned
-	errDev     uint64
+	// clusterFits caches clusterFit's query: the most clusters of a
+	// launch shape resident at once.
+	clusterFits map[clusterKey]int
+	pdl         bool
+	marks       stepClock // MarkStep's events
+	errFlag     pinned
+	errDev      uint64
 	// blob holds the parameter of launchBlob's launches: a pointer at 0
 	// to the struct at 64.
 	blob pinned
@@ -386,6 +390,7 @@ func (b *Backend) teardown() {
 	}
 	b.mods, b.fns = nil, nil
 	b.pool.release()
+	b.destroyMarks()
 	for i := range b.reads {
 		if b.reads[i].ev != 0 {
 			d.call(d.cuEventDestroy, b.reads[i].ev)

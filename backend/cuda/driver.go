@@ -56,6 +56,9 @@ type driver struct {
 	// cuLaunchKernelEx (CUDA 12.0+) launches with attributes; 0 when the
 	// driver lacks it, and launches fall back to cuLaunchKernel.
 	cuLaunchKernelEx uintptr
+	// cuOccupancyMaxActiveClusters (CUDA 11.8+): how many clusters of a
+	// launch can be resident at once; 0 when the driver lacks it.
+	cuOccupancyMaxActiveClusters uintptr
 }
 
 var (
@@ -123,6 +126,9 @@ func loadDriver() (*driver, error) {
 		}
 		if p, e := dlsym(h, "cuLaunchKernelEx"); e == nil {
 			d.cuLaunchKernelEx = p
+		}
+		if p, e := dlsym(h, "cuOccupancyMaxActiveClusters"); e == nil {
+			d.cuOccupancyMaxActiveClusters = p
 		}
 		// cuEventElapsedTime_v2 is CUDA 12.8+; older drivers only have the
 		// unversioned symbol, with the same signature.

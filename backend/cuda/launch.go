@@ -115,6 +115,46 @@ func (b *Backend) launchCluster(f uintptr, grid [3]int, block, smem, cz int, arg
 	return b.d.check("cuLaunchKernelEx", b.d.call(b.d.cuLaunchKernelEx, uintptr(unsafe.Pointer(c)), f, b.paramPtrs, 0))
 }
 
+// clusterKey names one cluster launch shape for clusterFit's cache.
+type clusterKey struct {
+	f               uintptr
+	grid            [3]int
+	block, smem, cz int
+}
+
+// clusterFit reports whether every cluster of a launchCluster launch of f
+// can be resident at once (cuOccupancyMaxActiveClusters), and how many
+// can. A cluster's blocks must share one GPC, so clusters of large
+// blocks can fall short of the block count the SMs would hold, and the
+// last clusters then wait for a second wave: a decode attention launch
+// that takes twice its time. The answer is cached per shape; a driver
+// without the query, or a query that fails, counts as not fitting.
+// CUDA thread only.
+func (b *Backend) clusterFit(f uintptr, grid [3]int, block, smem, cz int) (fits bool, active int) {
+	k := clusterKey{f, grid, block, smem, cz}
+	if v, ok := b.clusterFits[k]; ok {
+		return v >= grid[0]*grid[1]*grid[2]/cz, v
+	}
+	n := int32(0)
+	if b.d.cuOccupancyMaxActiveClusters != 0 && b.clusters && cz >= 1 && cz <= 8 {
+		c := b.clusterCfg
+		c.grid = [3]uint32{uint32(grid[0]), uint32(grid[1]), uint32(grid[2])}
+		c.block = [3]uint32{uint32(block), 1, 1}
+		c.smem = uint32(smem)
+		c.stream = b.stream
+		dim := (*[3]uint32)(unsafe.Pointer(&(*[2]launchAttr)(cptr(c.attrs))[0].value))
+		*dim = [3]uint32{1, 1, uint32(cz)}
+		if b.d.call(b.d.cuOccupancyMaxActiveClusters, uintptr(unsafe.Pointer(&n)), f, uintptr(unsafe.Pointer(c))) != 0 {
+			n = 0
+		}
+	}
+	if b.clusterFits == nil {
+		b.clusterFits = map[clusterKey]int{}
+	}
+	b.clusterFits[k] = int(n)
+	return int(n) >= grid[0]*grid[1]*grid[2]/cz, int(n)
+}
+
 // PDL reports whether kernel launches use programmatic dependent launch.
 func (b *Backend) PDL() bool {
 	var on bool

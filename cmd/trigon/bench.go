@@ -58,6 +58,7 @@ func benchLatencyCmd() *cobra.Command {
 	var df deviceFlags
 	var arch, modelPath, dtype, graphs string
 	var batch, inputLen, outputLen, chunk, warmup, iters, profileSteps int
+	var stepTrace bool
 	var sustained time.Duration
 	var seed uint64
 	var peakGBps float64
@@ -120,7 +121,7 @@ func benchLatencyCmd() *cobra.Command {
 					Batch: batch, InputLen: inputLen, OutputLen: outputLen, PrefillChunk: chunk,
 					Warmup: warmup, Iters: iters, Seed: seed, CUDAGraphs: useGraphs, PeakBandwidth: peakGBps * 1e9,
 					SustainedProbe: sustained,
-					ProfileSteps:   profileSteps, NoQueueAhead: !queueAhead,
+					ProfileSteps:   profileSteps, NoQueueAhead: !queueAhead, StepTrace: stepTrace,
 				})
 				if err != nil {
 					return err
@@ -163,6 +164,7 @@ func benchLatencyCmd() *cobra.Command {
 	fl.BoolVar(&onDevice, "weights-on-device", true, "make BF16/F32 synthetic weights on the device (false: generate on the host and copy)")
 	fl.BoolVar(&queueAhead, "queue-ahead", true, "queue each decode step on the device's sampled ids before the host reads them (where the backend can)")
 	fl.DurationVar(&sustained, "sustained-probe", 1500*time.Millisecond, "also run the prefill GEMM probe back to back this long and report the rate over its second half, under the device's power limit (0: off)")
+	fl.BoolVar(&stepTrace, "step-trace", false, "report every decode step's ITL in order (JSON) and, where the backend can, the device-timed interval between steps (device_step_ms), to tell the device's time from the host's")
 	fl.IntVar(&profileSteps, "profile-steps", 0, "in the last iteration, bracket the prefill and this many decode steps for a profiler run with collection off (ncu --profile-from-start off)")
 	return cmd
 }

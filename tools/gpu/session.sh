@@ -9,7 +9,7 @@
 # transformers), serve_smoke, bench_rows, graphs, profile (ncu), attn_bench,
 # attn_check, default_model, peers, overlap (bench overlap), margin, pdl,
 # tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab, queue_ab, norm_prefetch, chain, chain_ops, chain_final, chain_verify, tests_only,
-# prefill_ab, prefill_small, prefill_tile, cluster_final,
+# prefill_ab, prefill_small, prefill_tile, cluster_final, cluster_fit, step_trace,
 # prefill_chunks, splits (one A/B
 # experiment each), final (tests, then peers, rows and the server: what
 # docs/benchmarks.md's latest section ran);
@@ -365,6 +365,36 @@ for c in off on; do
 done
 AB_VARIANTS="trigon:TRIGON_CUDA_ATTN_CLUSTER=off trigon:TRIGON_CUDA_ATTN_CLUSTER=on trigon-prev trigon:TRIGON_CUDA_ATTN_CLUSTER=off trigon:TRIGON_CUDA_ATTN_CLUSTER=on" prefill_ab 1
 profile
+}
+
+# step_trace [ENV=V ...]: the batch-4 step (graphs on, output 128) with
+# --step-trace: ITL against the device-timed step, and where the slow
+# steps fall (tools/gpu/step_trace.py).
+step_trace() {
+  local tag=${1:-default}
+  log "bench latency llama-3-8b --batch 4 --input-len 2048 --output-len 128 --cuda-graphs on --step-trace ($tag)"
+  env ${1:-} .gpu/trigon bench latency --arch llama-3-8b --batch 4 --input-len 2048 --output-len 128 --device cuda --cuda-graphs on \
+    --step-trace --json >"$OUT/trace-${tag//[^A-Za-z0-9]/_}.json" 2>>"$OUT/bench.err" || tail -3 "$OUT/bench.err"
+  $PY tools/gpu/step_trace.py "$OUT/trace-${tag//[^A-Za-z0-9]/_}.json" 2>&1 | tee -a "$OUT/summary.txt"
+}
+
+# cluster_fit: the refactored decode merges (attention tests, cluster
+# byte-identity, the occupancy query), the cluster benchmark, the step
+# trace, and PDL on against off.
+cluster_fit() {
+log "TestAttention*, TestClusterFit, TestDecodePlan, TestKernelsWait*"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.run 'TestAttention|TestClusterFit|TestDecodePlan|TestKernelsWait' >"$OUT/attn-tests.log" 2>&1)
+echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^(--- FAIL|FAIL|PASS|ok)|panic|resident" "$OUT/attn-tests.log" | tail -8 | tee -a "$OUT/summary.txt"
+grep -c -- "--- PASS" "$OUT/attn-tests.log" | sed 's/^/passed: /' | tee -a "$OUT/summary.txt"
+grep -c -- "--- SKIP" "$OUT/attn-tests.log" | sed 's/^/skipped: /' | tee -a "$OUT/summary.txt"
+log "BenchmarkAttentionDecodeCluster"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'BenchmarkAttentionDecodeCluster' -test.benchtime 100x -test.v >"$OUT/attn-cluster.log" 2>&1)
+grep -E "^Benchmark|resident|rror" "$OUT/attn-cluster.log" | awk '{$2=""; print}' | tee -a "$OUT/summary.txt"
+step_trace
+step_trace TRIGON_CUDA_PDL=on
+step_trace TRIGON_CUDA_ATTN_CLUSTER=on
+step_trace
+step_trace TRIGON_CUDA_PDL=on
 }
 
 # chain: the chained layer products (kernels/chain.cu): their tests, the
