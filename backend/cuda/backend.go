@@ -120,9 +120,13 @@ type Backend struct {
 	// launch shape resident at once.
 	clusterFits map[clusterKey]int
 	pdl         bool
-	marks       stepClock // MarkStep's events
-	errFlag     pinned
-	errDev      uint64
+	// pdlSome: only the functions in pdlFns (the kernels pdlKernels
+	// names, as fn fetches them) launch with PDL.
+	pdlSome bool
+	pdlFns  map[uintptr]bool
+	marks   stepClock // MarkStep's events
+	errFlag pinned
+	errDev  uint64
 	// blob holds the parameter of launchBlob's launches: a pointer at 0
 	// to the struct at 64.
 	blob pinned
@@ -484,7 +488,7 @@ func (b *Backend) launch(f uintptr, grid [3]int, block, smem int, args ...uint64
 // programmatic dependent launch where the backend uses it. CUDA thread
 // only.
 func (b *Backend) launchParams(f uintptr, grid [3]int, block, smem int, params uintptr) error {
-	if b.pdl {
+	if b.pdl || b.pdlSome && b.pdlFns[f] {
 		c := b.launchCfg
 		c.grid = [3]uint32{uint32(grid[0]), uint32(grid[1]), uint32(grid[2])}
 		c.block = [3]uint32{uint32(block), 1, 1}

@@ -28,3 +28,51 @@ func TestEnvSwitch(t *testing.T) {
 		}
 	}
 }
+
+// TestPDLEnv checks TRIGON_CUDA_PDL's three forms: on/off for every
+// launch, a list of kernel names for only those, and errors that name the
+// variable for anything else.
+func TestPDLEnv(t *testing.T) {
+	defer func(e bool, k map[string]bool) { pdlEnabled, pdlKernels = e, k }(pdlEnabled, pdlKernels)
+	for _, tc := range []struct {
+		v     string
+		all   bool
+		some  []string
+		bad   bool
+		wrong string // a name that must not be in the list
+	}{
+		{v: "", all: false},
+		{v: "on", all: true},
+		{v: "off", all: false},
+		{v: "attn_decode_combine", some: []string{"attn_decode_combine"}, wrong: "gemv_bf16"},
+		{v: "attn_decode_combine,gemv_add_bf16", some: []string{"attn_decode_combine", "gemv_add_bf16"}, wrong: "qkv_rope_bf16"},
+		{v: "gemv_bf16,", bad: true},
+		{v: ",gemv_bf16", bad: true},
+		{v: "gemv bf16", bad: true},
+		{v: "9gemv", bad: true},
+		{v: "ON", bad: true},
+	} {
+		t.Setenv(pdlEnv, tc.v)
+		err := applyPDLEnv()
+		if (err != nil) != tc.bad || (err != nil && !strings.Contains(err.Error(), pdlEnv)) {
+			t.Fatalf("%q: error %v, want one: %v", tc.v, err, tc.bad)
+		}
+		if tc.bad {
+			continue
+		}
+		if pdlEnabled != tc.all {
+			t.Fatalf("%q: every launch with PDL %v, want %v", tc.v, pdlEnabled, tc.all)
+		}
+		if (pdlKernels != nil) != (tc.some != nil) || len(pdlKernels) != len(tc.some) {
+			t.Fatalf("%q: kernels %v, want %v", tc.v, pdlKernels, tc.some)
+		}
+		for _, n := range tc.some {
+			if !pdlKernels[n] {
+				t.Fatalf("%q: %s not in %v", tc.v, n, pdlKernels)
+			}
+		}
+		if tc.wrong != "" && pdlKernels[tc.wrong] {
+			t.Fatalf("%q: %s in %v", tc.v, tc.wrong, pdlKernels)
+		}
+	}
+}

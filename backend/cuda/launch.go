@@ -2,6 +2,8 @@ package cuda
 
 import (
 	"fmt"
+	"os"
+	"strings"
 	"unsafe"
 )
 
@@ -57,6 +59,8 @@ const (
 	cuLaunchAttributeProgrammaticStreamSerialization = 6
 	// pdlEnv turns PDL on ("on") where the device and driver can; unset
 	// or "off" launches plainly.
+	// or a comma-separated list of kernel names launches only those with
+	// it (for finding which boundaries gain).
 	pdlEnv = "TRIGON_CUDA_PDL"
 )
 
@@ -66,10 +70,43 @@ const (
 // even with the GEMV streaming its weight before the wait.
 var pdlEnabled = false
 
+// pdlKernels, from a list in pdlEnv, names the only kernels launched
+// with PDL (pdlEnabled stays off); nil when pdlEnv is on, off or unset.
+var pdlKernels map[string]bool
+
 // applyPDLEnv reads pdlEnv.
 func applyPDLEnv() (err error) {
-	pdlEnabled, err = envSwitch(pdlEnv, false)
-	return err
+	pdlKernels = nil
+	v := os.Getenv(pdlEnv)
+	if v == "" || v == "on" || v == "off" {
+		pdlEnabled, err = envSwitch(pdlEnv, false)
+		return err
+	}
+	names, err := parseKernelList(v)
+	if err != nil {
+		return fmt.Errorf("cuda: %s=%q: want on, off or kernel names separated by commas: %w", pdlEnv, v, err)
+	}
+	pdlEnabled = false
+	pdlKernels = names
+	return nil
+}
+
+// parseKernelList reads "name,name,...": at least one name, each of
+// lower-case letters, digits and underscores (trigon's kernel names).
+func parseKernelList(v string) (map[string]bool, error) {
+	out := map[string]bool{}
+	for _, n := range strings.Split(v, ",") {
+		if n == "" {
+			return nil, fmt.Errorf("empty name")
+		}
+		for i, c := range n {
+			if !(c == '_' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
+				return nil, fmt.Errorf("%q is not a kernel name", n)
+			}
+		}
+		out[n] = true
+	}
+	return out, nil
 }
 
 // initLaunchConfig lays the launch config and its one attribute out at
@@ -83,6 +120,7 @@ func (b *Backend) initLaunchConfig(host uintptr) {
 	attr.value[0] = 1 // programmaticStreamSerializationAllowed = 1 (an int)
 	*b.launchCfg = launchConfig{attrs: host + 64, numAttrs: 1}
 	b.pdl = pdlEnabled && b.cc >= 90 && b.d.cuLaunchKernelEx != 0
+	b.pdlSome = pdlKernels != nil && b.cc >= 90 && b.d.cuLaunchKernelEx != 0
 	b.clusterCfg = (*launchConfig)(cptr(host + 136))
 	attrs := (*[2]launchAttr)(cptr(host + 200))
 	attrs[0] = launchAttr{id: cuLaunchAttributeClusterDimension}

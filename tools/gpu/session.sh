@@ -9,7 +9,7 @@
 # transformers), serve_smoke, bench_rows, graphs, profile (ncu), attn_bench,
 # attn_check, default_model, peers, overlap (bench overlap), margin, pdl,
 # tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab, queue_ab, norm_prefetch, chain, chain_ops, chain_final, chain_verify, tests_only,
-# prefill_ab, prefill_small, prefill_tile, cluster_final, cluster_fit, step_trace, contig_ab,
+# prefill_ab, prefill_small, prefill_tile, cluster_final, cluster_fit, step_trace, contig_ab, pdl_some,
 # prefill_chunks, splits (one A/B
 # experiment each), final (tests, then peers, rows and the server: what
 # docs/benchmarks.md's latest section ran);
@@ -434,6 +434,20 @@ PYEOF
 for r in 1 2; do
   step_trace TRIGON_CUDA_GEMV_CONTIG=off
   step_trace TRIGON_CUDA_GEMV_CONTIG=on
+done
+}
+
+# pdl_some: programmatic dependent launch for chosen kernels only
+# (TRIGON_CUDA_PDL=name,...): tests with every listed kernel on, then the
+# batch-4 step traced per subset, the default first and last.
+pdl_some() {
+local all=attn_decode_combine,gemv_add_bf16,qkv_rope_bf16,attn_decode_mma,add_rmsnorm,silu_mul,silu_mul_v8
+log "PDL for $all: attention, GEMV, QKV+RoPE, norm and graph tests"
+(cd backend/cuda && TRIGON_CUDA_PDL=$all "$root/.gpu/cuda.test" -test.v -test.run 'TestAttention|TestGEMV|TestGraph|TestQKVRoPE|TestNormFused|TestMatMulAdd|TestAddRMSNorm|TestSiLUMul' >"$OUT/pdl-tests.log" 2>&1)
+echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/pdl-tests.log" | tail -6 | tee -a "$OUT/summary.txt"
+grep -c -- "--- PASS" "$OUT/pdl-tests.log" | sed 's/^/passed: /' | tee -a "$OUT/summary.txt"
+for v in ${PDL_SETS:-default attn_decode_combine attn_decode_combine,gemv_add_bf16 qkv_rope_bf16 attn_decode_mma add_rmsnorm,silu_mul,silu_mul_v8 default}; do
+  if [[ $v == default ]]; then step_trace; else step_trace "TRIGON_CUDA_PDL=$v"; fi
 done
 }
 

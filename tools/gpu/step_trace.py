@@ -39,10 +39,16 @@ def main(path):
             slow = sorted(((x, i, j + 2) for i, it in enumerate(dev) for j, x in enumerate(it)), reverse=True)[:8]
             print("  slowest device steps (ms, iteration, step, context mod 16):",
                   ", ".join("%.3f@%d/%d/%d" % (x, i, k, (inp + k) % 16) for x, i, k in slow))
-            for i, it in enumerate(dev):
-                print("  iteration %d device steps, every 8th: %s" % (i, " ".join("%.3f" % x for x in it[::8])))
+            if "-v" in sys.argv:
+                for i, it in enumerate(dev):
+                    print("  iteration %d device steps, every 8th: %s" % (i, " ".join("%.3f" % x for x in it[::8])))
+            # Steady state: the intervals after the first 16 of each iteration.
+            steady = [x for it in dev for x in it[16:]]
+            if steady:
+                print("  device step after the first 16 steps: p50 %.3f p99 %.3f ms" % (pct(steady, 50), pct(steady, 99)))
 
 
 if __name__ == "__main__":
     for p in sys.argv[1:]:
-        main(p)
+        if p != "-v":
+            main(p)
