@@ -190,6 +190,15 @@ func TestKernelsWaitForPredecessor(t *testing.T) {
 					!strings.Contains(rest, "if ("+early+") grid_dep_wait();") {
 					t.Errorf("%s: kernel %q must start with `if (!%s) grid_dep_wait();` and wait after its early loads", f, name, early)
 				}
+			} else if late, ok := lateWaiters[name]; ok {
+				// Its shared body waits itself, after the step's metadata and
+				// the cache rows earlier steps wrote, before the first read of
+				// what the predecessor writes (late).
+				body := s[strings.Index(s, "void "+sharedBodies[name]+"("):]
+				w, r := strings.Index(body, "grid_dep_wait();"), strings.Index(body, late)
+				if w < 0 || r < 0 || r < w || strings.Contains(rest[:strings.Index(rest, sharedBodies[name])], "grid_dep") {
+					t.Errorf("%s: kernel %q must leave the wait to %s, which must call grid_dep_wait() before %q", f, name, sharedBodies[name], late)
+				}
 			} else if !strings.HasPrefix(rest, "grid_dep_sync();") && !strings.HasPrefix(rest, "grid_dep_wait();") {
 				t.Errorf("%s: kernel %q does not start with grid_dep_sync(); or grid_dep_wait();", f, name)
 			}
@@ -226,10 +235,15 @@ func TestKernelsWaitForPredecessor(t *testing.T) {
 	t.Logf("checked %d kernels in %d files", kernels, len(files))
 }
 
-// sharedBodies are kernels that wait with grid_dep_wait() and then run a
-// device function that several kernels share, which calls
-// grid_dep_launch() itself.
+// sharedBodies are kernels that run a device function several kernels
+// share, which calls grid_dep_launch() itself (and, for lateWaiters,
+// grid_dep_wait()).
 var sharedBodies = map[string]string{"attn_decode_mma": "attn_decode_body", "attn_decode_mma_cl": "attn_decode_body"}
+
+// lateWaiters are the kernels whose shared body (sharedBodies) reads the
+// step's metadata and the KV-cache rows of earlier steps before it waits,
+// then the newest row and Q (the text given, its first read of Q) after.
+var lateWaiters = map[string]string{"attn_decode_mma": "*(const uint4*)(q +", "attn_decode_mma_cl": "*(const uint4*)(q +"}
 
 // earlyReaders are the kernels allowed to load, before grid_dep_sync, the
 // weights the host flags as pristine (never written by a kernel), named by

@@ -9,7 +9,7 @@
 # transformers), serve_smoke, bench_rows, graphs, profile (ncu), attn_bench,
 # attn_check, default_model, peers, overlap (bench overlap), margin, pdl,
 # tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab, queue_ab, norm_prefetch, chain, chain_ops, chain_final, chain_verify, tests_only,
-# prefill_ab, prefill_small, prefill_tile, cluster_final, cluster_fit, step_trace, contig_ab, pdl_some,
+# prefill_ab, prefill_small, prefill_tile, cluster_final, cluster_fit, step_trace, contig_ab, pdl_some, attn_pdl,
 # prefill_chunks, splits (one A/B
 # experiment each), final (tests, then peers, rows and the server: what
 # docs/benchmarks.md's latest section ran);
@@ -448,6 +448,33 @@ echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^(--- FAIL|FAIL|PASS|ok)|pani
 grep -c -- "--- PASS" "$OUT/pdl-tests.log" | sed 's/^/passed: /' | tee -a "$OUT/summary.txt"
 for v in ${PDL_SETS:-default attn_decode_combine attn_decode_combine,gemv_add_bf16 qkv_rope_bf16 attn_decode_mma add_rmsnorm,silu_mul,silu_mul_v8 default}; do
   if [[ $v == default ]]; then step_trace; else step_trace "TRIGON_CUDA_PDL=$v"; fi
+done
+}
+
+# attn_pdl: decode attention's prologue before its wait. Tests without
+# PDL and with PDL on QKV, attention and combine (the model tests too: a
+# stale newest K/V row would show in the logits), the graph-timed
+# attention, then the batch-4 step traced, alternating.
+attn_pdl() {
+local set=qkv_rope_bf16,attn_decode_mma,attn_decode_combine
+log "TestAttention, TestGraph, TestQKVRoPE, TestKernelsWait (no PDL)"
+(cd backend/cuda && TRIGON_CUDA_PDL=off "$root/.gpu/cuda.test" -test.v -test.run 'TestAttention|TestGraph|TestQKVRoPE|TestKernelsWait' >"$OUT/attn-tests.log" 2>&1)
+echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/attn-tests.log" | tail -4 | tee -a "$OUT/summary.txt"
+grep -c -- "--- PASS" "$OUT/attn-tests.log" | sed 's/^/passed: /' | tee -a "$OUT/summary.txt"
+log "the same with TRIGON_CUDA_PDL=$set"
+(cd backend/cuda && TRIGON_CUDA_PDL=$set "$root/.gpu/cuda.test" -test.v -test.run 'TestAttention|TestGraph|TestQKVRoPE|TestKernelsWait' >"$OUT/attn-tests-pdl.log" 2>&1)
+echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/attn-tests-pdl.log" | tail -4 | tee -a "$OUT/summary.txt"
+grep -c -- "--- PASS" "$OUT/attn-tests-pdl.log" | sed 's/^/passed: /' | tee -a "$OUT/summary.txt"
+log "model tests on CUDA, TRIGON_CUDA_PDL=$set"
+(cd model/llama && TRIGON_CUDA_PDL=$set "$root/.gpu/llama.test" -test.run 'TestFixturesCUDA|TestDefaultModelCUDAMatchesCPU' -test.v >"$OUT/llama-cuda-pdl.log" 2>&1)
+echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "worst|^(--- FAIL|FAIL|PASS)" "$OUT/llama-cuda-pdl.log" | tee -a "$OUT/summary.txt"
+for v in off attn_decode_combine,attn_decode_mma; do
+  log "BenchmarkAttentionDecode b4 ctx2048 stages3, TRIGON_CUDA_PDL=$v"
+  (cd backend/cuda && TRIGON_CUDA_PDL=$v "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'BenchmarkAttentionDecode/b4_ctx2048_h32_kv8_d128_stages3$' -test.benchtime 300x >"$OUT/attn-b-$v.log" 2>&1)
+  grep -E "Benchmark.*op|rror" "$OUT/attn-b-$v.log" | awk '{$2=""; print}' | tee -a "$OUT/summary.txt"
+done
+for v in ${PDL_SETS:-off attn_decode_mma,attn_decode_combine $set off attn_decode_mma,attn_decode_combine $set}; do
+  step_trace "TRIGON_CUDA_PDL=$v"
 done
 }
 

@@ -46,6 +46,14 @@
 // After the main loop a warp's first slot holds its f32 output [16][HD]
 // (64*HD bytes <= one slot's 64*(HD+8)) for the cross-warp merge.
 
+// ld_cg loads 16 bytes through L2 only (never a line L1 may hold from
+// before the predecessor kernel wrote it).
+__device__ __forceinline__ uint4 ld_cg(const u16* p) {
+  uint4 v;
+  asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
 // Waits until at most N of this thread's committed groups are pending.
 template <int N> __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
@@ -264,7 +272,7 @@ __device__ __forceinline__ void attn_decode_body(
   // 16-byte chunks c = lane + 32i of the K and V tiles (row c/(HD/8),
   // column 8*(c%(HD/8))). Rows outside [lo, L) or in a bad block are
   // zero-filled and masked, never read.
-  auto issue = [&](int t, int sl) {
+  auto issue = [&](int t, int sl, int skip) {
     u16* ks = ring + sl * 2 * TILE;
     u16* vs = ks + TILE;
     const int p0 = t * TT;
@@ -286,6 +294,7 @@ __device__ __forceinline__ void attn_decode_body(
       const int r = c / (HD / 8), col = (c % (HD / 8)) * 8;
       const bool ok = (mask >> r) & 1u;
       const i64 off = base + (i64)r * HD + col;
+      if (r == skip) continue;
       cp_async16(smem_u32(ks + r * KSTR + col), kc + off, ok);
       cp_async16(smem_u32(vs + r * KSTR + col), vc + off, ok);
     }
@@ -314,6 +323,7 @@ __device__ __forceinline__ void attn_decode_body(
       const bool ok = (mask >> r) & 1u;
       const int pr = p0 + r;
       const i64 off = (i64)b * blk_stride + head_off + (i64)(pr % BS) * HD + col;
+      if (r == skip) continue;
       cp_async16(smem_u32(ks + r * KSTR + col), kc + off, ok);
       cp_async16(smem_u32(vs + r * KSTR + col), vc + off, ok);
     }
@@ -323,10 +333,37 @@ __device__ __forceinline__ void attn_decode_body(
 
   // Prologue: the first ST-1 tiles in flight before anything else waits.
   // Every step commits a group, empty or not, so wait_group counts align.
+  // It runs before grid_dep_wait: under programmatic dependent launch the
+  // kernel before this one (the QKV projection writing this step's K and
+  // V) may still be running. Everything read so far is the step's
+  // metadata, written before the step's first kernel, and every cached
+  // key but the newest, at position L-1, was written by earlier steps. Its
+  // row is left out here (skip: no copy, not even a zero fill, lands in
+  // its slot) and copied after the wait.
+  const int last_tile = (L - 1) / TT;
+  int late_slot = -1;  // prologue slot holding the tile of position L-1
 #pragma unroll
   for (int j = 0; j < ST - 1; j++) {
-    if (j < nj) issue(tb + warp + j * NW, j);
+    if (j < nj) {
+      const int t = tb + warp + j * NW;
+      if (t == last_tile) late_slot = j;
+      issue(t, j, t == last_tile ? (L - 1) - t * TT : -1);
+    }
     cp_async_commit();
+  }
+  grid_dep_wait();  // Q and the newest K/V row come from the kernels before this one
+  if (late_slot >= 0) {
+    // Row (L-1) % TT of the slot: 16-byte chunks of its K then V row.
+    const int p = L - 1, bi = p / BS;
+    const int b = bi < max_blocks ? bt[bi] : -1;
+    if (b >= 0 && b < num_blocks) {  // else issue masked the row and reported it
+      const i64 off = (i64)b * blk_stride + head_off + (i64)(p % BS) * HD;
+      u16* ks = ring + late_slot * 2 * TILE + (p - last_tile * TT) * KSTR;
+      for (int c = lane; c < HD / 4; c += 32) {
+        const int col = (c % (HD / 8)) * 8;
+        *(uint4*)(ks + (c < HD / 8 ? 0 : TILE) + col) = ld_cg((c < HD / 8 ? kc : vc) + off + col);
+      }
+    }
   }
 
   // The query rows, loaded while the tiles are in flight: [16][HD], rows
@@ -367,7 +404,7 @@ __device__ __forceinline__ void attn_decode_body(
     {
       const int jn = j + ST - 1;
       // Slot jn % ST was last read in step j-1, which ended in __syncwarp.
-      if (jn < nj) issue(tb + warp + jn * NW, jn % ST);
+      if (jn < nj) issue(tb + warp + jn * NW, jn % ST, -1);
       cp_async_commit();
     }
     cp_async_wait<ST - 1>();  // this lane's copies of tile j have landed
@@ -501,7 +538,6 @@ extern "C" __global__ void __launch_bounds__(NW * 32, MIN_BLOCKS) attn_decode_mm
     u16* out, float* part, const u16* q, const u16* kc, const u16* vc, const int* block_tables, int max_blocks,
     const int* seq_lens, const int* qstart, int H, int KV, int G, int nsplit, float scale_log2, int window, int num_blocks,
     int num_tokens, int max_seq_len, int decode_only, int* err) {
-  grid_dep_wait();  // Q and the KV cache come from the kernels before this one
   attn_decode_body<false>(out, part, q, kc, vc, block_tables, max_blocks, seq_lens, qstart, H, KV, G, nsplit, scale_log2,
                           window, num_blocks, num_tokens, max_seq_len, decode_only, err);
 }
@@ -513,7 +549,6 @@ extern "C" __global__ void __launch_bounds__(NW * 32, MIN_BLOCKS) attn_decode_mm
     u16* out, float* part, const u16* q, const u16* kc, const u16* vc, const int* block_tables, int max_blocks,
     const int* seq_lens, const int* qstart, int H, int KV, int G, int nsplit, float scale_log2, int window, int num_blocks,
     int num_tokens, int max_seq_len, int decode_only, int* err) {
-  grid_dep_wait();  // as attn_decode_mma
 #if __CUDA_ARCH__ >= 900
   attn_decode_body<true>(out, part, q, kc, vc, block_tables, max_blocks, seq_lens, qstart, H, KV, G, nsplit, scale_log2,
                          window, num_blocks, num_tokens, max_seq_len, decode_only, err);
