@@ -254,20 +254,6 @@ type NormFuser interface {
 	NormGateUpSiLU(out, h, normW Tensor, eps float32, w Tensor) (bool, error)
 }
 
-// SiLUMatMulAdder is an optional Backend interface for decode-sized
-// batches: the MLP's SiLUMul and down projection in one op, the SiLU
-// applied as the product reads its input, so the activation is never
-// written. SiLUMatMulAdd computes what SiLUMul into a buffer followed by
-// NormFuser.MatMulAdd of it computes, rounding included. It returns
-// false, having queued nothing, where it does not take the operands (the
-// caller then runs the two ops); operands either op would refuse are an
-// ErrShape error.
-//
-//	resid [n, m];  gateUp [n, 2*inter] (gate columns, then up);  w [m, inter]
-type SiLUMatMulAdder interface {
-	SiLUMatMulAdd(resid, gateUp, w Tensor) (bool, error)
-}
-
 // Chainer is an optional Backend interface for decode-sized batches: Chain
 // runs a run of NormFuser's ops as one device program, so the weights of
 // consecutive products stream without the gaps between kernels (a decode

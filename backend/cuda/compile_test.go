@@ -238,8 +238,7 @@ func TestKernelsWaitForPredecessor(t *testing.T) {
 // sharedBodies are kernels that run a device function several kernels
 // share, which calls grid_dep_launch() itself (and, for lateWaiters,
 // grid_dep_wait()).
-var sharedBodies = map[string]string{"attn_decode_mma": "attn_decode_body", "attn_decode_mma_cl": "attn_decode_body",
-	"gemv_add_bf16": "gemv_add_tail", "gemv_silu_add_bf16": "gemv_add_tail"}
+var sharedBodies = map[string]string{"attn_decode_mma": "attn_decode_body", "attn_decode_mma_cl": "attn_decode_body"}
 
 // lateWaiters are the kernels whose shared body (sharedBodies) reads the
 // step's metadata and the KV-cache rows of earlier steps before it waits,
@@ -251,7 +250,6 @@ var lateWaiters = map[string]string{"attn_decode_mma": "*(const uint4*)(q +", "a
 // the flag parameter.
 var earlyReaders = map[string]string{
 	"gemv_bf16": "early_w", "qkv_rope_bf16": "early_w", "gemv_add_bf16": "early_w", "gemv_norm_silu_bf16": "early_w",
-	"gemv_silu_add_bf16": "early_w",
 }
 
 // globalRe matches a kernel's declaration up to its parameter list.

@@ -13,8 +13,7 @@ var _ backend.NormFuser = (*Backend)(nil)
 
 // fuseNormOps says which NormFuser methods fuse (a benchmark sets it;
 // TRIGON_CUDA_FUSE_NORM, read by New, overrides it): fuseAdd for
-// MatMulAdd, fuseQKV for NormQKVRoPE, fuseMLP for NormGateUpSiLU, and
-// fuseSiLU for SiLUMatMulAdd (the SiLU folded into the down GEMV).
+// MatMulAdd, fuseQKV for NormQKVRoPE, fuseMLP for NormGateUpSiLU.
 //
 // By default only MatMulAdd fuses. Measured on the H200 (Llama-3-8B,
 // batch 4, docs/benchmarks.md): an add+RMSNorm kernel costs about a
@@ -23,13 +22,12 @@ var _ backend.NormFuser = (*Backend)(nil)
 // for the norm, cuBLASLt's gate/up and SiLUMul, and NormQKVRoPE 18.9
 // against 18.3. MatMulAdd, which leaves the norm only its scale to do,
 // measured neutral to 1% faster over the step.
-var fuseNormOps = fuseAdd | fuseSiLU
+var fuseNormOps = fuseAdd
 
 const (
 	fuseAdd = 1 << iota
 	fuseQKV
 	fuseMLP
-	fuseSiLU
 )
 
 // fuseNormPost picks where the normalising kernels apply the norm's
@@ -40,7 +38,7 @@ const (
 var fuseNormPost = true
 
 // fuseNormEnv names fuseNormOps' override: "on" (all), "off" (none), or
-// a comma-separated list of add, qkv, mlp and silu. fuseNormScaleEnv names
+// a comma-separated list of add, qkv and mlp. fuseNormScaleEnv names
 // fuseNormPost's.
 const (
 	fuseNormEnv      = "TRIGON_CUDA_FUSE_NORM"
@@ -52,7 +50,7 @@ func applyFuseNormEnv() error {
 	switch v := os.Getenv(fuseNormEnv); v {
 	case "":
 	case "on":
-		fuseNormOps = fuseAdd | fuseQKV | fuseMLP | fuseSiLU
+		fuseNormOps = fuseAdd | fuseQKV | fuseMLP
 	case "off":
 		fuseNormOps = 0
 	default:
@@ -65,10 +63,8 @@ func applyFuseNormEnv() error {
 				ops |= fuseQKV
 			case "mlp":
 				ops |= fuseMLP
-			case "silu":
-				ops |= fuseSiLU
 			default:
-				return fmt.Errorf("cuda: %s=%q: want on, off or a list of add, qkv, mlp and silu", fuseNormEnv, v)
+				return fmt.Errorf("cuda: %s=%q: want on, off or a list of add, qkv and mlp", fuseNormEnv, v)
 			}
 		}
 		fuseNormOps = ops
@@ -218,80 +214,6 @@ func (b *Backend) MatMulAdd(resid, x, w backend.Tensor) (bool, error) {
 			return err
 		}
 		return b.launch(f, [3]int{(m + 15) / 16, 1, 1}, c.nw*32, 0, rt.ptr, xt.ptr, wt.ptr, i32(n), i32(m), i32(k), flag(pristine))
-	}); err != nil {
-		return false, err
-	}
-	return true, nil
-}
-
-var _ backend.SiLUMatMulAdder = (*Backend)(nil)
-
-// SiLUMatMulAdd implements backend.SiLUMatMulAdder through
-// gemv_silu_add_bf16 (kernels/gemv.cu) where MatMulAdd of the activation
-// would run gemv_add_bf16: BF16 operands, decode batches, inter % 8 == 0.
-// Byte for byte SiLUMul then MatMulAdd: the kernel makes each input chunk
-// with silu_mul_v8's arithmetic and sums as gemv_add_bf16 sums.
-//
-//	resid [n, m] BF16;  gateUp [n, 2*inter] BF16;  w [m, inter] BF16
-func (b *Backend) SiLUMatMulAdd(resid, gateUp, w backend.Tensor) (bool, error) {
-	const op = "silumatmuladd"
-	gt, err := b.tensorOf(op, "gateUp", gateUp)
-	if err != nil {
-		return false, err
-	}
-	if err := checkDType(op, "gateUp", gt, floatDTypes...); err != nil {
-		return false, err
-	}
-	if err := checkShape(op, "gateUp", gt, -1, -1); err != nil {
-		return false, err
-	}
-	n, two := gt.shape[0], gt.shape[1]
-	if two%2 != 0 {
-		return false, backend.ShapeError("cuda: "+op, "gateUp", "%v: an odd column count has no gate/up halves", gt.shape)
-	}
-	inter := two / 2
-	rt, err := b.tensorOf(op, "resid", resid)
-	if err != nil {
-		return false, err
-	}
-	if err := checkDType(op, "resid", rt, floatDTypes...); err != nil {
-		return false, err
-	}
-	if err := checkShape(op, "resid", rt, n, -1); err != nil {
-		return false, err
-	}
-	wt, err := b.tensorOf(op, "w", w)
-	if err != nil {
-		return false, err
-	}
-	if err := checkDType(op, "w", wt, weightDTypes...); err != nil {
-		return false, err
-	}
-	m := rt.shape[1]
-	if err := checkShape(op, "w", wt, m, inter); err != nil {
-		return false, err
-	}
-	if overlaps(rt, gt) || overlaps(rt, wt) {
-		return false, backend.ShapeError("cuda: "+op, "resid", "overlaps gateUp or w")
-	}
-	if fuseNormOps&fuseSiLU == 0 || fuseNormOps&fuseAdd == 0 || !gemvEnabled || rt.dt != backend.BF16 ||
-		gt.dt != backend.BF16 || wt.dt != backend.BF16 || n > maxInt32 || m > maxInt32 ||
-		!gemvFits(n, inter, gt.ptr, wt.ptr) {
-		return false, nil
-	}
-	pristine := wt.owner != nil && wt.owner.pristine.Load()
-	if err := b.post(func() error {
-		// The down product's plan: its first call tunes on gateUp's
-		// first n*inter elements as a stand-in input (any values time alike).
-		c, err := b.fusedGEMV(n, m, inter, gt.ptr, wt.ptr)
-		if err != nil {
-			return err
-		}
-		f, err := b.fn(fnKey{gemvSpec((n+7)/8, c.nw, c.ur, dtBF16, 0), "gemv_silu_add_bf16"})
-		if err != nil {
-			return err
-		}
-		return b.launch(f, [3]int{(m + 15) / 16, 1, 1}, c.nw*32, 0, rt.ptr, gt.ptr, wt.ptr, i32(n), i32(m), i32(inter), flag(pristine))
 	}); err != nil {
 		return false, err
 	}

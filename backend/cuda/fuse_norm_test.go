@@ -1,7 +1,6 @@
 package cuda
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -90,44 +89,6 @@ func TestNormFuserRefusals(t *testing.T) {
 			return h.b.NormGateUpSiLU(hh, hh, h.t(f32, 2*inter), 1e-5, h.t(bf, 4*inter, 2*inter))
 		}, bad},
 
-		// SiLUMatMulAdd: resid [n, m] += silu_mul(gu [n, 2*inter]) . down [m, inter]^T.
-		{"silu down", func() (bool, error) { return h.b.SiLUMatMulAdd(resid, h.t(bf, n, 2*inter), h.t(bf, m, inter)) }, fused},
-		{"silu down 16 rows", func() (bool, error) {
-			return h.b.SiLUMatMulAdd(h.t(bf, 16, m), h.t(bf, 16, 2*inter), h.t(bf, m, inter))
-		}, fused},
-		{"silu down 17 rows", func() (bool, error) {
-			return h.b.SiLUMatMulAdd(h.t(bf, 17, m), h.t(bf, 17, 2*inter), h.t(bf, m, inter))
-		}, refused},
-		{"silu down F32 gate/up", func() (bool, error) { return h.b.SiLUMatMulAdd(resid, h.t(f32, n, 2*inter), h.t(bf, m, inter)) }, refused},
-		{"silu down F32 resid", func() (bool, error) {
-			return h.b.SiLUMatMulAdd(h.t(f32, n, m), h.t(bf, n, 2*inter), h.t(bf, m, inter))
-		}, refused},
-		{"silu down Q8_0 w", func() (bool, error) {
-			return h.b.SiLUMatMulAdd(resid, h.t(bf, n, 2*inter), h.t(backend.Q8_0, m, inter))
-		}, refused},
-		{"silu down inter not a multiple of 8", func() (bool, error) { return h.b.SiLUMatMulAdd(resid, h.t(bf, n, 40), h.t(bf, m, 20)) }, refused},
-		{"silu down knob off", func() (bool, error) {
-			defer func(ops int) { fuseNormOps = ops }(fuseNormOps)
-			fuseNormOps &^= fuseSiLU
-			return h.b.SiLUMatMulAdd(resid, h.t(bf, n, 2*inter), h.t(bf, m, inter))
-		}, refused},
-		{"silu down add off", func() (bool, error) {
-			defer func(ops int) { fuseNormOps = ops }(fuseNormOps)
-			fuseNormOps &^= fuseAdd
-			return h.b.SiLUMatMulAdd(resid, h.t(bf, n, 2*inter), h.t(bf, m, inter))
-		}, refused},
-		{"silu down odd gate/up width", func() (bool, error) { return h.b.SiLUMatMulAdd(resid, h.t(bf, n, 2*inter+1), h.t(bf, m, inter)) }, bad},
-		{"silu down w width", func() (bool, error) { return h.b.SiLUMatMulAdd(resid, h.t(bf, n, 2*inter), h.t(bf, m, inter+8)) }, bad},
-		{"silu down w rows", func() (bool, error) { return h.b.SiLUMatMulAdd(resid, h.t(bf, n, 2*inter), h.t(bf, m+16, inter)) }, bad},
-		{"silu down resid rows", func() (bool, error) {
-			return h.b.SiLUMatMulAdd(h.t(bf, n+1, m), h.t(bf, n, 2*inter), h.t(bf, m, inter))
-		}, bad},
-		{"silu down resid is gate/up", func() (bool, error) {
-			g := h.t(bf, n, 2*inter)
-			return h.b.SiLUMatMulAdd(g, g, h.t(bf, 2*inter, inter))
-		}, bad},
-		{"silu down nil w", func() (bool, error) { return h.b.SiLUMatMulAdd(resid, h.t(bf, n, 2*inter), nil) }, bad},
-
 		{"qkv", func() (bool, error) { return h.b.NormQKVRoPE(x, normW, 1e-5, qkvW, rope()) }, fused},
 		{"qkv BF16 norm weight", func() (bool, error) { return h.b.NormQKVRoPE(x, h.t(bf, k), 1e-5, qkvW, rope()) }, refused},
 		{"qkv QNorm", func() (bool, error) {
@@ -155,7 +116,7 @@ func TestNormFuserRefusals(t *testing.T) {
 // returns the function that restores the knobs.
 func allFused() func() {
 	ops, post := fuseNormOps, fuseNormPost
-	fuseNormOps = fuseAdd | fuseQKV | fuseMLP | fuseSiLU
+	fuseNormOps = fuseAdd | fuseQKV | fuseMLP
 	return func() { fuseNormOps, fuseNormPost = ops, post }
 }
 
@@ -466,62 +427,5 @@ func TestMatMulAddPrefill(t *testing.T) {
 				p.expectClose(fmt.Sprintf("residual after call %d", i+1), read(t, g, gr), read(t, c, cr), bf16Tol)
 			}
 		})
-	}
-}
-
-// TestSiLUMatMulAdd runs the MLP's SiLU and down projection as one op
-// against the CPU's SiLUMul, MatMul and residual add (bf16 tolerance) and
-// against the GPU's own SiLUMul then MatMulAdd (the same bytes: the fused
-// kernel rounds as they do), for Llama-3-8B's down shape and odd ones, 1
-// to 16 rows; a refused call (17 rows) leaves the residual as it was.
-func TestSiLUMatMulAdd(t *testing.T) {
-	sharedBackend(t, true)
-	if !gemvEnabled {
-		t.Skip("the GEMV is off (TRIGON_CUDA_GEMV=off): nothing fuses")
-	}
-	defer allFused()()
-	const eps = 1e-5
-	for _, s := range []struct{ inter, m int }{{14336, 4096}, {1024, 768}, {264, 520}} {
-		for _, n := range []int{1, 3, 4, 9, 16} {
-			if s.m == 4096 && n != 4 && n != 9 {
-				continue // the CPU reference is slow at Llama-3-8B's size
-			}
-			t.Run(fmt.Sprintf("inter%d_m%d_n%d", s.inter, s.m, n), func(t *testing.T) {
-				p := newPair(t)
-				g, c := p.g, p.c
-				bf := backend.BF16
-				cr, gr := p.act(bf, []int{n, s.m}, p.normal(n*s.m, 1))
-				cgu, ggu := p.act(bf, []int{n, 2 * s.inter}, p.normal(n*2*s.inter, 2))
-				cw, gw := p.same(bf, []int{s.m, s.inter}, encode(bf, p.normal(s.m*s.inter, float32(1/math.Sqrt(float64(s.inter))))))
-				cgm, _ := p.same(backend.F32, []int{s.m}, encode(backend.F32, p.normWeights(s.m)))
-				rBytes := readBytes(t, g, gr)
-
-				cAct, cDelta, cNormed := p.cpuOut(n, s.inter), p.cpuOut(n, s.m), p.cpuOut(n, s.m)
-				p.must("cpu silu", c.SiLUMul(cAct, cgu))
-				p.must("cpu matmul", c.MatMul(cDelta, cAct, cw, nil))
-				p.must("cpu add", c.AddRMSNorm(cNormed, cDelta, cr, cgm, eps))
-				want := read(t, c, cr)
-
-				gAct := p.poisoned(bf, n, s.inter)
-				p.must("silu", g.SiLUMul(gAct, ggu))
-				ok, err := g.MatMulAdd(gr, gAct, gw)
-				p.must("MatMulAdd", err)
-				if !ok {
-					t.Fatal("MatMulAdd returned false for operands it fuses")
-				}
-				unfused := readBytes(t, g, gr)
-
-				p.must("reset resid", g.Write(gr, rBytes))
-				ok, err = g.SiLUMatMulAdd(gr, ggu, gw)
-				p.must("SiLUMatMulAdd", err)
-				if !ok {
-					t.Fatal("SiLUMatMulAdd returned false for operands it fuses")
-				}
-				p.expectClose("silu+down vs cpu", read(t, g, gr), want, bf16Tol)
-				if fused := readBytes(t, g, gr); !bytes.Equal(fused, unfused) {
-					t.Fatal("SiLUMatMulAdd's bytes differ from SiLUMul then MatMulAdd")
-				}
-			})
-		}
 	}
 }

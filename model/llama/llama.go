@@ -408,7 +408,6 @@ func (m *Model) forward(in *model.DeviceBatch, kv []model.LayerKV) (backend.Tens
 	// a NormPrefetcher may meanwhile pull the start of next, the weight
 	// of the product after the norm, into a cache.
 	pf, _ := b.(backend.NormPrefetcher)
-	sm, _ := b.(backend.SiLUMatMulAdder)
 	norm := func(w, next backend.Tensor) error {
 		var x, res backend.Tensor = resid, nil
 		if pending {
@@ -515,17 +514,6 @@ func (m *Model) forward(in *model.DeviceBatch, kv []model.LayerKV) (backend.Tens
 				}
 				if err := b.MatMul(gateUp, normed, ly.gateUp, nil); err != nil {
 					return nil, fmt.Errorf("layer %d gate/up: %w", l, err)
-				}
-				// A SiLUMatMulAdder folds SiLUMul into the down product,
-				// which then adds into resid itself.
-				downDone := false
-				if sm != nil && !pending {
-					if downDone, err = sm.SiLUMatMulAdd(resid, gateUp, ly.down); err != nil {
-						return nil, fmt.Errorf("layer %d silu+down_proj: %w", l, err)
-					}
-				}
-				if downDone {
-					continue
 				}
 				if err := b.SiLUMul(mlpAct, gateUp); err != nil {
 					return nil, fmt.Errorf("layer %d silu: %w", l, err)

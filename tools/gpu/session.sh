@@ -9,7 +9,7 @@
 # transformers), serve_smoke, bench_rows, graphs, profile (ncu), attn_bench,
 # attn_check, default_model, peers, overlap (bench overlap), margin, pdl,
 # tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab, queue_ab, norm_prefetch, chain, chain_ops, chain_final, chain_verify, tests_only,
-# prefill_ab, prefill_small, prefill_tile, cluster_final, cluster_fit, step_trace, contig_ab, pdl_some, attn_pdl, silu_ab,
+# prefill_ab, prefill_small, prefill_tile, cluster_final, cluster_fit, step_trace, contig_ab, pdl_some, attn_pdl,
 # prefill_chunks, splits (one A/B
 # experiment each), final (tests, then peers, rows and the server: what
 # docs/benchmarks.md's latest section ran);
@@ -372,12 +372,10 @@ profile
 # steps fall (tools/gpu/step_trace.py).
 step_trace() {
   local tag=${1:-default}
-  tag=${tag:-default}
   log "bench latency llama-3-8b --batch 4 --input-len 2048 --output-len 128 --cuda-graphs on --step-trace ($tag)"
-  local f="$OUT/trace-${SECONDS}-${tag//[^A-Za-z0-9]/_}.json"
   env ${1:-} .gpu/trigon bench latency --arch llama-3-8b --batch 4 --input-len 2048 --output-len 128 --device cuda --cuda-graphs on \
-    --step-trace --json >"$f" 2>>"$OUT/bench.err" || tail -3 "$OUT/bench.err"
-  $PY tools/gpu/step_trace.py "$f" 2>&1 | tee -a "$OUT/summary.txt"
+    --step-trace --json >"$OUT/trace-${tag//[^A-Za-z0-9]/_}.json" 2>>"$OUT/bench.err" || tail -3 "$OUT/bench.err"
+  $PY tools/gpu/step_trace.py "$OUT/trace-${tag//[^A-Za-z0-9]/_}.json" 2>&1 | tee -a "$OUT/summary.txt"
 }
 
 # cluster_fit: the refactored decode merges (attention tests, cluster
@@ -477,23 +475,6 @@ for v in off attn_decode_combine,attn_decode_mma; do
 done
 for v in ${PDL_SETS:-off attn_decode_mma,attn_decode_combine $set off attn_decode_mma,attn_decode_combine $set}; do
   step_trace "TRIGON_CUDA_PDL=$v"
-done
-}
-
-# silu_ab: SiLU folded into the down GEMV (SiLUMatMulAdd) and PDL on the
-# QKV, attention and combine kernels: tests and memcheck, the CUDA model
-# tests, then the batch-4 step traced in a 2x2 alternation.
-silu_ab() {
-local set=qkv_rope_bf16,attn_decode_mma,attn_decode_combine
-log "TestSiLUMatMulAdd, TestNormFuserRefusals, TestNormFused, TestKernelsWait, TestGEMV"
-(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.run 'TestSiLUMatMulAdd|TestNormFuserRefusals|TestNormFused|TestKernelsWait|TestGEMV|TestSiLUMul' >"$OUT/silu-tests.log" 2>&1)
-echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/silu-tests.log" | tail -4 | tee -a "$OUT/summary.txt"
-grep -c -- "--- PASS" "$OUT/silu-tests.log" | sed 's/^/passed: /' | tee -a "$OUT/summary.txt"
-grep -E -- "--- (PASS|FAIL).*TestSiLUMatMulAdd/" "$OUT/silu-tests.log" | head -12 | tee -a "$OUT/summary.txt"
-memcheck 'TestSiLUMatMulAdd/inter(1024|264)'
-model_tests
-for v in "" "TRIGON_CUDA_FUSE_NORM=add" "TRIGON_CUDA_PDL=$set" "TRIGON_CUDA_FUSE_NORM=add TRIGON_CUDA_PDL=$set" "" "TRIGON_CUDA_FUSE_NORM=add" "TRIGON_CUDA_PDL=$set" "TRIGON_CUDA_FUSE_NORM=add TRIGON_CUDA_PDL=$set"; do
-  step_trace "$v"
 done
 }
 

@@ -16,6 +16,21 @@ extern "C" __global__ void silu_mul(void* out, const void* gu, int n, int inter)
   }
 }
 
+// silu8 is silu_mul of 8 bf16 gate and up values.
+__device__ __forceinline__ uint4 silu8(uint4 g, uint4 u) {
+  const u32* gp = (const u32*)&g;
+  const u32* up = (const u32*)&u;
+  uint4 o;
+  u32* op = (u32*)&o;
+#pragma unroll
+  for (int j = 0; j < 4; j++) {
+    float g0 = __uint_as_float(gp[j] << 16), g1 = __uint_as_float(gp[j] & 0xffff0000u);
+    float u0 = __uint_as_float(up[j] << 16), u1 = __uint_as_float(up[j] & 0xffff0000u);
+    op[j] = pack_bf16x2(silu_f(g0) * u0, silu_f(g1) * u1);
+  }
+  return o;
+}
+
 // silu_mul_v8 is silu_mul for BF16 with inter % 8 == 0 and 16-byte aligned
 // operands: 8 elements per thread and step through 16-byte loads and
 // stores, a thread's two chunks of a row loaded before either is used, and

@@ -195,45 +195,32 @@ __device__ __forceinline__ void norm_scales(float (&rs)[NT], float (&ssq)[NW][8 
 // row's squares as they pass, so the scale is known only after the
 // product, which the kernel then multiplies by it (row_scale): no second
 // pass over x, at the price of rounding x*g rather than x*rs*g to bf16.
-//
-// With XM_SILU, x is a fused gate/up product [n, 2k] (gate columns, then
-// up) and the product's input is silu_mul of it, made as the spans are
-// read (silu8, silu_mul_v8's arithmetic).
-#define XM_PLAIN 0
-#define XM_NORM 1
-#define XM_SILU 2
-template <int XM>
+template <bool NORM>
 __device__ __forceinline__ void gemv_steps_t(WRows& r, float (&acc)[NT][4], const u16* x, const float* g,
                                              const float (&rs)[NT], float (&ss)[NT], int n, int k, int warp, int gid,
                                              int tq) {
-  constexpr bool NORM = XM == XM_NORM;
   int spans = (k + 31) >> 5;
   const uint4 zero = make_uint4(0, 0, 0, 0);
-  const i64 ldx = XM == XM_SILU ? 2 * (i64)k : (i64)k;  // x's row stride
   const u16* x_p[NT];
   bool okx[NT];
 #pragma unroll
   for (int t = 0; t < NT; t++) {
     int row = t * 8 + gid;
     okx[t] = row < n;
-    x_p[t] = x + (i64)(okx[t] ? row : 0) * ldx + tq * 8;
+    x_p[t] = x + (i64)(okx[t] ? row : 0) * k + tq * 8;
   }
 #pragma unroll
   for (int t = 0; t < NT; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
 
   for (int s0 = SPAN0(warp); s0 < spans; s0 += NW * UR) {
     uint4 xv[UR][NT];
-    uint4 xu[XM == XM_SILU ? UR : 1][NT];  // the up halves (XM_SILU)
 #pragma unroll
     for (int u = 0; u < UR; u++) {
       int s = SPANU(s0, u);
       int kk = s * 32;
       bool in = s < spans && kk + tq * 8 < k;
 #pragma unroll
-      for (int t = 0; t < NT; t++) {
-        xv[u][t] = in && okx[t] ? *(const uint4*)(x_p[t] + kk) : zero;
-        if constexpr (XM == XM_SILU) xu[u][t] = in && okx[t] ? *(const uint4*)(x_p[t] + k + kk) : zero;
-      }
+      for (int t = 0; t < NT; t++) xv[u][t] = in && okx[t] ? *(const uint4*)(x_p[t] + kk) : zero;
     }
     uint4 ca[UR], cb[UR];
 #pragma unroll
@@ -242,13 +229,6 @@ __device__ __forceinline__ void gemv_steps_t(WRows& r, float (&acc)[NT][4], cons
       cb[u] = r.b[u];
     }
     r.load(s0 + NW * UR, spans, k, tq);  // the next step's weights, in flight during this step's mmas
-    if constexpr (XM == XM_SILU) {
-#pragma unroll
-      for (int u = 0; u < UR; u++) {
-#pragma unroll
-        for (int t = 0; t < NT; t++) xv[u][t] = silu8(xv[u][t], xu[u][t]);  // silu(0) * 0 = 0 where out of range
-      }
-    }
     if constexpr (NORM) {
 #pragma unroll
       for (int u = 0; u < UR; u++) {
@@ -281,7 +261,7 @@ __device__ __forceinline__ void gemv_steps(WRows& r, float (&acc)[NT][4], const 
                                            int gid, int tq) {
   const float one[NT] = {};
   float ss[NT] = {};
-  gemv_steps_t<XM_PLAIN>(r, acc, x, nullptr, one, ss, n, k, warp, gid, tq);
+  gemv_steps_t<false>(r, acc, x, nullptr, one, ss, n, k, warp, gid, tq);
 }
 
 // gemv_share puts each warp's C fragments where gemv_sum adds them
@@ -426,7 +406,7 @@ extern "C" __global__ void __launch_bounds__(NW * 32) qkv_rope_bf16(
   if (g) {
     float rs[NT] = {};
     if (!NP) norm_scales(rs, ssq, x, n, k, eps, warp, lane, gid);
-    gemv_steps_t<XM_NORM>(r, acc, x, g, rs, ss, n, k, warp, gid, tq);
+    gemv_steps_t<true>(r, acc, x, g, rs, ss, n, k, warp, gid, tq);
   } else {
     gemv_steps(r, acc, x, n, k, warp, gid, tq);
   }
@@ -497,17 +477,25 @@ extern "C" __global__ void __launch_bounds__(NW * 32) qkv_rope_bf16(
   }
 }
 
-// gemv_add_tail is gemv_add_bf16 after its first weight loads and the
-// wait, for input mode XM (gemv_steps_t): gemv_add_bf16 (XM_PLAIN) and
-// gemv_silu_add_bf16 (XM_SILU) share it.
-template <int XM>
-__device__ __forceinline__ void gemv_add_tail(WRows& r, u16* y, const u16* x, int n, int m, int k, int warp, int lane,
-                                              int gid, int tq, int r0) {
+// gemv_add_bf16: y[t, o] += sum_k x[t, k] * w[o, k], rounded as gemv_bf16
+// then add_rmsnorm's residual add round it (the product to bf16, then the
+// sum), so a decode step's O and down projections add into the residual
+// stream without a delta buffer and the kernel that would add it.
+//   y [n, m] bf16 (read and written);  x [n, k] bf16;  w [m, k] bf16
+// grid (ceil(m/16)), block NW*32, as gemv_bf16.
+extern "C" __global__ void __launch_bounds__(NW * 32) gemv_add_bf16(u16* y, const u16* x, const u16* w, int n, int m,
+                                                                  int k, int early_w) {
+  if (!early_w) grid_dep_wait();
   __shared__ float red[NW][NT][32][4];
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int gid = lane >> 2, tq = lane & 3;
+  int r0 = blockIdx.x * 16;
+  WRows r = wrows(w, r0 + gid, r0 + gid + 8, m, k, tq);
+  r.load(SPAN0(warp), (k + 31) >> 5, k, tq);
+  if (early_w) grid_dep_wait();
+
   float acc[NT][4];
-  const float one[NT] = {};
-  float ss[NT] = {};
-  gemv_steps_t<XM>(r, acc, x, nullptr, one, ss, n, k, warp, gid, tq);
+  gemv_steps(r, acc, x, n, k, warp, gid, tq);
   grid_dep_launch();
   gemv_share(red, acc, warp, lane);
   __syncthreads();
@@ -520,45 +508,6 @@ __device__ __forceinline__ void gemv_add_tail(WRows& r, u16* y, const u16* x, in
       y[i] = f32_to_bf16(round_to<DT_BF16>(gemv_sum(red, t, l, e)) + bf16_to_f32(y[i]));
     }
   }
-}
-
-// gemv_add_bf16: y[t, o] += sum_k x[t, k] * w[o, k], rounded as gemv_bf16
-// then add_rmsnorm's residual add round it (the product to bf16, then the
-// sum), so a decode step's O and down projections add into the residual
-// stream without a delta buffer and the kernel that would add it.
-//   y [n, m] bf16 (read and written);  x [n, k] bf16;  w [m, k] bf16
-// grid (ceil(m/16)), block NW*32, as gemv_bf16.
-
-extern "C" __global__ void __launch_bounds__(NW * 32) gemv_add_bf16(u16* y, const u16* x, const u16* w, int n, int m,
-                                                                  int k, int early_w) {
-  if (!early_w) grid_dep_wait();
-  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int gid = lane >> 2, tq = lane & 3;
-  int r0 = blockIdx.x * 16;
-  WRows r = wrows(w, r0 + gid, r0 + gid + 8, m, k, tq);
-  r.load(SPAN0(warp), (k + 31) >> 5, k, tq);
-  if (early_w) grid_dep_wait();
-  gemv_add_tail<XM_PLAIN>(r, y, x, n, m, k, warp, lane, gid, tq, r0);
-}
-
-// gemv_silu_add_bf16: y[t, o] += sum_j silu_mul(gu)[t, j] * w[o, j], the
-// MLP's down projection reading its input straight from the fused
-// gate/up product: silu_mul's kernel and its output buffer drop out of a
-// decode step, at the price of every block reading both halves of gu
-// (from L2). Rounded as silu_mul_v8 then gemv_add_bf16 round it, so the
-// bytes are theirs.
-//   y [n, m] bf16 (read and written);  gu [n, 2k] bf16;  w [m, k] bf16
-// grid (ceil(m/16)), block NW*32, as gemv_bf16.
-extern "C" __global__ void __launch_bounds__(NW * 32) gemv_silu_add_bf16(u16* y, const u16* gu, const u16* w, int n,
-                                                                       int m, int k, int early_w) {
-  if (!early_w) grid_dep_wait();
-  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int gid = lane >> 2, tq = lane & 3;
-  int r0 = blockIdx.x * 16;
-  WRows r = wrows(w, r0 + gid, r0 + gid + 8, m, k, tq);
-  r.load(SPAN0(warp), (k + 31) >> 5, k, tq);
-  if (early_w) grid_dep_wait();
-  gemv_add_tail<XM_SILU>(r, y, gu, n, m, k, warp, lane, gid, tq, r0);
 }
 
 // gemv_norm_silu_bf16: a decode step's MLP input half, one kernel for
@@ -586,7 +535,7 @@ extern "C" __global__ void __launch_bounds__(NW * 32) gemv_norm_silu_bf16(u16* o
   float rs[NT] = {}, ss[NT] = {};
   if (!NP) norm_scales(rs, ssq, h, n, k, eps, warp, lane, gid);
   float acc[NT][4];
-  gemv_steps_t<XM_NORM>(r, acc, h, g, rs, ss, n, k, warp, gid, tq);
+  gemv_steps_t<true>(r, acc, h, g, rs, ss, n, k, warp, gid, tq);
   grid_dep_launch();
   gemv_share(red, acc, warp, lane);
   if (NP) ss_share(ssq, ss, warp, lane);
