@@ -60,8 +60,12 @@
 //
 // Every kernel starts by waiting for its predecessor (grid_dep_sync or
 // grid_dep_wait, kernels/common.cuh) so launches may use programmatic
-// dependent launch (launch.go, TRIGON_CUDA_PDL=on; off by default: about
-// 1% slower on the H200).
+// dependent launch (launch.go). Decode attention is the exception: its
+// prologue reads the step's metadata and the cache rows earlier steps
+// wrote, then waits before it reads Q and the newest row. By default only
+// the QKV projection, decode attention and the split combine launch with
+// PDL (measured faster on the H200); TRIGON_CUDA_PDL=on|off|name,...
+// chooses others. PDL on every launch measured 1-2% slower.
 //
 // Dtypes: activations BF16 with f32 accumulation; weights BF16 (cuBLASLt or the GEMV),
 // F32/F16 (a BF16 copy made on first use), Q8_0/Q4_0 (own kernels); KV

@@ -57,28 +57,41 @@ const (
 	// cuLaunchAttributeProgrammaticStreamSerialization is
 	// CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION.
 	cuLaunchAttributeProgrammaticStreamSerialization = 6
-	// pdlEnv turns PDL on ("on") where the device and driver can; unset
-	// or "off" launches plainly.
-	// or a comma-separated list of kernel names launches only those with
-	// it (for finding which boundaries gain).
+	// pdlEnv selects the launches with PDL, where the device and driver
+	// can: "on" every one, "off" none, a comma-separated list of kernel
+	// names only those; unset, pdlDefault's.
 	pdlEnv = "TRIGON_CUDA_PDL"
 )
 
-// pdlEnabled is pdlEnv's setting, read by New. Off by default: on the
-// H200 (docs/benchmarks.md, 2026-11-30) the batch-4 Llama-3-8B decode
-// step took 5.38 ms with PDL against 5.21 ms without, in the same call,
-// even with the GEMV streaming its weight before the wait.
+// pdlEnabled (pdlEnv "on", read by New) launches every kernel with PDL.
+// Off by default: on the H200 (docs/benchmarks.md, 2026-11-30) the
+// batch-4 Llama-3-8B decode step took 5.38 ms with PDL on every launch
+// against 5.21 ms without, in the same call, and 4.86 against 4.78 in a
+// later build (seventh session); the GEMV adding into the residual
+// (gemv_add_bf16) lost most.
 var pdlEnabled = false
 
-// pdlKernels, from a list in pdlEnv, names the only kernels launched
-// with PDL (pdlEnabled stays off); nil when pdlEnv is on, off or unset.
-var pdlKernels map[string]bool
+// pdlKernels names the only kernels launched with PDL when pdlEnabled is
+// off: by default pdlDefault, from pdlEnv a list of names, nil with
+// pdlEnv "off" or "on".
+var pdlKernels = pdlDefault
+
+// pdlDefault are the kernels whose launch PDL measured faster on the
+// H200 (seventh session): the QKV projection behind its norm, decode
+// attention behind the QKV projection (its prologue reads the step's
+// metadata and the older cache rows before it waits), and the split
+// combine behind attention.
+var pdlDefault = map[string]bool{"qkv_rope_bf16": true, "attn_decode_mma": true, "attn_decode_combine": true}
 
 // applyPDLEnv reads pdlEnv.
 func applyPDLEnv() (err error) {
-	pdlKernels = nil
 	v := os.Getenv(pdlEnv)
-	if v == "" || v == "on" || v == "off" {
+	if v == "" {
+		pdlEnabled, pdlKernels = false, pdlDefault
+		return nil
+	}
+	if v == "on" || v == "off" {
+		pdlKernels = nil
 		pdlEnabled, err = envSwitch(pdlEnv, false)
 		return err
 	}

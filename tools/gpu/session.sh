@@ -372,10 +372,12 @@ profile
 # steps fall (tools/gpu/step_trace.py).
 step_trace() {
   local tag=${1:-default}
+  tag=${tag:-default}
   log "bench latency llama-3-8b --batch 4 --input-len 2048 --output-len 128 --cuda-graphs on --step-trace ($tag)"
+  local f="$OUT/trace-${SECONDS}-${tag//[^A-Za-z0-9]/_}.json"
   env ${1:-} .gpu/trigon bench latency --arch llama-3-8b --batch 4 --input-len 2048 --output-len 128 --device cuda --cuda-graphs on \
-    --step-trace --json >"$OUT/trace-${tag//[^A-Za-z0-9]/_}.json" 2>>"$OUT/bench.err" || tail -3 "$OUT/bench.err"
-  $PY tools/gpu/step_trace.py "$OUT/trace-${tag//[^A-Za-z0-9]/_}.json" 2>&1 | tee -a "$OUT/summary.txt"
+    --step-trace --json >"$f" 2>>"$OUT/bench.err" || tail -3 "$OUT/bench.err"
+  $PY tools/gpu/step_trace.py "$f" 2>&1 | tee -a "$OUT/summary.txt"
 }
 
 # cluster_fit: the refactored decode merges (attention tests, cluster
