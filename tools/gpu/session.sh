@@ -9,7 +9,7 @@
 # transformers), serve_smoke, bench_rows, graphs, profile (ncu), attn_bench,
 # attn_check, default_model, peers, overlap (bench overlap), margin, pdl,
 # tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab, queue_ab, norm_prefetch, chain, chain_ops, chain_final, chain_verify, tests_only,
-# prefill_ab, prefill_small, prefill_tile, cluster_final, cluster_fit, step_trace, contig_ab, pdl_some, attn_pdl,
+# prefill_ab, prefill_small, prefill_tile, cluster_final, cluster_fit, step_trace, contig_ab, pdl_some, attn_pdl, pdl_final,
 # prefill_chunks, splits (one A/B
 # experiment each), final (tests, then peers, rows and the server: what
 # docs/benchmarks.md's latest section ran);
@@ -704,7 +704,7 @@ for d in json.load(open(sys.argv[1])):
 final() {
 log "backend/cuda: every test"
 all_cuda_tests; rc=$?
-memcheck 'TestAddRMSNorm|TestSiLUMul|TestRoPEStoreKV|TestMatMulAddPrefill/n17|TestAttention/prefill_prefix_gqa8_d128'
+memcheck 'TestAddRMSNorm|TestRoPEStoreKV|TestMatMulAddPrefill/n17|TestAttention/(decode_gqa4_d128|mixed_gqa4_d128|decode_bs8_gqa4_d128|prefill_prefix_gqa8_d128)$'
 log "fixture models and the default model on CUDA (llama.test)"
 (cd model/llama && "$root/.gpu/llama.test" -test.run 'TestFixturesCUDA|TestDefaultModelCUDAMatchesCPU' -test.v >"$OUT/llama-cuda.log" 2>&1)
 rc2=$?; echo "rc=$rc2" | tee -a "$OUT/summary.txt"; grep -E "worst|near tie|^(--- FAIL|FAIL|PASS)" "$OUT/llama-cuda.log" | tee -a "$OUT/summary.txt"
@@ -713,6 +713,12 @@ default_model
 peers
 BATCHES="1 64" bench_rows
 serve_smoke
+}
+
+# pdl_final: the batch-4 step traced with the default PDL set and with
+# PDL off, alternating.
+pdl_final() {
+for v in "" TRIGON_CUDA_PDL=off "" TRIGON_CUDA_PDL=off; do step_trace "$v"; done
 }
 
 # verify: after a refactor of kernel code, every test, memcheck, the
