@@ -88,7 +88,7 @@ func normModule(n int, c gemvConfig) modSpec {
 	if fuseNormPost {
 		np = 1
 	}
-	return gemvSpec((n+7)/8, c.nw, c.ur, dtBF16, np)
+	return modSpec{file: "gemv", p: [6]int{(n + 7) / 8, c.nw, c.ur, dtBF16, np}}
 }
 
 // defaultFusedGEMV is the GEMV variant a fused product runs before the
@@ -209,7 +209,7 @@ func (b *Backend) MatMulAdd(resid, x, w backend.Tensor) (bool, error) {
 		if err != nil {
 			return err
 		}
-		f, err := b.fn(fnKey{gemvSpec((n+7)/8, c.nw, c.ur, dtBF16, 0), "gemv_add_bf16"})
+		f, err := b.fn(fnKey{modSpec{file: "gemv", p: [6]int{(n + 7) / 8, c.nw, c.ur, dtBF16}}, "gemv_add_bf16"})
 		if err != nil {
 			return err
 		}

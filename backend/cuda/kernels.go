@@ -29,7 +29,7 @@ var fileParams = map[string][]string{
 	"sample":       {},
 	"chain":        {"KC", "NC", "NOMATH"},
 	"quant":        {"WT", "OT"},
-	"gemv":         {"NT", "NW", "UR", "OT", "NP", "UC"},
+	"gemv":         {"NT", "NW", "UR", "OT", "NP"},
 }
 
 // modSpec identifies one compiled module: a kernel file and the values of
@@ -273,9 +273,9 @@ func warmSpecs() []modSpec {
 	// BF16 out; one tile with F32 out (logits).
 	for _, c := range gemvConfigs {
 		specs = append(specs,
-			gemvSpec(1, c.nw, c.ur, bf, 0),
-			gemvSpec(2, c.nw, c.ur, bf, 0),
-			gemvSpec(1, c.nw, c.ur, f32, 0))
+			modSpec{file: "gemv", p: [6]int{1, c.nw, c.ur, bf}},
+			modSpec{file: "gemv", p: [6]int{2, c.nw, c.ur, bf}},
+			modSpec{file: "gemv", p: [6]int{1, c.nw, c.ur, f32}})
 	}
 	for _, hd := range []int{64, 128} {
 		specs = append(specs,

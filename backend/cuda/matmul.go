@@ -274,35 +274,13 @@ var gemvMargin = tuneMargin
 // "0.10", read once by New.
 const gemvMarginEnv = "TRIGON_CUDA_GEMV_MARGIN"
 
-// gemvContig selects kernels/gemv.cu's span order UC=1 (each warp reads
-// UR consecutive 64-byte pieces of a row) over UC=0 (the block's warps
-// interleave them); TRIGON_CUDA_GEMV_CONTIG=on, read by New.
-var gemvContig = false
-
-// gemvContigEnv names gemvContig's setting.
-const gemvContigEnv = "TRIGON_CUDA_GEMV_CONTIG"
-
-// gemvSpec is the gemv.cu module of nt 8-row tiles, nw warps, ur spans a
-// step, output dtype ot and norm placement np, in the span order
-// gemvContig selects.
-func gemvSpec(nt, nw, ur, ot, np int) modSpec {
-	uc := 0
-	if gemvContig {
-		uc = 1
-	}
-	return modSpec{file: "gemv", p: [6]int{nt, nw, ur, ot, np, uc}}
-}
-
-// applyGEMVEnv reads gemvEnv, gemvContigEnv and gemvMarginEnv.
+// applyGEMVEnv reads gemvEnv and gemvMarginEnv.
 func applyGEMVEnv() error {
 	on, err := envSwitch(gemvEnv, gemvEnabled)
 	if err != nil {
 		return err
 	}
 	gemvEnabled = on
-	if gemvContig, err = envSwitch(gemvContigEnv, gemvContig); err != nil {
-		return err
-	}
 	if v := os.Getenv(gemvMarginEnv); v != "" {
 		m, err := parseGEMVMargin(v)
 		if err != nil {
@@ -337,7 +315,7 @@ func (b *Backend) gemvCall(c gemvConfig, y uint64, yt int, x, w uint64, n, m, k 
 	if yt == cudaR32F {
 		ot = int(dtF32)
 	}
-	f, err := b.fn(fnKey{gemvSpec((n+7)/8, c.nw, c.ur, ot, 0), "gemv_bf16"})
+	f, err := b.fn(fnKey{modSpec{file: "gemv", p: [6]int{(n + 7) / 8, c.nw, c.ur, ot}}, "gemv_bf16"})
 	if err != nil {
 		return err
 	}

@@ -130,7 +130,7 @@ func (b *Backend) qkvRoPE(xt, wt *tensor, r ropeOps, k int, earlyW bool) error {
 // weight g (F32 [k], else 0), x is normalised in the kernel. CUDA thread
 // only.
 func (b *Backend) qkvRoPECall(c gemvConfig, x, w uint64, r ropeOps, k int, earlyW bool, g uint64, eps float32) error {
-	spec := gemvSpec((r.n+7)/8, c.nw, c.ur, dtBF16, 0)
+	spec := modSpec{file: "gemv", p: [6]int{(r.n + 7) / 8, c.nw, c.ur, dtBF16}}
 	if g != 0 {
 		spec = normModule(r.n, c)
 	}

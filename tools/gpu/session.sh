@@ -9,7 +9,7 @@
 # transformers), serve_smoke, bench_rows, graphs, profile (ncu), attn_bench,
 # attn_check, default_model, peers, overlap (bench overlap), margin, pdl,
 # tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab, queue_ab, norm_prefetch, chain, chain_ops, chain_final, chain_verify, tests_only,
-# prefill_ab, prefill_small, prefill_tile, cluster_final, cluster_fit, step_trace, contig_ab, pdl_some, attn_pdl, pdl_final,
+# prefill_ab, prefill_small, prefill_tile, cluster_final, cluster_fit, step_trace, pdl_some, attn_pdl, pdl_final,
 # prefill_chunks, splits (one A/B
 # experiment each), final (tests, then peers, rows and the server: what
 # docs/benchmarks.md's latest section ran);
@@ -397,46 +397,6 @@ step_trace TRIGON_CUDA_PDL=on
 step_trace TRIGON_CUDA_ATTN_CLUSTER=on
 step_trace
 step_trace TRIGON_CUDA_PDL=on
-}
-
-# contig_ab: the GEMV's two span orders (TRIGON_CUDA_GEMV_CONTIG): its
-# tests, the graph-timed batch-4 products each way, the batch-4 step
-# traced with the SM clock sampled every 10 ms, then both ways alternating.
-contig_ab() {
-log "TestGEMV (both span orders), TestMatMul, TestQKVRoPE, TestNormFused"
-(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.run 'TestGEMV|TestMatMul|TestQKVRoPE|TestNormFused|TestKernelsCompile' >"$OUT/gemv-tests.log" 2>&1)
-echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/gemv-tests.log" | tail -6 | tee -a "$OUT/summary.txt"
-grep -c -- "--- PASS" "$OUT/gemv-tests.log" | sed 's/^/passed: /' | tee -a "$OUT/summary.txt"
-grep -c -- "--- PASS.*contig" "$OUT/gemv-tests.log" | sed 's/^/passed, contig: /' | tee -a "$OUT/summary.txt"
-for c in off on off on; do
-  log "BenchmarkMatMulDecode graph n4, TRIGON_CUDA_GEMV_CONTIG=$c"
-  (cd backend/cuda && TRIGON_CUDA_GEMV_CONTIG=$c "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'MatMulDecode/graph_(qkv|o|gate_up|down)_n4_.*gemv=true' -test.benchtime 300x -test.v >"$OUT/gemv-bench-$c.log" 2>&1)
-  grep -E "^Benchmark.*op|gemv\(|rror" "$OUT/gemv-bench-$c.log" | awk '{$2=""; print}' | tee -a "$OUT/summary.txt"
-done
-nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active --format=csv,noheader -lms 10 >"$OUT/clocks.csv" &
-local smi=$!
-step_trace
-kill $smi
-$PY - "$OUT/clocks.csv" <<'PYEOF' 2>&1 | tee -a "$OUT/summary.txt"
-import sys
-rows=[l.split(', ') for l in open(sys.argv[1]) if l.count(',')>=5]
-# A run of samples: print SM clock and power around each drop below 500 W after a high-power stretch.
-prev_hi=False; out=[]
-for i,r in enumerate(rows):
-    try: p=float(r[3].split()[0]); c=int(r[1].split()[0])
-    except Exception: continue
-    hi=p>600
-    if prev_hi and not hi:
-        seg=rows[i:i+12]
-        out.append('after prefill at %s: SM MHz %s; W %s'%(r[0].split()[1], ' '.join(x[1].split()[0] for x in seg), ' '.join(x[3].split()[0].split('.')[0] for x in seg)))
-    prev_hi=hi
-print('clock samples: %d; transitions from >600 W: %d'%(len(rows),len(out)))
-for l in out[:8]: print(l)
-PYEOF
-for r in 1 2; do
-  step_trace TRIGON_CUDA_GEMV_CONTIG=off
-  step_trace TRIGON_CUDA_GEMV_CONTIG=on
-done
 }
 
 # pdl_some: programmatic dependent launch for chosen kernels only

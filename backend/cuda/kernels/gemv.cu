@@ -35,26 +35,6 @@
 // sum is the same float in both.
 #include "mma.cuh"
 
-// Which 32-wide k spans a warp takes (the k split is free: sums do not
-// care). UC=0: warp w takes spans w, w+NW, ..., UR of them a step, so the
-// warps of a block read neighbouring 64-byte pieces of each row. UC=1:
-// warp w takes UR consecutive spans a step (w*UR .. w*UR+UR-1, then
-// NW*UR further on), so one warp reads UR*64 contiguous bytes of each of
-// its rows back to back. Both read a block's rows in the same windows of
-// NW*UR spans; they differ in which warp asks for which half of a
-// 128-byte line. SPAN0 is warp w's first span, SPANU the u-th span of
-// the step starting at s0.
-#ifndef UC
-#define UC 0
-#endif
-#if UC
-#define SPAN0(w) ((w) * UR)
-#define SPANU(s0, u) ((s0) + (u))
-#else
-#define SPAN0(w) (w)
-#define SPANU(s0, u) ((s0) + (u) * NW)
-#endif
-
 // Weights are read once per product: keep them out of L1.
 __device__ __forceinline__ uint4 ld_stream(const u16* p) {
   uint4 v;
@@ -79,7 +59,7 @@ struct WRows {
     const uint4 zero = make_uint4(0, 0, 0, 0);
 #pragma unroll
     for (int u = 0; u < UR; u++) {
-      int s = SPANU(s0, u);
+      int s = s0 + u * NW;
       int kk = s * 32;
       bool in = s < spans && kk + tq * 8 < k;
       a[u] = in && oka ? ld_stream(pa + kk) : zero;
@@ -181,8 +161,8 @@ __device__ __forceinline__ void norm_scales(float (&rs)[NT], float (&ssq)[NW][8 
 }
 
 // gemv_steps accumulates into acc the warp's share of x . W^T for the rows
-// of r: the spans SPANU(s0, u) of steps s0 = SPAN0(warp), +NW*UR, ...
-// (UR spans a step). On entry r holds its first step's weights (loaded before grid_dep_wait where allowed). The
+// of r: spans warp, warp + NW, ..., UR of them per step. On entry r holds
+// step warp's weights (loaded before grid_dep_wait where allowed). The
 // weight loads of step i+1 are issued before the mmas of step i (two steps
 // of loads in flight per warp).
 //   acc[t]: C fragment of x rows t*8 .. t*8+7
@@ -212,11 +192,11 @@ __device__ __forceinline__ void gemv_steps_t(WRows& r, float (&acc)[NT][4], cons
 #pragma unroll
   for (int t = 0; t < NT; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
 
-  for (int s0 = SPAN0(warp); s0 < spans; s0 += NW * UR) {
+  for (int s0 = warp; s0 < spans; s0 += NW * UR) {
     uint4 xv[UR][NT];
 #pragma unroll
     for (int u = 0; u < UR; u++) {
-      int s = SPANU(s0, u);
+      int s = s0 + u * NW;
       int kk = s * 32;
       bool in = s < spans && kk + tq * 8 < k;
 #pragma unroll
@@ -232,8 +212,8 @@ __device__ __forceinline__ void gemv_steps_t(WRows& r, float (&acc)[NT][4], cons
     if constexpr (NORM) {
 #pragma unroll
       for (int u = 0; u < UR; u++) {
-        int kk = SPANU(s0, u) * 32 + tq * 8;
-        if (SPANU(s0, u) >= spans || kk >= k) continue;  // xv is zero there
+        int kk = (s0 + u * NW) * 32 + tq * 8;
+        if (s0 + u * NW >= spans || kk >= k) continue;  // xv is zero there
         float4 g0 = *(const float4*)(g + kk), g1 = *(const float4*)(g + kk + 4);
 #pragma unroll
         for (int t = 0; t < NT; t++) {
@@ -302,7 +282,7 @@ extern "C" __global__ void __launch_bounds__(NW * 32) gemv_bf16(void* y, const u
   int r0 = blockIdx.x * 16;
   int ra = r0 + gid, rb = ra + 8;
   WRows r = wrows(w, ra, rb, m, k, tq);
-  r.load(SPAN0(warp), (k + 31) >> 5, k, tq);
+  r.load(warp, (k + 31) >> 5, k, tq);
   if (early_w) grid_dep_wait();
 
   float acc[NT][4];
@@ -371,7 +351,7 @@ extern "C" __global__ void __launch_bounds__(NW * 32) qkv_rope_bf16(
     rb = ra + 8;
   }
   WRows r = wrows(w, ra, rb, m, k, tq);
-  r.load(SPAN0(warp), (k + 31) >> 5, k, tq);
+  r.load(warp, (k + 31) >> 5, k, tq);
   if (early_w) grid_dep_wait();
 
   // The epilogue's small inputs (position, slot, inverse frequency of each
@@ -491,7 +471,7 @@ extern "C" __global__ void __launch_bounds__(NW * 32) gemv_add_bf16(u16* y, cons
   int gid = lane >> 2, tq = lane & 3;
   int r0 = blockIdx.x * 16;
   WRows r = wrows(w, r0 + gid, r0 + gid + 8, m, k, tq);
-  r.load(SPAN0(warp), (k + 31) >> 5, k, tq);
+  r.load(warp, (k + 31) >> 5, k, tq);
   if (early_w) grid_dep_wait();
 
   float acc[NT][4];
@@ -529,7 +509,7 @@ extern "C" __global__ void __launch_bounds__(NW * 32) gemv_norm_silu_bf16(u16* o
   int gid = lane >> 2, tq = lane & 3;
   int f0 = blockIdx.x * 8;
   WRows r = wrows(w, f0 + gid, inter + f0 + gid, 2 * inter, k, tq);
-  r.load(SPAN0(warp), (k + 31) >> 5, k, tq);
+  r.load(warp, (k + 31) >> 5, k, tq);
   if (early_w) grid_dep_wait();
 
   float rs[NT] = {}, ss[NT] = {};
