@@ -156,6 +156,13 @@ func (b *Backend) launchCluster(f uintptr, grid [3]int, block, smem, cz int, arg
 		return fmt.Errorf("launch: cluster (1, 1, %d) of grid %v: not available here", cz, grid)
 	}
 	copy(b.paramVals[:], args)
+	c := b.clusterConfig(grid, block, smem, cz)
+	return b.d.check("cuLaunchKernelEx", b.d.call(b.d.cuLaunchKernelEx, uintptr(unsafe.Pointer(c)), f, b.paramPtrs, 0))
+}
+
+// clusterConfig fills the pinned cluster launch config for a grid of
+// clusters (1, 1, cz) on b's stream and returns it. CUDA thread only.
+func (b *Backend) clusterConfig(grid [3]int, block, smem, cz int) *launchConfig {
 	c := b.clusterCfg
 	c.grid = [3]uint32{uint32(grid[0]), uint32(grid[1]), uint32(grid[2])}
 	c.block = [3]uint32{uint32(block), 1, 1}
@@ -163,7 +170,7 @@ func (b *Backend) launchCluster(f uintptr, grid [3]int, block, smem, cz int, arg
 	c.stream = b.stream
 	dim := (*[3]uint32)(unsafe.Pointer(&(*[2]launchAttr)(cptr(c.attrs))[0].value))
 	*dim = [3]uint32{1, 1, uint32(cz)}
-	return b.d.check("cuLaunchKernelEx", b.d.call(b.d.cuLaunchKernelEx, uintptr(unsafe.Pointer(c)), f, b.paramPtrs, 0))
+	return c
 }
 
 // clusterKey names one cluster launch shape for clusterFit's cache.
@@ -188,13 +195,7 @@ func (b *Backend) clusterFit(f uintptr, grid [3]int, block, smem, cz int) (fits 
 	}
 	n := int32(0)
 	if b.d.cuOccupancyMaxActiveClusters != 0 && b.clusters && cz >= 1 && cz <= 8 {
-		c := b.clusterCfg
-		c.grid = [3]uint32{uint32(grid[0]), uint32(grid[1]), uint32(grid[2])}
-		c.block = [3]uint32{uint32(block), 1, 1}
-		c.smem = uint32(smem)
-		c.stream = b.stream
-		dim := (*[3]uint32)(unsafe.Pointer(&(*[2]launchAttr)(cptr(c.attrs))[0].value))
-		*dim = [3]uint32{1, 1, uint32(cz)}
+		c := b.clusterConfig(grid, block, smem, cz)
 		if b.d.call(b.d.cuOccupancyMaxActiveClusters, uintptr(unsafe.Pointer(&n)), f, uintptr(unsafe.Pointer(c))) != 0 {
 			n = 0
 		}
