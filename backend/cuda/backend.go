@@ -488,7 +488,7 @@ func (b *Backend) launch(f uintptr, grid [3]int, block, smem int, args ...uint64
 // programmatic dependent launch where the backend uses it. CUDA thread
 // only.
 func (b *Backend) launchParams(f uintptr, grid [3]int, block, smem int, params uintptr) error {
-	if b.pdl || b.pdlSome && b.pdlFns[f] {
+	if b.pdl || b.pdlFns[f] {
 		c := b.launchCfg
 		c.grid = [3]uint32{uint32(grid[0]), uint32(grid[1]), uint32(grid[2])}
 		c.block = [3]uint32{uint32(block), 1, 1}

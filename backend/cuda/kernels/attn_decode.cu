@@ -271,7 +271,8 @@ __device__ __forceinline__ void attn_decode_body(
   // and records which of its rows are valid keys. Each lane copies the
   // 16-byte chunks c = lane + 32i of the K and V tiles (row c/(HD/8),
   // column 8*(c%(HD/8))). Rows outside [lo, L) or in a bad block are
-  // zero-filled and masked, never read.
+  // zero-filled and masked, never read. Row skip (-1: none) is valid but
+  // not copied: the caller fills it.
   auto issue = [&](int t, int sl, int skip) {
     u16* ks = ring + sl * 2 * TILE;
     u16* vs = ks + TILE;
