@@ -9,7 +9,7 @@
 # transformers), serve_smoke, bench_rows, graphs, profile (ncu), attn_bench,
 # attn_check, default_model, peers, overlap (bench overlap), margin, pdl,
 # tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab, queue_ab, norm_prefetch, chain, chain_ops, chain_final, chain_verify, tests_only,
-# prefill_ab, prefill_small, prefill_tile, cluster_final, cluster_fit, step_trace, pdl_some, attn_pdl, pdl_final,
+# prefill_ab, prefill_small, prefill_tile, cluster_final, cluster_fit, step_trace, pdl_some, attn_pdl, pdl_final, verify_final,
 # prefill_chunks, splits (one A/B
 # experiment each), final (tests, then peers, rows and the server: what
 # docs/benchmarks.md's latest section ran);
@@ -673,6 +673,16 @@ default_model
 peers
 BATCHES="1 64" bench_rows
 serve_smoke
+}
+
+# verify_final: every backend/cuda test and the CUDA model tests on the
+# build, then the batch-4 step traced with the default ring depth and
+# with two stages, alternating.
+verify_final() {
+log "backend/cuda: every test"
+all_cuda_tests
+model_tests
+for v in "" TRIGON_CUDA_DECODE_STAGES=2 "" TRIGON_CUDA_DECODE_STAGES=2; do step_trace "$v"; done
 }
 
 # pdl_final: the batch-4 step traced with the default PDL set and with
