@@ -282,7 +282,7 @@ func (b *Backend) Sample(a backend.SampleArgs) ([]int32, error) {
 	}
 	n := lt.shape[0]
 	ids := make([]int32, n)
-	err = b.call(func() error {
+	err = b.callSpin(func() error {
 		obuf, err := b.pool.get(n * 4)
 		if err != nil {
 			return err

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/trigon-llm/trigon/backend"
@@ -73,6 +75,14 @@ type ringSlot struct {
 type task struct {
 	fn   func() error
 	sync bool
+	// spin, for callSpin, receives the result instead of the reply channel.
+	spin *spinReply
+}
+
+// spinReply is a callSpin result: err is written before done is set.
+type spinReply struct {
+	done atomic.Bool
+	err  error
 }
 
 // Backend is the CUDA implementation of backend.Backend.
@@ -231,7 +241,10 @@ func (b *Backend) loop(initErr chan<- error) {
 			break
 		}
 		err := t.fn()
-		if t.sync {
+		if t.spin != nil {
+			t.spin.err = err
+			t.spin.done.Store(true)
+		} else if t.sync {
 			b.reply <- err
 		} else if err != nil && b.deferred == nil {
 			b.deferred = err
@@ -433,6 +446,36 @@ func (b *Backend) post(f func() error) error {
 	b.tasks <- task{fn: f}
 	return nil
 }
+
+// callSpin is call for a wait on a decode step's critical path (its
+// sampled ids): the caller polls for the result instead of sleeping on
+// the reply channel, so no thread wake-up (tens of microseconds, at times
+// hundreds) lies between the CUDA thread finishing f and the caller going
+// on. It yields between polls, and after spinWait it sleeps between them
+// (a long prefill's wait need not hold a core).
+func (b *Backend) callSpin(f func() error) error {
+	if b.closed {
+		return fmt.Errorf("%s: backend is closed", b.name)
+	}
+	if b.hostCapturing {
+		return errCapturing
+	}
+	r := &spinReply{}
+	b.tasks <- task{fn: f, spin: r}
+	start := time.Now()
+	for i := 0; !r.done.Load(); i++ {
+		if i%256 == 255 && time.Since(start) > spinWait {
+			time.Sleep(20 * time.Microsecond)
+		} else {
+			runtime.Gosched()
+		}
+	}
+	return r.err
+}
+
+// spinWait is how long callSpin polls without sleeping: longer than a
+// decode step.
+const spinWait = 20 * time.Millisecond
 
 // call runs f on the CUDA thread and waits for its result. It is refused
 // while a graph is being captured: whatever waits for a result cannot be

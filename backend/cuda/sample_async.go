@@ -100,7 +100,7 @@ func (b *Backend) ReadAsync(t backend.Tensor, dst []byte) (func() error, error) 
 			return fmt.Errorf("cuda: %s: wait called twice", op)
 		}
 		waited = true
-		return b.call(func() error {
+		return b.callSpin(func() error {
 			if noSlot != nil {
 				return noSlot
 			}

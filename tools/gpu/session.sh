@@ -9,7 +9,7 @@
 # transformers), serve_smoke, bench_rows, graphs, profile (ncu), attn_bench,
 # attn_check, default_model, peers, overlap (bench overlap), margin, pdl,
 # tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab, queue_ab, norm_prefetch, chain, chain_ops, chain_final, chain_verify, tests_only,
-# prefill_ab, prefill_small, prefill_tile, cluster_final, cluster_fit, step_trace, pdl_some, attn_pdl, pdl_final, verify_final,
+# prefill_ab, prefill_small, prefill_tile, cluster_final, cluster_fit, step_trace, pdl_some, attn_pdl, pdl_final, verify_final, spin_ab,
 # prefill_chunks, splits (one A/B
 # experiment each), final (tests, then peers, rows and the server: what
 # docs/benchmarks.md's latest section ran);
@@ -375,7 +375,7 @@ step_trace() {
   tag=${tag:-default}
   log "bench latency llama-3-8b --batch 4 --input-len 2048 --output-len 128 --cuda-graphs on --step-trace ($tag)"
   local f="$OUT/trace-${SECONDS}-${tag//[^A-Za-z0-9]/_}.json"
-  env ${1:-} .gpu/trigon bench latency --arch llama-3-8b --batch 4 --input-len 2048 --output-len 128 --device cuda --cuda-graphs on \
+  env ${1:-} .gpu/${BIN:-trigon} bench latency --arch llama-3-8b --batch 4 --input-len 2048 --output-len 128 --device cuda --cuda-graphs on \
     --step-trace --json >"$f" 2>>"$OUT/bench.err" || tail -3 "$OUT/bench.err"
   $PY tools/gpu/step_trace.py "$f" 2>&1 | tee -a "$OUT/summary.txt"
 }
@@ -683,6 +683,18 @@ log "backend/cuda: every test"
 all_cuda_tests
 model_tests
 for v in "" TRIGON_CUDA_DECODE_STAGES=2 "" TRIGON_CUDA_DECODE_STAGES=2; do step_trace "$v"; done
+}
+
+# spin_ab: the read-back waits polling (callSpin) against the previous
+# build (trigon-prev) sleeping on a channel: the sampling tests, the CUDA
+# model tests, then the batch-4 step traced, alternating.
+spin_ab() {
+log "TestSample, TestReadAsync, TestGraph, TestDeviceChecks"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.run 'TestSample|TestReadAsync|TestGraph|TestDeviceChecks|TestReadReports' >"$OUT/spin-tests.log" 2>&1)
+echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/spin-tests.log" | tail -4 | tee -a "$OUT/summary.txt"
+grep -c -- "--- PASS" "$OUT/spin-tests.log" | sed 's/^/passed: /' | tee -a "$OUT/summary.txt"
+model_tests
+for b in trigon trigon-prev trigon trigon-prev; do log "binary $b"; BIN=$b step_trace; done
 }
 
 # pdl_final: the batch-4 step traced with the default PDL set and with
