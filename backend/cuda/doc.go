@@ -15,14 +15,18 @@
 //	sample_async.go                            sampling into a device tensor, asynchronous reads (backend.DeviceSampler)
 //	chain.go                                   a run of decode products as one persistent kernel (backend.Chainer, off by default)
 //	attn_decode.go                             the decode attention kernel's plan (splits, stages)
-//	launch.go                                  kernel launch, programmatic dependent launch
+//	launch.go                                  kernel launch, programmatic dependent launch, clusters
+//	stepclock.go                               CUDA-event timestamps of decode steps (bench.StepClock)
 //	kernels/*.cu                               the kernels, one file per op family
 //
 // Threading: every CUDA call runs on one goroutine locked to its OS thread,
 // since the context is current per thread. Ops validate on the caller's
 // goroutine and queue a closure; ops that return nothing do not wait, so
 // their CUDA errors (and failed device-side index checks) come back from
-// the next Sync (a failed launch also from the next Read).
+// the next Sync (a failed launch also from the next Read). The waits for a
+// step's sampled ids (Sample, ReadAsync's wait) poll for their result
+// rather than sleep on the reply channel, keeping a thread wake-up off the
+// decode step's critical path.
 //
 // Kernels are CUDA C embedded in the binary, specialised with -D constants
 // (head dim, block size, dtypes) and compiled by NVRTC for the device (SASS
