@@ -462,12 +462,15 @@ func (b *Backend) callSpin(f func() error) error {
 	}
 	r := &spinReply{}
 	b.tasks <- task{fn: f, spin: r}
-	start := time.Now()
-	for i := 0; !r.done.Load(); i++ {
-		if i%256 == 255 && time.Since(start) > spinWait {
+	start, spinning := time.Now(), true
+	for i := 1; !r.done.Load(); i++ {
+		if !spinning {
 			time.Sleep(20 * time.Microsecond)
-		} else {
-			runtime.Gosched()
+			continue
+		}
+		runtime.Gosched()
+		if i%256 == 0 && time.Since(start) > spinWait {
+			spinning = false
 		}
 	}
 	return r.err
