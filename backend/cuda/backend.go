@@ -240,18 +240,26 @@ func (b *Backend) loop(initErr chan<- error) {
 		if !ok {
 			break
 		}
-		err := t.fn()
-		if t.spin != nil {
-			t.spin.err = err
-			t.spin.done.Store(true)
-		} else if t.sync {
-			b.reply <- err
-		} else if err != nil && b.deferred == nil {
-			b.deferred = err
-		}
+		b.run(t)
 	}
 	b.teardown()
 	close(b.done)
+}
+
+// run runs one task on the CUDA thread and hands its error to whoever
+// waits for it: callSpin's poller, call's reply channel, or (a queued op)
+// the next Sync.
+func (b *Backend) run(t task) {
+	err := t.fn()
+	switch {
+	case t.spin != nil:
+		t.spin.err = err
+		t.spin.done.Store(true)
+	case t.sync:
+		b.reply <- err
+	case err != nil && b.deferred == nil:
+		b.deferred = err
+	}
 }
 
 func (b *Backend) init() error {
