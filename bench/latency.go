@@ -137,6 +137,11 @@ type LatencyResult struct {
 	CeilingSource string   `json:"ceiling_source"`
 	CeilingShare  *float64 `json:"ceiling_share"`   // achieved / ceiling
 	DecodeFloorMS *float64 `json:"decode_floor_ms"` // mean bytes per step / ceiling
+	// DecodeFloorAllWeightsMS counts every weight byte as read (the whole
+	// embedding table too, which a step reads only the batch's rows of),
+	// plus the KV: (WeightBytes + KV bytes) / ceiling, the floor as a
+	// plain "weights + KV over bandwidth" count gives it.
+	DecodeFloorAllWeightsMS *float64 `json:"decode_floor_all_weights_ms"`
 
 	// PrefillFLOPs counts the projections only (2 x matrix params x tokens,
 	// the LM head on the logits rows); attention is left out, so the floor
@@ -700,6 +705,7 @@ func (run *latencyRun) finish(res *LatencyResult, prefill, itl, e2e []float64, k
 	if res.CopyCeiling != nil && *res.CopyCeiling > 0 && res.DecodeBytesPerStep != nil {
 		res.CeilingShare = ptr(*res.AchievedBytesPerS / *res.CopyCeiling)
 		res.DecodeFloorMS = ptr(*res.DecodeBytesPerStep / *res.CopyCeiling * 1e3)
+		res.DecodeFloorAllWeightsMS = ptr((float64(res.WeightBytes) + *res.DecodeKVBytes) / *res.CopyCeiling * 1e3)
 	}
 
 	rate, sustained, err := run.matmulRate()

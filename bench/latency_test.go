@@ -266,8 +266,8 @@ func TestLatencyAccounting(t *testing.T) {
 				t.Errorf("ceiling source %q, want %q", res.CeilingSource, tc.source)
 			}
 			if !tc.hasFloor {
-				if res.CopyCeiling != nil || res.CeilingShare != nil || res.DecodeFloorMS != nil {
-					t.Errorf("ceiling %v, share %v, floor %v; want all n/a", res.CopyCeiling, res.CeilingShare, res.DecodeFloorMS)
+				if res.CopyCeiling != nil || res.CeilingShare != nil || res.DecodeFloorMS != nil || res.DecodeFloorAllWeightsMS != nil {
+					t.Errorf("ceiling %v, share %v, floors %v %v; want all n/a", res.CopyCeiling, res.CeilingShare, res.DecodeFloorMS, res.DecodeFloorAllWeightsMS)
 				}
 				return
 			}
@@ -276,6 +276,18 @@ func TestLatencyAccounting(t *testing.T) {
 			}
 			if math.Abs(*res.DecodeFloorMS-perStep/tc.ceiling*1e3) > 1e-9 {
 				t.Errorf("floor %g ms, want %g", *res.DecodeFloorMS, perStep/tc.ceiling*1e3)
+			}
+			// Every weight byte: the whole embedding table (and the LM head
+			// when untied) instead of the batch's rows.
+			allWeights := int64(L*(2*layerMatrix+4*2*H) + 4*H + 2*V*H)
+			if !tc.tied {
+				allWeights += int64(2 * V * H)
+			}
+			if res.WeightBytes != allWeights {
+				t.Errorf("weight bytes %d, want %d", res.WeightBytes, allWeights)
+			}
+			if want := (float64(allWeights) + wantKV) / tc.ceiling * 1e3; math.Abs(*res.DecodeFloorAllWeightsMS-want) > 1e-9 {
+				t.Errorf("all-weights floor %g ms, want %g", *res.DecodeFloorAllWeightsMS, want)
 			}
 			if math.Abs(*res.CeilingShare-*res.AchievedBytesPerS/tc.ceiling) > 1e-12 {
 				t.Errorf("share %g, want achieved / ceiling", *res.CeilingShare)

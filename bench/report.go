@@ -66,6 +66,9 @@ func (r *LatencyResult) WriteText(w io.Writer) error {
 	p("copy ceiling", "%s", ceiling)
 	if r.DecodeFloorMS != nil {
 		p("decode floor", "%s per step (bytes / ceiling)", ms(*r.DecodeFloorMS))
+		if r.DecodeFloorAllWeightsMS != nil {
+			p("decode floor, all weights", "%s per step (every weight byte counted, the whole embedding table too)", ms(*r.DecodeFloorAllWeightsMS))
+		}
 	} else {
 		p("decode floor", "n/a")
 	}
