@@ -254,6 +254,20 @@ type NormFuser interface {
 	NormGateUpSiLU(out, h, normW Tensor, eps float32, w Tensor) (bool, error)
 }
 
+// GateUpSiLUFuser is an optional Backend interface (decode-sized batches):
+// GateUpSiLU computes SiLUMul(out, x . w^T) without the product's buffer,
+// w the gate rows and then the up rows, each product rounded to the
+// output dtype before SiLU x mul as MatMul into a buffer rounds it (sums
+// may be added in another order than MatMul's). It returns false, having
+// queued nothing, where it does not fuse these operands; the caller then
+// runs MatMul and SiLUMul. Operands those would refuse are an ErrShape
+// error.
+//
+//	out [n, inter];  x [n, k];  w [2*inter, k]
+type GateUpSiLUFuser interface {
+	GateUpSiLU(out, x, w Tensor) (bool, error)
+}
+
 // Chainer is an optional Backend interface for decode-sized batches: Chain
 // runs a run of NormFuser's ops as one device program, so the weights of
 // consecutive products stream without the gaps between kernels (a decode

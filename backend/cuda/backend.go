@@ -129,7 +129,10 @@ type Backend struct {
 	// clusterFits caches clusterFit's query: the most clusters of a
 	// launch shape resident at once.
 	clusterFits map[clusterKey]int
-	pdl         bool
+	// bulkOcc caches bulkGrid's query: blocks of a bulk GEMV function
+	// resident per SM.
+	bulkOcc map[uintptr]int
+	pdl     bool
 	// pdlSome: only the functions in pdlFns (the kernels pdlKernels
 	// names, as fn fetches them) launch with PDL.
 	pdlSome bool
@@ -171,6 +174,9 @@ func New(opts Options) (*Backend, error) {
 		return nil, err
 	}
 	if err := applyDecodeTuning(); err != nil {
+		return nil, err
+	}
+	if err := applyBulkEnv(); err != nil {
 		return nil, err
 	}
 	if err := applyGEMVEnv(); err != nil {

@@ -190,6 +190,16 @@ func TestKernelsWaitForPredecessor(t *testing.T) {
 					!strings.Contains(rest, "if ("+early+") grid_dep_wait();") {
 					t.Errorf("%s: kernel %q must start with `if (!%s) grid_dep_wait();` and wait after its early loads", f, name, early)
 				}
+			} else if early, ok := producerWaiters[name]; ok {
+				// Its shared body's producer streams pristine weights before
+				// waiting, guarded by the host's flag; the consumers wait
+				// before their first read of x.
+				body := s[strings.Index(s, "void gemvb("):]
+				pw, cp := strings.Index(body, "if (!"+early+") grid_dep_wait();"), strings.Index(body, "bulk_copy(")
+				cw, xr := strings.Index(body, "\n  grid_dep_wait();"), strings.Index(body, "*(const uint4*)(xp[t] +")
+				if pw < 0 || cp < pw || cw < 0 || xr < cw || strings.Contains(rest[:strings.Index(rest, "gemvb<")], "grid_dep") {
+					t.Errorf("%s: kernel %q must leave the waits to gemvb: `if (!%s) grid_dep_wait();` before its producer's first copy, grid_dep_wait() before its consumers read x", f, name, early)
+				}
 			} else if late, ok := lateWaiters[name]; ok {
 				// Its shared body waits itself, after the step's metadata and
 				// the cache rows earlier steps wrote, before the first read of
@@ -238,7 +248,16 @@ func TestKernelsWaitForPredecessor(t *testing.T) {
 // sharedBodies are kernels that run a device function several kernels
 // share, which calls grid_dep_launch() itself (and, for lateWaiters,
 // grid_dep_wait()).
-var sharedBodies = map[string]string{"attn_decode_mma": "attn_decode_body", "attn_decode_mma_cl": "attn_decode_body"}
+var sharedBodies = map[string]string{
+	"attn_decode_mma": "attn_decode_body", "attn_decode_mma_cl": "attn_decode_body",
+	"gemvb_bf16": "gemvb", "gemvb_add_bf16": "gemvb", "gemvb_silu_bf16": "gemvb",
+}
+
+// producerWaiters are the bulk-copy GEMV kernels (sharedBodies: gemvb),
+// whose producer thread streams the weights the host flags as pristine
+// (named by the flag parameter) before it waits, and whose consumer warps
+// wait before they read x.
+var producerWaiters = map[string]string{"gemvb_bf16": "early_w", "gemvb_add_bf16": "early_w", "gemvb_silu_bf16": "early_w"}
 
 // lateWaiters are the kernels whose shared body (sharedBodies) reads the
 // step's metadata and the KV-cache rows of earlier steps before it waits,

@@ -116,6 +116,11 @@ type gemmPlan struct {
 	// gemvBest is the fastest GEMV variant the tuner timed, whether or not
 	// it beat cuBLASLt: what fused products of the shape run (fusedGEMV).
 	gemvBest gemvConfig
+	// bulk, when set by the tuner, is the bulk-copy GEMV variant
+	// (kernels/gemv_bulk.cu) that beat the other choices; bulkBest is the
+	// fastest it timed and bulkMs that time.
+	bulk, bulkBest bulkConfig
+	bulkMs         float32
 	// tunedMs and gemvMs are the tuner's best times (cuBLASLt's kept
 	// algorithm, the fastest GEMV variant), for reports; 0 until tuned.
 	tunedMs, gemvMs float32

@@ -59,6 +59,9 @@ type driver struct {
 	// cuOccupancyMaxActiveClusters (CUDA 11.8+): how many clusters of a
 	// launch can be resident at once; 0 when the driver lacks it.
 	cuOccupancyMaxActiveClusters uintptr
+	// cuOccupancyMaxActiveBlocksPerMultiprocessor: how many blocks of a
+	// kernel fit on one SM; 0 when the driver lacks it.
+	cuOccupancyMaxActiveBlocksPerMultiprocessor uintptr
 }
 
 var (
@@ -129,6 +132,9 @@ func loadDriver() (*driver, error) {
 		}
 		if p, e := dlsym(h, "cuOccupancyMaxActiveClusters"); e == nil {
 			d.cuOccupancyMaxActiveClusters = p
+		}
+		if p, e := dlsym(h, "cuOccupancyMaxActiveBlocksPerMultiprocessor"); e == nil {
+			d.cuOccupancyMaxActiveBlocksPerMultiprocessor = p
 		}
 		// cuEventElapsedTime_v2 is CUDA 12.8+; older drivers only have the
 		// unversioned symbol, with the same signature.

@@ -30,6 +30,7 @@ var fileParams = map[string][]string{
 	"chain":        {"KC", "NC", "NOMATH"},
 	"quant":        {"WT", "OT"},
 	"gemv":         {"NT", "NW", "UR", "OT", "NP"},
+	"gemv_bulk":    {"NT", "CW", "CK", "ST", "OT"},
 }
 
 // modSpec identifies one compiled module: a kernel file and the values of
@@ -276,6 +277,11 @@ func warmSpecs() []modSpec {
 			modSpec{file: "gemv", p: [6]int{1, c.nw, c.ur, bf}},
 			modSpec{file: "gemv", p: [6]int{2, c.nw, c.ur, bf}},
 			modSpec{file: "gemv", p: [6]int{1, c.nw, c.ur, f32}})
+	}
+	// The bulk-copy GEMV variants (sm_90 kernels, compiled for every
+	// architecture: their bodies trap below sm_90, where no launch goes).
+	for _, c := range bulkConfigs {
+		specs = append(specs, c.spec(1, bf), c.spec(9, bf), c.spec(1, f32))
 	}
 	for _, hd := range []int{64, 128} {
 		specs = append(specs,

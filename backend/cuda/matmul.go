@@ -238,6 +238,13 @@ func (b *Backend) gemmPlanFor(y uint64, yt int, x, w uint64, n, m, k int) (*gemm
 // gemmWith queues the product with plan p: the GEMV variant the tuner
 // kept, where it takes the operands, else cuBLASLt. CUDA thread only.
 func (b *Backend) gemmWith(p *gemmPlan, y uint64, yt int, x, w uint64, n, m, k int, earlyW bool) error {
+	if p.bulk.cw > 0 && gemvEnabled && b.bulkFits(p.bulk, n, k, x, w) {
+		ot := int(dtBF16)
+		if yt == cudaR32F {
+			ot = int(dtF32)
+		}
+		return b.bulkCall(p.bulk, "gemvb_bf16", y, ot, x, w, n, m, k, earlyW)
+	}
 	if p.gemv.nw > 0 && gemvEnabled && gemvFits(n, k, x, w) {
 		return b.gemvCall(p.gemv, y, yt, x, w, n, m, k, earlyW)
 	}
@@ -442,9 +449,11 @@ func (b *Backend) tuneGemm(p *gemmPlan, key gemmKey, y, x, w uint64) {
 		return
 	}
 	p.gemvMs, p.gemvBest = ownBest, own
+	cur := kept
 	if ownBest < kept*float32(1-gemvMargin) {
-		p.gemv = own
+		p.gemv, cur = own, ownBest
 	}
+	b.tuneBulk(p, key, y, x, w, cur, timed)
 }
 
 // GEMMChoices describes, for each decode-shaped product the tuner has
@@ -458,12 +467,17 @@ func (b *Backend) GEMMChoices() []string {
 				continue
 			}
 			kind := "cuBLASLt"
-			if p.gemv.nw > 0 {
+			if p.bulk.cw > 0 {
+				kind = p.bulk.String()
+			} else if p.gemv.nw > 0 {
 				kind = fmt.Sprintf("gemv(warps %d, spans %d)", p.gemv.nw, p.gemv.ur)
 			}
 			line := fmt.Sprintf("[%d,%d]x[%d,%d]^T: %s; best cuBLASLt %.4f ms", key.n, key.k, key.m, key.k, kind, p.tunedMs)
 			if p.gemvMs > 0 {
 				line += fmt.Sprintf(", best gemv %.4f ms", p.gemvMs)
+			}
+			if p.bulkMs > 0 {
+				line += fmt.Sprintf(", best %v %.4f ms", p.bulkBest, p.bulkMs)
 			}
 			out = append(out, line)
 		}

@@ -512,6 +512,15 @@ func (m *Model) forward(in *model.DeviceBatch, kv []model.LayerKV) (backend.Tens
 				if err := norm(ly.postNorm, ly.gateUp); err != nil {
 					return nil, fmt.Errorf("layer %d post-attention norm: %w", l, err)
 				}
+				// A GateUpSiLUFuser applies SiLU x mul in the product's
+				// epilogue where it can (decode batches).
+				if gs, ok := b.(backend.GateUpSiLUFuser); ok {
+					if fused, err = gs.GateUpSiLU(mlpAct, normed, ly.gateUp); err != nil {
+						return nil, fmt.Errorf("layer %d gate/up+silu: %w", l, err)
+					}
+				}
+			}
+			if !fused {
 				if err := b.MatMul(gateUp, normed, ly.gateUp, nil); err != nil {
 					return nil, fmt.Errorf("layer %d gate/up: %w", l, err)
 				}

@@ -10,7 +10,7 @@
 # attn_check, default_model, peers, overlap (bench overlap), margin, pdl,
 # tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab, queue_ab, norm_prefetch, chain, chain_ops, chain_final, chain_verify, tests_only,
 # prefill_ab, prefill_small, prefill_tile, cluster_final, cluster_fit, step_trace, pdl_some, attn_pdl, pdl_final, verify_final, spin_ab,
-# prefill_chunks, splits (one A/B
+# bulk, prefill_chunks, splits (one A/B
 # experiment each), final (tests, then peers, rows and the server: what
 # docs/benchmarks.md's latest section ran);
 # `session.sh bigref graphs` runs those two. Results: $OUT/summary.txt and
@@ -702,6 +702,29 @@ for b in trigon trigon-prev trigon trigon-prev; do log "binary $b"; BIN=$b step_
 # PDL off, alternating.
 pdl_final() {
 for v in "" TRIGON_CUDA_PDL=off "" TRIGON_CUDA_PDL=off; do step_trace "$v"; done
+}
+
+# bulk: the bulk-copy GEMV (kernels/gemv_bulk.cu): its tests (PDL as
+# default, then on for every kernel), the products it touches, the CUDA
+# model tests, the tuner's choices, and the batch-4 step with it off, tuned
+# and always, and with the bulk kernels added to the PDL set, alternating.
+bulk() {
+log "TestGEMVBulk*, TestGateUpSiLU, TestGEMV, TestNormFused, TestMatMul, TestGraph, TestKernelsWait"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.run 'TestGEMVBulk|TestGateUpSiLU|TestGEMV|TestNormFused|TestMatMul|TestGraph|TestKernelsWait' >"$OUT/bulk-tests.log" 2>&1)
+echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/bulk-tests.log" | tail -6 | tee -a "$OUT/summary.txt"
+grep -E "^\s+--- FAIL" "$OUT/bulk-tests.log" | head -10 | tee -a "$OUT/summary.txt"
+grep -c -- "--- PASS" "$OUT/bulk-tests.log" | sed 's/^/passed: /' | tee -a "$OUT/summary.txt"
+grep -c -- "--- SKIP" "$OUT/bulk-tests.log" | sed 's/^/skipped: /' | tee -a "$OUT/summary.txt"
+log "the same bulk tests with PDL on every kernel"
+(cd backend/cuda && TRIGON_CUDA_PDL=on "$root/.gpu/cuda.test" -test.v -test.run 'TestGEMVBulk|TestGateUpSiLU' >"$OUT/bulk-tests-pdl.log" 2>&1)
+echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/bulk-tests-pdl.log" | tail -4 | tee -a "$OUT/summary.txt"
+grep -c -- "--- PASS" "$OUT/bulk-tests-pdl.log" | sed 's/^/passed: /' | tee -a "$OUT/summary.txt"
+model_tests
+local pdl=qkv_rope_bf16,attn_decode_mma,attn_decode_combine,gemvb_bf16,gemvb_add_bf16,gemvb_silu_bf16
+for v in TRIGON_CUDA_GEMV_BULK=off "" TRIGON_CUDA_GEMV_BULK=always TRIGON_CUDA_PDL=$pdl TRIGON_CUDA_GEMV_BULK=off "" TRIGON_CUDA_GEMV_BULK=always TRIGON_CUDA_PDL=$pdl; do
+  step_trace "$v"
+done
+for f in "$OUT"/trace-*.json; do $PY -c 'import json,sys; d=json.load(open(sys.argv[1])); r=d if isinstance(d,dict) else d[0]; print(sys.argv[1].split("/")[-1]); [print("  ",c) for c in r.get("kernel_choices") or []]' "$f"; done | tee -a "$OUT/summary.txt"
 }
 
 # verify: after a refactor of kernel code, every test, memcheck, the

@@ -46,7 +46,7 @@
 // -DNC=<consumer warps> and -DNOMATH=<1: consumers wait for and release
 // tiles without multiplying, a diagnostic of the stream alone; its results
 // are wrong>.
-#include "mma.cuh"
+#include "bulk.cuh"
 
 #define NCW NC                     // consumer warps
 #define CHAIN_THREADS ((NCW + 1) * 32)  // and the producer warp
@@ -90,34 +90,10 @@ struct ChainArgs {
   int* sync;  // MAX_OPS + 1 counters, zero between launches (the last block out resets them)
 };
 
-// PTX80: the toolkit compiling this emits PTX ISA 8.0 (CUDA 12), which the
-// TMA bulk copy and mbarrier transaction counts need. An older NVRTC (the
-// development machine's 11.8) still compiles the file, with those
-// statements trapping, so the rest of it is checked there.
-#if defined(__CUDACC_VER_MAJOR__) && __CUDACC_VER_MAJOR__ >= 12
-#define PTX80 1
-#else
-#define PTX80 0
-#endif
-
 __device__ __forceinline__ u64 global_ns() {
   u64 t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
-}
-
-__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-
-__device__ __forceinline__ bool mbar_try(u32 bar, u32 parity) {
-  u32 ok;
-  asm volatile(
-      "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
-      : "=r"(ok)
-      : "r"(bar), "r"(parity)
-      : "memory");
-  return ok != 0;
 }
 
 // mbar_wait waits for the phase of parity parity to complete; past the
@@ -131,32 +107,6 @@ __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity, int* err) {
       return;
     }
   }
-}
-
-__device__ __forceinline__ void mbar_arrive(u32 bar) {
-  asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
-}
-
-__device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
-#if !PTX80
-  __trap();
-#else
-  asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar), "r"(bytes)
-               : "memory");
-#endif
-}
-
-// bulk_copy: bytes (a multiple of 16) from global src to shared dst by the
-// TMA unit, counted against bar's transaction bytes. Weights are read once.
-__device__ __forceinline__ void bulk_copy(u32 dst, const void* src, u32 bytes, u32 bar) {
-#if !PTX80
-  __trap();
-#else
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
-      "l"(src), "r"(bytes), "r"(bar)
-      : "memory");
-#endif
 }
 
 // Loads of what other blocks of this kernel wrote go to L2 (.cg): L1 is

@@ -1,0 +1,240 @@
+package cuda
+
+import (
+	"fmt"
+	"os"
+	"unsafe"
+
+	"github.com/trigon-llm/trigon/backend"
+)
+
+// bulkConfig is one variant of the bulk-copy GEMV (kernels/gemv_bulk.cu):
+// consumer warps, weight columns per pipeline stage, and stages in flight
+// per block. The zero value means none.
+type bulkConfig struct{ cw, ck, st int }
+
+// bulkConfigs are the variants the tuner times: the fastest of each
+// product in tools/gpu/probes/stream.cu's sweep on the H200 (4 stages and
+// 256-column stages were slower everywhere).
+var bulkConfigs = []bulkConfig{{4, 512, 2}, {8, 512, 3}, {4, 1024, 2}, {8, 1024, 2}, {8, 1024, 3}}
+
+// defaultBulk is the variant a fused product (GateUpSiLU) runs before the
+// tuner has timed its shape: the gate/up product's best in the probe.
+var defaultBulk = bulkConfig{4, 512, 2}
+
+// bulkMode says where the bulk GEMV runs: bulkOff nowhere; bulkTuned
+// where the tuner timed it faster than the other choices (and in
+// GateUpSiLU); bulkAlways wherever it takes the operands (its fastest
+// variant), for comparisons. TRIGON_CUDA_GEMV_BULK=off|on|always, read by
+// New.
+type bulkModeT int
+
+const (
+	bulkOff bulkModeT = iota
+	bulkTuned
+	bulkAlways
+)
+
+var bulkMode = bulkTuned
+
+// bulkEnv names bulkMode's setting.
+const bulkEnv = "TRIGON_CUDA_GEMV_BULK"
+
+// applyBulkEnv reads bulkEnv.
+func applyBulkEnv() error {
+	switch v := os.Getenv(bulkEnv); v {
+	case "":
+		bulkMode = bulkTuned
+	case "off":
+		bulkMode = bulkOff
+	case "on":
+		bulkMode = bulkTuned
+	case "always":
+		bulkMode = bulkAlways
+	default:
+		return fmt.Errorf("cuda: %s=%q: want off, on or always", bulkEnv, v)
+	}
+	return nil
+}
+
+// stageBytes is one pipeline stage: 16 weight rows of ck columns, rows
+// ck+32 elements apart (the kernel's RSTR).
+func (c bulkConfig) stageBytes() int { return 16 * (c.ck + 32) * 2 }
+
+// smem is the dynamic shared memory of a block: st stages.
+func (c bulkConfig) smem() int { return c.st * c.stageBytes() }
+
+// spec is the module of variant c for n x rows and output dtype ot.
+func (c bulkConfig) spec(n, ot int) modSpec {
+	return modSpec{file: "gemv_bulk", p: [6]int{(n + 7) / 8, c.cw, c.ck, c.st, ot}}
+}
+
+func (c bulkConfig) String() string {
+	return fmt.Sprintf("gemv_bulk(warps %d, columns %d, stages %d)", c.cw, c.ck, c.st)
+}
+
+// bulkFits reports whether variant c takes a product of n x rows and k
+// columns: sm_90 or newer (TMA bulk copies), at most gemvMaxRows rows, k
+// a multiple of the stage's columns, 16-byte aligned operands.
+func (b *Backend) bulkFits(c bulkConfig, n, k int, x, w uint64) bool {
+	return bulkMode != bulkOff && b.cc >= 90 && n >= 1 && n <= gemvMaxRows && k%c.ck == 0 && x%16 == 0 && w%16 == 0
+}
+
+// bulkGrid returns the grid of a launch of f (variant c) over tiles
+// weight tiles: every tile, or as many blocks as are resident at once
+// (the kernel is persistent). CUDA thread only.
+func (b *Backend) bulkGrid(f uintptr, c bulkConfig, tiles int) int {
+	per, ok := b.bulkOcc[f]
+	if !ok {
+		per = 0
+		if b.d.cuOccupancyMaxActiveBlocksPerMultiprocessor != 0 {
+			var n int32
+			if b.d.call(b.d.cuOccupancyMaxActiveBlocksPerMultiprocessor, uintptr(unsafe.Pointer(&n)), f,
+				uintptr((c.cw+1)*32), uintptr(c.smem())) == 0 {
+				per = int(n)
+			}
+		}
+		if per <= 0 { // no answer: what the shared memory alone allows
+			perSM, _ := smemLimits(b.cc)
+			per = max(1, perSM/(c.smem()+c.cw*512+2<<10))
+		}
+		if b.bulkOcc == nil {
+			b.bulkOcc = map[uintptr]int{}
+		}
+		b.bulkOcc[f] = per
+	}
+	return max(1, min(tiles, per*b.sms))
+}
+
+// bulkCall queues kernel (gemvb_bf16, gemvb_add_bf16 or gemvb_silu_bf16)
+// of variant c: y [n, m] (ot, BF16 but for gemvb_bf16), x [n, k], w [m, k]
+// ([2m, k] for the SiLU kernel); earlyW as for gemm. CUDA thread only.
+func (b *Backend) bulkCall(c bulkConfig, kernel string, y uint64, ot int, x, w uint64, n, m, k int, earlyW bool) error {
+	f, err := b.fnSmem(fnKey{c.spec(n, ot), kernel}, c.smem())
+	if err != nil {
+		return err
+	}
+	tiles := (m + 15) / 16
+	if kernel == "gemvb_silu_bf16" {
+		tiles = m / 8
+	}
+	return b.launch(f, [3]int{b.bulkGrid(f, c, tiles), 1, 1}, (c.cw+1)*32, c.smem(), y, x, w, i32(n), i32(m), i32(k), flag(earlyW))
+}
+
+// tuneBulk times the bulk variants that take the product (L2 flushed, as
+// the tuner times the others) and records the fastest in p; it becomes
+// the product's kernel if it beats cur ms, the current choice's time, by
+// gemvMargin (or always, in bulkAlways mode). CUDA thread only.
+func (b *Backend) tuneBulk(p *gemmPlan, key gemmKey, y, x, w uint64, cur float32, timed func(func() bool) (float32, bool)) {
+	if key.xt != cudaR16BF || key.wt != cudaR16BF {
+		return
+	}
+	ot := int(dtBF16)
+	if key.yt == cudaR32F {
+		ot = int(dtF32)
+	}
+	best, bestMs := bulkConfig{}, float32(0)
+	for _, c := range bulkConfigs {
+		if !b.bulkFits(c, key.n, key.k, x, w) {
+			continue
+		}
+		run := func() bool { return b.bulkCall(c, "gemvb_bf16", y, ot, x, w, key.n, key.m, key.k, false) == nil }
+		if !run() {
+			continue
+		}
+		if ms, ok := timed(run); ok && (best.cw == 0 || ms < bestMs) {
+			best, bestMs = c, ms
+		}
+	}
+	if best.cw == 0 {
+		return
+	}
+	p.bulkBest, p.bulkMs = best, bestMs
+	if bulkMode == bulkAlways || bestMs < cur*float32(1-gemvMargin) {
+		p.bulk = best
+	}
+}
+
+// bulkFor returns the bulk variant for a product of shape [n,k] x [m,k]^T
+// that fuses work into its epilogue (MatMulAdd's add, GateUpSiLU's SiLU):
+// the one the tuner kept for the plain product; with fused set (the SiLU,
+// which saves a kernel of its own) the fastest it timed even if not kept,
+// and before the shape is tuned (a first use while capturing) defaultBulk. On
+// the shape's first eager call the plain product is tuned here, into a
+// scratch output, on the call's x and w. ok is false where no variant
+// applies. CUDA thread only.
+func (b *Backend) bulkFor(n, m, k int, x, w uint64, fused bool) (c bulkConfig, ok bool, err error) {
+	key := gemmKey{m: m, n: n, k: k, wt: cudaR16BF, xt: cudaR16BF, yt: cudaR16BF}
+	p, have := b.blas.plans[key]
+	if (!have || p.candidates != nil) && !b.capturing {
+		y, err := b.pool.get(n * m * 2)
+		if err != nil {
+			return c, false, err
+		}
+		p, err = b.gemmPlanFor(y, cudaR16BF, x, w, n, m, k)
+		b.pool.put(y)
+		if err != nil {
+			return c, false, err
+		}
+	}
+	switch {
+	case (p == nil || p.candidates != nil) && fused:
+		c = defaultBulk
+	case p == nil || p.candidates != nil:
+		return c, false, nil
+	case p.bulk.cw > 0:
+		c = p.bulk
+	case fused && p.bulkBest.cw > 0:
+		c = p.bulkBest
+	default:
+		return c, false, nil
+	}
+	return c, b.bulkFits(c, n, k, x, w), nil
+}
+
+// GateUpSiLU implements backend.GateUpSiLUFuser for BF16 operands of at
+// most gemvMaxRows rows on sm_90 and newer: gemvb_silu_bf16
+// (kernels/gemv_bulk.cu) multiplies each gate row and its up row in one
+// tile and applies SiLU x mul in the epilogue, so the gate/up product
+// never goes to memory and the SiLU kernel does not run.
+//
+//	out [n, inter] BF16;  x [n, k] BF16;  w [2*inter, k] BF16
+func (b *Backend) GateUpSiLU(out, x, w backend.Tensor) (bool, error) {
+	const op = "GateUpSiLU"
+	ot, err := b.tensorOf(op, "out", out)
+	if err != nil {
+		return false, err
+	}
+	if len(ot.shape) != 2 {
+		return false, backend.ShapeError("cuda: "+op, "out", "shape %v, want [n, inter]", ot.shape)
+	}
+	inter := ot.shape[1]
+	xt, wt, ok, err := b.product(op, x, w, 2*inter)
+	if err != nil {
+		return false, err
+	}
+	n, k := xt.shape[0], wt.shape[1]
+	if err := checkShape(op, "out", ot, n, inter); err != nil {
+		return false, err
+	}
+	if !ok || ot.dt != backend.BF16 || inter%8 != 0 || bulkMode == bulkOff || b.cc < 90 {
+		return false, nil
+	}
+	if !b.bulkFits(defaultBulk, n, k, xt.ptr, wt.ptr) {
+		return false, nil
+	}
+	pristine := wt.owner != nil && wt.owner.pristine.Load()
+	if err := b.post(func() error {
+		c, fits, err := b.bulkFor(n, 2*inter, k, xt.ptr, wt.ptr, true)
+		if err != nil {
+			return err
+		}
+		if !fits {
+			c = defaultBulk
+		}
+		return b.bulkCall(c, "gemvb_silu_bf16", ot.ptr, int(dtBF16), xt.ptr, wt.ptr, n, inter, k, pristine)
+	}); err != nil {
+		return false, err
+	}
+	return true, nil
+}
