@@ -10,7 +10,7 @@
 # attn_check, default_model, peers, overlap (bench overlap), margin, pdl,
 # tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab, queue_ab, norm_prefetch, chain, chain_ops, chain_final, chain_verify, tests_only,
 # prefill_ab, prefill_small, prefill_tile, cluster_final, cluster_fit, step_trace, pdl_some, attn_pdl, pdl_final, verify_final, spin_ab,
-# bulk, prefill_chunks, splits (one A/B
+# bulk, bulk_bench, prefill_chunks, splits (one A/B
 # experiment each), final (tests, then peers, rows and the server: what
 # docs/benchmarks.md's latest section ran);
 # `session.sh bigref graphs` runs those two. Results: $OUT/summary.txt and
@@ -725,6 +725,22 @@ for v in TRIGON_CUDA_GEMV_BULK=off "" TRIGON_CUDA_GEMV_BULK=always TRIGON_CUDA_P
   step_trace "$v"
 done
 for f in "$OUT"/trace-*.json; do $PY -c 'import json,sys; d=json.load(open(sys.argv[1])); r=d if isinstance(d,dict) else d[0]; print(sys.argv[1].split("/")[-1]); [print("  ",c) for c in r.get("kernel_choices") or []]' "$f"; done | tee -a "$OUT/summary.txt"
+}
+
+# bulk_bench: BenchmarkGEMVBulk (graph-timed products and the layer's run
+# of them) with the default PDL set and with the bulk kernels added to it,
+# then the batch-4 step: bulk off, the default, and the default with the
+# bulk kernels under PDL, alternating three times.
+bulk_bench() {
+local pdl=qkv_rope_bf16,attn_decode_mma,attn_decode_combine,gemvb_bf16,gemvb_add_bf16,gemvb_silu_bf16
+for v in "" TRIGON_CUDA_PDL=$pdl; do
+  log "BenchmarkGEMVBulk ${v:-default PDL}"
+  (cd backend/cuda && env $v "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'BenchmarkGEMVBulk' -test.benchtime 200x -test.v >"$OUT/bulk-bench.log" 2>&1)
+  grep -E "^Benchmark|rror|gemm|\]\^T" "$OUT/bulk-bench.log" | awk '{$2=""; print}' | tee -a "$OUT/summary.txt"
+done
+for r in 1 2 3; do
+  for v in TRIGON_CUDA_GEMV_BULK=off "" TRIGON_CUDA_PDL=$pdl; do step_trace "$v"; done
+done
 }
 
 # verify: after a refactor of kernel code, every test, memcheck, the
