@@ -18,15 +18,12 @@ type bulkConfig struct{ cw, ck, st int }
 // 256-column stages were slower everywhere).
 var bulkConfigs = []bulkConfig{{4, 512, 2}, {8, 512, 3}, {4, 1024, 2}, {8, 1024, 2}, {8, 1024, 3}}
 
-// defaultBulk is the variant a fused product (GateUpSiLU) runs before the
-// tuner has timed its shape: the gate/up product's best in the probe.
-var defaultBulk = bulkConfig{4, 512, 2}
-
-// bulkMode says where the bulk GEMV runs: bulkOff nowhere; bulkTuned
-// where the tuner timed it faster than the other choices (and in
-// GateUpSiLU); bulkAlways wherever it takes the operands (its fastest
-// variant), for comparisons. TRIGON_CUDA_GEMV_BULK=off|on|always, read by
-// New.
+// bulkMode says where the bulk GEMV runs: bulkOff nowhere; bulkTuned in
+// the fused products (MatMulAdd's add and GateUpSiLU, bulkPick's
+// variant) and in plain products where the tuner timed it faster than
+// the other choices; bulkAlways in plain products too wherever it takes
+// the operands (its fastest variant), for comparisons.
+// TRIGON_CUDA_GEMV_BULK=off|on|always, read by New.
 type bulkModeT int
 
 const (
@@ -155,41 +152,21 @@ func (b *Backend) tuneBulk(p *gemmPlan, key gemmKey, y, x, w uint64, cur float32
 	}
 }
 
-// bulkFor returns the bulk variant for a product of shape [n,k] x [m,k]^T
-// that fuses work into its epilogue (MatMulAdd's add, GateUpSiLU's SiLU):
-// the one the tuner kept for the plain product; with fused set (the SiLU,
-// which saves a kernel of its own) the fastest it timed even if not kept,
-// and before the shape is tuned (a first use while capturing) defaultBulk. On
-// the shape's first eager call the plain product is tuned here, into a
-// scratch output, on the call's x and w. ok is false where no variant
-// applies. CUDA thread only.
-func (b *Backend) bulkFor(n, m, k int, x, w uint64, fused bool) (c bulkConfig, ok bool, err error) {
-	key := gemmKey{m: m, n: n, k: k, wt: cudaR16BF, xt: cudaR16BF, yt: cudaR16BF}
-	p, have := b.blas.plans[key]
-	if (!have || p.candidates != nil) && !b.capturing {
-		y, err := b.pool.get(n * m * 2)
-		if err != nil {
-			return c, false, err
-		}
-		p, err = b.gemmPlanFor(y, cudaR16BF, x, w, n, m, k)
-		b.pool.put(y)
-		if err != nil {
-			return c, false, err
-		}
+// bulkPick is the bulk variant the fused products (MatMulAdd's add,
+// GateUpSiLU) run for a weight of rows x k: eight consumer warps,
+// 1024-column stages where k allows, three stages for the large gate/up
+// weight and two otherwise. Chosen from graph-timed runs on the H200
+// (BenchmarkGEMVBulk, docs/benchmarks.md): the tuner's timings, each run
+// alone after an L2 flush, ranked the variants differently from runs back
+// to back in a graph, which is how a decode step runs them.
+func bulkPick(rows, k int) bulkConfig {
+	c := bulkConfig{cw: 8, ck: 1024, st: 2}
+	if k%1024 != 0 {
+		c.ck, c.st = 512, 3
+	} else if rows >= 16384 {
+		c.st = 3
 	}
-	switch {
-	case (p == nil || p.candidates != nil) && fused:
-		c = defaultBulk
-	case p == nil || p.candidates != nil:
-		return c, false, nil
-	case p.bulk.cw > 0:
-		c = p.bulk
-	case fused && p.bulkBest.cw > 0:
-		c = p.bulkBest
-	default:
-		return c, false, nil
-	}
-	return c, b.bulkFits(c, n, k, x, w), nil
+	return c
 }
 
 // GateUpSiLU implements backend.GateUpSiLUFuser for BF16 operands of at
@@ -220,18 +197,12 @@ func (b *Backend) GateUpSiLU(out, x, w backend.Tensor) (bool, error) {
 	if !ok || ot.dt != backend.BF16 || inter%8 != 0 || bulkMode == bulkOff || b.cc < 90 {
 		return false, nil
 	}
-	if !b.bulkFits(defaultBulk, n, k, xt.ptr, wt.ptr) {
+	c := bulkPick(2*inter, k)
+	if !b.bulkFits(c, n, k, xt.ptr, wt.ptr) {
 		return false, nil
 	}
 	pristine := wt.owner != nil && wt.owner.pristine.Load()
 	if err := b.post(func() error {
-		c, fits, err := b.bulkFor(n, 2*inter, k, xt.ptr, wt.ptr, true)
-		if err != nil {
-			return err
-		}
-		if !fits {
-			c = defaultBulk
-		}
 		return b.bulkCall(c, "gemvb_silu_bf16", ot.ptr, int(dtBF16), xt.ptr, wt.ptr, n, inter, k, pristine)
 	}); err != nil {
 		return false, err

@@ -120,17 +120,17 @@ func TestGEMVBulkAdd(t *testing.T) {
 	}
 }
 
-// TestGateUpSiLU checks the public op against the CPU's MatMul then
-// SiLUMul, every variant (forced through the shape's plan) and the tuned
-// choice, and what it refuses.
+// TestGateUpSiLU checks gemvb_silu_bf16 against the CPU's MatMul then
+// SiLUMul: every variant launched directly, then the public op (its
+// bulkPick variant); and what the op refuses.
 func TestGateUpSiLU(t *testing.T) {
 	b := needBulk(t)
-	for _, s := range []struct{ n, k, inter int }{{1, 4096, 1024}, {4, 4096, 14336}, {9, 2048, 520}, {16, 1024, 2048}} {
+	for _, s := range []struct{ n, k, inter int }{{1, 4096, 1024}, {4, 4096, 14336}, {9, 2048, 520}, {16, 1024, 2048}, {3, 1536, 264}} {
 		for _, c := range append([]bulkConfig{{}}, bulkConfigs...) {
 			if c.cw > 0 && s.k%c.ck != 0 {
 				continue
 			}
-			name := "tuned"
+			name := "op"
 			if c.cw > 0 {
 				name = fmt.Sprintf("w%d_c%d_s%d", c.cw, c.ck, c.st)
 			}
@@ -144,29 +144,18 @@ func TestGateUpSiLU(t *testing.T) {
 				p.must("cpu silu", p.c.SiLUMul(cact, cgu))
 				gout := p.poisoned(backend.BF16, s.n, s.inter)
 				if c.cw > 0 {
-					// Tune the shape first, then make c its kept variant.
-					p.must("tune", b.call(func() error {
+					p.must("bulk silu", b.call(func() error {
+						o, _ := b.tensorOf("t", "out", gout)
 						x, _ := b.tensorOf("t", "x", gx)
 						w, _ := b.tensorOf("t", "w", gw)
-						_, _, err := b.bulkFor(s.n, 2*s.inter, s.k, x.ptr, w.ptr, true)
-						return err
+						return b.bulkCall(c, "gemvb_silu_bf16", o.ptr, int(dtBF16), x.ptr, w.ptr, s.n, s.inter, s.k, true)
 					}))
-					key := gemmKey{m: 2 * s.inter, n: s.n, k: s.k, wt: cudaR16BF, xt: cudaR16BF, yt: cudaR16BF}
-					var old bulkConfig
-					p.must("force", b.call(func() error {
-						pl := b.blas.plans[key]
-						if pl == nil {
-							return errors.New("no plan after tuning")
-						}
-						old, pl.bulk = pl.bulk, c
-						return nil
-					}))
-					defer b.call(func() error { b.blas.plans[key].bulk = old; return nil })
-				}
-				ok, err := b.GateUpSiLU(gout, gx, gw)
-				p.must("GateUpSiLU", err)
-				if !ok {
-					t.Fatal("GateUpSiLU did not fuse a decode-sized BF16 product")
+				} else {
+					ok, err := b.GateUpSiLU(gout, gx, gw)
+					p.must("GateUpSiLU", err)
+					if !ok {
+						t.Fatal("GateUpSiLU did not fuse a decode-sized BF16 product")
+					}
 				}
 				p.must("sync", b.Sync())
 				p.expectClose("gate/up+silu", read(t, b, gout), read(t, p.c, cact), bf16Tol)
@@ -199,9 +188,9 @@ func TestGateUpSiLU(t *testing.T) {
 // when its turn comes: "base" is the path without the bulk GEMV (the
 // tuner's register GEMV or cuBLASLt, and the SiLU kernel), then each bulk
 // variant. The layer runs O, the post-attention norm, gate/up and down
-// back to back: "base", "tuned" (the default path: the tuner's choices
-// and GateUpSiLU) and "bulk" (every product on its best variant from the
-// probe). PDL follows TRIGON_CUDA_PDL, so runs under different settings
+// back to back: "base", "tuned" (the default path: MatMulAdd and
+// GateUpSiLU as the model calls them) and "bulk" (every product launched
+// on bulkPick's variant directly). PDL follows TRIGON_CUDA_PDL, so runs under different settings
 // compare the launches.
 func BenchmarkGEMVBulk(b *testing.B) {
 	g := benchBackend(b)
@@ -214,15 +203,14 @@ func BenchmarkGEMVBulk(b *testing.B) {
 		in, out   int // x columns, output features
 		rows      int // weight rows
 		kernel    string
-		best      bulkConfig
 		copies    int
 		ws        []backend.Tensor
 		x, y, tmp backend.Tensor
 	}
 	prods := []*prod{
-		{name: "o_add", in: hidden, out: hidden, rows: hidden, kernel: "gemvb_add_bf16", best: bulkConfig{8, 512, 3}},
-		{name: "gate_up_silu", in: hidden, out: inter, rows: 2 * inter, kernel: "gemvb_silu_bf16", best: bulkConfig{4, 512, 2}},
-		{name: "down_add", in: inter, out: hidden, rows: hidden, kernel: "gemvb_add_bf16", best: bulkConfig{8, 1024, 2}},
+		{name: "o_add", in: hidden, out: hidden, rows: hidden, kernel: "gemvb_add_bf16"},
+		{name: "gate_up_silu", in: hidden, out: inter, rows: 2 * inter, kernel: "gemvb_silu_bf16"},
+		{name: "down_add", in: inter, out: hidden, rows: hidden, kernel: "gemvb_add_bf16"},
 	}
 	const copies = 3 // per product: the layer's 386 MB a copy, three times the L2 and more
 	for _, p := range prods {
@@ -334,7 +322,7 @@ func BenchmarkGEMVBulk(b *testing.B) {
 					case "tuned":
 						return tuned(p, p.ws[next])
 					}
-					return bulk(p, p.ws[next], p.best)
+					return bulk(p, p.ws[next], bulkPick(p.rows, p.in))
 				}
 				if err := run(o); err != nil {
 					return err

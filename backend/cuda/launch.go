@@ -80,8 +80,12 @@ var pdlKernels = pdlDefault
 // H200 (seventh session): the QKV projection behind its norm, decode
 // attention behind the QKV projection (its prologue reads the step's
 // metadata and the older cache rows before it waits), and the split
-// combine behind attention.
-var pdlDefault = map[string]bool{"qkv_rope_bf16": true, "attn_decode_mma": true, "attn_decode_combine": true}
+// combine behind attention; and (eighth session) the bulk-copy GEMVs,
+// whose producer streams the weight before it waits.
+var pdlDefault = map[string]bool{
+	"qkv_rope_bf16": true, "attn_decode_mma": true, "attn_decode_combine": true,
+	"gemvb_bf16": true, "gemvb_add_bf16": true, "gemvb_silu_bf16": true,
+}
 
 // applyPDLEnv reads pdlEnv.
 func applyPDLEnv() (err error) {

@@ -10,7 +10,7 @@
 # attn_check, default_model, peers, overlap (bench overlap), margin, pdl,
 # tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab, queue_ab, norm_prefetch, chain, chain_ops, chain_final, chain_verify, tests_only,
 # prefill_ab, prefill_small, prefill_tile, cluster_final, cluster_fit, step_trace, pdl_some, attn_pdl, pdl_final, verify_final, spin_ab,
-# bulk, bulk_bench, prefill_chunks, splits (one A/B
+# bulk, bulk_bench, bulk_ab, prefill_chunks, splits (one A/B
 # experiment each), final (tests, then peers, rows and the server: what
 # docs/benchmarks.md's latest section ran);
 # `session.sh bigref graphs` runs those two. Results: $OUT/summary.txt and
@@ -740,6 +740,26 @@ for v in "" TRIGON_CUDA_PDL=$pdl; do
 done
 for r in 1 2 3; do
   for v in TRIGON_CUDA_GEMV_BULK=off "" TRIGON_CUDA_PDL=$pdl; do step_trace "$v"; done
+done
+}
+
+# bulk_ab: the bulk GEMV on by default (bulkPick's variants for the
+# residual adds and GateUpSiLU, PDL on them): its tests, the products it
+# touches, the CUDA model tests, the graph-timed products, then the
+# batch-4 step with it off and on, alternating four times.
+bulk_ab() {
+log "TestGEMVBulk*, TestGateUpSiLU, TestGEMV, TestNormFused, TestMatMul, TestGraph, TestKernelsWait, TestPDLEnv"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.run 'TestGEMVBulk|TestGateUpSiLU|TestGEMV|TestNormFused|TestMatMul|TestGraph|TestKernelsWait|TestPDLEnv' >"$OUT/bulk-tests.log" 2>&1)
+echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/bulk-tests.log" | tail -6 | tee -a "$OUT/summary.txt"
+grep -E "^\s+--- FAIL" "$OUT/bulk-tests.log" | head -10 | tee -a "$OUT/summary.txt"
+grep -c -- "--- PASS" "$OUT/bulk-tests.log" | sed 's/^/passed: /' | tee -a "$OUT/summary.txt"
+grep -c -- "--- SKIP" "$OUT/bulk-tests.log" | sed 's/^/skipped: /' | tee -a "$OUT/summary.txt"
+model_tests
+log "BenchmarkGEMVBulk"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'BenchmarkGEMVBulk' -test.benchtime 200x >"$OUT/bulk-bench.log" 2>&1)
+grep -E "us/op|FAIL|rror" "$OUT/bulk-bench.log" | awk '{print $1, $(NF-1), "us"}' | tee -a "$OUT/summary.txt"
+for r in 1 2 3 4; do
+  for v in TRIGON_CUDA_GEMV_BULK=off ""; do step_trace "$v"; done
 done
 }
 
