@@ -236,6 +236,12 @@ func TestNormFused(t *testing.T) {
 					forcePlan(p, n, 2*s.inter, s.k, guV, guBest)
 				})
 				t.Logf("tuner's variants: O-like %+v (best %+v), gate/up %+v (best %+v)", oldV, oldBest, guV, guBest)
+				// The register GEMV's add is byte-for-byte MatMul's then the
+				// norm's add; the bulk GEMV (kernels/gemv_bulk.cu, which
+				// MatMulAdd prefers on sm_90) splits k otherwise and has its
+				// own test against the CPU (TestGEMVBulkAdd).
+				defer func(m bulkModeT) { bulkMode = m }(bulkMode)
+				bulkMode = bulkOff
 				for _, v := range gemvConfigs {
 					forcePlan(p, n, s.m, s.k, v, v)
 					forcePlan(p, n, 2*s.inter, s.k, v, v)

@@ -10,7 +10,7 @@
 # attn_check, default_model, peers, overlap (bench overlap), margin, pdl,
 # tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab, queue_ab, norm_prefetch, chain, chain_ops, chain_final, chain_verify, tests_only,
 # prefill_ab, prefill_small, prefill_tile, cluster_final, cluster_fit, step_trace, pdl_some, attn_pdl, pdl_final, verify_final, spin_ab,
-# bulk, bulk_bench, bulk_ab, prefill_chunks, splits (one A/B
+# bulk, bulk_bench, bulk_ab, verify_bulk, prefill_chunks, splits (one A/B
 # experiment each), final (tests, then peers, rows and the server: what
 # docs/benchmarks.md's latest section ran);
 # `session.sh bigref graphs` runs those two. Results: $OUT/summary.txt and
@@ -761,6 +761,18 @@ grep -E "us/op|FAIL|rror" "$OUT/bulk-bench.log" | awk '{print $1, $(NF-1), "us"}
 for r in 1 2 3 4; do
   for v in TRIGON_CUDA_GEMV_BULK=off ""; do step_trace "$v"; done
 done
+}
+
+# verify_bulk: the bulk GEMV on by default: every backend/cuda test,
+# memcheck over the bulk kernels, and the Llama-3-8B-shaped model against
+# transformers (the fixture models are too small for the bulk kernels'
+# k multiples; this one runs them in every decode step).
+verify_bulk() {
+log "backend/cuda: every test"
+all_cuda_tests
+log "memcheck: bulk GEMV, its add and SiLU kernels"
+memcheck 'TestGEMVBulk/n(1|9)_.*_w8_c1024_s2|TestGEMVBulkAdd/n(1|9)_|TestGateUpSiLU/n9_'
+bigref
 }
 
 # verify: after a refactor of kernel code, every test, memcheck, the
