@@ -267,7 +267,9 @@ func (c *qkvCase) fused() qkvOut {
 
 // forceGEMV makes the plan of the case's product run GEMV variant v (the
 // zero value: cuBLASLt) and returns what it ran before. The plan must
-// exist (an eager MatMul of the shape made and tuned it).
+// exist (an eager MatMul of the shape made and tuned it). A bulk-copy
+// GEMV the tuner kept for the plain product is dropped from the plan:
+// the fused kernel is the register GEMV's, whose bytes the test compares.
 func (c *qkvCase) forceGEMV(v gemvConfig) gemvConfig {
 	c.p.t.Helper()
 	g := c.p.g
@@ -277,7 +279,7 @@ func (c *qkvCase) forceGEMV(v gemvConfig) gemvConfig {
 		if !ok {
 			return fmt.Errorf("no plan for [%d,%d]x[%d,%d]^T", c.n, c.k, c.m, c.k)
 		}
-		old, p.gemv = p.gemv, v
+		old, p.gemv, p.bulk = p.gemv, v, bulkConfig{}
 		return nil
 	}))
 	return old
