@@ -52,6 +52,15 @@
 // transform, which cost more than the norm kernel it saves. The norms of
 // a decode step prefetch the first MiBs of the next product's weight
 // into L2 (AddRMSNormPrefetch, TRIGON_CUDA_NORM_PREFETCH_MB).
+//
+// On sm_90 a second decode GEMV streams the weight with the TMA unit
+// (kernels/gemv_bulk.cu, gemv_bulk.go): a producer thread per block keeps
+// a ring of 16-row stages in flight as 1D bulk copies on mbarriers, and
+// consumer warps multiply each stage (gemv.cu's mma layout). The register
+// GEMV's bytes in flight are capped by the register file; this one's by
+// shared memory. MatMulAdd and GateUpSiLU (the gate/up product with SiLU x
+// mul in its epilogue) run it with bulkPick's variant, plain products
+// where the tuner times it 3% faster; TRIGON_CUDA_GEMV_BULK=off|on|always.
 // Prefill attention is FA2-style on mma.sync
 // (kernels/attn_prefill.cu).
 // Decode attention is split-KV flash decoding on the tensor cores
@@ -64,10 +73,12 @@
 //
 // Every kernel starts by waiting for its predecessor (grid_dep_sync or
 // grid_dep_wait, kernels/common.cuh) so launches may use programmatic
-// dependent launch (launch.go). Decode attention is the exception: its
+// dependent launch (launch.go). Two are exceptions: decode attention's
 // prologue reads the step's metadata and the cache rows earlier steps
-// wrote, then waits before it reads Q and the newest row. By default only
-// the QKV projection, decode attention and the split combine launch with
+// wrote, then waits before it reads Q and the newest row; the bulk GEMV's
+// producer streams a pristine weight before it waits, its consumers wait
+// before reading x. By default only the QKV projection, decode attention,
+// the split combine and the bulk GEMVs launch with
 // PDL (measured faster on the H200); TRIGON_CUDA_PDL=on|off|name,...
 // chooses others. PDL on every launch measured 1-2% slower.
 //
