@@ -54,6 +54,17 @@ memcheck() {
 (cd backend/cuda && timeout 150 compute-sanitizer --tool memcheck "$root/.gpu/cuda.test" -test.run "$1" >"$OUT/memcheck.log" 2>&1)
 echo "memcheck rc=$?" | tee -a "$OUT/summary.txt"; grep -E "ERROR SUMMARY|^(PASS|FAIL)" "$OUT/memcheck.log" | tee -a "$OUT/summary.txt"
 }
+# cuda_tests_run LOG PATTERN [VAR=VALUE...]: the backend/cuda tests
+# PATTERN selects, under the given environment, into LOG; prints the
+# verdict, failures and pass/skip counts.
+cuda_tests_run() {
+local logf=$1 pat=$2; shift 2
+(cd backend/cuda && env "$@" "$root/.gpu/cuda.test" -test.v -test.run "$pat" >"$OUT/$logf" 2>&1)
+echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/$logf" | tail -6 | tee -a "$OUT/summary.txt"
+grep -E "^\s+--- FAIL" "$OUT/$logf" | head -10 | tee -a "$OUT/summary.txt"
+grep -c -- "--- PASS" "$OUT/$logf" | sed 's/^/passed: /' | tee -a "$OUT/summary.txt"
+grep -c -- "--- SKIP" "$OUT/$logf" | sed 's/^/skipped: /' | tee -a "$OUT/summary.txt"
+}
 nvidia-smi -L | tee -a "$OUT/summary.txt"
 [ -f .gpu/BUILD ] && sed 's/^/build: /' .gpu/BUILD | tee -a "$OUT/summary.txt"
 
@@ -710,15 +721,9 @@ for v in "" TRIGON_CUDA_PDL=off "" TRIGON_CUDA_PDL=off; do step_trace "$v"; done
 # and always, and with the bulk kernels added to the PDL set, alternating.
 bulk() {
 log "TestGEMVBulk*, TestGateUpSiLU, TestGEMV, TestNormFused, TestMatMul, TestGraph, TestKernelsWait"
-(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.run 'TestGEMVBulk|TestGateUpSiLU|TestGEMV|TestNormFused|TestMatMul|TestGraph|TestKernelsWait' >"$OUT/bulk-tests.log" 2>&1)
-echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/bulk-tests.log" | tail -6 | tee -a "$OUT/summary.txt"
-grep -E "^\s+--- FAIL" "$OUT/bulk-tests.log" | head -10 | tee -a "$OUT/summary.txt"
-grep -c -- "--- PASS" "$OUT/bulk-tests.log" | sed 's/^/passed: /' | tee -a "$OUT/summary.txt"
-grep -c -- "--- SKIP" "$OUT/bulk-tests.log" | sed 's/^/skipped: /' | tee -a "$OUT/summary.txt"
+cuda_tests_run bulk-tests.log 'TestGEMVBulk|TestGateUpSiLU|TestGEMV|TestNormFused|TestMatMul|TestGraph|TestKernelsWait'
 log "the same bulk tests with PDL on every kernel"
-(cd backend/cuda && TRIGON_CUDA_PDL=on "$root/.gpu/cuda.test" -test.v -test.run 'TestGEMVBulk|TestGateUpSiLU' >"$OUT/bulk-tests-pdl.log" 2>&1)
-echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/bulk-tests-pdl.log" | tail -4 | tee -a "$OUT/summary.txt"
-grep -c -- "--- PASS" "$OUT/bulk-tests-pdl.log" | sed 's/^/passed: /' | tee -a "$OUT/summary.txt"
+cuda_tests_run bulk-tests-pdl.log 'TestGEMVBulk|TestGateUpSiLU' TRIGON_CUDA_PDL=on
 model_tests
 local pdl=qkv_rope_bf16,attn_decode_mma,attn_decode_combine,gemvb_bf16,gemvb_add_bf16,gemvb_silu_bf16
 for v in TRIGON_CUDA_GEMV_BULK=off "" TRIGON_CUDA_GEMV_BULK=always TRIGON_CUDA_PDL=$pdl TRIGON_CUDA_GEMV_BULK=off "" TRIGON_CUDA_GEMV_BULK=always TRIGON_CUDA_PDL=$pdl; do
@@ -749,11 +754,7 @@ done
 # batch-4 step with it off and on, alternating four times.
 bulk_ab() {
 log "TestGEMVBulk*, TestGateUpSiLU, TestGEMV, TestNormFused, TestMatMul, TestGraph, TestKernelsWait, TestPDLEnv"
-(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.run 'TestGEMVBulk|TestGateUpSiLU|TestGEMV|TestNormFused|TestMatMul|TestGraph|TestKernelsWait|TestPDLEnv' >"$OUT/bulk-tests.log" 2>&1)
-echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/bulk-tests.log" | tail -6 | tee -a "$OUT/summary.txt"
-grep -E "^\s+--- FAIL" "$OUT/bulk-tests.log" | head -10 | tee -a "$OUT/summary.txt"
-grep -c -- "--- PASS" "$OUT/bulk-tests.log" | sed 's/^/passed: /' | tee -a "$OUT/summary.txt"
-grep -c -- "--- SKIP" "$OUT/bulk-tests.log" | sed 's/^/skipped: /' | tee -a "$OUT/summary.txt"
+cuda_tests_run bulk-tests.log 'TestGEMVBulk|TestGateUpSiLU|TestGEMV|TestNormFused|TestMatMul|TestGraph|TestKernelsWait|TestPDLEnv'
 model_tests
 log "BenchmarkGEMVBulk"
 (cd backend/cuda && "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'BenchmarkGEMVBulk' -test.benchtime 200x >"$OUT/bulk-bench.log" 2>&1)

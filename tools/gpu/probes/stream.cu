@@ -14,6 +14,12 @@
 //   tma2d     the same stage as one 2D tensor copy (box 16 rows x CK cols)
 //   gemv      kernels/gemv.cu's gemv_bf16 (the backend's decode GEMV)
 //   gemvtma   16 rows a block, TMA 2D stages, consumer warps multiplying
+//   gemvtma2  the same, persistent (grid = what fits at once)
+//   gemvbulk  gemvtma2 with one 1D bulk copy per row and stage: the design
+//             of backend/cuda/kernels/gemv_bulk.cu
+// (Call 3 of the eighth session also ran gemvtma2 releasing each stage
+// before its mmas, with two accumulator chains: no faster; that variant
+// is in this file as of commit facceac.)
 // Products: O [4096 x 4096], down [4096 x 14336], gate/up [28672 x 4096].
 #include <cuda.h>
 #include <cstdio>
@@ -242,12 +248,15 @@ static float bf2f(u16 v) {
   return f;
 }
 
-// gemvtma2: gemvtma made persistent: grid = what fits at once, each block
+// gemvpers: gemvtma made persistent: grid = what fits at once, each block
 // takes tiles blockIdx.x, +gridDim.x, ..., and its producer streams every
 // stage of every tile without a break; consumers load x one stage ahead.
-template <int S, int CW, int CKC>
-__global__ void __launch_bounds__((CW + 1) * 32) gemvtma2(const __grid_constant__ CUtensorMap map, u16* y,
-                                                          const u16* x, int n, int m, int k, int boxc) {
+// BOX: the stages arrive as 2D boxes through map (gemvtma2); else as one
+// 1D bulk copy per row from w, row-major [16][CKC] (gemvbulk, the design
+// of backend/cuda/kernels/gemv_bulk.cu).
+template <int S, int CW, int CKC, bool BOX>
+__global__ void __launch_bounds__((CW + 1) * 32) gemvpers(const __grid_constant__ CUtensorMap map, const u16* w,
+                                                          u16* y, const u16* x, int n, int m, int k, int boxc) {
   extern __shared__ __align__(1024) char sm[];
   __shared__ __align__(8) unsigned long long full[S], empty[S];
   __shared__ float red[CW][32][4];
@@ -272,8 +281,14 @@ __global__ void __launch_bounds__((CW + 1) * 32) gemvtma2(const __grid_constant_
           int s = g % S;
           if (g >= S) mbar_wait(smem_u32(&empty[s]), ((g - S) / S) & 1);
           mbar_expect(smem_u32(&full[s]), bytes);
-          for (int c = 0; c < CKC; c += boxc)
-            tma2d_g2s(smem_u32(sm + s * bytes + c * 2 * 16), &map, i * CKC + c, t * 16, smem_u32(&full[s]));
+          if (BOX) {
+            for (int c = 0; c < CKC; c += boxc)
+              tma2d_g2s(smem_u32(sm + s * bytes + c * 2 * 16), &map, i * CKC + c, t * 16, smem_u32(&full[s]));
+          } else {
+            for (int r = 0; r < 16; r++)
+              bulk_g2s(smem_u32(sm + s * bytes + r * CKC * 2), w + (long long)(t * 16 + r) * k + (long long)i * CKC,
+                       CKC * 2, smem_u32(&full[s]));
+          }
         }
       }
     }
@@ -302,10 +317,11 @@ __global__ void __launch_bounds__((CW + 1) * 32) gemvtma2(const __grid_constant_
 #pragma unroll
       for (int u = 0; u < PW; u++) {
         int c = (warp + u * CW) * 32 + tq * 8;
-        int bx = c / boxc, cc = c - bx * boxc;
-        const char* box = st + bx * boxc * 2 * 16;
-        uint4 wa = *(const uint4*)(box + (gid * boxc + cc) * 2);
-        uint4 wb = *(const uint4*)(box + ((gid + 8) * boxc + cc) * 2);
+        int bw = BOX ? boxc : CKC;  // row length of the stage's layout
+        int bx = c / bw, cc = c - bx * bw;
+        const char* box = st + bx * bw * 2 * 16;
+        uint4 wa = *(const uint4*)(box + (gid * bw + cc) * 2);
+        uint4 wb = *(const uint4*)(box + ((gid + 8) * bw + cc) * 2);
         mma16816(acc, wa.x, wb.x, wa.y, wb.y, xv[u].x, xv[u].y);
         mma16816(acc, wa.z, wb.z, wa.w, wb.w, xv[u].z, xv[u].w);
       }
@@ -314,181 +330,6 @@ __global__ void __launch_bounds__((CW + 1) * 32) gemvtma2(const __grid_constant_
     }
 #pragma unroll
     for (int e = 0; e < 4; e++) red[warp][lane][e] = acc[e];
-    asm volatile("bar.sync 1, %0;" ::"r"(CW * 32));
-    for (int idx = threadIdx.x; idx < 128; idx += CW * 32) {
-      int l = idx >> 2, e = idx & 3;
-      float v = 0.f;
-      for (int ww = 0; ww < CW; ww++) v += red[ww][l][e];
-      int row = (l & 3) * 2 + (e & 1), feat = t * 16 + (l >> 2) + (e >> 1) * 8;
-      if (row < n && feat < m) y[(long long)row * m + feat] = f32_to_bf16(v);
-    }
-    asm volatile("bar.sync 1, %0;" ::"r"(CW * 32));
-  }
-}
-
-// gemvbulk: gemvtma2 with one 1D bulk copy per row and stage (row-major
-// stage [16][CKC]) instead of 2D boxes.
-// (gemvtma2: gemvtma made persistent: grid = what fits at once, each block
-// takes tiles blockIdx.x, +gridDim.x, ..., and its producer streams every
-// stage of every tile without a break; consumers load x one stage ahead.
-template <int S, int CW, int CKC>
-__global__ void __launch_bounds__((CW + 1) * 32) gemvbulk(const u16* w, u16* y,
-                                                          const u16* x, int n, int m, int k, int boxc) {
-  extern __shared__ __align__(1024) char sm[];
-  __shared__ __align__(8) unsigned long long full[S], empty[S];
-  __shared__ float red[CW][32][4];
-  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int gid = lane >> 2, tq = lane & 3;
-  int tiles = (m + 15) / 16;
-  int stages = k / CKC;
-  u32 bytes = CKC * 2 * 16;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < S; s++) {
-      mbar_init(smem_u32(&full[s]), 1);
-      mbar_init(smem_u32(&empty[s]), CW);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();
-  if (warp == CW) {
-    if (lane == 0) {
-      int g = 0;
-      for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-        for (int i = 0; i < stages; i++, g++) {
-          int s = g % S;
-          if (g >= S) mbar_wait(smem_u32(&empty[s]), ((g - S) / S) & 1);
-          mbar_expect(smem_u32(&full[s]), bytes);
-          for (int r = 0; r < 16; r++)
-            bulk_g2s(smem_u32(sm + s * bytes + r * CKC * 2), w + (long long)(t * 16 + r) * k + (long long)i * CKC,
-                     CKC * 2, smem_u32(&full[s]));
-        }
-      }
-    }
-    return;
-  }
-  constexpr int PW = CKC / 32 / CW;
-  const u16* xp = x + (long long)(gid < n ? gid : 0) * k + tq * 8;
-  int g = 0;
-  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
-    uint4 xn[PW];
-#pragma unroll
-    for (int u = 0; u < PW; u++) xn[u] = gid < n ? *(const uint4*)(xp + (warp + u * CW) * 32) : make_uint4(0, 0, 0, 0);
-    for (int i = 0; i < stages; i++, g++) {
-      int s = g % S;
-      uint4 xv[PW];
-#pragma unroll
-      for (int u = 0; u < PW; u++) xv[u] = xn[u];
-      if (i + 1 < stages) {
-#pragma unroll
-        for (int u = 0; u < PW; u++)
-          xn[u] = gid < n ? *(const uint4*)(xp + (i + 1) * CKC + (warp + u * CW) * 32) : make_uint4(0, 0, 0, 0);
-      }
-      mbar_wait(smem_u32(&full[s]), (g / S) & 1);
-      const char* st = sm + s * bytes;
-#pragma unroll
-      for (int u = 0; u < PW; u++) {
-        int c = (warp + u * CW) * 32 + tq * 8;
-        uint4 wa = *(const uint4*)(st + (gid * CKC + c) * 2);
-        uint4 wb = *(const uint4*)(st + ((gid + 8) * CKC + c) * 2);
-        mma16816(acc, wa.x, wb.x, wa.y, wb.y, xv[u].x, xv[u].y);
-        mma16816(acc, wa.z, wb.z, wa.w, wb.w, xv[u].z, xv[u].w);
-      }
-      __syncwarp();
-      if (lane == 0) mbar_arrive(smem_u32(&empty[s]));
-    }
-#pragma unroll
-    for (int e = 0; e < 4; e++) red[warp][lane][e] = acc[e];
-    asm volatile("bar.sync 1, %0;" ::"r"(CW * 32));
-    for (int idx = threadIdx.x; idx < 128; idx += CW * 32) {
-      int l = idx >> 2, e = idx & 3;
-      float v = 0.f;
-      for (int ww = 0; ww < CW; ww++) v += red[ww][l][e];
-      int row = (l & 3) * 2 + (e & 1), feat = t * 16 + (l >> 2) + (e >> 1) * 8;
-      if (row < n && feat < m) y[(long long)row * m + feat] = f32_to_bf16(v);
-    }
-    asm volatile("bar.sync 1, %0;" ::"r"(CW * 32));
-  }
-}
-
-// gemvtma3: gemvtma2 with each stage released as soon as its fragments
-// are in registers (before the mmas), and two accumulator chains.
-// (gemvtma2: gemvtma made persistent: grid = what fits at once, each block
-// takes tiles blockIdx.x, +gridDim.x, ..., and its producer streams every
-// stage of every tile without a break; consumers load x one stage ahead.
-template <int S, int CW, int CKC>
-__global__ void __launch_bounds__((CW + 1) * 32) gemvtma3(const __grid_constant__ CUtensorMap map, u16* y,
-                                                          const u16* x, int n, int m, int k, int boxc) {
-  extern __shared__ __align__(1024) char sm[];
-  __shared__ __align__(8) unsigned long long full[S], empty[S];
-  __shared__ float red[CW][32][4];
-  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int gid = lane >> 2, tq = lane & 3;
-  int tiles = (m + 15) / 16;
-  int stages = k / CKC;
-  u32 bytes = CKC * 2 * 16;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < S; s++) {
-      mbar_init(smem_u32(&full[s]), 1);
-      mbar_init(smem_u32(&empty[s]), CW);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();
-  if (warp == CW) {
-    if (lane == 0) {
-      int g = 0;
-      for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-        for (int i = 0; i < stages; i++, g++) {
-          int s = g % S;
-          if (g >= S) mbar_wait(smem_u32(&empty[s]), ((g - S) / S) & 1);
-          mbar_expect(smem_u32(&full[s]), bytes);
-          for (int c = 0; c < CKC; c += boxc)
-            tma2d_g2s(smem_u32(sm + s * bytes + c * 2 * 16), &map, i * CKC + c, t * 16, smem_u32(&full[s]));
-        }
-      }
-    }
-    return;
-  }
-  constexpr int PW = CKC / 32 / CW;
-  const u16* xp = x + (long long)(gid < n ? gid : 0) * k + tq * 8;
-  int g = 0;
-  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-    float acc[4] = {0.f, 0.f, 0.f, 0.f}, acc2[4] = {0.f, 0.f, 0.f, 0.f};
-    uint4 xn[PW];
-#pragma unroll
-    for (int u = 0; u < PW; u++) xn[u] = gid < n ? *(const uint4*)(xp + (warp + u * CW) * 32) : make_uint4(0, 0, 0, 0);
-    for (int i = 0; i < stages; i++, g++) {
-      int s = g % S;
-      uint4 xv[PW];
-#pragma unroll
-      for (int u = 0; u < PW; u++) xv[u] = xn[u];
-      if (i + 1 < stages) {
-#pragma unroll
-        for (int u = 0; u < PW; u++)
-          xn[u] = gid < n ? *(const uint4*)(xp + (i + 1) * CKC + (warp + u * CW) * 32) : make_uint4(0, 0, 0, 0);
-      }
-      mbar_wait(smem_u32(&full[s]), (g / S) & 1);
-      const char* st = sm + s * bytes;
-      uint4 wa[PW], wb[PW];
-#pragma unroll
-      for (int u = 0; u < PW; u++) {
-        int c = (warp + u * CW) * 32 + tq * 8;
-        int bx = c / boxc, cc = c - bx * boxc;
-        const char* box = st + bx * boxc * 2 * 16;
-        wa[u] = *(const uint4*)(box + (gid * boxc + cc) * 2);
-        wb[u] = *(const uint4*)(box + ((gid + 8) * boxc + cc) * 2);
-      }
-      __syncwarp();
-      if (lane == 0) mbar_arrive(smem_u32(&empty[s]));
-#pragma unroll
-      for (int u = 0; u < PW; u++) {
-        mma16816(acc, wa[u].x, wb[u].x, wa[u].y, wb[u].y, xv[u].x, xv[u].y);
-        mma16816(acc2, wa[u].z, wb[u].z, wa[u].w, wb[u].w, xv[u].z, xv[u].w);
-      }
-    }
-#pragma unroll
-    for (int e = 0; e < 4; e++) red[warp][lane][e] = acc[e] + acc2[e];
     asm volatile("bar.sync 1, %0;" ::"r"(CW * 32));
     for (int idx = threadIdx.x; idx < 128; idx += CW * 32) {
       int l = idx >> 2, e = idx & 3;
@@ -682,6 +523,18 @@ int main(int argc, char** argv) {
     std::vector<u16> ha((size_t)n * sh.m), hb((size_t)n * sh.m);
     gemv_bf16<<<blocks, NW * 32, 0, st>>>(y, x, ws[0], n, sh.m, sh.k, 1);
     RT(cudaMemcpyAsync(ha.data(), y, ha.size() * 2, cudaMemcpyDeviceToHost, st));
+    // worst_diff is the largest relative difference of y2 from ha.
+    auto worst_diff = [&]() {
+      RT(cudaMemcpyAsync(hb.data(), y2, hb.size() * 2, cudaMemcpyDeviceToHost, st));
+      RT(cudaStreamSynchronize(st));
+      double worst = 0;
+      for (size_t i = 0; i < ha.size(); i++) {
+        float a = bf2f(ha[i]), b = bf2f(hb[i]);
+        double d = fabs(a - b) / (fabs(a) + 1e-3);
+        if (d > worst) worst = d;
+      }
+      return worst;
+    };
     for (int CKC : {512, 1024}) {
       for (int S : {3, 4, 6}) {
         int smem = CKC * 2 * 16 * S;
@@ -694,14 +547,7 @@ int main(int argc, char** argv) {
       gemvtma<SS, CWW, CKK><<<blocks, (CWW + 1) * 32, smem, st>>>(maps[c], y2, x, n, sh.m, sh.k, boxc); \
     };                                                                                                \
     f(0, st);                                                                                         \
-    RT(cudaMemcpyAsync(hb.data(), y2, hb.size() * 2, cudaMemcpyDeviceToHost, st));                    \
-    RT(cudaStreamSynchronize(st));                                                                    \
-    double worst = 0;                                                                                 \
-    for (size_t i = 0; i < ha.size(); i++) {                                                          \
-      float a = bf2f(ha[i]), b = bf2f(hb[i]);                                                         \
-      double d = fabs(a - b) / (fabs(a) + 1e-3);                                                      \
-      if (d > worst) worst = d;                                                                       \
-    }                                                                                                 \
+    double worst = worst_diff();                                                                      \
     us = timeit(f, copies, 20, st);                                                                   \
     printf("  gemvtma CK=%d S=%d CW=%d: %.2f us, %.3f TB/s (worst rel diff vs gemv %.4f)\n", CKC, SS, CWW, us, \
            bytes / us / 1e6, worst);                                                                  \
@@ -709,78 +555,28 @@ int main(int argc, char** argv) {
         if (S == 3) { RUN(3, 8, 512) }
       }
     }
-#define RUN2(SS, CWW, CKK)                                                                            \
+// RUNP times gemvpers (BOX: 2D boxes, else 1D bulk copies; NAME for the
+// report) after checking its output against gemv_bf16's.
+#define RUNP(NAME, SS, CWW, CKK, BOX)                                                                 \
   {                                                                                                   \
     int smem = CKK * 2 * 16 * SS;                                                                     \
-    RT(cudaFuncSetAttribute(gemvtma2<SS, CWW, CKK>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)); \
+    auto kern = gemvpers<SS, CWW, CKK, BOX>;                                                          \
+    RT(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));                 \
     int bps = 0;                                                                                      \
-    RT(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, gemvtma2<SS, CWW, CKK>, (CWW + 1) * 32, smem)); \
+    RT(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, kern, (CWW + 1) * 32, smem));              \
     int grid = blocks < sms * bps ? blocks : sms * bps;                                               \
     auto f = [&](int c, cudaStream_t st) {                                                            \
-      gemvtma2<SS, CWW, CKK><<<grid, (CWW + 1) * 32, smem, st>>>(maps[c], y2, x, n, sh.m, sh.k, boxc); \
+      kern<<<grid, (CWW + 1) * 32, smem, st>>>(maps[c], ws[c], y2, x, n, sh.m, sh.k, boxc);            \
     };                                                                                                \
     RT(cudaMemsetAsync(y2, 0, (size_t)n * sh.m * 2, st));                                             \
     f(0, st);                                                                                         \
-    RT(cudaMemcpyAsync(hb.data(), y2, hb.size() * 2, cudaMemcpyDeviceToHost, st));                    \
-    RT(cudaStreamSynchronize(st));                                                                    \
-    double worst = 0;                                                                                 \
-    for (size_t i = 0; i < ha.size(); i++) {                                                          \
-      float a = bf2f(ha[i]), b = bf2f(hb[i]);                                                         \
-      double d = fabs(a - b) / (fabs(a) + 1e-3);                                                      \
-      if (d > worst) worst = d;                                                                       \
-    }                                                                                                 \
+    double worst = worst_diff();                                                                      \
     double us = timeit(f, copies, 20, st);                                                            \
-    printf("  gemvtma2 CK=%d S=%d CW=%d grid=%d (%d/SM): %.2f us, %.3f TB/s (worst rel diff %.4f)\n", CKK, SS, CWW, \
-           grid, bps, us, bytes / us / 1e6, worst);                                                   \
+    printf("  %s CK=%d S=%d CW=%d grid=%d (%d/SM): %.2f us, %.3f TB/s (worst rel diff %.4f)\n", #NAME, CKK, SS, \
+           CWW, grid, bps, us, bytes / us / 1e6, worst);                                              \
   }
-#define RUN3(SS, CWW, CKK)                                                                            \
-  {                                                                                                   \
-    int smem = CKK * 2 * 16 * SS;                                                                     \
-    RT(cudaFuncSetAttribute(gemvtma3<SS, CWW, CKK>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)); \
-    int bps = 0;                                                                                      \
-    RT(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, gemvtma3<SS, CWW, CKK>, (CWW + 1) * 32, smem)); \
-    int grid = blocks < sms * bps ? blocks : sms * bps;                                               \
-    auto f = [&](int c, cudaStream_t st) {                                                            \
-      gemvtma3<SS, CWW, CKK><<<grid, (CWW + 1) * 32, smem, st>>>(maps[c], y2, x, n, sh.m, sh.k, boxc); \
-    };                                                                                                \
-    RT(cudaMemsetAsync(y2, 0, (size_t)n * sh.m * 2, st));                                             \
-    f(0, st);                                                                                         \
-    RT(cudaMemcpyAsync(hb.data(), y2, hb.size() * 2, cudaMemcpyDeviceToHost, st));                    \
-    RT(cudaStreamSynchronize(st));                                                                    \
-    double worst = 0;                                                                                 \
-    for (size_t i = 0; i < ha.size(); i++) {                                                          \
-      float a = bf2f(ha[i]), b = bf2f(hb[i]);                                                         \
-      double d = fabs(a - b) / (fabs(a) + 1e-3);                                                      \
-      if (d > worst) worst = d;                                                                       \
-    }                                                                                                 \
-    double us = timeit(f, copies, 20, st);                                                            \
-    printf("  gemvtma3 CK=%d S=%d CW=%d grid=%d (%d/SM): %.2f us, %.3f TB/s (worst rel diff %.4f)\n", CKK, SS, CWW, \
-           grid, bps, us, bytes / us / 1e6, worst);                                                   \
-  }
-#define RUNB(SS, CWW, CKK)                                                                            \
-  {                                                                                                   \
-    int smem = CKK * 2 * 16 * SS;                                                                     \
-    RT(cudaFuncSetAttribute(gemvbulk<SS, CWW, CKK>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)); \
-    int bps = 0;                                                                                      \
-    RT(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, gemvbulk<SS, CWW, CKK>, (CWW + 1) * 32, smem)); \
-    int grid = blocks < sms * bps ? blocks : sms * bps;                                               \
-    auto f = [&](int c, cudaStream_t st) {                                                            \
-      gemvbulk<SS, CWW, CKK><<<grid, (CWW + 1) * 32, smem, st>>>(ws[c], y2, x, n, sh.m, sh.k, boxc); \
-    };                                                                                                \
-    RT(cudaMemsetAsync(y2, 0, (size_t)n * sh.m * 2, st));                                             \
-    f(0, st);                                                                                         \
-    RT(cudaMemcpyAsync(hb.data(), y2, hb.size() * 2, cudaMemcpyDeviceToHost, st));                    \
-    RT(cudaStreamSynchronize(st));                                                                    \
-    double worst = 0;                                                                                 \
-    for (size_t i = 0; i < ha.size(); i++) {                                                          \
-      float a = bf2f(ha[i]), b = bf2f(hb[i]);                                                         \
-      double d = fabs(a - b) / (fabs(a) + 1e-3);                                                      \
-      if (d > worst) worst = d;                                                                       \
-    }                                                                                                 \
-    double us = timeit(f, copies, 20, st);                                                            \
-    printf("  gemvbulk CK=%d S=%d CW=%d grid=%d (%d/SM): %.2f us, %.3f TB/s (worst rel diff %.4f)\n", CKK, SS, CWW, \
-           grid, bps, us, bytes / us / 1e6, worst);                                                   \
-  }
+#define RUN2(SS, CWW, CKK) RUNP(gemvtma2, SS, CWW, CKK, true)
+#define RUNB(SS, CWW, CKK) RUNP(gemvbulk, SS, CWW, CKK, false)
     RUN2(3, 8, 512)
     RUNB(2, 4, 512) RUNB(3, 4, 512) RUNB(4, 4, 512) RUNB(2, 8, 512) RUNB(3, 8, 512) RUNB(4, 8, 512)
     RUNB(2, 8, 1024) RUNB(3, 8, 1024) RUNB(2, 4, 1024) RUNB(4, 4, 256) RUNB(6, 4, 256) RUNB(4, 8, 256) RUNB(2, 16, 1024) RUNB(3, 16, 512)
