@@ -13,6 +13,12 @@
 //	   sched.Update(plan, tokens)          finished sequences free their blocks
 //	   events ──► per-request queue ──► pump goroutine ──► caller's channel
 //
+// With Options.QueueAhead a step whose rows all sample on the device
+// leaves its ids there (a flight); the next iteration first queues the
+// step after it, fed those ids on the device (sched.ScheduleAhead: steady
+// decoding only), then reads the flight's ids and updates, so the host's
+// work overlaps the device's.
+//
 // The loop never blocks on a slow reader: events queue without bound per
 // request and a pump goroutine delivers them. Cancelling a request's
 // context aborts it within one step and frees its KV blocks at once. A

@@ -74,6 +74,13 @@ type Options struct {
 	EOS     []int32
 	Metrics *telemetry.Metrics // nil: none
 	Logger  *slog.Logger       // nil: slog.Default()
+	// QueueAhead queues each decode step on the device behind the one
+	// before it, fed that step's sampled tokens on the device, before the
+	// host reads them (backends that implement backend.DeviceSampler; the
+	// steady state of decoding only: sched.ScheduleAhead), so the host's
+	// work for a step overlaps the device's. A sequence that stops (EOS, a
+	// stop string) has its ahead token dropped.
+	QueueAhead bool
 }
 
 // Engine runs the step loop. Create with New, start with Run.
@@ -103,6 +110,11 @@ type Engine struct {
 	nextID  sched.SeqID
 	// Block copies: ids [2] I32 and a one-block scratch [1, blockElems].
 	copyIDs, copyScratch backend.Tensor
+	// flight is the step whose sampled ids are still on the device
+	// (QueueAhead): the next step lands it. aheadSteps counts the steps
+	// queued ahead.
+	flight     *flight
+	aheadSteps uint64
 	// tokenTexts[id] is the bytes token id adds to the output ("" for
 	// special tokens), built on the first JSON-mode request.
 	tokenTexts []string
@@ -200,13 +212,21 @@ func (e *Engine) signal() {
 // every request) or after Drain finished the last request.
 func (e *Engine) Run(ctx context.Context) error {
 	defer e.abortAll(FinishAbort, ErrClosed)
+	defer func() {
+		// A step in flight finishes on the device before the engine stops
+		// (its requests are aborted above).
+		if e.flight != nil {
+			_, _ = e.flight.wait()
+			e.flight = nil
+		}
+	}()
 	for {
 		if ctx.Err() != nil {
 			return nil
 		}
 		e.admit()
 		e.reap()
-		if e.sch.NumWaiting()+e.sch.NumRunning() == 0 {
+		if e.flight == nil && e.sch.NumWaiting()+e.sch.NumRunning() == 0 {
 			e.publish()
 			e.busy.Store(false)
 			if e.closing.Load() && e.numPending() == 0 {
@@ -350,7 +370,10 @@ type Stats struct {
 	Preemptions      uint64
 	PrefixQueries    uint64 // prompt tokens looked up in the prefix cache
 	PrefixHits       uint64 // of which served from it
-	Graphs           runner.GraphStats
+	// AheadSteps counts decode steps queued on the device before the
+	// previous step's tokens reached the host (Options.QueueAhead).
+	AheadSteps uint64
+	Graphs     runner.GraphStats
 }
 
 // Stats returns the counters the step loop published last.
@@ -372,7 +395,7 @@ func (e *Engine) publish() {
 	e.stats = Stats{
 		Running: st.NumRunning, Waiting: st.NumWaiting, FreeBlocks: e.pool.NumFree(), KVUsage: st.KVUsage,
 		Preemptions: st.Preemptions, PrefixQueries: st.PrefixQueryTokens, PrefixHits: st.PrefixHitTokens,
-		Graphs: e.run.GraphStats(),
+		AheadSteps: e.aheadSteps, Graphs: e.run.GraphStats(),
 	}
 	e.statsMu.Unlock()
 }

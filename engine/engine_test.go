@@ -487,3 +487,119 @@ func TestKVSizedFromDeviceMemory(t *testing.T) {
 		t.Errorf("too little memory: %v, want an error about the KV cache", err)
 	}
 }
+
+// TestQueueAheadMatches runs one workload on an engine that queues decode
+// steps ahead (Options.QueueAhead: the next step fed the previous step's
+// ids on the backend before the host reads them) and on one that does not:
+// greedy requests of many lengths, some ending at EOS or a stop string,
+// seeded sampling, n=2 choices, a logprobs request (sampled on the host,
+// so no step is queued ahead while it runs), and cancellations. Every
+// output must be the same, steps must have been queued ahead, and every KV
+// block must come back.
+func TestQueueAheadMatches(t *testing.T) {
+	opts := engine.LoadOptions{MaxSeqs: 8, MaxBatchedTokens: 128, ChunkSize: 32}
+	plain := start(t, nil, opts)
+	opts.QueueAhead = true
+	ahead := start(t, nil, opts)
+	freeBefore := ahead.Engine.Stats().FreeBlocks
+	rng := rand.New(rand.NewPCG(9, 10))
+	type job struct {
+		prompt      []int32
+		n           int
+		p           sample.Params
+		logprobs    bool
+		cancelAfter int // tokens; -1: never
+	}
+	var jobs []job
+	for i := range 24 {
+		seed := uint64(100 + i)
+		j := job{prompt: randomPrompt(rng, 1+rng.IntN(60)), n: 1, p: greedy(1 + rng.IntN(30)), cancelAfter: -1}
+		switch i % 6 {
+		case 1:
+			j.p.IgnoreEOS = false // may end at EOS
+		case 2:
+			j.p.Temperature, j.p.TopP, j.p.Seed = 0.8, 0.95, &seed
+		case 3:
+			j.n = 2
+			j.p.Temperature, j.p.Seed = 1, &seed
+		case 4:
+			j.logprobs = i == 4
+			j.p.Stop = []string{"e"}
+		case 5:
+			if i == 11 || i == 23 {
+				j.cancelAfter = 3
+			}
+		}
+		jobs = append(jobs, j)
+	}
+	run := func(l *engine.Loaded) [][]result {
+		out := make([][]result, len(jobs))
+		var wg sync.WaitGroup
+		for i, j := range jobs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				ch, err := l.Engine.Submit(ctx, &engine.Request{Prompt: j.prompt, N: j.n, Params: j.p, Logprobs: j.logprobs})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				res := make([]result, j.n)
+				got := 0
+				for ev := range ch {
+					res[ev.Choice].tokens = append(res[ev.Choice].tokens, ev.TokenIDs...)
+					res[ev.Choice].text += ev.Text
+					got += len(ev.TokenIDs)
+					if j.cancelAfter >= 0 && got > j.cancelAfter {
+						cancel()
+					}
+					if ev.FinishReason != "" {
+						res[ev.Choice].final = ev
+					}
+				}
+				out[i] = res
+			}()
+		}
+		wg.Wait()
+		return out
+	}
+	want, got := run(plain), run(ahead)
+	for i, j := range jobs {
+		if j.cancelAfter >= 0 {
+			continue // cancelled at a time the test does not control
+		}
+		for c := range j.n {
+			w, g := want[i][c], got[i][c]
+			if fmt.Sprint(g.tokens) != fmt.Sprint(w.tokens) || g.text != w.text || g.final.FinishReason != w.final.FinishReason {
+				t.Errorf("job %d choice %d: queued ahead %v %q (%s), not %v %q (%s)", i, c, g.tokens, g.text, g.final.FinishReason,
+					w.tokens, w.text, w.final.FinishReason)
+			}
+		}
+	}
+	// One request at a time: after its prefill, every decode step but the
+	// last can be queued ahead.
+	waitIdle(t, ahead)
+	before := ahead.Engine.Stats().AheadSteps
+	for i := range 3 {
+		prompt := randomPrompt(rng, 10+10*i)
+		w := submit(t, plain, context.Background(), prompt, 1, greedy(40))[0]
+		g := submit(t, ahead, context.Background(), prompt, 1, greedy(40))[0]
+		if fmt.Sprint(g.tokens) != fmt.Sprint(w.tokens) || g.final.FinishReason != w.final.FinishReason {
+			t.Errorf("alone %d: queued ahead %v (%s), not %v (%s)", i, g.tokens, g.final.FinishReason, w.tokens, w.final.FinishReason)
+		}
+	}
+	waitIdle(t, ahead)
+	st := ahead.Engine.Stats()
+	if n := st.AheadSteps - before; n < 3*30 {
+		t.Errorf("%d of the 3 x 39 decode steps of lone requests were queued ahead", n)
+	}
+	if n := plain.Engine.Stats().AheadSteps; n != 0 {
+		t.Errorf("%d steps queued ahead with QueueAhead off", n)
+	}
+	if st.FreeBlocks != freeBefore {
+		t.Errorf("free KV blocks: %d after, %d before", st.FreeBlocks, freeBefore)
+	}
+	t.Logf("%d steps queued ahead", st.AheadSteps)
+}

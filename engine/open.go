@@ -51,6 +51,8 @@ type LoadOptions struct {
 	Graphs bool
 	// GraphMemory bounds the device bytes cached graphs hold (0: no bound).
 	GraphMemory int64
+	// QueueAhead: Options.QueueAhead.
+	QueueAhead bool
 }
 
 // Loaded is a model ready to serve: its engine, tokenizer and configs.
@@ -146,6 +148,7 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		EOS:        model.StopTokenIDs(cfg, gen),
 		Metrics:    opts.Metrics,
 		Logger:     opts.Logger,
+		QueueAhead: opts.QueueAhead,
 	})
 	if err != nil {
 		r.Close()

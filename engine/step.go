@@ -6,32 +6,160 @@ import (
 	"time"
 
 	"github.com/trigon-llm/trigon/backend"
+	"github.com/trigon-llm/trigon/kvcache"
 	"github.com/trigon-llm/trigon/runner"
 	"github.com/trigon-llm/trigon/sched"
 )
 
-// step runs one plan: schedule, execute, sample, update, stream.
+// flight is a step whose sampled ids are still on the device
+// (Options.QueueAhead): its plan, the choice that samples each logits row,
+// the wait for the ids, and the scheduler's counters before the step.
+type flight struct {
+	plan   *sched.Plan
+	picks  []*choice
+	wait   func() ([]int32, error)
+	before sched.Stats
+}
+
+func newOutput() sched.StepOutput {
+	return sched.StepOutput{Tokens: map[sched.SeqID]int32{}, Finish: map[sched.SeqID]sched.FinishReason{}}
+}
+
+// step runs one plan: schedule, execute, sample, update, stream. With a
+// step in flight it lands that one instead (land).
 func (e *Engine) step() error {
+	if e.flight != nil {
+		return e.land()
+	}
 	before := e.sch.Stats()
 	plan := e.sch.Schedule()
-	out := sched.StepOutput{Tokens: map[sched.SeqID]int32{}, Finish: map[sched.SeqID]sched.FinishReason{}}
+	out := newOutput()
 	var stepErr error
 	if len(plan.Seqs) > 0 {
 		e.markScheduled(plan)
-		stepErr = e.execute(plan, &out)
+		var fl *flight
+		fl, stepErr = e.execute(plan, &out)
+		if stepErr == nil && fl != nil {
+			fl.before = before
+			e.flight = fl // its ids are read by the next step
+			return nil
+		}
 		if stepErr != nil {
-			// The backend failed: every request in the step gets the error;
-			// the engine keeps serving the others.
-			for _, s := range plan.Seqs {
-				if c := e.choices[s.ID]; c != nil {
-					e.abortRequest(c.req, FinishError, stepErr)
-				}
-			}
+			e.abortPlan(plan, stepErr)
 		}
 	} else {
 		// Nothing could run (waiting for blocks): do not spin.
 		time.Sleep(time.Millisecond)
 	}
+	return e.update(plan, out, before, stepErr)
+}
+
+// abortPlan ends, with err, every request with a sequence in plan: the
+// backend failed; the engine keeps serving the others.
+func (e *Engine) abortPlan(plan *sched.Plan, err error) {
+	for _, s := range plan.Seqs {
+		if c := e.choices[s.ID]; c != nil {
+			e.abortRequest(c.req, FinishError, err)
+		}
+	}
+}
+
+// land finishes the step in flight. First, where the scheduler and the
+// choices allow, it queues the next decode step behind it on the device,
+// fed the flight's sampled ids there (sched.ScheduleAhead); then it waits
+// for the flight's ids, accepts them and updates the scheduler. The queued
+// step becomes the flight the next step lands.
+func (e *Engine) land() error {
+	cur := e.flight
+	e.flight = nil
+	var next *flight
+	var aheadPlan *sched.Plan
+	var aheadErr error
+	if e.canFollow(cur) {
+		if p, ok := e.sch.ScheduleAhead(); ok {
+			aheadPlan = p
+			next, aheadErr = e.launchAhead(p)
+		}
+	}
+	out := newOutput()
+	ids, err := cur.wait()
+	if err == nil && len(ids) != len(cur.picks) {
+		err = fmt.Errorf("engine: %d sampled ids for %d rows", len(ids), len(cur.picks))
+	}
+	if err == nil {
+		for i, c := range cur.picks {
+			if !c.done && e.choices[c.seq] == c { // not aborted meanwhile
+				e.accept(c, ids[i], nil, &out)
+			}
+		}
+	} else {
+		e.abortPlan(cur.plan, err)
+	}
+	err = e.update(cur.plan, out, cur.before, err)
+	if aheadPlan != nil && next == nil {
+		// Planned but never launched: it is the outstanding plan now.
+		e.abortPlan(aheadPlan, aheadErr)
+		if uerr := e.update(aheadPlan, newOutput(), e.sch.Stats(), aheadErr); err == nil {
+			err = uerr
+		}
+	}
+	e.flight = next
+	return err
+}
+
+// canFollow reports whether the step after fl may be queued before fl's
+// ids are read: queueing ahead is on, and every row's choice is live and
+// samples on the device (no logprobs, penalties, JSON or min-tokens mask).
+func (e *Engine) canFollow(fl *flight) bool {
+	if !e.opts.QueueAhead {
+		return false
+	}
+	for _, c := range fl.picks {
+		if c.done || e.choices[c.seq] != c || c.needsHostLogits() {
+			return false
+		}
+	}
+	return true
+}
+
+// launchAhead runs an ahead plan, its tokens fed from the step in flight
+// on the device, and samples it on the device too.
+func (e *Engine) launchAhead(plan *sched.Plan) (*flight, error) {
+	before := e.sch.Stats()
+	picks := make([]*choice, len(plan.Seqs))
+	st := runner.Step{Seqs: make([]runner.Seq, len(plan.Seqs)), FedTokens: true}
+	for i, s := range plan.Seqs {
+		if picks[i] = e.choices[s.ID]; picks[i] == nil {
+			return nil, fmt.Errorf("engine: ahead step: sequence %d has no choice", s.ID)
+		}
+		st.Seqs[i] = runner.Seq{Tokens: s.Tokens, Start: s.Start, BlockTable: blockTable(s.Blocks), WantLogits: true}
+	}
+	res, err := e.run.Execute(&st)
+	if err != nil {
+		return nil, err
+	}
+	if res.Rows != len(picks) {
+		return nil, fmt.Errorf("engine: ahead step: %d logits rows for %d sequences", res.Rows, len(picks))
+	}
+	rows := make([]backend.SampleRow, len(picks))
+	for row, si := range res.Seq {
+		rows[row] = picks[si].sampler.Row()
+	}
+	ordered := make([]*choice, len(picks))
+	for row, si := range res.Seq {
+		ordered[row] = picks[si]
+	}
+	wait, err := res.SampleNext(rows)
+	if err != nil {
+		return nil, err
+	}
+	e.aheadSteps++
+	return &flight{plan: plan, picks: ordered, wait: wait, before: before}, nil
+}
+
+// update applies a step's output to the scheduler, ends the choices that
+// finished, and records the step.
+func (e *Engine) update(plan *sched.Plan, out sched.StepOutput, before sched.Stats, stepErr error) error {
 	fin, err := e.sch.Update(plan, out)
 	if err != nil {
 		return fmt.Errorf("engine: update: %w", err)
@@ -80,24 +208,23 @@ func (e *Engine) markScheduled(plan *sched.Plan) {
 }
 
 // execute runs the plan on the runner and samples every row that asks.
-func (e *Engine) execute(plan *sched.Plan, out *sched.StepOutput) error {
+// With QueueAhead, where the device samples every row, it leaves the ids
+// on the device and returns the step as a flight for land to read;
+// otherwise it samples at once into out.
+func (e *Engine) execute(plan *sched.Plan, out *sched.StepOutput) (*flight, error) {
 	if err := e.copyBlocks(plan); err != nil {
-		return err
+		return nil, err
 	}
 	st := runner.Step{Seqs: make([]runner.Seq, len(plan.Seqs))}
 	for i, s := range plan.Seqs {
-		table := make([]int32, len(s.Blocks))
-		for j, b := range s.Blocks {
-			table[j] = int32(b)
-		}
-		st.Seqs[i] = runner.Seq{Tokens: s.Tokens, Start: s.Start, BlockTable: table, WantLogits: s.Sample}
+		st.Seqs[i] = runner.Seq{Tokens: s.Tokens, Start: s.Start, BlockTable: blockTable(s.Blocks), WantLogits: s.Sample}
 	}
 	res, err := e.run.Execute(&st)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if res.Rows == 0 {
-		return nil
+		return nil, nil
 	}
 	// Each logits row is sampled by its sequence and by each of its forks.
 	type pick struct {
@@ -122,28 +249,52 @@ func (e *Engine) execute(plan *sched.Plan, out *sched.StepOutput) error {
 		for _, p := range picks {
 			logits, err := res.Logits(p.row)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			tok, lp, err := p.c.pickHost(logits)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			e.accept(p.c, tok, lp, out)
 		}
-		return nil
+		return nil, nil
 	}
 	rows := make([]backend.SampleRow, len(picks))
 	for i, p := range picks {
 		rows[i] = p.c.sampler.Row()
 	}
+	oneEach := len(picks) == res.Rows // one pick a row (no forks): the ids can feed an ahead step
+	for i, p := range picks {
+		oneEach = oneEach && p.row == i
+	}
+	if e.opts.QueueAhead && oneEach && res.Rows*4 <= backend.MaxAsyncRead && e.run.CanFeed() {
+		wait, err := res.SampleNext(rows)
+		if err != nil {
+			return nil, err
+		}
+		fl := &flight{plan: plan, picks: make([]*choice, len(picks)), wait: wait}
+		for i, p := range picks {
+			fl.picks[i] = p.c
+		}
+		return fl, nil
+	}
 	toks, err := res.Sample(rows)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for i, p := range picks {
 		e.accept(p.c, toks[i], nil, out)
 	}
-	return nil
+	return nil, nil
+}
+
+// blockTable is a plan's block table as the runner takes it.
+func blockTable(blocks []kvcache.BlockID) []int32 {
+	table := make([]int32, len(blocks))
+	for j, b := range blocks {
+		table[j] = int32(b)
+	}
+	return table
 }
 
 // accept records a sampled token and decides whether the choice ends.

@@ -29,6 +29,15 @@
 // marks sequences it saw end (EOS, stop strings) in StepOutput.Finish; the
 // scheduler itself ends sequences at MaxTokens. It never detokenizes.
 //
+// ScheduleAhead plans the step after the outstanding one before its
+// tokens are known (steady decoding only: every running sequence one
+// token, nothing waiting), so the engine can queue it on the device behind
+// the outstanding step, which feeds it its tokens there:
+//
+//	next, ok := s.ScheduleAhead()  // after Schedule, before Update
+//	fin, err := s.Update(plan, out) // writes plan's tokens where next feeds them
+//	fin, err = s.Update(next, out2) // next is the outstanding plan now
+//
 // Requests that can never fit the KV pool are refused by Add. Out of
 // blocks at run time, the newest running sequence (lowest priority under
 // Priority) is preempted; no request fails silently: every sequence ends

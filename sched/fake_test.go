@@ -125,6 +125,22 @@ func (m *fakeModel) execute(plan *sched.Plan) (sched.StepOutput, error) {
 	return out, nil
 }
 
+// executeFed runs an ahead plan (ScheduleAhead) as the runner does with
+// fed tokens: each sequence's one token is the one prev (the outstanding
+// plan's output) sampled for it, not the plan's placeholder.
+func (m *fakeModel) executeFed(plan *sched.Plan, prev sched.StepOutput) (sched.StepOutput, error) {
+	fed := *plan
+	fed.Seqs = slices.Clone(plan.Seqs)
+	for i := range fed.Seqs {
+		tok, ok := prev.Tokens[fed.Seqs[i].ID]
+		if !ok {
+			return sched.StepOutput{}, fmt.Errorf("sequence %d: nothing sampled to feed", fed.Seqs[i].ID)
+		}
+		fed.Seqs[i].Tokens = []int32{tok}
+	}
+	return m.execute(&fed)
+}
+
 // solo is the reference: sequence id generating alone from prompt.
 func (m *fakeModel) solo(prompt []int32, id sched.SeqID, maxTokens int) ([]int32, sched.FinishReason) {
 	var kv uint64

@@ -132,6 +132,7 @@ type Scheduler struct {
 	running   []*sequence         // in admission order
 
 	pending     *Plan      // scheduled, not yet updated
+	ahead       *Plan      // scheduled by ScheduleAhead behind pending
 	deferred    []Finished // finished during Schedule, returned by Update
 	step        uint64
 	nextArrival uint64
@@ -141,7 +142,7 @@ type Scheduler struct {
 // sequence is the scheduler's state of one sequence.
 type sequence struct {
 	id        SeqID
-	tokens    []int32 // prompt, then generated tokens; only ever appended
+	tokens    []int32 // prompt, then generated tokens; only ever appended (but see ahead)
 	numPrompt int     // len of the original prompt
 	maxTokens int
 	priority  int
@@ -156,6 +157,9 @@ type sequence struct {
 	forks       []SeqID             // not yet forked
 	copies      []kvcache.BlockCopy // owed to the runner before this sequence's next step
 	running     bool
+	// ahead: ScheduleAhead appended a placeholder for the token the
+	// outstanding step samples; that step's Update writes it.
+	ahead bool
 
 	// Position in the plan being built this step, if scheduled.
 	schedStep uint64

@@ -19,8 +19,25 @@ import (
 // no sequence is lost or finished twice, and all blocks come back.
 func TestRandomSimulation(t *testing.T) {
 	for seed := range uint64(60) {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) { simulate(t, seed) })
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { simulate(t, seed, false) })
 	}
+}
+
+// TestRandomSimulationAhead is TestRandomSimulation with the step loop
+// the engine runs when it queues steps ahead: after each plan it asks
+// ScheduleAhead for the next one, runs it with the tokens the first one
+// sampled (fed, as the device feeds them) before Update of the first, and
+// aborts sequences in between. The outputs must still equal each
+// sequence's run alone.
+func TestRandomSimulationAhead(t *testing.T) {
+	total := 0
+	for seed := range uint64(60) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { total += simulate(t, seed, true) })
+	}
+	if total < 500 {
+		t.Fatalf("only %d steps were planned ahead over all seeds: the test does not exercise ScheduleAhead", total)
+	}
+	t.Logf("%d steps planned ahead", total)
 }
 
 type simReq struct {
@@ -28,7 +45,9 @@ type simReq struct {
 	maxTokens int
 }
 
-func simulate(t *testing.T, seed uint64) {
+// simulate runs one random workload; with ahead it plans steps ahead
+// where the scheduler allows and returns how many it did.
+func simulate(t *testing.T, seed uint64, ahead bool) int {
 	rng := rand.New(rand.NewPCG(seed, 1234))
 	bs := []int{1, 2, 4, 8, 16}[rng.IntN(5)]
 	// Room for one to four typical requests (up to 80 tokens): tight
@@ -138,7 +157,7 @@ func simulate(t *testing.T, seed uint64) {
 	}
 
 	initialBlocks := pool.NumBlocks() - 1
-	grown := 0
+	grown, aheadSteps := 0, 0
 	for step := 0; added < toAdd || len(live) > 0; step++ {
 		if step > 20000 {
 			t.Fatalf("not done after %d steps: %d live, %d waiting, %d running", step, len(live), s.NumWaiting(), s.NumRunning())
@@ -170,34 +189,53 @@ func simulate(t *testing.T, seed uint64) {
 		if err != nil {
 			t.Fatalf("step %d: %v", step, err)
 		}
-		if len(live) > 0 && rng.IntN(60) == 0 {
-			abort() // between Schedule and Update
-			verify("abort in flight")
-		}
-		fin, err := s.Update(plan, out)
-		if err != nil {
-			t.Fatal(err)
-		}
-		verify("update")
-		for _, e := range plan.Seqs {
-			for _, f := range e.Forks {
-				delete(parentOf, f) // created now, unless aborted (then already gone)
+		for plan != nil {
+			var next *sched.Plan
+			var nextOut sched.StepOutput
+			if ahead {
+				if p, ok := s.ScheduleAhead(); ok {
+					verify("schedule ahead")
+					aheadSteps++
+					if len(p.Seqs) != len(plan.Seqs) || p.Step != plan.Step+1 {
+						t.Fatalf("step %d: ahead plan %d of %d sequences after plan %d of %d", step, p.Step, len(p.Seqs), plan.Step, len(plan.Seqs))
+					}
+					// Before the outstanding plan's Update, as on the device.
+					next = p
+					if nextOut, err = model.executeFed(p, out); err != nil {
+						t.Fatalf("step %d (ahead): %v", step, err)
+					}
+				}
 			}
-		}
-		for _, f := range fin {
-			ref := live[f.ID]
-			if ref == nil || done[f.ID] {
-				t.Fatalf("step %d: sequence %d finished but is not live", step, f.ID)
+			if len(live) > 0 && rng.IntN(60) == 0 {
+				abort() // between Schedule and Update
+				verify("abort in flight")
 			}
-			if f.Reason == sched.FinishError {
-				t.Fatalf("step %d: sequence %d failed: %v", step, f.ID, f.Err)
+			fin, err := s.Update(plan, out)
+			if err != nil {
+				t.Fatal(err)
 			}
-			want, reason := model.solo(ref.prompt, f.ID, ref.maxTokens)
-			if !slices.Equal(f.Output, want) || f.Reason != reason {
-				t.Fatalf("step %d: sequence %d: %v %v, alone %v %v", step, f.ID, f.Reason, f.Output, reason, want)
+			verify("update")
+			for _, e := range plan.Seqs {
+				for _, f := range e.Forks {
+					delete(parentOf, f) // created now, unless aborted (then already gone)
+				}
 			}
-			delete(live, f.ID)
-			done[f.ID] = true
+			for _, f := range fin {
+				ref := live[f.ID]
+				if ref == nil || done[f.ID] {
+					t.Fatalf("step %d: sequence %d finished but is not live", step, f.ID)
+				}
+				if f.Reason == sched.FinishError {
+					t.Fatalf("step %d: sequence %d failed: %v", step, f.ID, f.Err)
+				}
+				want, reason := model.solo(ref.prompt, f.ID, ref.maxTokens)
+				if !slices.Equal(f.Output, want) || f.Reason != reason {
+					t.Fatalf("step %d: sequence %d: %v %v, alone %v %v", step, f.ID, f.Reason, f.Output, reason, want)
+				}
+				delete(live, f.ID)
+				done[f.ID] = true
+			}
+			plan, out = next, nextOut
 		}
 	}
 	if s.NumWaiting() != 0 || s.NumRunning() != 0 {
@@ -207,5 +245,6 @@ func simulate(t *testing.T, seed uint64) {
 		t.Fatalf("%d blocks free at the end, want %d", free, initialBlocks+grown)
 	}
 	st := s.Stats()
-	t.Logf("%d steps, %d preemptions, prefix hits %d/%d", st.Steps, st.Preemptions, st.PrefixHitTokens, st.PrefixQueryTokens)
+	t.Logf("%d steps (%d ahead), %d preemptions, prefix hits %d/%d", st.Steps, aheadSteps, st.Preemptions, st.PrefixHitTokens, st.PrefixQueryTokens)
+	return aheadSteps
 }

@@ -8,7 +8,8 @@ import (
 )
 
 // Update applies the engine's results of plan, which must be the plan the
-// last Schedule returned (call it for every plan, empty ones included). For
+// last Schedule returned, or the outstanding one of a ScheduleAhead (call
+// it for every plan, empty ones included, in the order they were made). For
 // each scheduled sequence it advances the computed tokens, registers newly
 // full blocks in the prefix cache, appends the sampled token where the plan
 // asked for one, creates the forks of n>1 requests, and finishes sequences
@@ -23,7 +24,7 @@ func (s *Scheduler) Update(plan *Plan, out StepOutput) ([]Finished, error) {
 	if plan == nil || plan != s.pending {
 		return nil, errors.New("sched: Update with a plan that is not the one Schedule returned last")
 	}
-	s.pending = nil
+	s.pending, s.ahead = s.ahead, nil
 	fin := s.deferred
 	s.deferred = nil
 	for i := range plan.Seqs {
@@ -47,7 +48,13 @@ func (s *Scheduler) Update(plan *Plan, out StepOutput) ([]Finished, error) {
 			fin = s.finish(q, FinishError, fmt.Errorf("sched: step %d: no sampled token for sequence %d", plan.Step, q.id), fin)
 			continue
 		}
-		q.tokens = append(q.tokens, tok)
+		if q.ahead {
+			// ScheduleAhead left this token's place (numComputed) for it.
+			q.tokens[q.numComputed] = tok
+			q.ahead = false
+		} else {
+			q.tokens = append(q.tokens, tok)
+		}
 		for k, id := range e.Forks {
 			if s.forkOwner[id] == q { // not aborted since Schedule
 				fin = s.fork(q, id, k, out, fin)

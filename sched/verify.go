@@ -63,5 +63,23 @@ func (s *Scheduler) verify() error {
 			}
 		}
 	}
+	if a := s.ahead; a != nil {
+		if s.pending == nil || len(a.Seqs) != len(s.pending.Seqs) {
+			return fmt.Errorf("sched: ahead plan %d without an outstanding plan of as many sequences", a.Step)
+		}
+		for i, e := range a.Seqs {
+			q := e.seq
+			if s.seqs[e.ID] != q || !q.running {
+				continue // ended since: Update skips it
+			}
+			o := s.pending.Seqs[i]
+			if o.ID != e.ID || e.Start != o.Start+1 || len(e.Tokens) != 1 || !q.ahead || len(q.tokens) != e.Start+1 {
+				return fmt.Errorf("sched: ahead plan %d: sequence %d does not follow the outstanding plan's entry", a.Step, e.ID)
+			}
+			if len(e.Blocks) < s.pool.BlocksFor(e.Start+1) {
+				return fmt.Errorf("sched: ahead plan %d: sequence %d has %d blocks for %d tokens", a.Step, e.ID, len(e.Blocks), e.Start+1)
+			}
+		}
+	}
 	return s.pool.Verify(tables)
 }

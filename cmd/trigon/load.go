@@ -28,6 +28,7 @@ type modelFlags struct {
 	graphs     string
 	graphMem   int64
 	memUtil    float64
+	queueAhead bool
 }
 
 func (f *modelFlags) register(cmd *cobra.Command) {
@@ -41,6 +42,7 @@ func (f *modelFlags) register(cmd *cobra.Command) {
 	cmd.Flags().Float64Var(&f.memUtil, "gpu-memory-utilization", 0.9, "share of GPU memory trigon may use; the KV cache gets what the weights leave")
 	cmd.Flags().Int64Var(&f.graphMem, "cuda-graph-memory", 1<<30, "device bytes the cached decode graphs may hold (0: no bound)")
 	cmd.Flags().StringVar(&f.graphs, "cuda-graphs", "auto", "replay decode steps from CUDA graphs: on, off, or auto (on where the backend can capture)")
+	cmd.Flags().BoolVar(&f.queueAhead, "queue-ahead", false, "queue each decode step on the device, fed the previous step's sampled tokens there, before they reach the host (steady decoding; requests sampled on the host are not)")
 }
 
 // modelPath resolves --model, extracting the embedded default when empty.
@@ -71,7 +73,7 @@ func (f *modelFlags) load(ctx context.Context, log *slog.Logger, metrics *teleme
 		Graphs: graphs, GraphMemory: f.graphMem, MemoryUtilization: f.memUtil,
 		Model: path, Backend: b, MaxContext: f.maxContext,
 		MaxSeqs: f.maxSeqs, MaxBatchedTokens: f.maxTokens, MaxQueue: f.maxQueue, KVBlocks: f.kvBlocks, KVMemory: f.kvMemory,
-		Metrics: metrics, Logger: log,
+		Metrics: metrics, Logger: log, QueueAhead: f.queueAhead,
 		Progress: progress(path),
 	})
 	if err != nil {
