@@ -9,9 +9,9 @@ import "slices"
 // decoding, and says false, changing nothing the next Schedule would not
 // do anyway, otherwise:
 //
-//   - the outstanding plan samples every sequence it runs, one token each,
-//     with no forks, block copies or preemptions, and runs every running
-//     sequence;
+//   - the outstanding plan samples every sequence it runs (a decode, or
+//     the chunk that ends a prompt), with no forks, block copies or
+//     preemptions, and runs every running sequence;
 //   - nothing waits (an ahead step admits nothing, so new requests would
 //     wait for it);
 //   - no sequence reaches MaxTokens with the outstanding step;
@@ -34,15 +34,14 @@ func (s *Scheduler) ScheduleAhead() (*Plan, bool) {
 	for i := range p.Seqs {
 		e := &p.Seqs[i]
 		q := e.seq
-		if q == nil || s.seqs[q.id] != q || !q.running || q.ahead || !e.Sample || len(e.Tokens) != 1 ||
-			len(e.Forks) > 0 || e.Start != q.numComputed || e.Start+1 != len(q.tokens) ||
-			q.numOutput()+1 >= q.maxTokens {
+		if q == nil || s.seqs[q.id] != q || !q.running || q.ahead || !e.Sample || len(e.Forks) > 0 ||
+			e.Start != q.numComputed || e.Start+len(e.Tokens) != len(q.tokens) || q.numOutput()+1 >= q.maxTokens {
 			return nil, false
 		}
 	}
 	for i := range p.Seqs {
 		q := p.Seqs[i].seq
-		if err := s.pool.Allocate(q.table, q.numComputed+2); err != nil {
+		if err := s.pool.Allocate(q.table, len(q.tokens)+1); err != nil {
 			// Out of blocks (or worse): the next Schedule deals with it.
 			// Blocks given to the sequences before q stay theirs: their
 			// next step needs them either way.
@@ -53,9 +52,9 @@ func (s *Scheduler) ScheduleAhead() (*Plan, bool) {
 	plan := &Plan{Step: s.step, BlockSize: s.pool.BlockSize(), Seqs: make([]ScheduledSeq, len(p.Seqs))}
 	for i := range p.Seqs {
 		q := p.Seqs[i].seq
+		start := len(q.tokens)
 		q.tokens = append(q.tokens, 0) // the outstanding step's token, written by its Update
 		q.ahead = true
-		start := q.numComputed + 1
 		plan.Seqs[i] = ScheduledSeq{
 			ID:     q.id,
 			Tokens: q.tokens[start : start+1 : start+1],
@@ -65,7 +64,7 @@ func (s *Scheduler) ScheduleAhead() (*Plan, bool) {
 			seq:    q,
 		}
 	}
-	plan.NumTokens = len(plan.Seqs)
+	plan.NumTokens = len(plan.Seqs) // at most MaxNumSeqs, within the budget (New checks)
 	s.ahead = plan
 	s.checkInvariants()
 	return plan, true

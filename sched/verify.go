@@ -73,7 +73,7 @@ func (s *Scheduler) verify() error {
 				continue // ended since: Update skips it
 			}
 			o := s.pending.Seqs[i]
-			if o.ID != e.ID || e.Start != o.Start+1 || len(e.Tokens) != 1 || !q.ahead || len(q.tokens) != e.Start+1 {
+			if o.ID != e.ID || e.Start != o.Start+len(o.Tokens) || len(e.Tokens) != 1 || !q.ahead || len(q.tokens) != e.Start+1 {
 				return fmt.Errorf("sched: ahead plan %d: sequence %d does not follow the outstanding plan's entry", a.Step, e.ID)
 			}
 			if len(e.Blocks) < s.pool.BlocksFor(e.Start+1) {
