@@ -15,8 +15,8 @@
 //
 // With Options.QueueAhead a step whose rows all sample on the device
 // leaves its ids there (a flight); the next iteration first queues the
-// step after it, fed those ids on the device (sched.ScheduleAhead: steady
-// decoding only), then reads the flight's ids and updates, so the host's
+// step after it, fed those ids on the device (sched.ScheduleAhead: steps
+// that sample every running sequence, with nothing waiting), then reads the flight's ids and updates, so the host's
 // work overlaps the device's.
 //
 // The loop never blocks on a slow reader: events queue without bound per

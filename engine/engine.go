@@ -76,10 +76,11 @@ type Options struct {
 	Logger  *slog.Logger       // nil: slog.Default()
 	// QueueAhead queues each decode step on the device behind the one
 	// before it, fed that step's sampled tokens on the device, before the
-	// host reads them (backends that implement backend.DeviceSampler; the
-	// steady state of decoding only: sched.ScheduleAhead), so the host's
+	// host reads them (backends that implement backend.DeviceSampler; steps
+	// that sample every running sequence: sched.ScheduleAhead), so the host's
 	// work for a step overlaps the device's. A sequence that stops (EOS, a
-	// stop string) has its ahead token dropped.
+	// stop string) has its ahead token dropped. Off by default: measured
+	// in bench latency's loop, not yet in serving on a GPU.
 	QueueAhead bool
 }
 

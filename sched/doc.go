@@ -30,8 +30,8 @@
 // scheduler itself ends sequences at MaxTokens. It never detokenizes.
 //
 // ScheduleAhead plans the step after the outstanding one before its
-// tokens are known (steady decoding only: every running sequence one
-// token, nothing waiting), so the engine can queue it on the device behind
+// tokens are known (where that step samples every running sequence and
+// nothing waits), so the engine can queue it on the device behind
 // the outstanding step, which feeds it its tokens there:
 //
 //	next, ok := s.ScheduleAhead()  // after Schedule, before Update
