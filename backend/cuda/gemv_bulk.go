@@ -51,7 +51,9 @@ func applyBulkEnv() error {
 	default:
 		return fmt.Errorf("cuda: %s=%q: want off, on or always", bulkEnv, v)
 	}
-	return nil
+	var err error
+	bulkQKV, err = envSwitch(bulkQKVEnv, false)
+	return err
 }
 
 // stageBytes is one pipeline stage: 16 weight rows of ck columns, rows
@@ -167,6 +169,28 @@ func bulkPick(rows, k int) bulkConfig {
 		c.st = 3
 	}
 	return c
+}
+
+// bulkQKV runs FusedQKVRoPE on the bulk GEMV (gemvb_qkv_rope_bf16) where
+// it takes the operands. Off by default: written after the eighth
+// session's device time was spent, its tests have not run on a GPU yet.
+// TRIGON_CUDA_GEMV_BULK_QKV=on|off, read by New.
+var bulkQKV = false
+
+// bulkQKVEnv names bulkQKV's setting.
+const bulkQKVEnv = "TRIGON_CUDA_GEMV_BULK_QKV"
+
+// bulkQKVCall launches gemvb_qkv_rope_bf16 (variant c) on FusedQKVRoPE's
+// operands; earlyW as for gemm. CUDA thread only.
+func (b *Backend) bulkQKVCall(c bulkConfig, x, w uint64, r ropeOps, k int, earlyW bool) error {
+	f, err := b.fnSmem(fnKey{c.spec(r.n, int(dtBF16)), "gemvb_qkv_rope_bf16"}, c.smem())
+	if err != nil {
+		return err
+	}
+	tiles := (r.h + 2*r.kvh) * r.d / 16
+	return b.launch(f, [3]int{b.bulkGrid(f, c, tiles), 1, 1}, (c.cw+1)*32, c.smem(), r.q.ptr, x, w, r.pos.ptr, r.slots.ptr,
+		r.kc.ptr, r.vc.ptr, r.invf.ptr, i32(r.n), i32(k), i32(r.h), i32(r.kvh), i32(r.d), i32(r.blockSize), i32(r.numSlots),
+		b.errDev, flag(earlyW))
 }
 
 // GateUpSiLU implements backend.GateUpSiLUFuser for BF16 operands of at

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/trigon-llm/trigon/backend"
@@ -180,6 +182,70 @@ func TestGateUpSiLU(t *testing.T) {
 			t.Fatalf("out of 5 rows for 4 x rows: %v, want ErrShape", err)
 		}
 	})
+}
+
+// withBulkQKV sets bulkQKV for the rest of the test.
+func withBulkQKV(t *testing.T, on bool) {
+	old := bulkQKV
+	bulkQKV = on
+	t.Cleanup(func() { bulkQKV = old })
+}
+
+// TestBulkQKVRoPE runs FusedQKVRoPE on gemvb_qkv_rope_bf16 (bulkQKV on)
+// against the CPU's MatMul then RoPEStoreKV, over the shapes and row
+// counts TestFusedQKVRoPE takes (the QKV buffer must stay unwritten: the
+// fused kernel ran), and expects a negative position and a slot past the
+// cache reported at Sync.
+func TestBulkQKVRoPE(t *testing.T) {
+	needBulk(t)
+	if !gemvEnabled {
+		t.Skip("the GEMV is off (TRIGON_CUDA_GEMV=off): nothing fuses")
+	}
+	withBulkQKV(t, true)
+	for _, s := range []struct{ h, kv, hd, k int }{{32, 8, 128, 4096}, {8, 2, 64, 1024}, {16, 2, 256, 2048}, {4, 4, 16, 1536}} {
+		for _, n := range []int{1, 3, 4, 9, 16} {
+			t.Run(fmt.Sprintf("h%d_kv%d_hd%d_k%d_n%d", s.h, s.kv, s.hd, s.k, n), func(t *testing.T) {
+				p := newPair(t)
+				c := newQKVCase(p, s.h, s.kv, s.hd, s.k, n)
+				p.must("cpu matmul", p.c.MatMul(c.cqkv, c.cx, c.cw, nil))
+				p.must("cpu rope", p.c.RoPEStoreKV(c.cpuArgs()))
+				got := c.fused()
+				if string(got.qkv) != string(c.qkvPoison) {
+					t.Fatal("QKV was written: the unfused path ran, not the bulk kernel")
+				}
+				c.checkCPU("bulk qkv", got)
+			})
+		}
+	}
+	p := newPair(t)
+	c := newQKVCase(p, 8, 2, 64, 1024, 4)
+	good := slices.Clone(c.slots)
+	for _, tc := range []struct {
+		name  string
+		pos   int32
+		slot  int32
+		wants string
+	}{{"negative position", -5, 0, "negative position"}, {"slot past the cache", 7, int32(c.numBlocks * qkvBlockSize), "slot outside"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			pos := c.positions()
+			pos[1] = tc.pos
+			bad := slices.Clone(good)
+			bad[2] = tc.slot
+			p.must("write positions", p.g.Write(c.gpos, i32Bytes(pos)))
+			p.must("write slots", p.g.Write(c.gslots, i32Bytes(bad)))
+			c.reset()
+			ok, err := p.g.FusedQKVRoPE(c.gx, c.gw, c.gpuArgs())
+			if !ok || err != nil {
+				t.Fatalf("FusedQKVRoPE: %v, %v", ok, err)
+			}
+			err = p.g.Sync()
+			if !errors.Is(err, backend.ErrShape) || !strings.Contains(err.Error(), tc.wants) {
+				t.Fatalf("Sync: %v, want ErrShape naming %q", err, tc.wants)
+			}
+			p.must("second sync", p.g.Sync())
+		})
+	}
+	p.must("restore slots", p.g.Write(c.gslots, i32Bytes(good)))
 }
 
 // TestGEMVBulkGraph replays the decode MLP's bulk kernels from a captured

@@ -84,7 +84,7 @@ var pdlKernels = pdlDefault
 // whose producer streams the weight before it waits.
 var pdlDefault = map[string]bool{
 	"qkv_rope_bf16": true, "attn_decode_mma": true, "attn_decode_combine": true,
-	"gemvb_bf16": true, "gemvb_add_bf16": true, "gemvb_silu_bf16": true,
+	"gemvb_bf16": true, "gemvb_add_bf16": true, "gemvb_silu_bf16": true, "gemvb_qkv_rope_bf16": true,
 }
 
 // applyPDLEnv reads pdlEnv.

@@ -336,6 +336,7 @@ func (c *qkvCase) checkCPU(what string, got qkvOut) {
 // checks the cuBLASLt fallback the tuner's choice may give.
 func TestFusedQKVRoPE(t *testing.T) {
 	sharedBackend(t, true)
+	withBulkQKV(t, false) // the register GEMV's kernel: its bytes are compared
 	if !gemvEnabled {
 		t.Skip("the GEMV is off (TRIGON_CUDA_GEMV=off): nothing fuses")
 	}
@@ -382,6 +383,7 @@ func TestFusedQKVRoPE(t *testing.T) {
 // does.
 func TestFusedQKVRoPEDeviceChecks(t *testing.T) {
 	sharedBackend(t, true)
+	withBulkQKV(t, false) // the register GEMV's kernel: its bytes are compared
 	if !gemvEnabled {
 		t.Skip("the GEMV is off (TRIGON_CUDA_GEMV=off): nothing fuses")
 	}
@@ -426,6 +428,7 @@ func TestFusedQKVRoPEDeviceChecks(t *testing.T) {
 // on the same inputs byte for byte.
 func TestFusedQKVRoPEGraph(t *testing.T) {
 	sharedBackend(t, true)
+	withBulkQKV(t, false) // the register GEMV's kernel: its bytes are compared
 	if !gemvEnabled {
 		t.Skip("the GEMV is off (TRIGON_CUDA_GEMV=off): nothing fuses")
 	}
