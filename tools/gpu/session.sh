@@ -10,7 +10,7 @@
 # attn_check, default_model, peers, overlap (bench overlap), margin, pdl,
 # tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab, queue_ab, norm_prefetch, chain, chain_ops, chain_final, chain_verify, tests_only,
 # prefill_ab, prefill_small, prefill_tile, cluster_final, cluster_fit, step_trace, pdl_some, attn_pdl, pdl_final, verify_final, spin_ab,
-# bulk, bulk_bench, bulk_ab, verify_bulk, prefill_chunks, splits (one A/B
+# bulk, bulk_bench, bulk_ab, verify_bulk, bulk_qkv, serve_ab, prefill_chunks, splits (one A/B
 # experiment each), final (tests, then peers, rows and the server: what
 # docs/benchmarks.md's latest section ran);
 # `session.sh bigref graphs` runs those two. Results: $OUT/summary.txt and
@@ -774,6 +774,43 @@ all_cuda_tests
 log "memcheck: bulk GEMV, its add and SiLU kernels"
 memcheck 'TestGEMVBulk/n(1|9)_.*_w8_c1024_s2|TestGEMVBulkAdd/n(1|9)_|TestGateUpSiLU/n9_'
 bigref
+}
+
+# bulk_qkv: the bulk GEMV's QKV variant (off by default until this runs):
+# its tests and the graph test of the bulk kernels, memcheck over it, the
+# CUDA model tests with it on, then the batch-4 step with it off and on,
+# alternating.
+bulk_qkv() {
+log "TestBulkQKVRoPE, TestGEMVBulkGraph, TestFusedQKVRoPE, TestKernelsWait, TestPDLEnv"
+cuda_tests_run bulk-qkv-tests.log 'TestBulkQKVRoPE|TestGEMVBulkGraph|TestFusedQKVRoPE|TestKernelsWait|TestPDLEnv'
+log "memcheck: the bulk QKV kernel"
+memcheck 'TestBulkQKVRoPE/h(32|8)_.*_n(1|9)$'
+log "model tests with TRIGON_CUDA_GEMV_BULK_QKV=on"
+(cd model/llama && TRIGON_CUDA_GEMV_BULK_QKV=on "$root/.gpu/llama.test" -test.run 'TestFixturesCUDA|TestDefaultModelCUDAMatchesCPU' -test.v >"$OUT/llama-cuda-qkv.log" 2>&1)
+echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "worst|^(--- FAIL|FAIL|PASS)" "$OUT/llama-cuda-qkv.log" | tee -a "$OUT/summary.txt"
+for r in 1 2 3; do
+  for v in TRIGON_CUDA_GEMV_BULK_QKV=off TRIGON_CUDA_GEMV_BULK_QKV=on; do step_trace "$v"; done
+done
+}
+
+# serve_ab: the serving engine's --queue-ahead against without it, on the
+# default model (the Llama-3-8B-shaped bigref model has no tokenizer, which
+# the server needs): 32 requests of 512 prompt and 128 output tokens, 8 at
+# a time, alternating (the server restarted each run).
+serve_ab() {
+for r in 1 2; do
+  for qa in false true; do
+    log "trigon serve --queue-ahead=$qa, bench serve 32 x 512 -> 128, concurrency 8"
+    .gpu/trigon serve --device cuda --port 8012 --queue-ahead=$qa >"$OUT/serve-ab.log" 2>&1 &
+    local pid=$!
+    for i in $(seq 300); do curl -sf localhost:8012/health >/dev/null && break; sleep 0.2; done
+    .gpu/trigon bench serve --url http://127.0.0.1:8012 --rate inf --num-prompts 32 --max-concurrency 8 \
+      --input-len fixed:512 --output-len fixed:128 --json >"$OUT/serve-ab-$r-$qa.json" 2>>"$OUT/serve-ab.err"
+    echo "rc=$?" | tee -a "$OUT/summary.txt"
+    $PY -c 'import json,sys; d=json.load(open(sys.argv[1])); print({k: d.get(k) for k in ("completed","failed","ttft_ms","itl_ms","output_tokens_per_s")})' "$OUT/serve-ab-$r-$qa.json" 2>&1 | tee -a "$OUT/summary.txt"
+    kill -TERM $pid; wait $pid
+  done
+done
 }
 
 # verify: after a refactor of kernel code, every test, memcheck, the
