@@ -807,7 +807,7 @@ for r in 1 2; do
     .gpu/trigon bench serve --url http://127.0.0.1:8012 --rate inf --num-prompts 32 --max-concurrency 8 \
       --input-len fixed:512 --output-len fixed:128 --json >"$OUT/serve-ab-$r-$qa.json" 2>>"$OUT/serve-ab.err"
     echo "rc=$?" | tee -a "$OUT/summary.txt"
-    $PY -c 'import json,sys; d=json.load(open(sys.argv[1])); print({k: d.get(k) for k in ("completed","failed","ttft_ms","itl_ms","output_tokens_per_s")})' "$OUT/serve-ab-$r-$qa.json" 2>&1 | tee -a "$OUT/summary.txt"
+    $PY -c 'import json,sys; d=json.load(open(sys.argv[1])); print({k: d.get(k) for k in ("completed","failed","ttft_ms","itl_ms","output_token_throughput")})' "$OUT/serve-ab-$r-$qa.json" 2>&1 | tee -a "$OUT/summary.txt"
     kill -TERM $pid; wait $pid
   done
 done
