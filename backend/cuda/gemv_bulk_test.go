@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
-	"strings"
 	"testing"
 
 	"github.com/trigon-llm/trigon/backend"
@@ -217,35 +215,7 @@ func TestBulkQKVRoPE(t *testing.T) {
 			})
 		}
 	}
-	p := newPair(t)
-	c := newQKVCase(p, 8, 2, 64, 1024, 4)
-	good := slices.Clone(c.slots)
-	for _, tc := range []struct {
-		name  string
-		pos   int32
-		slot  int32
-		wants string
-	}{{"negative position", -5, 0, "negative position"}, {"slot past the cache", 7, int32(c.numBlocks * qkvBlockSize), "slot outside"}} {
-		t.Run(tc.name, func(t *testing.T) {
-			pos := c.positions()
-			pos[1] = tc.pos
-			bad := slices.Clone(good)
-			bad[2] = tc.slot
-			p.must("write positions", p.g.Write(c.gpos, i32Bytes(pos)))
-			p.must("write slots", p.g.Write(c.gslots, i32Bytes(bad)))
-			c.reset()
-			ok, err := p.g.FusedQKVRoPE(c.gx, c.gw, c.gpuArgs())
-			if !ok || err != nil {
-				t.Fatalf("FusedQKVRoPE: %v, %v", ok, err)
-			}
-			err = p.g.Sync()
-			if !errors.Is(err, backend.ErrShape) || !strings.Contains(err.Error(), tc.wants) {
-				t.Fatalf("Sync: %v, want ErrShape naming %q", err, tc.wants)
-			}
-			p.must("second sync", p.g.Sync())
-		})
-	}
-	p.must("restore slots", p.g.Write(c.gslots, i32Bytes(good)))
+	newQKVCase(newPair(t), 8, 2, 64, 1024, 4).deviceChecks(t)
 }
 
 // TestGEMVBulkGraph replays the decode MLP's bulk kernels from a captured

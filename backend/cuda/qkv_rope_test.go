@@ -392,8 +392,15 @@ func TestFusedQKVRoPEDeviceChecks(t *testing.T) {
 	c.unfused() // makes and tunes the plan
 	tuned := c.forceGEMV(gemvConfigs[0])
 	t.Cleanup(func() { c.forceGEMV(tuned) })
-	good := make([]int32, c.n)
-	copy(good, c.slots)
+	c.deviceChecks(t)
+}
+
+// deviceChecks runs FusedQKVRoPE with a negative position and then with a
+// slot past the cache, and expects each reported at Sync (ErrShape naming
+// it), as rope_store_kv reports them, and a clean Sync after.
+func (c *qkvCase) deviceChecks(t *testing.T) {
+	p := c.p
+	good := slices.Clone(c.slots)
 	for _, tc := range []struct {
 		name  string
 		pos   int32
@@ -403,7 +410,7 @@ func TestFusedQKVRoPEDeviceChecks(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			pos := c.positions()
 			pos[1] = tc.pos
-			slots := append([]int32(nil), good...)
+			slots := slices.Clone(good)
 			slots[2] = tc.slot
 			p.must("write positions", p.g.Write(c.gpos, i32Bytes(pos)))
 			p.must("write slots", p.g.Write(c.gslots, i32Bytes(slots)))
