@@ -16,7 +16,7 @@
 // With Options.QueueAhead a step whose rows all sample on the device
 // leaves its ids there (a flight); the next iteration first queues the
 // step after it, fed those ids on the device (sched.ScheduleAhead: steps
-// that sample every running sequence, with nothing waiting), then reads the flight's ids and updates, so the host's
+// that sample every running sequence, with no request able to start), then reads the flight's ids and updates, so the host's
 // work overlaps the device's.
 //
 // The loop never blocks on a slow reader: events queue without bound per

@@ -12,8 +12,9 @@ import "slices"
 //   - the outstanding plan samples every sequence it runs (a decode, or
 //     the chunk that ends a prompt), with no forks, block copies or
 //     preemptions, and runs every running sequence;
-//   - nothing waits (an ahead step admits nothing, so new requests would
-//     wait for it);
+//   - nothing waiting could be admitted: the queue is empty, or its head
+//     would not fit MaxNumSeqs (an ahead step admits nothing, so a request
+//     that could start would wait a step for it);
 //   - no sequence reaches MaxTokens with the outstanding step;
 //   - the pool has the blocks (it never preempts for an ahead step).
 //
@@ -27,9 +28,18 @@ import "slices"
 // its ahead step's token is the engine's to drop.
 func (s *Scheduler) ScheduleAhead() (*Plan, bool) {
 	p := s.pending
-	if p == nil || s.ahead != nil || len(s.waiting) > 0 || len(p.Seqs) == 0 || len(p.Seqs) != len(s.running) ||
+	if p == nil || s.ahead != nil || len(p.Seqs) == 0 || len(p.Seqs) != len(s.running) ||
 		len(p.Copies) > 0 || len(p.Preempted) > 0 {
 		return nil, false
+	}
+	if len(s.waiting) > 0 {
+		slots := 0
+		for _, q := range s.running {
+			slots += q.slots()
+		}
+		if slots+s.waiting[0].slots() <= s.cfg.MaxNumSeqs {
+			return nil, false
+		}
 	}
 	for i := range p.Seqs {
 		e := &p.Seqs[i]

@@ -31,7 +31,7 @@
 //
 // ScheduleAhead plans the step after the outstanding one before its
 // tokens are known (where that step samples every running sequence and
-// nothing waits), so the engine can queue it on the device behind
+// no waiting request could start), so the engine can queue it on the device behind
 // the outstanding step, which feeds it its tokens there:
 //
 //	next, ok := s.ScheduleAhead()  // after Schedule, before Update
