@@ -154,6 +154,7 @@ func (e *Engine) launchAhead(plan *sched.Plan) (*flight, error) {
 		return nil, err
 	}
 	e.aheadSteps++
+	e.opts.Metrics.AddAheadSteps(1)
 	return &flight{plan: plan, picks: ordered, wait: wait, before: before}, nil
 }
 

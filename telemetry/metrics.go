@@ -46,6 +46,7 @@ type Metrics struct {
 	pcHits   prometheus.Counter
 	pcQuery  prometheus.Counter
 	preempt  prometheus.Counter
+	ahead    prometheus.Counter
 	prompt   prometheus.Counter
 	gen      prometheus.Counter
 	finished *prometheus.CounterVec
@@ -79,6 +80,8 @@ func NewMetrics() *Metrics {
 			Help: "Prompt tokens looked up in the prefix cache."}),
 		preempt: prometheus.NewCounter(prometheus.CounterOpts{Name: "trigon_num_preemptions_total",
 			Help: "Sequences preempted (KV blocks freed, to be recomputed)."}),
+		ahead: prometheus.NewCounter(prometheus.CounterOpts{Name: "trigon_ahead_steps_total",
+			Help: "Engine steps queued on the device before the previous step's tokens reached the host (--queue-ahead)."}),
 		prompt: prometheus.NewCounter(prometheus.CounterOpts{Name: "trigon_prompt_tokens_total",
 			Help: "Prompt tokens of accepted requests."}),
 		gen: prometheus.NewCounter(prometheus.CounterOpts{Name: "trigon_generation_tokens_total",
@@ -90,7 +93,7 @@ func NewMetrics() *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.ttft, m.itl, m.e2e, m.queue, m.running, m.waiting, m.kvUsage,
-		m.pcHits, m.pcQuery, m.preempt, m.prompt, m.gen, m.finished,
+		m.pcHits, m.pcQuery, m.preempt, m.ahead, m.prompt, m.gen, m.finished,
 	)
 	// Pre-create the usual reasons so dashboards see zeros, not gaps.
 	for _, r := range []string{"stop", "length", "abort", "error"} {
@@ -191,6 +194,13 @@ func (m *Metrics) AddPrefixCacheLookup(queried, hit int) {
 func (m *Metrics) AddPreemptions(n int) {
 	if m != nil && n > 0 {
 		m.preempt.Add(float64(n))
+	}
+}
+
+// AddAheadSteps counts n steps queued ahead (engine.Options.QueueAhead).
+func (m *Metrics) AddAheadSteps(n int) {
+	if m != nil && n > 0 {
+		m.ahead.Add(float64(n))
 	}
 }
 

@@ -138,7 +138,7 @@ func TestHistograms(t *testing.T) {
 func TestGaugesAndCounters(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	m := NewMetrics()
-	var queried, hits, preempt, prompt, gen int
+	var queried, hits, preempt, ahead, prompt, gen int
 	for range 50 {
 		q := rng.IntN(1000)
 		h := rng.IntN(q + 1)
@@ -148,6 +148,9 @@ func TestGaugesAndCounters(t *testing.T) {
 		p := rng.IntN(3)
 		m.AddPreemptions(p)
 		preempt += p
+		a := rng.IntN(50)
+		m.AddAheadSteps(a)
+		ahead += a
 		n := rng.IntN(500)
 		m.AddPromptTokens(n)
 		prompt += n
@@ -158,6 +161,7 @@ func TestGaugesAndCounters(t *testing.T) {
 	// Negative values cannot lower a counter and are ignored.
 	m.AddPrefixCacheLookup(-5, 1)
 	m.AddPreemptions(-1)
+	m.AddAheadSteps(-2)
 	m.AddPromptTokens(-3)
 	m.AddGenerationTokens(-3)
 	finished := map[string]int{}
@@ -186,6 +190,7 @@ func TestGaugesAndCounters(t *testing.T) {
 		{"trigon_prefix_cache_queries_total", nil, float64(queried)},
 		{"trigon_prefix_cache_hits_total", nil, float64(hits)},
 		{"trigon_num_preemptions_total", nil, float64(preempt)},
+		{"trigon_ahead_steps_total", nil, float64(ahead)},
 		{"trigon_prompt_tokens_total", nil, float64(prompt)},
 		{"trigon_generation_tokens_total", nil, float64(gen)},
 		{"trigon_num_requests_running", nil, float64(running)},
