@@ -251,6 +251,7 @@ func TestKernelsWaitForPredecessor(t *testing.T) {
 var sharedBodies = map[string]string{
 	"attn_decode_mma": "attn_decode_body", "attn_decode_mma_cl": "attn_decode_body",
 	"gemvb_bf16": "gemvb", "gemvb_add_bf16": "gemvb", "gemvb_silu_bf16": "gemvb", "gemvb_qkv_rope_bf16": "gemvb",
+	"gemvb_silu_norm_bf16": "gemvb", "gemvb_qkv_rope_norm_bf16": "gemvb",
 }
 
 // producerWaiters are the bulk-copy GEMV kernels (sharedBodies: gemvb),
@@ -259,6 +260,7 @@ var sharedBodies = map[string]string{
 // wait before they read x.
 var producerWaiters = map[string]string{
 	"gemvb_bf16": "early_w", "gemvb_add_bf16": "early_w", "gemvb_silu_bf16": "early_w", "gemvb_qkv_rope_bf16": "early_w",
+	"gemvb_silu_norm_bf16": "early_w", "gemvb_qkv_rope_norm_bf16": "early_w",
 }
 
 // lateWaiters are the kernels whose shared body (sharedBodies) reads the

@@ -218,6 +218,94 @@ func TestBulkQKVRoPE(t *testing.T) {
 	newQKVCase(newPair(t), 8, 2, 64, 1024, 4).deviceChecks(t)
 }
 
+// withBulkNorm sets bulkNorm for the rest of the test.
+func withBulkNorm(t *testing.T, on bool) {
+	old := bulkNorm
+	bulkNorm = on
+	t.Cleanup(func() { bulkNorm = old })
+}
+
+// TestBulkNorm runs the NormFuser ops on the bulk kernels that normalise
+// x themselves (bulkNorm on): NormGateUpSiLU (gemvb_silu_norm_bf16)
+// against the CPU's AddRMSNorm, MatMul and SiLUMul and against the GPU's
+// norm kernel then GateUpSiLU, and NormQKVRoPE (gemvb_qkv_rope_norm_bf16,
+// bulkQKV on too) against the CPU's AddRMSNorm, MatMul and RoPEStoreKV,
+// with the QKV buffer left unwritten. The kernels scale x*g, not x*rs*g,
+// before the product's bf16 rounding (gemv.cu's NP=1 arithmetic), so
+// both comparisons take bf16 tolerance. Shapes cover both bulkPick
+// variants (k a multiple of 1024 or only of 512), 1-16 rows, and more
+// tiles than resident blocks.
+func TestBulkNorm(t *testing.T) {
+	b := needBulk(t)
+	withBulkNorm(t, true)
+	const eps = 1e-5
+	bf := backend.BF16
+	for _, s := range []struct{ n, k, inter int }{{1, 4096, 1024}, {4, 4096, 14336}, {9, 2048, 520}, {16, 1024, 2048}, {3, 1536, 264}} {
+		t.Run(fmt.Sprintf("gateup_n%d_k%d_inter%d", s.n, s.k, s.inter), func(t *testing.T) {
+			p := newPair(t)
+			ch, gh := p.act(bf, []int{s.n, s.k}, p.normal(s.n*s.k, 1))
+			cg, gg := p.same(backend.F32, []int{s.k}, encode(backend.F32, p.normWeights(s.k)))
+			cw, gw := p.same(bf, []int{2 * s.inter, s.k},
+				encode(bf, p.normal(2*s.inter*s.k, float32(1/math.Sqrt(float64(s.k))))))
+			cNormed, cGU, cAct := p.cpuOut(s.n, s.k), p.cpuOut(s.n, 2*s.inter), p.cpuOut(s.n, s.inter)
+			p.must("cpu norm", p.c.AddRMSNorm(cNormed, ch, nil, cg, eps))
+			p.must("cpu gate/up", p.c.MatMul(cGU, cNormed, cw, nil))
+			p.must("cpu silu", p.c.SiLUMul(cAct, cGU))
+			want := read(t, p.c, cAct)
+
+			gNormed, gKernel := p.poisoned(bf, s.n, s.k), p.poisoned(bf, s.n, s.inter)
+			p.must("norm", b.AddRMSNorm(gNormed, gh, nil, gg, eps))
+			ok, err := b.GateUpSiLU(gKernel, gNormed, gw)
+			p.must("GateUpSiLU", err)
+			if !ok {
+				t.Fatal("GateUpSiLU did not fuse")
+			}
+			gFused := p.poisoned(bf, s.n, s.inter)
+			ok, err = b.NormGateUpSiLU(gFused, gh, gg, eps, gw)
+			p.must("NormGateUpSiLU", err)
+			if !ok {
+				t.Fatal("NormGateUpSiLU did not fuse on the bulk kernel")
+			}
+			p.must("sync", b.Sync())
+			got := read(t, b, gFused)
+			p.expectClose("bulk norm+gate/up+silu vs cpu", got, want, bf16Tol)
+			p.expectClose("bulk norm+gate/up+silu vs norm kernel then GateUpSiLU", got, read(t, b, gKernel), bf16Tol)
+			again := p.poisoned(bf, s.n, s.inter)
+			ok, err = b.NormGateUpSiLU(again, gh, gg, eps, gw)
+			p.must("NormGateUpSiLU again", err)
+			p.must("sync", b.Sync())
+			if !ok || !bytes.Equal(readBytes(t, b, again), readBytes(t, b, gFused)) {
+				t.Fatal("a second launch wrote other bytes")
+			}
+		})
+	}
+	withBulkQKV(t, true)
+	for _, s := range []struct{ h, kv, hd, k int }{{32, 8, 128, 4096}, {8, 2, 64, 1024}, {16, 2, 256, 2048}, {4, 4, 16, 1536}} {
+		for _, n := range []int{1, 4, 9, 16} {
+			t.Run(fmt.Sprintf("qkv_h%d_kv%d_hd%d_k%d_n%d", s.h, s.kv, s.hd, s.k, n), func(t *testing.T) {
+				p := newPair(t)
+				c := newQKVCase(p, s.h, s.kv, s.hd, s.k, n)
+				cg, gg := p.same(backend.F32, []int{s.k}, encode(backend.F32, p.normWeights(s.k)))
+				normed := p.cpuOut(n, s.k)
+				p.must("cpu norm", p.c.AddRMSNorm(normed, c.cx, nil, cg, eps))
+				p.must("cpu matmul", p.c.MatMul(c.cqkv, normed, c.cw, nil))
+				p.must("cpu rope", p.c.RoPEStoreKV(c.cpuArgs()))
+				c.reset()
+				ok, err := p.g.NormQKVRoPE(c.gx, gg, eps, c.gw, c.gpuArgs())
+				p.must("NormQKVRoPE", err)
+				if !ok {
+					t.Fatal("NormQKVRoPE did not fuse on the bulk kernel")
+				}
+				got := c.read()
+				if string(got.qkv) != string(c.qkvPoison) {
+					t.Fatal("QKV was written: the unfused path ran, not the bulk kernel")
+				}
+				c.checkCPU("bulk norm+qkv", got)
+			})
+		}
+	}
+}
+
 // TestGEMVBulkGraph replays the decode MLP's bulk kernels from a captured
 // graph (the O product adding into the residual, the norm, gate/up with
 // SiLU, the down product adding into the residual: MatMulAdd and
@@ -227,6 +315,17 @@ func TestBulkQKVRoPE(t *testing.T) {
 // run inside the graph.
 func TestGEMVBulkGraph(t *testing.T) {
 	needBulk(t)
+	for _, norm := range []bool{false, true} {
+		t.Run(map[bool]string{false: "norm_kernel", true: "norm_in_gemv"}[norm], func(t *testing.T) {
+			withBulkNorm(t, norm)
+			bulkGraphRounds(t)
+		})
+	}
+}
+
+// bulkGraphRounds is TestGEMVBulkGraph under the current bulkNorm: with
+// it, NormGateUpSiLU takes the norm and the gate/up product.
+func bulkGraphRounds(t *testing.T) {
 	p := newPair(t)
 	g := p.g
 	const n, hidden, inter = 4, 2048, 1536
@@ -234,7 +333,7 @@ func TestGEMVBulkGraph(t *testing.T) {
 	x := p.poisoned(backend.BF16, n, hidden)
 	normed := p.poisoned(backend.BF16, n, hidden)
 	act := p.poisoned(backend.BF16, n, inter)
-	_, nw := p.same(backend.BF16, []int{hidden}, encode(backend.BF16, p.normal(hidden, 1)))
+	_, nw := p.same(backend.F32, []int{hidden}, encode(backend.F32, p.normWeights(hidden)))
 	_, wo := p.same(backend.BF16, []int{hidden, hidden}, encode(backend.BF16, p.normal(hidden*hidden, 0.02)))
 	_, wgu := p.same(backend.BF16, []int{2 * inter, hidden}, encode(backend.BF16, p.normal(2*inter*hidden, 0.02)))
 	_, wd := p.same(backend.BF16, []int{hidden, inter}, encode(backend.BF16, p.normal(hidden*inter, 0.02)))
@@ -248,11 +347,17 @@ func TestGEMVBulkGraph(t *testing.T) {
 		if err := fused(g.MatMulAdd(resid, x, wo)); err != nil {
 			return err
 		}
-		if err := g.AddRMSNorm(normed, resid, nil, nw, 1e-5); err != nil {
-			return err
-		}
-		if err := fused(g.GateUpSiLU(act, normed, wgu)); err != nil {
-			return err
+		if bulkNorm {
+			if err := fused(g.NormGateUpSiLU(act, resid, nw, 1e-5, wgu)); err != nil {
+				return err
+			}
+		} else {
+			if err := g.AddRMSNorm(normed, resid, nil, nw, 1e-5); err != nil {
+				return err
+			}
+			if err := fused(g.GateUpSiLU(act, normed, wgu)); err != nil {
+				return err
+			}
 		}
 		return fused(g.MatMulAdd(resid, act, wd))
 	}
@@ -331,6 +436,17 @@ func BenchmarkGEMVBulk(b *testing.B) {
 	}
 	normW := randomBF16(b, g, 0.1, hidden)
 	normed, _ := g.Alloc(backend.BF16, n, hidden)
+	normW32, err := g.Alloc(backend.F32, hidden) // NormGateUpSiLU's norm weight
+	if err != nil {
+		b.Fatal(err)
+	}
+	ones := make([]float32, hidden)
+	for i := range ones {
+		ones[i] = 1
+	}
+	if err := g.Write(normW32, encode(backend.F32, ones)); err != nil {
+		b.Fatal(err)
+	}
 	defer func() {
 		for _, p := range prods {
 			for _, w := range p.ws {
@@ -342,6 +458,7 @@ func BenchmarkGEMVBulk(b *testing.B) {
 		}
 		g.Free(normW)
 		g.Free(normed)
+		g.Free(normW32)
 	}()
 	orig := bulkMode
 	defer func() { bulkMode = orig }()
@@ -418,7 +535,9 @@ func BenchmarkGEMVBulk(b *testing.B) {
 	// writes what it would.
 	o, gu, down := prods[0], prods[1], prods[2]
 	layerBytes := float64((o.rows*o.in + gu.rows*gu.in + down.rows*down.in) * 2)
-	for _, mode := range []string{"base", "tuned", "bulk"} {
+	// "norm": the tuned path with the norm inside the gate/up kernel
+	// (NormGateUpSiLU on gemvb_silu_norm_bf16, bulkNorm on).
+	for _, mode := range []string{"base", "tuned", "bulk", "norm"} {
 		next := 0
 		b.Run("layer_"+mode, func(b *testing.B) {
 			timeGraphOps(b, g, layerBytes, 2*copies, func() error {
@@ -427,13 +546,26 @@ func BenchmarkGEMVBulk(b *testing.B) {
 					switch mode {
 					case "base":
 						return base(p, p.ws[next])
-					case "tuned":
+					case "tuned", "norm":
 						return tuned(p, p.ws[next])
 					}
 					return bulk(p, p.ws[next], bulkPick(p.rows, p.in))
 				}
 				if err := run(o); err != nil {
 					return err
+				}
+				if mode == "norm" {
+					old := bulkNorm
+					bulkNorm = true
+					ok, err := g.NormGateUpSiLU(gu.y, o.y, normW32, 1e-5, gu.ws[next])
+					bulkNorm = old
+					if err == nil && !ok {
+						err = errors.New("NormGateUpSiLU did not fuse")
+					}
+					if err != nil {
+						return err
+					}
+					return run(down)
 				}
 				if err := g.AddRMSNorm(gu.x, o.y, nil, normW, 1e-5); err != nil {
 					return err

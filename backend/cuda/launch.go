@@ -85,6 +85,7 @@ var pdlKernels = pdlDefault
 var pdlDefault = map[string]bool{
 	"qkv_rope_bf16": true, "attn_decode_mma": true, "attn_decode_combine": true,
 	"gemvb_bf16": true, "gemvb_add_bf16": true, "gemvb_silu_bf16": true, "gemvb_qkv_rope_bf16": true,
+	"gemvb_silu_norm_bf16": true, "gemvb_qkv_rope_norm_bf16": true,
 }
 
 // applyPDLEnv reads pdlEnv.

@@ -10,7 +10,7 @@
 # attn_check, default_model, peers, overlap (bench overlap), margin, pdl,
 # tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab, queue_ab, norm_prefetch, chain, chain_ops, chain_final, chain_verify, tests_only,
 # prefill_ab, prefill_small, prefill_tile, cluster_final, cluster_fit, step_trace, pdl_some, attn_pdl, pdl_final, verify_final, spin_ab,
-# bulk, bulk_bench, bulk_ab, verify_bulk, bulk_qkv, serve_ab, prefill_chunks, splits (one A/B
+# bulk, bulk_bench, bulk_ab, verify_bulk, bulk_qkv, bulk_norm, serve_ab, prefill_chunks, splits (one A/B
 # experiment each), final (tests, then peers, rows and the server: what
 # docs/benchmarks.md's latest section ran);
 # `session.sh bigref graphs` runs those two. Results: $OUT/summary.txt and
@@ -811,6 +811,32 @@ for r in 1 2; do
     kill -TERM $pid; wait $pid
   done
 done
+}
+
+# bulk_norm: the bulk kernels that take the RMS norm themselves
+# (TRIGON_CUDA_GEMV_BULK_NORM) and the bulk QKV kernel
+# (TRIGON_CUDA_GEMV_BULK_QKV), both off by default until this runs: their
+# tests, the batch-4 step under each combination alternating twice, the
+# CUDA model tests and the Llama-3-8B-shaped model against transformers
+# with both on, memcheck, and the layer benchmark.
+bulk_norm() {
+local both="TRIGON_CUDA_GEMV_BULK_QKV=on TRIGON_CUDA_GEMV_BULK_NORM=on"
+log "TestBulkNorm, TestBulkQKVRoPE, TestGEMVBulkGraph, TestGateUpSiLU, TestFusedQKVRoPE, TestNormFused, TestNormQKVRoPE, TestKernelsWait, TestPDLEnv"
+cuda_tests_run bulk-norm-tests.log 'TestBulkNorm|TestBulkQKVRoPE|TestGEMVBulkGraph|TestGateUpSiLU|TestFusedQKVRoPE|TestNormFused|TestNormQKVRoPE|TestKernelsWait|TestPDLEnv'
+for r in 1 2; do
+  for v in "" TRIGON_CUDA_GEMV_BULK_QKV=on TRIGON_CUDA_GEMV_BULK_NORM=on "$both"; do step_trace "$v"; done
+done
+log "model tests with $both"
+(cd model/llama && env $both "$root/.gpu/llama.test" -test.run 'TestFixturesCUDA|TestDefaultModelCUDAMatchesCPU' -test.v >"$OUT/llama-cuda-norm.log" 2>&1)
+echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "worst|^(--- FAIL|FAIL|PASS)" "$OUT/llama-cuda-norm.log" | tee -a "$OUT/summary.txt"
+export TRIGON_CUDA_GEMV_BULK_QKV=on TRIGON_CUDA_GEMV_BULK_NORM=on
+bigref
+unset TRIGON_CUDA_GEMV_BULK_QKV TRIGON_CUDA_GEMV_BULK_NORM
+log "memcheck: the bulk norm and QKV kernels"
+memcheck 'TestBulkNorm/(gateup_n(4|9)_.*|qkv_h(32|8)_.*_n(1|9))$|TestBulkQKVRoPE/h8_.*_n9$'
+log "BenchmarkGEMVBulk/layer"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'BenchmarkGEMVBulk/layer' -test.benchtime 200x >"$OUT/bulk-bench.log" 2>&1)
+grep -E "us/op|FAIL|rror" "$OUT/bulk-bench.log" | awk '{print $1, $(NF-1), "us"}' | tee -a "$OUT/summary.txt"
 }
 
 # verify: after a refactor of kernel code, every test, memcheck, the

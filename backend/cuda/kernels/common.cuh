@@ -212,3 +212,47 @@ __device__ __forceinline__ uint4 norm8(uint4 v, float4 g0, float4 g1, float rs) 
   }
   return o;
 }
+
+// scale8 is 8 bf16 values times their F32 norm weights, rounded to bf16,
+// and adds their squares (before the weights) to ss: the input of a
+// product that applies the RMS norm's scale after it (gemv.cu with NP=1,
+// gemv_bulk.cu's normalising kernels).
+__device__ __forceinline__ uint4 scale8(uint4 v, float4 g0, float4 g1, float& ss) {
+  const u32* vp = (const u32*)&v;
+  const float w[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+  uint4 o;
+  u32* op = (u32*)&o;
+#pragma unroll
+  for (int j = 0; j < 4; j++) {
+    float a0 = __uint_as_float(vp[j] << 16), a1 = __uint_as_float(vp[j] & 0xffff0000u);
+    ss += a0 * a0 + a1 * a1;
+    op[j] = (u32)f32_to_bf16(a0 * w[2 * j]) | ((u32)f32_to_bf16(a1 * w[2 * j + 1]) << 16);
+  }
+  return o;
+}
+
+// ss_share adds each thread's sums of squares (scale8's ss, one per
+// 8-row x tile t, for x row t*8 + lane/4) over the 4 lanes that share its
+// x row and puts the warp's in ssq[warp], for row_scale after the next
+// barrier of the threads that call it.
+template <int W, int R, int T>
+__device__ __forceinline__ void ss_share(float (&ssq)[W][R], const float (&ss)[T], int warp, int lane) {
+  static_assert(R == 8 * T, "ssq holds 8 rows a tile");
+#pragma unroll
+  for (int t = 0; t < T; t++) {
+    float v = ss[t];
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    v += __shfl_xor_sync(0xffffffffu, v, 2);
+    if ((lane & 3) == 0) ssq[warp][t * 8 + (lane >> 2)] = v;
+  }
+}
+
+// row_scale is x row row's RMS-norm scale rsqrt(mean(x^2) + eps) from
+// ss_share's sums, added in warp order.
+template <int W, int R>
+__device__ __forceinline__ float row_scale(const float (&ssq)[W][R], int row, int k, float eps) {
+  float s = 0.f;
+#pragma unroll
+  for (int w = 0; w < W; w++) s += ssq[w][row];
+  return rsqrtf(s / (float)k + eps);
+}

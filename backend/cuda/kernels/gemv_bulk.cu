@@ -19,6 +19,9 @@
 //           mod 128, so the 8 lanes of a quarter warp, two rows, hit
 //           distinct banks)
 //
+// gemvb_silu_norm_bf16 and gemvb_qkv_rope_norm_bf16 also take the RMS
+// norm before the product (see gemvb): x is then the residual stream.
+//
 // Which 16 rows a tile holds is the kernel's choice: gemvb_bf16 and
 // gemvb_add_bf16 take rows 16t..16t+15; gemvb_silu_bf16 takes gate rows
 // 8t..8t+7 as A rows 0..7 and the matching up rows as A rows 8..15, so a
@@ -90,7 +93,14 @@ __device__ __forceinline__ int gemvb_row(int t, int r, int m, const QKVEpi& qe) 
 // C elements over the consumer threads.
 #define QKV_EPI ((NT * 128 + CW * 32 - 1) / (CW * 32))
 
-// gemvb runs the product; MODE picks the epilogue.
+// gemvb runs the product; MODE picks the epilogue. With NORM (the SILU
+// and QKV modes), x is a residual stream and the product's input is its
+// RMS norm with the F32 weight normw [k] and epsilon eps, made as gemv.cu's
+// NP=1 kernels make it: bf16(x * normw) feeds the mma, the row's squares are
+// gathered as x passes (every tile reads all of x), and the row's scale
+// multiplies the sums in the epilogue, before their bf16 rounding. No
+// pass over x precedes the stream, so the norm adds no latency where the
+// separate norm kernel added a launch and two memory round trips.
 //   PLAIN: y [n, m] OT = x . w^T;  w [m, k]
 //   ADD:   y [n, m] bf16 += bf16(x . w^T);  w [m, k]
 //   SILU:  y [n, m] bf16 = bf16(silu(G) * U), [G | U] = bf16(x . w^T);
@@ -98,15 +108,17 @@ __device__ __forceinline__ int gemvb_row(int t, int r, int m, const QKVEpi& qe) 
 //   QKV:   y = Q [n, H*hd] bf16, K and V into qe's caches: qkv_rope_bf16's
 //          epilogue on bf16(x . w^T); w [(H+2*KV)*hd, k], hd % 16 == 0
 //   x [n, k] bf16
-template <int MODE>
+template <int MODE, bool NORM>
 __device__ __forceinline__ void gemvb(void* y, const u16* x, const u16* w, int n, int m, int k, int early_w,
-                                      const QKVEpi& qe) {
+                                      const QKVEpi& qe, const float* normw, float eps) {
+  static_assert(!NORM || MODE == MODE_SILU || MODE == MODE_QKV, "only the SILU and QKV kernels normalise x");
 #if __CUDA_ARCH__ < 900
   __trap();  // the host launches these kernels on sm_90 and newer only
 #else
   extern __shared__ __align__(128) unsigned char ring[];  // ST stage buffers
   __shared__ __align__(8) u64 full[ST], empty[ST];
   __shared__ float red[CW][NT][32][4];
+  __shared__ float ssq[CW][8 * NT];  // NORM: each warp's sums of squares per x row
   int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   int gid = lane >> 2, tq = lane & 3;
   int tiles = MODE == MODE_SILU ? m / 8 : (m + 15) / 16;  // QKV: m % 16 == 0
@@ -192,22 +204,35 @@ __device__ __forceinline__ void gemvb(void* y, const u16* x, const u16* w, int n
       }
     }
     float acc[NT][4];
+    float ss[NT];  // NORM: this thread's squares of x row t*8 + gid
 #pragma unroll
-    for (int t = 0; t < NT; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
-    // x for a stage is loaded one stage ahead (it comes from L2).
+    for (int t = 0; t < NT; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = ss[t] = 0.f;
+    // x (and with NORM its weights normw) for a stage is loaded one stage
+    // ahead (it comes from L2).
     uint4 xn[PW][NT];
+    float4 gn[PW][2];
 #pragma unroll
     for (int u = 0; u < PW; u++) {
 #pragma unroll
       for (int t = 0; t < NT; t++) xn[u][t] = okx[t] ? *(const uint4*)(xp[t] + (warp + u * CW) * 32) : zero;
+      if (NORM) {
+        const float* gp = normw + (warp + u * CW) * 32 + tq * 8;
+        gn[u][0] = *(const float4*)gp;
+        gn[u][1] = *(const float4*)(gp + 4);
+      }
     }
     for (int i = 0; i < stages; i++, g++) {
       int s = g % ST;
       uint4 xv[PW][NT];
+      float4 gv[PW][2];
 #pragma unroll
       for (int u = 0; u < PW; u++) {
 #pragma unroll
         for (int t = 0; t < NT; t++) xv[u][t] = xn[u][t];
+        if (NORM) {
+          gv[u][0] = gn[u][0];
+          gv[u][1] = gn[u][1];
+        }
       }
       if (i + 1 < stages) {
 #pragma unroll
@@ -215,6 +240,18 @@ __device__ __forceinline__ void gemvb(void* y, const u16* x, const u16* w, int n
 #pragma unroll
           for (int t = 0; t < NT; t++)
             xn[u][t] = okx[t] ? *(const uint4*)(xp[t] + (i + 1) * CK + (warp + u * CW) * 32) : zero;
+          if (NORM) {
+            const float* gp = normw + (i + 1) * CK + (warp + u * CW) * 32 + tq * 8;
+            gn[u][0] = *(const float4*)gp;
+            gn[u][1] = *(const float4*)(gp + 4);
+          }
+        }
+      }
+      if (NORM) {  // while the stage may still be landing
+#pragma unroll
+        for (int u = 0; u < PW; u++) {
+#pragma unroll
+          for (int t = 0; t < NT; t++) xv[u][t] = scale8(xv[u][t], gv[u][0], gv[u][1], ss[t]);
         }
       }
       mbar_spin(smem_u32(&full[s]), (g / ST) & 1);
@@ -243,7 +280,10 @@ __device__ __forceinline__ void gemvb(void* y, const u16* x, const u16* w, int n
 #pragma unroll
       for (int e = 0; e < 4; e++) red[warp][t][lane][e] = acc[t][e];
     }
+    if (NORM) ss_share(ssq, ss, warp, lane);
     gemvb_consumers_sync();
+    // The norm's scale of x row row (1 without NORM).
+    auto scale = [&](int row) { return NORM ? row_scale(ssq, row, k, eps) : 1.f; };
     // sum is C element e of lane l of x tile t over the warps, in warp
     // order: x row t*8 + (l%4)*2 + e%2, A row l/4 + (e/2)*8.
     auto sum = [&](int t, int l, int e) {
@@ -262,8 +302,9 @@ __device__ __forceinline__ void gemvb(void* y, const u16* x, const u16* w, int n
         int t = idx >> 6, l = (idx >> 1) & 31, e = idx & 1;
         int row = t * 8 + (l & 3) * 2 + e;
         if (row >= n) continue;
-        float x1 = round_to<DT_BF16>(sum(t, l, e));
-        float x2 = round_to<DT_BF16>(sum(t, l, e + 2));
+        float sc = scale(row);
+        float x1 = round_to<DT_BF16>(sum(t, l, e) * sc);
+        float x2 = round_to<DT_BF16>(sum(t, l, e + 2) * sc);
         int i = f0 + (l >> 2);
         int p = pre_pos[it];
         if (p < 0) {
@@ -306,7 +347,7 @@ __device__ __forceinline__ void gemvb(void* y, const u16* x, const u16* w, int n
         if (slot < 0) continue;
         int blk = slot / qe.bs, off = slot - blk * qe.bs;
         int i = v0 + (l >> 2) + (e >> 1) * 8;
-        qe.vc[(((i64)blk * qe.KV + vh) * qe.bs + off) * qe.hd + i] = f32_to_bf16(sum(t, l, e));
+        qe.vc[(((i64)blk * qe.KV + vh) * qe.bs + off) * qe.hd + i] = f32_to_bf16(sum(t, l, e) * scale(row));
       }
     } else if (MODE == MODE_SILU) {
       // One thread per (x tile t, lane l, row parity e): a gate and its up.
@@ -314,8 +355,9 @@ __device__ __forceinline__ void gemvb(void* y, const u16* x, const u16* w, int n
         int t = idx >> 6, l = (idx >> 1) & 31, e = idx & 1;
         int row = t * 8 + (l & 3) * 2 + e;
         if (row >= n) continue;
-        float gt = round_to<DT_BF16>(sum(t, l, e));
-        float up = round_to<DT_BF16>(sum(t, l, e + 2));
+        float sc = scale(row);
+        float gt = round_to<DT_BF16>(sum(t, l, e) * sc);
+        float up = round_to<DT_BF16>(sum(t, l, e + 2) * sc);
         ((u16*)y)[(i64)row * m + tile * 8 + (l >> 2)] = f32_to_bf16(silu_f(gt) * up);
       }
     } else {
@@ -343,7 +385,7 @@ __device__ __forceinline__ void gemvb(void* y, const u16* x, const u16* w, int n
 //   y [n, m] OT;  x [n, k] bf16;  w [m, k] bf16
 extern "C" __global__ void __launch_bounds__(GEMVB_THREADS) gemvb_bf16(void* y, const u16* x, const u16* w, int n,
                                                                      int m, int k, int early_w) {
-  gemvb<MODE_PLAIN>(y, x, w, n, m, k, early_w, QKVEpi{});
+  gemvb<MODE_PLAIN, false>(y, x, w, n, m, k, early_w, QKVEpi{}, nullptr, 0.f);
 }
 
 // gemvb_add_bf16: y[t, o] += bf16(sum_k x[t, k] * w[o, k]), rounded as
@@ -351,7 +393,7 @@ extern "C" __global__ void __launch_bounds__(GEMVB_THREADS) gemvb_bf16(void* y, 
 //   y [n, m] bf16 (read and written);  x [n, k] bf16;  w [m, k] bf16
 extern "C" __global__ void __launch_bounds__(GEMVB_THREADS) gemvb_add_bf16(u16* y, const u16* x, const u16* w,
                                                                          int n, int m, int k, int early_w) {
-  gemvb<MODE_ADD>(y, x, w, n, m, k, early_w, QKVEpi{});
+  gemvb<MODE_ADD, false>(y, x, w, n, m, k, early_w, QKVEpi{}, nullptr, 0.f);
 }
 
 // gemvb_silu_bf16: out[t, j] = silu(G[t, j]) * U[t, j], [G | U] = x . w^T,
@@ -360,7 +402,18 @@ extern "C" __global__ void __launch_bounds__(GEMVB_THREADS) gemvb_add_bf16(u16* 
 //   then up rows);  inter % 8 == 0
 extern "C" __global__ void __launch_bounds__(GEMVB_THREADS) gemvb_silu_bf16(u16* out, const u16* x, const u16* w,
                                                                           int n, int inter, int k, int early_w) {
-  gemvb<MODE_SILU>(out, x, w, n, inter, k, early_w, QKVEpi{});
+  gemvb<MODE_SILU, false>(out, x, w, n, inter, k, early_w, QKVEpi{}, nullptr, 0.f);
+}
+
+// gemvb_silu_norm_bf16 is gemvb_silu_bf16 of RMSNorm(h) * g: the
+// post-attention norm, the gate/up product and SiLU x mul in one kernel
+// (the norm's scale applied after the product, see gemvb).
+//   out [n, inter] bf16;  h [n, k] bf16 (the residual stream);  g [k] f32,
+//   16-byte aligned;  w [2*inter, k] bf16;  inter % 8 == 0
+extern "C" __global__ void __launch_bounds__(GEMVB_THREADS) gemvb_silu_norm_bf16(u16* out, const u16* h, const u16* w,
+                                                                               int n, int inter, int k, int early_w,
+                                                                               const float* g, float eps) {
+  gemvb<MODE_SILU, true>(out, h, w, n, inter, k, early_w, QKVEpi{}, g, eps);
 }
 
 // gemvb_qkv_rope_bf16: a decode step's QKV projection with rope_store_kv's
@@ -373,5 +426,18 @@ extern "C" __global__ void __launch_bounds__(GEMVB_THREADS) gemvb_silu_bf16(u16*
 extern "C" __global__ void __launch_bounds__(GEMVB_THREADS) gemvb_qkv_rope_bf16(
     u16* q_out, const u16* x, const u16* w, const int* pos, const int* slots, u16* kc, u16* vc, const float* inv_freq,
     int n, int k, int H, int KV, int hd, int bs, int num_slots, int* err, int early_w) {
-  gemvb<MODE_QKV>(q_out, x, w, n, (H + 2 * KV) * hd, k, early_w, QKVEpi{pos, slots, kc, vc, inv_freq, err, H, KV, hd, bs, num_slots});
+  gemvb<MODE_QKV, false>(q_out, x, w, n, (H + 2 * KV) * hd, k, early_w,
+                        QKVEpi{pos, slots, kc, vc, inv_freq, err, H, KV, hd, bs, num_slots}, nullptr, 0.f);
+}
+
+// gemvb_qkv_rope_norm_bf16 is gemvb_qkv_rope_bf16 of RMSNorm(h) * g: the
+// input norm, the QKV projection, RoPE and the KV write in one kernel (the
+// norm's scale applied after the product, see gemvb).
+//   h [n, k] bf16 (the residual stream);  g [k] f32, 16-byte aligned;
+//   the rest as gemvb_qkv_rope_bf16's
+extern "C" __global__ void __launch_bounds__(GEMVB_THREADS) gemvb_qkv_rope_norm_bf16(
+    u16* q_out, const u16* h, const u16* w, const int* pos, const int* slots, u16* kc, u16* vc, const float* inv_freq,
+    int n, int k, int H, int KV, int hd, int bs, int num_slots, int* err, int early_w, const float* g, float eps) {
+  gemvb<MODE_QKV, true>(q_out, h, w, n, (H + 2 * KV) * hd, k, early_w,
+                       QKVEpi{pos, slots, kc, vc, inv_freq, err, H, KV, hd, bs, num_slots}, g, eps);
 }
