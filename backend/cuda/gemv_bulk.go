@@ -9,14 +9,17 @@ import (
 )
 
 // bulkConfig is one variant of the bulk-copy GEMV (kernels/gemv_bulk.cu):
-// consumer warps, weight columns per pipeline stage, and stages in flight
-// per block. The zero value means none.
-type bulkConfig struct{ cw, ck, st int }
+// consumer warps, weight columns per pipeline stage, stages in flight per
+// block, and the blocks per SM its registers must allow (the kernel's MB;
+// 0: no bound, the compiler's choice, which allows two at eight consumer
+// warps). The zero value means none.
+type bulkConfig struct{ cw, ck, st, mb int }
 
 // bulkConfigs are the variants the tuner times: the fastest of each
 // product in tools/gpu/probes/stream.cu's sweep on the H200 (4 stages and
 // 256-column stages were slower everywhere).
-var bulkConfigs = []bulkConfig{{4, 512, 2}, {8, 512, 3}, {4, 1024, 2}, {8, 1024, 2}, {8, 1024, 3}}
+// The last is bulkPick's for weights of 2-3 tiles an SM.
+var bulkConfigs = []bulkConfig{{4, 512, 2, 0}, {8, 512, 3, 0}, {4, 1024, 2, 0}, {8, 1024, 2, 0}, {8, 1024, 3, 0}, {8, 512, 3, 3}}
 
 // bulkMode says where the bulk GEMV runs: bulkOff nowhere; bulkTuned in
 // the fused products (MatMulAdd's add and GateUpSiLU, bulkPick's
@@ -68,10 +71,23 @@ func (c bulkConfig) smem() int { return c.st * c.stageBytes() }
 
 // spec is the module of variant c for n x rows and output dtype ot.
 func (c bulkConfig) spec(n, ot int) modSpec {
-	return modSpec{file: "gemv_bulk", p: [6]int{(n + 7) / 8, c.cw, c.ck, c.st, ot}}
+	return modSpec{file: "gemv_bulk", p: [6]int{(n + 7) / 8, c.cw, c.ck, c.st, ot, c.mb}}
+}
+
+// tag names the variant in test and benchmark names: w8_c1024_s2, and
+// _b3 where it is bound to three blocks an SM.
+func (c bulkConfig) tag() string {
+	t := fmt.Sprintf("w%d_c%d_s%d", c.cw, c.ck, c.st)
+	if c.mb > 1 {
+		t += fmt.Sprintf("_b%d", c.mb)
+	}
+	return t
 }
 
 func (c bulkConfig) String() string {
+	if c.mb > 1 {
+		return fmt.Sprintf("gemv_bulk(warps %d, columns %d, stages %d, %d blocks an SM)", c.cw, c.ck, c.st, c.mb)
+	}
 	return fmt.Sprintf("gemv_bulk(warps %d, columns %d, stages %d)", c.cw, c.ck, c.st)
 }
 
@@ -170,13 +186,25 @@ func (b *Backend) tuneBulk(p *gemmPlan, key gemmKey, y, x, w uint64, cur float32
 }
 
 // bulkPick is the bulk variant the fused products (MatMulAdd's add,
-// GateUpSiLU) run for a weight of rows x k: eight consumer warps,
-// 1024-column stages where k allows, three stages for the large gate/up
-// weight and two otherwise. Chosen from graph-timed runs on the H200
-// (BenchmarkGEMVBulk, docs/benchmarks.md): the tuner's timings, each run
-// alone after an L2 flush, ranked the variants differently from runs back
-// to back in a graph, which is how a decode step runs them.
-func bulkPick(rows, k int) bulkConfig {
+// GateUpSiLU, the QKV kernels) run for a weight of rows x k on sms SMs:
+// eight consumer warps, 1024-column stages where k allows, three stages
+// for the large gate/up weight and two otherwise. Chosen from graph-timed
+// runs on the H200 (BenchmarkGEMVBulk, docs/benchmarks.md): the tuner's
+// timings, each run alone after an L2 flush, ranked the variants
+// differently from runs back to back in a graph, which is how a decode
+// step runs them.
+//
+// Those variants fit two blocks an SM (their registers), so a weight of
+// more than 2*sms 16-row tiles but no more than 3*sms (Llama-3-8B's QKV:
+// 384 tiles on 132 SMs) would leave some blocks two tiles and others one,
+// about 1.5 tiles' time for a product whose SMs average 2.9 tiles. It
+// takes 512-column stages (half the registers) bound to three blocks an
+// SM instead: one tile a block.
+func bulkPick(rows, k, sms int) bulkConfig {
+	tiles := (rows + 15) / 16
+	if tiles > 2*sms && tiles <= 3*sms && k%512 == 0 {
+		return bulkConfig{cw: 8, ck: 512, st: 3, mb: 3}
+	}
 	c := bulkConfig{cw: 8, ck: 1024, st: 2}
 	if k%1024 != 0 {
 		c.ck, c.st = 512, 3
@@ -256,7 +284,7 @@ func (b *Backend) GateUpSiLU(out, x, w backend.Tensor) (bool, error) {
 	if !ok || ot.dt != backend.BF16 || inter%8 != 0 || bulkMode == bulkOff || b.cc < 90 {
 		return false, nil
 	}
-	c := bulkPick(2*inter, k)
+	c := bulkPick(2*inter, k, b.sms)
 	if !b.bulkFits(c, n, k, xt.ptr, wt.ptr) {
 		return false, nil
 	}

@@ -48,7 +48,7 @@ func TestGEMVBulk(t *testing.T) {
 				if out == backend.F32 && s.n != 9 {
 					continue // one F32 shape is enough
 				}
-				t.Run(fmt.Sprintf("n%d_%dx%d_w%d_c%d_s%d_out%v", s.n, s.in, s.out, c.cw, c.ck, c.st, out), func(t *testing.T) {
+				t.Run(fmt.Sprintf("n%d_%dx%d_%s_out%v", s.n, s.in, s.out, c.tag(), out), func(t *testing.T) {
 					p := newPair(t)
 					cx, gx := p.act(backend.BF16, []int{s.n, s.in}, p.normal(s.n*s.in, 1))
 					wv := p.normal(s.out*s.in, float32(1/math.Sqrt(float64(s.in))))
@@ -95,7 +95,7 @@ func TestGEMVBulkAdd(t *testing.T) {
 		if s.in%c.ck != 0 {
 			c = bulkConfigs[0]
 		}
-		t.Run(fmt.Sprintf("n%d_%dx%d_w%d_c%d_s%d", s.n, s.in, s.out, c.cw, c.ck, c.st), func(t *testing.T) {
+		t.Run(fmt.Sprintf("n%d_%dx%d_%s", s.n, s.in, s.out, c.tag()), func(t *testing.T) {
 			p := newPair(t)
 			cx, gx := p.act(backend.BF16, []int{s.n, s.in}, p.normal(s.n*s.in, 1))
 			cw, gw := p.same(backend.BF16, []int{s.out, s.in}, encode(backend.BF16, p.normal(s.out*s.in, float32(1/math.Sqrt(float64(s.in))))))
@@ -132,7 +132,7 @@ func TestGateUpSiLU(t *testing.T) {
 			}
 			name := "op"
 			if c.cw > 0 {
-				name = fmt.Sprintf("w%d_c%d_s%d", c.cw, c.ck, c.st)
+				name = c.tag()
 			}
 			t.Run(fmt.Sprintf("n%d_k%d_inter%d_%s", s.n, s.k, s.inter, name), func(t *testing.T) {
 				p := newPair(t)
@@ -216,6 +216,45 @@ func TestBulkQKVRoPE(t *testing.T) {
 		}
 	}
 	newQKVCase(newPair(t), 8, 2, 64, 1024, 4).deviceChecks(t)
+}
+
+// TestBulkOccupancy checks that the bulk kernels the decode step runs,
+// on the variants bulkPick gives Llama-3-8B's shapes, fit the blocks per
+// SM their grids assume: at least two (one block an SM streams half the
+// bytes in flight: a norm kernel that needed 126 registers ran the step
+// 0.75 ms slower, ninth session) and the variant's bound where it has one.
+func TestBulkOccupancy(t *testing.T) {
+	b := needBulk(t)
+	const hidden, inter, qkv = 4096, 14336, 6144
+	for _, tc := range []struct {
+		kernel  string
+		rows, k int
+	}{
+		{"gemvb_add_bf16", hidden, hidden}, {"gemvb_add_bf16", hidden, inter},
+		{"gemvb_silu_bf16", 2 * inter, hidden}, {"gemvb_silu_norm_bf16", 2 * inter, hidden},
+		{"gemvb_qkv_rope_bf16", qkv, hidden}, {"gemvb_qkv_rope_norm_bf16", qkv, hidden},
+	} {
+		c := bulkPick(tc.rows, tc.k, b.sms)
+		// Batches of 1-8 (one x tile). Two x tiles need more registers:
+		// 126-164 at 1024-column stages (NVRTC 11.8), one block an SM.
+		for _, n := range []int{1, 4, 8} {
+			var per int
+			if err := b.call(func() error {
+				f, err := b.fnSmem(fnKey{c.spec(n, int(dtBF16)), tc.kernel}, c.smem())
+				if err != nil {
+					return err
+				}
+				b.bulkGrid(f, c, 1)
+				per = b.bulkOcc[f]
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if want := max(2, c.mb); per < want {
+				t.Errorf("%s %v, %d rows of x: %d blocks an SM, want at least %d", tc.kernel, c, n, per, want)
+			}
+		}
+	}
 }
 
 // withBulkNorm sets bulkNorm for the rest of the test.
@@ -424,6 +463,9 @@ func BenchmarkGEMVBulk(b *testing.B) {
 		{name: "o_add", in: hidden, out: hidden, rows: hidden, kernel: "gemvb_add_bf16"},
 		{name: "gate_up_silu", in: hidden, out: inter, rows: 2 * inter, kernel: "gemvb_silu_bf16"},
 		{name: "down_add", in: inter, out: hidden, rows: hidden, kernel: "gemvb_add_bf16"},
+		// The QKV projection's shape as a plain product (no RoPE epilogue):
+		// 384 tiles, more than two blocks an SM hold.
+		{name: "qkv", in: hidden, out: 6144, rows: 6144, kernel: "gemvb_bf16"},
 	}
 	const copies = 3 // per product: the layer's 386 MB a copy, three times the L2 and more
 	for _, p := range prods {
@@ -466,16 +508,22 @@ func BenchmarkGEMVBulk(b *testing.B) {
 	base := func(p *prod, w backend.Tensor) error {
 		bulkMode = bulkOff
 		defer func() { bulkMode = orig }()
-		if p.kernel == "gemvb_silu_bf16" {
+		switch p.kernel {
+		case "gemvb_silu_bf16":
 			if err := g.MatMul(p.tmp, p.x, w, nil); err != nil {
 				return err
 			}
 			return g.SiLUMul(p.y, p.tmp)
+		case "gemvb_bf16":
+			return g.MatMul(p.y, p.x, w, nil)
 		}
 		_, err := g.MatMulAdd(p.y, p.x, w)
 		return err
 	}
 	tuned := func(p *prod, w backend.Tensor) error {
+		if p.kernel == "gemvb_bf16" {
+			return g.MatMul(p.y, p.x, w, nil)
+		}
 		if p.kernel == "gemvb_silu_bf16" {
 			if ok, err := g.GateUpSiLU(p.y, p.x, w); err != nil || ok {
 				return err
@@ -525,7 +573,7 @@ func BenchmarkGEMVBulk(b *testing.B) {
 			if p.in%c.ck != 0 {
 				continue
 			}
-			b.Run(fmt.Sprintf("%s_bulk_w%d_c%d_s%d", p.name, c.cw, c.ck, c.st), func(b *testing.B) {
+			b.Run(fmt.Sprintf("%s_bulk_%s", p.name, c.tag()), func(b *testing.B) {
 				timeGraphOps(b, g, bytes, 4*copies, func() error { return bulk(p, cycle(), c) })
 			})
 		}
@@ -549,7 +597,7 @@ func BenchmarkGEMVBulk(b *testing.B) {
 					case "tuned", "norm":
 						return tuned(p, p.ws[next])
 					}
-					return bulk(p, p.ws[next], bulkPick(p.rows, p.in))
+					return bulk(p, p.ws[next], bulkPick(p.rows, p.in, g.sms))
 				}
 				if err := run(o); err != nil {
 					return err

@@ -30,7 +30,7 @@ var fileParams = map[string][]string{
 	"chain":        {"KC", "NC", "NOMATH"},
 	"quant":        {"WT", "OT"},
 	"gemv":         {"NT", "NW", "UR", "OT", "NP"},
-	"gemv_bulk":    {"NT", "CW", "CK", "ST", "OT"},
+	"gemv_bulk":    {"NT", "CW", "CK", "ST", "OT", "MB"},
 }
 
 // modSpec identifies one compiled module: a kernel file and the values of

@@ -815,28 +815,27 @@ done
 
 # bulk_norm: the bulk kernels that take the RMS norm themselves
 # (TRIGON_CUDA_GEMV_BULK_NORM) and the bulk QKV kernel
-# (TRIGON_CUDA_GEMV_BULK_QKV), both off by default until this runs: their
+# (TRIGON_CUDA_GEMV_BULK_QKV), both off by default until measured: their
 # tests, the batch-4 step under each combination alternating twice, the
-# CUDA model tests and the Llama-3-8B-shaped model against transformers
-# with both on, memcheck, and the layer benchmark.
+# layer and QKV-shaped product benchmarks, memcheck, and the CUDA model
+# tests with both on. (Call 1 of the ninth session also ran the
+# Llama-3-8B-shaped model against transformers with both on.)
 bulk_norm() {
 local both="TRIGON_CUDA_GEMV_BULK_QKV=on TRIGON_CUDA_GEMV_BULK_NORM=on"
-log "TestBulkNorm, TestBulkQKVRoPE, TestGEMVBulkGraph, TestGateUpSiLU, TestFusedQKVRoPE, TestNormFused, TestNormQKVRoPE, TestKernelsWait, TestPDLEnv"
-cuda_tests_run bulk-norm-tests.log 'TestBulkNorm|TestBulkQKVRoPE|TestGEMVBulkGraph|TestGateUpSiLU|TestFusedQKVRoPE|TestNormFused|TestNormQKVRoPE|TestKernelsWait|TestPDLEnv'
+log "TestBulk*, TestGEMVBulk*, TestGateUpSiLU, TestFusedQKVRoPE, TestNormFused, TestNormQKVRoPE, TestKernelsWait, TestPDLEnv"
+cuda_tests_run bulk-norm-tests.log 'TestBulk|TestGEMVBulk|TestGateUpSiLU|TestFusedQKVRoPE|TestNormFused|TestNormQKVRoPE|TestKernelsWait|TestPDLEnv'
+grep -E "blocks an SM" "$OUT/bulk-norm-tests.log" | head -5 | tee -a "$OUT/summary.txt"
 for r in 1 2; do
   for v in "" TRIGON_CUDA_GEMV_BULK_QKV=on TRIGON_CUDA_GEMV_BULK_NORM=on "$both"; do step_trace "$v"; done
 done
+log "BenchmarkGEMVBulk: the QKV-shaped product and the layer"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'BenchmarkGEMVBulk/(qkv|layer)' -test.benchtime 200x >"$OUT/bulk-bench.log" 2>&1)
+grep -E "us/op|FAIL|rror" "$OUT/bulk-bench.log" | awk '{print $1, $(NF-1), "us"}' | tee -a "$OUT/summary.txt"
+log "memcheck: the bulk norm and QKV kernels"
+memcheck 'TestBulkNorm/(gateup_n(4|9)_.*|qkv_h(32|8)_.*_n(1|9))$|TestGEMVBulk/n(1|9)_.*_w8_c512_s3_b3'
 log "model tests with $both"
 (cd model/llama && env $both "$root/.gpu/llama.test" -test.run 'TestFixturesCUDA|TestDefaultModelCUDAMatchesCPU' -test.v >"$OUT/llama-cuda-norm.log" 2>&1)
 echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "worst|^(--- FAIL|FAIL|PASS)" "$OUT/llama-cuda-norm.log" | tee -a "$OUT/summary.txt"
-export TRIGON_CUDA_GEMV_BULK_QKV=on TRIGON_CUDA_GEMV_BULK_NORM=on
-bigref
-unset TRIGON_CUDA_GEMV_BULK_QKV TRIGON_CUDA_GEMV_BULK_NORM
-log "memcheck: the bulk norm and QKV kernels"
-memcheck 'TestBulkNorm/(gateup_n(4|9)_.*|qkv_h(32|8)_.*_n(1|9))$|TestBulkQKVRoPE/h8_.*_n9$'
-log "BenchmarkGEMVBulk/layer"
-(cd backend/cuda && "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'BenchmarkGEMVBulk/layer' -test.benchtime 200x >"$OUT/bulk-bench.log" 2>&1)
-grep -E "us/op|FAIL|rror" "$OUT/bulk-bench.log" | awk '{print $1, $(NF-1), "us"}' | tee -a "$OUT/summary.txt"
 }
 
 # verify: after a refactor of kernel code, every test, memcheck, the

@@ -37,8 +37,15 @@
 //
 // Specialised with -DNT=<8-row tiles of x> -DCW=<consumer warps>
 // -DCK=<columns a stage, a multiple of 32*CW> -DST=<stages> -DOT=<y dtype
-// of gemvb_bf16>. k must be a multiple of CK; x and w 16-byte aligned.
+// of gemvb_bf16> -DMB=<blocks per SM the registers must allow, 0 or 1:
+// no bound>. k must be a multiple of CK; x and w 16-byte aligned.
 #include "bulk.cuh"
+
+#if defined(MB) && MB > 1
+#define GEMVB_MINB MB
+#else
+#define GEMVB_MINB 1
+#endif
 
 #define RSTR (CK + 32)            // stage row stride (elements)
 #define STAGE_BYTES (16 * RSTR * 2)
@@ -207,32 +214,20 @@ __device__ __forceinline__ void gemvb(void* y, const u16* x, const u16* w, int n
     float ss[NT];  // NORM: this thread's squares of x row t*8 + gid
 #pragma unroll
     for (int t = 0; t < NT; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = ss[t] = 0.f;
-    // x (and with NORM its weights normw) for a stage is loaded one stage
-    // ahead (it comes from L2).
+    // x for a stage is loaded one stage ahead (it comes from L2).
     uint4 xn[PW][NT];
-    float4 gn[PW][2];
 #pragma unroll
     for (int u = 0; u < PW; u++) {
 #pragma unroll
       for (int t = 0; t < NT; t++) xn[u][t] = okx[t] ? *(const uint4*)(xp[t] + (warp + u * CW) * 32) : zero;
-      if (NORM) {
-        const float* gp = normw + (warp + u * CW) * 32 + tq * 8;
-        gn[u][0] = *(const float4*)gp;
-        gn[u][1] = *(const float4*)(gp + 4);
-      }
     }
     for (int i = 0; i < stages; i++, g++) {
       int s = g % ST;
       uint4 xv[PW][NT];
-      float4 gv[PW][2];
 #pragma unroll
       for (int u = 0; u < PW; u++) {
 #pragma unroll
         for (int t = 0; t < NT; t++) xv[u][t] = xn[u][t];
-        if (NORM) {
-          gv[u][0] = gn[u][0];
-          gv[u][1] = gn[u][1];
-        }
       }
       if (i + 1 < stages) {
 #pragma unroll
@@ -240,18 +235,20 @@ __device__ __forceinline__ void gemvb(void* y, const u16* x, const u16* w, int n
 #pragma unroll
           for (int t = 0; t < NT; t++)
             xn[u][t] = okx[t] ? *(const uint4*)(xp[t] + (i + 1) * CK + (warp + u * CW) * 32) : zero;
-          if (NORM) {
-            const float* gp = normw + (i + 1) * CK + (warp + u * CW) * 32 + tq * 8;
-            gn[u][0] = *(const float4*)gp;
-            gn[u][1] = *(const float4*)(gp + 4);
-          }
         }
       }
-      if (NORM) {  // while the stage may still be landing
+      if (NORM) {
+        // x times its norm weights, while the stage may still be landing.
+        // The weights are not loaded a stage ahead as x is: the registers
+        // that would take cost the kernel its second block per SM (the
+        // weights are a few KiB every block rereads, from L1 after the
+        // first tile).
 #pragma unroll
         for (int u = 0; u < PW; u++) {
+          const float* gp = normw + i * CK + (warp + u * CW) * 32 + tq * 8;
+          float4 g0 = *(const float4*)gp, g1 = *(const float4*)(gp + 4);
 #pragma unroll
-          for (int t = 0; t < NT; t++) xv[u][t] = scale8(xv[u][t], gv[u][0], gv[u][1], ss[t]);
+          for (int t = 0; t < NT; t++) xv[u][t] = scale8(xv[u][t], g0, g1, ss[t]);
         }
       }
       mbar_spin(smem_u32(&full[s]), (g / ST) & 1);
@@ -383,7 +380,7 @@ __device__ __forceinline__ void gemvb(void* y, const u16* x, const u16* w, int n
 
 // gemvb_bf16: y[t, o] = sum_k x[t, k] * w[o, k].
 //   y [n, m] OT;  x [n, k] bf16;  w [m, k] bf16
-extern "C" __global__ void __launch_bounds__(GEMVB_THREADS) gemvb_bf16(void* y, const u16* x, const u16* w, int n,
+extern "C" __global__ void __launch_bounds__(GEMVB_THREADS, GEMVB_MINB) gemvb_bf16(void* y, const u16* x, const u16* w, int n,
                                                                      int m, int k, int early_w) {
   gemvb<MODE_PLAIN, false>(y, x, w, n, m, k, early_w, QKVEpi{}, nullptr, 0.f);
 }
@@ -391,7 +388,7 @@ extern "C" __global__ void __launch_bounds__(GEMVB_THREADS) gemvb_bf16(void* y, 
 // gemvb_add_bf16: y[t, o] += bf16(sum_k x[t, k] * w[o, k]), rounded as
 // gemv_add_bf16 rounds it.
 //   y [n, m] bf16 (read and written);  x [n, k] bf16;  w [m, k] bf16
-extern "C" __global__ void __launch_bounds__(GEMVB_THREADS) gemvb_add_bf16(u16* y, const u16* x, const u16* w,
+extern "C" __global__ void __launch_bounds__(GEMVB_THREADS, GEMVB_MINB) gemvb_add_bf16(u16* y, const u16* x, const u16* w,
                                                                          int n, int m, int k, int early_w) {
   gemvb<MODE_ADD, false>(y, x, w, n, m, k, early_w, QKVEpi{}, nullptr, 0.f);
 }
@@ -400,7 +397,7 @@ extern "C" __global__ void __launch_bounds__(GEMVB_THREADS) gemvb_add_bf16(u16* 
 // each rounded to bf16 as MatMul then silu_mul round them.
 //   out [n, inter] bf16;  x [n, k] bf16;  w [2*inter, k] bf16 (gate rows,
 //   then up rows);  inter % 8 == 0
-extern "C" __global__ void __launch_bounds__(GEMVB_THREADS) gemvb_silu_bf16(u16* out, const u16* x, const u16* w,
+extern "C" __global__ void __launch_bounds__(GEMVB_THREADS, GEMVB_MINB) gemvb_silu_bf16(u16* out, const u16* x, const u16* w,
                                                                           int n, int inter, int k, int early_w) {
   gemvb<MODE_SILU, false>(out, x, w, n, inter, k, early_w, QKVEpi{}, nullptr, 0.f);
 }
@@ -410,7 +407,7 @@ extern "C" __global__ void __launch_bounds__(GEMVB_THREADS) gemvb_silu_bf16(u16*
 // (the norm's scale applied after the product, see gemvb).
 //   out [n, inter] bf16;  h [n, k] bf16 (the residual stream);  g [k] f32,
 //   16-byte aligned;  w [2*inter, k] bf16;  inter % 8 == 0
-extern "C" __global__ void __launch_bounds__(GEMVB_THREADS) gemvb_silu_norm_bf16(u16* out, const u16* h, const u16* w,
+extern "C" __global__ void __launch_bounds__(GEMVB_THREADS, GEMVB_MINB) gemvb_silu_norm_bf16(u16* out, const u16* h, const u16* w,
                                                                                int n, int inter, int k, int early_w,
                                                                                const float* g, float eps) {
   gemvb<MODE_SILU, true>(out, h, w, n, inter, k, early_w, QKVEpi{}, g, eps);
@@ -423,7 +420,7 @@ extern "C" __global__ void __launch_bounds__(GEMVB_THREADS) gemvb_silu_norm_bf16
 //   q_out [n, H*hd] bf16;  x [n, k] bf16;  w [(H+2*KV)*hd, k] bf16
 //   pos, slots [n] int32 (slot < 0 skips the K/V write);  inv_freq [hd/2] f32
 //   kc, vc [numBlocks, KV, bs, hd] bf16;  hd % 16 == 0
-extern "C" __global__ void __launch_bounds__(GEMVB_THREADS) gemvb_qkv_rope_bf16(
+extern "C" __global__ void __launch_bounds__(GEMVB_THREADS, GEMVB_MINB) gemvb_qkv_rope_bf16(
     u16* q_out, const u16* x, const u16* w, const int* pos, const int* slots, u16* kc, u16* vc, const float* inv_freq,
     int n, int k, int H, int KV, int hd, int bs, int num_slots, int* err, int early_w) {
   gemvb<MODE_QKV, false>(q_out, x, w, n, (H + 2 * KV) * hd, k, early_w,
@@ -435,7 +432,7 @@ extern "C" __global__ void __launch_bounds__(GEMVB_THREADS) gemvb_qkv_rope_bf16(
 // norm's scale applied after the product, see gemvb).
 //   h [n, k] bf16 (the residual stream);  g [k] f32, 16-byte aligned;
 //   the rest as gemvb_qkv_rope_bf16's
-extern "C" __global__ void __launch_bounds__(GEMVB_THREADS) gemvb_qkv_rope_norm_bf16(
+extern "C" __global__ void __launch_bounds__(GEMVB_THREADS, GEMVB_MINB) gemvb_qkv_rope_norm_bf16(
     u16* q_out, const u16* h, const u16* w, const int* pos, const int* slots, u16* kc, u16* vc, const float* inv_freq,
     int n, int k, int H, int KV, int hd, int bs, int num_slots, int* err, int early_w, const float* g, float eps) {
   gemvb<MODE_QKV, true>(q_out, h, w, n, (H + 2 * KV) * hd, k, early_w,
