@@ -76,3 +76,31 @@ func TestPDLEnv(t *testing.T) {
 		}
 	}
 }
+
+// TestParseBulkQKV checks TRIGON_CUDA_GEMV_BULK_QKV's values: off, on,
+// and a variant's tag, which must read back as written.
+func TestParseBulkQKV(t *testing.T) {
+	for _, tc := range []struct {
+		v    string
+		on   bool
+		want bulkConfig
+		bad  bool
+	}{
+		{v: ""}, {v: "off"}, {v: "on", on: true},
+		{v: "w8_c512_s2_b3", on: true, want: bulkConfig{8, 512, 2, 3}},
+		{v: "w4_c1024_s3", on: true, want: bulkConfig{4, 1024, 3, 0}},
+		{v: "w8_c100_s2", bad: true}, {v: "yes", bad: true}, {v: "w8_c512_s2_b3x", bad: true},
+		{v: "w8_c512_s2_b", bad: true}, {v: "w8_c512_s0", bad: true}, {v: "w0_c512_s2", bad: true},
+	} {
+		on, c, err := parseBulkQKV(tc.v)
+		if tc.bad {
+			if err == nil {
+				t.Errorf("%q: accepted as %v, %v", tc.v, on, c)
+			}
+			continue
+		}
+		if err != nil || on != tc.on || c != tc.want {
+			t.Errorf("%q: %v, %+v, %v; want %v, %+v", tc.v, on, c, err, tc.on, tc.want)
+		}
+	}
+}

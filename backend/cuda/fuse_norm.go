@@ -300,7 +300,7 @@ func (b *Backend) NormGateUpSiLU(out, h, normW backend.Tensor, eps float32, w ba
 	}
 	n, inter, k := ht.shape[0], o.shape[1], wt.shape[1]
 	pristine := wt.owner != nil && wt.owner.pristine.Load()
-	if c := bulkPick(2*inter, k, b.sms); bulkNorm && b.bulkFits(c, n, k, ht.ptr, wt.ptr) {
+	if c := bulkPickNorm(2*inter, k, b.sms); bulkNorm && b.bulkFits(c, n, k, ht.ptr, wt.ptr) {
 		if err := b.post(func() error {
 			return b.bulkSiLUNormCall(c, o.ptr, ht.ptr, gt.ptr, eps, wt.ptr, n, inter, k, pristine)
 		}); err != nil {
@@ -382,7 +382,7 @@ func (b *Backend) NormQKVRoPE(h, normW backend.Tensor, eps float32, w backend.Te
 	}
 	k := wt.shape[1]
 	pristine := wt.owner != nil && wt.owner.pristine.Load()
-	if c := bulkPick(r.qkv.shape[1], k, b.sms); bulkNorm && bulkQKV && b.bulkFits(c, r.n, k, ht.ptr, wt.ptr) {
+	if c := bulkPickQKV(bulkPickNorm, r.qkv.shape[1], k, b.sms); bulkNorm && bulkQKV && b.bulkFits(c, r.n, k, ht.ptr, wt.ptr) {
 		if err := b.post(func() error { return b.bulkQKVCall(c, ht.ptr, wt.ptr, r, k, pristine, gt.ptr, eps) }); err != nil {
 			return false, err
 		}

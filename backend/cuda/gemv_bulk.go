@@ -55,7 +55,7 @@ func applyBulkEnv() error {
 		return fmt.Errorf("cuda: %s=%q: want off, on or always", bulkEnv, v)
 	}
 	var err error
-	if bulkQKV, err = envSwitch(bulkQKVEnv, false); err != nil {
+	if bulkQKV, bulkQKVVariant, err = parseBulkQKV(os.Getenv(bulkQKVEnv)); err != nil {
 		return err
 	}
 	bulkNorm, err = envSwitch(bulkNormEnv, false)
@@ -220,8 +220,50 @@ func bulkPick(rows, k, sms int) bulkConfig {
 // TRIGON_CUDA_GEMV_BULK_QKV=on|off, read by New.
 var bulkQKV = false
 
+// bulkQKVVariant, when set (TRIGON_CUDA_GEMV_BULK_QKV=<tag>, as
+// bulkConfig.tag writes it: w8_c512_s2_b3), replaces bulkPick's variant
+// for the QKV kernels: for experiments on the device.
+var bulkQKVVariant bulkConfig
+
 // bulkQKVEnv names bulkQKV's setting.
 const bulkQKVEnv = "TRIGON_CUDA_GEMV_BULK_QKV"
+
+// parseBulkQKV reads bulkQKVEnv's value: "" or "off" (off), "on", or a
+// variant's tag (on, with that variant).
+func parseBulkQKV(v string) (on bool, c bulkConfig, err error) {
+	switch v {
+	case "", "off":
+		return false, c, nil
+	case "on":
+		return true, c, nil
+	}
+	n, _ := fmt.Sscanf(v, "w%d_c%d_s%d_b%d", &c.cw, &c.ck, &c.st, &c.mb)
+	if n < 3 || c.tag() != v || c.cw < 1 || c.cw > 16 || c.ck < 32*c.cw || c.ck%(32*c.cw) != 0 || c.st < 1 || c.st > 8 {
+		return false, bulkConfig{}, fmt.Errorf("cuda: %s=%q: want on, off or a variant such as w8_c512_s2_b3", bulkQKVEnv, v)
+	}
+	return true, c, nil
+}
+
+// bulkPickQKV is the variant of the QKV kernels: bulkQKVVariant where
+// set, else pick's.
+func bulkPickQKV(pick func(rows, k, sms int) bulkConfig, rows, k, sms int) bulkConfig {
+	if bulkQKVVariant.cw > 0 {
+		return bulkQKVVariant
+	}
+	return pick(rows, k, sms)
+}
+
+// bulkPickNorm is bulkPick's variant for the kernels that normalise x
+// (gemvb_silu_norm_bf16, gemvb_qkv_rope_norm_bf16), bound to at least
+// two blocks an SM: left to itself NVRTC 13 gave gemvb_silu_norm_bf16
+// more registers than two blocks of 288 threads may hold (one block an SM,
+// TestBulkOccupancy, ninth session), and with one block the producer's
+// stream stalls during every tile's epilogue.
+func bulkPickNorm(rows, k, sms int) bulkConfig {
+	c := bulkPick(rows, k, sms)
+	c.mb = max(c.mb, 2)
+	return c
+}
 
 // bulkNorm lets the NormFuser ops run on the bulk GEMV with the norm in
 // the kernel (gemvb_silu_norm_bf16 for NormGateUpSiLU, and with bulkQKV

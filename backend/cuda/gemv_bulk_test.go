@@ -229,12 +229,13 @@ func TestBulkOccupancy(t *testing.T) {
 	for _, tc := range []struct {
 		kernel  string
 		rows, k int
+		pick    func(rows, k, sms int) bulkConfig
 	}{
-		{"gemvb_add_bf16", hidden, hidden}, {"gemvb_add_bf16", hidden, inter},
-		{"gemvb_silu_bf16", 2 * inter, hidden}, {"gemvb_silu_norm_bf16", 2 * inter, hidden},
-		{"gemvb_qkv_rope_bf16", qkv, hidden}, {"gemvb_qkv_rope_norm_bf16", qkv, hidden},
+		{"gemvb_add_bf16", hidden, hidden, bulkPick}, {"gemvb_add_bf16", hidden, inter, bulkPick},
+		{"gemvb_silu_bf16", 2 * inter, hidden, bulkPick}, {"gemvb_silu_norm_bf16", 2 * inter, hidden, bulkPickNorm},
+		{"gemvb_qkv_rope_bf16", qkv, hidden, bulkPick}, {"gemvb_qkv_rope_norm_bf16", qkv, hidden, bulkPickNorm},
 	} {
-		c := bulkPick(tc.rows, tc.k, b.sms)
+		c := tc.pick(tc.rows, tc.k, b.sms)
 		// Batches of 1-8 (one x tile). Two x tiles need more registers:
 		// 126-164 at 1024-column stages (NVRTC 11.8), one block an SM.
 		for _, n := range []int{1, 4, 8} {

@@ -10,7 +10,7 @@
 # attn_check, default_model, peers, overlap (bench overlap), margin, pdl,
 # tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab, queue_ab, norm_prefetch, chain, chain_ops, chain_final, chain_verify, tests_only,
 # prefill_ab, prefill_small, prefill_tile, cluster_final, cluster_fit, step_trace, pdl_some, attn_pdl, pdl_final, verify_final, spin_ab,
-# bulk, bulk_bench, bulk_ab, verify_bulk, bulk_qkv, bulk_norm, serve_ab, prefill_chunks, splits (one A/B
+# bulk, bulk_bench, bulk_ab, verify_bulk, bulk_qkv, bulk_norm, norm_mb, serve_ab, greedy_same, prefill_chunks, splits (one A/B
 # experiment each), final (tests, then peers, rows and the server: what
 # docs/benchmarks.md's latest section ran);
 # `session.sh bigref graphs` runs those two. Results: $OUT/summary.txt and
@@ -793,6 +793,24 @@ for r in 1 2 3; do
 done
 }
 
+# greedy_same: whether serve_ab's four greedy requests got the same texts
+# with and without --queue-ahead (batch composition may differ between the
+# runs, so a difference is reported, not failed).
+greedy_same() {
+$PY - "$OUT" <<'PY' 2>&1 | tee -a "$OUT/summary.txt"
+import json, sys
+out = sys.argv[1]
+def text(qa, i):
+    try:
+        return json.load(open(f"{out}/greedy-{qa}-{i}.json"))["choices"][0]["text"]
+    except Exception as e:
+        return f"<{e}>"
+same = [text("false", i) == text("true", i) for i in range(1, 5)]
+print(f"greedy texts with and without --queue-ahead: {sum(same)} of 4 identical")
+print("  first:", repr(text("true", 1)[:120]))
+PY
+}
+
 # serve_ab: the serving engine's --queue-ahead against without it, on the
 # default model (the Llama-3-8B-shaped bigref model has no tokenizer, which
 # the server needs): 32 requests of 512 prompt and 128 output tokens, 8 at
@@ -808,6 +826,15 @@ for r in 1 2; do
       --input-len fixed:512 --output-len fixed:128 --json >"$OUT/serve-ab-$r-$qa.json" 2>>"$OUT/serve-ab.err"
     echo "rc=$?" | tee -a "$OUT/summary.txt"
     $PY -c 'import json,sys; d=json.load(open(sys.argv[1])); print({k: d.get(k) for k in ("completed","failed","ttft_ms","itl_ms","output_token_throughput")})' "$OUT/serve-ab-$r-$qa.json" 2>&1 | tee -a "$OUT/summary.txt"
+    if ((r == 1)); then  # four greedy requests at once, their texts kept
+      local cp=()
+      for i in 1 2 3 4; do
+        curl -s -m 60 localhost:8012/v1/completions -H 'Content-Type: application/json' \
+          -d "{\"prompt\": \"func reverse$i(s string) string {\", \"max_tokens\": 96, \"temperature\": 0}" >"$OUT/greedy-$qa-$i.json" &
+        cp+=($!)
+      done
+      wait "${cp[@]}"
+    fi
     kill -TERM $pid; wait $pid
   done
 done
@@ -836,6 +863,22 @@ memcheck 'TestBulkNorm/(gateup_n(4|9)_.*|qkv_h(32|8)_.*_n(1|9))$|TestGEMVBulk/n(
 log "model tests with $both"
 (cd model/llama && env $both "$root/.gpu/llama.test" -test.run 'TestFixturesCUDA|TestDefaultModelCUDAMatchesCPU' -test.v >"$OUT/llama-cuda-norm.log" 2>&1)
 echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "worst|^(--- FAIL|FAIL|PASS)" "$OUT/llama-cuda-norm.log" | tee -a "$OUT/summary.txt"
+}
+
+# norm_mb: the bulk norm kernels bound to two blocks an SM (call 2 found
+# gemvb_silu_norm_bf16 at one) and the bulk QKV kernel with two stages
+# (so decode attention's blocks fit beside it), against the default,
+# alternating twice; then the layer benchmark.
+norm_mb() {
+local qkv=TRIGON_CUDA_GEMV_BULK_QKV=w8_c512_s2_b3
+log "TestBulk*, TestGEMVBulk*, TestGateUpSiLU, TestNormQKVRoPE, TestPDLEnv, TestParseBulkQKV"
+cuda_tests_run bulk-norm-tests.log 'TestBulk|TestGEMVBulk|TestGateUpSiLU|TestNormQKVRoPE|TestPDLEnv|TestParseBulkQKV'
+for r in 1 2; do
+  for v in "" TRIGON_CUDA_GEMV_BULK_NORM=on $qkv "TRIGON_CUDA_GEMV_BULK_NORM=on $qkv"; do step_trace "$v"; done
+done
+log "BenchmarkGEMVBulk/layer"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'BenchmarkGEMVBulk/layer' -test.benchtime 200x >"$OUT/bulk-bench.log" 2>&1)
+grep -E "us/op|FAIL|rror" "$OUT/bulk-bench.log" | awk '{print $1, $(NF-1), "us"}' | tee -a "$OUT/summary.txt"
 }
 
 # verify: after a refactor of kernel code, every test, memcheck, the
