@@ -10,7 +10,7 @@
 # attn_check, default_model, peers, overlap (bench overlap), margin, pdl,
 # tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab, queue_ab, norm_prefetch, chain, chain_ops, chain_final, chain_verify, tests_only,
 # prefill_ab, prefill_small, prefill_tile, cluster_final, cluster_fit, step_trace, pdl_some, attn_pdl, pdl_final, verify_final, spin_ab,
-# bulk, bulk_bench, bulk_ab, verify_bulk, bulk_qkv, bulk_norm, norm_mb, serve_ab, greedy_same, prefill_chunks, splits (one A/B
+# bulk, bulk_bench, bulk_ab, verify_bulk, bulk_qkv, bulk_norm, norm_mb, norm_cvt, serve_ab, greedy_same, prefill_chunks, splits (one A/B
 # experiment each), final (tests, then peers, rows and the server: what
 # docs/benchmarks.md's latest section ran);
 # `session.sh bigref graphs` runs those two. Results: $OUT/summary.txt and
@@ -879,6 +879,21 @@ done
 log "BenchmarkGEMVBulk/layer"
 (cd backend/cuda && "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'BenchmarkGEMVBulk/layer' -test.benchtime 200x >"$OUT/bulk-bench.log" 2>&1)
 grep -E "us/op|FAIL|rror" "$OUT/bulk-bench.log" | awk '{print $1, $(NF-1), "us"}' | tee -a "$OUT/summary.txt"
+}
+
+# norm_cvt: the bulk norm kernel with x scaled after its stage is
+# released, in one cvt per bf16 pair: its tests, the layer benchmark (with
+# the chain's cost of the norm kernel: tuned - nonorm), then the step
+# against the default, alternating twice.
+norm_cvt() {
+log "TestBulkNorm, TestGEMVBulkGraph, TestNormFused, TestNormQKVRoPE, TestFusedQKVRoPE"
+cuda_tests_run bulk-norm-tests.log 'TestBulkNorm|TestGEMVBulkGraph|TestNormFused|TestNormQKVRoPE|TestFusedQKVRoPE'
+log "BenchmarkGEMVBulk/layer"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'BenchmarkGEMVBulk/layer' -test.benchtime 200x >"$OUT/bulk-bench.log" 2>&1)
+grep -E "us/op|FAIL|rror" "$OUT/bulk-bench.log" | awk '{print $1, $(NF-1), "us"}' | tee -a "$OUT/summary.txt"
+for r in 1 2; do
+  for v in "" TRIGON_CUDA_GEMV_BULK_NORM=on; do step_trace "$v"; done
+done
 }
 
 # verify: after a refactor of kernel code, every test, memcheck, the

@@ -237,18 +237,17 @@ __device__ __forceinline__ void gemvb(void* y, const u16* x, const u16* w, int n
             xn[u][t] = okx[t] ? *(const uint4*)(xp[t] + (i + 1) * CK + (warp + u * CW) * 32) : zero;
         }
       }
+      // NORM: the stage's norm weights, issued before the stage's wait.
+      // They are not loaded a stage ahead as x is: the registers that
+      // would take cost the kernel its second block an SM (the weights are
+      // a few KiB every block rereads, from L1 after the first tile).
+      float4 gv[PW][2];
       if (NORM) {
-        // x times its norm weights, while the stage may still be landing.
-        // The weights are not loaded a stage ahead as x is: the registers
-        // that would take cost the kernel its second block per SM (the
-        // weights are a few KiB every block rereads, from L1 after the
-        // first tile).
 #pragma unroll
         for (int u = 0; u < PW; u++) {
           const float* gp = normw + i * CK + (warp + u * CW) * 32 + tq * 8;
-          float4 g0 = *(const float4*)gp, g1 = *(const float4*)(gp + 4);
-#pragma unroll
-          for (int t = 0; t < NT; t++) xv[u][t] = scale8(xv[u][t], g0, g1, ss[t]);
+          gv[u][0] = *(const float4*)gp;
+          gv[u][1] = *(const float4*)(gp + 4);
         }
       }
       mbar_spin(smem_u32(&full[s]), (g / ST) & 1);
@@ -262,6 +261,13 @@ __device__ __forceinline__ void gemvb(void* y, const u16* x, const u16* w, int n
       }
       __syncwarp();
       if (lane == 0) mbar_arrive(smem_u32(&empty[s]));  // the stage is in registers: refill it
+      if (NORM) {  // x times its norm weights, after the stage is released
+#pragma unroll
+        for (int u = 0; u < PW; u++) {
+#pragma unroll
+          for (int t = 0; t < NT; t++) xv[u][t] = scale8(xv[u][t], gv[u][0], gv[u][1], ss[t]);
+        }
+      }
 #pragma unroll
       for (int u = 0; u < PW; u++) {
 #pragma unroll
