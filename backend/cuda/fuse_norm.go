@@ -295,22 +295,11 @@ func (b *Backend) addOperands(resid, x, w backend.Tensor) (rt, xt, wt *tensor, o
 //	out [n, inter] BF16;  h [n, k] BF16;  normW [k] F32;  w [2*inter, k] BF16
 func (b *Backend) NormGateUpSiLU(out, h, normW backend.Tensor, eps float32, w backend.Tensor) (bool, error) {
 	o, ht, wt, gt, ok, err := b.siluOperands(out, h, normW, eps, w)
-	if err != nil || !ok {
+	if err != nil || !ok || fuseNormOps&fuseMLP == 0 {
 		return false, err
 	}
 	n, inter, k := ht.shape[0], o.shape[1], wt.shape[1]
 	pristine := wt.owner != nil && wt.owner.pristine.Load()
-	if c := bulkPickNorm(2*inter, k, b.sms); bulkNorm && b.bulkFits(c, n, k, ht.ptr, wt.ptr) {
-		if err := b.post(func() error {
-			return b.bulkSiLUNormCall(c, o.ptr, ht.ptr, gt.ptr, eps, wt.ptr, n, inter, k, pristine)
-		}); err != nil {
-			return false, err
-		}
-		return true, nil
-	}
-	if fuseNormOps&fuseMLP == 0 {
-		return false, nil
-	}
 	if err := b.post(func() error {
 		c, err := b.fusedGEMV(n, 2*inter, k, ht.ptr, wt.ptr)
 		if err != nil {
@@ -377,26 +366,17 @@ func (b *Backend) NormQKVRoPE(h, normW backend.Tensor, eps float32, w backend.Te
 	if err != nil {
 		return false, err
 	}
-	if !ok || !gok || overlaps(gt, r.q) || overlaps(gt, r.kc) || overlaps(gt, r.vc) {
+	if !ok || !gok || fuseNormOps&fuseQKV == 0 || overlaps(gt, r.q) || overlaps(gt, r.kc) || overlaps(gt, r.vc) {
 		return false, nil
 	}
 	k := wt.shape[1]
 	pristine := wt.owner != nil && wt.owner.pristine.Load()
-	if c := bulkPickQKV(bulkPickNorm, r.qkv.shape[1], k, b.sms); bulkNorm && bulkQKV && b.bulkFits(c, r.n, k, ht.ptr, wt.ptr) {
-		if err := b.post(func() error { return b.bulkQKVCall(c, ht.ptr, wt.ptr, r, k, pristine, gt.ptr, eps) }); err != nil {
-			return false, err
-		}
-		return true, nil
-	}
-	if fuseNormOps&fuseQKV == 0 {
-		return false, nil
-	}
 	if err := b.post(func() error {
 		c, err := b.fusedGEMV(r.n, r.qkv.shape[1], k, ht.ptr, wt.ptr)
 		if err != nil {
 			return err
 		}
-		return b.qkvRoPECall(c, ht.ptr, wt.ptr, r, k, pristine, gt.ptr, eps)
+		return b.qkvRoPECall(c, ht.ptr, wt.ptr, r, k, pristine, gt.ptr, eps, 0)
 	}); err != nil {
 		return false, err
 	}

@@ -139,18 +139,6 @@ func (b *Backend) bulkCall(c bulkConfig, kernel string, y uint64, ot int, x, w u
 	return b.launch(f, [3]int{b.bulkGrid(f, c, tiles), 1, 1}, (c.cw+1)*32, c.smem(), y, x, w, i32(n), i32(m), i32(k), flag(earlyW))
 }
 
-// bulkSiLUNormCall queues gemvb_silu_norm_bf16 (variant c): out [n, inter]
-// = SiLU x mul of the gate/up product of RMSNorm(h) * g; h [n, k] BF16,
-// g [k] F32, w [2*inter, k]; earlyW as for gemm. CUDA thread only.
-func (b *Backend) bulkSiLUNormCall(c bulkConfig, out, h, g uint64, eps float32, w uint64, n, inter, k int, earlyW bool) error {
-	f, err := b.fnSmem(fnKey{c.spec(n, int(dtBF16)), "gemvb_silu_norm_bf16"}, c.smem())
-	if err != nil {
-		return err
-	}
-	return b.launch(f, [3]int{b.bulkGrid(f, c, inter/8), 1, 1}, (c.cw+1)*32, c.smem(), out, h, w, i32(n), i32(inter), i32(k),
-		flag(earlyW), g, f32bits(eps))
-}
-
 // tuneBulk times the bulk variants that take the product (L2 flushed, as
 // the tuner times the others) and records the fastest in p; it becomes
 // the product's kernel if it beats cur ms, the current choice's time, by
@@ -253,49 +241,43 @@ func bulkPickQKV(pick func(rows, k, sms int) bulkConfig, rows, k, sms int) bulkC
 	return pick(rows, k, sms)
 }
 
-// bulkPickNorm is bulkPick's variant for the kernels that normalise x
-// (gemvb_silu_norm_bf16, gemvb_qkv_rope_norm_bf16), bound to at least
-// two blocks an SM: left to itself NVRTC 13 gave gemvb_silu_norm_bf16
-// more registers than two blocks of 288 threads may hold (one block an SM,
-// TestBulkOccupancy, ninth session), and with one block the producer's
-// stream stalls during every tile's epilogue.
-func bulkPickNorm(rows, k, sms int) bulkConfig {
+// bulkPickScaled is bulkPick's variant for the _scaled kernels (the
+// split norm, split_norm.go), bound to at least two blocks an SM: left
+// to itself NVRTC 13 gave a kernel that scaled x in its consumers more
+// registers than two blocks of 288 threads may hold (one block an SM,
+// TestBulkOccupancy, ninth session), and the _scaled kernels hold a few
+// registers more than the others.
+func bulkPickScaled(rows, k, sms int) bulkConfig {
 	c := bulkPick(rows, k, sms)
 	c.mb = max(c.mb, 2)
 	return c
 }
 
-// bulkNorm lets the NormFuser ops run on the bulk GEMV with the norm in
-// the kernel (gemvb_silu_norm_bf16 for NormGateUpSiLU, and with bulkQKV
-// gemvb_qkv_rope_norm_bf16 for NormQKVRoPE): x is read as the residual
-// stream and the norm kernel before the product does not run. Where the
-// register GEMV normalised x itself it lost (fuse_norm.go: it has no
-// stream ahead of its consumers to hide the extra work behind); the bulk
-// kernel's producer keeps streaming while the consumers scale x.
-// TRIGON_CUDA_GEMV_BULK_NORM=on|off, read by New.
+// bulkNorm turns on the split norm (backend.SplitNormFuser,
+// split_norm.go). TRIGON_CUDA_GEMV_BULK_NORM=on|off, read by New.
 var bulkNorm = false
 
 // bulkNormEnv names bulkNorm's setting.
 const bulkNormEnv = "TRIGON_CUDA_GEMV_BULK_NORM"
 
 // bulkQKVCall launches gemvb_qkv_rope_bf16 (variant c) on FusedQKVRoPE's
-// operands, or with a norm weight g (F32 [k], else 0)
-// gemvb_qkv_rope_norm_bf16, x then the residual stream; earlyW as for
+// operands, or with ss (F32 [n, ceil(k/16)], else 0)
+// gemvb_qkv_rope_scaled_bf16, x then MatMulAddScaled's xs; earlyW as for
 // gemm. CUDA thread only.
-func (b *Backend) bulkQKVCall(c bulkConfig, x, w uint64, r ropeOps, k int, earlyW bool, g uint64, eps float32) error {
+func (b *Backend) bulkQKVCall(c bulkConfig, x, w uint64, r ropeOps, k int, earlyW bool, ss uint64, eps float32) error {
 	kernel := "gemvb_qkv_rope_bf16"
-	if g != 0 {
-		kernel = "gemvb_qkv_rope_norm_bf16"
+	if ss != 0 {
+		kernel = "gemvb_qkv_rope_scaled_bf16"
 	}
 	f, err := b.fnSmem(fnKey{c.spec(r.n, int(dtBF16)), kernel}, c.smem())
 	if err != nil {
 		return err
 	}
 	grid := [3]int{b.bulkGrid(f, c, (r.h+2*r.kvh)*r.d/16), 1, 1}
-	// The norm kernel's two extra arguments are ignored by the other.
+	// The _scaled kernel's two extra arguments are ignored by the other.
 	return b.launch(f, grid, (c.cw+1)*32, c.smem(), r.q.ptr, x, w, r.pos.ptr, r.slots.ptr, r.kc.ptr, r.vc.ptr,
 		r.invf.ptr, i32(r.n), i32(k), i32(r.h), i32(r.kvh), i32(r.d), i32(r.blockSize), i32(r.numSlots), b.errDev,
-		flag(earlyW), g, f32bits(eps))
+		flag(earlyW), ss, f32bits(eps))
 }
 
 // GateUpSiLU implements backend.GateUpSiLUFuser for BF16 operands of at

@@ -10,7 +10,7 @@
 # attn_check, default_model, peers, overlap (bench overlap), margin, pdl,
 # tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab, queue_ab, norm_prefetch, chain, chain_ops, chain_final, chain_verify, tests_only,
 # prefill_ab, prefill_small, prefill_tile, cluster_final, cluster_fit, step_trace, pdl_some, attn_pdl, pdl_final, verify_final, spin_ab,
-# bulk, bulk_bench, bulk_ab, verify_bulk, bulk_qkv, bulk_norm, norm_mb, norm_cvt, serve_ab, greedy_same, prefill_chunks, splits (one A/B
+# bulk, bulk_bench, bulk_ab, verify_bulk, bulk_qkv, bulk_norm, norm_mb, norm_cvt, split_norm, serve_ab, greedy_same, prefill_chunks, splits (one A/B
 # experiment each), final (tests, then peers, rows and the server: what
 # docs/benchmarks.md's latest section ran);
 # `session.sh bigref graphs` runs those two. Results: $OUT/summary.txt and
@@ -893,6 +893,21 @@ log "BenchmarkGEMVBulk/layer"
 grep -E "us/op|FAIL|rror" "$OUT/bulk-bench.log" | awk '{print $1, $(NF-1), "us"}' | tee -a "$OUT/summary.txt"
 for r in 1 2; do
   for v in "" TRIGON_CUDA_GEMV_BULK_NORM=on; do step_trace "$v"; done
+done
+}
+
+# split_norm: the norm split between the product before it and the one
+# after it (backend.SplitNormFuser, TRIGON_CUDA_GEMV_BULK_NORM=on): its
+# tests, the layer benchmark (split against tuned and nonorm), then the
+# step: default, split, split with the bulk QKV kernel, alternating twice.
+split_norm() {
+log "TestSplitNorm, TestBulkOccupancy, TestGEMVBulk*, TestBulkQKVRoPE, TestFusedQKVRoPE, TestNormQKVRoPE, TestNormFused, TestPDLEnv, TestKernelsWait"
+cuda_tests_run split-norm-tests.log 'TestSplitNorm|TestBulkOccupancy|TestGEMVBulk|TestBulkQKVRoPE|TestFusedQKVRoPE|TestNormQKVRoPE|TestNormFused|TestPDLEnv|TestKernelsWait'
+log "BenchmarkGEMVBulk/layer"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'BenchmarkGEMVBulk/layer' -test.benchtime 200x >"$OUT/bulk-bench.log" 2>&1)
+grep -E "us/op|FAIL|rror" "$OUT/bulk-bench.log" | awk '{print $1, $(NF-1), "us"}' | tee -a "$OUT/summary.txt"
+for r in 1 2; do
+  for v in "" TRIGON_CUDA_GEMV_BULK_NORM=on "TRIGON_CUDA_GEMV_BULK_NORM=on TRIGON_CUDA_GEMV_BULK_QKV=on"; do step_trace "$v"; done
 done
 }
 
