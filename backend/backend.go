@@ -268,32 +268,6 @@ type GateUpSiLUFuser interface {
 	GateUpSiLU(out, x, w Tensor) (bool, error)
 }
 
-// SplitNormFuser is an optional Backend interface (decode-sized batches)
-// that splits an RMS norm between the product adding into the residual
-// stream before it and the product after it, so no norm op runs between
-// them. MatMulAddScaled is MatMulAdd that also leaves the norm's first
-// half: xs = bf16(h * g) of the updated residual h, and ss, the sums of
-// squares of each 16-column piece of h's rows. ScaledGateUpSiLU and
-// ScaledQKVRoPE take xs and ss in place of RMSNorm(h) * g: they compute
-// rs * (xs . w^T), rs = rsqrt(mean(h^2) + eps), rounded as the unfused
-// ops round the product (xs rounds h * g where AddRMSNorm rounds
-// h * rs * g: bf16 tolerance, not the same bits). Each returns false,
-// having queued nothing, where it does not take the operands; the caller
-// then runs MatMulAdd and the norm, or the norm's consumer on h. Operands
-// the unfused ops would refuse are an ErrShape error.
-//
-//	MatMulAddScaled: resid [n, m];  x [n, k];  w [m, k];  g [m];
-//	  xs [n, m];  ss [n, ceil(m/16)] F32
-//	ScaledGateUpSiLU: out [n, inter];  xs [n, k];  ss [n, ceil(k/16)];
-//	  w [2*inter, k]
-//	ScaledQKVRoPE: xs [n, k];  ss [n, ceil(k/16)];  w and args as for
-//	  FusedQKVRoPE
-type SplitNormFuser interface {
-	MatMulAddScaled(resid, x, w, g, xs, ss Tensor) (bool, error)
-	ScaledGateUpSiLU(out, xs, ss Tensor, eps float32, w Tensor) (bool, error)
-	ScaledQKVRoPE(xs, ss Tensor, eps float32, w Tensor, args RoPEArgs) (bool, error)
-}
-
 // Chainer is an optional Backend interface for decode-sized batches: Chain
 // runs a run of NormFuser's ops as one device program, so the weights of
 // consecutive products stream without the gaps between kernels (a decode

@@ -185,21 +185,9 @@ func TestKernelsWaitForPredecessor(t *testing.T) {
 			name := s[loc[2]:loc[3]]
 			if early, ok := earlyReaders[name]; ok {
 				// Reads pristine weights first, then waits: both branches
-				// must be there, the early one guarded by the host's flag
-				// (in the shared body, where the kernel runs one, and none in
-				// the kernel around it).
-				text := rest
-				if sb, ok := sharedBodies[name]; ok {
-					def := strings.Index(s, "void "+sb+"(")
-					call := strings.Index(rest, sb+"<")
-					if def < 0 || call < 0 || strings.Contains(rest[:call], "grid_dep") {
-						t.Errorf("%s: kernel %q must leave its waits to %s", f, name, sb)
-						continue
-					}
-					text = strings.TrimSpace(s[def+strings.Index(s[def:], "{")+1:])
-				}
-				if !strings.HasPrefix(text, "if (!"+early+") grid_dep_wait();") ||
-					!strings.Contains(text, "if ("+early+") grid_dep_wait();") {
+				// must be there, the early one guarded by the host's flag.
+				if !strings.HasPrefix(rest, "if (!"+early+") grid_dep_wait();") ||
+					!strings.Contains(rest, "if ("+early+") grid_dep_wait();") {
 					t.Errorf("%s: kernel %q must start with `if (!%s) grid_dep_wait();` and wait after its early loads", f, name, early)
 				}
 			} else if early, ok := producerWaiters[name]; ok {
@@ -263,8 +251,6 @@ func TestKernelsWaitForPredecessor(t *testing.T) {
 var sharedBodies = map[string]string{
 	"attn_decode_mma": "attn_decode_body", "attn_decode_mma_cl": "attn_decode_body",
 	"gemvb_bf16": "gemvb", "gemvb_add_bf16": "gemvb", "gemvb_silu_bf16": "gemvb", "gemvb_qkv_rope_bf16": "gemvb",
-	"gemvb_add_scaled_bf16": "gemvb", "gemvb_silu_scaled_bf16": "gemvb", "gemvb_qkv_rope_scaled_bf16": "gemvb",
-	"qkv_rope_bf16": "qkv_rope_body", "qkv_rope_ss_bf16": "qkv_rope_body",
 }
 
 // producerWaiters are the bulk-copy GEMV kernels (sharedBodies: gemvb),
@@ -273,7 +259,6 @@ var sharedBodies = map[string]string{
 // wait before they read x.
 var producerWaiters = map[string]string{
 	"gemvb_bf16": "early_w", "gemvb_add_bf16": "early_w", "gemvb_silu_bf16": "early_w", "gemvb_qkv_rope_bf16": "early_w",
-	"gemvb_add_scaled_bf16": "early_w", "gemvb_silu_scaled_bf16": "early_w", "gemvb_qkv_rope_scaled_bf16": "early_w",
 }
 
 // lateWaiters are the kernels whose shared body (sharedBodies) reads the
@@ -285,7 +270,7 @@ var lateWaiters = map[string]string{"attn_decode_mma": "*(const uint4*)(q +", "a
 // weights the host flags as pristine (never written by a kernel), named by
 // the flag parameter.
 var earlyReaders = map[string]string{
-	"gemv_bf16": "early_w", "qkv_rope_bf16": "early_w", "qkv_rope_ss_bf16": "early_w", "gemv_add_bf16": "early_w", "gemv_norm_silu_bf16": "early_w",
+	"gemv_bf16": "early_w", "qkv_rope_bf16": "early_w", "gemv_add_bf16": "early_w", "gemv_norm_silu_bf16": "early_w",
 }
 
 // globalRe matches a kernel's declaration up to its parameter list.

@@ -155,7 +155,6 @@ func (p *pair) normWeights(k int) []float32 {
 // within the last-bit noise of the norm's scale.
 func TestNormFused(t *testing.T) {
 	sharedBackend(t, true)
-	withBulkNorm(t, false) // the register GEMV's kernels; TestBulkNorm has the bulk ones
 	if !gemvEnabled {
 		t.Skip("the GEMV is off (TRIGON_CUDA_GEMV=off): nothing fuses")
 	}
@@ -281,7 +280,6 @@ func TestNormFused(t *testing.T) {
 // product's plan chose).
 func TestNormQKVRoPE(t *testing.T) {
 	sharedBackend(t, true)
-	withBulkNorm(t, false) // the register GEMV's kernels; TestBulkNorm has the bulk ones
 	if !gemvEnabled {
 		t.Skip("the GEMV is off (TRIGON_CUDA_GEMV=off): nothing fuses")
 	}
@@ -333,7 +331,6 @@ func TestNormQKVRoPE(t *testing.T) {
 // replays: each replay must match an eager run byte for byte.
 func TestNormFusedGraph(t *testing.T) {
 	sharedBackend(t, true)
-	withBulkNorm(t, false) // the register GEMV's kernels; TestBulkNorm has the bulk ones
 	if !gemvEnabled {
 		t.Skip("the GEMV is off (TRIGON_CUDA_GEMV=off): nothing fuses")
 	}

@@ -55,10 +55,7 @@ func applyBulkEnv() error {
 		return fmt.Errorf("cuda: %s=%q: want off, on or always", bulkEnv, v)
 	}
 	var err error
-	if bulkQKV, bulkQKVVariant, err = parseBulkQKV(os.Getenv(bulkQKVEnv)); err != nil {
-		return err
-	}
-	bulkNorm, err = envSwitch(bulkNormEnv, false)
+	bulkQKV, bulkQKVVariant, err = parseBulkQKV(os.Getenv(bulkQKVEnv))
 	return err
 }
 
@@ -241,43 +238,17 @@ func bulkPickQKV(pick func(rows, k, sms int) bulkConfig, rows, k, sms int) bulkC
 	return pick(rows, k, sms)
 }
 
-// bulkPickScaled is bulkPick's variant for the _scaled kernels (the
-// split norm, split_norm.go), bound to at least two blocks an SM: left
-// to itself NVRTC 13 gave a kernel that scaled x in its consumers more
-// registers than two blocks of 288 threads may hold (one block an SM,
-// TestBulkOccupancy, ninth session), and the _scaled kernels hold a few
-// registers more than the others.
-func bulkPickScaled(rows, k, sms int) bulkConfig {
-	c := bulkPick(rows, k, sms)
-	c.mb = max(c.mb, 2)
-	return c
-}
-
-// bulkNorm turns on the split norm (backend.SplitNormFuser,
-// split_norm.go). TRIGON_CUDA_GEMV_BULK_NORM=on|off, read by New.
-var bulkNorm = false
-
-// bulkNormEnv names bulkNorm's setting.
-const bulkNormEnv = "TRIGON_CUDA_GEMV_BULK_NORM"
-
 // bulkQKVCall launches gemvb_qkv_rope_bf16 (variant c) on FusedQKVRoPE's
-// operands, or with ss (F32 [n, ceil(k/16)], else 0)
-// gemvb_qkv_rope_scaled_bf16, x then MatMulAddScaled's xs; earlyW as for
-// gemm. CUDA thread only.
-func (b *Backend) bulkQKVCall(c bulkConfig, x, w uint64, r ropeOps, k int, earlyW bool, ss uint64, eps float32) error {
-	kernel := "gemvb_qkv_rope_bf16"
-	if ss != 0 {
-		kernel = "gemvb_qkv_rope_scaled_bf16"
-	}
-	f, err := b.fnSmem(fnKey{c.spec(r.n, int(dtBF16)), kernel}, c.smem())
+// operands; earlyW as for gemm. CUDA thread only.
+func (b *Backend) bulkQKVCall(c bulkConfig, x, w uint64, r ropeOps, k int, earlyW bool) error {
+	f, err := b.fnSmem(fnKey{c.spec(r.n, int(dtBF16)), "gemvb_qkv_rope_bf16"}, c.smem())
 	if err != nil {
 		return err
 	}
-	grid := [3]int{b.bulkGrid(f, c, (r.h+2*r.kvh)*r.d/16), 1, 1}
-	// The _scaled kernel's two extra arguments are ignored by the other.
-	return b.launch(f, grid, (c.cw+1)*32, c.smem(), r.q.ptr, x, w, r.pos.ptr, r.slots.ptr, r.kc.ptr, r.vc.ptr,
-		r.invf.ptr, i32(r.n), i32(k), i32(r.h), i32(r.kvh), i32(r.d), i32(r.blockSize), i32(r.numSlots), b.errDev,
-		flag(earlyW), ss, f32bits(eps))
+	tiles := (r.h + 2*r.kvh) * r.d / 16
+	return b.launch(f, [3]int{b.bulkGrid(f, c, tiles), 1, 1}, (c.cw+1)*32, c.smem(), r.q.ptr, x, w, r.pos.ptr, r.slots.ptr,
+		r.kc.ptr, r.vc.ptr, r.invf.ptr, i32(r.n), i32(k), i32(r.h), i32(r.kvh), i32(r.d), i32(r.blockSize), i32(r.numSlots),
+		b.errDev, flag(earlyW))
 }
 
 // GateUpSiLU implements backend.GateUpSiLUFuser for BF16 operands of at

@@ -229,14 +229,11 @@ func TestBulkOccupancy(t *testing.T) {
 	for _, tc := range []struct {
 		kernel  string
 		rows, k int
-		pick    func(rows, k, sms int) bulkConfig
 	}{
-		{"gemvb_add_bf16", hidden, hidden, bulkPick}, {"gemvb_add_bf16", hidden, inter, bulkPick},
-		{"gemvb_add_scaled_bf16", hidden, hidden, bulkPickScaled}, {"gemvb_add_scaled_bf16", hidden, inter, bulkPickScaled},
-		{"gemvb_silu_bf16", 2 * inter, hidden, bulkPick}, {"gemvb_silu_scaled_bf16", 2 * inter, hidden, bulkPickScaled},
-		{"gemvb_qkv_rope_bf16", qkv, hidden, bulkPick}, {"gemvb_qkv_rope_scaled_bf16", qkv, hidden, bulkPickScaled},
+		{"gemvb_add_bf16", hidden, hidden}, {"gemvb_add_bf16", hidden, inter},
+		{"gemvb_silu_bf16", 2 * inter, hidden}, {"gemvb_qkv_rope_bf16", qkv, hidden},
 	} {
-		c := tc.pick(tc.rows, tc.k, b.sms)
+		c := bulkPick(tc.rows, tc.k, b.sms)
 		// Batches of 1-8 (one x tile). Two x tiles need more registers:
 		// 126-164 at 1024-column stages (NVRTC 11.8), one block an SM.
 		for _, n := range []int{1, 4, 8} {
@@ -259,182 +256,6 @@ func TestBulkOccupancy(t *testing.T) {
 	}
 }
 
-// withBulkNorm sets bulkNorm for the rest of the test.
-func withBulkNorm(t *testing.T, on bool) {
-	old := bulkNorm
-	bulkNorm = on
-	t.Cleanup(func() { bulkNorm = old })
-}
-
-// hostSplitNorm returns the split norm's first half of h [n, k] (BF16
-// values) with norm weight g [k]: xs = bf16(h * g) as BF16 bytes and ss,
-// the sums of squares of each 16-column piece of h's rows.
-func hostSplitNorm(h, g []float32, n, k int) (xs []byte, ss []float32) {
-	xv := make([]float32, n*k)
-	sh := ssShape(n, k)
-	ss = make([]float32, sh[0]*sh[1])
-	for r := range n {
-		for c := range k {
-			v := h[r*k+c]
-			xv[r*k+c] = v * g[c]
-			ss[r*sh[1]+c/16] += v * v
-		}
-	}
-	return encode(backend.BF16, xv), ss
-}
-
-// TestSplitNorm checks backend.SplitNormFuser on the bulk kernels
-// (bulkNorm on). MatMulAddScaled: the residual byte for byte MatMulAdd's
-// (the same product and rounding), xs byte for byte bf16(resid * g) of
-// that residual, ss within f32 rounding of its sums of squares. Its
-// consumers, fed those: ScaledGateUpSiLU against the CPU's AddRMSNorm,
-// MatMul and SiLUMul of the same product, and against the GPU's norm then
-// GateUpSiLU; ScaledQKVRoPE (the register GEMV, then gemvb_qkv_rope_scaled_bf16
-// with bulkQKV) against the CPU's AddRMSNorm, MatMul and RoPEStoreKV, QKV
-// left unwritten. The consumers scale h*g rather than h*rs*g before the
-// bf16 rounding (gemv.cu's NP=1 arithmetic): bf16 tolerance.
-func TestSplitNorm(t *testing.T) {
-	b := needBulk(t)
-	withBulkNorm(t, true)
-	const eps = 1e-5
-	bf := backend.BF16
-	for _, s := range []struct{ n, kin, k, inter int }{
-		{1, 4096, 4096, 1024}, {4, 4096, 4096, 14336}, {4, 14336, 4096, 1024}, {9, 2048, 2048, 520},
-		{16, 1024, 1024, 2048}, {3, 1536, 1536, 264}, {5, 1024, 1000, 264},
-	} {
-		t.Run(fmt.Sprintf("gateup_n%d_kin%d_k%d_inter%d", s.n, s.kin, s.k, s.inter), func(t *testing.T) {
-			p := newPair(t)
-			rv := p.normal(s.n*s.k, 1)
-			r0 := encode(bf, rv)
-			cr, gr := p.act(bf, []int{s.n, s.k}, rv)
-			cx, gx := p.act(bf, []int{s.n, s.kin}, p.normal(s.n*s.kin, 1))
-			cwo, gwo := p.same(bf, []int{s.k, s.kin}, encode(bf, p.normal(s.k*s.kin, float32(1/math.Sqrt(float64(s.kin))))))
-			gvals := p.normWeights(s.k)
-			cg, gg := p.same(backend.F32, []int{s.k}, encode(backend.F32, gvals))
-			cw, gw := p.same(bf, []int{2 * s.inter, s.k},
-				encode(bf, p.normal(2*s.inter*s.k, float32(1/math.Sqrt(float64(s.k))))))
-
-			// The CPU chain: the product added into the residual, the norm,
-			// gate/up, SiLU x mul.
-			cDelta, cNormed := p.cpuOut(s.n, s.k), p.cpuOut(s.n, s.k)
-			cGU, cAct := p.cpuOut(s.n, 2*s.inter), p.cpuOut(s.n, s.inter)
-			p.must("cpu o", p.c.MatMul(cDelta, cx, cwo, nil))
-			p.must("cpu add+norm", p.c.AddRMSNorm(cNormed, cDelta, cr, cg, eps))
-			p.must("cpu gate/up", p.c.MatMul(cGU, cNormed, cw, nil))
-			p.must("cpu silu", p.c.SiLUMul(cAct, cGU))
-
-			// MatMulAdd's residual, for the bytes.
-			ok, err := b.MatMulAdd(gr, gx, gwo)
-			p.must("MatMulAdd", err)
-			if !ok {
-				t.Fatal("MatMulAdd did not fuse")
-			}
-			wantResid := readBytes(t, b, gr)
-			p.must("reset resid", b.Write(gr, r0))
-
-			xs, ss := p.poisoned(bf, s.n, s.k), p.poisoned(backend.F32, ssShape(s.n, s.k)...)
-			ok, err = b.MatMulAddScaled(gr, gx, gwo, gg, xs, ss)
-			p.must("MatMulAddScaled", err)
-			if !ok {
-				t.Fatal("MatMulAddScaled did not fuse on the bulk kernel")
-			}
-			p.must("sync", b.Sync())
-			resid := readBytes(t, b, gr)
-			if !bytes.Equal(resid, wantResid) {
-				t.Fatal("MatMulAddScaled's residual differs from MatMulAdd's")
-			}
-			p.expectClose("residual vs cpu", decode(bf, resid), read(t, p.c, cr), bf16Tol)
-			hostXS, hostSS := hostSplitNorm(decode(bf, resid), gvals, s.n, s.k)
-			if !bytes.Equal(readBytes(t, b, xs), hostXS) {
-				t.Fatal("xs is not bf16(resid * g)")
-			}
-			p.expectClose("ss vs the host's sums", read(t, b, ss), hostSS, 1e-5)
-
-			gAct := p.poisoned(bf, s.n, s.inter)
-			ok, err = b.ScaledGateUpSiLU(gAct, xs, ss, eps, gw)
-			p.must("ScaledGateUpSiLU", err)
-			if s.k%512 != 0 { // no bulk variant takes k: the caller runs the norm
-				if ok {
-					t.Fatalf("ScaledGateUpSiLU fused k = %d", s.k)
-				}
-				return
-			}
-			if !ok {
-				t.Fatal("ScaledGateUpSiLU did not fuse")
-			}
-			gNormed, gKernel := p.poisoned(bf, s.n, s.k), p.poisoned(bf, s.n, s.inter)
-			p.must("norm", b.AddRMSNorm(gNormed, gr, nil, gg, eps))
-			ok, err = b.GateUpSiLU(gKernel, gNormed, gw)
-			p.must("GateUpSiLU", err)
-			p.must("sync", b.Sync())
-			got := read(t, b, gAct)
-			p.expectClose("split norm gate/up+silu vs cpu", got, read(t, p.c, cAct), bf16Tol)
-			if ok {
-				p.expectClose("split norm gate/up+silu vs norm kernel then GateUpSiLU", got, read(t, b, gKernel), bf16Tol)
-			}
-		})
-	}
-	for _, s := range []struct{ h, kv, hd, k int }{{32, 8, 128, 4096}, {8, 2, 64, 1024}, {16, 2, 256, 2048}, {4, 4, 16, 1536}} {
-		for _, n := range []int{1, 4, 9, 16} {
-			for _, onBulk := range []bool{false, true} {
-				name := map[bool]string{false: "gemv", true: "bulk"}[onBulk]
-				t.Run(fmt.Sprintf("qkv_%s_h%d_kv%d_hd%d_k%d_n%d", name, s.h, s.kv, s.hd, s.k, n), func(t *testing.T) {
-					withBulkQKV(t, onBulk)
-					p := newPair(t)
-					c := newQKVCase(p, s.h, s.kv, s.hd, s.k, n)
-					gvals := p.normWeights(s.k)
-					cg, _ := p.same(backend.F32, []int{s.k}, encode(backend.F32, gvals))
-					normed := p.cpuOut(n, s.k)
-					p.must("cpu norm", p.c.AddRMSNorm(normed, c.cx, nil, cg, eps))
-					p.must("cpu matmul", p.c.MatMul(c.cqkv, normed, c.cw, nil))
-					p.must("cpu rope", p.c.RoPEStoreKV(c.cpuArgs()))
-					hostXS, hostSS := hostSplitNorm(read(t, p.c, c.cx), gvals, n, s.k)
-					xs := p.gpuT(backend.BF16, []int{n, s.k}, hostXS)
-					ss := p.gpuT(backend.F32, ssShape(n, s.k), encode(backend.F32, hostSS))
-					c.reset()
-					ok, err := p.g.ScaledQKVRoPE(xs, ss, eps, c.gw, c.gpuArgs())
-					p.must("ScaledQKVRoPE", err)
-					if !ok {
-						t.Fatal("ScaledQKVRoPE did not fuse")
-					}
-					got := c.read()
-					if string(got.qkv) != string(c.qkvPoison) {
-						t.Fatal("QKV was written: the unfused path ran")
-					}
-					c.checkCPU("split norm qkv", got)
-				})
-			}
-		}
-	}
-	t.Run("refusals", func(t *testing.T) {
-		p := newPair(t)
-		_, gr := p.act(bf, []int{4, 1024}, p.normal(4*1024, 1))
-		_, gx := p.act(bf, []int{4, 1024}, p.normal(4*1024, 1))
-		_, gw := p.same(bf, []int{1024, 1024}, encode(bf, p.normal(1024*1024, 0.03)))
-		_, gg := p.same(backend.F32, []int{1024}, encode(backend.F32, p.normWeights(1024)))
-		xs, ss := p.poisoned(bf, 4, 1024), p.poisoned(backend.F32, 4, 64)
-		if _, err := b.MatMulAddScaled(gr, gx, gw, gg, xs, p.poisoned(backend.F32, 4, 63)); !errors.Is(err, backend.ErrShape) {
-			t.Fatalf("ss of 63 pieces for 1024 columns: %v, want ErrShape", err)
-		}
-		if _, err := b.MatMulAddScaled(gr, gx, gw, gg, xs, p.poisoned(bf, 4, 64)); !errors.Is(err, backend.ErrShape) {
-			t.Fatalf("BF16 ss: %v, want ErrShape", err)
-		}
-		if _, err := b.MatMulAddScaled(gr, gx, gw, gg, gr, ss); !errors.Is(err, backend.ErrShape) {
-			t.Fatalf("xs aliasing resid: %v, want ErrShape", err)
-		}
-		if _, err := b.ScaledGateUpSiLU(p.poisoned(bf, 4, 512), xs, ss, float32(math.NaN()), gw); !errors.Is(err, backend.ErrShape) {
-			t.Fatalf("NaN eps: %v, want ErrShape", err)
-		}
-		withBulkNorm(t, false)
-		if ok, err := b.MatMulAddScaled(gr, gx, gw, gg, xs, ss); ok || err != nil {
-			t.Fatalf("bulkNorm off: fused %v, err %v; want a plain refusal", ok, err)
-		}
-		if ok, err := b.ScaledGateUpSiLU(p.poisoned(bf, 4, 512), xs, ss, 1e-5, gw); ok || err != nil {
-			t.Fatalf("bulkNorm off: fused %v, err %v; want a plain refusal", ok, err)
-		}
-	})
-}
-
 // TestGEMVBulkGraph replays the decode MLP's bulk kernels from a captured
 // graph (the O product adding into the residual, the norm, gate/up with
 // SiLU, the down product adding into the residual: MatMulAdd and
@@ -444,17 +265,6 @@ func TestSplitNorm(t *testing.T) {
 // run inside the graph.
 func TestGEMVBulkGraph(t *testing.T) {
 	needBulk(t)
-	for _, norm := range []bool{false, true} {
-		t.Run(map[bool]string{false: "norm_kernel", true: "split_norm"}[norm], func(t *testing.T) {
-			withBulkNorm(t, norm)
-			bulkGraphRounds(t)
-		})
-	}
-}
-
-// bulkGraphRounds is TestGEMVBulkGraph under the current bulkNorm: with
-// it, MatMulAddScaled and ScaledGateUpSiLU split the norm between them.
-func bulkGraphRounds(t *testing.T) {
 	p := newPair(t)
 	g := p.g
 	const n, hidden, inter = 4, 2048, 1536
@@ -466,8 +276,6 @@ func bulkGraphRounds(t *testing.T) {
 	_, wo := p.same(backend.BF16, []int{hidden, hidden}, encode(backend.BF16, p.normal(hidden*hidden, 0.02)))
 	_, wgu := p.same(backend.BF16, []int{2 * inter, hidden}, encode(backend.BF16, p.normal(2*inter*hidden, 0.02)))
 	_, wd := p.same(backend.BF16, []int{hidden, inter}, encode(backend.BF16, p.normal(hidden*inter, 0.02)))
-	xs := p.poisoned(backend.BF16, n, hidden)
-	ss := p.poisoned(backend.F32, ssShape(n, hidden)...)
 	fused := func(ok bool, err error) error {
 		if err == nil && !ok {
 			err = errors.New("the op did not fuse")
@@ -475,23 +283,14 @@ func bulkGraphRounds(t *testing.T) {
 		return err
 	}
 	step := func() error {
-		if bulkNorm {
-			if err := fused(g.MatMulAddScaled(resid, x, wo, nw, xs, ss)); err != nil {
-				return err
-			}
-			if err := fused(g.ScaledGateUpSiLU(act, xs, ss, 1e-5, wgu)); err != nil {
-				return err
-			}
-		} else {
-			if err := fused(g.MatMulAdd(resid, x, wo)); err != nil {
-				return err
-			}
-			if err := g.AddRMSNorm(normed, resid, nil, nw, 1e-5); err != nil {
-				return err
-			}
-			if err := fused(g.GateUpSiLU(act, normed, wgu)); err != nil {
-				return err
-			}
+		if err := fused(g.MatMulAdd(resid, x, wo)); err != nil {
+			return err
+		}
+		if err := g.AddRMSNorm(normed, resid, nil, nw, 1e-5); err != nil {
+			return err
+		}
+		if err := fused(g.GateUpSiLU(act, normed, wgu)); err != nil {
+			return err
 		}
 		return fused(g.MatMulAdd(resid, act, wd))
 	}
@@ -573,17 +372,6 @@ func BenchmarkGEMVBulk(b *testing.B) {
 	}
 	normW := randomBF16(b, g, 0.1, hidden)
 	normed, _ := g.Alloc(backend.BF16, n, hidden)
-	normW32, err := g.Alloc(backend.F32, hidden) // NormGateUpSiLU's norm weight
-	if err != nil {
-		b.Fatal(err)
-	}
-	ones := make([]float32, hidden)
-	for i := range ones {
-		ones[i] = 1
-	}
-	if err := g.Write(normW32, encode(backend.F32, ones)); err != nil {
-		b.Fatal(err)
-	}
 	defer func() {
 		for _, p := range prods {
 			for _, w := range p.ws {
@@ -595,7 +383,6 @@ func BenchmarkGEMVBulk(b *testing.B) {
 		}
 		g.Free(normW)
 		g.Free(normed)
-		g.Free(normW32)
 	}()
 	orig := bulkMode
 	defer func() { bulkMode = orig }()
@@ -678,17 +465,10 @@ func BenchmarkGEMVBulk(b *testing.B) {
 	// writes what it would.
 	o, gu, down := prods[0], prods[1], prods[2]
 	layerBytes := float64((o.rows*o.in + gu.rows*gu.in + down.rows*down.in) * 2)
-	// "split": the tuned path with the norm split between the O and gate/up
-	// kernels (MatMulAddScaled, ScaledGateUpSiLU; bulkNorm on); "nonorm":
-	// the tuned path without the norm at all (gate/up reads a stale input),
-	// so that tuned - nonorm is what the norm kernel costs in the chain.
-	xs, _ := g.Alloc(backend.BF16, n, hidden)
-	ss, _ := g.Alloc(backend.F32, ssShape(n, hidden)...)
-	defer func() {
-		g.Free(xs)
-		g.Free(ss)
-	}()
-	for _, mode := range []string{"base", "tuned", "bulk", "split", "nonorm"} {
+	// "nonorm": the tuned path without the norm at all (gate/up reads a
+	// stale input), so that tuned - nonorm is what the norm kernel costs in
+	// the chain.
+	for _, mode := range []string{"base", "tuned", "bulk", "nonorm"} {
 		next := 0
 		b.Run("layer_"+mode, func(b *testing.B) {
 			timeGraphOps(b, g, layerBytes, 2*copies, func() error {
@@ -701,22 +481,6 @@ func BenchmarkGEMVBulk(b *testing.B) {
 						return tuned(p, p.ws[next])
 					}
 					return bulk(p, p.ws[next], bulkPick(p.rows, p.in, g.sms))
-				}
-				if mode == "split" {
-					old := bulkNorm
-					bulkNorm = true
-					defer func() { bulkNorm = old }()
-					ok, err := g.MatMulAddScaled(o.y, o.x, o.ws[next], normW32, xs, ss)
-					if err == nil && ok {
-						ok, err = g.ScaledGateUpSiLU(gu.y, xs, ss, 1e-5, gu.ws[next])
-					}
-					if err == nil && !ok {
-						err = errors.New("the split norm did not fuse")
-					}
-					if err != nil {
-						return err
-					}
-					return run(down)
 				}
 				if err := run(o); err != nil {
 					return err

@@ -83,9 +83,8 @@ var pdlKernels = pdlDefault
 // combine behind attention; and (eighth session) the bulk-copy GEMVs,
 // whose producer streams the weight before it waits.
 var pdlDefault = map[string]bool{
-	"qkv_rope_bf16": true, "qkv_rope_ss_bf16": true, "attn_decode_mma": true, "attn_decode_combine": true,
+	"qkv_rope_bf16": true, "attn_decode_mma": true, "attn_decode_combine": true,
 	"gemvb_bf16": true, "gemvb_add_bf16": true, "gemvb_silu_bf16": true, "gemvb_qkv_rope_bf16": true,
-	"gemvb_add_scaled_bf16": true, "gemvb_silu_scaled_bf16": true, "gemvb_qkv_rope_scaled_bf16": true,
 }
 
 // applyPDLEnv reads pdlEnv.

@@ -114,7 +114,7 @@ func (b *Backend) qkvRoPEOperands(x, w backend.Tensor, a backend.RoPEArgs) (xt, 
 func (b *Backend) qkvRoPE(xt, wt *tensor, r ropeOps, k int, earlyW bool) error {
 	n, m := r.n, r.qkv.shape[1]
 	if c := bulkPickQKV(bulkPick, m, k, b.sms); bulkQKV && b.bulkFits(c, n, k, xt.ptr, wt.ptr) {
-		return b.bulkQKVCall(c, xt.ptr, wt.ptr, r, k, earlyW, 0, 0)
+		return b.bulkQKVCall(c, xt.ptr, wt.ptr, r, k, earlyW)
 	}
 	p, err := b.gemmPlanFor(r.qkv.ptr, cudaR16BF, xt.ptr, wt.ptr, n, m, k)
 	if err != nil {
@@ -126,30 +126,25 @@ func (b *Backend) qkvRoPE(xt, wt *tensor, r ropeOps, k int, earlyW bool) error {
 		}
 		return b.ropeStore(r)
 	}
-	return b.qkvRoPECall(p.gemv, xt.ptr, wt.ptr, r, k, earlyW, 0, 0, 0)
+	return b.qkvRoPECall(p.gemv, xt.ptr, wt.ptr, r, k, earlyW, 0, 0)
 }
 
 // qkvRoPECall launches qkv_rope_bf16 with GEMV variant c; with a norm
-// weight g (F32 [k], else 0), x is normalised in the kernel; with ss
-// (F32 [n, ceil(k/16)], else 0), x is MatMulAddScaled's xs and ss its
-// sums of squares. CUDA thread only.
-func (b *Backend) qkvRoPECall(c gemvConfig, x, w uint64, r ropeOps, k int, earlyW bool, g uint64, eps float32, ss uint64) error {
+// weight g (F32 [k], else 0), x is normalised in the kernel. CUDA thread
+// only.
+func (b *Backend) qkvRoPECall(c gemvConfig, x, w uint64, r ropeOps, k int, earlyW bool, g uint64, eps float32) error {
 	spec := modSpec{file: "gemv", p: [6]int{(r.n + 7) / 8, c.nw, c.ur, dtBF16}}
 	if g != 0 {
 		spec = normModule(r.n, c)
 	}
-	kernel := "qkv_rope_bf16"
-	if ss != 0 {
-		kernel = "qkv_rope_ss_bf16"
-	}
-	f, err := b.fn(fnKey{spec, kernel})
+	f, err := b.fn(fnKey{spec, "qkv_rope_bf16"})
 	if err != nil {
 		return err
 	}
 	blocks := (r.h + 2*r.kvh) * r.d / 16
 	return b.launch(f, [3]int{blocks, 1, 1}, c.nw*32, 0, r.q.ptr, x, w, r.pos.ptr, r.slots.ptr, r.kc.ptr, r.vc.ptr,
 		r.invf.ptr, g, f32bits(eps), i32(r.n), i32(k), i32(r.h), i32(r.kvh), i32(r.d), i32(r.blockSize), i32(r.numSlots),
-		b.errDev, flag(earlyW), ss) // qkv_rope_bf16 ignores the last
+		b.errDev, flag(earlyW))
 }
 
 // ropeOps are RoPEStoreKV's operands, checked by ropeOperands; ropeStore

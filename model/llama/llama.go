@@ -57,9 +57,6 @@ type Model struct {
 	mlpAct   backend.Tensor // [MaxTokens, inter] act
 	gathered backend.Tensor // [MaxLogits, hidden] act: final-normed rows whose logits are wanted
 	logits   backend.Tensor // [MaxLogits, vocab] F32
-	// ss holds a split norm's sums of squares (backend.SplitNormFuser),
-	// whose first half goes to normed; nil where the backend has none.
-	ss backend.Tensor // [MaxTokens, ceil(hidden/16)] F32
 
 	owned []backend.Tensor // everything Close frees
 }
@@ -363,9 +360,6 @@ func (m *Model) allocScratch() error {
 	m.mlpAct = alloc(act, n, c.Intermediate)
 	m.gathered = alloc(act, m.opts.MaxLogits, c.Hidden)
 	m.logits = alloc(backend.F32, m.opts.MaxLogits, c.VocabSize)
-	if _, ok := m.b.(backend.SplitNormFuser); ok {
-		m.ss = alloc(backend.F32, n, (c.Hidden+15)/16)
-	}
 	return err
 }
 
@@ -397,10 +391,6 @@ func (m *Model) forward(in *model.DeviceBatch, kv []model.LayerKV) (backend.Tens
 	attnOut := vs.rows(b, m.attnOut, n) // [n, nH*hd]
 	gateUp := vs.rows(b, m.gateUp, n)   // [n, 2*inter]
 	mlpAct := vs.rows(b, m.mlpAct, n)   // [n, inter]
-	var ss backend.Tensor               // [n, ceil(hidden/16)] F32, or nil
-	if m.ss != nil {
-		ss = vs.rows(b, m.ss, n)
-	}
 	if vs.err != nil {
 		return nil, vs.err
 	}
@@ -439,23 +429,6 @@ func (m *Model) forward(in *model.DeviceBatch, kv []model.LayerKV) (backend.Tens
 		}
 		pending = true
 		return b.MatMul(delta, x, w, bias)
-	}
-	// A SplitNormFuser splits a norm between the product adding into resid
-	// before it and the product after it (decode batches): split says
-	// normed and ss hold the norm's first half for the next consumer.
-	sf, _ := b.(backend.SplitNormFuser) // m.ss is allocated only where b is one
-	split := false
-	// projectSplit is project that, where it can, also leaves the first
-	// half of the norm with weight g that follows (nil: none).
-	projectSplit := func(x, w, bias, g backend.Tensor) error {
-		if ss != nil && g != nil && bias == nil && !pending {
-			ok, err := sf.MatMulAddScaled(resid, x, w, g, normed, ss)
-			if err != nil || ok {
-				split = ok
-				return err
-			}
-		}
-		return project(x, w, bias)
 	}
 	ropeArgs := func(l int) backend.RoPEArgs {
 		ly := m.layers[l]
@@ -496,13 +469,7 @@ func (m *Model) forward(in *model.DeviceBatch, kv []model.LayerKV) (backend.Tens
 			plainQKV := ly.qkvBias == nil && ly.qNorm == nil && ly.kNorm == nil
 			fused := false
 			var err error
-			if split && plainQKV {
-				if fused, err = sf.ScaledQKVRoPE(normed, ss, c.RMSNormEps, ly.qkv, rope); err != nil {
-					return nil, fmt.Errorf("layer %d split norm+qkv+rope: %w", l, err)
-				}
-			}
-			split = false // unused, it falls back on resid, which holds the sum
-			if !fused && nf != nil && !pending && plainQKV {
+			if nf != nil && !pending && plainQKV {
 				if fused, err = nf.NormQKVRoPE(resid, ly.inputNorm, c.RMSNormEps, ly.qkv, rope); err != nil {
 					return nil, fmt.Errorf("layer %d norm+qkv+rope: %w", l, err)
 				}
@@ -530,19 +497,13 @@ func (m *Model) forward(in *model.DeviceBatch, kv []model.LayerKV) (backend.Tens
 			if err := attend(l); err != nil {
 				return nil, err
 			}
-			if err := projectSplit(attnOut, ly.o, ly.oBias, ly.postNorm); err != nil {
+			if err := project(attnOut, ly.o, ly.oBias); err != nil {
 				return nil, fmt.Errorf("layer %d o_proj: %w", l, err)
 			}
 
 			// MLP block: down(silu(gate(x)) * up(x)).
 			fused = false
-			if split {
-				if fused, err = sf.ScaledGateUpSiLU(mlpAct, normed, ss, c.RMSNormEps, ly.gateUp); err != nil {
-					return nil, fmt.Errorf("layer %d split norm+gate/up+silu: %w", l, err)
-				}
-				split = false
-			}
-			if !fused && nf != nil && !pending {
+			if nf != nil && !pending {
 				if fused, err = nf.NormGateUpSiLU(mlpAct, resid, ly.postNorm, c.RMSNormEps, ly.gateUp); err != nil {
 					return nil, fmt.Errorf("layer %d norm+gate/up+silu: %w", l, err)
 				}
@@ -567,14 +528,7 @@ func (m *Model) forward(in *model.DeviceBatch, kv []model.LayerKV) (backend.Tens
 					return nil, fmt.Errorf("layer %d silu: %w", l, err)
 				}
 			}
-			// The next layer's input norm, split where its QKV takes it.
-			var next backend.Tensor
-			if l+1 < len(m.layers) {
-				if nl := m.layers[l+1]; nl.qkvBias == nil && nl.qNorm == nil && nl.kNorm == nil {
-					next = nl.inputNorm
-				}
-			}
-			if err := projectSplit(mlpAct, ly.down, nil, next); err != nil {
+			if err := project(mlpAct, ly.down, nil); err != nil {
 				return nil, fmt.Errorf("layer %d down_proj: %w", l, err)
 			}
 		}

@@ -10,7 +10,7 @@
 # attn_check, default_model, peers, overlap (bench overlap), margin, pdl,
 # tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab, queue_ab, norm_prefetch, chain, chain_ops, chain_final, chain_verify, tests_only,
 # prefill_ab, prefill_small, prefill_tile, cluster_final, cluster_fit, step_trace, pdl_some, attn_pdl, pdl_final, verify_final, spin_ab,
-# bulk, bulk_bench, bulk_ab, verify_bulk, bulk_qkv, bulk_norm, norm_mb, norm_cvt, split_norm, serve_ab, greedy_same, prefill_chunks, splits (one A/B
+# bulk, bulk_bench, bulk_ab, verify_bulk, bulk_qkv, serve_ab, greedy_same, prefill_chunks, splits (one A/B
 # experiment each), final (tests, then peers, rows and the server: what
 # docs/benchmarks.md's latest section ran);
 # `session.sh bigref graphs` runs those two. Results: $OUT/summary.txt and
@@ -837,77 +837,6 @@ for r in 1 2; do
     fi
     kill -TERM $pid; wait $pid
   done
-done
-}
-
-# bulk_norm: the bulk kernels that take the RMS norm themselves
-# (TRIGON_CUDA_GEMV_BULK_NORM) and the bulk QKV kernel
-# (TRIGON_CUDA_GEMV_BULK_QKV), both off by default until measured: their
-# tests, the batch-4 step under each combination alternating twice, the
-# layer and QKV-shaped product benchmarks, memcheck, and the CUDA model
-# tests with both on. (Call 1 of the ninth session also ran the
-# Llama-3-8B-shaped model against transformers with both on.)
-bulk_norm() {
-local both="TRIGON_CUDA_GEMV_BULK_QKV=on TRIGON_CUDA_GEMV_BULK_NORM=on"
-log "TestBulk*, TestGEMVBulk*, TestGateUpSiLU, TestFusedQKVRoPE, TestNormFused, TestNormQKVRoPE, TestKernelsWait, TestPDLEnv"
-cuda_tests_run bulk-norm-tests.log 'TestBulk|TestGEMVBulk|TestGateUpSiLU|TestFusedQKVRoPE|TestNormFused|TestNormQKVRoPE|TestKernelsWait|TestPDLEnv'
-grep -E "blocks an SM" "$OUT/bulk-norm-tests.log" | head -5 | tee -a "$OUT/summary.txt"
-for r in 1 2; do
-  for v in "" TRIGON_CUDA_GEMV_BULK_QKV=on TRIGON_CUDA_GEMV_BULK_NORM=on "$both"; do step_trace "$v"; done
-done
-log "BenchmarkGEMVBulk: the QKV-shaped product and the layer"
-(cd backend/cuda && "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'BenchmarkGEMVBulk/(qkv|layer)' -test.benchtime 200x >"$OUT/bulk-bench.log" 2>&1)
-grep -E "us/op|FAIL|rror" "$OUT/bulk-bench.log" | awk '{print $1, $(NF-1), "us"}' | tee -a "$OUT/summary.txt"
-log "memcheck: the bulk norm and QKV kernels"
-memcheck 'TestBulkNorm/(gateup_n(4|9)_.*|qkv_h(32|8)_.*_n(1|9))$|TestGEMVBulk/n(1|9)_.*_w8_c512_s3_b3'
-log "model tests with $both"
-(cd model/llama && env $both "$root/.gpu/llama.test" -test.run 'TestFixturesCUDA|TestDefaultModelCUDAMatchesCPU' -test.v >"$OUT/llama-cuda-norm.log" 2>&1)
-echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "worst|^(--- FAIL|FAIL|PASS)" "$OUT/llama-cuda-norm.log" | tee -a "$OUT/summary.txt"
-}
-
-# norm_mb: the bulk norm kernels bound to two blocks an SM (call 2 found
-# gemvb_silu_norm_bf16 at one) and the bulk QKV kernel with two stages
-# (so decode attention's blocks fit beside it), against the default,
-# alternating twice; then the layer benchmark.
-norm_mb() {
-local qkv=TRIGON_CUDA_GEMV_BULK_QKV=w8_c512_s2_b3
-log "TestBulk*, TestGEMVBulk*, TestGateUpSiLU, TestNormQKVRoPE, TestPDLEnv, TestParseBulkQKV"
-cuda_tests_run bulk-norm-tests.log 'TestBulk|TestGEMVBulk|TestGateUpSiLU|TestNormQKVRoPE|TestPDLEnv|TestParseBulkQKV'
-for r in 1 2; do
-  for v in "" TRIGON_CUDA_GEMV_BULK_NORM=on $qkv "TRIGON_CUDA_GEMV_BULK_NORM=on $qkv"; do step_trace "$v"; done
-done
-log "BenchmarkGEMVBulk/layer"
-(cd backend/cuda && "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'BenchmarkGEMVBulk/layer' -test.benchtime 200x >"$OUT/bulk-bench.log" 2>&1)
-grep -E "us/op|FAIL|rror" "$OUT/bulk-bench.log" | awk '{print $1, $(NF-1), "us"}' | tee -a "$OUT/summary.txt"
-}
-
-# norm_cvt: the bulk norm kernel with x scaled after its stage is
-# released, in one cvt per bf16 pair: its tests, the layer benchmark (with
-# the chain's cost of the norm kernel: tuned - nonorm), then the step
-# against the default, alternating twice.
-norm_cvt() {
-log "TestBulkNorm, TestGEMVBulkGraph, TestNormFused, TestNormQKVRoPE, TestFusedQKVRoPE"
-cuda_tests_run bulk-norm-tests.log 'TestBulkNorm|TestGEMVBulkGraph|TestNormFused|TestNormQKVRoPE|TestFusedQKVRoPE'
-log "BenchmarkGEMVBulk/layer"
-(cd backend/cuda && "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'BenchmarkGEMVBulk/layer' -test.benchtime 200x >"$OUT/bulk-bench.log" 2>&1)
-grep -E "us/op|FAIL|rror" "$OUT/bulk-bench.log" | awk '{print $1, $(NF-1), "us"}' | tee -a "$OUT/summary.txt"
-for r in 1 2; do
-  for v in "" TRIGON_CUDA_GEMV_BULK_NORM=on; do step_trace "$v"; done
-done
-}
-
-# split_norm: the norm split between the product before it and the one
-# after it (backend.SplitNormFuser, TRIGON_CUDA_GEMV_BULK_NORM=on): its
-# tests, the layer benchmark (split against tuned and nonorm), then the
-# step: default, split, split with the bulk QKV kernel, alternating twice.
-split_norm() {
-log "TestSplitNorm, TestBulkOccupancy, TestGEMVBulk*, TestBulkQKVRoPE, TestFusedQKVRoPE, TestNormQKVRoPE, TestNormFused, TestPDLEnv, TestKernelsWait"
-cuda_tests_run split-norm-tests.log 'TestSplitNorm|TestBulkOccupancy|TestGEMVBulk|TestBulkQKVRoPE|TestFusedQKVRoPE|TestNormQKVRoPE|TestNormFused|TestPDLEnv|TestKernelsWait'
-log "BenchmarkGEMVBulk/layer"
-(cd backend/cuda && "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'BenchmarkGEMVBulk/layer' -test.benchtime 200x >"$OUT/bulk-bench.log" 2>&1)
-grep -E "us/op|FAIL|rror" "$OUT/bulk-bench.log" | awk '{print $1, $(NF-1), "us"}' | tee -a "$OUT/summary.txt"
-for r in 1 2; do
-  for v in "" TRIGON_CUDA_GEMV_BULK_NORM=on "TRIGON_CUDA_GEMV_BULK_NORM=on TRIGON_CUDA_GEMV_BULK_QKV=on"; do step_trace "$v"; done
 done
 }
 

@@ -270,9 +270,6 @@ extern "C" __global__ void __launch_bounds__(NW * 32) gemv_bf16(void* y, const u
 //   pos, slots [n] int32 (slot = block*bs + offset; < 0 skips the K/V write)
 //   g [k] f32 or null: with g, x is a residual stream and the projection's
 //     input is RMSNorm(x) * g with epsilon eps (norm_scales, norm8)
-//   ssp (qkv_rope_ss_bf16 only) [n, ceil(k/16)] f32, g null: x is the
-//     first half of RMSNorm(h) * g that gemvb_add_scaled_bf16 left
-//     (gemv_bulk.cu's NormIO), eps the norm's epsilon
 //   kc, vc [numBlocks, KV, bs, hd] bf16;  inv_freq [hd/2] f32
 // hd % 16 == 0, k % 8 == 0, x and w 16-byte aligned.
 // grid ((H+2*KV)*hd/16), block NW*32.
@@ -291,13 +288,10 @@ extern "C" __global__ void __launch_bounds__(NW * 32) gemv_bf16(void* y, const u
 // Epilogue items per thread: a V block's NT*128 C elements over its threads.
 #define EPI ((NT * 128 + NW * 32 - 1) / (NW * 32))
 
-// qkv_rope_body is both kernels' body; SS says ssp is taken (a template
-// argument, so qkv_rope_bf16 does not hold the registers ssp's sums take).
-template <bool SS>
-__device__ __forceinline__ void qkv_rope_body(u16* q_out, const u16* x, const u16* w, const int* pos, const int* slots,
-                                              u16* kc, u16* vc, const float* inv_freq, const float* g, float eps, int n,
-                                              int k, int H, int KV, int hd, int bs, int num_slots, int* err,
-                                              int early_w, const float* ssp) {
+extern "C" __global__ void __launch_bounds__(NW * 32) qkv_rope_bf16(
+    u16* q_out, const u16* x, const u16* w, const int* pos, const int* slots, u16* kc, u16* vc,
+    const float* inv_freq, const float* g, float eps, int n, int k, int H, int KV, int hd, int bs, int num_slots,
+    int* err, int early_w) {
   if (!early_w) grid_dep_wait();
   __shared__ float red[NW][NT][32][4];
   __shared__ float ssq[NW][8 * NT];
@@ -350,20 +344,6 @@ __device__ __forceinline__ void qkv_rope_body(u16* q_out, const u16* x, const u1
     pre_invf[it] = ok && rotated ? inv_freq[i] : 0.f;
   }
 
-  // With ssp (and no g), x is the bf16(h * g) that gemvb_add_scaled_bf16
-  // left and ssp [n, ceil(k/16)] its tile sums of squares of h: this
-  // thread's share of each row's, loaded now and added up after the stream.
-  float pv[8 * NT];
-  if (SS) {
-    const int parts = (k + 15) / 16;
-#pragma unroll
-    for (int rr = 0; rr < 8 * NT; rr++) {
-      pv[rr] = 0.f;
-      if (rr < n) {
-        for (int c = threadIdx.x; c < parts; c += NW * 32) pv[rr] += ssp[(i64)rr * parts + c];
-      }
-    }
-  }
   float acc[NT][4];
   float ss[NT] = {};
   if (g) {
@@ -376,16 +356,9 @@ __device__ __forceinline__ void qkv_rope_body(u16* q_out, const u16* x, const u1
   grid_dep_launch();  // every weight is read: the next kernel may launch during the epilogue
   gemv_share(red, acc, warp, lane);
   if (NP && g) ss_share(ssq, ss, warp, lane);
-  if (SS) {
-#pragma unroll
-    for (int rr = 0; rr < 8 * NT; rr++) {
-      float v = warp_sum(pv[rr]);
-      if (lane == 0) ssq[warp][rr] = v;
-    }
-  }
   __syncthreads();
-  // The norm's scale of an x row, applied after the product (NP=1 or ssp).
-  auto post = [&](int row) { return (NP && g) || SS ? row_scale(ssq, row, k, eps) : 1.f; };
+  // The norm's scale of an x row, applied after the product (NP=1).
+  auto post = [&](int row) { return NP && g ? row_scale(ssq, row, k, eps) : 1.f; };
   if (rotated) {
     // One thread per rotate-half pair: (tile t, lane l, x row parity e).
 #pragma unroll
@@ -445,24 +418,6 @@ __device__ __forceinline__ void qkv_rope_body(u16* q_out, const u16* x, const u1
       vc[(((i64)blk * KV + vh) * bs + off) * hd + i] = f32_to_bf16(gemv_sum(red, t, l, e) * post(row));
     }
   }
-}
-
-extern "C" __global__ void __launch_bounds__(NW * 32) qkv_rope_bf16(
-    u16* q_out, const u16* x, const u16* w, const int* pos, const int* slots, u16* kc, u16* vc,
-    const float* inv_freq, const float* g, float eps, int n, int k, int H, int KV, int hd, int bs, int num_slots,
-    int* err, int early_w) {
-  qkv_rope_body<false>(q_out, x, w, pos, slots, kc, vc, inv_freq, g, eps, n, k, H, KV, hd, bs, num_slots, err, early_w,
-                       nullptr);
-}
-
-// qkv_rope_ss_bf16 is qkv_rope_bf16 on the split norm's first half: x is
-// xs, ssp [n, ceil(k/16)] its sums of squares (g null).
-extern "C" __global__ void __launch_bounds__(NW * 32) qkv_rope_ss_bf16(
-    u16* q_out, const u16* x, const u16* w, const int* pos, const int* slots, u16* kc, u16* vc,
-    const float* inv_freq, const float* g, float eps, int n, int k, int H, int KV, int hd, int bs, int num_slots,
-    int* err, int early_w, const float* ssp) {
-  qkv_rope_body<true>(q_out, x, w, pos, slots, kc, vc, inv_freq, nullptr, eps, n, k, H, KV, hd, bs, num_slots, err,
-                      early_w, ssp);
 }
 
 // gemv_add_bf16: y[t, o] += sum_k x[t, k] * w[o, k], rounded as gemv_bf16

@@ -19,12 +19,6 @@
 //           mod 128, so the 8 lanes of a quarter warp, two rows, hit
 //           distinct banks)
 //
-// The _scaled kernels split an RMS norm between two products (see
-// gemvb): gemvb_add_scaled_bf16 adds into the residual stream and leaves
-// the next norm's input half done, gemvb_silu_scaled_bf16 and
-// gemvb_qkv_rope_scaled_bf16 take it from there, and no norm kernel runs
-// between them.
-//
 // Which 16 rows a tile holds is the kernel's choice: gemvb_bf16 and
 // gemvb_add_bf16 take rows 16t..16t+15; gemvb_silu_bf16 takes gate rows
 // 8t..8t+7 as A rows 0..7 and the matching up rows as A rows 8..15, so a
@@ -103,29 +97,7 @@ __device__ __forceinline__ int gemvb_row(int t, int r, int m, const QKVEpi& qe) 
 // C elements over the consumer threads.
 #define QKV_EPI ((NT * 128 + CW * 32 - 1) / (CW * 32))
 
-// NormIO is the operands of an RMS norm split between two products, with
-// the arithmetic of gemv.cu's NP=1 kernels: RMSNorm(h) . w^T is computed
-// as rs * (bf16(h * g) . w^T), rs = rsqrt(mean(h^2) + eps), the scale
-// applied to the sums before their bf16 rounding.
-//   ADD with SCALED (the product before the norm; h is its new y):
-//     g [m] f32 the norm's weight, 16-byte aligned; writes xs [n, m] bf16
-//     = bf16(y * g) and ssp [n, ceil(m/16)] f32, the sums of squares of
-//     each 16-feature tile of y's rows (in a fixed order: deterministic).
-//   SILU and QKV with SCALED (the product after it): x is xs; reads ssp
-//     [n, ceil(k/16)]; eps is the norm's epsilon.
-// Why split it: a norm kernel costs 2.7 us in the decode chain
-// (BenchmarkGEMVBulk, layer_tuned against layer_nonorm, ninth session),
-// and scaling x inside the product after it (a whole row's work per
-// stage in every block) cost far more than that.
-struct NormIO {
-  const float* g;
-  u16* xs;
-  float* ssp;
-  float eps;
-};
-
-// gemvb runs the product; MODE picks the epilogue, SCALED adds the norm
-// halves of NormIO.
+// gemvb runs the product; MODE picks the epilogue.
 //   PLAIN: y [n, m] OT = x . w^T;  w [m, k]
 //   ADD:   y [n, m] bf16 += bf16(x . w^T);  w [m, k]
 //   SILU:  y [n, m] bf16 = bf16(silu(G) * U), [G | U] = bf16(x . w^T);
@@ -133,18 +105,15 @@ struct NormIO {
 //   QKV:   y = Q [n, H*hd] bf16, K and V into qe's caches: qkv_rope_bf16's
 //          epilogue on bf16(x . w^T); w [(H+2*KV)*hd, k], hd % 16 == 0
 //   x [n, k] bf16
-template <int MODE, bool SCALED>
+template <int MODE>
 __device__ __forceinline__ void gemvb(void* y, const u16* x, const u16* w, int n, int m, int k, int early_w,
-                                      const QKVEpi& qe, const NormIO& nio) {
-  static_assert(!SCALED || MODE != MODE_PLAIN, "the plain product takes no norm half");
+                                      const QKVEpi& qe) {
 #if __CUDA_ARCH__ < 900
   __trap();  // the host launches these kernels on sm_90 and newer only
 #else
   extern __shared__ __align__(128) unsigned char ring[];  // ST stage buffers
   __shared__ __align__(8) u64 full[ST], empty[ST];
   __shared__ float red[CW][NT][32][4];
-  __shared__ float ssq[CW][8 * NT];  // SCALED SILU/QKV: each warp's share of x rows' sums of squares
-  __shared__ float tsq[8 * NT][16];  // SCALED ADD: squares of the tile's new y
   int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   int gid = lane >> 2, tq = lane & 3;
   int tiles = MODE == MODE_SILU ? m / 8 : (m + 15) / 16;  // QKV: m % 16 == 0
@@ -197,21 +166,6 @@ __device__ __forceinline__ void gemvb(void* y, const u16* x, const u16* w, int n
     xp[t] = x + (i64)(okx[t] ? row : 0) * k + tq * 8;
   }
   const uint4 zero = make_uint4(0, 0, 0, 0);
-  // SCALED SILU/QKV: this thread's share of each x row's tile sums of
-  // squares, loaded now (their latency passes under the first tile's
-  // stream) and added up in its epilogue.
-  constexpr bool SCALED_IN = SCALED && MODE != MODE_ADD;
-  float pv[8 * NT];
-  if (SCALED_IN) {
-    const int parts = (k + 15) / 16;
-#pragma unroll
-    for (int r = 0; r < 8 * NT; r++) {
-      pv[r] = 0.f;
-      if (r < n) {
-        for (int c = threadIdx.x; c < parts; c += CW * 32) pv[r] += nio.ssp[(i64)r * parts + c];
-      }
-    }
-  }
   int g = 0;
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     // The QKV epilogue's small inputs (position, slot, inverse frequency
@@ -296,16 +250,7 @@ __device__ __forceinline__ void gemvb(void* y, const u16* x, const u16* w, int n
 #pragma unroll
       for (int e = 0; e < 4; e++) red[warp][t][lane][e] = acc[t][e];
     }
-    if (SCALED_IN && tile == (int)blockIdx.x) {  // the rows' sums, once: ssq keeps them
-#pragma unroll
-      for (int r = 0; r < 8 * NT; r++) {
-        float v = warp_sum(pv[r]);
-        if (lane == 0) ssq[warp][r] = v;
-      }
-    }
     gemvb_consumers_sync();
-    // The norm's scale of x row row (1 without SCALED_IN).
-    auto scale = [&](int row) { return SCALED_IN ? row_scale(ssq, row, k, nio.eps) : 1.f; };
     // sum is C element e of lane l of x tile t over the warps, in warp
     // order: x row t*8 + (l%4)*2 + e%2, A row l/4 + (e/2)*8.
     auto sum = [&](int t, int l, int e) {
@@ -324,9 +269,8 @@ __device__ __forceinline__ void gemvb(void* y, const u16* x, const u16* w, int n
         int t = idx >> 6, l = (idx >> 1) & 31, e = idx & 1;
         int row = t * 8 + (l & 3) * 2 + e;
         if (row >= n) continue;
-        float sc = scale(row);
-        float x1 = round_to<DT_BF16>(sum(t, l, e) * sc);
-        float x2 = round_to<DT_BF16>(sum(t, l, e + 2) * sc);
+        float x1 = round_to<DT_BF16>(sum(t, l, e));
+        float x2 = round_to<DT_BF16>(sum(t, l, e + 2));
         int i = f0 + (l >> 2);
         int p = pre_pos[it];
         if (p < 0) {
@@ -369,7 +313,7 @@ __device__ __forceinline__ void gemvb(void* y, const u16* x, const u16* w, int n
         if (slot < 0) continue;
         int blk = slot / qe.bs, off = slot - blk * qe.bs;
         int i = v0 + (l >> 2) + (e >> 1) * 8;
-        qe.vc[(((i64)blk * qe.KV + vh) * qe.bs + off) * qe.hd + i] = f32_to_bf16(sum(t, l, e) * scale(row));
+        qe.vc[(((i64)blk * qe.KV + vh) * qe.bs + off) * qe.hd + i] = f32_to_bf16(sum(t, l, e));
       }
     } else if (MODE == MODE_SILU) {
       // One thread per (x tile t, lane l, row parity e): a gate and its up.
@@ -377,9 +321,8 @@ __device__ __forceinline__ void gemvb(void* y, const u16* x, const u16* w, int n
         int t = idx >> 6, l = (idx >> 1) & 31, e = idx & 1;
         int row = t * 8 + (l & 3) * 2 + e;
         if (row >= n) continue;
-        float sc = scale(row);
-        float gt = round_to<DT_BF16>(sum(t, l, e) * sc);
-        float up = round_to<DT_BF16>(sum(t, l, e + 2) * sc);
+        float gt = round_to<DT_BF16>(sum(t, l, e));
+        float up = round_to<DT_BF16>(sum(t, l, e + 2));
         ((u16*)y)[(i64)row * m + tile * 8 + (l >> 2)] = f32_to_bf16(silu_f(gt) * up);
       }
     } else {
@@ -392,29 +335,13 @@ __device__ __forceinline__ void gemvb(void* y, const u16* x, const u16* w, int n
         float v = sum(t, l, e);
         if (MODE == MODE_ADD) {
           u16* yp = (u16*)y;
-          u16 nb = f32_to_bf16(round_to<DT_BF16>(v) + bf16_to_f32(yp[i]));
-          yp[i] = nb;
-          if (SCALED) {  // the next norm's half: y * g, and y's squares
-            float nv = bf16_to_f32(nb);
-            nio.xs[i] = f32_to_bf16(nv * nio.g[feat]);
-            tsq[row][feat - tile * 16] = nv * nv;
-          }
+          yp[i] = f32_to_bf16(round_to<DT_BF16>(v) + bf16_to_f32(yp[i]));
         } else {
           store_f<OT>(y, i, v);
         }
       }
     }
-    if (MODE == MODE_ADD && SCALED) {
-      // The tile's sums of squares, one thread per x row, in feature order.
-      gemvb_consumers_sync();
-      if (threadIdx.x < n) {
-        const int row = threadIdx.x, last = min(16, m - tile * 16);
-        float v = 0.f;
-        for (int j = 0; j < last; j++) v += tsq[row][j];
-        nio.ssp[(i64)row * ((m + 15) / 16) + tile] = v;
-      }
-    }
-    gemvb_consumers_sync();  // red (and tsq) are free for the next tile
+    gemvb_consumers_sync();  // red is free for the next tile
   }
 #endif
 }
@@ -423,7 +350,7 @@ __device__ __forceinline__ void gemvb(void* y, const u16* x, const u16* w, int n
 //   y [n, m] OT;  x [n, k] bf16;  w [m, k] bf16
 extern "C" __global__ void __launch_bounds__(GEMVB_THREADS, GEMVB_MINB) gemvb_bf16(void* y, const u16* x, const u16* w, int n,
                                                                      int m, int k, int early_w) {
-  gemvb<MODE_PLAIN, false>(y, x, w, n, m, k, early_w, QKVEpi{}, NormIO{});
+  gemvb<MODE_PLAIN>(y, x, w, n, m, k, early_w, QKVEpi{});
 }
 
 // gemvb_add_bf16: y[t, o] += bf16(sum_k x[t, k] * w[o, k]), rounded as
@@ -431,17 +358,7 @@ extern "C" __global__ void __launch_bounds__(GEMVB_THREADS, GEMVB_MINB) gemvb_bf
 //   y [n, m] bf16 (read and written);  x [n, k] bf16;  w [m, k] bf16
 extern "C" __global__ void __launch_bounds__(GEMVB_THREADS, GEMVB_MINB) gemvb_add_bf16(u16* y, const u16* x, const u16* w,
                                                                          int n, int m, int k, int early_w) {
-  gemvb<MODE_ADD, false>(y, x, w, n, m, k, early_w, QKVEpi{}, NormIO{});
-}
-
-// gemvb_add_scaled_bf16 is gemvb_add_bf16 that also leaves the first half
-// of the next RMS norm (NormIO): xs = bf16(y * g) of the updated y, and
-// ssp, the sums of squares of its 16-feature tiles.
-//   y [n, m] bf16 (read and written);  x [n, k] bf16;  w [m, k] bf16;
-//   g [m] f32;  xs [n, m] bf16;  ssp [n, ceil(m/16)] f32
-extern "C" __global__ void __launch_bounds__(GEMVB_THREADS, GEMVB_MINB) gemvb_add_scaled_bf16(
-    u16* y, const u16* x, const u16* w, int n, int m, int k, int early_w, const float* g, u16* xs, float* ssp) {
-  gemvb<MODE_ADD, true>(y, x, w, n, m, k, early_w, QKVEpi{}, NormIO{g, xs, ssp, 0.f});
+  gemvb<MODE_ADD>(y, x, w, n, m, k, early_w, QKVEpi{});
 }
 
 // gemvb_silu_bf16: out[t, j] = silu(G[t, j]) * U[t, j], [G | U] = x . w^T,
@@ -450,16 +367,7 @@ extern "C" __global__ void __launch_bounds__(GEMVB_THREADS, GEMVB_MINB) gemvb_ad
 //   then up rows);  inter % 8 == 0
 extern "C" __global__ void __launch_bounds__(GEMVB_THREADS, GEMVB_MINB) gemvb_silu_bf16(u16* out, const u16* x, const u16* w,
                                                                           int n, int inter, int k, int early_w) {
-  gemvb<MODE_SILU, false>(out, x, w, n, inter, k, early_w, QKVEpi{}, NormIO{});
-}
-
-// gemvb_silu_scaled_bf16 is gemvb_silu_bf16 of RMSNorm(h) * g, from the
-// norm's first half that gemvb_add_scaled_bf16 left (NormIO).
-//   out [n, inter] bf16;  xs [n, k] bf16;  ssp [n, ceil(k/16)] f32;
-//   w [2*inter, k] bf16;  inter % 8 == 0
-extern "C" __global__ void __launch_bounds__(GEMVB_THREADS, GEMVB_MINB) gemvb_silu_scaled_bf16(
-    u16* out, const u16* xs, const u16* w, int n, int inter, int k, int early_w, const float* ssp, float eps) {
-  gemvb<MODE_SILU, true>(out, xs, w, n, inter, k, early_w, QKVEpi{}, NormIO{nullptr, nullptr, (float*)ssp, eps});
+  gemvb<MODE_SILU>(out, x, w, n, inter, k, early_w, QKVEpi{});
 }
 
 // gemvb_qkv_rope_bf16: a decode step's QKV projection with rope_store_kv's
@@ -472,18 +380,5 @@ extern "C" __global__ void __launch_bounds__(GEMVB_THREADS, GEMVB_MINB) gemvb_si
 extern "C" __global__ void __launch_bounds__(GEMVB_THREADS, GEMVB_MINB) gemvb_qkv_rope_bf16(
     u16* q_out, const u16* x, const u16* w, const int* pos, const int* slots, u16* kc, u16* vc, const float* inv_freq,
     int n, int k, int H, int KV, int hd, int bs, int num_slots, int* err, int early_w) {
-  gemvb<MODE_QKV, false>(q_out, x, w, n, (H + 2 * KV) * hd, k, early_w,
-                        QKVEpi{pos, slots, kc, vc, inv_freq, err, H, KV, hd, bs, num_slots}, NormIO{});
-}
-
-// gemvb_qkv_rope_scaled_bf16 is gemvb_qkv_rope_bf16 of RMSNorm(h) * g,
-// from the norm's first half that gemvb_add_scaled_bf16 left (NormIO).
-//   xs [n, k] bf16;  ssp [n, ceil(k/16)] f32;  the rest as
-//   gemvb_qkv_rope_bf16's
-extern "C" __global__ void __launch_bounds__(GEMVB_THREADS, GEMVB_MINB) gemvb_qkv_rope_scaled_bf16(
-    u16* q_out, const u16* xs, const u16* w, const int* pos, const int* slots, u16* kc, u16* vc, const float* inv_freq,
-    int n, int k, int H, int KV, int hd, int bs, int num_slots, int* err, int early_w, const float* ssp, float eps) {
-  gemvb<MODE_QKV, true>(q_out, xs, w, n, (H + 2 * KV) * hd, k, early_w,
-                       QKVEpi{pos, slots, kc, vc, inv_freq, err, H, KV, hd, bs, num_slots},
-                       NormIO{nullptr, nullptr, (float*)ssp, eps});
+  gemvb<MODE_QKV>(q_out, x, w, n, (H + 2 * KV) * hd, k, early_w, QKVEpi{pos, slots, kc, vc, inv_freq, err, H, KV, hd, bs, num_slots});
 }
