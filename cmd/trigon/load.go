@@ -42,7 +42,7 @@ func (f *modelFlags) register(cmd *cobra.Command) {
 	cmd.Flags().Float64Var(&f.memUtil, "gpu-memory-utilization", 0.9, "share of GPU memory trigon may use; the KV cache gets what the weights leave")
 	cmd.Flags().Int64Var(&f.graphMem, "cuda-graph-memory", 1<<30, "device bytes the cached decode graphs may hold (0: no bound)")
 	cmd.Flags().StringVar(&f.graphs, "cuda-graphs", "auto", "replay decode steps from CUDA graphs: on, off, or auto (on where the backend can capture)")
-	cmd.Flags().BoolVar(&f.queueAhead, "queue-ahead", false, "queue each decode step on the device, fed the previous step's sampled tokens there, before they reach the host (steady decoding; requests sampled on the host are not)")
+	cmd.Flags().BoolVar(&f.queueAhead, "queue-ahead", true, "queue each decode step on the device, fed the previous step's sampled tokens there, before they reach the host (steady decoding; requests sampled on the host are not; =false turns it off)")
 }
 
 // modelPath resolves --model, extracting the embedded default when empty.
