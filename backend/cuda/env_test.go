@@ -1,7 +1,6 @@
 package cuda
 
 import (
-	"slices"
 	"strings"
 	"testing"
 )
@@ -34,7 +33,7 @@ func TestEnvSwitch(t *testing.T) {
 // launch, a list of kernel names for only those, and errors that name the
 // variable for anything else.
 func TestPDLEnv(t *testing.T) {
-	defer func(e, early bool, k map[string]bool) { pdlEnabled, pdlEarly, pdlKernels = e, early, k }(pdlEnabled, pdlEarly, pdlKernels)
+	defer func(e bool, k map[string]bool) { pdlEnabled, pdlKernels = e, k }(pdlEnabled, pdlKernels)
 	for _, tc := range []struct {
 		v     string
 		all   bool
@@ -102,30 +101,6 @@ func TestParseBulkQKV(t *testing.T) {
 		}
 		if err != nil || on != tc.on || c != tc.want {
 			t.Errorf("%q: %v, %+v, %v; want %v, %+v", tc.v, on, c, err, tc.on, tc.want)
-		}
-	}
-}
-
-// TestPDLEarlyEnv checks TRIGON_CUDA_PDL_EARLY and that it reaches the
-// kernels as the PDL_EARLY define (common.cuh's grid_dep_sync order).
-func TestPDLEarlyEnv(t *testing.T) {
-	defer func(e bool) { pdlEarly = e }(pdlEarly)
-	c := &compiler{arch: "sm_90"}
-	s := modSpec{file: "norm", p: [6]int{dtBF16, dtBF16, dtF32}}
-	for _, tc := range []struct {
-		v       string
-		on, bad bool
-	}{{v: ""}, {v: "off"}, {v: "on", on: true}, {v: "early", bad: true}} {
-		t.Setenv(pdlEarlyEnv, tc.v)
-		err := applyPDLEnv()
-		if (err != nil) != tc.bad {
-			t.Fatalf("%q: error %v, want one: %v", tc.v, err, tc.bad)
-		}
-		if tc.bad {
-			continue
-		}
-		if pdlEarly != tc.on || slices.Contains(c.options(s), "-DPDL_EARLY=1") != tc.on {
-			t.Fatalf("%q: pdlEarly %v, options %v; want %v", tc.v, pdlEarly, c.options(s), tc.on)
 		}
 	}
 }

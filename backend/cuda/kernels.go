@@ -86,9 +86,6 @@ func newCompiler(nv *nvrtc, cc int, cacheDir string) (*compiler, error) {
 
 func (c *compiler) options(s modSpec) []string {
 	opts := []string{"--gpu-architecture=" + c.arch, "-std=c++17", "-lineinfo"}
-	if pdlEarly {
-		opts = append(opts, "-DPDL_EARLY=1")
-	}
 	return append(opts, s.defines()...)
 }
 

@@ -89,9 +89,6 @@ var pdlDefault = map[string]bool{
 
 // applyPDLEnv reads pdlEnv.
 func applyPDLEnv() (err error) {
-	if pdlEarly, err = envSwitch(pdlEarlyEnv, false); err != nil {
-		return err
-	}
 	v := os.Getenv(pdlEnv)
 	if v == "" {
 		pdlEnabled, pdlKernels = false, pdlDefault
@@ -110,16 +107,6 @@ func applyPDLEnv() (err error) {
 	pdlKernels = names
 	return nil
 }
-
-// pdlEarly compiles the short kernels' grid_dep_sync as launch then
-// wait (common.cuh, -DPDL_EARLY=1): the kernel after one may launch,
-// and its blocks start streaming pristine weights, while the kernel
-// before it still runs, instead of once that kernel is done. Off until
-// measured; TRIGON_CUDA_PDL_EARLY=on|off, read by New.
-var pdlEarly = false
-
-// pdlEarlyEnv names pdlEarly's setting.
-const pdlEarlyEnv = "TRIGON_CUDA_PDL_EARLY"
 
 // parseKernelList reads "name,name,...": at least one name, each of
 // lower-case letters, digits and underscores (trigon's kernel names).

@@ -10,8 +10,7 @@
 # attn_check, default_model, peers, overlap (bench overlap), margin, pdl,
 # tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab, queue_ab, norm_prefetch, chain, chain_ops, chain_final, chain_verify, tests_only,
 # prefill_ab, prefill_small, prefill_tile, cluster_final, cluster_fit, step_trace, pdl_some, attn_pdl, pdl_final, verify_final, spin_ab,
-# bulk, bulk_bench, bulk_ab, verify_bulk, bulk_qkv, serve_ab, greedy_same, early_ab (then peers_win,
-# rows_win), prefill_chunks, splits (one A/B
+# bulk, bulk_bench, bulk_ab, verify_bulk, bulk_qkv, serve_ab, greedy_same, prefill_chunks, splits (one A/B
 # experiment each), final (tests, then peers, rows and the server: what
 # docs/benchmarks.md's latest section ran);
 # `session.sh bigref graphs` runs those two. Results: $OUT/summary.txt and
@@ -839,51 +838,6 @@ for r in 1 2; do
     kill -TERM $pid; wait $pid
   done
 done
-}
-
-# early_ab: every backend/cuda test, then the batch-4 step under the
-# default launches, with the short kernels' launch before their wait
-# (TRIGON_CUDA_PDL_EARLY=on), and that with the norms launched under PDL
-# too, alternating twice; WIN becomes the settings whose two device p50s
-# both beat the default's by 1% (the best such), else stays empty.
-# peers_win, rows_win: peers and the batch 1 / 64 rows under WIN.
-WIN=
-early_ab() {
-log "backend/cuda: every test"
-all_cuda_tests
-local set=qkv_rope_bf16,attn_decode_mma,attn_decode_combine,gemvb_bf16,gemvb_add_bf16,gemvb_silu_bf16,gemvb_qkv_rope_bf16,add_rmsnorm
-local cfg=("" "TRIGON_CUDA_PDL_EARLY=on" "TRIGON_CUDA_PDL_EARLY=on TRIGON_CUDA_PDL=$set")
-for r in 1 2; do for v in "${cfg[@]}"; do step_trace "$v"; done; done
-local tags=() v t
-for v in "${cfg[@]}"; do t=${v:-default}; tags+=("${t//[^A-Za-z0-9]/_}"); done
-local w
-w=$($PY - "$OUT" "${tags[@]}" <<'PY' 2>>"$OUT/summary.txt"
-import glob, json, sys
-out, tags = sys.argv[1], sys.argv[2:]
-def p50(f):
-    d = json.load(open(f))
-    r = d if isinstance(d, dict) else d[0]
-    v = sorted(x for it in r.get("device_step_trace_ms") or [] for x in it)
-    return v[len(v) // 2] if v else float("inf")
-runs = {t: [p50(f) for f in sorted(glob.glob(f"{out}/trace-*-{t}.json"))] for t in tags}
-base, best = runs[tags[0]], 0
-for i, t in enumerate(tags[1:], 1):
-    r = runs[t]
-    if r and base and max(r) < 0.99 * min(base) and (best == 0 or max(r) < max(runs[tags[best]])):
-        best = i
-for t in tags:
-    print("device step p50s", t[:40], ["%.3f" % x for x in runs[t]], file=sys.stderr)
-print(best)
-PY
-)
-WIN=${cfg[${w:-0}]}
-log "the measurements below run with: ${WIN:-the defaults}"
-}
-peers_win() {
-( [[ -n $WIN ]] && export $WIN; peers )
-}
-rows_win() {
-( [[ -n $WIN ]] && export $WIN; BATCHES="1 64" bench_rows )
 }
 
 # verify: after a refactor of kernel code, every test, memcheck, the

@@ -61,19 +61,9 @@ __device__ __forceinline__ void grid_dep_launch() {
 #endif
 }
 
-// With PDL_EARLY (pdlEarly, launch.go) the launch comes first: the next
-// kernel may then launch while this one still waits for its predecessor.
-// That is safe as every kernel's reads of its predecessor's output follow
-// its own griddepcontrol.wait, and this kernel completes only after its
-// predecessor has.
 __device__ __forceinline__ void grid_dep_sync() {
-#ifdef PDL_EARLY
-  grid_dep_launch();
-  grid_dep_wait();
-#else
   grid_dep_wait();
   grid_dep_launch();
-#endif
 }
 
 __device__ __forceinline__ float bf16_to_f32(u16 v) { return __uint_as_float(((u32)v) << 16); }
