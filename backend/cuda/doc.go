@@ -62,7 +62,8 @@
 // mul in its epilogue) run it with bulkPick's variant, plain products
 // where the tuner times it 3% faster; TRIGON_CUDA_GEMV_BULK=off|on|always.
 // Its QKV variant with qkv_rope_bf16's epilogue (gemvb_qkv_rope_bf16) is
-// off (TRIGON_CUDA_GEMV_BULK_QKV=on) until its tests have run on a GPU.
+// off (TRIGON_CUDA_GEMV_BULK_QKV=on): the decode step measured slower
+// with it.
 // Prefill attention is FA2-style on mma.sync
 // (kernels/attn_prefill.cu).
 // Decode attention is split-KV flash decoding on the tensor cores

@@ -200,9 +200,11 @@ func bulkPick(rows, k, sms int) bulkConfig {
 }
 
 // bulkQKV runs FusedQKVRoPE on the bulk GEMV (gemvb_qkv_rope_bf16) where
-// it takes the operands. Off by default: written after the eighth
-// session's device time was spent, its tests have not run on a GPU yet.
-// TRIGON_CUDA_GEMV_BULK_QKV=on|off, read by New.
+// it takes the operands. Off: its tests pass on the H200 and the product
+// alone is faster (14.4 against 15.8 us, graph-timed), but the decode
+// step measured 1.5-2.6 us a layer slower with it (ninth session,
+// docs/benchmarks.md), not explained.
+// TRIGON_CUDA_GEMV_BULK_QKV=on|off|<variant tag>, read by New.
 var bulkQKV = false
 
 // bulkQKVVariant, when set (TRIGON_CUDA_GEMV_BULK_QKV=<tag>, as
