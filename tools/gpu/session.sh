@@ -10,7 +10,7 @@
 # attn_check, default_model, peers, overlap (bench overlap), margin, pdl,
 # tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab, queue_ab, norm_prefetch, chain, chain_ops, chain_final, chain_verify, tests_only,
 # prefill_ab, prefill_small, prefill_tile, cluster_final, cluster_fit, step_trace, pdl_some, attn_pdl, pdl_final, verify_final, spin_ab,
-# bulk, bulk_bench, bulk_ab, verify_bulk, bulk_qkv, serve_ab, greedy_same, prefill_chunks, splits (one A/B
+# bulk, bulk_bench, bulk_ab, verify_bulk, bulk_qkv, serve_ab, greedy_same, b16_ab, prefill_chunks, splits (one A/B
 # experiment each), final (tests, then peers, rows and the server: what
 # docs/benchmarks.md's latest section ran);
 # `session.sh bigref graphs` runs those two. Results: $OUT/summary.txt and
@@ -838,6 +838,19 @@ for r in 1 2; do
     kill -TERM $pid; wait $pid
   done
 done
+}
+
+# b16_ab: the batch-16 decode step (two 8-row x tiles, where the bulk
+# GEMV's registers allow one block an SM) with the bulk GEMV on (the
+# default) and off, alternating twice.
+b16_ab() {
+for r in 1 2; do for v in "" TRIGON_CUDA_GEMV_BULK=off; do
+  local f="$OUT/b16-$r-${v:-default}.json"; f=${f//=/_}
+  log "bench latency llama-3-8b --batch 16 --input-len 2048 --output-len 48 --iters 2 (${v:-default})"
+  env $v timeout 90 .gpu/trigon bench latency --arch llama-3-8b --batch 16 --input-len 2048 --output-len 48 --warmup 1 --iters 2 \
+    --device cuda --cuda-graphs on --json >"$f" 2>>"$OUT/bench.err" || tail -3 "$OUT/bench.err"
+  $PY -c "import json,sys; d=json.load(open(sys.argv[1])); d=d[0] if isinstance(d,list) else d; print('ITL p50 %.3f p99 %.3f ms; floor %.3f' % (d['itl_ms']['p50'], d['itl_ms']['p99'], d['decode_floor_ms']))" "$f" 2>&1 | tee -a "$OUT/summary.txt"
+done; done
 }
 
 # verify: after a refactor of kernel code, every test, memcheck, the
