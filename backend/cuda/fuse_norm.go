@@ -205,7 +205,7 @@ func (b *Backend) MatMulAdd(resid, x, w backend.Tensor) (bool, error) {
 	}
 	pristine := wt.owner != nil && wt.owner.pristine.Load()
 	if err := b.post(func() error {
-		if bc := bulkPick(m, k, b.sms); b.bulkFits(bc, n, k, xt.ptr, wt.ptr) {
+		if bc := bulkPick(m, k, b.sms); b.bulkFused(bc, n, k, xt.ptr, wt.ptr) {
 			return b.bulkCall(bc, "gemvb_add_bf16", rt.ptr, int(dtBF16), xt.ptr, wt.ptr, n, m, k, pristine)
 		}
 		c, err := b.fusedGEMV(n, m, k, xt.ptr, wt.ptr)

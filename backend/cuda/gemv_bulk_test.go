@@ -153,6 +153,12 @@ func TestGateUpSiLU(t *testing.T) {
 				} else {
 					ok, err := b.GateUpSiLU(gout, gx, gw)
 					p.must("GateUpSiLU", err)
+					if s.n > bulkFusedMaxRows {
+						if ok {
+							t.Fatalf("GateUpSiLU fused %d rows: the bulk GEMV takes at most %d there", s.n, bulkFusedMaxRows)
+						}
+						return // the caller runs MatMul and SiLUMul
+					}
 					if !ok {
 						t.Fatal("GateUpSiLU did not fuse a decode-sized BF16 product")
 					}
@@ -190,10 +196,10 @@ func withBulkQKV(t *testing.T, on bool) {
 }
 
 // TestBulkQKVRoPE runs FusedQKVRoPE on gemvb_qkv_rope_bf16 (bulkQKV on)
-// against the CPU's MatMul then RoPEStoreKV, over the shapes and row
-// counts TestFusedQKVRoPE takes (the QKV buffer must stay unwritten: the
-// fused kernel ran), and expects a negative position and a slot past the
-// cache reported at Sync.
+// against the CPU's MatMul then RoPEStoreKV, over the shapes
+// TestFusedQKVRoPE takes and 1-8 rows (the QKV buffer must stay
+// unwritten: the fused kernel ran), and expects a negative position and a
+// slot past the cache reported at Sync.
 func TestBulkQKVRoPE(t *testing.T) {
 	needBulk(t)
 	if !gemvEnabled {
@@ -201,7 +207,7 @@ func TestBulkQKVRoPE(t *testing.T) {
 	}
 	withBulkQKV(t, true)
 	for _, s := range []struct{ h, kv, hd, k int }{{32, 8, 128, 4096}, {8, 2, 64, 1024}, {16, 2, 256, 2048}, {4, 4, 16, 1536}} {
-		for _, n := range []int{1, 3, 4, 9, 16} {
+		for _, n := range []int{1, 3, 4, 8} { // the fused products take the bulk GEMV up to bulkFusedMaxRows rows
 			t.Run(fmt.Sprintf("h%d_kv%d_hd%d_k%d_n%d", s.h, s.kv, s.hd, s.k, n), func(t *testing.T) {
 				p := newPair(t)
 				c := newQKVCase(p, s.h, s.kv, s.hd, s.k, n)
@@ -499,5 +505,26 @@ func BenchmarkGEMVBulk(b *testing.B) {
 	}
 	for _, c := range g.GEMMChoices() {
 		b.Log(c)
+	}
+}
+
+// TestBulkFusedRows checks the fused products' row limit (no GPU needed):
+// the bulk GEMV takes 1-8 rows of x there, as bulkFits allows, and
+// leaves 9-16 (two x tiles, one block an SM) to the register GEMV.
+func TestBulkFusedRows(t *testing.T) {
+	defer func(m bulkModeT) { bulkMode = m }(bulkMode)
+	bulkMode = bulkTuned
+	b := &Backend{cc: 90, sms: 132}
+	c := bulkPick(2*14336, 4096, b.sms)
+	for n := 1; n <= gemvMaxRows; n++ {
+		if got, want := b.bulkFused(c, n, 4096, 0, 0), n <= 8; got != want {
+			t.Errorf("%d rows: bulkFused %v, want %v", n, got, want)
+		}
+		if !b.bulkFits(c, n, 4096, 0, 0) {
+			t.Errorf("%d rows: bulkFits refused a plain product", n)
+		}
+	}
+	if b.bulkFused(c, 4, 1000, 0, 0) {
+		t.Error("k 1000, not a multiple of the stage's columns, fused")
 	}
 }
