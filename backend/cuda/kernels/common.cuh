@@ -227,8 +227,7 @@ __device__ __forceinline__ u32 pack_bf16x2_rn(float lo, float hi) {
 
 // scale8 is 8 bf16 values times their F32 norm weights, rounded to bf16,
 // and adds their squares (before the weights) to ss: the input of a
-// product that applies the RMS norm's scale after it (gemv.cu with NP=1,
-// gemv_bulk.cu's normalising kernels).
+// product that applies the RMS norm's scale after it (gemv.cu with NP=1).
 __device__ __forceinline__ uint4 scale8(uint4 v, float4 g0, float4 g1, float& ss) {
   const u32* vp = (const u32*)&v;
   const float w[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
