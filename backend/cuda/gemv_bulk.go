@@ -245,13 +245,13 @@ func parseBulkQKV(v string) (on bool, c bulkConfig, err error) {
 	return true, c, nil
 }
 
-// bulkPickQKV is the variant of the QKV kernels: bulkQKVVariant where
-// set, else pick's.
-func bulkPickQKV(pick func(rows, k, sms int) bulkConfig, rows, k, sms int) bulkConfig {
+// bulkPickQKV is the QKV kernel's variant: bulkQKVVariant where set,
+// else bulkPick's.
+func bulkPickQKV(rows, k, sms int) bulkConfig {
 	if bulkQKVVariant.cw > 0 {
 		return bulkQKVVariant
 	}
-	return pick(rows, k, sms)
+	return bulkPick(rows, k, sms)
 }
 
 // bulkQKVCall launches gemvb_qkv_rope_bf16 (variant c) on FusedQKVRoPE's

@@ -113,7 +113,7 @@ func (b *Backend) qkvRoPEOperands(x, w backend.Tensor, a backend.RoPEArgs) (xt, 
 // as for gemm.
 func (b *Backend) qkvRoPE(xt, wt *tensor, r ropeOps, k int, earlyW bool) error {
 	n, m := r.n, r.qkv.shape[1]
-	if c := bulkPickQKV(bulkPick, m, k, b.sms); bulkQKV && b.bulkFused(c, n, k, xt.ptr, wt.ptr) {
+	if c := bulkPickQKV(m, k, b.sms); bulkQKV && b.bulkFused(c, n, k, xt.ptr, wt.ptr) {
 		return b.bulkQKVCall(c, xt.ptr, wt.ptr, r, k, earlyW)
 	}
 	p, err := b.gemmPlanFor(r.qkv.ptr, cudaR16BF, xt.ptr, wt.ptr, n, m, k)
