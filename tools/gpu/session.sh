@@ -10,7 +10,8 @@
 # attn_check, default_model, peers, overlap (bench overlap), margin, pdl,
 # tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab, queue_ab, norm_prefetch, chain, chain_ops, chain_final, chain_verify, tests_only,
 # prefill_ab, prefill_small, prefill_tile, cluster_final, cluster_fit, step_trace, pdl_some, attn_pdl, pdl_final, verify_final, spin_ab,
-# bulk, bulk_bench, bulk_ab, verify_bulk, bulk_qkv, serve_ab, greedy_same, b16_ab, prefill_chunks, splits (one A/B
+# bulk, bulk_bench, bulk_ab, verify_bulk, bulk_qkv, serve_ab, greedy_same, b16_ab, ktrace (a CUPTI kernel timeline),
+# prefill_chunks, splits (one A/B
 # experiment each), final (tests, then peers, rows and the server: what
 # docs/benchmarks.md's latest section ran);
 # `session.sh bigref graphs` runs those two. Results: $OUT/summary.txt and
@@ -851,6 +852,36 @@ for r in 1 2; do for v in "" TRIGON_CUDA_GEMV_BULK=off; do
     --device cuda --cuda-graphs on --json >"$f" 2>>"$OUT/bench.err" || tail -3 "$OUT/bench.err"
   $PY -c "import json,sys; d=json.load(open(sys.argv[1])); d=d[0] if isinstance(d,list) else d; print('ITL p50 %.3f p99 %.3f ms; floor %.3f' % (d['itl_ms']['p50'], d['itl_ms']['p99'], d['decode_floor_ms']))" "$f" 2>&1 | tee -a "$OUT/summary.txt"
 done; done
+}
+
+# ktrace: a kernel timeline of the batch-4 decode step through CUPTI
+# (tools/gpu/probes/ktrace.c, loaded by the driver through
+# CUDA_INJECTION64_PATH; Nsight Systems is not on the machine): every
+# kernel's start and end inside the replayed graphs, PDL overlaps
+# included, summarised by tools/gpu/ktrace_summary.py. Tracing costs a
+# little time itself: compare its step with an untraced one, not the
+# peers.
+ktrace() {
+log "ktrace: build the CUPTI kernel tracer"
+local hdr lib rec ok=
+hdr=$(find /usr/local /opt -name cupti.h -path '*include*' 2>/dev/null | head -1)
+lib=$(find /usr/local /opt -name 'libcupti.so*' 2>/dev/null | head -1)
+echo "cupti.h: ${hdr:-none}; libcupti: ${lib:-none}" | tee -a "$OUT/summary.txt"
+[[ -n $hdr && -n $lib ]] || return
+for rec in 13 12 11 10 9; do
+  if gcc -O2 -shared -fPIC -DKREC=CUpti_ActivityKernel$rec -I"$(dirname "$hdr")" -I/usr/local/cuda/include \
+    -o /tmp/ktrace.so tools/gpu/probes/ktrace.c "$lib" -lpthread 2>>"$OUT/ktrace-build.log"; then ok=$rec; break; fi
+done
+echo "built with CUpti_ActivityKernel${ok:-: none compiled (ktrace-build.log)}" | tee -a "$OUT/summary.txt"
+[[ -n $ok ]] || return
+log "ktrace: bench latency llama-3-8b --batch 4 --input-len 2048 --output-len 64 --cuda-graphs on, traced"
+LD_LIBRARY_PATH="$(dirname "$lib"):${LD_LIBRARY_PATH:-}" CUDA_INJECTION64_PATH=/tmp/ktrace.so KTRACE_OUT="$OUT/ktrace.csv" \
+  .gpu/trigon bench latency --arch llama-3-8b --batch 4 --input-len 2048 --output-len 64 --warmup 1 --iters 1 \
+  --device cuda --cuda-graphs on --json >"$OUT/ktrace-bench.json" 2>"$OUT/ktrace.err"
+echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "ktrace|rror" "$OUT/ktrace.err" | head -5 | tee -a "$OUT/summary.txt"
+$PY -c "import json,sys; d=json.load(open(sys.argv[1])); d=d[0] if isinstance(d,list) else d; print('traced ITL p50 %.3f ms' % d['itl_ms']['p50'])" "$OUT/ktrace-bench.json" 2>&1 | tee -a "$OUT/summary.txt"
+$PY tools/gpu/ktrace_summary.py "$OUT/ktrace.csv" --top 20 2>&1 | tee -a "$OUT/summary.txt"
+gzip -f "$OUT/ktrace.csv"
 }
 
 # verify: after a refactor of kernel code, every test, memcheck, the
