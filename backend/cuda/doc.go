@@ -59,8 +59,10 @@
 // consumer warps multiply each stage (gemv.cu's mma layout). The register
 // GEMV's bytes in flight are capped by the register file; this one's by
 // shared memory. MatMulAdd and GateUpSiLU (the gate/up product with SiLU x
-// mul in its epilogue) run it with bulkPick's variant, plain products
-// where the tuner times it 3% faster; TRIGON_CUDA_GEMV_BULK=off|on|always.
+// mul in its epilogue) run it with bulkPick's variant for up to 8 rows of
+// x (with more its registers allow one block an SM, measured slower),
+// plain products where the tuner times it 3% faster;
+// TRIGON_CUDA_GEMV_BULK=off|on|always.
 // Its QKV variant with qkv_rope_bf16's epilogue (gemvb_qkv_rope_bf16) is
 // off (TRIGON_CUDA_GEMV_BULK_QKV=on): the decode step measured slower
 // with it.
