@@ -10,7 +10,7 @@
 # attn_check, default_model, peers, overlap (bench overlap), margin, pdl,
 # tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab, queue_ab, norm_prefetch, chain, chain_ops, chain_final, chain_verify, tests_only,
 # prefill_ab, prefill_small, prefill_tile, cluster_final, cluster_fit, step_trace, pdl_some, attn_pdl, pdl_final, verify_final, spin_ab,
-# bulk, bulk_bench, bulk_ab, verify_bulk, bulk_qkv, serve_ab, greedy_same, b16_ab, ktrace (a CUPTI kernel timeline),
+# bulk, bulk_bench, bulk_ab, verify_bulk, bulk_qkv, serve_ab, greedy_same, b16_ab, ktrace and ktrace_qkv (a CUPTI kernel timeline), fix8,
 # prefill_chunks, splits (one A/B
 # experiment each), final (tests, then peers, rows and the server: what
 # docs/benchmarks.md's latest section ran);
@@ -861,27 +861,52 @@ done; done
 # included, summarised by tools/gpu/ktrace_summary.py. Tracing costs a
 # little time itself: compare its step with an untraced one, not the
 # peers.
-ktrace() {
+ktrace_build() {
+[[ -f /tmp/ktrace.so && -n ${KTRACE_LIBDIR:-} ]] && return 0
 log "ktrace: build the CUPTI kernel tracer"
 local hdr lib rec ok=
 hdr=$(find /usr/local /opt -name cupti.h -path '*include*' 2>/dev/null | head -1)
 lib=$(find /usr/local /opt -name 'libcupti.so*' 2>/dev/null | head -1)
 echo "cupti.h: ${hdr:-none}; libcupti: ${lib:-none}" | tee -a "$OUT/summary.txt"
-[[ -n $hdr && -n $lib ]] || return
+[[ -n $hdr && -n $lib ]] || return 1
 for rec in 13 12 11 10 9; do
   if gcc -O2 -shared -fPIC -DKREC=CUpti_ActivityKernel$rec -I"$(dirname "$hdr")" -I/usr/local/cuda/include \
     -o /tmp/ktrace.so tools/gpu/probes/ktrace.c "$lib" -lpthread 2>>"$OUT/ktrace-build.log"; then ok=$rec; break; fi
 done
 echo "built with CUpti_ActivityKernel${ok:-: none compiled (ktrace-build.log)}" | tee -a "$OUT/summary.txt"
-[[ -n $ok ]] || return
-log "ktrace: bench latency llama-3-8b --batch 4 --input-len 2048 --output-len 64 --cuda-graphs on, traced"
-LD_LIBRARY_PATH="$(dirname "$lib"):${LD_LIBRARY_PATH:-}" CUDA_INJECTION64_PATH=/tmp/ktrace.so KTRACE_OUT="$OUT/ktrace.csv" \
+[[ -n $ok ]] || return 1
+KTRACE_LIBDIR=$(dirname "$lib")
+}
+
+# ktrace_run TAG [ENV...]: the traced batch-4 run with backend knobs set.
+ktrace_run() {
+local tag=$1; shift
+log "ktrace ($tag): bench latency llama-3-8b --batch 4 --input-len 2048 --output-len 64 --cuda-graphs on, traced, $*"
+env "$@" LD_LIBRARY_PATH="$KTRACE_LIBDIR:${LD_LIBRARY_PATH:-}" CUDA_INJECTION64_PATH=/tmp/ktrace.so KTRACE_OUT="$OUT/ktrace-$tag.csv" \
   .gpu/trigon bench latency --arch llama-3-8b --batch 4 --input-len 2048 --output-len 64 --warmup 1 --iters 1 \
-  --device cuda --cuda-graphs on --json >"$OUT/ktrace-bench.json" 2>"$OUT/ktrace.err"
-echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "ktrace|rror" "$OUT/ktrace.err" | head -5 | tee -a "$OUT/summary.txt"
-$PY -c "import json,sys; d=json.load(open(sys.argv[1])); d=d[0] if isinstance(d,list) else d; print('traced ITL p50 %.3f ms' % d['itl_ms']['p50'])" "$OUT/ktrace-bench.json" 2>&1 | tee -a "$OUT/summary.txt"
-$PY tools/gpu/ktrace_summary.py "$OUT/ktrace.csv" --top 20 2>&1 | tee -a "$OUT/summary.txt"
-gzip -f "$OUT/ktrace.csv"
+  --device cuda --cuda-graphs on --json >"$OUT/ktrace-$tag.json" 2>"$OUT/ktrace-$tag.err"
+echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "ktrace|rror" "$OUT/ktrace-$tag.err" | head -5 | tee -a "$OUT/summary.txt"
+$PY -c "import json,sys; d=json.load(open(sys.argv[1])); d=d[0] if isinstance(d,list) else d; print('traced ITL p50 %.3f ms' % d['itl_ms']['p50'])" "$OUT/ktrace-$tag.json" 2>&1 | tee -a "$OUT/summary.txt"
+$PY tools/gpu/ktrace_summary.py "$OUT/ktrace-$tag.csv" --top ${KTRACE_TOP:-20} 2>&1 | tee -a "$OUT/summary.txt"
+gzip -f "$OUT/ktrace-$tag.csv"
+}
+
+ktrace() {
+ktrace_build || return
+ktrace_run default
+}
+
+# ktrace_qkv: the timeline with the QKV projection on the bulk GEMV, whose
+# step was slower than its graph-timed product predicts (ninth session).
+ktrace_qkv() {
+ktrace_build || return
+ktrace_run bulkqkv TRIGON_CUDA_GEMV_BULK_QKV=on
+}
+
+# fix8: the fused products' 8-row limit for the bulk GEMV (tests).
+fix8() {
+log "TestGateUpSiLU, TestBulkQKVRoPE, TestBulkFusedRows, TestBulkOccupancy, TestGEMVBulk*, TestMatMulAdd"
+cuda_tests_run fix8-tests.log 'TestGateUpSiLU|TestBulkQKVRoPE|TestBulkFusedRows|TestBulkOccupancy|TestGEMVBulk|TestMatMulAdd'
 }
 
 # verify: after a refactor of kernel code, every test, memcheck, the
