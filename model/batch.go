@@ -137,6 +137,10 @@ type DeviceBatch struct {
 	SeqLens     backend.Tensor // [NumSeqs]
 	BlockTables backend.Tensor // [NumSeqs, maxBlocksPerSeq]
 	LogitsRows  backend.Tensor // [NumLogits]
+	// LogitsAll says LogitsRows is 0, 1, ..., NumTokens-1 (every row, in
+	// order: a decode step), so the model may take the rows as they are
+	// instead of gathering them. False is always correct.
+	LogitsAll   bool
 	NumTokens   int
 	NumSeqs     int
 	NumLogits   int

@@ -74,13 +74,12 @@ type Runner struct {
 
 	maxBlocksPerSeq int
 
-	// Device step inputs, allocated once at their maximum size; each step
-	// uses a prefix through a View.
-	tokens, positions, slots backend.Tensor // [MaxTokens] I32
-	queryStart               backend.Tensor // [MaxSeqs+1] I32
-	seqLens                  backend.Tensor // [MaxSeqs] I32
-	blockTables              backend.Tensor // [MaxSeqs, maxBlocksPerSeq] I32
-	logitsRows               backend.Tensor // [MaxTokens] I32
+	// Device step inputs: one I32 buffer, allocated once at its largest,
+	// that each step fills with a single copy (stepLayout places the
+	// step's tensors in it); tokens views its start, where
+	// Output.SampleNext leaves the ids it feeds to the next step.
+	stepIn backend.Tensor // [stepInLen] I32
+	tokens backend.Tensor // [MaxTokens] I32, a view of stepIn
 
 	graphs *graphCache // nil: graphs off
 
@@ -88,9 +87,41 @@ type Runner struct {
 	// for the next step (0: none); every Execute clears it.
 	fed int
 
-	// Host staging, reused every step.
+	// Host staging, reused every step; hIn is stepIn's image.
 	hTokens, hPositions, hSlots, hQueryStart, hSeqLens, hTables, hLogitsRows []int32
+	hIn                                                                      []int32
 	buf                                                                      []byte
+}
+
+// stepAlign is the alignment of each tensor in the step input buffer, in
+// I32 elements (64 bytes).
+const stepAlign = 16
+
+// stepLayout is where a step's input tensors sit in the step input
+// buffer (offsets in I32 elements), a function of the step's token,
+// sequence and logits-row counts only: every step of a graph bucket has
+// the same layout, so the addresses its graph captured hold the inputs
+// of every replay. Tokens come first, at offset 0.
+//
+//	| tokens | positions | slots | queryStart | seqLens | logitsRows | blockTables |
+//	  nt       nt          nt      ns+1         ns        nl           ns*maxBlocksPerSeq
+//
+// each starting on a stepAlign boundary.
+type stepLayout struct {
+	positions, slots, queryStart, seqLens, logitsRows, tables, end int
+}
+
+func layoutStep(nt, ns, nl, maxBlocksPerSeq int) stepLayout {
+	up := func(n int) int { return (n + stepAlign - 1) / stepAlign * stepAlign }
+	var l stepLayout
+	l.positions = up(nt)
+	l.slots = l.positions + up(nt)
+	l.queryStart = l.slots + up(nt)
+	l.seqLens = l.queryStart + up(ns+1)
+	l.logitsRows = l.seqLens + up(ns)
+	l.tables = l.logitsRows + up(nl)
+	l.end = l.tables + ns*maxBlocksPerSeq
+	return l
 }
 
 // New allocates the KV pools and step buffers on b.
@@ -120,26 +151,18 @@ func New(b backend.Backend, m Model, opts Options) (*Runner, error) {
 		}
 		r.kv = append(r.kv, model.LayerKV{K: k, V: v})
 	}
+	// The largest layout: every count at its maximum (a step has at most
+	// MaxTokens logits rows and min(MaxSeqs, MaxTokens) sequences).
+	maxIn := layoutStep(opts.MaxTokens, opts.MaxSeqs, opts.MaxTokens, r.maxBlocksPerSeq).end
 	var err error
-	alloc := func(shape ...int) backend.Tensor {
-		if err != nil {
-			return nil
-		}
-		var t backend.Tensor
-		t, err = b.Alloc(backend.I32, shape...)
-		return t
+	if r.stepIn, err = b.Alloc(backend.I32, maxIn); err == nil {
+		r.tokens, err = b.View(r.stepIn, 0, opts.MaxTokens)
 	}
-	r.tokens = alloc(opts.MaxTokens)
-	r.positions = alloc(opts.MaxTokens)
-	r.slots = alloc(opts.MaxTokens)
-	r.queryStart = alloc(opts.MaxSeqs + 1)
-	r.seqLens = alloc(opts.MaxSeqs)
-	r.blockTables = alloc(opts.MaxSeqs, r.maxBlocksPerSeq)
-	r.logitsRows = alloc(opts.MaxTokens)
 	if err != nil {
 		r.Close()
 		return nil, fmt.Errorf("runner: allocate step buffers: %w", err)
 	}
+	r.hIn = make([]int32, maxIn)
 	if r.graphs, err = newGraphCache(b, opts.Graphs, opts.MaxSeqs); err != nil {
 		r.Close()
 		return nil, err
@@ -172,10 +195,9 @@ func (r *Runner) Close() {
 		r.b.Free(kv.V)
 	}
 	r.kv = nil
-	for _, t := range []backend.Tensor{r.tokens, r.positions, r.slots, r.queryStart, r.seqLens, r.blockTables, r.logitsRows} {
-		if t != nil {
-			r.b.Free(t)
-		}
+	if r.stepIn != nil {
+		r.b.Free(r.stepIn)
+		r.stepIn, r.tokens = nil, nil
 	}
 }
 
@@ -336,49 +358,59 @@ func (r *Runner) Execute(step *Step) (*Output, error) {
 	return out, nil
 }
 
-// upload writes the packed host rows into the static device buffers and
-// returns the batch viewing them. The first fed token ids are on the
-// device already (Step.FedTokens) and are not written.
+// upload writes the packed host rows into the step input buffer, in one
+// copy, and returns the batch viewing them. The first fed token ids are on
+// the device already (Step.FedTokens) and are not written.
 func (r *Runner) upload(fed int) (*model.DeviceBatch, error) {
 	nt, ns, nl := len(r.hTokens), len(r.hSeqLens), len(r.hLogitsRows)
 	in := &model.DeviceBatch{NumTokens: nt, NumSeqs: ns, NumLogits: nl}
+	l := layoutStep(nt, ns, nl, r.maxBlocksPerSeq)
+	if l.end > len(r.hIn) {
+		return nil, fmt.Errorf("runner: a step of %d tokens, %d sequences and %d logits rows exceeds the step buffers (MaxTokens %d, MaxSeqs %d)",
+			nt, ns, nl, r.opts.MaxTokens, r.opts.MaxSeqs)
+	}
+	h := r.hIn[:l.end]
+	clear(h) // the alignment gaps
+	copy(h, r.hTokens)
+	copy(h[l.positions:], r.hPositions)
+	copy(h[l.slots:], r.hSlots)
+	copy(h[l.queryStart:], r.hQueryStart)
+	copy(h[l.seqLens:], r.hSeqLens)
+	copy(h[l.logitsRows:], r.hLogitsRows)
+	copy(h[l.tables:], r.hTables)
 	var err error
-	view := func(t backend.Tensor, host []int32, n int) backend.Tensor {
+	view := func(off, n int) backend.Tensor {
 		if err != nil {
 			return nil
 		}
 		var v backend.Tensor
-		if v, err = r.b.View(t, 0, n); err != nil {
-			return nil
-		}
-		err = r.b.Write(v, r.bytes(host))
+		v, err = r.b.View(r.stepIn, off, n)
 		return v
 	}
-	if fed > 0 {
-		// The first fed ids are in place; graph padding rows after them
-		// are written.
-		if in.Tokens, err = r.b.View(r.tokens, 0, nt); err == nil && nt > fed {
-			var pad backend.Tensor
-			if pad, err = r.b.View(r.tokens, fed, nt-fed); err == nil {
-				err = r.b.Write(pad, r.bytes(r.hTokens[fed:]))
-			}
-		}
-	} else {
-		in.Tokens = view(r.tokens, r.hTokens, nt)
+	// Everything after the fed ids, in one copy.
+	if rest := view(fed, l.end-fed); err == nil {
+		err = r.b.Write(rest, r.bytes(h[fed:]))
 	}
-	in.Positions = view(r.positions, r.hPositions, nt)
-	in.SlotMapping = view(r.slots, r.hSlots, nt)
-	in.QueryStart = view(r.queryStart, r.hQueryStart, ns+1)
-	in.SeqLens = view(r.seqLens, r.hSeqLens, ns)
-	in.BlockTables = view(r.blockTables, r.hTables, ns)
+	in.Tokens = view(0, nt)
+	in.Positions = view(l.positions, nt)
+	in.SlotMapping = view(l.slots, nt)
+	in.QueryStart = view(l.queryStart, ns+1)
+	in.SeqLens = view(l.seqLens, ns)
+	if tables := view(l.tables, ns*r.maxBlocksPerSeq); err == nil {
+		in.BlockTables, err = r.b.Reshape(tables, ns, r.maxBlocksPerSeq)
+	}
 	if nl > 0 {
-		in.LogitsRows = view(r.logitsRows, r.hLogitsRows, nl)
+		in.LogitsRows = view(l.logitsRows, nl)
+		in.LogitsAll = nl == nt
+		for i, row := range r.hLogitsRows {
+			in.LogitsAll = in.LogitsAll && int(row) == i
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("runner: upload step inputs: %w", err)
 	}
-	for _, l := range r.hSeqLens {
-		in.MaxSeqLen = max(in.MaxSeqLen, int(l))
+	for _, sl := range r.hSeqLens {
+		in.MaxSeqLen = max(in.MaxSeqLen, int(sl))
 	}
 	for s := range ns {
 		in.MaxQueryLen = max(in.MaxQueryLen, int(r.hQueryStart[s+1]-r.hQueryStart[s]))

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -118,6 +119,89 @@ func TestPackLayout(t *testing.T) {
 	if tb := read(in.BlockTables); tb[0] != 5 || tb[1] != 2 || tb[5] != 9 || tb[10] != 3 || tb[2] != 0 {
 		t.Errorf("block tables %v", tb)
 	}
+	if in.LogitsAll {
+		t.Error("LogitsAll set for a step whose logits rows are 2, 4, 5")
+	}
+	// A decode step wants every row in order: the model may skip the gather.
+	if _, err := r.Execute(&Step{Seqs: []Seq{
+		{Tokens: []int32{3}, Start: 6, BlockTable: []int32{5, 2}, WantLogits: true},
+		{Tokens: []int32{5}, Start: 1, BlockTable: []int32{9}, WantLogits: true},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if in := m.last; !in.LogitsAll || !slices.Equal(read(in.LogitsRows), []int32{0, 1}) {
+		t.Errorf("decode step: LogitsAll %v, logits rows %v; want true, [0 1]", in.LogitsAll, read(in.LogitsRows))
+	}
+}
+
+// capturingFeeder is a capturing backend that also feeds sampled ids.
+type capturingFeeder struct {
+	capturing
+	backend.DeviceSampler
+}
+
+// TestGraphReplaysReadEachStep decodes with graphs (the fake capturer
+// replays a bucket's first forward, as a CUDA graph replays the captured
+// addresses) and without: the ids must agree, fed and not, while the
+// batch moves between buckets, so every step of a bucket must put its
+// inputs where the captured views read them.
+func TestGraphReplaysReadEachStep(t *testing.T) {
+	run := func(graphs, feed bool) [][]int32 {
+		cpuB := cpu.New(cpu.Options{Threads: 1})
+		cb := &capturingFeeder{capturing: capturing{Backend: cpuB}, DeviceSampler: cpuB}
+		r, err := New(cb, &argmaxModel{b: cb, withPos: true}, Options{
+			NumBlocks: 20, BlockSize: 4, MaxTokens: 16, MaxSeqs: 4, MaxSeqLen: 24, NumLayers: 1, NumKVHeads: 1, HeadDim: 8,
+			Graphs: GraphOptions{Enabled: graphs, Buckets: []int{1, 2, 4}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		cur := []int32{0, 1, 2, 3}
+		var got [][]int32
+		var out *Output
+		for k := range 12 {
+			n := []int{3, 3, 3, 2, 2, 2, 3, 3, 4, 1, 1, 3}[k]
+			fed := feed && out != nil && out.Rows == n
+			var wait func() ([]int32, error)
+			if fed {
+				if wait, err = out.SampleNext(make([]backend.SampleRow, n)); err != nil {
+					t.Fatal(err)
+				}
+			} else if out != nil {
+				ids, err := out.Sample(make([]backend.SampleRow, out.Rows))
+				if err != nil {
+					t.Fatal(err)
+				}
+				copy(cur, ids)
+			}
+			st := &Step{FedTokens: fed}
+			for i := range n {
+				st.Seqs = append(st.Seqs, Seq{Tokens: []int32{cur[i]}, Start: k, BlockTable: []int32{int32(1 + 4*i), int32(2 + 4*i), int32(3 + 4*i), int32(4 + 4*i)}, WantLogits: true})
+			}
+			if out, err = r.Execute(st); err != nil {
+				t.Fatal(err)
+			}
+			if fed {
+				ids, err := wait()
+				if err != nil {
+					t.Fatal(err)
+				}
+				copy(cur, ids)
+			}
+			got = append(got, slices.Clone(cur[:n]))
+		}
+		if graphs && r.GraphStats().Replays == 0 {
+			t.Fatal("no graph was replayed")
+		}
+		return got
+	}
+	want := run(false, false)
+	for _, c := range []struct{ graphs, feed bool }{{true, false}, {true, true}, {false, true}} {
+		if got := run(c.graphs, c.feed); !slices.EqualFunc(got, want, slices.Equal) {
+			t.Errorf("graphs %v, fed %v: ids %v, want %v", c.graphs, c.feed, got, want)
+		}
+	}
 }
 
 // TestStepAllocationsIndependentOfTokens: the per-step host path allocates
@@ -147,12 +231,26 @@ func TestStepAllocationsIndependentOfTokens(t *testing.T) {
 // argmaxModel returns logits whose argmax for token row i is
 // (token id + 1) % 5: a deterministic "next token" the fed path must
 // reproduce.
-type argmaxModel struct{ b backend.Backend }
+// With withPos the row's position is added to the token id, so a step
+// that read another step's positions would pick differently.
+type argmaxModel struct {
+	b       backend.Backend
+	withPos bool
+}
 
 func (m *argmaxModel) Forward(in *model.DeviceBatch, _ []model.LayerKV) (backend.Tensor, error) {
 	raw := make([]byte, 4*in.NumTokens)
 	if err := m.b.Read(in.Tokens, raw); err != nil {
 		return nil, err
+	}
+	if m.withPos {
+		pos := make([]byte, 4*in.NumTokens)
+		if err := m.b.Read(in.Positions, pos); err != nil {
+			return nil, err
+		}
+		for i := 0; i < len(raw); i += 4 {
+			raw[i] = (raw[i] + pos[i]) % 5
+		}
 	}
 	rows := make([]byte, 4*in.NumLogits)
 	if err := m.b.Read(in.LogitsRows, rows); err != nil {

@@ -346,10 +346,14 @@ func (b *Backend) sampleOperands(op string, a backend.SampleArgs) (*tensor, []by
 	return lt, params, nil
 }
 
-// sampleLaunch queues sample_rows over lt's rows with the encoded rules,
-// the ids going to out (n int32 on the device). CUDA thread only.
+// sampleLaunch queues the picks of lt's rows under the encoded rules,
+// the ids going to out (n int32 on the device): argmax_rows when every row
+// is greedy, else sample_rows. CUDA thread only.
 func (b *Backend) sampleLaunch(lt *tensor, params []byte, out uint64) error {
 	n, vocab := lt.shape[0], lt.shape[1]
+	if greedyRows(params) {
+		return b.argmaxLaunch(lt.ptr, n, vocab, out)
+	}
 	f, err := b.fn(fnKey{modSpec{file: "sample"}, "sample_rows"})
 	if err != nil {
 		return err
@@ -365,6 +369,55 @@ func (b *Backend) sampleLaunch(lt *tensor, params []byte, out uint64) error {
 		return err
 	}
 	return b.launch(f, [3]int{n, 1, 1}, 1024, 0, lt.ptr, i32(vocab), pbuf, out, b.errDev)
+}
+
+// greedyRows reports whether every row's encoded rule (sampleOperands)
+// picks the top token: sample_rows's test, temperature <= 0 or min-p
+// above 1.
+func greedyRows(params []byte) bool {
+	for w := params; len(w) >= 20; w = w[20:] {
+		temp := math.Float32frombits(binary.LittleEndian.Uint32(w[0:]))
+		minp := math.Float32frombits(binary.LittleEndian.Uint32(w[12:]))
+		if temp > 0 && !(minp > 1) {
+			return false
+		}
+	}
+	return true
+}
+
+// argmaxChunk is the logits one argmax_rows block reads: 16 a thread,
+// so a 128k vocabulary takes 32 blocks a row.
+const argmaxChunk = 4096
+
+// argmaxLaunch queues argmax_rows over n rows of vocab logits at lg.
+// CUDA thread only.
+func (b *Backend) argmaxLaunch(lg uint64, n, vocab int, out uint64) error {
+	f, err := b.fn(fnKey{modSpec{file: "sample"}, "argmax_rows"})
+	if err != nil {
+		return err
+	}
+	if n > b.argmaxRows {
+		rows := max(n, 256)
+		cnt, err := b.pool.get(rows * 4)
+		if err != nil {
+			return err
+		}
+		if err := b.d.check("cuMemsetD32Async", b.d.call(b.d.cuMemsetD32Async, uintptr(cnt), 0, uintptr(rows), b.stream)); err != nil {
+			b.pool.put(cnt)
+			return err
+		}
+		if b.argmaxCount != 0 {
+			b.pool.put(b.argmaxCount)
+		}
+		b.argmaxCount, b.argmaxRows = cnt, rows
+	}
+	s := (vocab + argmaxChunk - 1) / argmaxChunk
+	part, err := b.pool.get(n * s * 8)
+	if err != nil {
+		return err
+	}
+	defer b.pool.put(part) // reused only by ops the stream runs later
+	return b.launch(f, [3]int{s, n, 1}, 256, 0, lg, i32(vocab), i32(argmaxChunk), part, b.argmaxCount, out, b.errDev)
 }
 
 // attnHeadDims are the head dims the attention kernels take: the

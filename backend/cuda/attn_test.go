@@ -556,6 +556,92 @@ func TestSample(t *testing.T) {
 	}
 }
 
+// TestSampleGreedy checks argmax_rows, the split kernel that picks when
+// every row is greedy, against the CPU: rows of rounded logits (ties, the
+// lowest id must win across chunks), the maximum at the first and the
+// last id, vocabularies of one partial chunk to many, more rows than the
+// counters first allocated; then rows of NaN, +Inf and nothing but -Inf,
+// which must fail as sample_rows fails (and leave the counters zero: the
+// next call is checked too).
+func TestSampleGreedy(t *testing.T) {
+	sharedBackend(t, true)
+	greedy := []backend.SampleRow{{}, {Temperature: 0.3, MinP: 1.5}, {Temperature: -1}}
+	for _, tc := range []struct {
+		n, vocab int
+		ties     bool
+	}{{1, 50, true}, {4, 4096, false}, {3, 4097, true}, {9, 32000, true}, {4, 128256, false}, {2, 151936, true}, {300, 8193, false}} {
+		t.Run(fmt.Sprintf("n%d_vocab%d_ties%v", tc.n, tc.vocab, tc.ties), func(t *testing.T) {
+			p := newPair(t)
+			lv := p.normal(tc.n*tc.vocab, 3)
+			for i := range lv {
+				if tc.ties {
+					lv[i] = float32(math.Round(float64(lv[i])))
+				}
+			}
+			for r := 0; r < tc.n; r++ {
+				row := lv[r*tc.vocab : (r+1)*tc.vocab]
+				switch r % 4 {
+				case 1:
+					row[0] = 100
+				case 2:
+					row[tc.vocab-1] = 100
+				case 3: // a tie between the last id and one in another chunk
+					row[tc.vocab-1], row[tc.vocab/3] = 100, 100
+				}
+			}
+			cl, gl := p.same(backend.F32, []int{tc.n, tc.vocab}, encode(backend.F32, lv))
+			rows := make([]backend.SampleRow, tc.n)
+			for i := range rows {
+				rows[i] = greedy[i%len(greedy)]
+				rows[i].U = p.r.Float32()
+			}
+			want, err := p.c.Sample(backend.SampleArgs{Logits: cl, Rows: rows})
+			p.must("cpu", err)
+			got, err := p.g.Sample(backend.SampleArgs{Logits: gl, Rows: rows})
+			p.must("gpu", err)
+			for i := range want {
+				if got[i] != want[i] {
+					t.Errorf("row %d %+v: GPU chose %d, CPU %d", i, rows[i], got[i], want[i])
+				}
+			}
+		})
+	}
+	t.Run("bad_rows", func(t *testing.T) {
+		p := newPair(t)
+		const vocab = 10000
+		for _, bad := range []string{"nan", "inf", "all_neg_inf", "neg_nan"} {
+			lv := p.normal(2*vocab, 1)
+			row := lv[vocab:]
+			switch bad {
+			case "nan":
+				row[7000] = float32(math.NaN())
+			case "inf":
+				row[123] = float32(math.Inf(1))
+			case "all_neg_inf":
+				for i := range row {
+					row[i] = float32(math.Inf(-1))
+				}
+			case "neg_nan":
+				row[9999] = math.Float32frombits(0xffc00000)
+			}
+			_, gl := p.same(backend.F32, []int{2, vocab}, encode(backend.F32, lv))
+			if _, err := p.g.Sample(backend.SampleArgs{Logits: gl, Rows: make([]backend.SampleRow, 2)}); !errors.Is(err, backend.ErrShape) {
+				t.Errorf("%s: Sample gave %v, want ErrShape", bad, err)
+			}
+			p.must("sync after "+bad, p.g.Sync())
+			// A clean call after it: the counters were left zero.
+			cl, gl2 := p.same(backend.F32, []int{2, vocab}, encode(backend.F32, p.normal(2*vocab, 1)))
+			want, err := p.c.Sample(backend.SampleArgs{Logits: cl, Rows: make([]backend.SampleRow, 2)})
+			p.must("cpu", err)
+			got, err := p.g.Sample(backend.SampleArgs{Logits: gl2, Rows: make([]backend.SampleRow, 2)})
+			p.must("gpu after "+bad, err)
+			if got[0] != want[0] || got[1] != want[1] {
+				t.Errorf("after %s: GPU chose %v, CPU %v", bad, got, want)
+			}
+		}
+	})
+}
+
 // TestDecodePlan checks the decode kernel choice and split counts without
 // a GPU: the tensor-core kernel where it can run (its shared memory within
 // the block limit), the CUDA-core one otherwise; splits within the caps,

@@ -147,7 +147,11 @@ type Backend struct {
 	// chain kernel on this device); chainSync its counters (chain.go).
 	chainSmem int
 	chainSync uint64
-	stage     pinned
+	// argmaxCount is argmax_rows's per-row counters ([argmaxRows] u32,
+	// zero between launches; attn.go).
+	argmaxCount uint64
+	argmaxRows  int
+	stage       pinned
 	// pinnedList is every cuMemHostAlloc block, freed at teardown.
 	pinnedList []uintptr
 	ring       [ringSlots]ringSlot

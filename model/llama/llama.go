@@ -545,8 +545,11 @@ func (m *Model) forward(in *model.DeviceBatch, kv []model.LayerKV) (backend.Tens
 		return nil, fmt.Errorf("final norm: %w", err)
 	}
 	// Only the wanted rows go through the LM head: the normed activations
-	// serve as an embedding table for a gather.
-	if err := b.Embed(gathered, normed, in.LogitsRows); err != nil {
+	// serve as an embedding table for a gather, unless every row is
+	// wanted in order (decode), when they go as they are.
+	if in.LogitsAll && in.NumLogits == n {
+		gathered = normed
+	} else if err := b.Embed(gathered, normed, in.LogitsRows); err != nil {
 		return nil, fmt.Errorf("gather logits rows: %w", err)
 	}
 	if err := b.MatMul(logits, gathered, m.lmHead, nil); err != nil {

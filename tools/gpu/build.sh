@@ -17,5 +17,15 @@ go test -c -tags external_default_model -ldflags "-s -w" -o .gpu/bin/llama.test 
 if [ -n "$(git status --porcelain -- '*.go' '*.cu' '*.cuh')" ]; then
   echo "build.sh: building uncommitted changes:" >&2; git status --porcelain -- '*.go' '*.cu' '*.cuh' >&2
 fi
+# OLD=<commit>: also build that commit's trigon as bin/trigon_old, for
+# session.sh's ab_old (the same step, this build against that one).
+rm -f .gpu/bin/trigon_old .gpu/bin/BUILD_OLD
+if [ -n "${OLD:-}" ]; then
+  wt=$(mktemp -d)
+  git worktree add -q --detach "$wt" "$OLD"
+  (cd "$wt" && go build -tags external_default_model -ldflags "-s -w" -o "$OLDPWD/.gpu/bin/trigon_old" ./cmd/trigon)
+  git -C "$wt" describe --always >.gpu/bin/BUILD_OLD
+  git worktree remove --force "$wt"
+fi
 tar -C .gpu -cf - bin | xz -9e -T0 > .gpu/bins.tar.xz  # -9e: the tree and the archive must stay under 64 MiB
 ls -la .gpu/bin .gpu/bins.tar.xz

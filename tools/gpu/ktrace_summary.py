@@ -38,6 +38,39 @@ def replays(rows):
     return out
 
 
+def outside_between(rows, keep):
+    """Prints what ran outside the graph between consecutive kept replays
+    (sampling, copies, sets): per name the median count and time a step,
+    then one typical interval's timeline, from the previous replay's end."""
+    per, timelines = defaultdict(list), []
+    for k in range(1, len(keep)):
+        (i0, prev), (i1, cur) = keep[k - 1], keep[k]
+        if i1 != i0 + 1:
+            continue
+        lo, hi = max(r["end"] for r in prev), cur[0]["start"]
+        inside = [r for r in rows if r["graph"] in ("", "0") and lo - 50_000 <= r["start"] < hi]
+        names = defaultdict(list)
+        for r in inside:
+            names[short(r["name"])].append((r["end"] - r["start"]) / 1e3)
+        for n in set(per) | set(names):
+            per[n].append((len(names.get(n, [])), sum(names.get(n, []))))
+        timelines.append((hi - lo, lo, inside))
+    if not timelines:
+        return
+    med = statistics.median
+    print("outside the graph between replays (name, median count and us a step):")
+    for n, v in sorted(per.items(), key=lambda kv: -med(t for _, t in kv[1])):
+        v += [(0, 0.0)] * (len(timelines) - len(v))  # intervals before the name first showed
+        if med(c for c, _ in v) == 0:
+            continue  # seen only where an iteration ends (its prefill)
+        print(f"  {n:<48} {med(c for c, _ in v):>4} {med(t for _, t in v):>8.2f}")
+    timelines.sort(key=lambda t: t[0])
+    gap, lo, inside = timelines[len(timelines) // 2]
+    print(f"a median interval ({gap / 1e3:.1f} us), times from the replay's end (start, duration us, stream):")
+    for r in inside:
+        print(f"  {(r['start'] - lo) / 1e3:>8.2f} {(r['end'] - r['start']) / 1e3:>7.2f} {r['stream']:>4} {short(r['name'])}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("csv")
@@ -97,6 +130,7 @@ def main() -> int:
                   f"no kernel running {med(idles):.1f} us of it")
             if between:
                 print(f"between consecutive replays: median {med(between):.1f} us (max {max(between):.1f})")
+                outside_between(rows, keep)
             by_name = defaultdict(lambda: [0, 0.0, 0.0, 0.0])  # count, time, gaps > 0, overlap
             for p in per_pos.values():
                 b = by_name[p["name"]]

@@ -10,7 +10,7 @@
 # attn_check, default_model, peers, overlap (bench overlap), margin, pdl,
 # tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab, queue_ab, norm_prefetch, chain, chain_ops, chain_final, chain_verify, tests_only,
 # prefill_ab, prefill_small, prefill_tile, cluster_final, cluster_fit, step_trace, pdl_some, attn_pdl, pdl_final, verify_final, spin_ab,
-# bulk, bulk_bench, bulk_ab, verify_bulk, bulk_qkv, serve_ab, greedy_same, b16_ab, ktrace and ktrace_qkv (a CUPTI kernel timeline), fix8,
+# bulk, bulk_bench, bulk_ab, verify_bulk, bulk_qkv, serve_ab, greedy_same, b16_ab, ktrace and ktrace_qkv (a CUPTI kernel timeline), fix8, ab_old, step_edges,
 # prefill_chunks, splits (one A/B
 # experiment each), final (tests, then peers, rows and the server: what
 # docs/benchmarks.md's latest section ran);
@@ -869,11 +869,13 @@ hdr=$(find /usr/local /opt -name cupti.h -path '*include*' 2>/dev/null | head -1
 lib=$(find /usr/local /opt -name 'libcupti.so*' 2>/dev/null | head -1)
 echo "cupti.h: ${hdr:-none}; libcupti: ${lib:-none}" | tee -a "$OUT/summary.txt"
 [[ -n $hdr && -n $lib ]] || return 1
-for rec in 13 12 11 10 9; do
-  if gcc -O2 -shared -fPIC -DKREC=CUpti_ActivityKernel$rec -I"$(dirname "$hdr")" -I/usr/local/cuda/include \
+for rec in "10 6 4" "10 5 4" "10 5 3" "9 5 3"; do
+  set -- $rec
+  if gcc -O2 -shared -fPIC -DKREC=CUpti_ActivityKernel$1 -DMREC=CUpti_ActivityMemcpy$2 -DSREC=CUpti_ActivityMemset$3 \
+    -I"$(dirname "$hdr")" -I/usr/local/cuda/include \
     -o /tmp/ktrace.so tools/gpu/probes/ktrace.c "$lib" -lpthread 2>>"$OUT/ktrace-build.log"; then ok=$rec; break; fi
 done
-echo "built with CUpti_ActivityKernel${ok:-: none compiled (ktrace-build.log)}" | tee -a "$OUT/summary.txt"
+echo "built with CUpti_ActivityKernel, Memcpy, Memset versions ${ok:-: none compiled (ktrace-build.log)}" | tee -a "$OUT/summary.txt"
 [[ -n $ok ]] || return 1
 KTRACE_LIBDIR=$(dirname "$lib")
 }
@@ -907,6 +909,25 @@ ktrace_run bulkqkv TRIGON_CUDA_GEMV_BULK_QKV=on
 fix8() {
 log "TestGateUpSiLU, TestBulkQKVRoPE, TestBulkFusedRows, TestBulkOccupancy, TestGEMVBulk*, TestMatMulAdd"
 cuda_tests_run fix8-tests.log 'TestGateUpSiLU|TestBulkQKVRoPE|TestBulkFusedRows|TestBulkOccupancy|TestGEMVBulk|TestMatMulAdd'
+}
+
+# ab_old: the batch-4 step traced, this build against .gpu/trigon_old (a
+# build of an earlier commit that build.sh packs when OLD=<commit> is
+# given), alternating twice.
+ab_old() {
+[[ -x .gpu/trigon_old ]] || { log "ab_old: no .gpu/trigon_old in this archive"; return; }
+sed 's/^/old build: /' .gpu/BUILD_OLD 2>/dev/null | tee -a "$OUT/summary.txt"
+for r in 1 2; do
+  BIN=trigon_old step_trace old
+  step_trace new
+done
+}
+
+# step_edges: the step's edges (one input copy, the split greedy argmax,
+# no logits gather in decode): the sampling, feeding and graph tests.
+step_edges() {
+log "TestSample*, TestDeviceChecks, TestReadAsync*, TestGraph*"
+cuda_tests_run edges-tests.log 'TestSample|TestDeviceChecks|TestReadAsync|TestGraph'
 }
 
 # verify: after a refactor of kernel code, every test, memcheck, the

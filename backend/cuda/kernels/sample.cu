@@ -290,3 +290,88 @@ extern "C" __global__ void __launch_bounds__(NT) sample_rows(const float* logits
   find_prefix(L, vocab, m, invT, &tau, &idcut, emin, MODE_SUM_GT, (double)u * z, sh);
   if (tid == 0) out[row] = idcut;
 }
+
+// argmax_rows is sample_rows for rows that are all greedy, split over
+// many blocks: sample_rows gives a row one block, which reads its 128k
+// logits at one SM's bandwidth (~20 us a step at batch 4 on the H200),
+// while here every block takes a chunk of a row and the last block of
+// the row to finish reduces the chunks' results.
+//   logits [n, vocab] f32
+//   part   [n, S] u64 scratch (S = gridDim.x)
+//   count  [n] u32, zero on entry and left zero
+//   out    [n] int32
+// grid (S, n), block AM_NT. The pick is the CPU's: the highest logit,
+// lowest id on ties; a row holding NaN or +Inf, or nothing but -Inf,
+// raises ERR_LOGITS and writes -1, as sample_rows does.
+#define AM_NT 256
+#define AM_BAD 0xffffffffffffffffull
+
+// A candidate as one u64 whose unsigned order is the pick's order: the
+// logit's order-preserving key above, the complemented id below (lower
+// ids win ties). AM_BAD, above every candidate, marks NaN or +Inf.
+__device__ __forceinline__ u64 am_key(float v, int i) {
+  if (v != v || v > 3.402823466e38f) return AM_BAD;
+  return ((u64)okey(v) << 32) | (u64)(~(u32)i);
+}
+
+__device__ __forceinline__ u64 am_block_max(u64 k, u64* ws) {
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    u64 t = __shfl_xor_sync(0xffffffffu, k, o);
+    k = t > k ? t : k;
+  }
+  if (lane == 0) ws[warp] = k;
+  __syncthreads();
+  k = lane < AM_NT / 32 ? ws[lane] : 0ull;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    u64 t = __shfl_xor_sync(0xffffffffu, k, o);
+    k = t > k ? t : k;
+  }
+  return k;  // warp 0 holds the block's maximum
+}
+
+extern "C" __global__ void __launch_bounds__(AM_NT) argmax_rows(const float* logits, int vocab, int chunk, u64* part,
+                                                                 u32* count, int* out, int* err) {
+  grid_dep_sync();
+  __shared__ u64 ws[AM_NT / 32];
+  __shared__ bool last;
+  int row = blockIdx.y, s = blockIdx.x, S = gridDim.x;
+  const float* L = logits + (i64)row * vocab;
+  int lo = s * chunk, hi = min(vocab, lo + chunk);
+  u64 k = 0ull;
+  for (int i = lo + threadIdx.x; i < hi; i += AM_NT) {
+    u64 c = am_key(L[i], i);
+    k = c > k ? c : k;
+  }
+  k = am_block_max(k, ws);
+  if (threadIdx.x == 0) {
+    part[(i64)row * S + s] = k;
+    __threadfence();
+    last = atomicAdd(&count[row], 1u) == (u32)(S - 1);
+  }
+  __syncthreads();
+  if (!last) return;
+  // The row's last block: every other block's part is written (each
+  // fenced its store before counting).
+  __threadfence();
+  k = 0ull;
+  for (int j = threadIdx.x; j < S; j += AM_NT) {
+    u64 c;  // through L2: this SM's L1 never held the other blocks' stores
+    asm volatile("ld.global.cg.u64 %0, [%1];" : "=l"(c) : "l"(part + (i64)row * S + j));
+    k = c > k ? c : k;
+  }
+  __syncthreads();  // ws is reused
+  k = am_block_max(k, ws);
+  if (threadIdx.x == 0) {
+    count[row] = 0u;
+    // Below every finite logit's key: the row was nothing but -Inf.
+    if (k == AM_BAD || (u32)(k >> 32) <= okey(NEG_INF)) {
+      report(err, ERR_LOGITS);
+      out[row] = -1;
+    } else {
+      out[row] = (int)~(u32)k;
+    }
+  }
+}

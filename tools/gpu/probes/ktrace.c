@@ -2,11 +2,13 @@
 // where Nsight Systems is not installed. The CUDA driver loads it into the
 // program through CUDA_INJECTION64_PATH and calls InitializeInjection,
 // which turns on CUPTI's kernel activity records; each kernel's execution
-// (graph nodes included, so every kernel of a replayed decode step) is
-// written to $KTRACE_OUT as one CSV line: start and end (ns, the GPU's
+// (graph nodes included, so every kernel of a replayed decode step), and
+// each memory copy and set, is written to $KTRACE_OUT as one CSV line: start and end (ns, the GPU's
 // clock), stream, the graph and node it ran from (0 outside graphs), the
 // launch's correlation id, grid, block, dynamic shared memory, registers
-// and the kernel's name. ktrace_summary.py reads it.
+// and the kernel's name (a copy's or set's line has only the times, the
+// stream, the correlation id and a name such as "[memcpy HtoD 16]").
+// ktrace_summary.py reads it.
 //
 // The records are flushed every KTRACE_FLUSH_MS (default 100) by a thread
 // of this library, not at exit: a Go program leaves through exit_group,
@@ -16,7 +18,8 @@
 // Build on the GPU machine (the record's type is the newest the toolkit's
 // CUPTI headers define; session.sh's ktrace part tries them in turn):
 //
-//   gcc -O2 -shared -fPIC -DKREC=CUpti_ActivityKernel10 -I<CUPTI include>
+//   gcc -O2 -shared -fPIC -DKREC=CUpti_ActivityKernel10 -DMREC=CUpti_ActivityMemcpy6 \
+//     -DSREC=CUpti_ActivityMemset4 -I<CUPTI include>
 //     -o /tmp/ktrace.so tools/gpu/probes/ktrace.c <libcupti.so> -lpthread
 //   CUDA_INJECTION64_PATH=/tmp/ktrace.so KTRACE_OUT=/tmp/k.csv .gpu/trigon bench latency ...
 #include <cupti.h>
@@ -29,6 +32,21 @@
 #ifndef KREC
 #define KREC CUpti_ActivityKernel10
 #endif
+#ifndef MREC
+#define MREC CUpti_ActivityMemcpy6
+#endif
+#ifndef SREC
+#define SREC CUpti_ActivityMemset4
+#endif
+
+static const char* copy_kind(int k) {
+  switch (k) {
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD: return "HtoD";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH: return "DtoH";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD: return "DtoD";
+    default: return "other";
+  }
+}
 
 #define BUFFER_BYTES (32u << 20)
 
@@ -47,6 +65,21 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t* b
   CUpti_Activity* rec = NULL;
   pthread_mutex_lock(&out_mu);
   while (buffer && cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
+    // Copies and sets: graph and node unknown (0); the name says what
+    // they were and how many bytes.
+    if (rec->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
+      const MREC* m = (const MREC*)rec;
+      fprintf(out, "%llu,%llu,%u,0,0,%u,0,0,0,0,0,0,[memcpy %s %llu]\n", (unsigned long long)m->start,
+              (unsigned long long)m->end, m->streamId, m->correlationId, copy_kind(m->copyKind),
+              (unsigned long long)m->bytes);
+      continue;
+    }
+    if (rec->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
+      const SREC* m = (const SREC*)rec;
+      fprintf(out, "%llu,%llu,%u,0,0,%u,0,0,0,0,0,0,[memset %llu]\n", (unsigned long long)m->start,
+              (unsigned long long)m->end, m->streamId, m->correlationId, (unsigned long long)m->bytes);
+      continue;
+    }
     if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && rec->kind != CUPTI_ACTIVITY_KIND_KERNEL) continue;
     const KREC* k = (const KREC*)rec;
     fprintf(out, "%llu,%llu,%u,%u,%llu,%u,%d,%d,%d,%d,%d,%u,%s\n", (unsigned long long)k->start,
@@ -91,7 +124,9 @@ int InitializeInjection(void) {
   }
   fprintf(out, "start_ns,end_ns,stream,graph,graph_node,correlation,grid_x,grid_y,grid_z,block_x,dyn_smem,regs,name\n");
   if (cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed) != CUPTI_SUCCESS ||
-      cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS) {
+      cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS ||
+      cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY) != CUPTI_SUCCESS ||
+      cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMSET) != CUPTI_SUCCESS) {
     fprintf(stderr, "ktrace: CUPTI refused the kernel activity records\n");
     return 0;
   }
