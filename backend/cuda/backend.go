@@ -68,6 +68,7 @@ type pinned struct {
 
 type ringSlot struct {
 	mem  pinned
+	dev  uint64 // mem's device address (host-mapped)
 	ev   uintptr
 	used bool
 }
@@ -213,6 +214,9 @@ func New(opts Options) (*Backend, error) {
 	if err := applyBLASAddEnv(); err != nil {
 		return nil, err
 	}
+	if err := applySmallCopyEnv(); err != nil {
+		return nil, err
+	}
 	d, _ := loadDriver()
 	b := &Backend{
 		opts:    opts,
@@ -332,7 +336,10 @@ func (b *Backend) init() error {
 		return err
 	}
 	for i := range b.ring {
-		if b.ring[i].mem, err = b.hostAlloc(ringSlotBytes, 0); err != nil {
+		if b.ring[i].mem, err = b.hostAlloc(ringSlotBytes, cuMemHostAllocDeviceMap|cuMemHostAllocPortable); err != nil {
+			return err
+		}
+		if err := d.check("cuMemHostGetDevicePointer", d.call(d.cuMemHostGetDevicePointer, uintptr(unsafe.Pointer(&b.ring[i].dev)), b.ring[i].mem.host, 0)); err != nil {
 			return err
 		}
 		if err := d.check("cuEventCreate", d.call(d.cuEventCreate, uintptr(unsafe.Pointer(&b.ring[i].ev)), cuEventDisableTiming)); err != nil {

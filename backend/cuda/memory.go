@@ -209,8 +209,12 @@ func (b *Backend) copyIn(dst uint64, data []byte) error {
 			}
 		}
 		copy(s.mem.b, data)
-		if err := d.check("cuMemcpyHtoDAsync", d.call(d.cuMemcpyHtoDAsync, uintptr(dst), s.mem.host, uintptr(len(data)), b.stream)); err != nil {
+		if ok, err := b.copyKernel(dst, s.dev, len(data)); err != nil {
 			return err
+		} else if !ok {
+			if err := d.check("cuMemcpyHtoDAsync", d.call(d.cuMemcpyHtoDAsync, uintptr(dst), s.mem.host, uintptr(len(data)), b.stream)); err != nil {
+				return err
+			}
 		}
 		s.used = true
 		return d.check("cuEventRecord", d.call(d.cuEventRecord, s.ev, b.stream))
@@ -226,6 +230,38 @@ func (b *Backend) copyIn(dst uint64, data []byte) error {
 		}
 	}
 	return nil
+}
+
+// smallCopy sends copies of at most ringSlotBytes between host-mapped
+// pinned memory and the device through copy_words (kernels/copy.cu)
+// instead of the copy engines; smallCopyEnv ("off", read by New) turns it
+// off, for comparison.
+var smallCopy = true
+
+// smallCopyEnv names smallCopy's setting.
+const smallCopyEnv = "TRIGON_CUDA_SMALL_COPY"
+
+// applySmallCopyEnv reads smallCopyEnv.
+func applySmallCopyEnv() (err error) {
+	smallCopy, err = envSwitch(smallCopyEnv, true)
+	return err
+}
+
+// copyKernel queues copy_words from src to dst (device addresses, either
+// host-mapped) when smallCopy is on and n bytes are whole aligned words
+// of at most ringSlotBytes; ok false says it queued nothing and the
+// caller copies with the copy engine. CUDA thread only.
+func (b *Backend) copyKernel(dst, src uint64, n int) (ok bool, err error) {
+	if !smallCopy || n == 0 || n > ringSlotBytes || n%4 != 0 || dst%4 != 0 || src%4 != 0 {
+		return false, nil
+	}
+	f, err := b.fn(fnKey{modSpec{file: "copy"}, "copy_words"})
+	if err != nil {
+		return false, err
+	}
+	words := n / 4
+	blocks := min((words+1023)/1024, 64) // 4 words a thread, at most 64 blocks
+	return true, b.launch(f, [3]int{blocks, 1, 1}, 256, 0, dst, src, i32(words))
 }
 
 // Read implements backend.Backend: it waits for the queued work, then

@@ -36,12 +36,14 @@ func (b *Backend) SampleTo(ids backend.Tensor, a backend.SampleArgs) error {
 // and the event recorded after it.
 type asyncRead struct {
 	mem  pinned
+	dev  uint64 // mem's device address (host-mapped)
 	ev   uintptr
 	busy bool // queued and not yet waited for
 }
 
-// ReadAsync implements backend.DeviceSampler: cuMemcpyDtoHAsync into one
-// of MaxAsyncReads pinned buffers, then an event; wait synchronises on the
+// ReadAsync implements backend.DeviceSampler: a copy into one of
+// MaxAsyncReads host-mapped pinned buffers (copy_words, or
+// cuMemcpyDtoHAsync where copyKernel declines), then an event; wait synchronises on the
 // event (not the stream, so work queued after the read keeps running),
 // copies the bytes out and checks the device-side error flag.
 func (b *Backend) ReadAsync(t backend.Tensor, dst []byte) (func() error, error) {
@@ -76,15 +78,24 @@ func (b *Backend) ReadAsync(t backend.Tensor, dst []byte) (func() error, error) 
 		d := b.d
 		if slot.mem.b == nil {
 			var err error
-			if slot.mem, err = b.hostAlloc(backend.MaxAsyncRead, 0); err != nil {
+			if slot.mem, err = b.hostAlloc(backend.MaxAsyncRead, cuMemHostAllocDeviceMap|cuMemHostAllocPortable); err != nil {
+				return err
+			}
+			if err := d.check("cuMemHostGetDevicePointer", d.call(d.cuMemHostGetDevicePointer, uintptr(unsafe.Pointer(&slot.dev)), slot.mem.host, 0)); err != nil {
 				return err
 			}
 			if err := d.check("cuEventCreate", d.call(d.cuEventCreate, uintptr(unsafe.Pointer(&slot.ev)), cuEventDisableTiming)); err != nil {
 				return err
 			}
 		}
-		if err := d.check("cuMemcpyDtoHAsync", d.call(d.cuMemcpyDtoHAsync, slot.mem.host, uintptr(ct.ptr), uintptr(len(dst)), b.stream)); err != nil {
+		// A kernel writes the bytes into the mapped buffer (copyKernel);
+		// its completion, which the event marks, makes them visible.
+		if ok, err := b.copyKernel(slot.dev, ct.ptr, len(dst)); err != nil {
 			return err
+		} else if !ok {
+			if err := d.check("cuMemcpyDtoHAsync", d.call(d.cuMemcpyDtoHAsync, slot.mem.host, uintptr(ct.ptr), uintptr(len(dst)), b.stream)); err != nil {
+				return err
+			}
 		}
 		if err := d.check("cuEventRecord", d.call(d.cuEventRecord, slot.ev, b.stream)); err != nil {
 			return err

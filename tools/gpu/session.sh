@@ -913,21 +913,22 @@ cuda_tests_run fix8-tests.log 'TestGateUpSiLU|TestBulkQKVRoPE|TestBulkFusedRows|
 
 # ab_old: the batch-4 step traced, this build against .gpu/trigon_old (a
 # build of an earlier commit that build.sh packs when OLD=<commit> is
-# given), alternating twice.
+# given), alternating twice; AB_ENVS lists knob settings of this build to
+# run after each old run (default: this build as it is).
 ab_old() {
 [[ -x .gpu/trigon_old ]] || { log "ab_old: no .gpu/trigon_old in this archive"; return; }
 sed 's/^/old build: /' .gpu/BUILD_OLD 2>/dev/null | tee -a "$OUT/summary.txt"
 for r in 1 2; do
-  BIN=trigon_old step_trace old
-  step_trace new
+  BIN=trigon_old step_trace TRIGON_AB=old
+  for v in ${AB_ENVS:-TRIGON_AB=new}; do step_trace "$v"; done
 done
 }
 
 # step_edges: the step's edges (one input copy, the split greedy argmax,
 # no logits gather in decode): the sampling, feeding and graph tests.
 step_edges() {
-log "TestSample*, TestDeviceChecks, TestReadAsync*, TestGraph*"
-cuda_tests_run edges-tests.log 'TestSample|TestDeviceChecks|TestReadAsync|TestGraph'
+log "TestSample*, TestSmallCopies, TestDeviceChecks, TestReadReports*, TestGraph*"
+cuda_tests_run edges-tests.log 'TestSample|TestSmallCopies|TestDeviceChecks|TestReadReports|TestGraph'
 }
 
 # verify: after a refactor of kernel code, every test, memcheck, the
