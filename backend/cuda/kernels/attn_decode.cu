@@ -216,11 +216,11 @@ __device__ __forceinline__ float ld_cg_f32(const float* p) {
   return v;
 }
 
-__device__ __forceinline__ void last_block_merge(u16* out, const float* part, u32* cnt, float* buf, int buf_floats,
-                                                 int s, int q0, int H, int h0, int rows, int nsplit) {
+__device__ __noinline__ void last_block_merge(u16* out, const float* part, u32* cnt, int s, int q0, int H, int h0,
+                                              int rows, int nsplit) {
   __shared__ bool last;
   __threadfence();  // this block's partials, before its count
-  __syncthreads();  // (and every thread is done with the ring, buf)
+  __syncthreads();
   if (threadIdx.x == 0) {
     u32* c = cnt + (i64)s * gridDim.y + blockIdx.y;
     last = atomicAdd(c, 1u) == (u32)(nsplit - 1);
@@ -229,32 +229,20 @@ __device__ __forceinline__ void last_block_merge(u16* out, const float* part, u3
   __syncthreads();
   if (!last) return;
   __threadfence();  // the other blocks' partials, after their counts
-  // The chunk's partials are one run of rows * nsplit * (HD+2) floats
-  // (heads h0.. are consecutive): pull as many rows as buf holds into it
-  // with every load in flight at once, then merge from shared memory.
-  const int per_row = nsplit * (HD + 2);
-  const int pass = max(1, min(rows, buf_floats / per_row));
-  for (int r0 = 0; r0 < rows; r0 += pass) {
-    const int nr = min(pass, rows - r0);
-    const float* src = part + ((i64)s * H + h0 + r0) * per_row;
-    for (int i = threadIdx.x; i < nr * per_row; i += NW * 32) buf[i] = ld_cg_f32(src + i);
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < nr * HD; idx += NW * 32) {
-      const int g = idx / HD, d = idx - g * HD;
-      const float* pp = buf + g * per_row;
-      float ov[MAX_SPLITS], mv[MAX_SPLITS], lv[MAX_SPLITS];
+  for (int idx = threadIdx.x; idx < rows * HD; idx += NW * 32) {
+    const int g = idx / HD, d = idx - g * HD, h = h0 + g;
+    const float* pp = part + ((i64)s * H + h) * nsplit * (HD + 2);
+    float ov[MAX_SPLITS], mv[MAX_SPLITS], lv[MAX_SPLITS];
 #pragma unroll
-      for (int j = 0; j < MAX_SPLITS; j++) {
-        const bool in = j < nsplit;
-        ov[j] = in ? pp[j * (HD + 2) + d] : 0.f;
-        mv[j] = in ? pp[j * (HD + 2) + HD] : NEG_INF;
-        lv[j] = in ? pp[j * (HD + 2) + HD + 1] : 0.f;
-      }
-      float M, lsum;
-      const float o = merge_parts<MAX_SPLITS>(ov, mv, lv, M, lsum);
-      out[((i64)q0 * H + h0 + r0 + g) * HD + d] = f32_to_bf16(lsum > 0.f ? o / lsum : 0.f);
+    for (int j = 0; j < MAX_SPLITS; j++) {
+      const bool in = j < nsplit;
+      ov[j] = in ? ld_cg_f32(pp + j * (HD + 2) + d) : 0.f;
+      mv[j] = in ? ld_cg_f32(pp + j * (HD + 2) + HD) : NEG_INF;
+      lv[j] = in ? ld_cg_f32(pp + j * (HD + 2) + HD + 1) : 0.f;
     }
-    __syncthreads();  // buf is refilled
+    float M, lsum;
+    const float o = merge_parts<MAX_SPLITS>(ov, mv, lv, M, lsum);
+    out[((i64)q0 * H + h) * HD + d] = f32_to_bf16(lsum > 0.f ? o / lsum : 0.f);
   }
 }
 
@@ -587,9 +575,7 @@ __device__ __forceinline__ void attn_decode_body(
         }
       }
     }
-    if (nsplit > 1 && cnt != nullptr)
-      last_block_merge(out, part, cnt, (float*)dsm, (TT * KSTR + NW * ST * 2 * TILE) / 2, s, q0, H, kvh * G + g0, rows,
-                       nsplit);
+    if (nsplit > 1 && cnt != nullptr) last_block_merge(out, part, cnt, s, q0, H, kvh * G + g0, rows, nsplit);
   }
 #endif
 }
