@@ -177,13 +177,7 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 			}
 			defer b.tmpPut(part)
 		}
-		var cnt uint64 // with the last-block merge: no combine kernel
-		if dp.nsplit > 1 && cluster == 0 && attnLastMerge && dp.decode == "attn_decode_mma" {
-			if cnt, err = b.attnCounters(s * dp.grid[1]); err != nil {
-				return err
-			}
-		}
-		decArgs := []uint64{out.ptr, part, cnt, q.ptr, kc.ptr, vc.ptr,
+		decArgs := []uint64{out.ptr, part, q.ptr, kc.ptr, vc.ptr,
 			bt.ptr, i32(maxBlocks), sl.ptr, qs.ptr, i32(h), i32(kvh), i32(h / kvh), i32(dp.nsplit), scale,
 			i32(a.SlidingWindow), i32(numBlocks), i32(n), i32(a.MaxSeqLen), i32(decodeOnly), b.errDev}
 		if cluster > 0 {
@@ -194,7 +188,7 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 		if err != nil {
 			return err
 		}
-		if dp.nsplit > 1 && cluster == 0 && cnt == 0 {
+		if dp.nsplit > 1 && cluster == 0 {
 			comb, err := b.fn(fnKey{dp.mod, dp.combine})
 			if err != nil {
 				return err
@@ -213,46 +207,6 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 		return b.launch(pre, preGrid, pc.warps*32, preSmem, out.ptr, q.ptr, kc.ptr, vc.ptr, bt.ptr, i32(maxBlocks),
 			sl.ptr, qs.ptr, i32(h), i32(kvh), scale, i32(a.SlidingWindow), i32(numBlocks), i32(n), i32(a.MaxSeqLen), b.errDev)
 	})
-}
-
-// attnLastMerge lets the last split block of each (sequence, head chunk)
-// merge the decode partials (kernels/attn_decode.cu's last_block_merge)
-// instead of attn_decode_combine; attnLastMergeEnv ("on"/"off", read by
-// New) sets it.
-var attnLastMerge = false
-
-// attnLastMergeEnv names attnLastMerge's setting.
-const attnLastMergeEnv = "TRIGON_CUDA_ATTN_LAST_MERGE"
-
-// applyAttnLastMergeEnv reads attnLastMergeEnv.
-func applyAttnLastMergeEnv() (err error) {
-	attnLastMerge, err = envSwitch(attnLastMergeEnv, attnLastMerge)
-	return err
-}
-
-// attnCounters returns the last-block merge's zeroed counters, at least
-// n, or 0 (merge with the combine kernel) when there are fewer and a
-// graph is being captured: growing them means an allocation and a memset,
-// which a capture cannot hold. A buffer outgrown is kept (a captured
-// graph may still use it) and freed with the pool. CUDA thread only.
-func (b *Backend) attnCounters(n int) (uint64, error) {
-	if n <= b.attnCountN {
-		return b.attnCount, nil
-	}
-	if b.capturing {
-		return 0, nil
-	}
-	c := max(n, 4096)
-	p, err := b.pool.get(c * 4)
-	if err != nil {
-		return 0, err
-	}
-	if err := b.d.check("cuMemsetD32Async", b.d.call(b.d.cuMemsetD32Async, uintptr(p), 0, uintptr(c), b.stream)); err != nil {
-		b.pool.put(p)
-		return 0, err
-	}
-	b.attnCount, b.attnCountN = p, c
-	return p, nil
 }
 
 // decodeUnroll is how many warp steps of K/V loads the decode kernel

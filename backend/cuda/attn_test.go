@@ -280,29 +280,6 @@ func TestAttentionCluster(t *testing.T) {
 	}
 }
 
-// TestAttentionLastMerge runs decode attention with the splits merged by
-// the last split block of each (sequence, head chunk) against the CPU and
-// against the combine kernel's bytes: 2 to 32 splits, GQA 4 to 32 (two
-// head chunks), head dims 64 to 256, contexts shorter than the splits
-// (empty ones), a window, cache blocks of 8, and a batch whose prefill
-// rows make whole (sequence) groups of blocks return early.
-func TestAttentionLastMerge(t *testing.T) {
-	sharedBackend(t, true)
-	for _, tc := range []attnCase{
-		{name: "llama3_8b_8splits", h: 32, kv: 8, d: 128, seqs: []seqSpec{{2049, 1}, {1000, 1}, {16, 1}, {33, 1}}, maxSplits: 8},
-		{name: "llama3_8b_32splits", h: 32, kv: 8, d: 128, seqs: []seqSpec{{8000, 1}, {2048, 1}}, maxSplits: 32},
-		{name: "gqa4_d64_3splits", h: 16, kv: 4, d: 64, seqs: []seqSpec{{1000, 1}, {65, 1}, {3, 1}}, maxSplits: 3},
-		{name: "gqa32_two_chunks_5splits", h: 32, kv: 1, d: 128, seqs: []seqSpec{{700, 1}, {31, 1}}, maxSplits: 5},
-		{name: "window37_2splits", h: 8, kv: 2, d: 128, seqs: []seqSpec{{700, 1}, {40, 1}, {37, 1}}, window: 37, maxSplits: 2},
-		{name: "mixed_8splits", h: 32, kv: 8, d: 128, seqs: []seqSpec{{1000, 1}, {500, 100}, {1, 1}}, maxSplits: 8},
-		{name: "bs8_4splits", h: 16, kv: 4, d: 128, seqs: []seqSpec{{300, 1}, {1, 1}, {77, 1}}, bs: 8, maxSplits: 4},
-		{name: "d256_6splits", h: 8, kv: 4, d: 256, seqs: []seqSpec{{513, 1}, {1, 1}}, maxSplits: 6},
-	} {
-		tc.lastMerge, tc.stages = true, decodeStages
-		testAttentionCase(t, tc)
-	}
-}
-
 // TestClusterFit checks the occupancy query behind the cluster merge's
 // fallback: a cluster of two small blocks fits many times over, a launch
 // of more such clusters than the GPU holds does not all fit, and the
@@ -409,10 +386,6 @@ type attnCase struct {
 	// the same bytes from both (the merge inside the clusters adds the
 	// splits' partials in attn_decode_combine's order).
 	cluster bool
-	// lastMerge runs the GPU with attnLastMerge on (the last split block
-	// merges), twice (the counters must be left zero), then off, and
-	// wants the same bytes from all three.
-	lastMerge bool
 }
 
 // testAttentionCase runs tc on the CPU and the GPU and compares: for each
@@ -444,12 +417,11 @@ func testAttentionCase(t *testing.T, tc attnCase) {
 				name += "_hinted"
 			}
 			t.Run(name, func(t *testing.T) {
-				defer func(st, ms, u int, cl, cf, lm bool) {
-					decodeStages, decodeMaxSplits, decodeUnroll, attnCluster, clusterForce, attnLastMerge = st, ms, u, cl, cf, lm
-				}(decodeStages, decodeMaxSplits, decodeUnroll, attnCluster, clusterForce, attnLastMerge)
+				defer func(st, ms, u int, cl, cf bool) {
+					decodeStages, decodeMaxSplits, decodeUnroll, attnCluster, clusterForce = st, ms, u, cl, cf
+				}(decodeStages, decodeMaxSplits, decodeUnroll, attnCluster, clusterForce)
 				decodeStages = st
 				attnCluster, clusterForce = tc.cluster, tc.cluster // the kernel runs even where its clusters take two waves
-				attnLastMerge = tc.lastMerge
 				if tc.maxSplits != 0 {
 					decodeMaxSplits = tc.maxSplits
 				}
@@ -523,21 +495,13 @@ func testAttentionCase(t *testing.T, tc attnCase) {
 						t.Fatalf("padding row %d was written", rows+i/w)
 					}
 				}
-				if tc.lastMerge {
-					gout3 := p.poisoned(backend.BF16, n, tc.h*tc.d)
-					p.must("gpu, last-block merge again", p.g.Attention(args(gout3, gq, gk, gv, gbt, gsl, gqs)))
-					p.must("sync", p.g.Sync())
-					if !bytes.Equal(readBytes(t, p.g, gout), readBytes(t, p.g, gout3)) {
-						t.Fatal("a second last-block merge gave different bytes (counters not left zero?)")
-					}
-				}
-				if tc.cluster || tc.lastMerge {
-					attnCluster, attnLastMerge = false, false
+				if tc.cluster {
+					attnCluster = false
 					gout2 := p.poisoned(backend.BF16, n, tc.h*tc.d)
 					p.must("gpu, combine kernel", p.g.Attention(args(gout2, gq, gk, gv, gbt, gsl, gqs)))
 					p.must("sync", p.g.Sync())
 					if !bytes.Equal(readBytes(t, p.g, gout), readBytes(t, p.g, gout2)) {
-						t.Fatal("the merge under test and attn_decode_combine gave different bytes")
+						t.Fatal("the clusters' merge and attn_decode_combine gave different bytes")
 					}
 				}
 			})

@@ -152,11 +152,7 @@ type Backend struct {
 	// zero between launches; attn.go).
 	argmaxCount uint64
 	argmaxRows  int
-	// attnCount is the decode attention's last-block merge counters
-	// ([attnCountN] u32, zero between launches; attn.go).
-	attnCount  uint64
-	attnCountN int
-	stage      pinned
+	stage       pinned
 	// pinnedList is every cuMemHostAlloc block, freed at teardown.
 	pinnedList []uintptr
 	ring       [ringSlots]ringSlot
@@ -219,9 +215,6 @@ func New(opts Options) (*Backend, error) {
 		return nil, err
 	}
 	if err := applySmallCopyEnv(); err != nil {
-		return nil, err
-	}
-	if err := applyAttnLastMergeEnv(); err != nil {
 		return nil, err
 	}
 	d, _ := loadDriver()

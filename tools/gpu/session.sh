@@ -10,7 +10,7 @@
 # attn_check, default_model, peers, overlap (bench overlap), margin, pdl,
 # tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab, queue_ab, norm_prefetch, chain, chain_ops, chain_final, chain_verify, tests_only,
 # prefill_ab, prefill_small, prefill_tile, cluster_final, cluster_fit, step_trace, pdl_some, attn_pdl, pdl_final, verify_final, spin_ab,
-# bulk, bulk_bench, bulk_ab, verify_bulk, bulk_qkv, serve_ab, greedy_same, b16_ab, ktrace and ktrace_qkv (a CUPTI kernel timeline), fix8, ab_old, step_edges, lastmerge,
+# bulk, bulk_bench, bulk_ab, verify_bulk, bulk_qkv, serve_ab, greedy_same, b16_ab, ktrace and ktrace_qkv (a CUPTI kernel timeline), fix8, ab_old, step_edges,
 # prefill_chunks, splits (one A/B
 # experiment each), final (tests, then peers, rows and the server: what
 # docs/benchmarks.md's latest section ran);
@@ -929,24 +929,6 @@ done
 step_edges() {
 log "TestSample*, TestSmallCopies, TestDeviceChecks, TestReadReports*, TestGraph*"
 cuda_tests_run edges-tests.log 'TestSample|TestSmallCopies|TestDeviceChecks|TestReadReports|TestGraph'
-}
-
-# lastmerge: decode attention's splits merged by their last block instead
-# of attn_decode_combine: its tests, memcheck, the CUDA model tests with it
-# on, then the batch-4 step traced, off against on, alternating twice, and
-# a kernel timeline with it on.
-lastmerge() {
-log "TestAttentionLastMerge, TestAttention, TestGraph"
-cuda_tests_run lastmerge-tests.log 'TestAttentionLastMerge|TestAttention$|TestGraph'
-memcheck 'TestAttentionLastMerge/(llama3_8b_8splits|mixed_8splits|gqa32_two_chunks_5splits)$'
-log "model tests on CUDA with TRIGON_CUDA_ATTN_LAST_MERGE=on"
-(cd model/llama && TRIGON_CUDA_ATTN_LAST_MERGE=on "$root/.gpu/llama.test" -test.run 'TestFixturesCUDA|TestDefaultModelCUDAMatchesCPU' -test.v >"$OUT/llama-cuda-lm.log" 2>&1)
-echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "worst|^(--- FAIL|FAIL|PASS)" "$OUT/llama-cuda-lm.log" | tee -a "$OUT/summary.txt"
-for r in 1 2; do
-  step_trace TRIGON_AB=combine
-  step_trace TRIGON_CUDA_ATTN_LAST_MERGE=on
-done
-ktrace_build && ktrace_run lastmerge TRIGON_CUDA_ATTN_LAST_MERGE=on
 }
 
 # verify: after a refactor of kernel code, every test, memcheck, the

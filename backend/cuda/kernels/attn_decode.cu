@@ -203,55 +203,11 @@ __device__ __forceinline__ void cluster_merge(u16* out, const float* obase, cons
   cluster_sync();
 }
 
-// last_block_merge: with cnt (one zeroed counter per (sequence, head
-// chunk)), the split blocks of a (sequence, head chunk) need no
-// attn_decode_combine: each counts itself after writing its partials, and
-// the last to count merges all of them as the combine kernel would (the
-// same merge_parts over the same parts in the same order: the same bf16)
-// and zeroes the counter for the next launch. Saves the combine's launch
-// and its wait at the cost of a merge tail in one block a head chunk.
-__device__ __forceinline__ float ld_cg_f32(const float* p) {
-  float v;
-  asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
-  return v;
-}
-
-__device__ __noinline__ void last_block_merge(u16* out, const float* part, u32* cnt, int s, int q0, int H, int h0,
-                                              int rows, int nsplit) {
-  __shared__ bool last;
-  __threadfence();  // this block's partials, before its count
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    u32* c = cnt + (i64)s * gridDim.y + blockIdx.y;
-    last = atomicAdd(c, 1u) == (u32)(nsplit - 1);
-    if (last) *c = 0u;  // every other block has counted
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();  // the other blocks' partials, after their counts
-  for (int idx = threadIdx.x; idx < rows * HD; idx += NW * 32) {
-    const int g = idx / HD, d = idx - g * HD, h = h0 + g;
-    const float* pp = part + ((i64)s * H + h) * nsplit * (HD + 2);
-    float ov[MAX_SPLITS], mv[MAX_SPLITS], lv[MAX_SPLITS];
-#pragma unroll
-    for (int j = 0; j < MAX_SPLITS; j++) {
-      const bool in = j < nsplit;
-      ov[j] = in ? ld_cg_f32(pp + j * (HD + 2) + d) : 0.f;
-      mv[j] = in ? ld_cg_f32(pp + j * (HD + 2) + HD) : NEG_INF;
-      lv[j] = in ? ld_cg_f32(pp + j * (HD + 2) + HD + 1) : 0.f;
-    }
-    float M, lsum;
-    const float o = merge_parts<MAX_SPLITS>(ov, mv, lv, M, lsum);
-    out[((i64)q0 * H + h) * HD + d] = f32_to_bf16(lsum > 0.f ? o / lsum : 0.f);
-  }
-}
-
 // attn_decode_mma: for each sequence with exactly one query row,
 // attention of up to 16 query heads of a GQA group over the split's share
 // of the context.
 //   out   [T, H*HD] bf16 (written when nsplit == 1)
 //   part  [S, H, nsplit, HD+2] f32: unnormalised o, then max m, then sum l
-//   cnt   [S, gridDim.y] u32 zero, or null: see last_block_merge
 //   q     [T, H*HD] bf16
 //   kc, vc [num_blocks, KV, BS, HD] bf16
 //   block_tables [S, max_blocks]; seq_lens [S]; qstart [S+1]
@@ -272,7 +228,7 @@ __device__ __noinline__ void last_block_merge(u16* out, const float* part, u32* 
 // the cluster size (2..MAX_CL) and part is unused.
 template <bool CL>
 __device__ __forceinline__ void attn_decode_body(
-    u16* out, float* part, u32* cnt, const u16* q, const u16* kc, const u16* vc, const int* block_tables, int max_blocks,
+    u16* out, float* part, const u16* q, const u16* kc, const u16* vc, const int* block_tables, int max_blocks,
     const int* seq_lens, const int* qstart, int H, int KV, int G, int nsplit, float scale_log2, int window, int num_blocks,
     int num_tokens, int max_seq_len, int decode_only, int* err) {
 #if __CUDA_ARCH__ >= 800
@@ -575,16 +531,15 @@ __device__ __forceinline__ void attn_decode_body(
         }
       }
     }
-    if (nsplit > 1 && cnt != nullptr) last_block_merge(out, part, cnt, s, q0, H, kvh * G + g0, rows, nsplit);
   }
 #endif
 }
 
 extern "C" __global__ void __launch_bounds__(NW * 32, MIN_BLOCKS) attn_decode_mma(
-    u16* out, float* part, u32* cnt, const u16* q, const u16* kc, const u16* vc, const int* block_tables, int max_blocks,
+    u16* out, float* part, const u16* q, const u16* kc, const u16* vc, const int* block_tables, int max_blocks,
     const int* seq_lens, const int* qstart, int H, int KV, int G, int nsplit, float scale_log2, int window, int num_blocks,
     int num_tokens, int max_seq_len, int decode_only, int* err) {
-  attn_decode_body<false>(out, part, cnt, q, kc, vc, block_tables, max_blocks, seq_lens, qstart, H, KV, G, nsplit, scale_log2,
+  attn_decode_body<false>(out, part, q, kc, vc, block_tables, max_blocks, seq_lens, qstart, H, KV, G, nsplit, scale_log2,
                           window, num_blocks, num_tokens, max_seq_len, decode_only, err);
 }
 
@@ -592,11 +547,11 @@ extern "C" __global__ void __launch_bounds__(NW * 32, MIN_BLOCKS) attn_decode_mm
 // of each (sequence, head chunk) form a cluster (1, 1, nsplit); sm_90 and
 // newer only (elsewhere it does nothing: the host never launches it there).
 extern "C" __global__ void __launch_bounds__(NW * 32, MIN_BLOCKS) attn_decode_mma_cl(
-    u16* out, float* part, u32* cnt, const u16* q, const u16* kc, const u16* vc, const int* block_tables, int max_blocks,
+    u16* out, float* part, const u16* q, const u16* kc, const u16* vc, const int* block_tables, int max_blocks,
     const int* seq_lens, const int* qstart, int H, int KV, int G, int nsplit, float scale_log2, int window, int num_blocks,
     int num_tokens, int max_seq_len, int decode_only, int* err) {
 #if __CUDA_ARCH__ >= 900
-  attn_decode_body<true>(out, part, nullptr, q, kc, vc, block_tables, max_blocks, seq_lens, qstart, H, KV, G, nsplit, scale_log2,
+  attn_decode_body<true>(out, part, q, kc, vc, block_tables, max_blocks, seq_lens, qstart, H, KV, G, nsplit, scale_log2,
                          window, num_blocks, num_tokens, max_seq_len, decode_only, err);
 #endif
 }
