@@ -18,6 +18,9 @@ func TestEmbed(t *testing.T) {
 		n          int
 	}{
 		{backend.BF16, backend.BF16, 1000, 4096, 7},
+		{backend.BF16, backend.F32, 500, 4096, 4},   // 16-byte loads, scalar stores
+		{backend.BF16, backend.BF16, 300, 20000, 3}, // more than four pieces a thread
+		{backend.BF16, backend.BF16, 300, 996, 5},   // rows not of whole 16-byte pieces
 		{backend.F32, backend.BF16, 700, 1000, 13},
 		{backend.F16, backend.F32, 300, 4096, 1},
 		{backend.Q8_0, backend.BF16, 300, 4096, 9},

@@ -14,6 +14,40 @@ extern "C" __global__ void __launch_bounds__(256) embed(void* out, const void* t
   int id = ids[i];
   bool ok = id >= 0 && id < rows;
   if (!ok && threadIdx.x == 0) report(err, ERR_EMBED_ID);
+#if TT == DT_BF16
+  // BF16 rows of whole 16-byte pieces: every thread's loads are issued
+  // before its first store. (The loop below waits out one load per
+  // element a thread: at 4096 elements and 256 threads, 16 memory
+  // latencies in a row, ~7 us for the first kernel of a decode step.)
+  if ((dim & 7) == 0 && ((u64)table & 15) == 0 && (OT != DT_BF16 || ((u64)out & 15) == 0)) {
+    const uint4* src = (const uint4*)((const u16*)table + (i64)(ok ? id : 0) * dim);
+    const int nv = dim / 8;
+    for (int j0 = threadIdx.x; j0 < nv; j0 += 4 * blockDim.x) {
+      uint4 v[4];
+#pragma unroll
+      for (int u = 0; u < 4; u++) {
+        const int j = j0 + u * blockDim.x;
+        v[u] = ok && j < nv ? src[j] : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int u = 0; u < 4; u++) {
+        const int j = j0 + u * blockDim.x;
+        if (j >= nv) break;
+#if OT == DT_BF16
+        ((uint4*)((u16*)out + (i64)i * dim))[j] = v[u];
+#else
+        const u32* p = (const u32*)&v[u];
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          store_f<OT>(out, (i64)i * dim + j * 8 + 2 * e, __uint_as_float(p[e] << 16));
+          store_f<OT>(out, (i64)i * dim + j * 8 + 2 * e + 1, __uint_as_float(p[e] & 0xffff0000u));
+        }
+#endif
+      }
+    }
+    return;
+  }
+#endif
   for (int j = threadIdx.x; j < dim; j += blockDim.x) {
     float v = ok ? load_row<TT>(table, id, dim, j) : 0.f;
     store_f<OT>(out, (i64)i * dim + j, v);
