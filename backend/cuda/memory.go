@@ -260,7 +260,9 @@ func (b *Backend) copyKernel(dst, src uint64, n int) (ok bool, err error) {
 		return false, err
 	}
 	words := n / 4
-	blocks := min((words+1023)/1024, 64) // 4 words a thread, at most 64 blocks
+	// A word a thread: a thread's loop would wait out one latency (a PCIe
+	// round trip when the source is host memory) per word.
+	blocks := (words + 255) / 256
 	return true, b.launch(f, [3]int{blocks, 1, 1}, 256, 0, dst, src, i32(words))
 }
 

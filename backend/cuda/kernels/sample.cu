@@ -341,9 +341,30 @@ extern "C" __global__ void __launch_bounds__(AM_NT) argmax_rows(const float* log
   const float* L = logits + (i64)row * vocab;
   int lo = s * chunk, hi = min(vocab, lo + chunk);
   u64 k = 0ull;
-  for (int i = lo + threadIdx.x; i < hi; i += AM_NT) {
-    u64 c = am_key(L[i], i);
-    k = c > k ? c : k;
+  if ((vocab & 3) == 0 && (chunk & 3) == 0 && ((u64)logits & 15) == 0) {
+    // Whole float4s (rows and chunks start 16-byte aligned): a thread's
+    // loads of a chunk (4 at 4096) are all in flight before its first
+    // compare, where the loop below waits out one load per logit.
+    const float4* L4 = (const float4*)(L + lo);
+    const int n4 = (hi - lo) / 4;
+#pragma unroll 4
+    for (int j = threadIdx.x; j < n4; j += AM_NT) {
+      const float4 v = L4[j];
+      const int i = lo + 4 * j;
+      u64 c = am_key(v.x, i);
+      k = c > k ? c : k;
+      c = am_key(v.y, i + 1);
+      k = c > k ? c : k;
+      c = am_key(v.z, i + 2);
+      k = c > k ? c : k;
+      c = am_key(v.w, i + 3);
+      k = c > k ? c : k;
+    }
+  } else {
+    for (int i = lo + threadIdx.x; i < hi; i += AM_NT) {
+      u64 c = am_key(L[i], i);
+      k = c > k ? c : k;
+    }
   }
   k = am_block_max(k, ws);
   if (threadIdx.x == 0) {
