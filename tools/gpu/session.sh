@@ -927,8 +927,8 @@ done
 # step_edges: the step's edges (one input copy, the split greedy argmax,
 # no logits gather in decode): the sampling, feeding and graph tests.
 step_edges() {
-log "TestSample*, TestSmallCopies, TestDeviceChecks, TestReadReports*, TestGraph*"
-cuda_tests_run edges-tests.log 'TestSample|TestSmallCopies|TestDeviceChecks|TestReadReports|TestGraph'
+log "TestSample*, TestSmallCopies, TestDeviceChecks, TestReadReports*, TestGraph*, TestEmbed"
+cuda_tests_run edges-tests.log 'TestSample|TestSmallCopies|TestDeviceChecks|TestReadReports|TestGraph|TestEmbed'
 }
 
 # verify: after a refactor of kernel code, every test, memcheck, the
