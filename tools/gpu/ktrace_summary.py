@@ -107,7 +107,7 @@ def main() -> int:
         print(f"graph {gid}: {len(reps)} replays of {sizes[0]} kernels; {len(keep)} summarised")
         if keep:
             spans, idles, between = [], [], []
-            per_pos = defaultdict(lambda: {"dur": [], "gap": []})
+            per_pos = defaultdict(lambda: {"dur": [], "gap": [], "s2s": []})
             for k, (i, rep) in enumerate(keep):
                 if k > 0 and keep[k - 1][0] == i - 1:  # the replay before it, kept too
                     between.append((rep[0]["start"] - max(r["end"] for r in keep[k - 1][1])) / 1e3)
@@ -120,6 +120,8 @@ def main() -> int:
                     busy_end = max(busy_end, r["end"])
                     last_end = max(last_end, r["end"])
                     per_pos[i]["dur"].append((r["end"] - r["start"]) / 1e3)
+                    if i + 1 < len(rep):  # the step's critical path: start to the next kernel's start
+                        per_pos[i]["s2s"].append((rep[i + 1]["start"] - r["start"]) / 1e3)
                     per_pos[i]["gap"].append(gap / 1e3)
                     per_pos[i]["name"] = short(r["name"])
                     per_pos[i]["grid"] = f'{r["grid_x"]}x{r["grid_y"]}x{r["grid_z"]}'
@@ -131,7 +133,7 @@ def main() -> int:
             if between:
                 print(f"between consecutive replays: median {med(between):.1f} us (max {max(between):.1f})")
                 outside_between(rows, keep)
-            by_name = defaultdict(lambda: [0, 0.0, 0.0, 0.0])  # count, time, gaps > 0, overlap
+            by_name = defaultdict(lambda: [0, 0.0, 0.0, 0.0, 0.0])  # count, time, gaps > 0, overlap, start to next start
             for p in per_pos.values():
                 b = by_name[p["name"]]
                 b[0] += 1
@@ -141,9 +143,12 @@ def main() -> int:
                     b[2] += g
                 else:
                     b[3] -= g
-            print(f'{"kernel":<48} {"a step":>6} {"us a step":>10} {"us each":>8} {"gaps us":>8} {"overlap us":>10}')
-            for name, (n, t, g, o) in sorted(by_name.items(), key=lambda kv: -kv[1][1]):
-                print(f"{name:<48} {n:>6} {t:>10.1f} {t / n:>8.2f} {g:>8.1f} {o:>10.1f}")
+                b[4] += med(p["s2s"]) if p["s2s"] else 0.0
+            # "to next start": from a kernel's start to the next kernel's,
+            # its share of the step's critical path (the last kernel's is 0).
+            print(f'{"kernel":<48} {"a step":>6} {"us a step":>10} {"us each":>8} {"gaps us":>8} {"overlap us":>10} {"to next start us each":>22}')
+            for name, (n, t, g, o, s2s) in sorted(by_name.items(), key=lambda kv: -kv[1][1]):
+                print(f"{name:<48} {n:>6} {t:>10.1f} {t / n:>8.2f} {g:>8.1f} {o:>10.1f} {s2s / n:>22.2f}")
             worst = sorted(per_pos.items(), key=lambda kv: -med(kv[1]["gap"]))[: a.top]
             print("largest median gaps before a kernel (position, kernel, grid, gap us, its time us):")
             for i, p in worst:
