@@ -271,8 +271,9 @@ func (b *Backend) decodeSplits(seqs, blocksPerSeq, maxSeqLen int) int {
 }
 
 // Sample implements backend.Backend on the GPU: one 1024-thread block per
-// row picks the token (see kernels/sample.cu); only the chosen ids come
-// back to the host.
+// row picks the token, or when every row is greedy argmax_rows's blocks
+// split each row (see kernels/sample.cu); only the chosen ids come back to
+// the host.
 //
 //	Logits [n, vocab] F32
 func (b *Backend) Sample(a backend.SampleArgs) ([]int32, error) {

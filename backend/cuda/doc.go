@@ -26,7 +26,11 @@
 // the next Sync (a failed launch also from the next Read). The waits for a
 // step's sampled ids (Sample, ReadAsync's wait) poll for their result
 // rather than sleep on the reply channel, keeping a thread wake-up off the
-// decode step's critical path.
+// decode step's critical path. Copies of at most a ring slot (256 KiB)
+// between pinned host memory and the device, such as a step's inputs and
+// its sampled ids, are kernels over host-mapped memory (copy_words) rather
+// than copy-engine operations, each of which cost microseconds of
+// switching between the engine and the SMs between a step's kernels.
 //
 // Kernels are CUDA C embedded in the binary, specialised with -D constants
 // (head dim, block size, dtypes) and compiled by NVRTC for the device (SASS
