@@ -931,6 +931,18 @@ log "TestSample*, TestSmallCopies, TestDeviceChecks, TestReadReports*, TestGraph
 cuda_tests_run edges-tests.log 'TestSample|TestSmallCopies|TestDeviceChecks|TestReadReports|TestGraph|TestEmbed'
 }
 
+# prefetch_ab: the norms' L2 prefetch of the next weight (8 MiB by
+# default, tuned when the products were the register GEMV) against none,
+# 4 and 16 MiB, now that the bulk GEMV streams its weight early under PDL:
+# the batch-4 step traced, alternating twice.
+prefetch_ab() {
+for r in 1 2; do
+  for v in TRIGON_AB=default TRIGON_CUDA_NORM_PREFETCH_MB=0 TRIGON_CUDA_NORM_PREFETCH_MB=4 TRIGON_CUDA_NORM_PREFETCH_MB=16; do
+    step_trace "$v"
+  done
+done
+}
+
 # verify: after a refactor of kernel code, every test, memcheck, the
 # CUDA model tests, the kernel benchmarks and the batch-4 step.
 verify() {
