@@ -124,8 +124,11 @@ var _ backend.NormPrefetcher = (*Backend)(nil)
 // norm's extra blocks ask L2 for (0: none); TRIGON_CUDA_NORM_PREFETCH_MB,
 // read by New, overrides it. In BenchmarkPrefetchL2 on the H200 (4 to 24
 // MiB tried) the best size was 4 MiB for QKV, 8 for O and 8-16 for down;
-// past 16 MiB the prefetch slowed the product (docs/benchmarks.md).
-var normPrefetchBytes = 8 << 20
+// past 16 MiB the prefetch slowed the product (docs/benchmarks.md). With
+// the bulk GEMVs after the norms, the batch-4 step measured (tenth
+// session) 4.584, 4.584, 4.558, 4.533 and 4.563 ms at 0, 4, 8, 12 and 16
+// MiB.
+var normPrefetchBytes = 12 << 20
 
 // normPrefetchEnv names normPrefetchBytes' override, in MiB.
 const normPrefetchEnv = "TRIGON_CUDA_NORM_PREFETCH_MB"
