@@ -87,7 +87,7 @@
 // wrote, then waits before it reads Q and the newest row; the bulk GEMV's
 // producer streams a pristine weight before it waits, its consumers wait
 // before reading x. By default only the QKV projection, decode attention,
-// the split combine and the bulk GEMVs launch with
+// the split combine, the bulk GEMVs and the norms launch with
 // PDL (measured faster on the H200); TRIGON_CUDA_PDL=on|off|name,...
 // chooses others. PDL on every launch measured 1-2% slower.
 //
