@@ -537,22 +537,29 @@ func TestSample(t *testing.T) {
 					lv[i] = float32(math.Round(float64(lv[i])))
 				}
 			}
-			cl, gl := p.same(backend.F32, []int{n, tc.vocab}, encode(backend.F32, lv))
-			rows := make([]backend.SampleRow, n)
-			for i := range rows {
-				rows[i] = rules[i%len(rules)]
-				rows[i].U = p.r.Float32()
-			}
-			want, err := p.c.Sample(backend.SampleArgs{Logits: cl, Rows: rows})
-			p.must("cpu", err)
-			got, err := p.g.Sample(backend.SampleArgs{Logits: gl, Rows: rows})
-			p.must("gpu", err)
-			for i := range want {
-				if got[i] != want[i] {
-					t.Errorf("row %d %+v: GPU chose %d, CPU %d", i, rows[i], got[i], want[i])
-				}
-			}
+			p.sampleBoth(lv, n, tc.vocab, rules)
 		})
+	}
+}
+
+// sampleBoth samples n rows of logits lv on both backends, row i under
+// rules[i % len(rules)] with a fresh U, and wants the same ids.
+func (p *pair) sampleBoth(lv []float32, n, vocab int, rules []backend.SampleRow) {
+	p.t.Helper()
+	cl, gl := p.same(backend.F32, []int{n, vocab}, encode(backend.F32, lv))
+	rows := make([]backend.SampleRow, n)
+	for i := range rows {
+		rows[i] = rules[i%len(rules)]
+		rows[i].U = p.r.Float32()
+	}
+	want, err := p.c.Sample(backend.SampleArgs{Logits: cl, Rows: rows})
+	p.must("cpu", err)
+	got, err := p.g.Sample(backend.SampleArgs{Logits: gl, Rows: rows})
+	p.must("gpu", err)
+	for i := range want {
+		if got[i] != want[i] {
+			p.t.Errorf("row %d %+v: GPU chose %d, CPU %d", i, rows[i], got[i], want[i])
+		}
 	}
 }
 
@@ -589,21 +596,7 @@ func TestSampleGreedy(t *testing.T) {
 					row[tc.vocab-1], row[tc.vocab/3] = 100, 100
 				}
 			}
-			cl, gl := p.same(backend.F32, []int{tc.n, tc.vocab}, encode(backend.F32, lv))
-			rows := make([]backend.SampleRow, tc.n)
-			for i := range rows {
-				rows[i] = greedy[i%len(greedy)]
-				rows[i].U = p.r.Float32()
-			}
-			want, err := p.c.Sample(backend.SampleArgs{Logits: cl, Rows: rows})
-			p.must("cpu", err)
-			got, err := p.g.Sample(backend.SampleArgs{Logits: gl, Rows: rows})
-			p.must("gpu", err)
-			for i := range want {
-				if got[i] != want[i] {
-					t.Errorf("row %d %+v: GPU chose %d, CPU %d", i, rows[i], got[i], want[i])
-				}
-			}
+			p.sampleBoth(lv, tc.n, tc.vocab, greedy)
 		})
 	}
 	t.Run("bad_rows", func(t *testing.T) {
