@@ -370,14 +370,17 @@ func (r *Runner) upload(fed int) (*model.DeviceBatch, error) {
 			nt, ns, nl, r.opts.MaxTokens, r.opts.MaxSeqs)
 	}
 	h := r.hIn[:l.end]
-	clear(h) // the alignment gaps
-	copy(h, r.hTokens)
-	copy(h[l.positions:], r.hPositions)
-	copy(h[l.slots:], r.hSlots)
-	copy(h[l.queryStart:], r.hQueryStart)
-	copy(h[l.seqLens:], r.hSeqLens)
-	copy(h[l.logitsRows:], r.hLogitsRows)
-	copy(h[l.tables:], r.hTables)
+	// Each tensor at its offset, the alignment gap after it zeroed (the
+	// tables end the buffer: they fill it to l.end).
+	for _, part := range []struct {
+		at, next int
+		v        []int32
+	}{{0, l.positions, r.hTokens}, {l.positions, l.slots, r.hPositions}, {l.slots, l.queryStart, r.hSlots},
+		{l.queryStart, l.seqLens, r.hQueryStart}, {l.seqLens, l.logitsRows, r.hSeqLens},
+		{l.logitsRows, l.tables, r.hLogitsRows}, {l.tables, l.end, r.hTables}} {
+		n := copy(h[part.at:part.next], part.v)
+		clear(h[part.at+n : part.next])
+	}
 	var err error
 	view := func(off, n int) backend.Tensor {
 		if err != nil {
