@@ -231,3 +231,41 @@ func (b *Backend) decodeMMASplits(units, maxSeqLen, perSM int) int {
 	}
 	return best
 }
+
+// attnPrefetchBytes is how much of AttentionArgs.Prefetch (the O
+// projection's weight) the tensor-core decode kernel asks L2 for while it
+// streams the KV cache (0: none); TRIGON_CUDA_ATTN_PREFETCH_MB, read by
+// New, overrides it. kvEvictFirst marks that kernel's K/V reads
+// evict_first in L2 (TRIGON_CUDA_KV_EVICT_FIRST=on|off), so that the
+// cache, read once a step, does not push the prefetched weight out.
+var (
+	attnPrefetchBytes = 0
+	kvEvictFirst      = false
+)
+
+const (
+	attnPrefetchEnv = "TRIGON_CUDA_ATTN_PREFETCH_MB"
+	kvEvictFirstEnv = "TRIGON_CUDA_KV_EVICT_FIRST"
+)
+
+// applyAttnPrefetchEnv reads attnPrefetchEnv and kvEvictFirstEnv.
+func applyAttnPrefetchEnv() error {
+	attnPrefetchBytes, kvEvictFirst = attnPrefetchDefault, kvEvictFirstDefault
+	if v := os.Getenv(attnPrefetchEnv); v != "" {
+		mb, err := strconv.Atoi(v)
+		if err != nil || mb < 0 || mb > 256 {
+			return fmt.Errorf("cuda: %s=%q: want a whole number of MiB in [0, 256]", attnPrefetchEnv, v)
+		}
+		attnPrefetchBytes = mb << 20
+	}
+	var err error
+	kvEvictFirst, err = envSwitch(kvEvictFirstEnv, kvEvictFirstDefault)
+	return err
+}
+
+// attnPrefetchDefault and kvEvictFirstDefault are the settings without
+// the environment.
+const (
+	attnPrefetchDefault = 0
+	kvEvictFirstDefault = false
+)

@@ -205,6 +205,9 @@ func New(opts Options) (*Backend, error) {
 	if err := applyNormPrefetchEnv(); err != nil {
 		return nil, err
 	}
+	if err := applyAttnPrefetchEnv(); err != nil {
+		return nil, err
+	}
 	if err := applyPrefillTileEnv(); err != nil {
 		return nil, err
 	}

@@ -943,6 +943,28 @@ for r in 1 2; do
 done
 }
 
+# attn_pf: decode attention's L2 hints (the O weight prefetched while the
+# KV cache streams, the K/V reads evict_first): the attention tests (the
+# _hinted runs compare bytes with the hints off), memcheck, the graph-timed
+# attention + O pair, then the batch-4 step alternating twice, and the
+# timeline with the hints on.
+attn_pf() {
+log "TestAttention, TestDecodePlan (hinted cases: L2 hints on against off, byte for byte)"
+cuda_tests_run attn-pf-tests.log 'TestAttention$|TestDecodePlan'
+memcheck 'TestAttention/(decode_gqa4_d128|decode_many_seqs|mixed_gqa4_d128)_hinted$'
+log "BenchmarkAttentionPrefetch (graph-timed attention + O product)"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'AttentionPrefetch' -test.benchtime 100x >"$OUT/attn-pf-bench.log" 2>&1)
+echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^Benchmark|rror" "$OUT/attn-pf-bench.log" | awk '{$2=""; print}' | tee -a "$OUT/summary.txt"
+for r in 1 2; do
+  for v in ${PF_ENVS:-TRIGON_AB=default TRIGON_CUDA_KV_EVICT_FIRST=on TRIGON_CUDA_KV_EVICT_FIRST=on,TRIGON_CUDA_ATTN_PREFETCH_MB=8 TRIGON_CUDA_KV_EVICT_FIRST=on,TRIGON_CUDA_ATTN_PREFETCH_MB=16 TRIGON_CUDA_KV_EVICT_FIRST=on,TRIGON_CUDA_ATTN_PREFETCH_MB=24}; do
+    step_trace "${v//,/ }"
+  done
+done
+if [[ -n ${PF_KTRACE:-} ]]; then
+  ktrace_build && ktrace_run pf ${PF_KTRACE//,/ }
+fi
+}
+
 # verify: after a refactor of kernel code, every test, memcheck, the
 # CUDA model tests, the kernel benchmarks and the batch-4 step.
 verify() {

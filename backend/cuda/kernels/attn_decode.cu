@@ -218,6 +218,9 @@ __device__ __forceinline__ void cluster_merge(u16* out, const float* obase, cons
 // ERR_QUERY_LEN, reported once per sequence, as does a sequence of
 // several rows when decode_only (no prefill kernel follows); a block id
 // outside the cache raises ERR_BLOCK_ID and its tokens are left out.
+// pf [pf_bytes] (any bytes, pf_bytes may be 0): asked into L2 while the
+// cache streams, a hint that changes no output; kv_first: the K/V reads
+// carry an evict_first L2 policy.
 //
 // With CL (attn_decode_mma_cl, sm_90), the nsplit blocks of a (sequence,
 // head chunk) are one thread-block cluster along z and merge their splits
@@ -230,7 +233,7 @@ template <bool CL>
 __device__ __forceinline__ void attn_decode_body(
     u16* out, float* part, const u16* q, const u16* kc, const u16* vc, const int* block_tables, int max_blocks,
     const int* seq_lens, const int* qstart, int H, int KV, int G, int nsplit, float scale_log2, int window, int num_blocks,
-    int num_tokens, int max_seq_len, int decode_only, int* err) {
+    int num_tokens, int max_seq_len, int decode_only, int* err, const char* pf, i64 pf_bytes, int kv_first) {
 #if __CUDA_ARCH__ >= 800
   extern __shared__ __align__(16) u16 dsm[];
   __shared__ float sm_m[NW][16], sm_l[NW][16];
@@ -267,6 +270,27 @@ __device__ __forceinline__ void attn_decode_body(
   const i64 blk_stride = (i64)KV * BS * HD;
   const int nj = te - tb > warp ? (te - tb - warp + NW - 1) / NW : 0;  // tiles of this warp
 
+  // K/V rows are read once a step: with kv_first they are marked
+  // evict_first in L2, so they do not push out the prefetched weight.
+  const u64 policy = kv_first ? evict_first_policy() : 0;
+  auto kv_copy = [&](u32 dst, const u16* src, bool ok) {
+    if (kv_first) cp_async16_hint(dst, src, ok, policy);
+    else cp_async16(dst, src, ok);
+  };
+  // The prefetch of pf[0, pf_bytes) into L2 (the O projection's weight,
+  // read by the product after this kernel and its combine: attention at
+  // small batches leaves HBM half idle): thread i of the grid's nthr asks
+  // for lines i, i + nthr, ..., one after each of its tile issues.
+  const i64 nthr = (i64)gridDim.x * gridDim.y * gridDim.z * blockDim.x;
+  const i64 pf_lines = pf_bytes >> 7;
+  i64 pf_line = ((i64)blockIdx.x + gridDim.x * ((i64)blockIdx.y + (i64)gridDim.y * blockIdx.z)) * blockDim.x + threadIdx.x;
+  auto prefetch_next = [&]() {
+    if (pf_line < pf_lines) {
+      prefetch_l2(pf + (pf_line << 7));
+      pf_line += nthr;
+    }
+  };
+
   // issue starts the copy of tile t (positions 16t..16t+15) into slot sl
   // and records which of its rows are valid keys. Each lane copies the
   // 16-byte chunks c = lane + 32i of the K and V tiles (row c/(HD/8),
@@ -296,8 +320,8 @@ __device__ __forceinline__ void attn_decode_body(
       const bool ok = (mask >> r) & 1u;
       const i64 off = base + (i64)r * HD + col;
       if (r == skip) continue;
-      cp_async16(smem_u32(ks + r * KSTR + col), kc + off, ok);
-      cp_async16(smem_u32(vs + r * KSTR + col), vc + off, ok);
+      kv_copy(smem_u32(ks + r * KSTR + col), kc + off, ok);
+      kv_copy(smem_u32(vs + r * KSTR + col), vc + off, ok);
     }
 #else
     // Rows may lie in different cache blocks: lane r (and r+16) looks up
@@ -325,8 +349,8 @@ __device__ __forceinline__ void attn_decode_body(
       const int pr = p0 + r;
       const i64 off = (i64)b * blk_stride + head_off + (i64)(pr % BS) * HD + col;
       if (r == skip) continue;
-      cp_async16(smem_u32(ks + r * KSTR + col), kc + off, ok);
-      cp_async16(smem_u32(vs + r * KSTR + col), vc + off, ok);
+      kv_copy(smem_u32(ks + r * KSTR + col), kc + off, ok);
+      kv_copy(smem_u32(vs + r * KSTR + col), vc + off, ok);
     }
 #endif
     if (lane == 0) sm_mask[warp][sl] = mask;
@@ -407,6 +431,7 @@ __device__ __forceinline__ void attn_decode_body(
       // Slot jn % ST was last read in step j-1, which ended in __syncwarp.
       if (jn < nj) issue(tb + warp + jn * NW, jn % ST, -1);
       cp_async_commit();
+      prefetch_next();
     }
     cp_async_wait<ST - 1>();  // this lane's copies of tile j have landed
     __syncwarp();             // and every other lane's
@@ -487,6 +512,7 @@ __device__ __forceinline__ void attn_decode_body(
     }
     __syncwarp();  // every lane is done with slot sl before it is refilled
   }
+  while (pf_line < pf_lines) prefetch_next();  // what the tiles did not carry
   cp_async_wait<0>();  // only empty groups can remain; the ring is reused below
   __syncwarp();
   grid_dep_launch();  // the K/V stream is done: the next kernel may launch during the merge
@@ -538,9 +564,9 @@ __device__ __forceinline__ void attn_decode_body(
 extern "C" __global__ void __launch_bounds__(NW * 32, MIN_BLOCKS) attn_decode_mma(
     u16* out, float* part, const u16* q, const u16* kc, const u16* vc, const int* block_tables, int max_blocks,
     const int* seq_lens, const int* qstart, int H, int KV, int G, int nsplit, float scale_log2, int window, int num_blocks,
-    int num_tokens, int max_seq_len, int decode_only, int* err) {
+    int num_tokens, int max_seq_len, int decode_only, int* err, const char* pf, i64 pf_bytes, int kv_first) {
   attn_decode_body<false>(out, part, q, kc, vc, block_tables, max_blocks, seq_lens, qstart, H, KV, G, nsplit, scale_log2,
-                          window, num_blocks, num_tokens, max_seq_len, decode_only, err);
+                          window, num_blocks, num_tokens, max_seq_len, decode_only, err, pf, pf_bytes, kv_first);
 }
 
 // attn_decode_mma_cl is attn_decode_mma for a launch whose nsplit blocks
@@ -549,10 +575,10 @@ extern "C" __global__ void __launch_bounds__(NW * 32, MIN_BLOCKS) attn_decode_mm
 extern "C" __global__ void __launch_bounds__(NW * 32, MIN_BLOCKS) attn_decode_mma_cl(
     u16* out, float* part, const u16* q, const u16* kc, const u16* vc, const int* block_tables, int max_blocks,
     const int* seq_lens, const int* qstart, int H, int KV, int G, int nsplit, float scale_log2, int window, int num_blocks,
-    int num_tokens, int max_seq_len, int decode_only, int* err) {
+    int num_tokens, int max_seq_len, int decode_only, int* err, const char* pf, i64 pf_bytes, int kv_first) {
 #if __CUDA_ARCH__ >= 900
   attn_decode_body<true>(out, part, q, kc, vc, block_tables, max_blocks, seq_lens, qstart, H, KV, G, nsplit, scale_log2,
-                         window, num_blocks, num_tokens, max_seq_len, decode_only, err);
+                         window, num_blocks, num_tokens, max_seq_len, decode_only, err, pf, pf_bytes, kv_first);
 #endif
 }
 

@@ -170,6 +170,12 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   return warp_sum(v);
 }
 
+// prefetch_l2 asks L2 to fetch the 128-byte line at p (a hint: nothing
+// waits for it) and to keep it in preference to streamed data.
+__device__ __forceinline__ void prefetch_l2(const char* p) {
+  asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(p));
+}
+
 // 2^x through the MUFU unit; ex2(-inf) = 0.
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;

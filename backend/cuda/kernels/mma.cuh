@@ -17,6 +17,23 @@ __device__ __forceinline__ void cp_async16(u32 dst, const void* src, bool ok) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0) : "memory");
 }
 
+// cp_async16_hint is cp_async16 with an L2 cache policy (createpolicy):
+// evict_first for data read once per step (the KV cache), so it does not
+// push out lines other kernels will read (a prefetched weight).
+__device__ __forceinline__ void cp_async16_hint(u32 dst, const void* src, bool ok, u64 policy) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;" ::"r"(dst), "l"(src),
+               "r"(ok ? 16 : 0), "l"(policy)
+               : "memory");
+}
+
+// evict_first_policy is an L2 cache policy marking every access it
+// covers evict_first.
+__device__ __forceinline__ u64 evict_first_policy() {
+  u64 p;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 
 // c += A.B, mma.sync m16n8k16: A row-major bf16, B column-major bf16, C f32.

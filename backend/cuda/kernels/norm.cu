@@ -6,12 +6,6 @@
 // to VPT * blockDim.x elements, 16384 at 1024 threads).
 #define VPT 16
 
-// prefetch_l2 asks L2 to fetch the 128-byte line at p (a hint: nothing
-// waits for it) and to keep it in preference to streamed data.
-__device__ __forceinline__ void prefetch_l2(const char* p) {
-  asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(p));
-}
-
 // add_rmsnorm: with has_res, residual += x (stored as XT) and
 // out = (r * rsqrt(mean(r^2) + eps)) * w with r the stored residual;
 // otherwise the same of x. out may alias x.
