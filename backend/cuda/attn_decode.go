@@ -264,8 +264,12 @@ func applyAttnPrefetchEnv() error {
 }
 
 // attnPrefetchDefault and kvEvictFirstDefault are the settings without
-// the environment.
+// the environment. On the H200 (eleventh session, call 1) evict_first
+// K/V reads took the batch-4 step from 4.514 to 4.504 ms p50 (twice, in
+// alternation) and every graph-timed attention + O pair 0.1-1.2 us
+// faster; the prefetch made the batch-4 pair 0.7-2.7 us slower at 8-24
+// MiB (the step 4.53-4.57 ms) and batch 1's 0.6-0.8 us faster at 8-16.
 const (
 	attnPrefetchDefault = 0
-	kvEvictFirstDefault = false
+	kvEvictFirstDefault = true
 )
