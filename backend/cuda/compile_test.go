@@ -161,7 +161,8 @@ func TestWarmKernels(t *testing.T) {
 
 // TestKernelsWaitForPredecessor checks the rule programmatic dependent
 // launch rests on (launch.go): the first statement of every kernel is
-// grid_dep_sync() or grid_dep_wait(), so no kernel reads memory its
+// grid_dep_sync(), grid_dep_wait() or grid_dep_launch_wait() (the listed
+// exceptions read only pristine weights or prefetch first), so no kernel reads memory its
 // predecessor in the stream may still be writing, and a kernel that only
 // waits lets its successor in with grid_dep_launch() (common.cuh).
 func TestKernelsWaitForPredecessor(t *testing.T) {
@@ -209,8 +210,16 @@ func TestKernelsWaitForPredecessor(t *testing.T) {
 				if w < 0 || r < 0 || r < w || strings.Contains(rest[:strings.Index(rest, sharedBodies[name])], "grid_dep") {
 					t.Errorf("%s: kernel %q must leave the wait to %s, which must call grid_dep_wait() before %q", f, name, sharedBodies[name], late)
 				}
-			} else if !strings.HasPrefix(rest, "grid_dep_sync();") && !strings.HasPrefix(rest, "grid_dep_wait();") {
-				t.Errorf("%s: kernel %q does not start with grid_dep_sync(); or grid_dep_wait();", f, name)
+			} else if pre, ok := prefetchFirst[name]; ok {
+				// Its prefetching blocks ask L2 for a weight and leave
+				// before the wait; nothing else comes before it.
+				w := strings.Index(rest, "grid_dep_launch_wait();")
+				if w < 0 || !strings.HasPrefix(rest, pre) || kernelDataRe.MatchString(rest[:w]) {
+					t.Errorf("%s: kernel %q must start with %q (its prefetching blocks) and read no operand before grid_dep_launch_wait();", f, name, pre)
+				}
+			} else if !strings.HasPrefix(rest, "grid_dep_sync();") && !strings.HasPrefix(rest, "grid_dep_wait();") &&
+				!strings.HasPrefix(rest, "grid_dep_launch_wait();") {
+				t.Errorf("%s: kernel %q does not start with grid_dep_sync();, grid_dep_wait(); or grid_dep_launch_wait();", f, name)
 			}
 			// A kernel that only waits must let the next one in itself.
 			end := len(s)
@@ -272,6 +281,15 @@ var lateWaiters = map[string]string{"attn_decode_mma": "*(const uint4*)(q +", "a
 var earlyReaders = map[string]string{
 	"gemv_bf16": "early_w", "qkv_rope_bf16": "early_w", "gemv_add_bf16": "early_w", "gemv_norm_silu_bf16": "early_w",
 }
+
+// prefetchFirst are the kernels whose extra blocks prefetch a weight into
+// L2 (a hint: L2 is coherent, so no wait is needed) before the others
+// wait, with the text the kernel starts with.
+var prefetchFirst = map[string]string{"add_rmsnorm": "if ((int)blockIdx.x >= rows) {"}
+
+// kernelDataRe matches add_rmsnorm's operands (out, x, res, w), which
+// nothing may read before the kernel waits.
+var kernelDataRe = regexp.MustCompile(`(^|[^.\w])(out|x|res|w)\b`)
 
 // globalRe matches a kernel's declaration up to its parameter list.
 var globalRe = regexp.MustCompile(`extern "C" __global__ void (?:__launch_bounds__\([^)]*\) )?(\w+)\(`)

@@ -590,7 +590,7 @@ extern "C" __global__ void __launch_bounds__(NW * 32, MIN_BLOCKS) attn_decode_mm
 // grid (S, H), block HD.
 extern "C" __global__ void attn_decode_combine(u16* out, const float* part, const int* seq_lens, const int* qstart, int H,
                                                int nsplit, int num_tokens, int max_seq_len) {
-  grid_dep_sync();
+  grid_dep_launch_wait();  // the O product after it streams its weight meanwhile
   const int s = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
   if (d >= HD) return;
   const float* pp = part + ((i64)s * H + h) * nsplit * (HD + 2);

@@ -44,8 +44,10 @@ __device__ __forceinline__ void report(int* err, int code) {
 // lets it start loading what does not depend on this kernel (the GEMV's
 // weights), but its waiting blocks hold registers and shared memory that
 // this kernel's later blocks may need. Short kernels of a few blocks
-// (norms, RoPE, SiLU, the combines) use grid_dep_sync: wait, then let the
-// next kernel in at once. Kernels that fill the GPU (the GEMV, decode
+// (RoPE, SiLU, the CUDA-core combine) use grid_dep_sync: wait, then let
+// the next kernel in at once; the norm and the tensor-core decode
+// combine, whose successors stream weights before they wait, let it in
+// before they wait (grid_dep_launch_wait). Kernels that fill the GPU (the GEMV, decode
 // attention) use grid_dep_wait and call grid_dep_launch after their main
 // loop, so the next kernel's launch overlaps only their tail. Without PDL
 // (or before sm_90) all three are no-ops.
@@ -64,6 +66,19 @@ __device__ __forceinline__ void grid_dep_launch() {
 __device__ __forceinline__ void grid_dep_sync() {
   grid_dep_wait();
   grid_dep_launch();
+}
+
+// grid_dep_launch_wait lets the next kernel launch first, then waits: for
+// a short kernel whose successor has work before its own wait (a GEMV
+// streaming its weights), which then starts during the tail of the kernel
+// before this one instead of after this one's wait. Safe because what any
+// kernel reads before its wait is written by no kernel of the step
+// (weights, the step's metadata, the KV rows of earlier steps), and the
+// successor's wait still returns only once this kernel, and so the one
+// before it, has completed.
+__device__ __forceinline__ void grid_dep_launch_wait() {
+  grid_dep_launch();
+  grid_dep_wait();
 }
 
 __device__ __forceinline__ float bf16_to_f32(u16 v) { return __uint_as_float(((u32)v) << 16); }

@@ -12,9 +12,12 @@
 //   out, x, residual [rows, dim]
 //   w                [dim]
 // grid (rows + extra), block 256..1024 (multiple of 32). Blocks past rows
-// only prefetch pf[0, pf_bytes) into L2: a decode step's norm is a chain
-// of memory latencies during which HBM idles, and the product after it
-// can find the start of its weight already in L2.
+// only prefetch pf[0, pf_bytes) into L2, without waiting for the kernel
+// before: a decode step's norm is a chain of memory latencies during
+// which HBM idles, and the product after it can find the start of its
+// weight already in L2. The norm lets that product launch before it waits
+// (grid_dep_launch_wait), so the product's own early weight loads overlap
+// the tail of the product before the norm.
 //
 // Decode rows are tiny (a few KiB), so the kernel's time is its chain of
 // memory latencies, not bandwidth: the fast path issues every load of the
@@ -22,12 +25,14 @@
 // and keeps the row in registers instead of re-reading it.
 extern "C" __global__ void __launch_bounds__(1024) add_rmsnorm(void* out, const void* x, void* res, const void* w, int dim, float eps, int has_res,
                                                               int rows, const char* pf, i64 pf_bytes) {
-  grid_dep_sync();
   if ((int)blockIdx.x >= rows) {
+    // A prefetch only asks L2 for lines, which is coherent: it needs no wait.
+    grid_dep_launch();
     const i64 stride = (i64)(gridDim.x - rows) * blockDim.x * 128;
     for (i64 off = ((i64)(blockIdx.x - rows) * blockDim.x + threadIdx.x) * 128; off < pf_bytes; off += stride) prefetch_l2(pf + off);
     return;
   }
+  grid_dep_launch_wait();
   __shared__ float scratch[32];
   i64 base = (i64)blockIdx.x * dim;
   int nt = blockDim.x, tid = threadIdx.x;
