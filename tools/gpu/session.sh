@@ -965,6 +965,20 @@ if [[ -n ${PF_KTRACE:-} ]]; then
 fi
 }
 
+# launch_first: the norm and the decode combine letting the next product
+# launch before they wait (its early weight loads overlap the product
+# before them), the norm's prefetch blocks not waiting: every backend/cuda
+# test, the CUDA model tests, memcheck on the norm and attention, then the
+# batch-4 step against .gpu/trigon_old (ab_old; AB_ENVS) and the timeline.
+launch_first() {
+ab_old
+log "backend/cuda: every test"
+all_cuda_tests
+model_tests
+memcheck 'TestAddRMSNorm|TestAttention/(decode_gqa4_d128|mixed_gqa4_d128)(_hinted)?$'
+ktrace_build && ktrace_run default
+}
+
 # verify: after a refactor of kernel code, every test, memcheck, the
 # CUDA model tests, the kernel benchmarks and the batch-4 step.
 verify() {
