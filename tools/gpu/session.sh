@@ -979,6 +979,20 @@ memcheck 'TestAddRMSNorm|TestAttention/(decode_gqa4_d128|mixed_gqa4_d128)(_hinte
 ktrace_build && ktrace_run default
 }
 
+# lf_sweep: the norms' prefetch size with and without launch_first's
+# change (.gpu/trigon_old is the build before it), three alternating
+# rounds of the batch-4 step.
+lf_sweep() {
+sed 's/^/old build: /' .gpu/BUILD_OLD 2>/dev/null | tee -a "$OUT/summary.txt"
+for r in 1 2 3; do
+  for v in ${LF_RUNS:-old:TRIGON_AB=old12 old:TRIGON_CUDA_NORM_PREFETCH_MB=8 new:TRIGON_AB=new12 new:TRIGON_CUDA_NORM_PREFETCH_MB=8 new:TRIGON_CUDA_NORM_PREFETCH_MB=16 new:TRIGON_CUDA_NORM_PREFETCH_MB=4}; do
+    local bin=trigon
+    [[ ${v%%:*} == old ]] && bin=trigon_old
+    BIN=$bin step_trace "${v#*:}"
+  done
+done
+}
+
 # verify: after a refactor of kernel code, every test, memcheck, the
 # CUDA model tests, the kernel benchmarks and the batch-4 step.
 verify() {
