@@ -985,10 +985,10 @@ ktrace_build && ktrace_run default
 lf_sweep() {
 sed 's/^/old build: /' .gpu/BUILD_OLD 2>/dev/null | tee -a "$OUT/summary.txt"
 for r in 1 2 3; do
-  for v in ${LF_RUNS:-old:TRIGON_AB=old12 old:TRIGON_CUDA_NORM_PREFETCH_MB=8 new:TRIGON_AB=new12 new:TRIGON_CUDA_NORM_PREFETCH_MB=8 new:TRIGON_CUDA_NORM_PREFETCH_MB=16 new:TRIGON_CUDA_NORM_PREFETCH_MB=4}; do
-    local bin=trigon
+  for v in ${LF_RUNS:-old:TRIGON_AB=old12 old:TRIGON_AB=old,TRIGON_CUDA_NORM_PREFETCH_MB=8 new:TRIGON_AB=new12 new:TRIGON_CUDA_NORM_PREFETCH_MB=8 new:TRIGON_CUDA_NORM_PREFETCH_MB=16 new:TRIGON_CUDA_NORM_PREFETCH_MB=4}; do
+    local bin=trigon e=${v#*:}
     [[ ${v%%:*} == old ]] && bin=trigon_old
-    BIN=$bin step_trace "${v#*:}"
+    BIN=$bin step_trace "${e//,/ }"
   done
 done
 }
