@@ -193,11 +193,11 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 			if pf != nil && attnPrefetchBytes > 0 {
 				pfPtr, pfBytes = pf.ptr, uint64(min(pf.bytes, attnPrefetchBytes))
 			}
-			kvFirst := 0
+			hints := kvPrefetchTiles << 8
 			if kvEvictFirst {
-				kvFirst = 1
+				hints |= 1
 			}
-			decArgs = append(decArgs, pfPtr, pfBytes, i32(kvFirst))
+			decArgs = append(decArgs, pfPtr, pfBytes, i32(hints))
 		}
 		if cluster > 0 {
 			err = b.launchCluster(dec, dp.grid, 128, dp.smem, cluster, decArgs...)
