@@ -193,11 +193,11 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 			if pf != nil && attnPrefetchBytes > 0 {
 				pfPtr, pfBytes = pf.ptr, uint64(min(pf.bytes, attnPrefetchBytes))
 			}
-			hints := kvPrefetchTiles << 8
+			kvFirst := 0
 			if kvEvictFirst {
-				hints |= 1
+				kvFirst = 1
 			}
-			decArgs = append(decArgs, pfPtr, pfBytes, i32(hints))
+			decArgs = append(decArgs, pfPtr, pfBytes, i32(kvFirst))
 		}
 		if cluster > 0 {
 			err = b.launchCluster(dec, dp.grid, 128, dp.smem, cluster, decArgs...)

@@ -238,32 +238,19 @@ func (b *Backend) decodeMMASplits(units, maxSeqLen, perSM int) int {
 // New, overrides it. kvEvictFirst marks that kernel's K/V reads
 // evict_first in L2 (TRIGON_CUDA_KV_EVICT_FIRST=on|off), so that the
 // cache, read once a step, does not push the prefetched weight out.
-// kvPrefetchTiles is how many 16-token tiles beyond its cp.async ring
-// each of that kernel's warps asks L2 for ahead of its copies
-// (TRIGON_CUDA_ATTN_KV_PREFETCH, 0-64; 0: none).
 var (
 	attnPrefetchBytes = 0
 	kvEvictFirst      = false
-	kvPrefetchTiles   = 0
 )
 
 const (
-	attnPrefetchEnv   = "TRIGON_CUDA_ATTN_PREFETCH_MB"
-	kvEvictFirstEnv   = "TRIGON_CUDA_KV_EVICT_FIRST"
-	kvPrefetchEnv     = "TRIGON_CUDA_ATTN_KV_PREFETCH"
-	kvPrefetchMaxTile = 64
+	attnPrefetchEnv = "TRIGON_CUDA_ATTN_PREFETCH_MB"
+	kvEvictFirstEnv = "TRIGON_CUDA_KV_EVICT_FIRST"
 )
 
 // applyAttnPrefetchEnv reads attnPrefetchEnv and kvEvictFirstEnv.
 func applyAttnPrefetchEnv() error {
-	attnPrefetchBytes, kvEvictFirst, kvPrefetchTiles = attnPrefetchDefault, kvEvictFirstDefault, kvPrefetchDefault
-	if v := os.Getenv(kvPrefetchEnv); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 || n > kvPrefetchMaxTile {
-			return fmt.Errorf("cuda: %s=%q: want a whole number of tiles in [0, %d]", kvPrefetchEnv, v, kvPrefetchMaxTile)
-		}
-		kvPrefetchTiles = n
-	}
+	attnPrefetchBytes, kvEvictFirst = attnPrefetchDefault, kvEvictFirstDefault
 	if v := os.Getenv(attnPrefetchEnv); v != "" {
 		mb, err := strconv.Atoi(v)
 		if err != nil || mb < 0 || mb > 256 {
@@ -285,5 +272,4 @@ func applyAttnPrefetchEnv() error {
 const (
 	attnPrefetchDefault = 0
 	kvEvictFirstDefault = true
-	kvPrefetchDefault   = 0
 )

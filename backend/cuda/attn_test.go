@@ -417,10 +417,10 @@ func testAttentionCase(t *testing.T, tc attnCase) {
 				name += "_hinted"
 			}
 			t.Run(name, func(t *testing.T) {
-				defer func(st, ms, u int, cl, cf bool, pfb int, ef bool, kpt int) {
+				defer func(st, ms, u int, cl, cf bool, pfb int, ef bool) {
 					decodeStages, decodeMaxSplits, decodeUnroll, attnCluster, clusterForce = st, ms, u, cl, cf
-					attnPrefetchBytes, kvEvictFirst, kvPrefetchTiles = pfb, ef, kpt
-				}(decodeStages, decodeMaxSplits, decodeUnroll, attnCluster, clusterForce, attnPrefetchBytes, kvEvictFirst, kvPrefetchTiles)
+					attnPrefetchBytes, kvEvictFirst = pfb, ef
+				}(decodeStages, decodeMaxSplits, decodeUnroll, attnCluster, clusterForce, attnPrefetchBytes, kvEvictFirst)
 				decodeStages = st
 				attnCluster, clusterForce = tc.cluster, tc.cluster // the kernel runs even where its clusters take two waves
 				if tc.maxSplits != 0 {
@@ -480,17 +480,17 @@ func testAttentionCase(t *testing.T, tc attnCase) {
 				ga := args(gout, gq, gk, gv, gbt, gsl, gqs)
 				if hinted {
 					// The L2 hints on: a prefetch of a stand-in for the
-					// next weight (not a whole number of lines),
-					// evict_first K/V reads and K/V tiles asked for ahead. They must change no byte
+					// next weight (not a whole number of lines) and
+					// evict_first K/V reads. They must change no byte
 					// (compared below with a run without them).
-					attnPrefetchBytes, kvEvictFirst, kvPrefetchTiles = 1<<20, true, 3
+					attnPrefetchBytes, kvEvictFirst = 1<<20, true
 					ga.Prefetch = p.gpuT(backend.BF16, []int{tc.h * tc.d, 77}, encode(backend.BF16, p.normal(tc.h*tc.d*77, 1)))
 				}
 				p.must("gpu", p.g.Attention(ga))
 				p.must("sync", p.g.Sync())
 				got, want := read(t, p.g, gout), read(t, p.c, co)
 				if hinted {
-					attnPrefetchBytes, kvEvictFirst, kvPrefetchTiles = 0, false, 0
+					attnPrefetchBytes, kvEvictFirst = 0, false
 					plain := p.poisoned(backend.BF16, n, tc.h*tc.d)
 					p.must("gpu without the L2 hints", p.g.Attention(args(plain, gq, gk, gv, gbt, gsl, gqs)))
 					p.must("sync", p.g.Sync())

@@ -993,26 +993,6 @@ for r in 1 2 3; do
 done
 }
 
-# kvpf: decode attention asking L2 for its K/V tiles ahead of its copies
-# (TRIGON_CUDA_ATTN_KV_PREFETCH tiles): the attention tests (hinted cases
-# compare bytes with every hint off), memcheck, graph-timed decode
-# attention at 0 / 2 / 4 / 8 tiles, then the batch-4 step alternating.
-kvpf() {
-log "TestAttention, TestDecodePlan"
-cuda_tests_run kvpf-tests.log 'TestAttention$|TestDecodePlan'
-memcheck 'TestAttention/(decode_gqa4_d128|decode_many_seqs|mixed_gqa4_d128)_hinted$'
-for n in 0 2 4 8; do
-  log "BenchmarkAttentionDecode stages3, TRIGON_CUDA_ATTN_KV_PREFETCH=$n"
-  (cd backend/cuda && TRIGON_CUDA_ATTN_KV_PREFETCH=$n "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'BenchmarkAttentionDecode/.*stages3$' -test.benchtime 200x >"$OUT/kvpf-bench-$n.log" 2>&1)
-  grep -E "^Benchmark|rror" "$OUT/kvpf-bench-$n.log" | awk '{$2=""; print}' | tee -a "$OUT/summary.txt"
-done
-for r in 1 2; do
-  for v in ${KVPF_ENVS:-TRIGON_AB=default TRIGON_CUDA_ATTN_KV_PREFETCH=2 TRIGON_CUDA_ATTN_KV_PREFETCH=4 TRIGON_CUDA_ATTN_KV_PREFETCH=8}; do
-    step_trace "$v"
-  done
-done
-}
-
 # verify: after a refactor of kernel code, every test, memcheck, the
 # CUDA model tests, the kernel benchmarks and the batch-4 step.
 verify() {

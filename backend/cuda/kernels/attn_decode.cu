@@ -219,9 +219,8 @@ __device__ __forceinline__ void cluster_merge(u16* out, const float* obase, cons
 // several rows when decode_only (no prefill kernel follows); a block id
 // outside the cache raises ERR_BLOCK_ID and its tokens are left out.
 // pf [pf_bytes] (any bytes, pf_bytes may be 0): asked into L2 while the
-// cache streams, a hint that changes no output; kv_hints: bit 0, the K/V
-// reads carry an evict_first L2 policy; kv_hints >> 8, how many tiles
-// beyond its ring each warp asks L2 for ahead of its copies.
+// cache streams, a hint that changes no output; kv_first: the K/V reads
+// carry an evict_first L2 policy.
 //
 // With CL (attn_decode_mma_cl, sm_90), the nsplit blocks of a (sequence,
 // head chunk) are one thread-block cluster along z and merge their splits
@@ -234,7 +233,7 @@ template <bool CL>
 __device__ __forceinline__ void attn_decode_body(
     u16* out, float* part, const u16* q, const u16* kc, const u16* vc, const int* block_tables, int max_blocks,
     const int* seq_lens, const int* qstart, int H, int KV, int G, int nsplit, float scale_log2, int window, int num_blocks,
-    int num_tokens, int max_seq_len, int decode_only, int* err, const char* pf, i64 pf_bytes, int kv_hints) {
+    int num_tokens, int max_seq_len, int decode_only, int* err, const char* pf, i64 pf_bytes, int kv_first) {
 #if __CUDA_ARCH__ >= 800
   extern __shared__ __align__(16) u16 dsm[];
   __shared__ float sm_m[NW][16], sm_l[NW][16];
@@ -271,30 +270,12 @@ __device__ __forceinline__ void attn_decode_body(
   const i64 blk_stride = (i64)KV * BS * HD;
   const int nj = te - tb > warp ? (te - tb - warp + NW - 1) / NW : 0;  // tiles of this warp
 
-  // K/V rows are read once a step: with kv_hints bit 0 they are marked
-  // evict_first in L2, so they do not push out lines read again.
-  const bool kv_first = kv_hints & 1;
+  // K/V rows are read once a step: with kv_first they are marked
+  // evict_first in L2, so they do not push out the prefetched weight.
   const u64 policy = kv_first ? evict_first_policy() : 0;
   auto kv_copy = [&](u32 dst, const u16* src, bool ok) {
     if (kv_first) cp_async16_hint(dst, src, ok, policy);
     else cp_async16(dst, src, ok);
-  };
-  // With pf_dist = kv_hints >> 8 > 0 a warp also asks L2 for its tiles
-  // up to pf_dist beyond those in its ring (a hint, no wait, no shared
-  // memory), so that HBM has the block's requests from the start instead
-  // of ST-1 tiles a warp at a time. A tile's K (and V) rows lie in one
-  // cache block, TT*HD*2 contiguous bytes (BS % TT == 0; whole lines
-  // need HD % 64 == 0).
-  const int pf_dist = (BS % TT == 0 && HD % 64 == 0) ? (kv_hints >> 8) : 0;
-  auto prefetch_tile = [&](int j) {
-    const int t = tb + warp + j * NW, p0 = t * TT, bi = p0 / BS;
-    const int blk = bi < max_blocks ? bt[bi] : -1;
-    if (blk < 0 || blk >= num_blocks) return;  // issue reports it
-    const i64 off = (i64)blk * blk_stride + head_off + (i64)(p0 - bi * BS) * HD;
-    for (int i = lane; i < TT * HD * 2 / 128; i += 32) {
-      prefetch_l2_normal((const char*)(kc + off) + i * 128);
-      prefetch_l2_normal((const char*)(vc + off) + i * 128);
-    }
   };
   // The prefetch of pf[0, pf_bytes) into L2 (the O projection's weight,
   // read by the product after this kernel and its combine: attention at
@@ -395,7 +376,6 @@ __device__ __forceinline__ void attn_decode_body(
     }
     cp_async_commit();
   }
-  for (int j = ST - 1; j < min(nj, ST - 1 + pf_dist); j++) prefetch_tile(j);
   grid_dep_wait();  // Q and the newest K/V row come from the kernels before this one
   if (late_slot >= 0) {
     // Row (L-1) % TT of the slot: 16-byte chunks of its K then V row.
@@ -451,7 +431,6 @@ __device__ __forceinline__ void attn_decode_body(
       // Slot jn % ST was last read in step j-1, which ended in __syncwarp.
       if (jn < nj) issue(tb + warp + jn * NW, jn % ST, -1);
       cp_async_commit();
-      if (pf_dist > 0 && jn + pf_dist < nj) prefetch_tile(jn + pf_dist);
       prefetch_next();
     }
     cp_async_wait<ST - 1>();  // this lane's copies of tile j have landed
@@ -585,9 +564,9 @@ __device__ __forceinline__ void attn_decode_body(
 extern "C" __global__ void __launch_bounds__(NW * 32, MIN_BLOCKS) attn_decode_mma(
     u16* out, float* part, const u16* q, const u16* kc, const u16* vc, const int* block_tables, int max_blocks,
     const int* seq_lens, const int* qstart, int H, int KV, int G, int nsplit, float scale_log2, int window, int num_blocks,
-    int num_tokens, int max_seq_len, int decode_only, int* err, const char* pf, i64 pf_bytes, int kv_hints) {
+    int num_tokens, int max_seq_len, int decode_only, int* err, const char* pf, i64 pf_bytes, int kv_first) {
   attn_decode_body<false>(out, part, q, kc, vc, block_tables, max_blocks, seq_lens, qstart, H, KV, G, nsplit, scale_log2,
-                          window, num_blocks, num_tokens, max_seq_len, decode_only, err, pf, pf_bytes, kv_hints);
+                          window, num_blocks, num_tokens, max_seq_len, decode_only, err, pf, pf_bytes, kv_first);
 }
 
 // attn_decode_mma_cl is attn_decode_mma for a launch whose nsplit blocks
@@ -596,10 +575,10 @@ extern "C" __global__ void __launch_bounds__(NW * 32, MIN_BLOCKS) attn_decode_mm
 extern "C" __global__ void __launch_bounds__(NW * 32, MIN_BLOCKS) attn_decode_mma_cl(
     u16* out, float* part, const u16* q, const u16* kc, const u16* vc, const int* block_tables, int max_blocks,
     const int* seq_lens, const int* qstart, int H, int KV, int G, int nsplit, float scale_log2, int window, int num_blocks,
-    int num_tokens, int max_seq_len, int decode_only, int* err, const char* pf, i64 pf_bytes, int kv_hints) {
+    int num_tokens, int max_seq_len, int decode_only, int* err, const char* pf, i64 pf_bytes, int kv_first) {
 #if __CUDA_ARCH__ >= 900
   attn_decode_body<true>(out, part, q, kc, vc, block_tables, max_blocks, seq_lens, qstart, H, KV, G, nsplit, scale_log2,
-                         window, num_blocks, num_tokens, max_seq_len, decode_only, err, pf, pf_bytes, kv_hints);
+                         window, num_blocks, num_tokens, max_seq_len, decode_only, err, pf, pf_bytes, kv_first);
 #endif
 }
 

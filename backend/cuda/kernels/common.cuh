@@ -191,12 +191,6 @@ __device__ __forceinline__ void prefetch_l2(const char* p) {
   asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(p));
 }
 
-// prefetch_l2_normal asks L2 for the line at p with no eviction priority
-// (data read once, soon).
-__device__ __forceinline__ void prefetch_l2_normal(const char* p) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-}
-
 // 2^x through the MUFU unit; ex2(-inf) = 0.
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;
