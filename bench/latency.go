@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/trigon-llm/trigon/backend"
@@ -71,7 +72,9 @@ type LatencyOptions struct {
 	PeakBandwidth float64
 	// NoQueueAhead turns off queuing each decode step on the previous
 	// step's sampled ids before the host reads them (runner.Output.
-	// SampleNext), for comparing the two.
+	// SampleNext; the first decode step on the last prefill step's, the
+	// sequences it sampled first in every decode step), for comparing
+	// the two.
 	NoQueueAhead bool
 	// SustainedProbe > 0 also runs the GEMM probe back to back for this
 	// long and reports the rate over its second half: the rate the device
@@ -398,25 +401,61 @@ func (run *latencyRun) iteration(ctx context.Context, last bool) (prefill float6
 		}
 		return clock.MarkStep()
 	}
+	// Where the backend can leave the sampled ids on the device
+	// (runner.Output.SampleNext), decode step k+1 is queued on step k's
+	// ids before the host waits for them, so the host's work for a step
+	// (packing, copies, the launch) overlaps the device's previous step.
+	// The first decode step is queued on the last prefill step's ids the
+	// same way: the sequences that step sampled come first in every
+	// decode step (order), the others' first tokens are on the host
+	// already. (Not while profiling: a queued step would fall inside the
+	// profiled range.)
+	feed := run.r.CanFeed() && !o.NoQueueAhead && !profiling
+	var queued *runner.Output // step k, queued on step k-1's ids
 	t0 := time.Now()
-	first, err := run.prefill()
+	first, tail, err := run.prefill(feed && o.OutputLen > 1)
 	if err != nil {
 		return 0, nil, nil, err
+	}
+	order := make([]int, 0, o.Batch) // order[i]: the sequence of decode row i
+	if tail != nil {
+		order = append(order, tail.owners...)
+	}
+	for s := range o.Batch {
+		if !slices.Contains(order, s) {
+			order = append(order, s)
+		}
+	}
+	cur := make([]int32, o.Batch) // the tokens of the next step, by row
+	for i, s := range order {
+		cur[i] = first[s]
+	}
+	if tail != nil {
+		wait, err := tail.out.SampleNext(run.greedy[:tail.out.Rows])
+		if err != nil {
+			return 0, nil, nil, fmt.Errorf("bench latency: prefill sample: %w", err)
+		}
+		if queued, err = run.decodeStep(order, cur, 1, true); err != nil {
+			return 0, nil, nil, fmt.Errorf("bench latency: decode step 1: %w", err)
+		}
+		if err := mark(); err != nil {
+			return 0, nil, nil, fmt.Errorf("bench latency: decode step 1: %w", err)
+		}
+		ids, err := wait()
+		if err != nil {
+			return 0, nil, nil, fmt.Errorf("bench latency: prefill sample: %w", err)
+		}
+		for i, id := range ids {
+			first[tail.owners[i]] = id
+			cur[i] = id
+		}
 	}
 	prefill = time.Since(t0).Seconds()
 	for s := range tokens {
 		tokens[s] = append(make([]int32, 0, o.OutputLen), first[s])
 	}
-	// Decode. Where the backend can leave the sampled ids on the device
-	// (runner.Output.SampleNext), step k+1 is queued on step k's ids
-	// before the host waits for them, so the host's work for a step
-	// (packing, copies, the launch) overlaps the device's previous step.
-	// A step's time runs from the previous step's ids reaching the host to
-	// its own.
-	cur := first
-	// (Not while profiling: a queued step would fall inside the profiled range.)
-	feed := run.r.CanFeed() && !o.NoQueueAhead && !profiling
-	var queued *runner.Output // step k, queued on step k-1's ids
+	// Decode. A step's time runs from the previous step's ids reaching
+	// the host to its own.
 	t := time.Now()
 	for k := 1; k < o.OutputLen; k++ {
 		if err := ctx.Err(); err != nil {
@@ -425,7 +464,7 @@ func (run *latencyRun) iteration(ctx context.Context, last bool) (prefill float6
 		out := queued
 		queued = nil
 		if out == nil {
-			if out, err = run.decodeStep(cur, k, false); err != nil {
+			if out, err = run.decodeStep(order, cur, k, false); err != nil {
 				return 0, nil, nil, fmt.Errorf("bench latency: decode step %d: %w", k, err)
 			}
 			if err := mark(); err != nil {
@@ -437,7 +476,7 @@ func (run *latencyRun) iteration(ctx context.Context, last bool) (prefill float6
 			if wait, err = out.SampleNext(run.greedy); err != nil {
 				return 0, nil, nil, fmt.Errorf("bench latency: decode step %d: %w", k, err)
 			}
-			if queued, err = run.decodeStep(nil, k+1, true); err != nil {
+			if queued, err = run.decodeStep(order, nil, k+1, true); err != nil {
 				return 0, nil, nil, fmt.Errorf("bench latency: decode step %d: %w", k+1, err)
 			}
 			if err := mark(); err != nil {
@@ -453,8 +492,8 @@ func (run *latencyRun) iteration(ctx context.Context, last bool) (prefill float6
 		now := time.Now()
 		steps = append(steps, now.Sub(t).Seconds())
 		t = now
-		for s := range tokens {
-			tokens[s] = append(tokens[s], cur[s])
+		for i, s := range order {
+			tokens[s] = append(tokens[s], cur[i])
 		}
 		if profiling && k == o.ProfileSteps {
 			profiling = false
@@ -489,12 +528,21 @@ func scaledCopy(v []float64, f float64) []float64 {
 	return out
 }
 
+// prefillTail is a prefill's last step, not yet sampled: its output and
+// the sequence of each of its logits rows.
+type prefillTail struct {
+	out    *runner.Output
+	owners []int
+}
+
 // prefill computes every prompt's KV in steps of at most PrefillChunk
 // tokens (several sequences share a step when they fit) and returns the
-// token sampled from each prompt's last logits.
-func (run *latencyRun) prefill() ([]int32, error) {
+// token sampled from each prompt's last logits. With leaveLast the last
+// step is not sampled: it is returned, and first holds zeros for its
+// sequences.
+func (run *latencyRun) prefill(leaveLast bool) (first []int32, tail *prefillTail, err error) {
 	o := run.opts
-	first := make([]int32, o.Batch)
+	first = make([]int32, o.Batch)
 	done := make([]int, o.Batch) // prompt tokens computed per sequence
 	for s := 0; s < o.Batch; {
 		var step runner.Step
@@ -512,38 +560,47 @@ func (run *latencyRun) prefill() ([]int32, error) {
 		}
 		out, err := run.r.Execute(&step)
 		if err != nil {
-			return nil, fmt.Errorf("bench latency: prefill: %w", err)
-		}
-		if out.Rows > 0 {
-			ids, err := out.Sample(run.greedy[:out.Rows])
-			if err != nil {
-				return nil, fmt.Errorf("bench latency: prefill sample: %w", err)
-			}
-			for i, id := range ids {
-				first[owner[out.Seq[i]]] = id
-			}
+			return nil, nil, fmt.Errorf("bench latency: prefill: %w", err)
 		}
 		for s < o.Batch && done[s] == o.InputLen {
 			s++
 		}
+		if out.Rows == 0 {
+			continue
+		}
+		if leaveLast && s == o.Batch {
+			tail = &prefillTail{out: out}
+			for i := range out.Rows {
+				tail.owners = append(tail.owners, owner[out.Seq[i]])
+			}
+			return first, tail, nil
+		}
+		ids, err := out.Sample(run.greedy[:out.Rows])
+		if err != nil {
+			return nil, nil, fmt.Errorf("bench latency: prefill sample: %w", err)
+		}
+		for i, id := range ids {
+			first[owner[out.Seq[i]]] = id
+		}
 	}
-	return first, nil
+	return first, nil, nil
 }
 
 // decodeStep queues decode step k (from a graph replay when the runner
-// has graphs on): one token per sequence, each sequence's previous token
-// at position InputLen+k-1, taken from cur or, fed, from the ids the
-// previous step's SampleNext left on the device.
-func (run *latencyRun) decodeStep(cur []int32, k int, fed bool) (*runner.Output, error) {
+// has graphs on): one token per sequence, row i for sequence order[i],
+// each sequence's previous token at position InputLen+k-1, taken from
+// cur[i] (nil: a placeholder) or, fed, for the first rows, from the ids
+// the previous step's SampleNext left on the device.
+func (run *latencyRun) decodeStep(order []int, cur []int32, k int, fed bool) (*runner.Output, error) {
 	o := run.opts
 	step := runner.Step{Seqs: make([]runner.Seq, o.Batch), FedTokens: fed}
 	placeholder := []int32{0}
-	for s := range step.Seqs {
+	for i, s := range order {
 		tok := placeholder
-		if !fed {
-			tok = cur[s : s+1]
+		if cur != nil {
+			tok = cur[i : i+1]
 		}
-		step.Seqs[s] = runner.Seq{Tokens: tok, Start: o.InputLen + k - 1, BlockTable: run.tables[s], WantLogits: true}
+		step.Seqs[i] = runner.Seq{Tokens: tok, Start: o.InputLen + k - 1, BlockTable: run.tables[s], WantLogits: true}
 	}
 	return run.r.Execute(&step)
 }
@@ -600,7 +657,7 @@ func (run *latencyRun) newResult() *LatencyResult {
 		res.Device = d.Device()
 	}
 	if res.QueueAhead = run.r.CanFeed() && !o.NoQueueAhead; res.QueueAhead {
-		res.Notes = append(res.Notes, "each decode step after the first is queued on the device's sampled ids before the host reads them")
+		res.Notes = append(res.Notes, "each decode step is queued on the device's sampled ids (the first on the last prefill step's) before the host reads them")
 		if o.ProfileSteps > 0 {
 			res.Notes = append(res.Notes, "except in the last, profiled iteration, whose steps run one at a time")
 		}

@@ -357,26 +357,32 @@ func TestRunLatencyReportsQueuedReadErrors(t *testing.T) {
 
 // TestRunLatencyQueueAheadSameTokens checks that queuing decode steps on
 // the device's ids changes no token: the same run with and without it.
+// Prefill chunks of 7 tokens leave the last prefill step sampling only the
+// last sequence, so the first decode step is fed one row on the device and
+// two from the host (and the decode rows are in another order than the
+// sequences); the default chunk prefills all three in one step.
 func TestRunLatencyQueueAheadSameTokens(t *testing.T) {
 	cfg := tinyConfig(false, false)
 	w := mustSynthetic(t, cfg, backend.BF16, 42)
-	run := func(noQueue bool) *LatencyResult {
-		res, err := RunLatency(context.Background(), LatencyOptions{
-			Backend: cpu.New(cpu.Options{Threads: 2}), Config: cfg, Weights: w, Arch: "tiny",
-			Batch: 3, InputLen: 12, OutputLen: 7, Iters: 1, Seed: 5, NoQueueAhead: noQueue,
-		})
-		if err != nil {
-			t.Fatal(err)
+	for _, chunk := range []int{0, 7, 12} {
+		run := func(noQueue bool) *LatencyResult {
+			res, err := RunLatency(context.Background(), LatencyOptions{
+				Backend: cpu.New(cpu.Options{Threads: 2}), Config: cfg, Weights: w, Arch: "tiny",
+				Batch: 3, InputLen: 12, OutputLen: 7, Iters: 1, Seed: 5, NoQueueAhead: noQueue, PrefillChunk: chunk,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return res
 		}
-		return res
-	}
-	ahead, serial := run(false), run(true)
-	if !ahead.QueueAhead || serial.QueueAhead {
-		t.Fatalf("queue_ahead %v and %v, want true and false", ahead.QueueAhead, serial.QueueAhead)
-	}
-	for s := range ahead.Tokens {
-		if !slices.Equal(ahead.Tokens[s], serial.Tokens[s]) {
-			t.Fatalf("sequence %d: %v queued ahead, %v one step at a time", s, ahead.Tokens[s], serial.Tokens[s])
+		ahead, serial := run(false), run(true)
+		if !ahead.QueueAhead || serial.QueueAhead {
+			t.Fatalf("queue_ahead %v and %v, want true and false", ahead.QueueAhead, serial.QueueAhead)
+		}
+		for s := range ahead.Tokens {
+			if len(ahead.Tokens[s]) != 7 || !slices.Equal(ahead.Tokens[s], serial.Tokens[s]) {
+				t.Fatalf("chunk %d, sequence %d: %v queued ahead, %v one step at a time", chunk, s, ahead.Tokens[s], serial.Tokens[s])
+			}
 		}
 	}
 }

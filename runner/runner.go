@@ -56,11 +56,13 @@ type Seq struct {
 // Step is the runner's input for one engine step.
 type Step struct {
 	Seqs []Seq
-	// FedTokens says every sequence computes one token that is already on
-	// the device: the previous step's Output.SampleNext picked it (row i
-	// for sequence i, so the sequences must come in the order of its
-	// rows), and Seqs[i].Tokens[0] is not read. The host then need not
-	// wait for the previous step's ids before queuing this one.
+	// FedTokens says the first n sequences each compute one token that is
+	// already on the device, n being the rows of the previous step's
+	// Output.SampleNext (at most len(Seqs)): it picked them (row i for
+	// sequence i, so those sequences must come first, in the order of its
+	// rows), and their Tokens[0] is not read. The host then need not wait
+	// for the previous step's ids before queuing this one. Sequences after
+	// the first n take their tokens from Tokens as usual.
 	FedTokens bool
 }
 
@@ -296,10 +298,10 @@ func (r *Runner) Execute(step *Step) (*Output, error) {
 	fed := r.fed
 	r.fed = 0
 	if step.FedTokens {
-		if fed != len(step.Seqs) {
+		if fed == 0 || fed > len(step.Seqs) {
 			return nil, fmt.Errorf("runner: step of %d sequences fed %d sampled tokens", len(step.Seqs), fed)
 		}
-		for i, s := range step.Seqs {
+		for i, s := range step.Seqs[:fed] {
 			if len(s.Tokens) != 1 {
 				return nil, fmt.Errorf("runner: fed step: seq %d computes %d tokens, not 1", i, len(s.Tokens))
 			}

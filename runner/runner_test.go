@@ -354,6 +354,30 @@ func TestFedTokens(t *testing.T) {
 	two := step([]int32{0, 0, 0}, 8, true)
 	two.Seqs = two.Seqs[:2]
 	if _, err := r.Execute(two); err == nil || !strings.Contains(err.Error(), "2 sequences fed 3") {
-		t.Fatalf("fed step of the wrong size: %v", err)
+		t.Fatalf("fed step of more sequences' ids than it has: %v", err)
+	}
+	// A partial feed: a one-sequence step's pick is the first of three
+	// sequences' tokens, the other two come from the host.
+	one := step([]int32{3, 0, 0}, 9, false)
+	one.Seqs = one.Seqs[:1]
+	if out, err = r.Execute(one); err != nil {
+		t.Fatal(err)
+	}
+	if wait, err = out.SampleNext(greedy[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if out, err = r.Execute(step([]int32{9, 1, 2}, 10, true)); err != nil { // 9: a placeholder, not read
+		t.Fatal(err)
+	}
+	first, err := wait()
+	if err != nil || len(first) != 1 || first[0] != 4 {
+		t.Fatalf("the one-sequence step picked %v (%v), want [4]", first, err)
+	}
+	got, err := out.Sample(greedy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []int32{0, 2, 3}; !slices.Equal(got, want) {
+		t.Fatalf("partially fed step picked %v, want %v (the fed token 4, then the host's 1 and 2, each plus one mod 5)", got, want)
 	}
 }
