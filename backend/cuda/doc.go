@@ -78,15 +78,22 @@
 // captured graphs stay valid as contexts grow. A combine kernel merges
 // the splits; TRIGON_CUDA_ATTN_CLUSTER=on has the splits of a row merge
 // themselves as one thread-block cluster instead (sm_90, launchCluster;
-// off: slower on the H200, docs/benchmarks.md).
+// off: slower on the H200, docs/benchmarks.md). Its K/V reads carry an
+// evict_first L2 policy (TRIGON_CUDA_KV_EVICT_FIRST=off reverts), and it
+// can prefetch the next product's weight (AttentionArgs.Prefetch,
+// TRIGON_CUDA_ATTN_PREFETCH_MB, default 0: slower at batch 4).
 //
-// Every kernel starts by waiting for its predecessor (grid_dep_sync or
-// grid_dep_wait, kernels/common.cuh) so launches may use programmatic
-// dependent launch (launch.go). Two are exceptions: decode attention's
-// prologue reads the step's metadata and the cache rows earlier steps
-// wrote, then waits before it reads Q and the newest row; the bulk GEMV's
-// producer streams a pristine weight before it waits, its consumers wait
-// before reading x. By default only the QKV projection, decode attention,
+// Every kernel starts by waiting for its predecessor (grid_dep_sync,
+// grid_dep_wait or grid_dep_launch_wait, kernels/common.cuh) so launches
+// may use programmatic dependent launch (launch.go). Three are
+// exceptions: decode attention's prologue reads the step's metadata and
+// the cache rows earlier steps wrote, then waits before it reads Q and
+// the newest row; the bulk GEMV's producer streams a pristine weight
+// before it waits, its consumers wait before reading x; the norm's
+// prefetching blocks ask L2 for a weight without waiting. The norm and the
+// split combine let the next kernel launch before they wait, so the
+// product after them starts its early weight loads during the tail of the
+// product before them. By default only the QKV projection, decode attention,
 // the split combine, the bulk GEMVs and the norms launch with
 // PDL (measured faster on the H200); TRIGON_CUDA_PDL=on|off|name,...
 // chooses others. PDL on every launch measured 1-2% slower.
