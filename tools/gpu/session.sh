@@ -993,6 +993,15 @@ for r in 1 2 3; do
 done
 }
 
+# sweep: the batch-4 step traced under each of SWEEP_ENVS (settings of one
+# run joined by commas; TRIGON_AB=default for none), ROUNDS (default 2)
+# alternating rounds.
+sweep() {
+for ((r = 1; r <= ${ROUNDS:-2}; r++)); do
+  for v in ${SWEEP_ENVS:-TRIGON_AB=default}; do step_trace "${v//,/ }"; done
+done
+}
+
 # verify: after a refactor of kernel code, every test, memcheck, the
 # CUDA model tests, the kernel benchmarks and the batch-4 step.
 verify() {
