@@ -86,7 +86,7 @@ func TestParseBulkQKV(t *testing.T) {
 		want bulkConfig
 		bad  bool
 	}{
-		{v: ""}, {v: "off"}, {v: "on", on: true},
+		{v: "", on: bulkQKVDefault}, {v: "off"}, {v: "on", on: true},
 		{v: "w8_c512_s2_b3", on: true, want: bulkConfig{8, 512, 2, 3}},
 		{v: "w4_c1024_s3", on: true, want: bulkConfig{4, 1024, 3, 0}},
 		{v: "w8_c100_s2", bad: true}, {v: "yes", bad: true}, {v: "w8_c512_s2_b3x", bad: true},

@@ -214,12 +214,17 @@ func bulkPick(rows, k, sms int) bulkConfig {
 }
 
 // bulkQKV runs FusedQKVRoPE on the bulk GEMV (gemvb_qkv_rope_bf16) where
-// it takes the operands. Off: its tests pass on the H200 and the product
-// alone is faster (14.4 against 15.8 us, graph-timed), but the decode
-// step measured 1.5-2.6 us a layer slower with it (ninth session,
-// docs/benchmarks.md), not explained.
+// it takes the operands. The product alone was faster than the register
+// GEMV (14.4 against 15.8 us, graph-timed) but the decode step measured
+// 1.5-2.6 us a layer slower with it (ninth session, docs/benchmarks.md);
+// since the norm before it lets it launch before the norm waits
+// (eleventh session), the batch-4 step is 0.022 ms faster with it (4.603
+// / 4.602 against 4.625 / 4.624 ms), so it is on by default.
 // TRIGON_CUDA_GEMV_BULK_QKV=on|off|<variant tag>, read by New.
-var bulkQKV = false
+var bulkQKV = bulkQKVDefault
+
+// bulkQKVDefault is bulkQKV without the environment.
+const bulkQKVDefault = true
 
 // bulkQKVVariant, when set (TRIGON_CUDA_GEMV_BULK_QKV=<tag>, as
 // bulkConfig.tag writes it: w8_c512_s2_b3), replaces bulkPick's variant
@@ -229,11 +234,13 @@ var bulkQKVVariant bulkConfig
 // bulkQKVEnv names bulkQKV's setting.
 const bulkQKVEnv = "TRIGON_CUDA_GEMV_BULK_QKV"
 
-// parseBulkQKV reads bulkQKVEnv's value: "" or "off" (off), "on", or a
-// variant's tag (on, with that variant).
+// parseBulkQKV reads bulkQKVEnv's value: "" (bulkQKVDefault), "off",
+// "on", or a variant's tag (on, with that variant).
 func parseBulkQKV(v string) (on bool, c bulkConfig, err error) {
 	switch v {
-	case "", "off":
+	case "":
+		return bulkQKVDefault, c, nil
+	case "off":
 		return false, c, nil
 	case "on":
 		return true, c, nil
