@@ -1002,6 +1002,16 @@ for ((r = 1; r <= ${ROUNDS:-2}; r++)); do
 done
 }
 
+# bulk_qkv_default: the bulk QKV GEMV on by default: its tests and the
+# env parsing, the CUDA model tests, then the batch-4 step against
+# TRIGON_CUDA_GEMV_BULK_QKV=off, alternating twice.
+bulk_qkv_default() {
+log "TestBulkQKVRoPE, TestFusedQKVRoPE, TestGEMVBulkGraph, TestParseBulkQKV, TestKernelsWait"
+cuda_tests_run bqkv-tests.log 'TestBulkQKVRoPE|TestFusedQKVRoPE|TestGEMVBulkGraph|TestParseBulkQKV|TestKernelsWait'
+model_tests
+for r in 1 2; do step_trace TRIGON_AB=default; step_trace TRIGON_CUDA_GEMV_BULK_QKV=off; done
+}
+
 # verify: after a refactor of kernel code, every test, memcheck, the
 # CUDA model tests, the kernel benchmarks and the batch-4 step.
 verify() {
