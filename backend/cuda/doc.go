@@ -67,10 +67,10 @@
 // x (with more its registers allow one block an SM, measured slower),
 // plain products where the tuner times it 3% faster;
 // TRIGON_CUDA_GEMV_BULK=off|on|always.
-// Its QKV variant with qkv_rope_bf16's epilogue (gemvb_qkv_rope_bf16)
-// runs the decode QKV projection for up to 8 rows
-// (TRIGON_CUDA_GEMV_BULK_QKV=off turns it off): slower in the decode step
-// until the norm before it launched it before its own wait.
+// Its QKV variant with qkv_rope_bf16's epilogue (gemvb_qkv_rope_bf16) is
+// off (TRIGON_CUDA_GEMV_BULK_QKV=on): the decode step measured slower
+// with it, and, since the norm launches it early, faster on one machine
+// and slower on another.
 // Prefill attention is FA2-style on mma.sync
 // (kernels/attn_prefill.cu).
 // Decode attention is split-KV flash decoding on the tensor cores

@@ -214,17 +214,18 @@ func bulkPick(rows, k, sms int) bulkConfig {
 }
 
 // bulkQKV runs FusedQKVRoPE on the bulk GEMV (gemvb_qkv_rope_bf16) where
-// it takes the operands. The product alone was faster than the register
-// GEMV (14.4 against 15.8 us, graph-timed) but the decode step measured
-// 1.5-2.6 us a layer slower with it (ninth session, docs/benchmarks.md);
-// since the norm before it lets it launch before the norm waits
-// (eleventh session), the batch-4 step is 0.022 ms faster with it (4.603
-// / 4.602 against 4.625 / 4.624 ms), so it is on by default.
+// it takes the operands. Off: the product alone is faster than the
+// register GEMV (14.4 against 15.8 us, graph-timed), but the decode step
+// measured 1.5-2.6 us a layer slower with it (ninth session,
+// docs/benchmarks.md); since the norm before it launches it before the
+// norm waits (eleventh session) it measured 0.022 ms a batch-4 step
+// faster on one machine and 0.052 ms slower on another (two alternating
+// rounds each), so it stays off.
 // TRIGON_CUDA_GEMV_BULK_QKV=on|off|<variant tag>, read by New.
 var bulkQKV = bulkQKVDefault
 
 // bulkQKVDefault is bulkQKV without the environment.
-const bulkQKVDefault = true
+const bulkQKVDefault = false
 
 // bulkQKVVariant, when set (TRIGON_CUDA_GEMV_BULK_QKV=<tag>, as
 // bulkConfig.tag writes it: w8_c512_s2_b3), replaces bulkPick's variant
