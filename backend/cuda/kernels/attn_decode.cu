@@ -271,15 +271,17 @@ __device__ __forceinline__ void attn_decode_body(
   const int nj = te - tb > warp ? (te - tb - warp + NW - 1) / NW : 0;  // tiles of this warp
 
   // K/V rows are read once a step: with kv_first they are marked
-  // evict_first in L2, so they do not push out the prefetched weight.
+  // evict_first in L2, so they do not push out lines that are read again
+  // (the norms' prefetched weights, a prefetched pf).
   const u64 policy = kv_first ? evict_first_policy() : 0;
   auto kv_copy = [&](u32 dst, const u16* src, bool ok) {
     if (kv_first) cp_async16_hint(dst, src, ok, policy);
     else cp_async16(dst, src, ok);
   };
   // The prefetch of pf[0, pf_bytes) into L2 (the O projection's weight,
-  // read by the product after this kernel and its combine: attention at
-  // small batches leaves HBM half idle): thread i of the grid's nthr asks
+  // read by the product after this kernel and its combine; off by
+  // default: on the H200 it slowed batch 4, whose attention does not leave
+  // HBM idle, and sped batch 1 a little): thread i of the grid's nthr asks
   // for lines i, i + nthr, ..., one after each of its tile issues.
   const i64 nthr = (i64)gridDim.x * gridDim.y * gridDim.z * blockDim.x;
   const i64 pf_lines = pf_bytes >> 7;
