@@ -1012,6 +1012,20 @@ model_tests
 for r in 1 2; do step_trace TRIGON_AB=default; step_trace TRIGON_CUDA_GEMV_BULK_QKV=off; done
 }
 
+# clock_trace: the batch-4 step traced while nvidia-smi samples the SM
+# clock, power and temperature every 5 ms (clocks.csv), to check that the
+# steps after each prefill are slower because the clock climbs back after
+# the power-capped prefill (docs/benchmarks.md, eleventh session). Prints
+# each change of the SM clock.
+clock_trace() {
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv,noheader,nounits -lms 5 >"$OUT/clocks.csv" 2>&1 &
+local pid=$!
+step_trace
+kill $pid 2>/dev/null; wait $pid 2>/dev/null
+log "SM clock changes (timestamp, SM MHz, memory MHz, W, C)"
+awk -F', ' '$2 != last {print; last = $2}' "$OUT/clocks.csv" | head -200 | tee -a "$OUT/summary.txt"
+}
+
 # verify: after a refactor of kernel code, every test, memcheck, the
 # CUDA model tests, the kernel benchmarks and the batch-4 step.
 verify() {
