@@ -121,6 +121,9 @@ type gemmPlan struct {
 	// fastest it timed and bulkMs that time.
 	bulk, bulkBest bulkConfig
 	bulkMs         float32
+	// pinned is the GEMV variant FusedQKVRoPE ran for the shape instead
+	// of the tuner's choice (qkvGEMV), for reports; zero if none.
+	pinned gemvConfig
 	// tunedMs and gemvMs are the tuner's best times (cuBLASLt's kept
 	// algorithm, the fastest GEMV variant), for reports; 0 until tuned.
 	tunedMs, gemvMs float32

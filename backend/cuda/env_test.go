@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -102,5 +103,35 @@ func TestParseBulkQKV(t *testing.T) {
 		if err != nil || on != tc.on || c != tc.want {
 			t.Errorf("%q: %v, %+v, %v; want %v, %+v", tc.v, on, c, err, tc.on, tc.want)
 		}
+	}
+}
+
+// TestParseQKVGEMV checks TRIGON_CUDA_QKV_GEMV's values: unset (the
+// pinned default), tuner (none pinned) and warps x spans, which must read
+// back as written.
+func TestParseQKVGEMV(t *testing.T) {
+	for _, tc := range []struct {
+		v    string
+		want gemvConfig
+		bad  bool
+	}{
+		{v: "", want: qkvGEMVDefault}, {v: "tuner"}, {v: "8x2", want: gemvConfig{8, 2}},
+		{v: "16x1", want: gemvConfig{16, 1}}, {v: "32x16", want: gemvConfig{32, 16}},
+		{v: "0x2", bad: true}, {v: "8x0", bad: true}, {v: "33x1", bad: true}, {v: "8x17", bad: true},
+		{v: "8x2x", bad: true}, {v: "08x2", bad: true}, {v: "8", bad: true}, {v: "on", bad: true}, {v: "-8x2", bad: true},
+	} {
+		c, err := parseQKVGEMV(tc.v)
+		if tc.bad {
+			if err == nil {
+				t.Errorf("%q: accepted as %+v", tc.v, c)
+			}
+			continue
+		}
+		if err != nil || c != tc.want {
+			t.Errorf("%q: %+v, %v; want %+v", tc.v, c, err, tc.want)
+		}
+	}
+	if qkvGEMVDefault.nw == 0 || !slices.Contains(gemvConfigs, qkvGEMVDefault) {
+		t.Errorf("default %+v is not one of the variants compiled at start-up and tested (gemvConfigs)", qkvGEMVDefault)
 	}
 }

@@ -472,6 +472,10 @@ func (b *Backend) GEMMChoices() []string {
 			} else if p.gemv.nw > 0 {
 				kind = fmt.Sprintf("gemv(warps %d, spans %d)", p.gemv.nw, p.gemv.ur)
 			}
+			if p.pinned.nw > 0 {
+				kind = fmt.Sprintf("gemv(warps %d, spans %d) pinned for the fused QKV+RoPE kernel (tuner's pick %s)",
+					p.pinned.nw, p.pinned.ur, kind)
+			}
 			line := fmt.Sprintf("[%d,%d]x[%d,%d]^T: %s; best cuBLASLt %.4f ms", key.n, key.k, key.m, key.k, kind, p.tunedMs)
 			if p.gemvMs > 0 {
 				line += fmt.Sprintf(", best gemv %.4f ms", p.gemvMs)

@@ -1,7 +1,9 @@
 package cuda
 
 import (
+	"fmt"
 	"math"
+	"os"
 
 	"github.com/trigon-llm/trigon/backend"
 )
@@ -15,9 +17,53 @@ var fuseQKVRoPE = true
 // fuseQKVRoPEEnv names fuseQKVRoPE's override: "on" or "off".
 const fuseQKVRoPEEnv = "TRIGON_CUDA_FUSE_QKV_ROPE"
 
-// applyFuseEnv reads fuseQKVRoPEEnv.
+// qkvGEMV is the register GEMV variant FusedQKVRoPE runs for steps of at
+// most qkvGEMVMaxRows rows, whatever the tuner kept for the product (the
+// zero value: the tuner's choice, GEMV or cuBLASLt). The tuner times the
+// bare product alone with L2 flushed, and at Llama-3-8B's batch-4 QKV
+// shape its candidates come within a few percent of each other, so its
+// pick varied from process to process: over 113 batch-4 runs on the H200
+// (docs/benchmarks.md, twelfth session) it kept warps 8 / spans 2 in 99,
+// spans 4 in 3 and cuBLASLt (then a separate rope_store_kv) in 11, and
+// against the spans-2 runs of the same device call the step's p50 was
+// 0.05-0.07 ms slower with spans 4 and 0.09-0.15 ms slower with cuBLASLt.
+// TRIGON_CUDA_QKV_GEMV (read by New) sets it: "tuner", or NWxUR such as
+// "8x2" (warps per block x spans in flight).
+var qkvGEMV = qkvGEMVDefault
+
+// qkvGEMVDefault is qkvGEMV without the environment.
+var qkvGEMVDefault = gemvConfig{nw: 8, ur: 2}
+
+// qkvGEMVMaxRows is the most rows qkvGEMV is used for (one 8-row x tile):
+// the decode batches it was measured at; more rows keep the tuner's pick.
+const qkvGEMVMaxRows = 8
+
+// qkvGEMVEnv names qkvGEMV's setting.
+const qkvGEMVEnv = "TRIGON_CUDA_QKV_GEMV"
+
+// parseQKVGEMV reads qkvGEMVEnv's value: "" (qkvGEMVDefault), "tuner"
+// (none pinned) or NWxUR, 1 <= NW <= 32, 1 <= UR <= 16.
+func parseQKVGEMV(v string) (gemvConfig, error) {
+	switch v {
+	case "":
+		return qkvGEMVDefault, nil
+	case "tuner":
+		return gemvConfig{}, nil
+	}
+	var c gemvConfig
+	if n, _ := fmt.Sscanf(v, "%dx%d", &c.nw, &c.ur); n != 2 || fmt.Sprintf("%dx%d", c.nw, c.ur) != v ||
+		c.nw < 1 || c.nw > 32 || c.ur < 1 || c.ur > 16 {
+		return gemvConfig{}, fmt.Errorf("cuda: %s=%q: want tuner or warps x spans such as 8x2 (warps 1-32, spans 1-16)", qkvGEMVEnv, v)
+	}
+	return c, nil
+}
+
+// applyFuseEnv reads fuseQKVRoPEEnv and qkvGEMVEnv.
 func applyFuseEnv() (err error) {
-	fuseQKVRoPE, err = envSwitch(fuseQKVRoPEEnv, true)
+	if fuseQKVRoPE, err = envSwitch(fuseQKVRoPEEnv, true); err != nil {
+		return err
+	}
+	qkvGEMV, err = parseQKVGEMV(os.Getenv(qkvGEMVEnv))
 	return err
 }
 
@@ -37,10 +83,12 @@ func applyFuseEnv() (err error) {
 // and queues nothing. Operands that MatMul(a.QKV, x, w, nil) or
 // RoPEStoreKV(a) would refuse are an ErrShape error.
 //
-// Which kernel runs is the plan's choice, made on the CUDA thread: the
-// first eager call tunes the shape (x . w^T into a.QKV) exactly as MatMul
-// does, and where cuBLASLt won, the call runs the unfused pair (cuBLASLt
-// into a.QKV, then rope_store_kv). Either way the work is queued and it
+// Which kernel runs is decided on the CUDA thread: for at most
+// qkvGEMVMaxRows rows the fused kernel with the pinned variant qkvGEMV;
+// otherwise (or with qkvGEMV unset) the plan's choice: the first eager
+// call tunes the shape (x . w^T into a.QKV) exactly as MatMul does, and
+// where cuBLASLt won, the call runs the unfused pair (cuBLASLt into
+// a.QKV, then rope_store_kv). Either way the work is queued and it
 // returns true.
 //
 //	x [n, k] BF16;  w [(H+2*KV)*hd, k] BF16
@@ -108,9 +156,9 @@ func (b *Backend) qkvRoPEOperands(x, w backend.Tensor, a backend.RoPEArgs) (xt, 
 	return xt, wt, r, fuse, nil
 }
 
-// qkvRoPE runs on the CUDA thread: the fused kernel where the shape's
-// plan kept the GEMV, else cuBLASLt into r.qkv and rope_store_kv. earlyW
-// as for gemm.
+// qkvRoPE runs on the CUDA thread: the fused kernel with qkvGEMV's
+// variant (up to qkvGEMVMaxRows rows) or where the shape's plan kept the
+// GEMV, else cuBLASLt into r.qkv and rope_store_kv. earlyW as for gemm.
 func (b *Backend) qkvRoPE(xt, wt *tensor, r ropeOps, k int, earlyW bool) error {
 	n, m := r.n, r.qkv.shape[1]
 	if c := bulkPickQKV(m, k, b.sms); bulkQKV && b.bulkFused(c, n, k, xt.ptr, wt.ptr) {
@@ -120,13 +168,18 @@ func (b *Backend) qkvRoPE(xt, wt *tensor, r ropeOps, k int, earlyW bool) error {
 	if err != nil {
 		return err
 	}
-	if p.gemv.nw == 0 || !gemvEnabled {
+	c := p.gemv
+	p.pinned = gemvConfig{}
+	if qkvGEMV.nw > 0 && n <= qkvGEMVMaxRows {
+		c, p.pinned = qkvGEMV, qkvGEMV
+	}
+	if c.nw == 0 || !gemvEnabled {
 		if err := b.gemmWith(p, r.qkv.ptr, cudaR16BF, xt.ptr, wt.ptr, n, m, k, earlyW); err != nil {
 			return err
 		}
 		return b.ropeStore(r)
 	}
-	return b.qkvRoPECall(p.gemv, xt.ptr, wt.ptr, r, k, earlyW, 0, 0)
+	return b.qkvRoPECall(c, xt.ptr, wt.ptr, r, k, earlyW, 0, 0)
 }
 
 // qkvRoPECall launches qkv_rope_bf16 with GEMV variant c; with a norm

@@ -265,6 +265,14 @@ func (c *qkvCase) fused() qkvOut {
 	return c.read()
 }
 
+// withQKVGEMV sets qkvGEMV (the pinned variant of FusedQKVRoPE) for the
+// test.
+func withQKVGEMV(t *testing.T, c gemvConfig) {
+	old := qkvGEMV
+	qkvGEMV = c
+	t.Cleanup(func() { qkvGEMV = old })
+}
+
 // forceGEMV makes the plan of the case's product run GEMV variant v (the
 // zero value: cuBLASLt) and returns what it ran before. The plan must
 // exist (an eager MatMul of the shape made and tuned it). A bulk-copy
@@ -336,7 +344,8 @@ func (c *qkvCase) checkCPU(what string, got qkvOut) {
 // checks the cuBLASLt fallback the tuner's choice may give.
 func TestFusedQKVRoPE(t *testing.T) {
 	sharedBackend(t, true)
-	withBulkQKV(t, false) // the register GEMV's kernel: its bytes are compared
+	withBulkQKV(t, false)        // the register GEMV's kernel: its bytes are compared
+	withQKVGEMV(t, gemvConfig{}) // the plan's choice, which the cases force
 	if !gemvEnabled {
 		t.Skip("the GEMV is off (TRIGON_CUDA_GEMV=off): nothing fuses")
 	}
@@ -373,6 +382,35 @@ func TestFusedQKVRoPE(t *testing.T) {
 					t.Fatal("cuBLASLt plan: QKV unwritten, the fallback did not run")
 				}
 				c.checkCPU("fallback", got)
+				// A pinned variant (qkvGEMV) runs up to qkvGEMVMaxRows
+				// rows whatever the plan kept (cuBLASLt here), giving
+				// the bytes of that variant's MatMul + RoPEStoreKV;
+				// more rows keep the plan's fallback.
+				for _, v := range gemvConfigs {
+					c.forceGEMV(v)
+					want := c.unfused()
+					c.forceGEMV(gemvConfig{})
+					qkvGEMV = v
+					got := c.fused()
+					qkvGEMV = gemvConfig{}
+					if n > qkvGEMVMaxRows {
+						if string(got.qkv) == string(c.qkvPoison) {
+							t.Fatalf("pinned %+v at %d rows: QKV unwritten, the pin was used past qkvGEMVMaxRows", v, n)
+						}
+						continue
+					}
+					if string(got.qkv) != string(c.qkvPoison) {
+						t.Fatalf("pinned %+v: QKV was written: the cuBLASLt fallback ran, not the pinned kernel", v)
+					}
+					for _, o := range []struct {
+						name      string
+						got, want []byte
+					}{{"Q", got.q, want.q}, {"K cache", got.kc, want.kc}, {"V cache", got.vc, want.vc}} {
+						if string(o.got) != string(o.want) {
+							t.Fatalf("pinned %+v: fused %s differs from MatMul + RoPEStoreKV on that variant", v, o.name)
+						}
+					}
+				}
 			})
 		}
 	}
@@ -383,7 +421,8 @@ func TestFusedQKVRoPE(t *testing.T) {
 // does.
 func TestFusedQKVRoPEDeviceChecks(t *testing.T) {
 	sharedBackend(t, true)
-	withBulkQKV(t, false) // the register GEMV's kernel: its bytes are compared
+	withBulkQKV(t, false)        // the register GEMV's kernel: its bytes are compared
+	withQKVGEMV(t, gemvConfig{}) // the plan's choice, which the test forces
 	if !gemvEnabled {
 		t.Skip("the GEMV is off (TRIGON_CUDA_GEMV=off): nothing fuses")
 	}
@@ -435,7 +474,8 @@ func (c *qkvCase) deviceChecks(t *testing.T) {
 // on the same inputs byte for byte.
 func TestFusedQKVRoPEGraph(t *testing.T) {
 	sharedBackend(t, true)
-	withBulkQKV(t, false) // the register GEMV's kernel: its bytes are compared
+	withBulkQKV(t, false)        // the register GEMV's kernel: its bytes are compared
+	withQKVGEMV(t, gemvConfig{}) // the plan's choice, which the test forces
 	if !gemvEnabled {
 		t.Skip("the GEMV is off (TRIGON_CUDA_GEMV=off): nothing fuses")
 	}
