@@ -1012,6 +1012,21 @@ model_tests
 for r in 1 2; do step_trace TRIGON_AB=default; step_trace TRIGON_CUDA_GEMV_BULK_QKV=off; done
 }
 
+# qkv_pin: the fused QKV+RoPE kernel's pinned GEMV variant
+# (TRIGON_CUDA_QKV_GEMV): its tests, the CUDA model tests, then the
+# batch-4 step with each variant in QKV_VARIANTS (and the tuner's pick,
+# and the bulk QKV kernel), alternating ROUNDS times.
+qkv_pin() {
+log "TestFusedQKVRoPE*, TestParseQKVGEMV"
+cuda_tests_run qkv-tests.log 'TestFusedQKVRoPE|TestParseQKVGEMV'
+model_tests
+for ((r = 1; r <= ${ROUNDS:-2}; r++)); do
+  for v in ${QKV_VARIANTS:-8x2 tuner}; do
+    if [[ $v == bulk ]]; then step_trace TRIGON_CUDA_GEMV_BULK_QKV=on; else step_trace TRIGON_CUDA_QKV_GEMV=$v; fi
+  done
+done
+}
+
 # clock_trace: the batch-4 step traced while nvidia-smi samples the SM
 # clock, power and temperature every 5 ms (clocks.csv), to check that the
 # steps after each prefill are slower because the clock climbs back after
