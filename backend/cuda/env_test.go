@@ -135,3 +135,49 @@ func TestParseQKVGEMV(t *testing.T) {
 		t.Errorf("default %+v is not one of the variants compiled at start-up and tested (gemvConfigs)", qkvGEMVDefault)
 	}
 }
+
+// TestParseBulkPick checks TRIGON_CUDA_BULK_PICK's values: entries of a
+// weight's rows x k and a bulk variant's tag, and that bulkPick returns
+// an entry's variant for its weight and its own pick for others.
+func TestParseBulkPick(t *testing.T) {
+	for _, tc := range []struct {
+		v    string
+		want map[[2]int]bulkConfig
+		bad  bool
+	}{
+		{v: ""},
+		{v: "4096x4096=w8_c1024_s3", want: map[[2]int]bulkConfig{{4096, 4096}: {8, 1024, 3, 0}}},
+		{v: "4096x4096=w8_c1024_s3,28672x4096=w8_c512_s4_b3",
+			want: map[[2]int]bulkConfig{{4096, 4096}: {8, 1024, 3, 0}, {28672, 4096}: {8, 512, 4, 3}}},
+		{v: "4096x4096", bad: true}, {v: "4096=w8_c1024_s3", bad: true}, {v: "4096x4096=on", bad: true},
+		{v: "4096x4096=off", bad: true}, {v: "4096x4096=w8_c100_s2", bad: true}, {v: "0x4096=w8_c1024_s3", bad: true},
+		{v: "4096x4096=w8_c1024_s3,", bad: true}, {v: "04096x4096=w8_c1024_s3", bad: true},
+	} {
+		got, err := parseBulkPick(tc.v)
+		if tc.bad {
+			if err == nil {
+				t.Errorf("%q: accepted as %v", tc.v, got)
+			}
+			continue
+		}
+		if err != nil || len(got) != len(tc.want) {
+			t.Errorf("%q: %v, %v; want %v", tc.v, got, err, tc.want)
+			continue
+		}
+		for k, c := range tc.want {
+			if got[k] != c {
+				t.Errorf("%q: %v: %+v, want %+v", tc.v, k, got[k], c)
+			}
+		}
+	}
+	plain := bulkPick(4096, 14336, 132)
+	old := bulkPickOverride
+	t.Cleanup(func() { bulkPickOverride = old })
+	bulkPickOverride = map[[2]int]bulkConfig{{4096, 4096}: {8, 512, 4, 0}}
+	if c := bulkPick(4096, 4096, 132); c != (bulkConfig{8, 512, 4, 0}) {
+		t.Errorf("bulkPick(4096, 4096) with an override: %+v", c)
+	}
+	if c := bulkPick(4096, 14336, 132); c != plain {
+		t.Errorf("bulkPick(4096, 14336), not overridden: %+v, want %+v", c, plain)
+	}
+}

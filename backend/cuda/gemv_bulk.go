@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 	"os"
+	"strings"
 	"unsafe"
 
 	"github.com/trigon-llm/trigon/backend"
@@ -55,8 +56,43 @@ func applyBulkEnv() error {
 		return fmt.Errorf("cuda: %s=%q: want off, on or always", bulkEnv, v)
 	}
 	var err error
-	bulkQKV, bulkQKVVariant, err = parseBulkQKV(os.Getenv(bulkQKVEnv))
+	if bulkQKV, bulkQKVVariant, err = parseBulkQKV(os.Getenv(bulkQKVEnv)); err != nil {
+		return err
+	}
+	bulkPickOverride, err = parseBulkPick(os.Getenv(bulkPickEnv))
 	return err
+}
+
+// bulkPickOverride replaces bulkPick's variant for the weights it names,
+// keyed by {rows, k} as bulkPick is called (gate/up: 2*inter rows): for
+// experiments on the device, since a variant's time in a decode step is
+// not its time alone. TRIGON_CUDA_BULK_PICK="ROWSxK=tag,...", such as
+// "4096x4096=w8_c1024_s3,28672x4096=w8_c512_s4", read by New.
+var bulkPickOverride map[[2]int]bulkConfig
+
+// bulkPickEnv names bulkPickOverride's setting.
+const bulkPickEnv = "TRIGON_CUDA_BULK_PICK"
+
+// parseBulkPick reads bulkPickEnv's value: "" (none) or comma-separated
+// ROWSxK=tag entries, tags as parseBulkQKV reads them.
+func parseBulkPick(v string) (map[[2]int]bulkConfig, error) {
+	if v == "" {
+		return nil, nil
+	}
+	out := map[[2]int]bulkConfig{}
+	for _, e := range strings.Split(v, ",") {
+		key, tag, ok := strings.Cut(e, "=")
+		var rows, k int
+		if n, _ := fmt.Sscanf(key, "%dx%d", &rows, &k); !ok || n != 2 || fmt.Sprintf("%dx%d", rows, k) != key || rows < 1 || k < 1 {
+			return nil, fmt.Errorf("cuda: %s=%q: entry %q: want ROWSxK=variant, such as 4096x4096=w8_c1024_s3", bulkPickEnv, v, e)
+		}
+		on, c, err := parseBulkQKV(tag)
+		if err != nil || !on || c.cw == 0 {
+			return nil, fmt.Errorf("cuda: %s=%q: entry %q: want a variant such as w8_c1024_s3", bulkPickEnv, v, e)
+		}
+		out[[2]int{rows, k}] = c
+	}
+	return out, nil
 }
 
 // stageBytes is one pipeline stage: 16 weight rows of ck columns, rows
@@ -198,8 +234,12 @@ func (b *Backend) tuneBulk(p *gemmPlan, key gemmKey, y, x, w uint64, cur float32
 // 384 tiles on 132 SMs) would leave some blocks two tiles and others one,
 // about 1.5 tiles' time for a product whose SMs average 2.9 tiles. It
 // takes 512-column stages (half the registers) bound to three blocks an
-// SM instead: one tile a block.
+// SM instead: one tile a block. bulkPickOverride replaces it for the
+// weights it names.
 func bulkPick(rows, k, sms int) bulkConfig {
+	if c, ok := bulkPickOverride[[2]int{rows, k}]; ok {
+		return c
+	}
 	tiles := (rows + 15) / 16
 	if tiles > 2*sms && tiles <= 3*sms && k%512 == 0 {
 		return bulkConfig{cw: 8, ck: 512, st: 3, mb: 3}
