@@ -193,11 +193,14 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 			if pf != nil && attnPrefetchBytes > 0 {
 				pfPtr, pfBytes = pf.ptr, uint64(min(pf.bytes, attnPrefetchBytes))
 			}
-			kvFirst := 0
+			flags := 0 // attn_decode_body's flags
 			if kvEvictFirst {
-				kvFirst = 1
+				flags |= 1
 			}
-			decArgs = append(decArgs, pfPtr, pfBytes, i32(kvFirst))
+			if attnLaunchEarly {
+				flags |= 2
+			}
+			decArgs = append(decArgs, pfPtr, pfBytes, i32(flags))
 		}
 		if cluster > 0 {
 			err = b.launchCluster(dec, dp.grid, 128, dp.smem, cluster, decArgs...)

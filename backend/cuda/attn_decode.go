@@ -263,6 +263,36 @@ func applyAttnPrefetchEnv() error {
 	return err
 }
 
+// attnLaunchEarly makes the tensor-core decode kernel let its dependents
+// (the split combine, then the O product) launch at its start rather
+// than after its K/V stream, so that their blocks take SM slots that
+// attention leaves free; they still wait for it to complete.
+// TRIGON_CUDA_ATTN_LAUNCH_EARLY=on|off, read by New; off by default.
+var attnLaunchEarly = false
+
+const attnLaunchEarlyEnv = "TRIGON_CUDA_ATTN_LAUNCH_EARLY"
+
+// decodeSplitsEnv sets decodeSplitsForce from the environment (read by
+// New, which leaves it alone when unset): a split count for every decode
+// step, for in-step comparisons with the planner's; 0, the planner's.
+const decodeSplitsEnv = "TRIGON_CUDA_DECODE_SPLITS"
+
+// applyAttnLaunchEnv reads attnLaunchEarlyEnv and decodeSplitsEnv.
+func applyAttnLaunchEnv() error {
+	var err error
+	if attnLaunchEarly, err = envSwitch(attnLaunchEarlyEnv, false); err != nil {
+		return err
+	}
+	if v := os.Getenv(decodeSplitsEnv); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 32 {
+			return fmt.Errorf("cuda: %s=%q: want a split count in [0, 32] (0: the planner's)", decodeSplitsEnv, v)
+		}
+		decodeSplitsForce = n
+	}
+	return nil
+}
+
 // attnPrefetchDefault and kvEvictFirstDefault are the settings without
 // the environment. On the H200 (eleventh session, call 1) evict_first
 // K/V reads took the batch-4 step from 4.514 to 4.504 ms p50 (twice, in

@@ -208,6 +208,9 @@ func New(opts Options) (*Backend, error) {
 	if err := applyAttnPrefetchEnv(); err != nil {
 		return nil, err
 	}
+	if err := applyAttnLaunchEnv(); err != nil {
+		return nil, err
+	}
 	if err := applyPrefillTileEnv(); err != nil {
 		return nil, err
 	}

@@ -219,8 +219,10 @@ __device__ __forceinline__ void cluster_merge(u16* out, const float* obase, cons
 // several rows when decode_only (no prefill kernel follows); a block id
 // outside the cache raises ERR_BLOCK_ID and its tokens are left out.
 // pf [pf_bytes] (any bytes, pf_bytes may be 0): asked into L2 while the
-// cache streams, a hint that changes no output; kv_first: the K/V reads
-// carry an evict_first L2 policy.
+// cache streams, a hint that changes no output. flags: bit 0 (ATTN_KV_FIRST)
+// the K/V reads carry an evict_first L2 policy; bit 1 (ATTN_LAUNCH_EARLY)
+// the kernel lets its dependents launch at its start instead of after
+// its K/V stream (they still wait for it to complete).
 //
 // With CL (attn_decode_mma_cl, sm_90), the nsplit blocks of a (sequence,
 // head chunk) are one thread-block cluster along z and merge their splits
@@ -229,11 +231,15 @@ __device__ __forceinline__ void cluster_merge(u16* out, const float* obase, cons
 // shared memory, the cluster waits at a barrier, and each block merges a
 // 1/nsplit share of the outputs from every block's copy. nsplit is then
 // the cluster size (2..MAX_CL) and part is unused.
+// attn_decode_body's flags bits.
+#define ATTN_KV_FIRST 1
+#define ATTN_LAUNCH_EARLY 2
+
 template <bool CL>
 __device__ __forceinline__ void attn_decode_body(
     u16* out, float* part, const u16* q, const u16* kc, const u16* vc, const int* block_tables, int max_blocks,
     const int* seq_lens, const int* qstart, int H, int KV, int G, int nsplit, float scale_log2, int window, int num_blocks,
-    int num_tokens, int max_seq_len, int decode_only, int* err, const char* pf, i64 pf_bytes, int kv_first) {
+    int num_tokens, int max_seq_len, int decode_only, int* err, const char* pf, i64 pf_bytes, int flags) {
 #if __CUDA_ARCH__ >= 800
   extern __shared__ __align__(16) u16 dsm[];
   __shared__ float sm_m[NW][16], sm_l[NW][16];
@@ -244,6 +250,7 @@ __device__ __forceinline__ void attn_decode_body(
   const int g0 = (blockIdx.y - kvh * chunks) * 16;  // first query head of the group handled here
   const int rows = min(16, G - g0);                 // valid A rows
   const int split = blockIdx.z;
+  if (flags & ATTN_LAUNCH_EARLY) grid_dep_launch();
   const int q0 = qstart[s], qlen = qstart[s + 1] - q0;
   const int L = seq_lens[s];
   if (!rows_ok(q0, qlen, L, num_tokens, max_seq_len)) {
@@ -273,6 +280,7 @@ __device__ __forceinline__ void attn_decode_body(
   // K/V rows are read once a step: with kv_first they are marked
   // evict_first in L2, so they do not push out lines that are read again
   // (the norms' prefetched weights, a prefetched pf).
+  const bool kv_first = flags & ATTN_KV_FIRST;
   const u64 policy = kv_first ? evict_first_policy() : 0;
   auto kv_copy = [&](u32 dst, const u16* src, bool ok) {
     if (kv_first) cp_async16_hint(dst, src, ok, policy);
@@ -566,9 +574,9 @@ __device__ __forceinline__ void attn_decode_body(
 extern "C" __global__ void __launch_bounds__(NW * 32, MIN_BLOCKS) attn_decode_mma(
     u16* out, float* part, const u16* q, const u16* kc, const u16* vc, const int* block_tables, int max_blocks,
     const int* seq_lens, const int* qstart, int H, int KV, int G, int nsplit, float scale_log2, int window, int num_blocks,
-    int num_tokens, int max_seq_len, int decode_only, int* err, const char* pf, i64 pf_bytes, int kv_first) {
+    int num_tokens, int max_seq_len, int decode_only, int* err, const char* pf, i64 pf_bytes, int flags) {
   attn_decode_body<false>(out, part, q, kc, vc, block_tables, max_blocks, seq_lens, qstart, H, KV, G, nsplit, scale_log2,
-                          window, num_blocks, num_tokens, max_seq_len, decode_only, err, pf, pf_bytes, kv_first);
+                          window, num_blocks, num_tokens, max_seq_len, decode_only, err, pf, pf_bytes, flags);
 }
 
 // attn_decode_mma_cl is attn_decode_mma for a launch whose nsplit blocks
@@ -577,10 +585,10 @@ extern "C" __global__ void __launch_bounds__(NW * 32, MIN_BLOCKS) attn_decode_mm
 extern "C" __global__ void __launch_bounds__(NW * 32, MIN_BLOCKS) attn_decode_mma_cl(
     u16* out, float* part, const u16* q, const u16* kc, const u16* vc, const int* block_tables, int max_blocks,
     const int* seq_lens, const int* qstart, int H, int KV, int G, int nsplit, float scale_log2, int window, int num_blocks,
-    int num_tokens, int max_seq_len, int decode_only, int* err, const char* pf, i64 pf_bytes, int kv_first) {
+    int num_tokens, int max_seq_len, int decode_only, int* err, const char* pf, i64 pf_bytes, int flags) {
 #if __CUDA_ARCH__ >= 900
   attn_decode_body<true>(out, part, q, kc, vc, block_tables, max_blocks, seq_lens, qstart, H, KV, G, nsplit, scale_log2,
-                         window, num_blocks, num_tokens, max_seq_len, decode_only, err, pf, pf_bytes, kv_first);
+                         window, num_blocks, num_tokens, max_seq_len, decode_only, err, pf, pf_bytes, flags);
 #endif
 }
 
