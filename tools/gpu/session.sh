@@ -1027,6 +1027,13 @@ for ((r = 1; r <= ${ROUNDS:-2}; r++)); do
 done
 }
 
+# attn_early_tests: the decode attention tests with attention letting its
+# dependents launch at its start (TRIGON_CUDA_ATTN_LAUNCH_EARLY=on).
+attn_early_tests() {
+log "TestAttention*, TestKernelsWait* with TRIGON_CUDA_ATTN_LAUNCH_EARLY=on"
+cuda_tests_run attn-early.log 'TestAttention|TestKernelsWait' TRIGON_CUDA_ATTN_LAUNCH_EARLY=on
+}
+
 # clock_trace: the batch-4 step traced while nvidia-smi samples the SM
 # clock, power and temperature every 5 ms (clocks.csv), to check that the
 # steps after each prefill are slower because the clock climbs back after
