@@ -1034,6 +1034,26 @@ log "TestAttention*, TestKernelsWait* with TRIGON_CUDA_ATTN_LAUNCH_EARLY=on"
 cuda_tests_run attn-early.log 'TestAttention|TestKernelsWait' TRIGON_CUDA_ATTN_LAUNCH_EARLY=on
 }
 
+# qkv_rows: the pinned QKV GEMV variant (default) against the tuner's
+# pick (TRIGON_CUDA_QKV_GEMV=tuner) at batches 2 and 8 (output 64, graphs
+# on), alternating twice: the batches the pin covers but the batch-4
+# sweep did not measure.
+qkv_rows() {
+for r in 1 2; do
+  for n in 2 8; do
+    for v in TRIGON_AB=pinned TRIGON_CUDA_QKV_GEMV=tuner; do
+      log "bench latency llama-3-8b --batch $n --input-len 2048 --output-len 64 --cuda-graphs on ($v)"
+      env $v .gpu/trigon bench latency --arch llama-3-8b --batch $n --input-len 2048 --output-len 64 --device cuda --cuda-graphs on --json \
+        >"$OUT/qkv-$n-${v##*=}-$r.json" 2>>"$OUT/bench.err" || tail -3 "$OUT/bench.err"
+      $PY -c "import json,sys
+d=json.load(open(sys.argv[1]))
+d=d[0] if isinstance(d,list) else d
+print('ITL p50 %.3f p99 %.3f ms;' % (d['itl_ms']['p50'], d['itl_ms']['p99']), [c for c in d.get('kernel_choices',[]) if 'x[6144,' in c])" "$OUT/qkv-$n-${v##*=}-$r.json" 2>&1 | tee -a "$OUT/summary.txt"
+    done
+  done
+done
+}
+
 # clock_trace: the batch-4 step traced while nvidia-smi samples the SM
 # clock, power and temperature every 5 ms (clocks.csv), to check that the
 # steps after each prefill are slower because the clock climbs back after
