@@ -45,7 +45,11 @@
 // the same rule (TRIGON_CUDA_GEMV_MARGIN). Where the GEMV takes a decode
 // step's QKV product, FusedQKVRoPE runs its variant that rotates Q and K
 // and writes the paged caches in the epilogue (one kernel instead of two,
-// bit for bit the same result). MatMulAdd puts the residual add of the
+// bit for bit the same result). Up to 8 rows it does not follow the
+// tuner: it runs the GEMV variant qkvGEMV pins (8 warps, 2 spans;
+// TRIGON_CUDA_QKV_GEMV=tuner|NWxUR), since the tuner's near-tied timings
+// picked a variant, or cuBLASLt and a separate RoPE kernel, that made one
+// batch-4 process in eight 1-3% slower. MatMulAdd puts the residual add of the
 // O and down projections in the GEMV's epilogue (gemv_add_bf16), so the
 // norm after them only normalises; for prefill batches it runs cuBLASLt
 // with beta = 1 and the residual as C and D (TRIGON_CUDA_BLAS_ADD=off
@@ -66,7 +70,8 @@
 // mul in its epilogue) run it with bulkPick's variant for up to 8 rows of
 // x (with more its registers allow one block an SM, measured slower),
 // plain products where the tuner times it 3% faster;
-// TRIGON_CUDA_GEMV_BULK=off|on|always.
+// TRIGON_CUDA_GEMV_BULK=off|on|always; TRIGON_CUDA_BULK_PICK replaces
+// bulkPick's variant per weight, for in-step comparisons.
 // Its QKV variant with qkv_rope_bf16's epilogue (gemvb_qkv_rope_bf16) is
 // off (TRIGON_CUDA_GEMV_BULK_QKV=on): the decode step measured slower
 // with it, and, since the norm launches it early, faster on one machine
