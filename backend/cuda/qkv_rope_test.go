@@ -245,6 +245,20 @@ func (c *qkvCase) read() qkvOut {
 	return qkvOut{q: readBytes(t, g, c.gq), kc: readBytes(t, g, c.gkc), vc: readBytes(t, g, c.gvc), qkv: readBytes(t, g, c.gqkv)}
 }
 
+// sameQKV fails the test unless the fused kernel's Q and cache bytes
+// (got) equal MatMul + RoPEStoreKV's (want) on the same GEMV variant.
+func sameQKV(t *testing.T, label string, got, want qkvOut) {
+	t.Helper()
+	for _, o := range []struct {
+		name      string
+		got, want []byte
+	}{{"Q", got.q, want.q}, {"K cache", got.kc, want.kc}, {"V cache", got.vc, want.vc}} {
+		if string(o.got) != string(o.want) {
+			t.Fatalf("%s: fused %s differs from MatMul + RoPEStoreKV", label, o.name)
+		}
+	}
+}
+
 // unfused runs MatMul then RoPEStoreKV.
 func (c *qkvCase) unfused() qkvOut {
 	c.reset()
@@ -363,14 +377,7 @@ func TestFusedQKVRoPE(t *testing.T) {
 				for _, v := range gemvConfigs {
 					c.forceGEMV(v)
 					want, got := c.unfused(), c.fused()
-					for _, o := range []struct {
-						name      string
-						got, want []byte
-					}{{"Q", got.q, want.q}, {"K cache", got.kc, want.kc}, {"V cache", got.vc, want.vc}} {
-						if string(o.got) != string(o.want) {
-							t.Fatalf("GEMV %+v: fused %s differs from MatMul + RoPEStoreKV", v, o.name)
-						}
-					}
+					sameQKV(t, fmt.Sprintf("GEMV %+v", v), got, want)
 					if string(got.qkv) != string(c.qkvPoison) {
 						t.Fatalf("GEMV %+v: QKV was written: the unfused fallback ran, not the fused kernel", v)
 					}
@@ -402,14 +409,7 @@ func TestFusedQKVRoPE(t *testing.T) {
 					if string(got.qkv) != string(c.qkvPoison) {
 						t.Fatalf("pinned %+v: QKV was written: the cuBLASLt fallback ran, not the pinned kernel", v)
 					}
-					for _, o := range []struct {
-						name      string
-						got, want []byte
-					}{{"Q", got.q, want.q}, {"K cache", got.kc, want.kc}, {"V cache", got.vc, want.vc}} {
-						if string(o.got) != string(o.want) {
-							t.Fatalf("pinned %+v: fused %s differs from MatMul + RoPEStoreKV on that variant", v, o.name)
-						}
-					}
+					sameQKV(t, fmt.Sprintf("pinned %+v", v), got, want)
 				}
 			})
 		}
