@@ -1054,6 +1054,27 @@ print('ITL p50 %.3f p99 %.3f ms;' % (d['itl_ms']['p50'], d['itl_ms']['p99']), [c
 done
 }
 
+# qkv_arch: the pinned QKV GEMV variant against the tuner's pick on the
+# other named architectures (batch 4, output 64, graphs on), alternating
+# twice, after TestFusedQKVRoPE.
+qkv_arch() {
+log "TestFusedQKVRoPE*"
+cuda_tests_run qkv-tests.log 'TestFusedQKVRoPE'
+for r in 1 2; do
+  for a in ${QKV_ARCHS:-qwen2.5-7b llama-3.2-1b}; do
+    for v in TRIGON_AB=pinned TRIGON_CUDA_QKV_GEMV=tuner; do
+      log "bench latency $a --batch 4 --input-len 2048 --output-len 64 --cuda-graphs on ($v)"
+      env $v .gpu/trigon bench latency --arch $a --batch 4 --input-len 2048 --output-len 64 --device cuda --cuda-graphs on --json \
+        >"$OUT/qkv-$a-${v##*=}-$r.json" 2>>"$OUT/bench.err" || tail -3 "$OUT/bench.err"
+      $PY -c "import json,sys
+d=json.load(open(sys.argv[1]))
+d=d[0] if isinstance(d,list) else d
+print('ITL p50 %.3f p99 %.3f ms;' % (d['itl_ms']['p50'], d['itl_ms']['p99']), [c.split(';')[0] for c in d.get('kernel_choices',[])])" "$OUT/qkv-$a-${v##*=}-$r.json" 2>&1 | tee -a "$OUT/summary.txt"
+    done
+  done
+done
+}
+
 # clock_trace: the batch-4 step traced while nvidia-smi samples the SM
 # clock, power and temperature every 5 ms (clocks.csv), to check that the
 # steps after each prefill are slower because the clock climbs back after
