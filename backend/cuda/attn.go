@@ -193,12 +193,12 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 			if pf != nil && attnPrefetchBytes > 0 {
 				pfPtr, pfBytes = pf.ptr, uint64(min(pf.bytes, attnPrefetchBytes))
 			}
-			flags := 0 // attn_decode_body's flags
+			flags := 0
 			if kvEvictFirst {
-				flags |= 1
+				flags |= attnFlagKVFirst
 			}
 			if attnLaunchEarly {
-				flags |= 2
+				flags |= attnFlagLaunchEarly
 			}
 			decArgs = append(decArgs, pfPtr, pfBytes, i32(flags))
 		}

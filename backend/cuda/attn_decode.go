@@ -272,6 +272,13 @@ var attnLaunchEarly = false
 
 const attnLaunchEarlyEnv = "TRIGON_CUDA_ATTN_LAUNCH_EARLY"
 
+// The flags argument of attn_decode_mma (kernels/attn_decode.cu's
+// ATTN_KV_FIRST and ATTN_LAUNCH_EARLY): kvEvictFirst and attnLaunchEarly.
+const (
+	attnFlagKVFirst     = 1
+	attnFlagLaunchEarly = 2
+)
+
 // decodeSplitsEnv sets decodeSplitsForce from the environment (read by
 // New, which leaves it alone when unset): a split count for every decode
 // step, for in-step comparisons with the planner's; 0, the planner's.

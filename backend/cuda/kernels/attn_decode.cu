@@ -203,6 +203,10 @@ __device__ __forceinline__ void cluster_merge(u16* out, const float* obase, cons
   cluster_sync();
 }
 
+// attn_decode_body's flags bits.
+#define ATTN_KV_FIRST 1
+#define ATTN_LAUNCH_EARLY 2
+
 // attn_decode_mma: for each sequence with exactly one query row,
 // attention of up to 16 query heads of a GQA group over the split's share
 // of the context.
@@ -231,10 +235,6 @@ __device__ __forceinline__ void cluster_merge(u16* out, const float* obase, cons
 // shared memory, the cluster waits at a barrier, and each block merges a
 // 1/nsplit share of the outputs from every block's copy. nsplit is then
 // the cluster size (2..MAX_CL) and part is unused.
-// attn_decode_body's flags bits.
-#define ATTN_KV_FIRST 1
-#define ATTN_LAUNCH_EARLY 2
-
 template <bool CL>
 __device__ __forceinline__ void attn_decode_body(
     u16* out, float* part, const u16* q, const u16* kc, const u16* vc, const int* block_tables, int max_blocks,
