@@ -1075,14 +1075,6 @@ print('ITL p50 %.3f p99 %.3f ms;' % (d['itl_ms']['p50'], d['itl_ms']['p99']), [c
 done
 }
 
-# refactor_tests: the tests over the kernels and test helpers that the
-# twelfth session's near-copy merges touched (weigh8 behind norm8 and
-# scale8, the bulk QKV epilogue's qkv_cache_row, checkReplay).
-refactor_tests() {
-log "TestGraph, TestGEMVBulkGraph, TestBulkQKVRoPE, TestNormFused*, TestNormQKVRoPE, TestChain*"
-cuda_tests_run refactor-tests.log 'TestGraph|TestGEMVBulkGraph|TestBulkQKVRoPE|TestNormFused|TestNormQKVRoPE|TestChain'
-}
-
 # clock_trace: the batch-4 step traced while nvidia-smi samples the SM
 # clock, power and temperature every 5 ms (clocks.csv), to check that the
 # steps after each prefill are slower because the clock climbs back after

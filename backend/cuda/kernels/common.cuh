@@ -218,14 +218,20 @@ __device__ __forceinline__ bool rows_ok(int q0, int qlen, int L, int num_tokens,
   return q0 >= 0 && qlen >= 0 && q0 + qlen <= num_tokens && L >= qlen && L <= max_seq_len;
 }
 
-// bf16x8 unpacks 8 bf16 values (16 bytes) to f32.
-__device__ __forceinline__ void bf16x8(uint4 v, float (&a)[8]) {
+// norm8 is 8 bf16 values of a residual row normalised as add_rmsnorm does
+// it: bf16((v * rs) * w), w the 8 matching F32 norm weights (the GEMV and
+// chain kernels that normalise their input).
+__device__ __forceinline__ uint4 norm8(uint4 v, float4 g0, float4 g1, float rs) {
   const u32* vp = (const u32*)&v;
+  const float w[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+  uint4 o;
+  u32* op = (u32*)&o;
 #pragma unroll
   for (int j = 0; j < 4; j++) {
-    a[2 * j] = __uint_as_float(vp[j] << 16);
-    a[2 * j + 1] = __uint_as_float(vp[j] & 0xffff0000u);
+    float a0 = __uint_as_float(vp[j] << 16), a1 = __uint_as_float(vp[j] & 0xffff0000u);
+    op[j] = (u32)f32_to_bf16((a0 * rs) * w[2 * j]) | ((u32)f32_to_bf16((a1 * rs) * w[2 * j + 1]) << 16);
   }
+  return o;
 }
 
 // pack_bf16x2_rn is f32_to_bf16(lo) | f32_to_bf16(hi) << 16 (the same
@@ -240,43 +246,21 @@ __device__ __forceinline__ u32 pack_bf16x2_rn(float lo, float hi) {
 #endif
 }
 
-// weigh8 is 8 bf16 values times rs and their F32 norm weights w (g0, g1),
-// each rounded to bf16: bf16((v * rs) * w). With SS it also adds the
-// values' squares (before rs and w) to ss and rounds in one instruction
-// (pack_bf16x2_rn: the same bits but for NaNs).
-template <bool SS>
-__device__ __forceinline__ uint4 weigh8(uint4 v, float4 g0, float4 g1, float rs, float& ss) {
-  float a[8];
-  bf16x8(v, a);
+// scale8 is 8 bf16 values times their F32 norm weights, rounded to bf16,
+// and adds their squares (before the weights) to ss: the input of a
+// product that applies the RMS norm's scale after it (gemv.cu with NP=1).
+__device__ __forceinline__ uint4 scale8(uint4 v, float4 g0, float4 g1, float& ss) {
+  const u32* vp = (const u32*)&v;
   const float w[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
   uint4 o;
   u32* op = (u32*)&o;
 #pragma unroll
   for (int j = 0; j < 4; j++) {
-    const float lo = (a[2 * j] * rs) * w[2 * j], hi = (a[2 * j + 1] * rs) * w[2 * j + 1];
-    if (SS) {
-      ss += a[2 * j] * a[2 * j] + a[2 * j + 1] * a[2 * j + 1];
-      op[j] = pack_bf16x2_rn(lo, hi);
-    } else {
-      op[j] = (u32)f32_to_bf16(lo) | ((u32)f32_to_bf16(hi) << 16);
-    }
+    float a0 = __uint_as_float(vp[j] << 16), a1 = __uint_as_float(vp[j] & 0xffff0000u);
+    ss += a0 * a0 + a1 * a1;
+    op[j] = pack_bf16x2_rn(a0 * w[2 * j], a1 * w[2 * j + 1]);
   }
   return o;
-}
-
-// norm8 is 8 bf16 values of a residual row normalised as add_rmsnorm does
-// it: bf16((v * rs) * w), w the 8 matching F32 norm weights (the GEMV and
-// chain kernels that normalise their input).
-__device__ __forceinline__ uint4 norm8(uint4 v, float4 g0, float4 g1, float rs) {
-  float unused = 0.f;
-  return weigh8<false>(v, g0, g1, rs, unused);
-}
-
-// scale8 is 8 bf16 values times their F32 norm weights, rounded to bf16,
-// and adds their squares (before the weights) to ss: the input of a
-// product that applies the RMS norm's scale after it (gemv.cu with NP=1).
-__device__ __forceinline__ uint4 scale8(uint4 v, float4 g0, float4 g1, float& ss) {
-  return weigh8<true>(v, g0, g1, 1.f, ss);
 }
 
 // ss_share adds each thread's sums of squares (scale8's ss, one per

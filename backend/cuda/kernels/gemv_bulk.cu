@@ -73,19 +73,6 @@ struct QKVEpi {
   int H, KV, hd, bs, num_slots;
 };
 
-// qkv_cache_row is where KV head h's row for slot starts in a paged cache
-// [blocks, KV, bs, hd], or -1 where nothing is written: a negative slot,
-// or one past the cache (reported as ERR_SLOT, as rope_store_kv does).
-__device__ __forceinline__ i64 qkv_cache_row(const QKVEpi& qe, int slot, int h) {
-  if (slot >= qe.num_slots) {
-    report(qe.err, ERR_SLOT);
-    return -1;
-  }
-  if (slot < 0) return -1;
-  int blk = slot / qe.bs, off = slot - blk * qe.bs;
-  return (((i64)blk * qe.KV + h) * qe.bs + off) * qe.hd;
-}
-
 // gemvb_row is the weight row that A row r of tile t multiplies, or -1
 // past the end of w (a partial last tile of a plain product). The QKV
 // kernel's tiles are qkv_rope_bf16's blocks: a Q or K head's tile holds
@@ -293,9 +280,15 @@ __device__ __forceinline__ void gemvb(void* y, const u16* x, const u16* w, int n
         u16* out = (u16*)y;
         i64 dst = ((i64)row * qe.H + head) * qe.hd;
         if (head >= qe.H) {
-          dst = qkv_cache_row(qe, pre_slot[it], head - qe.H);
-          if (dst < 0) continue;
+          int slot = pre_slot[it];
+          if (slot >= qe.num_slots) {
+            report(qe.err, ERR_SLOT);
+            continue;
+          }
+          if (slot < 0) continue;
+          int blk = slot / qe.bs, off = slot - blk * qe.bs;
           out = qe.kc;
+          dst = (((i64)blk * qe.KV + (head - qe.H)) * qe.bs + off) * qe.hd;
         }
         float sn, cs;
         sincosf((float)p * pre_invf[it], &sn, &cs);
@@ -312,9 +305,15 @@ __device__ __forceinline__ void gemvb(void* y, const u16* x, const u16* w, int n
         int t = idx >> 7, l = (idx >> 2) & 31, e = idx & 3;
         int row = t * 8 + (l & 3) * 2 + (e & 1);
         if (row >= n) continue;
-        i64 dst = qkv_cache_row(qe, pre_slot[it], vh);
-        if (dst < 0) continue;
-        qe.vc[dst + v0 + (l >> 2) + (e >> 1) * 8] = f32_to_bf16(sum(t, l, e));
+        int slot = pre_slot[it];
+        if (slot >= qe.num_slots) {
+          report(qe.err, ERR_SLOT);
+          continue;
+        }
+        if (slot < 0) continue;
+        int blk = slot / qe.bs, off = slot - blk * qe.bs;
+        int i = v0 + (l >> 2) + (e >> 1) * 8;
+        qe.vc[(((i64)blk * qe.KV + vh) * qe.bs + off) * qe.hd + i] = f32_to_bf16(sum(t, l, e));
       }
     } else if (MODE == MODE_SILU) {
       // One thread per (x tile t, lane l, row parity e): a gate and its up.
