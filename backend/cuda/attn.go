@@ -147,8 +147,11 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 	// are dispatched first; a sequence with more tiles than the grid has
 	// loops over the rest in the kernel.
 	pc := prefillTiling(d)
-	preMod := pc.spec(d, blockSize)
-	preSmem := pc.smem(d)
+	preMod, preFn, preSmem, preThreads := pc.spec(d, blockSize), "attn_prefill", pc.smem(d), pc.warps*32
+	if wg, ok := b.prefillWGSpec(d, blockSize); ok {
+		pc = prefillConfig{rows: prefillWGRows}
+		preMod, preFn, preSmem, preThreads = wg, "attn_prefill_wg", prefillWGSmem(d), prefillWGThreads
+	}
 	preGrid := [3]int{h, s, min((maxQ+pc.rows-1)/pc.rows, maxGridYZ)}
 	if n <= s {
 		preGrid = [3]int{1, s, 1}
@@ -222,11 +225,11 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 		if decodeOnly == 1 {
 			return nil
 		}
-		pre, err := b.fnSmem(fnKey{preMod, "attn_prefill"}, preSmem)
+		pre, err := b.fnSmem(fnKey{preMod, preFn}, preSmem)
 		if err != nil {
 			return err
 		}
-		return b.launch(pre, preGrid, pc.warps*32, preSmem, out.ptr, q.ptr, kc.ptr, vc.ptr, bt.ptr, i32(maxBlocks),
+		return b.launch(pre, preGrid, preThreads, preSmem, out.ptr, q.ptr, kc.ptr, vc.ptr, bt.ptr, i32(maxBlocks),
 			sl.ptr, qs.ptr, i32(h), i32(kvh), scale, i32(a.SlidingWindow), i32(numBlocks), i32(n), i32(a.MaxSeqLen), b.errDev)
 	})
 }
@@ -530,6 +533,69 @@ func applyPrefillTileEnv() error {
 	c.qInRegs = true
 	prefillTileOverride = c
 	return nil
+}
+
+// prefillWGMode selects the prefill attention kernel on sm_90a: the wgmma
+// kernel (kernels/attn_prefill_wg.cu) with one m64n128k16 per 16 keys of
+// P.V at head dim 128 (prefillWGOn), the same kernel with two m64n64k16
+// (prefillWGN64), or attn_prefill's mma.sync kernel (prefillWGOff, and
+// every other architecture and head dim).
+type prefillWGMode int
+
+const (
+	prefillWGOff prefillWGMode = iota
+	prefillWGOn
+	prefillWGN64
+)
+
+// prefillWG is the mode New read from prefillWGEnv.
+var prefillWG = prefillWGOn
+
+// prefillWGEnv names prefillWG's setting: on (the default), n64 or off.
+const prefillWGEnv = "TRIGON_CUDA_PREFILL_WGMMA"
+
+func applyPrefillWGEnv() error {
+	switch v := os.Getenv(prefillWGEnv); v {
+	case "", "on":
+		prefillWG = prefillWGOn
+	case "n64":
+		prefillWG = prefillWGN64
+	case "off":
+		prefillWG = prefillWGOff
+	default:
+		prefillWG = prefillWGOn
+		return fmt.Errorf("cuda: %s=%q: want on, n64 or off", prefillWGEnv, v)
+	}
+	return nil
+}
+
+// The wgmma prefill kernel's fixed tiling: 128 query rows (two
+// warpgroups of 64) against 128-key tiles, 256 threads.
+const (
+	prefillWGRows    = 128
+	prefillWGKeys    = 128
+	prefillWGThreads = 256
+)
+
+// prefillWGSpec is the wgmma prefill module for head dim d and cache
+// block size bs, when prefillWG and the target allow it: wgmma needs
+// sm_90a SASS, and the kernel takes head dims 64 and 128.
+func (b *Backend) prefillWGSpec(d, bs int) (modSpec, bool) {
+	if prefillWG == prefillWGOff || b.comp == nil || b.comp.arch != "sm_90a" || (d != 64 && d != 128) {
+		return modSpec{}, false
+	}
+	pn := 64
+	if d == 128 && prefillWG == prefillWGOn {
+		pn = 128
+	}
+	return modSpec{file: "attn_prefill_wg", p: [6]int{d, bs, pn}}, true
+}
+
+// prefillWGSmem is the wgmma kernel's dynamic shared memory at head dim
+// d: the Q tile and two stages of a K and a V tile, plus 1024 bytes to
+// align the base to the 128-byte swizzle's 1024-byte atoms.
+func prefillWGSmem(d int) int {
+	return (prefillWGRows+4*prefillWGKeys)*d*2 + 1024
 }
 
 // maxGridYZ is CUDA's limit on a grid's y and z dimensions.

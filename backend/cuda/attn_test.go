@@ -123,8 +123,11 @@ func TestRoPEStoreKV(t *testing.T) {
 // (this step's included) and q query rows.
 type seqSpec struct{ ctx, q int }
 
-func TestAttention(t *testing.T) {
-	sharedBackend(t, true)
+// attentionCases are TestAttention's batches of decode rows, prefill rows
+// and both, over the head dims, GQA ratios, windows and padding the
+// kernels take.
+func attentionCases() []attnCase {
+	var cases []attnCase
 	for _, tc := range []struct {
 		name     string
 		h, kv, d int
@@ -173,8 +176,16 @@ func TestAttention(t *testing.T) {
 		{"prefill_long_gqa2_d16", 4, 2, 16, []seqSpec{{700, 700}, {300, 131}}, 0, 0, 0},
 		{"prefill_one_block_per_seq", 8, 2, 64, oneBlockSeqs(), 0, 0, 0},
 	} {
-		testAttentionCase(t, attnCase{name: tc.name, h: tc.h, kv: tc.kv, d: tc.d, seqs: tc.seqs, window: tc.window,
+		cases = append(cases, attnCase{name: tc.name, h: tc.h, kv: tc.kv, d: tc.d, seqs: tc.seqs, window: tc.window,
 			padRows: tc.padRows, unroll: tc.unroll})
+	}
+	return cases
+}
+
+func TestAttention(t *testing.T) {
+	sharedBackend(t, true)
+	for _, tc := range attentionCases() {
+		testAttentionCase(t, tc)
 	}
 	// Decode paths of the tensor-core kernel (and the CUDA-core one beside
 	// it): GQA 1, 2, 5, 16, 20 and 32 (two head chunks), head dims 16 to
@@ -252,6 +263,96 @@ func TestAttention(t *testing.T) {
 					t.Fatalf("Sync: %v, want ErrShape", err)
 				}
 			})
+		}
+	}
+}
+
+// TestAttentionPrefillWG runs every TestAttention batch with prefill rows
+// at head dims 64 and 128 through each prefill kernel setting besides the
+// default: the wgmma kernel with two m64n64k16 per P.V step (n64) and the
+// mma.sync kernel (off); TestAttention covers the default (on). Cache
+// blocks of 8 and 32 tokens (key tiles spanning and splitting blocks) are
+// added for every setting. On Hopper it first checks the wgmma kernel is
+// the one the default picks.
+func TestAttentionPrefillWG(t *testing.T) {
+	b := sharedBackend(t, true)
+	if b.comp.arch == "sm_90a" {
+		for _, d := range []int{64, 128} {
+			if _, ok := b.prefillWGSpec(d, 16); !ok {
+				t.Fatalf("sm_90a, head dim %d: the wgmma prefill kernel is not selected", d)
+			}
+		}
+	} else {
+		t.Logf("%s: the wgmma kernel is not used here; the settings run the mma.sync kernel", b.comp.arch)
+	}
+	extra := []attnCase{
+		{name: "prefill_bs8_gqa4_d128", h: 16, kv: 4, d: 128, seqs: []seqSpec{{700, 700}, {300, 129}, {40, 40}}, bs: 8},
+		{name: "prefill_bs32_gqa2_d64", h: 8, kv: 4, d: 64, seqs: []seqSpec{{1000, 1000}, {129, 65}}, bs: 32},
+		{name: "prefill_bs8_window33_d128", h: 8, kv: 2, d: 128, seqs: []seqSpec{{600, 600}, {250, 250}}, window: 33, bs: 8},
+	}
+	for _, wg := range []string{"on", "n64", "off"} {
+		for _, tc := range append(attentionCases(), extra...) {
+			prefill := false
+			for _, s := range tc.seqs {
+				prefill = prefill || s.q > 1
+			}
+			if !prefill || (tc.d != 64 && tc.d != 128) || (wg == "on" && tc.bs == 0) {
+				continue // "on" is TestAttention's default run
+			}
+			tc.wg = wg
+			tc.stages = decodeStages // the decode kernels are TestAttention's
+			testAttentionCase(t, tc)
+		}
+	}
+}
+
+// TestPrefillWGSelect checks which prefill kernel Attention picks: the
+// wgmma one only for sm_90a SASS, head dims 64 and 128, and a setting
+// other than off; its P.V width follows the setting; and the settings'
+// parsing.
+func TestPrefillWGSelect(t *testing.T) {
+	defer func(m prefillWGMode) { prefillWG = m }(prefillWG)
+	for _, tc := range []struct {
+		env, arch string
+		d         int
+		want      int // PN, 0: not selected
+		bad       bool
+	}{
+		{"", "sm_90a", 128, 128, false},
+		{"on", "sm_90a", 64, 64, false},
+		{"n64", "sm_90a", 128, 64, false},
+		{"off", "sm_90a", 128, 0, false},
+		{"", "sm_90", 128, 0, false},
+		{"", "compute_90", 128, 0, false},
+		{"", "sm_80", 64, 0, false},
+		{"", "sm_90a", 256, 0, false},
+		{"", "sm_90a", 32, 0, false},
+		{"yes", "sm_90a", 128, 128, true}, // rejected: the default stays
+	} {
+		t.Setenv(prefillWGEnv, tc.env)
+		err := applyPrefillWGEnv()
+		if (err != nil) != tc.bad {
+			t.Errorf("%q: err %v, want error %v", tc.env, err, tc.bad)
+		}
+		b := &Backend{comp: &compiler{arch: tc.arch}}
+		spec, ok := b.prefillWGSpec(tc.d, 16)
+		got := 0
+		if ok {
+			got = spec.p[2]
+			if spec.file != "attn_prefill_wg" || spec.p[0] != tc.d || spec.p[1] != 16 || len(spec.defines()) != 3 {
+				t.Errorf("%q %s d=%d: module %v", tc.env, tc.arch, tc.d, spec)
+			}
+		}
+		if got != tc.want {
+			t.Errorf("%q %s d=%d: PN %d, want %d", tc.env, tc.arch, tc.d, got, tc.want)
+		}
+	}
+	// The layout's total: Q (128 rows) and two stages of K and V (128
+	// keys each), plus the 1024-byte alignment slack, within the 227 KB a
+	// block may have.
+	for _, d := range []int{64, 128} {
+		if got, want := prefillWGSmem(d), (128+4*128)*d*2+1024; got != want || got > 227<<10 {
+			t.Errorf("d=%d: %d bytes of shared memory, want %d (at most %d)", d, got, want, 227<<10)
 		}
 	}
 }
@@ -386,6 +487,9 @@ type attnCase struct {
 	// the same bytes from both (the merge inside the clusters adds the
 	// splits' partials in attn_decode_combine's order).
 	cluster bool
+	// wg is the prefill kernel's prefillWG setting for the case ("" keeps
+	// the default); set, the case's name carries it.
+	wg string
 }
 
 // testAttentionCase runs tc on the CPU and the GPU and compares: for each
@@ -410,6 +514,9 @@ func testAttentionCase(t *testing.T, tc attnCase) {
 	for _, st := range stages {
 		for _, hinted := range []bool{false, true} {
 			name := tc.name
+			if tc.wg != "" {
+				name += "_wg_" + tc.wg
+			}
 			if st == 0 {
 				name += "_simt"
 			}
@@ -421,6 +528,13 @@ func testAttentionCase(t *testing.T, tc attnCase) {
 					decodeStages, decodeMaxSplits, decodeUnroll, attnCluster, clusterForce = st, ms, u, cl, cf
 					attnPrefetchBytes, kvEvictFirst = pfb, ef
 				}(decodeStages, decodeMaxSplits, decodeUnroll, attnCluster, clusterForce, attnPrefetchBytes, kvEvictFirst)
+				defer func(m prefillWGMode) { prefillWG = m }(prefillWG)
+				if tc.wg != "" {
+					t.Setenv(prefillWGEnv, tc.wg)
+					if err := applyPrefillWGEnv(); err != nil {
+						t.Fatal(err)
+					}
+				}
 				decodeStages = st
 				attnCluster, clusterForce = tc.cluster, tc.cluster // the kernel runs even where its clusters take two waves
 				if tc.maxSplits != 0 {

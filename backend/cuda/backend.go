@@ -214,6 +214,9 @@ func New(opts Options) (*Backend, error) {
 	if err := applyPrefillTileEnv(); err != nil {
 		return nil, err
 	}
+	if err := applyPrefillWGEnv(); err != nil {
+		return nil, err
+	}
 	if err := applyAttnClusterEnv(); err != nil {
 		return nil, err
 	}

@@ -336,11 +336,24 @@ func benchBatch(b *testing.B, g *Backend, seqs, ctx, qlen, nbPer, numBlocks int,
 // prompts (no cached prefix) and reports TFLOP/s, counting the causal
 // half of the two products: 4*S*S/2*D per head and sequence. The launch
 // also carries the decode kernels, which return at once for these rows.
+// Each shape runs under every prefill kernel setting (prefillWG: the wgmma
+// kernel, "on" and "n64", where the device takes it; the mma.sync kernel,
+// "off").
 func BenchmarkAttentionPrefill(b *testing.B) {
 	g := benchBackend(b)
 	const h, kv, d, bs = 32, 8, 128, 16
-	for _, c := range []struct{ seqs, len int }{{4, 2048}, {1, 8192}} {
-		b.Run(fmt.Sprintf("b%d_s%d_h%d_kv%d_d%d", c.seqs, c.len, h, kv, d), func(b *testing.B) {
+	defer func(m prefillWGMode) { prefillWG = m }(prefillWG)
+	for _, c := range []struct {
+		seqs, len int
+		wg        prefillWGMode
+	}{{4, 2048, prefillWGOn}, {4, 2048, prefillWGN64}, {4, 2048, prefillWGOff},
+		{1, 8192, prefillWGOn}, {1, 8192, prefillWGN64}, {1, 8192, prefillWGOff}} {
+		kernel := map[prefillWGMode]string{prefillWGOn: "wg", prefillWGN64: "wg_n64", prefillWGOff: "mma"}[c.wg]
+		prefillWG = c.wg
+		if _, ok := g.prefillWGSpec(d, bs); c.wg != prefillWGOff && !ok {
+			continue // not Hopper: only the mma.sync kernel runs
+		}
+		b.Run(fmt.Sprintf("b%d_s%d_h%d_kv%d_d%d_%s", c.seqs, c.len, h, kv, d, kernel), func(b *testing.B) {
 			nbPer := (c.len + bs - 1) / bs
 			numBlocks := c.seqs*nbPer + 1
 			rows := c.seqs * c.len

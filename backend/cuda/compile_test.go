@@ -309,3 +309,36 @@ func TestLaunchConfigLayout(t *testing.T) {
 		t.Errorf("launchConfig.numAttrs at %d, numAttrs at 48", o)
 	}
 }
+
+// TestPrefillWGCompile builds the wgmma prefill modules on a Hopper GPU
+// with ptxas's verbose report and fails when ptxas serialised the wgmma
+// instructions (it does so, with a warning, when it cannot keep the
+// accumulators in place across the asynchronous multiply) or spilled.
+// With TRIGON_TEST_CUBIN_DIR set it writes each module's CUBIN there, for
+// cuobjdump.
+func TestPrefillWGCompile(t *testing.T) {
+	b := sharedBackend(t, true)
+	if b.comp.arch != "sm_90a" {
+		t.Skipf("%s: the wgmma kernel is compiled for sm_90a only", b.comp.arch)
+	}
+	for _, p := range [][6]int{{128, 16, 128}, {128, 16, 64}, {64, 16, 64}} {
+		s := modSpec{file: "attn_prefill_wg", p: p}
+		src, hs, err := source(s.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, log, err := b.comp.nv.compile(s.file+".cu", src, hs, append(b.comp.options(s), "--ptxas-options=-v"), true)
+		if err != nil {
+			t.Fatalf("%v: %v", s, err)
+		}
+		t.Logf("%v: %d bytes; ptxas:\n%s", s, len(img), log)
+		if strings.Contains(log, "serialized") || regexp.MustCompile(`[1-9]\d* bytes spill`).MatchString(log) {
+			t.Errorf("%v: wgmma serialised or registers spilled", s)
+		}
+		if dir := os.Getenv("TRIGON_TEST_CUBIN_DIR"); dir != "" {
+			if err := os.WriteFile(dir+"/"+strings.NewReplacer("(", "_", ")", "", ",", "_", "=", "").Replace(s.String())+".cubin", img, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}

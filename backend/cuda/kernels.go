@@ -19,19 +19,20 @@ var kernelFS embed.FS
 // fileParams names, per kernel file, the -D constants a module of that
 // file is specialised with, in the order of modSpec.p.
 var fileParams = map[string][]string{
-	"embed":        {"TT", "OT"},
-	"norm":         {"XT", "OT", "WT"},
-	"act":          {"IT", "OT"},
-	"rope":         {"HD", "BS", "QT", "CT", "NT"},
-	"attention":    {"HD", "BS", "GC", "UR"},
-	"attn_prefill": {"HD", "BS", "BM", "BN", "NW", "QR"},
-	"attn_decode":  {"HD", "BS", "ST"},
-	"sample":       {},
-	"copy":         {},
-	"chain":        {"KC", "NC", "NOMATH"},
-	"quant":        {"WT", "OT"},
-	"gemv":         {"NT", "NW", "UR", "OT", "NP"},
-	"gemv_bulk":    {"NT", "CW", "CK", "ST", "OT", "MB"},
+	"embed":           {"TT", "OT"},
+	"norm":            {"XT", "OT", "WT"},
+	"act":             {"IT", "OT"},
+	"rope":            {"HD", "BS", "QT", "CT", "NT"},
+	"attention":       {"HD", "BS", "GC", "UR"},
+	"attn_prefill":    {"HD", "BS", "BM", "BN", "NW", "QR"},
+	"attn_prefill_wg": {"HD", "BS", "PN"},
+	"attn_decode":     {"HD", "BS", "ST"},
+	"sample":          {},
+	"copy":            {},
+	"chain":           {"KC", "NC", "NOMATH"},
+	"quant":           {"WT", "OT"},
+	"gemv":            {"NT", "NW", "UR", "OT", "NP"},
+	"gemv_bulk":       {"NT", "CW", "CK", "ST", "OT", "MB"},
 }
 
 // modSpec identifies one compiled module: a kernel file and the values of
@@ -292,7 +293,11 @@ func warmSpecs() []modSpec {
 		for _, gc := range []int{1, 2, 4, 8} {
 			specs = append(specs, modSpec{file: "attention", p: [6]int{hd, 16, gc, decodeUnroll}})
 		}
-		specs = append(specs, prefillTiling(hd).spec(hd, 16))
+		specs = append(specs, prefillTiling(hd).spec(hd, 16),
+			modSpec{file: "attn_prefill_wg", p: [6]int{hd, 16, 64}})
+		if hd == 128 {
+			specs = append(specs, modSpec{file: "attn_prefill_wg", p: [6]int{hd, 16, 128}})
+		}
 		if st, ok := decodeMMAStages(90, hd); ok {
 			specs = append(specs, modSpec{file: "attn_decode", p: [6]int{hd, 16, st}})
 		}

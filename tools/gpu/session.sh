@@ -1102,6 +1102,37 @@ attn_bench
 bench_b4
 }
 
+# prefill_wg: the wgmma prefill attention kernel: ptxas's report and the
+# SASS's tensor-core instructions, the attention tests under every prefill
+# setting, memcheck on two of them, the kernel benchmark, and the batch-4
+# prefill with the wgmma kernel against the mma.sync one, alternating.
+prefill_wg() {
+log "TestPrefillWGCompile: ptxas report; HGMMA/HMMA counts in the SASS"
+mkdir -p /tmp/cubins
+cuda_tests_run wg-compile.log 'TestPrefillWGCompile' TRIGON_TEST_CUBIN_DIR=/tmp/cubins
+grep -E "attn_prefill_wg|Used|spill|serializ|arning" "$OUT/wg-compile.log" | head -24 | tee -a "$OUT/summary.txt"
+local objdump
+objdump=$(command -v cuobjdump || ls /usr/local/cuda*/bin/cuobjdump 2>/dev/null | head -1)
+for f in /tmp/cubins/*.cubin; do
+  [ -n "$objdump" ] && echo "$(basename "$f"): HGMMA $("$objdump" -sass "$f" | grep -c HGMMA), HMMA $("$objdump" -sass "$f" | grep -c 'HMMA'), LDL/STL $("$objdump" -sass "$f" | grep -cE 'LDL|STL')" | tee -a "$OUT/summary.txt"
+done
+log "TestAttention, TestAttentionPrefillWG, TestPrefillWGSelect"
+cuda_tests_run wg-tests.log 'TestAttention$|TestAttentionPrefillWG|TestPrefillWGSelect'
+grep -E "relative error" "$OUT/wg-tests.log" | head -20 | tee -a "$OUT/summary.txt"
+memcheck 'TestAttentionPrefillWG/(prefill_bs8_gqa4_d128_wg_on|prefill_ragged_gqa1_d64_wg_n64)$'
+log "BenchmarkAttentionPrefill (graph-timed)"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'AttentionPrefill' -test.benchtime 20x -test.v >"$OUT/wg-bench.log" 2>&1)
+grep -E "^Benchmark" "$OUT/wg-bench.log" | awk '{print $1, $3, $4, $5, $6}' | tee -a "$OUT/summary.txt"
+for round in 1 2; do
+  for env in TRIGON_CUDA_PREFILL_WGMMA=on TRIGON_CUDA_PREFILL_WGMMA=off; do
+    local f="$OUT/prefill-${env##*=}-$round.json"
+    env $env .gpu/trigon bench latency --arch llama-3-8b --batch 4 --input-len 2048 --output-len 16 --iters 5 --device cuda \
+      --cuda-graphs on --json >"$f" 2>>"$OUT/bench.err" || tail -3 "$OUT/bench.err"
+    $PY -c "import json,sys; r=json.load(open(sys.argv[1])); p=r['prefill_ms']; print(sys.argv[2], 'prefill p50 %.1f min %.1f ms; floors %.1f burst %.1f sustained: %.3fx / %.3fx; ITL p50 %.3f' % (p['p50'], p['min'], r['prefill_gemm_floor_ms'], r['prefill_gemm_floor_sustained_ms'], p['p50']/r['prefill_gemm_floor_ms'], p['p50']/r['prefill_gemm_floor_sustained_ms'], r['itl_ms']['p50']))" "$f" "$env" | tee -a "$OUT/summary.txt"
+  done
+done
+}
+
 # A part is skipped once SKIP_AFTER seconds (default 500) have passed, so
 # that the logs still come back inside the device's 600-second limit.
 for part in ${@:-checks bigref}; do

@@ -1,0 +1,296 @@
+// attn_prefill_wg.cu: causal prefill attention on Hopper's warpgroup
+// matrix multiply (wgmma, sm_90a), over the same paged BF16 KV caches and
+// with the same arguments, grid and results contract as attn_prefill.cu
+// (whose comment describes the unit loop, the row tiles counted from each
+// sequence's end and the masks, all kept here).
+//
+// Specialised with -DHD=<head dim, 64 or 128> -DBS=<cache block size>
+// -DPN=<N of each P.V wgmma: 64, or 128 when HD is 128>.
+//
+// Design:
+//   - A block owns 128 query rows (BM) of one head: two warpgroups of 64
+//     rows. Keys come in tiles of 128 (BN).
+//   - Q, K and V tiles live in shared memory in the 128-byte swizzle layout
+//     wgmma reads (wg_desc): each tile is HD/64 column blocks of
+//     [rows][64 elements], a row's 16-byte unit u stored at u ^ (row % 8).
+//     cp.async writes them (16 bytes a thread at a time, zero-filled
+//     outside the block's keys, as attn_prefill's load_kv); after each
+//     wait the writers fence the async proxy before the barrier.
+//   - S = Q.K^T: HD/16 wgmma m64n128k16 per warpgroup, both operands from
+//     shared memory (K-major). The 64 f32 scores a thread holds are
+//     mma16816's C layout per 8-key tile, so the online softmax is
+//     attn_prefill's (four lanes a row, log2 domain).
+//   - O += P.V: P rounded to bf16 in registers as the A operand (the C
+//     fragments of two 8-key tiles are the A fragment of 16 keys); V from
+//     shared memory as an MN-major B (the transpose flag), BN/16 steps of
+//     one m64n128k16 (PN 128) or HD/64 m64n64k16 (PN 64).
+//   - Software pipelining inside each warpgroup: iteration j issues
+//     S_j = Q.K_j^T and then the previous tile's P.V, waits for S_j only,
+//     and computes tile j's softmax while the tensor cores run the P.V;
+//     O is rescaled once that product is done. K runs one tile ahead of V:
+//     iteration j reads K_j and V_{j-1} and loads K_{j+1} and V_j, two
+//     slots each; one barrier per iteration.
+//
+// Shared memory (bytes, from a 1024-aligned base; the host's
+// prefillWGSmem computes the same total plus 1024 of alignment slack):
+//   [0, QB)               Q tile, HD/64 blocks of [BM][128 B]
+//   [QB, QB + 2*TB)       K slots 0 and 1, HD/64 blocks of [BN][128 B] each
+//   [QB + 2*TB, QB + 4*TB) V slots 0 and 1, alike
+#include "mma.cuh"
+#include "wgmma.cuh"
+
+#define BM 128
+#define BN 128
+#define NT 256
+#define HC (HD / 64)          // 128-byte column blocks per row
+#define QB (BM * HD * 2)      // bytes of the Q tile
+#define TB (BN * HD * 2)      // bytes of one K (or V) tile
+#define SMEM_BYTES (QB + 4 * TB)
+
+static_assert(HD == 64 || HD == 128, "the wgmma kernel takes head dims 64 and 128");
+static_assert(PN == 64 || (PN == 128 && HD == 128), "P.V steps are 64 columns, or 128 at head dim 128");
+
+// swz is the byte offset of 16-byte unit u (of HD/8) in row r of a
+// swizzled tile of `rows` rows.
+__device__ __forceinline__ u32 swz(int rows, int r, int u) {
+  return (u32)((u >> 3) * rows * 128 + r * 128 + (((u & 7) ^ (r & 7)) << 4));
+}
+
+// load_keys starts the copy of keys [k0, k0+BN) of KV head kvh from cache
+// c (K or V) into the tile at shared address st; keys outside [klo, khi)
+// and keys of bad block ids (reported) are zero-filled.
+__device__ __forceinline__ void load_keys(u32 st, const u16* c, const int* bt, int max_blocks, int num_blocks, int KV,
+                                          int kvh, int k0, int klo, int khi, int* err) {
+#pragma unroll
+  for (int i = 0; i < BN * (HD / 8) / NT; i++) {
+    int e = threadIdx.x + i * NT;
+    int r = e / (HD / 8), u = e % (HD / 8);
+    int p = k0 + r;
+    const u16* src = c;
+    bool ok = false;
+    if (p >= klo && p < khi) {
+      int bi = p / BS;
+      int blk = bi < max_blocks ? bt[bi] : -1;
+      if (blk >= 0 && blk < num_blocks) {
+        src = c + (((i64)blk * KV + kvh) * BS + (p - bi * BS)) * HD + u * 8;
+        ok = true;
+      } else {
+        report(err, ERR_BLOCK_ID);
+      }
+    }
+    cp_async16(st + swz(BN, r, u), src, ok);
+  }
+}
+
+__device__ __forceinline__ void async_proxy_fence() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+// attn_prefill_wg: attn_prefill's contract (see attn_prefill.cu), grid
+// (H, S, Z), NT threads, SMEM_BYTES + 1024 of dynamic shared memory.
+extern "C" __global__ void __launch_bounds__(NT, 1) attn_prefill_wg(
+    u16* out, const u16* q, const u16* kc, const u16* vc, const int* block_tables, int max_blocks,
+    const int* seq_lens, const int* qstart, int H, int KV, float scale_log2, int window, int num_blocks,
+    int num_tokens, int max_seq_len, int* err) {
+#if !WGMMA_OK
+  __trap();  // the host launches this kernel only on sm_90a
+#else
+  grid_dep_sync();
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const int s = blockIdx.y;
+  const int q0 = qstart[s], qlen = qstart[s + 1] - q0;
+  const int L = seq_lens[s];
+  if (qlen < 2 || !rows_ok(q0, qlen, L, num_tokens, max_seq_len)) return;
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wg = warp >> 2;
+  const int gid = lane >> 2, tq = lane & 3;
+  const int first = L - qlen;  // position of query row 0
+  const int* bt = block_tables + (i64)s * max_blocks;
+  const u32 qbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  // K tiles alternate between two slots, V tiles between two more.
+  auto kslot = [&](int t) { return qbase + QB + (u32)(t & 1) * TB; };
+  auto vslot = [&](int t) { return qbase + QB + 2 * TB + (u32)(t & 1) * TB; };
+
+  const i64 units = (i64)((qlen + BM - 1) / BM) * H;
+  for (i64 unit = (i64)blockIdx.z * gridDim.x + blockIdx.x; unit < units; unit += (i64)gridDim.x * gridDim.z) {
+    const int h = (int)(unit % H);
+    const int zt = (int)(unit / H);
+    const int kvh = h / (H / KV);
+    const int r_hi = qlen - zt * BM, r_lo = r_hi - BM;
+    const int kend = first + r_hi;
+    const int kstart = window > 0 ? max(0, first + max(r_lo, 0) - window + 1) : 0;
+    const int ntiles = (kend - kstart + BN - 1) / BN;
+
+    // This warpgroup's rows [g0, g0+64) at positions [gp_lo, gp_lo+63];
+    // this lane's rows ra (C elements 0, 1) and rb = ra + 8 (2, 3).
+    const int g0 = r_lo + wg * 64;
+    const bool wg_live = g0 + 63 >= 0;
+    const int gp_lo = first + g0, gp_hi = gp_lo + 63;
+    const int glo_lo = window > 0 ? max(0, gp_lo - window + 1) : 0;  // lowest key any row of the group sees
+    const int glo_hi = window > 0 ? max(0, gp_hi - window + 1) : 0;  // lowest key all rows of the group see
+    const int ra = r_lo + warp * 16 + gid, rb = ra + 8;
+    const int pa = first + ra, pb = first + rb;
+    const int loa = window > 0 ? max(0, pa - window + 1) : 0;
+    const int lob = window > 0 ? max(0, pb - window + 1) : 0;
+
+    __syncthreads();  // the previous unit's warps are done with shared memory
+    const u16* qsrc = q + (i64)h * HD;
+#pragma unroll
+    for (int ci = 0; ci < BM * (HD / 8) / NT; ci++) {
+      int c = threadIdx.x + ci * NT;
+      int r = c / (HD / 8), u = c % (HD / 8);
+      int i = r_lo + r;
+      bool ok = i >= 0;
+      cp_async16(qbase + swz(BM, r, u), ok ? qsrc + (i64)(q0 + i) * H * HD + u * 8 : q, ok);
+    }
+    load_keys(kslot(0), kc, bt, max_blocks, num_blocks, KV, kvh, kend - BN, kstart, kend, err);
+    cp_async_commit();
+
+    float o[HD / 2];
+#pragma unroll
+    for (int n = 0; n < HD / 2; n++) o[n] = 0.f;
+    float ma = NEG_INF, mb = NEG_INF, la = 0.f, lb = 0.f;
+    float sc[BN / 2];    // S of the tile being computed, then its exponents
+    u32 pa4[BN / 16][4]; // P of the previous tile, the A operand of its P.V
+
+    // Iteration j issues S_j = Q.K_j^T, then O += P_{j-1}.V_{j-1} behind
+    // it, and computes tile j's softmax while the tensor cores run the
+    // P.V product; one more iteration drains the last P.V. It needs K_j
+    // and V_{j-1}, loaded in iteration j-1 (K_0 before the loop), and
+    // loads K_{j+1} and V_j into the slots tiles j-1 and j-2 freed.
+    for (int j = 0; j <= ntiles; j++) {
+      asm volatile("cp.async.wait_group 0;" ::: "memory");
+      async_proxy_fence();  // this thread's copies, visible to the tensor cores' reads
+      __syncthreads();      // K_j and V_{j-1} are visible; every warp is done with K_{j-1} and V_{j-2}
+      if (j + 1 < ntiles)
+        load_keys(kslot(j + 1), kc, bt, max_blocks, num_blocks, KV, kvh, kend - (j + 2) * BN, kstart, kend, err);
+      if (j < ntiles)
+        load_keys(vslot(j), vc, bt, max_blocks, num_blocks, KV, kvh, kend - (j + 1) * BN, kstart, kend, err);
+      cp_async_commit();
+      // Keys [k0, k0+BN) of tile j against this group's rows: none
+      // visible -> skip (tile j-1 likewise, kp0 = k0 + BN); some hidden ->
+      // mask.
+      const int k0 = kend - (j + 1) * BN, kp0 = k0 + BN;
+      const bool do_s = j < ntiles && wg_live && !(k0 > gp_hi || k0 + BN - 1 < glo_lo);
+      const bool do_pv = j > 0 && wg_live && !(kp0 > gp_hi || kp0 + BN - 1 < glo_lo);
+      if (!do_s && !do_pv) continue;
+
+      wgmma_fence();
+      if (do_s) {
+        const u32 kt = kslot(j);
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++) {
+          u64 da = wg_desc(qbase + (u32)((kk >> 2) * BM * 128 + wg * 64 * 128 + (kk & 3) * 32), 16, 1024);
+          u64 db = wg_desc(kt + (u32)((kk >> 2) * BN * 128 + (kk & 3) * 32), 16, 1024);
+          wgmma_ss_n128(sc, da, db, kk);
+        }
+        wgmma_commit();
+      }
+      if (do_pv) {
+        const u32 vt = vslot(j - 1);
+#pragma unroll
+        for (int kc2 = 0; kc2 < BN / 16; kc2++) {
+#if PN == 128
+          wgmma_rs_n128(o, pa4[kc2][0], pa4[kc2][1], pa4[kc2][2], pa4[kc2][3],
+                        wg_desc(vt + (u32)(kc2 * 16 * 128), BN * 128, 1024));
+#else
+#pragma unroll
+          for (int cb = 0; cb < HC; cb++)
+            wgmma_rs_n64(o + cb * 32, pa4[kc2][0], pa4[kc2][1], pa4[kc2][2], pa4[kc2][3],
+                         wg_desc(vt + (u32)(cb * BN * 128 + kc2 * 16 * 128), BN * 128, 1024));
+#endif
+        }
+        wgmma_commit();
+      }
+      if (!do_s) {
+        wgmma_wait0();
+        fence_regs<HD / 2>(o);
+        continue;
+      }
+      if (do_pv) {
+        wgmma_wait1();  // S_j is done; P_{j-1}.V_{j-1} may still run
+      } else {
+        wgmma_wait0();
+      }
+      fence_regs<BN / 2>(sc);
+
+      // sc[4jn + e] is key k0 + 8jn + 2tq + (e&1) of row ra (e < 2) or rb.
+      float mxa = NEG_INF, mxb = NEG_INF;
+      if (k0 + BN - 1 > gp_lo || k0 < glo_hi) {
+#pragma unroll
+        for (int jn = 0; jn < BN / 8; jn++) {
+#pragma unroll
+          for (int e = 0; e < 4; e++) {
+            int key = k0 + jn * 8 + tq * 2 + (e & 1);
+            bool ok = e < 2 ? (key <= pa && key >= loa) : (key <= pb && key >= lob);
+            sc[4 * jn + e] = ok ? sc[4 * jn + e] * scale_log2 : NEG_INF;
+          }
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < BN / 2; i++) sc[i] *= scale_log2;
+      }
+#pragma unroll
+      for (int jn = 0; jn < BN / 8; jn++) {
+        mxa = fmaxf(mxa, fmaxf(sc[4 * jn], sc[4 * jn + 1]));
+        mxb = fmaxf(mxb, fmaxf(sc[4 * jn + 2], sc[4 * jn + 3]));
+      }
+      mxa = fmaxf(mxa, __shfl_xor_sync(0xffffffffu, mxa, 1));
+      mxa = fmaxf(mxa, __shfl_xor_sync(0xffffffffu, mxa, 2));
+      mxb = fmaxf(mxb, __shfl_xor_sync(0xffffffffu, mxb, 1));
+      mxb = fmaxf(mxb, __shfl_xor_sync(0xffffffffu, mxb, 2));
+      const float mna = fmaxf(ma, mxa), mnb = fmaxf(mb, mxb);
+      const float refa = mna == NEG_INF ? 0.f : mna, refb = mnb == NEG_INF ? 0.f : mnb;
+      const float ala = fast_exp2(ma - refa), alb = fast_exp2(mb - refb);
+      ma = mna;
+      mb = mnb;
+      float rsa = 0.f, rsb = 0.f;
+#pragma unroll
+      for (int jn = 0; jn < BN / 8; jn++) {
+        sc[4 * jn] = fast_exp2(sc[4 * jn] - refa);
+        sc[4 * jn + 1] = fast_exp2(sc[4 * jn + 1] - refa);
+        sc[4 * jn + 2] = fast_exp2(sc[4 * jn + 2] - refb);
+        sc[4 * jn + 3] = fast_exp2(sc[4 * jn + 3] - refb);
+        rsa += sc[4 * jn] + sc[4 * jn + 1];
+        rsb += sc[4 * jn + 2] + sc[4 * jn + 3];
+      }
+      la = la * ala + rsa;
+      lb = lb * alb + rsb;
+
+      if (do_pv) {
+        wgmma_wait0();  // P_{j-1}.V_{j-1} is in o, and pa4 is free
+        fence_regs<HD / 2>(o);
+      }
+      // O_j = O_{j-1} * alpha_j + P_j.V_j: the scale now, the product in
+      // the next iteration. P_j's A fragment of keys [16kc, 16kc+16) is the
+      // C fragments of key tiles 2kc and 2kc+1.
+#pragma unroll
+      for (int n = 0; n < HD / 8; n++) {
+        o[4 * n] *= ala;
+        o[4 * n + 1] *= ala;
+        o[4 * n + 2] *= alb;
+        o[4 * n + 3] *= alb;
+      }
+#pragma unroll
+      for (int kc2 = 0; kc2 < BN / 16; kc2++) {
+        pa4[kc2][0] = pack_bf16x2(sc[8 * kc2], sc[8 * kc2 + 1]);
+        pa4[kc2][1] = pack_bf16x2(sc[8 * kc2 + 2], sc[8 * kc2 + 3]);
+        pa4[kc2][2] = pack_bf16x2(sc[8 * kc2 + 4], sc[8 * kc2 + 5]);
+        pa4[kc2][3] = pack_bf16x2(sc[8 * kc2 + 6], sc[8 * kc2 + 7]);
+      }
+    }
+
+    // o[4n + e] holds dim 8n + 2tq + (e&1) of row ra (e < 2) or rb.
+    la += __shfl_xor_sync(0xffffffffu, la, 1);
+    la += __shfl_xor_sync(0xffffffffu, la, 2);
+    lb += __shfl_xor_sync(0xffffffffu, lb, 1);
+    lb += __shfl_xor_sync(0xffffffffu, lb, 2);
+    const float inva = la > 0.f ? 1.f / la : 0.f, invb = lb > 0.f ? 1.f / lb : 0.f;
+    u16* oa = out + ((i64)(q0 + ra) * H + h) * HD + tq * 2;
+    u16* ob = out + ((i64)(q0 + rb) * H + h) * HD + tq * 2;
+#pragma unroll
+    for (int n = 0; n < HD / 8; n++) {
+      if (ra >= 0) *(u32*)(oa + n * 8) = pack_bf16x2(o[4 * n] * inva, o[4 * n + 1] * inva);
+      if (rb >= 0) *(u32*)(ob + n * 8) = pack_bf16x2(o[4 * n + 2] * invb, o[4 * n + 3] * invb);
+    }
+  }
+#endif
+}
