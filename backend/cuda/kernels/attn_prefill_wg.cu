@@ -84,6 +84,117 @@ __device__ __forceinline__ void load_keys(u32 st, const u16* c, const int* bt, i
 
 __device__ __forceinline__ void async_proxy_fence() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
+// issue_s issues S = Q.K^T for this warpgroup's 64 rows (Q at qt, the
+// group's first row block; K at kt) into sc, and commits it.
+__device__ __forceinline__ void issue_s(float (&sc)[BN / 2], u32 qt, u32 kt) {
+#pragma unroll
+  for (int kk = 0; kk < HD / 16; kk++) {
+    u64 da = wg_desc(qt + (u32)((kk >> 2) * BM * 128 + (kk & 3) * 32), 16, 1024);
+    u64 db = wg_desc(kt + (u32)((kk >> 2) * BN * 128 + (kk & 3) * 32), 16, 1024);
+    wgmma_ss_n128(sc, da, db, kk);
+  }
+  wgmma_commit();
+}
+
+// issue_pv issues O += P.V (P's A fragments in pa4, V at vt) and commits
+// it.
+__device__ __forceinline__ void issue_pv(float (&o)[HD / 2], const u32 (&pa4)[BN / 16][4], u32 vt) {
+#pragma unroll
+  for (int kc2 = 0; kc2 < BN / 16; kc2++) {
+#if PN == 128
+    wgmma_rs_n128(o, pa4[kc2][0], pa4[kc2][1], pa4[kc2][2], pa4[kc2][3], wg_desc(vt + (u32)(kc2 * 16 * 128), BN * 128, 1024));
+#else
+#pragma unroll
+    for (int cb = 0; cb < HC; cb++)
+      wgmma_rs_n64(o + cb * 32, pa4[kc2][0], pa4[kc2][1], pa4[kc2][2], pa4[kc2][3],
+                   wg_desc(vt + (u32)(cb * BN * 128 + kc2 * 16 * 128), BN * 128, 1024));
+#endif
+  }
+  wgmma_commit();
+}
+
+// Row state of the online softmax for this lane's two rows (ra, rb): the
+// running max (log2 domain), this lane's partial sum, the positions and
+// the lowest key each row sees.
+struct rows2 {
+  float ma, mb, la, lb;
+  int pa, pb, loa, lob;
+};
+
+// softmax_tile turns tile k0's scores in sc into exponents against the
+// rows' new maxima (masking keys a row must not see when the tile crosses
+// the group's diagonal or window edge) and returns the factors the rows'
+// earlier sums and outputs are scaled by.
+__device__ __forceinline__ void softmax_tile(float (&sc)[BN / 2], rows2& r, int k0, bool masked, int tq, float scale_log2,
+                                             float& ala, float& alb) {
+  if (masked) {
+#pragma unroll
+    for (int jn = 0; jn < BN / 8; jn++) {
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        int key = k0 + jn * 8 + tq * 2 + (e & 1);
+        bool ok = e < 2 ? (key <= r.pa && key >= r.loa) : (key <= r.pb && key >= r.lob);
+        sc[4 * jn + e] = ok ? sc[4 * jn + e] * scale_log2 : NEG_INF;
+      }
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < BN / 2; i++) sc[i] *= scale_log2;
+  }
+  float mxa = NEG_INF, mxb = NEG_INF;
+#pragma unroll
+  for (int jn = 0; jn < BN / 8; jn++) {
+    mxa = fmaxf(mxa, fmaxf(sc[4 * jn], sc[4 * jn + 1]));
+    mxb = fmaxf(mxb, fmaxf(sc[4 * jn + 2], sc[4 * jn + 3]));
+  }
+  // A row's 4 lanes (same lane/4) hold its BN scores between them.
+  mxa = fmaxf(mxa, __shfl_xor_sync(0xffffffffu, mxa, 1));
+  mxa = fmaxf(mxa, __shfl_xor_sync(0xffffffffu, mxa, 2));
+  mxb = fmaxf(mxb, __shfl_xor_sync(0xffffffffu, mxb, 1));
+  mxb = fmaxf(mxb, __shfl_xor_sync(0xffffffffu, mxb, 2));
+  const float mna = fmaxf(r.ma, mxa), mnb = fmaxf(r.mb, mxb);
+  // While a row has seen only masked keys its max is -inf: exponents are
+  // then taken against 0 (giving 0), never -inf - -inf.
+  const float refa = mna == NEG_INF ? 0.f : mna, refb = mnb == NEG_INF ? 0.f : mnb;
+  ala = fast_exp2(r.ma - refa);
+  alb = fast_exp2(r.mb - refb);
+  r.ma = mna;
+  r.mb = mnb;
+  float rsa = 0.f, rsb = 0.f;
+#pragma unroll
+  for (int jn = 0; jn < BN / 8; jn++) {
+    sc[4 * jn] = fast_exp2(sc[4 * jn] - refa);
+    sc[4 * jn + 1] = fast_exp2(sc[4 * jn + 1] - refa);
+    sc[4 * jn + 2] = fast_exp2(sc[4 * jn + 2] - refb);
+    sc[4 * jn + 3] = fast_exp2(sc[4 * jn + 3] - refb);
+    rsa += sc[4 * jn] + sc[4 * jn + 1];
+    rsb += sc[4 * jn + 2] + sc[4 * jn + 3];
+  }
+  r.la = r.la * ala + rsa;
+  r.lb = r.lb * alb + rsb;
+}
+
+// scale_pack scales O by the rows' factors and packs the exponents in sc
+// into P's A fragments: keys [16kc, 16kc+16) are the C fragments of key
+// tiles 2kc and 2kc+1.
+__device__ __forceinline__ void scale_pack(float (&o)[HD / 2], u32 (&pa4)[BN / 16][4], const float (&sc)[BN / 2], float ala,
+                                           float alb) {
+#pragma unroll
+  for (int n = 0; n < HD / 8; n++) {
+    o[4 * n] *= ala;
+    o[4 * n + 1] *= ala;
+    o[4 * n + 2] *= alb;
+    o[4 * n + 3] *= alb;
+  }
+#pragma unroll
+  for (int kc2 = 0; kc2 < BN / 16; kc2++) {
+    pa4[kc2][0] = pack_bf16x2(sc[8 * kc2], sc[8 * kc2 + 1]);
+    pa4[kc2][1] = pack_bf16x2(sc[8 * kc2 + 2], sc[8 * kc2 + 3]);
+    pa4[kc2][2] = pack_bf16x2(sc[8 * kc2 + 4], sc[8 * kc2 + 5]);
+    pa4[kc2][3] = pack_bf16x2(sc[8 * kc2 + 6], sc[8 * kc2 + 7]);
+  }
+}
+
 // attn_prefill_wg: attn_prefill's contract (see attn_prefill.cu), grid
 // (H, S, Z), NT threads, SMEM_BYTES + 1024 of dynamic shared memory.
 extern "C" __global__ void __launch_bounds__(NT, 1) attn_prefill_wg(
@@ -119,17 +230,11 @@ extern "C" __global__ void __launch_bounds__(NT, 1) attn_prefill_wg(
     const int kstart = window > 0 ? max(0, first + max(r_lo, 0) - window + 1) : 0;
     const int ntiles = (kend - kstart + BN - 1) / BN;
 
-    // This warpgroup's rows [g0, g0+64) at positions [gp_lo, gp_lo+63];
-    // this lane's rows ra (C elements 0, 1) and rb = ra + 8 (2, 3).
-    const int g0 = r_lo + wg * 64;
-    const bool wg_live = g0 + 63 >= 0;
-    const int gp_lo = first + g0, gp_hi = gp_lo + 63;
-    const int glo_lo = window > 0 ? max(0, gp_lo - window + 1) : 0;  // lowest key any row of the group sees
+    // This warpgroup's rows are at positions [gp_lo, gp_lo+63]; this
+    // lane's rows are ra (C elements 0, 1) and rb = ra + 8 (2, 3).
+    const int gp_lo = first + r_lo + wg * 64, gp_hi = gp_lo + 63;
     const int glo_hi = window > 0 ? max(0, gp_hi - window + 1) : 0;  // lowest key all rows of the group see
     const int ra = r_lo + warp * 16 + gid, rb = ra + 8;
-    const int pa = first + ra, pb = first + rb;
-    const int loa = window > 0 ? max(0, pa - window + 1) : 0;
-    const int lob = window > 0 ? max(0, pb - window + 1) : 0;
 
     __syncthreads();  // the previous unit's warps are done with shared memory
     const u16* qsrc = q + (i64)h * HD;
@@ -147,136 +252,65 @@ extern "C" __global__ void __launch_bounds__(NT, 1) attn_prefill_wg(
     float o[HD / 2];
 #pragma unroll
     for (int n = 0; n < HD / 2; n++) o[n] = 0.f;
-    float ma = NEG_INF, mb = NEG_INF, la = 0.f, lb = 0.f;
-    float sc[BN / 2];    // S of the tile being computed, then its exponents
-    u32 pa4[BN / 16][4]; // P of the previous tile, the A operand of its P.V
+    rows2 rw = {NEG_INF, NEG_INF, 0.f, 0.f, first + ra, first + rb, 0, 0};
+    rw.loa = window > 0 ? max(0, rw.pa - window + 1) : 0;
+    rw.lob = window > 0 ? max(0, rw.pb - window + 1) : 0;
+    float sc[BN / 2];     // S of the tile being computed, then its exponents
+    u32 pa4[BN / 16][4];  // P of the previous tile, the A operand of its P.V
+    float ala, alb;
+    const u32 qt = qbase + (u32)(wg * 64 * 128);
+    // Tile j: keys [k0, k0+BN), k0 = kend - (j+1)*BN. A tile the group's
+    // rows cannot see at all (past a window's edge, or rows of a ragged
+    // tile's missing part) is computed anyway and masked to nothing: the
+    // multiplies stay outside branches, which ptxas would otherwise
+    // serialise.
+    auto masked = [&](int k0) { return k0 + BN - 1 > gp_lo || k0 < glo_hi; };
 
-    // Iteration j issues S_j = Q.K_j^T, then O += P_{j-1}.V_{j-1} behind
-    // it, and computes tile j's softmax while the tensor cores run the
-    // P.V product; one more iteration drains the last P.V. It needs K_j
-    // and V_{j-1}, loaded in iteration j-1 (K_0 before the loop), and
-    // loads K_{j+1} and V_j into the slots tiles j-1 and j-2 freed.
-    for (int j = 0; j <= ntiles; j++) {
+    // The pipeline: S_0 alone; then each iteration j issues S_j and, behind
+    // it, P_{j-1}.V_{j-1}, waits for S_j only and computes its softmax
+    // while the tensor cores run the P.V, then rescales O; a last P.V
+    // drains it. K runs one tile ahead of V: iteration j reads K_j and
+    // V_{j-1} and loads K_{j+1} and V_j into the slots tiles j-1 and j-2
+    // used, two each; one barrier per iteration.
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    async_proxy_fence();  // this thread's copies, visible to the tensor cores' reads
+    __syncthreads();      // Q and K_0 are visible
+    if (1 < ntiles) load_keys(kslot(1), kc, bt, max_blocks, num_blocks, KV, kvh, kend - 2 * BN, kstart, kend, err);
+    load_keys(vslot(0), vc, bt, max_blocks, num_blocks, KV, kvh, kend - BN, kstart, kend, err);
+    cp_async_commit();
+    wgmma_fence();
+    issue_s(sc, qt, kslot(0));
+    wgmma_wait0();
+    fence_regs<BN / 2>(sc);
+    softmax_tile(sc, rw, kend - BN, masked(kend - BN), tq, scale_log2, ala, alb);
+    scale_pack(o, pa4, sc, ala, alb);
+    for (int j = 1; j < ntiles; j++) {
       asm volatile("cp.async.wait_group 0;" ::: "memory");
-      async_proxy_fence();  // this thread's copies, visible to the tensor cores' reads
-      __syncthreads();      // K_j and V_{j-1} are visible; every warp is done with K_{j-1} and V_{j-2}
+      async_proxy_fence();
+      __syncthreads();  // K_j and V_{j-1} are visible; every warp is done with K_{j-1} and V_{j-2}
       if (j + 1 < ntiles)
         load_keys(kslot(j + 1), kc, bt, max_blocks, num_blocks, KV, kvh, kend - (j + 2) * BN, kstart, kend, err);
-      if (j < ntiles)
-        load_keys(vslot(j), vc, bt, max_blocks, num_blocks, KV, kvh, kend - (j + 1) * BN, kstart, kend, err);
+      load_keys(vslot(j), vc, bt, max_blocks, num_blocks, KV, kvh, kend - (j + 1) * BN, kstart, kend, err);
       cp_async_commit();
-      // Keys [k0, k0+BN) of tile j against this group's rows: none
-      // visible -> skip (tile j-1 likewise, kp0 = k0 + BN); some hidden ->
-      // mask.
-      const int k0 = kend - (j + 1) * BN, kp0 = k0 + BN;
-      const bool do_s = j < ntiles && wg_live && !(k0 > gp_hi || k0 + BN - 1 < glo_lo);
-      const bool do_pv = j > 0 && wg_live && !(kp0 > gp_hi || kp0 + BN - 1 < glo_lo);
-      if (!do_s && !do_pv) continue;
-
+      const int k0 = kend - (j + 1) * BN;
       wgmma_fence();
-      if (do_s) {
-        const u32 kt = kslot(j);
-#pragma unroll
-        for (int kk = 0; kk < HD / 16; kk++) {
-          u64 da = wg_desc(qbase + (u32)((kk >> 2) * BM * 128 + wg * 64 * 128 + (kk & 3) * 32), 16, 1024);
-          u64 db = wg_desc(kt + (u32)((kk >> 2) * BN * 128 + (kk & 3) * 32), 16, 1024);
-          wgmma_ss_n128(sc, da, db, kk);
-        }
-        wgmma_commit();
-      }
-      if (do_pv) {
-        const u32 vt = vslot(j - 1);
-#pragma unroll
-        for (int kc2 = 0; kc2 < BN / 16; kc2++) {
-#if PN == 128
-          wgmma_rs_n128(o, pa4[kc2][0], pa4[kc2][1], pa4[kc2][2], pa4[kc2][3],
-                        wg_desc(vt + (u32)(kc2 * 16 * 128), BN * 128, 1024));
-#else
-#pragma unroll
-          for (int cb = 0; cb < HC; cb++)
-            wgmma_rs_n64(o + cb * 32, pa4[kc2][0], pa4[kc2][1], pa4[kc2][2], pa4[kc2][3],
-                         wg_desc(vt + (u32)(cb * BN * 128 + kc2 * 16 * 128), BN * 128, 1024));
-#endif
-        }
-        wgmma_commit();
-      }
-      if (!do_s) {
-        wgmma_wait0();
-        fence_regs<HD / 2>(o);
-        continue;
-      }
-      if (do_pv) {
-        wgmma_wait1();  // S_j is done; P_{j-1}.V_{j-1} may still run
-      } else {
-        wgmma_wait0();
-      }
+      issue_s(sc, qt, kslot(j));
+      issue_pv(o, pa4, vslot(j - 1));
+      wgmma_wait1();  // S_j is done; P_{j-1}.V_{j-1} may still run
       fence_regs<BN / 2>(sc);
-
-      // sc[4jn + e] is key k0 + 8jn + 2tq + (e&1) of row ra (e < 2) or rb.
-      float mxa = NEG_INF, mxb = NEG_INF;
-      if (k0 + BN - 1 > gp_lo || k0 < glo_hi) {
-#pragma unroll
-        for (int jn = 0; jn < BN / 8; jn++) {
-#pragma unroll
-          for (int e = 0; e < 4; e++) {
-            int key = k0 + jn * 8 + tq * 2 + (e & 1);
-            bool ok = e < 2 ? (key <= pa && key >= loa) : (key <= pb && key >= lob);
-            sc[4 * jn + e] = ok ? sc[4 * jn + e] * scale_log2 : NEG_INF;
-          }
-        }
-      } else {
-#pragma unroll
-        for (int i = 0; i < BN / 2; i++) sc[i] *= scale_log2;
-      }
-#pragma unroll
-      for (int jn = 0; jn < BN / 8; jn++) {
-        mxa = fmaxf(mxa, fmaxf(sc[4 * jn], sc[4 * jn + 1]));
-        mxb = fmaxf(mxb, fmaxf(sc[4 * jn + 2], sc[4 * jn + 3]));
-      }
-      mxa = fmaxf(mxa, __shfl_xor_sync(0xffffffffu, mxa, 1));
-      mxa = fmaxf(mxa, __shfl_xor_sync(0xffffffffu, mxa, 2));
-      mxb = fmaxf(mxb, __shfl_xor_sync(0xffffffffu, mxb, 1));
-      mxb = fmaxf(mxb, __shfl_xor_sync(0xffffffffu, mxb, 2));
-      const float mna = fmaxf(ma, mxa), mnb = fmaxf(mb, mxb);
-      const float refa = mna == NEG_INF ? 0.f : mna, refb = mnb == NEG_INF ? 0.f : mnb;
-      const float ala = fast_exp2(ma - refa), alb = fast_exp2(mb - refb);
-      ma = mna;
-      mb = mnb;
-      float rsa = 0.f, rsb = 0.f;
-#pragma unroll
-      for (int jn = 0; jn < BN / 8; jn++) {
-        sc[4 * jn] = fast_exp2(sc[4 * jn] - refa);
-        sc[4 * jn + 1] = fast_exp2(sc[4 * jn + 1] - refa);
-        sc[4 * jn + 2] = fast_exp2(sc[4 * jn + 2] - refb);
-        sc[4 * jn + 3] = fast_exp2(sc[4 * jn + 3] - refb);
-        rsa += sc[4 * jn] + sc[4 * jn + 1];
-        rsb += sc[4 * jn + 2] + sc[4 * jn + 3];
-      }
-      la = la * ala + rsa;
-      lb = lb * alb + rsb;
-
-      if (do_pv) {
-        wgmma_wait0();  // P_{j-1}.V_{j-1} is in o, and pa4 is free
-        fence_regs<HD / 2>(o);
-      }
-      // O_j = O_{j-1} * alpha_j + P_j.V_j: the scale now, the product in
-      // the next iteration. P_j's A fragment of keys [16kc, 16kc+16) is the
-      // C fragments of key tiles 2kc and 2kc+1.
-#pragma unroll
-      for (int n = 0; n < HD / 8; n++) {
-        o[4 * n] *= ala;
-        o[4 * n + 1] *= ala;
-        o[4 * n + 2] *= alb;
-        o[4 * n + 3] *= alb;
-      }
-#pragma unroll
-      for (int kc2 = 0; kc2 < BN / 16; kc2++) {
-        pa4[kc2][0] = pack_bf16x2(sc[8 * kc2], sc[8 * kc2 + 1]);
-        pa4[kc2][1] = pack_bf16x2(sc[8 * kc2 + 2], sc[8 * kc2 + 3]);
-        pa4[kc2][2] = pack_bf16x2(sc[8 * kc2 + 4], sc[8 * kc2 + 5]);
-        pa4[kc2][3] = pack_bf16x2(sc[8 * kc2 + 6], sc[8 * kc2 + 7]);
-      }
+      softmax_tile(sc, rw, k0, masked(k0), tq, scale_log2, ala, alb);
+      wgmma_wait0();  // P_{j-1}.V_{j-1} is in o, and pa4 is free
+      fence_regs<HD / 2>(o);
+      scale_pack(o, pa4, sc, ala, alb);
     }
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    async_proxy_fence();
+    __syncthreads();  // V of the last tile is visible
+    wgmma_fence();
+    issue_pv(o, pa4, vslot(ntiles - 1));
+    wgmma_wait0();
+    fence_regs<HD / 2>(o);
+    float la = rw.la, lb = rw.lb;
 
     // o[4n + e] holds dim 8n + 2tq + (e&1) of row ra (e < 2) or rb.
     la += __shfl_xor_sync(0xffffffffu, la, 1);
