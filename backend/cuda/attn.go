@@ -588,8 +588,14 @@ func (b *Backend) prefillWGSpec(d, bs int) (modSpec, bool) {
 	if d == 128 && prefillWG == prefillWGOn {
 		pn = 128
 	}
-	return modSpec{file: "attn_prefill_wg", p: [6]int{d, bs, pn}}, true
+	return modSpec{file: "attn_prefill_wg", p: [6]int{d, bs, pn, prefillWGAblation}}, true
 }
+
+// prefillWGAblation is the wgmma kernel's ABL constant: 0 in use; the
+// kernel benchmark sets 1 (tiles after the second are not loaded), 2 (no
+// softmax arithmetic) or 3 (both) to see what bounds the kernel. The
+// results are wrong under any of them.
+var prefillWGAblation = 0
 
 // prefillWGSmem is the wgmma kernel's dynamic shared memory at head dim
 // d: the Q tile and two stages of a K and a V tile, plus 1024 bytes to

@@ -339,7 +339,7 @@ func TestPrefillWGSelect(t *testing.T) {
 		got := 0
 		if ok {
 			got = spec.p[2]
-			if spec.file != "attn_prefill_wg" || spec.p[0] != tc.d || spec.p[1] != 16 || len(spec.defines()) != 3 {
+			if spec.file != "attn_prefill_wg" || spec.p[0] != tc.d || spec.p[1] != 16 || spec.p[3] != 0 || len(spec.defines()) != 4 {
 				t.Errorf("%q %s d=%d: module %v", tc.env, tc.arch, tc.d, spec)
 			}
 		}

@@ -381,6 +381,46 @@ func BenchmarkAttentionPrefill(b *testing.B) {
 	}
 }
 
+// BenchmarkAttentionPrefillWGAblation times the wgmma prefill kernel at 4 x
+// 2048 under its ablations (prefillWGAblation: 1 loads only the first two
+// key tiles, 2 skips the softmax arithmetic, 3 both), each against the
+// kernel as used (0): what the time left goes to. Results are wrong under
+// the ablations; only the time is read.
+func BenchmarkAttentionPrefillWGAblation(b *testing.B) {
+	g := benchBackend(b)
+	const h, kv, d, bs, seqs, n = 32, 8, 128, 16, 4, 2048
+	if _, ok := g.prefillWGSpec(d, bs); !ok {
+		b.Skip("the wgmma prefill kernel needs sm_90a")
+	}
+	defer func(a int) { prefillWGAblation = a }(prefillWGAblation)
+	nbPer := (n + bs - 1) / bs
+	numBlocks := seqs*nbPer + 1
+	k := randomBF16(b, g, 1, numBlocks, kv, bs, d)
+	v := randomBF16(b, g, 1, numBlocks, kv, bs, d)
+	q := randomBF16(b, g, 1, seqs*n, h*d)
+	out, err := g.Alloc(backend.BF16, seqs*n, h*d)
+	if err != nil {
+		b.Fatal(err)
+	}
+	bt, sl, qs := benchBatch(b, g, seqs, n, n, nbPer, numBlocks, 5)
+	defer func() {
+		for _, t := range []backend.Tensor{k, v, q, out, bt, sl, qs} {
+			g.Free(t)
+		}
+	}()
+	args := backend.AttentionArgs{Out: out, Q: q, KCache: k, VCache: v, BlockTables: bt, SeqLens: sl, QueryStart: qs,
+		NumSeqs: seqs, MaxSeqLen: n, MaxQueryLen: n, NumHeads: h, NumKVHeads: kv, HeadDim: d, Scale: float32(1 / math.Sqrt(d))}
+	for _, abl := range []int{0, 1, 2, 3} {
+		prefillWGAblation = abl
+		b.Run(fmt.Sprintf("abl%d", abl), func(b *testing.B) {
+			const reps = 4
+			timeGraphOps(b, g, 0, reps, func() error { return g.Attention(args) })
+			flops := 4 * float64(n) * float64(n) / 2 * d * h * seqs
+			b.ReportMetric(flops*float64(b.N*reps)/b.Elapsed().Seconds()/1e12, "TFLOP/s")
+		})
+	}
+}
+
 // BenchmarkOpOverhead measures what one queued op costs the caller: a tiny
 // SiLUMul, queued back to back (the host side dominates).
 func BenchmarkOpOverhead(b *testing.B) {

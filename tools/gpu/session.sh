@@ -1122,7 +1122,9 @@ grep -E "relative error" "$OUT/wg-tests.log" | head -20 | tee -a "$OUT/summary.t
 memcheck 'TestAttentionPrefillWG/(prefill_bs8_gqa4_d128_wg_on|prefill_ragged_gqa1_d64_wg_n64)$'
 log "BenchmarkAttentionPrefill (graph-timed)"
 (cd backend/cuda && "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'AttentionPrefill' -test.benchtime 20x -test.v >"$OUT/wg-bench.log" 2>&1)
+# (AttentionPrefill also matches BenchmarkAttentionPrefillWGAblation.)
 grep -E "^Benchmark" "$OUT/wg-bench.log" | awk '{print $1, $3, $4, $5, $6}' | tee -a "$OUT/summary.txt"
+[ -n "${WG_NO_E2E:-}" ] && return
 for round in 1 2; do
   for env in TRIGON_CUDA_PREFILL_WGMMA=on TRIGON_CUDA_PREFILL_WGMMA=off; do
     local f="$OUT/prefill-${env##*=}-$round.json"

@@ -5,7 +5,8 @@
 // sequence's end and the masks, all kept here).
 //
 // Specialised with -DHD=<head dim, 64 or 128> -DBS=<cache block size>
-// -DPN=<N of each P.V wgmma: 64, or 128 when HD is 128>.
+// -DPN=<N of each P.V wgmma: 64, or 128 when HD is 128> -DABL=<0; an
+// ablation for benchmarks, below>.
 //
 // Design:
 //   - A block owns 128 query rows (BM) of one head: two warpgroups of 64
@@ -24,12 +25,15 @@
 //     fragments of two 8-key tiles are the A fragment of 16 keys); V from
 //     shared memory as an MN-major B (the transpose flag), BN/16 steps of
 //     one m64n128k16 (PN 128) or HD/64 m64n64k16 (PN 64).
-//   - Software pipelining inside each warpgroup: iteration j issues
-//     S_j = Q.K_j^T and then the previous tile's P.V, waits for S_j only,
-//     and computes tile j's softmax while the tensor cores run the P.V;
-//     O is rescaled once that product is done. K runs one tile ahead of V:
-//     iteration j reads K_j and V_{j-1} and loads K_{j+1} and V_j, two
-//     slots each; one barrier per iteration.
+//   - Two slots of a K and a V tile: tile j+1's copies are in flight
+//     while tile j is computed; one barrier per tile.
+//   - The two warpgroups run the same steps (S, softmax, P.V) in turn; the
+//     tensor cores idle during a group's softmax unless the other group's
+//     multiplies fill it. (Issuing tile j's S before tile j-1's P.V inside
+//     a group, to hide the softmax, needed 255 registers with spills and
+//     ran at 203 against 251 TFLOP/s: docs/benchmarks.md.)
+//   - ABL (benchmarks only, 0 in use): 1 loads only the first two tiles,
+//     2 skips the softmax arithmetic, to see what bounds the kernel.
 //
 // Shared memory (bytes, from a 1024-aligned base; the host's
 // prefillWGSmem computes the same total plus 1024 of alignment slack):
@@ -247,6 +251,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) attn_prefill_wg(
       cp_async16(qbase + swz(BM, r, u), ok ? qsrc + (i64)(q0 + i) * H * HD + u * 8 : q, ok);
     }
     load_keys(kslot(0), kc, bt, max_blocks, num_blocks, KV, kvh, kend - BN, kstart, kend, err);
+    load_keys(vslot(0), vc, bt, max_blocks, num_blocks, KV, kvh, kend - BN, kstart, kend, err);
     cp_async_commit();
 
     float o[HD / 2];
@@ -256,7 +261,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) attn_prefill_wg(
     rw.loa = window > 0 ? max(0, rw.pa - window + 1) : 0;
     rw.lob = window > 0 ? max(0, rw.pb - window + 1) : 0;
     float sc[BN / 2];     // S of the tile being computed, then its exponents
-    u32 pa4[BN / 16][4];  // P of the previous tile, the A operand of its P.V
+    u32 pa4[BN / 16][4];  // P of the tile, the A operand of its P.V
     float ala, alb;
     const u32 qt = qbase + (u32)(wg * 64 * 128);
     // Tile j: keys [k0, k0+BN), k0 = kend - (j+1)*BN. A tile the group's
@@ -266,50 +271,34 @@ extern "C" __global__ void __launch_bounds__(NT, 1) attn_prefill_wg(
     // serialise.
     auto masked = [&](int k0) { return k0 + BN - 1 > gp_lo || k0 < glo_hi; };
 
-    // The pipeline: S_0 alone; then each iteration j issues S_j and, behind
-    // it, P_{j-1}.V_{j-1}, waits for S_j only and computes its softmax
-    // while the tensor cores run the P.V, then rescales O; a last P.V
-    // drains it. K runs one tile ahead of V: iteration j reads K_j and
-    // V_{j-1} and loads K_{j+1} and V_j into the slots tiles j-1 and j-2
-    // used, two each; one barrier per iteration.
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
-    async_proxy_fence();  // this thread's copies, visible to the tensor cores' reads
-    __syncthreads();      // Q and K_0 are visible
-    if (1 < ntiles) load_keys(kslot(1), kc, bt, max_blocks, num_blocks, KV, kvh, kend - 2 * BN, kstart, kend, err);
-    load_keys(vslot(0), vc, bt, max_blocks, num_blocks, KV, kvh, kend - BN, kstart, kend, err);
-    cp_async_commit();
-    wgmma_fence();
-    issue_s(sc, qt, kslot(0));
-    wgmma_wait0();
-    fence_regs<BN / 2>(sc);
-    softmax_tile(sc, rw, kend - BN, masked(kend - BN), tq, scale_log2, ala, alb);
-    scale_pack(o, pa4, sc, ala, alb);
-    for (int j = 1; j < ntiles; j++) {
+    // Tile j (keys [kend - (j+1)*BN, kend - j*BN)): wait for its copies
+    // and start tile j+1's, S_j, its softmax, then O += P_j.V_j. The two
+    // warpgroups run the same steps; one barrier per tile.
+    for (int j = 0; j < ntiles; j++) {
       asm volatile("cp.async.wait_group 0;" ::: "memory");
-      async_proxy_fence();
-      __syncthreads();  // K_j and V_{j-1} are visible; every warp is done with K_{j-1} and V_{j-2}
-      if (j + 1 < ntiles)
+      async_proxy_fence();  // this thread's copies, visible to the tensor cores' reads
+      __syncthreads();      // tile j is visible, and every warp is done with tile j-1's slots
+      if (j + 1 < ntiles && ((ABL & 1) == 0 || j == 0)) {
         load_keys(kslot(j + 1), kc, bt, max_blocks, num_blocks, KV, kvh, kend - (j + 2) * BN, kstart, kend, err);
-      load_keys(vslot(j), vc, bt, max_blocks, num_blocks, KV, kvh, kend - (j + 1) * BN, kstart, kend, err);
+        load_keys(vslot(j + 1), vc, bt, max_blocks, num_blocks, KV, kvh, kend - (j + 2) * BN, kstart, kend, err);
+      }
       cp_async_commit();
       const int k0 = kend - (j + 1) * BN;
       wgmma_fence();
       issue_s(sc, qt, kslot(j));
-      issue_pv(o, pa4, vslot(j - 1));
-      wgmma_wait1();  // S_j is done; P_{j-1}.V_{j-1} may still run
+      wgmma_wait0();
       fence_regs<BN / 2>(sc);
+#if ABL & 2
+      ala = alb = 1.f;  // ablation: no softmax arithmetic
+#else
       softmax_tile(sc, rw, k0, masked(k0), tq, scale_log2, ala, alb);
-      wgmma_wait0();  // P_{j-1}.V_{j-1} is in o, and pa4 is free
-      fence_regs<HD / 2>(o);
+#endif
       scale_pack(o, pa4, sc, ala, alb);
+      wgmma_fence();
+      issue_pv(o, pa4, vslot(j));
+      wgmma_wait0();
+      fence_regs<HD / 2>(o);
     }
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
-    async_proxy_fence();
-    __syncthreads();  // V of the last tile is visible
-    wgmma_fence();
-    issue_pv(o, pa4, vslot(ntiles - 1));
-    wgmma_wait0();
-    fence_regs<HD / 2>(o);
     float la = rw.la, lb = rw.lb;
 
     // o[4n + e] holds dim 8n + 2tq + (e&1) of row ra (e < 2) or rb.
