@@ -84,11 +84,24 @@ __device__ __forceinline__ void ldsm_x4_t(u32 addr, u32& r0, u32& r1, u32& r2, u
 
 // load_kv starts the copy of keys [k0, k0+BN) of KV head kvh into the stage
 // at shared address st; keys outside [klo, khi) and keys whose block id is
-// bad (reported) are zero-filled. Every thread of the block calls it.
+// bad (reported) are zero-filled. Every thread of the block calls it. A
+// thread's block-table loads are all issued before its copies: the copies'
+// memory clobber would otherwise hold each load until the copy before it
+// is issued, one load latency per copy.
 __device__ __forceinline__ void load_kv(u32 st, const u16* kc, const u16* vc, const int* bt, int max_blocks, int num_blocks,
                                         int KV, int kvh, int k0, int klo, int khi, int* err) {
+  constexpr int NL = (BN * CPR + NT - 1) / NT;
+  int blk[NL];
 #pragma unroll
-  for (int i = 0; i < (BN * CPR + NT - 1) / NT; i++) {
+  for (int i = 0; i < NL; i++) {
+    int c = threadIdx.x + i * NT;
+    int p = k0 + c / CPR;
+    int bi = p / BS;
+    bool live = ((BN * CPR) % NT == 0 || c < BN * CPR) && p >= klo && p < khi;
+    blk[i] = live && bi < max_blocks ? bt[bi] : -2;  // -2: no key of the sequence (or no unit)
+  }
+#pragma unroll
+  for (int i = 0; i < NL; i++) {
     int c = threadIdx.x + i * NT;
     if ((BN * CPR) % NT != 0 && c >= BN * CPR) break;
     int r = c / CPR, col = (c - r * CPR) * 8;
@@ -98,9 +111,8 @@ __device__ __forceinline__ void load_kv(u32 st, const u16* kc, const u16* vc, co
     bool ok = false;
     if (p >= klo && p < khi) {
       int bi = p / BS;
-      int blk = bi < max_blocks ? bt[bi] : -1;
-      if (blk >= 0 && blk < num_blocks) {
-        i64 off = (((i64)blk * KV + kvh) * BS + (p - bi * BS)) * HD + col;
+      if (blk[i] >= 0 && blk[i] < num_blocks) {
+        i64 off = (((i64)blk[i] * KV + kvh) * BS + (p - bi * BS)) * HD + col;
         ks = kc + off;
         vs = vc + off;
         ok = true;
