@@ -588,20 +588,7 @@ func (b *Backend) prefillWGSpec(d, bs int) (modSpec, bool) {
 	if d == 128 && prefillWG == prefillWGOn {
 		pn = 128
 	}
-	return modSpec{file: "attn_prefill_wg", p: [6]int{d, bs, pn, prefillWGAblation, b2i(prefillWGPipe)}}, true
-}
-
-// prefillWGPipe selects the wgmma kernel's pipelined form (PIPE 1): each
-// warpgroup issues tile j's S before tile j-1's P.V and computes tile
-// j's softmax while the tensor cores run that product. A variable so
-// the benchmark and the tests can run both forms.
-var prefillWGPipe = true
-
-func b2i(v bool) int {
-	if v {
-		return 1
-	}
-	return 0
+	return modSpec{file: "attn_prefill_wg", p: [6]int{d, bs, pn, prefillWGAblation}}, true
 }
 
 // prefillWGAblation is the wgmma kernel's ABL constant: 0 in use; the

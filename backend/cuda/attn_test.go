@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strings"
 	"testing"
 
 	"github.com/trigon-llm/trigon/backend"
@@ -270,9 +269,8 @@ func TestAttention(t *testing.T) {
 
 // TestAttentionPrefillWG runs every TestAttention batch with prefill rows
 // at head dims 64 and 128 through each prefill kernel setting besides the
-// default: the wgmma kernel's other form (prefillWGPipe), with one or two
-// wgmma per P.V step (on, n64), and the mma.sync kernel (off);
-// TestAttention covers the default. Cache
+// default: the wgmma kernel with two m64n64k16 per P.V step (n64) and the
+// mma.sync kernel (off); TestAttention covers the default (on). Cache
 // blocks of 8 and 32 tokens (key tiles spanning and splitting blocks) are
 // added for every setting. On Hopper it first checks the wgmma kernel is
 // the one the default picks.
@@ -292,21 +290,14 @@ func TestAttentionPrefillWG(t *testing.T) {
 		{name: "prefill_bs32_gqa2_d64", h: 8, kv: 4, d: 64, seqs: []seqSpec{{1000, 1000}, {129, 65}}, bs: 32},
 		{name: "prefill_bs8_window33_d128", h: 8, kv: 2, d: 128, seqs: []seqSpec{{600, 600}, {250, 250}}, window: 33, bs: 8},
 	}
-	// The default form of the wgmma kernel runs in TestAttention; here the
-	// other form at both P.V widths, the default form at 64, and the
-	// mma.sync kernel.
-	other := "-pipe"
-	if !prefillWGPipe {
-		other = "+pipe"
-	}
-	for _, wg := range []string{"on", "on" + other, "n64" + other, "n64", "off"} {
+	for _, wg := range []string{"on", "n64", "off"} {
 		for _, tc := range append(attentionCases(), extra...) {
 			prefill := false
 			for _, s := range tc.seqs {
 				prefill = prefill || s.q > 1
 			}
 			if !prefill || (tc.d != 64 && tc.d != 128) || (wg == "on" && tc.bs == 0) {
-				continue // the default setting's cases are TestAttention's
+				continue // "on" is TestAttention's default run
 			}
 			tc.wg = wg
 			tc.stages = decodeStages // the decode kernels are TestAttention's
@@ -348,7 +339,7 @@ func TestPrefillWGSelect(t *testing.T) {
 		got := 0
 		if ok {
 			got = spec.p[2]
-			if spec.file != "attn_prefill_wg" || spec.p[0] != tc.d || spec.p[1] != 16 || spec.p[3] != 0 || spec.p[4] != b2i(prefillWGPipe) || len(spec.defines()) != 5 {
+			if spec.file != "attn_prefill_wg" || spec.p[0] != tc.d || spec.p[1] != 16 || spec.p[3] != 0 || len(spec.defines()) != 4 {
 				t.Errorf("%q %s d=%d: module %v", tc.env, tc.arch, tc.d, spec)
 			}
 		}
@@ -537,17 +528,11 @@ func testAttentionCase(t *testing.T, tc attnCase) {
 					decodeStages, decodeMaxSplits, decodeUnroll, attnCluster, clusterForce = st, ms, u, cl, cf
 					attnPrefetchBytes, kvEvictFirst = pfb, ef
 				}(decodeStages, decodeMaxSplits, decodeUnroll, attnCluster, clusterForce, attnPrefetchBytes, kvEvictFirst)
-				defer func(m prefillWGMode, pipe bool) { prefillWG, prefillWGPipe = m, pipe }(prefillWG, prefillWGPipe)
+				defer func(m prefillWGMode) { prefillWG = m }(prefillWG)
 				if tc.wg != "" {
-					// "MODE" or "MODE+pipe" / "MODE-pipe": the setting and
-					// the wgmma kernel's form.
-					mode, form, _ := strings.Cut(strings.NewReplacer("+", " +", "-", " -").Replace(tc.wg), " ")
-					t.Setenv(prefillWGEnv, mode)
+					t.Setenv(prefillWGEnv, tc.wg)
 					if err := applyPrefillWGEnv(); err != nil {
 						t.Fatal(err)
-					}
-					if form != "" {
-						prefillWGPipe = form == "+pipe"
 					}
 				}
 				decodeStages = st

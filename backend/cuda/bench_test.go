@@ -342,22 +342,15 @@ func benchBatch(b *testing.B, g *Backend, seqs, ctx, qlen, nbPer, numBlocks int,
 func BenchmarkAttentionPrefill(b *testing.B) {
 	g := benchBackend(b)
 	const h, kv, d, bs = 32, 8, 128, 16
-	defer func(m prefillWGMode, pipe bool) { prefillWG, prefillWGPipe = m, pipe }(prefillWG, prefillWGPipe)
-	type variant struct {
-		name string
-		wg   prefillWGMode
-		pipe bool
-	}
-	variants := []variant{{"wg_pipe", prefillWGOn, true}, {"wg", prefillWGOn, false}, {"wg_n64_pipe", prefillWGN64, true},
-		{"mma", prefillWGOff, false}}
+	defer func(m prefillWGMode) { prefillWG = m }(prefillWG)
 	for _, c := range []struct {
 		seqs, len int
-		v         variant
-	}{{4, 2048, variants[0]}, {4, 2048, variants[1]}, {4, 2048, variants[2]}, {4, 2048, variants[3]},
-		{1, 8192, variants[0]}, {1, 8192, variants[1]}, {1, 8192, variants[3]}} {
-		kernel := c.v.name
-		prefillWG, prefillWGPipe = c.v.wg, c.v.pipe
-		if _, ok := g.prefillWGSpec(d, bs); c.v.wg != prefillWGOff && !ok {
+		wg        prefillWGMode
+	}{{4, 2048, prefillWGOn}, {4, 2048, prefillWGN64}, {4, 2048, prefillWGOff},
+		{1, 8192, prefillWGOn}, {1, 8192, prefillWGN64}, {1, 8192, prefillWGOff}} {
+		kernel := map[prefillWGMode]string{prefillWGOn: "wg", prefillWGN64: "wg_n64", prefillWGOff: "mma"}[c.wg]
+		prefillWG = c.wg
+		if _, ok := g.prefillWGSpec(d, bs); c.wg != prefillWGOff && !ok {
 			continue // not Hopper: only the mma.sync kernel runs
 		}
 		b.Run(fmt.Sprintf("b%d_s%d_h%d_kv%d_d%d_%s", c.seqs, c.len, h, kv, d, kernel), func(b *testing.B) {
@@ -417,13 +410,9 @@ func BenchmarkAttentionPrefillWGAblation(b *testing.B) {
 	}()
 	args := backend.AttentionArgs{Out: out, Q: q, KCache: k, VCache: v, BlockTables: bt, SeqLens: sl, QueryStart: qs,
 		NumSeqs: seqs, MaxSeqLen: n, MaxQueryLen: n, NumHeads: h, NumKVHeads: kv, HeadDim: d, Scale: float32(1 / math.Sqrt(d))}
-	defer func(pipe bool) { prefillWGPipe = pipe }(prefillWGPipe)
-	for _, c := range []struct {
-		abl  int
-		pipe bool
-	}{{0, false}, {1, false}, {2, false}, {3, false}, {0, true}, {2, true}} {
-		prefillWGAblation, prefillWGPipe = c.abl, c.pipe
-		b.Run(fmt.Sprintf("abl%d_pipe%v", c.abl, c.pipe), func(b *testing.B) {
+	for _, abl := range []int{0, 1, 2, 3} {
+		prefillWGAblation = abl
+		b.Run(fmt.Sprintf("abl%d", abl), func(b *testing.B) {
 			const reps = 4
 			timeGraphOps(b, g, 0, reps, func() error { return g.Attention(args) })
 			flops := 4 * float64(n) * float64(n) / 2 * d * h * seqs

@@ -25,7 +25,7 @@ var fileParams = map[string][]string{
 	"rope":            {"HD", "BS", "QT", "CT", "NT"},
 	"attention":       {"HD", "BS", "GC", "UR"},
 	"attn_prefill":    {"HD", "BS", "BM", "BN", "NW", "QR"},
-	"attn_prefill_wg": {"HD", "BS", "PN", "ABL", "PIPE"},
+	"attn_prefill_wg": {"HD", "BS", "PN", "ABL"},
 	"attn_decode":     {"HD", "BS", "ST"},
 	"sample":          {},
 	"copy":            {},
@@ -294,9 +294,9 @@ func warmSpecs() []modSpec {
 			specs = append(specs, modSpec{file: "attention", p: [6]int{hd, 16, gc, decodeUnroll}})
 		}
 		specs = append(specs, prefillTiling(hd).spec(hd, 16),
-			modSpec{file: "attn_prefill_wg", p: [6]int{hd, 16, 64, 0, b2i(prefillWGPipe)}})
+			modSpec{file: "attn_prefill_wg", p: [6]int{hd, 16, 64, 0}})
 		if hd == 128 {
-			specs = append(specs, modSpec{file: "attn_prefill_wg", p: [6]int{hd, 16, 128, 0, b2i(prefillWGPipe)}})
+			specs = append(specs, modSpec{file: "attn_prefill_wg", p: [6]int{hd, 16, 128, 0}})
 		}
 		if st, ok := decodeMMAStages(90, hd); ok {
 			specs = append(specs, modSpec{file: "attn_decode", p: [6]int{hd, 16, st}})

@@ -677,7 +677,7 @@ for d in json.load(open(sys.argv[1])):
 final() {
 log "backend/cuda: every test"
 all_cuda_tests; rc=$?
-memcheck 'TestAddRMSNorm|TestRoPEStoreKV|TestMatMulAddPrefill/n17|TestAttention/(decode_gqa4_d128|mixed_gqa4_d128|decode_bs8_gqa4_d128|prefill_prefix_gqa8_d128)$'
+memcheck 'TestAddRMSNorm|TestRoPEStoreKV|TestMatMulAddPrefill/n17|TestAttention/(decode_gqa4_d128|mixed_gqa4_d128|decode_bs8_gqa4_d128|prefill_prefix_gqa8_d128)$|TestAttentionPrefillWG/prefill_bs8_gqa4_d128_wg_on$'
 log "fixture models and the default model on CUDA (llama.test)"
 (cd model/llama && "$root/.gpu/llama.test" -test.run 'TestFixturesCUDA|TestDefaultModelCUDAMatchesCPU' -test.v >"$OUT/llama-cuda.log" 2>&1)
 rc2=$?; echo "rc=$rc2" | tee -a "$OUT/summary.txt"; grep -E "worst|near tie|^(--- FAIL|FAIL|PASS)" "$OUT/llama-cuda.log" | tee -a "$OUT/summary.txt"
@@ -1133,6 +1133,14 @@ for round in 1 2; do
     $PY -c "import json,sys; r=json.load(open(sys.argv[1])); p=r['prefill_ms']; print(sys.argv[2], 'prefill p50 %.1f min %.1f ms; floors %.1f burst %.1f sustained: %.3fx / %.3fx; ITL p50 %.3f' % (p['p50'], p['min'], r['prefill_gemm_floor_ms'], r['prefill_gemm_floor_sustained_ms'], p['p50']/r['prefill_gemm_floor_ms'], p['p50']/r['prefill_gemm_floor_sustained_ms'], r['itl_ms']['p50']))" "$f" "$env" | tee -a "$OUT/summary.txt"
   done
 done
+}
+
+# wg_bench: the prefill attention benchmarks alone (every kernel setting
+# and the wgmma kernel's ablations).
+wg_bench() {
+log "BenchmarkAttentionPrefill, BenchmarkAttentionPrefillWGAblation (graph-timed)"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'AttentionPrefill' -test.benchtime 20x -test.v >"$OUT/wg-bench.log" 2>&1)
+grep -E "^Benchmark" "$OUT/wg-bench.log" | awk '{print $1, $3, $4, $5, $6}' | tee -a "$OUT/summary.txt"
 }
 
 # A part is skipped once SKIP_AFTER seconds (default 500) have passed, so

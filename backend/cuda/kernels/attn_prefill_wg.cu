@@ -6,8 +6,7 @@
 //
 // Specialised with -DHD=<head dim, 64 or 128> -DBS=<cache block size>
 // -DPN=<N of each P.V wgmma: 64, or 128 when HD is 128> -DABL=<0; an
-// ablation for benchmarks, below> -DPIPE=<1: tile j's softmax runs under
-// tile j-1's P.V>.
+// ablation for benchmarks, below>.
 //
 // Design:
 //   - A block owns 128 query rows (BM) of one head: two warpgroups of 64
@@ -32,11 +31,16 @@
 //     one m64n128k16 (PN 128) or HD/64 m64n64k16 (PN 64).
 //   - Two slots of a K and a V tile: tile j+1's copies are in flight
 //     while tile j is computed; one barrier per tile.
-//   - The two warpgroups run the same steps (S, softmax, P.V) in turn; the
-//     tensor cores idle during a group's softmax unless the other group's
-//     multiplies fill it. (Issuing tile j's S before tile j-1's P.V inside
-//     a group, to hide the softmax, needed 255 registers with spills and
-//     ran at 203 against 251 TFLOP/s: docs/benchmarks.md.)
+//   - Each tile: S_j is issued first, then tile j+1's block-table loads
+//     and copies while the tensor cores run it, then the softmax and
+//     O += P_j.V_j. The two warpgroups run the same steps; the tensor
+//     cores idle during a group's softmax unless the other group's
+//     multiplies fill it. Issuing tile j's S before tile j-1's P.V inside
+//     a group, to hide the softmax under it (FA3's intra-warpgroup
+//     pipelining; commit 88fdaec), needed 255 registers with 32 bytes of
+//     spills and ran slower: 277 against 284 TFLOP/s (docs/benchmarks.md).
+//     A multiply inside a branch makes ptxas serialise every wgmma
+//     (C7520); TestPrefillWGCompile fails on that warning and on spills.
 //   - ABL (benchmarks only, 0 in use): 1 loads only the first two tiles,
 //     2 skips the softmax arithmetic, to see what bounds the kernel.
 //
@@ -224,10 +228,10 @@ extern "C" __global__ void __launch_bounds__(NT, 1) attn_prefill_wg(
     u16* out, const u16* q, const u16* kc, const u16* vc, const int* block_tables, int max_blocks,
     const int* seq_lens, const int* qstart, int H, int KV, float scale_log2, int window, int num_blocks,
     int num_tokens, int max_seq_len, int* err) {
+  grid_dep_sync();
 #if !WGMMA_OK
   __trap();  // the host launches this kernel only on sm_90a
 #else
-  grid_dep_sync();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int s = blockIdx.y;
   const int q0 = qstart[s], qlen = qstart[s + 1] - q0;
@@ -272,9 +276,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) attn_prefill_wg(
     i64 off[NI];  // this thread's cache offsets in the tile loaded last
     tile_rows(off, bt, max_blocks, num_blocks, KV, kvh, kend - BN, kstart, kend, err);
     load_rows(kslot(0), kc, off);
-#if !PIPE
     load_rows(vslot(0), vc, off);
-#endif
     cp_async_commit();
 
     float o[HD / 2];
@@ -294,7 +296,6 @@ extern "C" __global__ void __launch_bounds__(NT, 1) attn_prefill_wg(
     // serialise.
     auto masked = [&](int k0) { return k0 + BN - 1 > gp_lo || k0 < glo_hi; };
 
-#if !PIPE
     // Tile j (keys [kend - (j+1)*BN, kend - j*BN)): wait for its copies,
     // issue S_j, start tile j+1's copies while the tensor cores run it,
     // then the softmax and O += P_j.V_j. One barrier per tile.
@@ -324,66 +325,6 @@ extern "C" __global__ void __launch_bounds__(NT, 1) attn_prefill_wg(
       wgmma_wait0();
       fence_regs<HD / 2>(o);
     }
-#else
-    // Pipelined inside each group: S_0 alone; then iteration j issues S_j
-    // and, behind it, P_{j-1}.V_{j-1}, waits for S_j only and computes its
-    // softmax while the tensor cores run the P.V, then rescales O; a last
-    // P.V drains it. K runs one tile ahead of V: iteration j reads K_j and
-    // V_{j-1} and loads V_j (offsets kept from K_j's load) and K_{j+1}
-    // into the slots tiles j-2 and j-1 used. No multiply sits in a branch
-    // (ptxas serialises those).
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
-    async_proxy_fence();
-    __syncthreads();  // Q and K_0 are visible
-    wgmma_fence();
-    issue_s(sc, qt, kslot(0));
-    load_rows(vslot(0), vc, off);
-    if (1 < ntiles) {
-      tile_rows(off, bt, max_blocks, num_blocks, KV, kvh, kend - 2 * BN, kstart, kend, err);
-      load_rows(kslot(1), kc, off);
-    }
-    cp_async_commit();
-    wgmma_wait0();
-    fence_regs<BN / 2>(sc);
-#if ABL & 2
-    ala = alb = 1.f;
-#else
-    softmax_tile(sc, rw, kend - BN, masked(kend - BN), tq, scale_log2, ala, alb);
-#endif
-    scale_pack(o, pa4, sc, ala, alb);
-    for (int j = 1; j < ntiles; j++) {
-      asm volatile("cp.async.wait_group 0;" ::: "memory");
-      async_proxy_fence();
-      __syncthreads();  // K_j and V_{j-1} are visible; every warp is done with K_{j-1} and V_{j-2}
-      const int k0 = kend - (j + 1) * BN;
-      wgmma_fence();
-      issue_s(sc, qt, kslot(j));
-      issue_pv(o, pa4, vslot(j - 1));
-      load_rows(vslot(j), vc, off);
-      if (j + 1 < ntiles && (ABL & 1) == 0) {
-        tile_rows(off, bt, max_blocks, num_blocks, KV, kvh, kend - (j + 2) * BN, kstart, kend, err);
-        load_rows(kslot(j + 1), kc, off);
-      }
-      cp_async_commit();
-      wgmma_wait1();  // S_j is done; P_{j-1}.V_{j-1} may still run
-      fence_regs<BN / 2>(sc);
-#if ABL & 2
-      ala = alb = 1.f;
-#else
-      softmax_tile(sc, rw, k0, masked(k0), tq, scale_log2, ala, alb);
-#endif
-      wgmma_wait0();  // P_{j-1}.V_{j-1} is in o, and pa4 is free
-      fence_regs<HD / 2>(o);
-      scale_pack(o, pa4, sc, ala, alb);
-    }
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
-    async_proxy_fence();
-    __syncthreads();  // the last V is visible
-    wgmma_fence();
-    issue_pv(o, pa4, vslot(ntiles - 1));
-    wgmma_wait0();
-    fence_regs<HD / 2>(o);
-#endif
     float la = rw.la, lb = rw.lb;
 
     // o[4n + e] holds dim 8n + 2tq + (e&1) of row ra (e < 2) or rb.
