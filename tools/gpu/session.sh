@@ -1143,6 +1143,20 @@ log "BenchmarkAttentionPrefill, BenchmarkAttentionPrefillWGAblation (graph-timed
 grep -E "^Benchmark" "$OUT/wg-bench.log" | awk '{print $1, $3, $4, $5, $6}' | tee -a "$OUT/summary.txt"
 }
 
+# p99_spread: the batch-4 decode's p99 over RUNS (default 4) processes of
+# `bench latency --iters 10`, graphs on, each against its own floors: how
+# the p99 the peers' single run reports varies between processes.
+p99_spread() {
+log "bench latency llama-3-8b --batch 4 --input-len 2048 --output-len 128 --cuda-graphs on --iters 10, ${RUNS:-4} runs"
+for r in $(seq "${RUNS:-4}"); do
+  local f="$OUT/spread-$r.json"
+  .gpu/trigon bench latency --arch llama-3-8b --batch 4 --input-len 2048 --output-len 128 --iters 10 --device cuda \
+    --cuda-graphs on --json >"$f" 2>>"$OUT/bench.err" || tail -3 "$OUT/bench.err"
+  $PY -c "import json,sys; d=json.load(open(sys.argv[1])); i=d['itl_ms']; fa=d['decode_floor_all_weights_ms']; p=d['prefill_ms']['p50']
+print('run %s: %d ITLs, p50 %.3f p99 %.3f ms = %.3fx / %.3fx the floor %.3f, %.3fx / %.3fx the all-weights floor %.3f; prefill p50 %.1f ms = %.3fx burst, %.3fx sustained' % (sys.argv[2], i['count'], i['p50'], i['p99'], i['p50']/d['decode_floor_ms'], i['p99']/d['decode_floor_ms'], d['decode_floor_ms'], i['p50']/fa, i['p99']/fa, fa, p, p/d['prefill_gemm_floor_ms'], p/d['prefill_gemm_floor_sustained_ms']))" "$f" "$r" | tee -a "$OUT/summary.txt"
+done
+}
+
 # A part is skipped once SKIP_AFTER seconds (default 500) have passed, so
 # that the logs still come back inside the device's 600-second limit.
 for part in ${@:-checks bigref}; do
