@@ -221,14 +221,15 @@ type MemoryReporter interface {
 }
 
 // QKVRoPEFuser is an optional Backend interface: the QKV projection fused with RoPEStoreKV.
-// FusedQKVRoPE computes x . w^T, then what RoPEStoreKV(args) does with it, and may leave
-// args.QKV unwritten. It returns false, having queued nothing, where it does not fuse these
-// operands; the caller then runs MatMul and RoPEStoreKV.
+// FusedQKVRoPE computes x . w^T (+ bias), then what RoPEStoreKV(args) does with it, and may
+// leave args.QKV unwritten. It returns false, having queued nothing, where it does not fuse
+// these operands; the caller then runs MatMul(args.QKV, x, w, bias) and RoPEStoreKV.
 //
 //	x [numTokens, inFeatures]
 //	w [(numHeads+2*numKVHeads)*headDim, inFeatures]
+//	bias [(numHeads+2*numKVHeads)*headDim] or nil (Qwen2's attention bias)
 type QKVRoPEFuser interface {
-	FusedQKVRoPE(x, w Tensor, args RoPEArgs) (bool, error)
+	FusedQKVRoPE(x, w, bias Tensor, args RoPEArgs) (bool, error)
 }
 
 // NormFuser is an optional Backend interface (decode-sized batches; the

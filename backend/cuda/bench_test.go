@@ -632,7 +632,7 @@ func BenchmarkNormFused(b *testing.B) {
 			if err := g.AddRMSNorm(normed, h, nil, normW, eps); err != nil {
 				return err
 			}
-			return fused(g.FusedQKVRoPE(normed, w, rope))
+			return fused(g.FusedQKVRoPE(normed, w, nil, rope))
 		}},
 		{"mlp", 2 * inter, k, func(w backend.Tensor, fuse bool) error {
 			if fuse {
@@ -780,7 +780,7 @@ func (c *chainBench) separate(kind string, l chainLayer) error {
 		if err := g.AddRMSNormPrefetch(c.normed, c.resid, nil, l.g1, cbEps, l.qkv); err != nil {
 			return err
 		}
-		return mustRun(g.FusedQKVRoPE(c.normed, l.qkv, c.rope))
+		return mustRun(g.FusedQKVRoPE(c.normed, l.qkv, nil, c.rope))
 	}
 }
 

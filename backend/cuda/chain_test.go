@@ -237,7 +237,7 @@ func (c *chainCase) separate() chainOut {
 	c.p.must("silu", g.SiLUMul(c.gact, gu))
 	add(c.gact, c.gdown)
 	c.p.must("input norm", g.AddRMSNorm(normed, c.q.gx, nil, c.gg1, chainEps))
-	ok, err := g.FusedQKVRoPE(normed, c.q.gw, c.q.gpuArgs())
+	ok, err := g.FusedQKVRoPE(normed, c.q.gw, nil, c.q.gpuArgs())
 	c.p.must("FusedQKVRoPE", err)
 	if !ok {
 		c.p.must("qkv", g.MatMul(c.q.gqkv, normed, c.q.gw, nil))

@@ -376,7 +376,7 @@ func (b *Backend) NormQKVRoPE(h, normW backend.Tensor, eps float32, w backend.Te
 		if err != nil {
 			return err
 		}
-		return b.qkvRoPECall(c, ht.ptr, wt.ptr, r, k, pristine, gt.ptr, eps)
+		return b.qkvRoPECall(c, ht.ptr, wt.ptr, r, k, pristine, 0, gt.ptr, eps)
 	}); err != nil {
 		return false, err
 	}

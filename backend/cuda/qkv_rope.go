@@ -70,37 +70,57 @@ func applyFuseEnv() (err error) {
 // FusedQKVRoPE implements backend.QKVRoPEFuser: for decode-sized batches
 // whose QKV product the tuner gave to the GEMV, one kernel (qkv_rope_bf16
 // in kernels/gemv.cu) computes the projection and does RoPEStoreKV's work
-// in its epilogue, leaving a.QKV unwritten. That saves a launch and a
-// round trip of the projection through memory per layer (rope_store_kv
-// was ~3.7 us of each Llama-3-8B layer at batch 4 on the H200). The
-// result is bit for bit that of MatMul followed by RoPEStoreKV on the
-// GEMV path.
+// in its epilogue, leaving a.QKV unwritten; a bias (Qwen2's) is added
+// there too, rounded as MatMul's add_bias rounds it. That saves a launch
+// (two with a bias) and a round trip of the projection through memory per
+// layer (rope_store_kv was ~3.7 us of each Llama-3-8B layer at batch 4 on
+// the H200). The result is bit for bit that of MatMul followed by
+// RoPEStoreKV on the GEMV path.
 //
 // Whether it fuses is decided here, on the caller's goroutine, from the
 // operands alone: x and w BF16, at most gemvMaxRows rows, a.QKV, a.Q and
-// the caches BF16, no Q/K norm, a head dim that is a multiple of 16, the
-// GEMV enabled and able to take the operands. Otherwise it returns false
-// and queues nothing. Operands that MatMul(a.QKV, x, w, nil) or
-// RoPEStoreKV(a) would refuse are an ErrShape error.
+// the caches BF16, no Q/K norm, no bias or an F32 one, a head dim that is
+// a multiple of 16, the GEMV enabled and able to take the operands.
+// Otherwise it returns false and queues nothing. Operands that
+// MatMul(a.QKV, x, w, bias) or RoPEStoreKV(a) would refuse are an ErrShape
+// error.
 //
 // Which kernel runs is decided on the CUDA thread: for at most
 // qkvGEMVMaxRows rows the fused kernel with the pinned variant qkvGEMV;
 // otherwise (or with qkvGEMV unset) the plan's choice: the first eager
 // call tunes the shape (x . w^T into a.QKV) exactly as MatMul does, and
 // where cuBLASLt won, the call runs the unfused pair (cuBLASLt into
-// a.QKV, then rope_store_kv). Either way the work is queued and it
-// returns true.
+// a.QKV, then add_bias and rope_store_kv). The bulk GEMV's QKV kernel
+// (bulkQKV, off by default) takes no bias. Either way the work is queued
+// and it returns true.
 //
-//	x [n, k] BF16;  w [(H+2*KV)*hd, k] BF16
+//	x [n, k] BF16;  w [(H+2*KV)*hd, k] BF16;  bias [(H+2*KV)*hd] F32 or nil
 //	a as for RoPEStoreKV: a.QKV [n, (H+2*KV)*hd] (also the tuner's scratch)
-func (b *Backend) FusedQKVRoPE(x, w backend.Tensor, a backend.RoPEArgs) (bool, error) {
+func (b *Backend) FusedQKVRoPE(x, w, bias backend.Tensor, a backend.RoPEArgs) (bool, error) {
 	xt, wt, r, fuse, err := b.qkvRoPEOperands(x, w, a)
 	if err != nil || !fuse {
 		return false, err
 	}
+	var bt *tensor
+	if bias != nil {
+		// Checked as MatMul(a.QKV, x, w, bias) checks it; only an F32 bias
+		// (the model's widened one) fuses.
+		if bt, err = b.tensorOf("matmul", "bias", bias); err != nil {
+			return false, err
+		}
+		if err := checkDType("matmul", "bias", bt, floatDTypes...); err != nil {
+			return false, err
+		}
+		if err := checkShape("matmul", "bias", bt, r.qkv.shape[1]); err != nil {
+			return false, err
+		}
+		if bt.dt != backend.F32 || overlaps(bt, r.q) || overlaps(bt, r.kc) || overlaps(bt, r.vc) {
+			return false, nil
+		}
+	}
 	// Read now, in queue order, as MatMul does.
 	pristine := wt.owner != nil && wt.owner.pristine.Load()
-	if err := b.post(func() error { return b.qkvRoPE(xt, wt, r, wt.shape[1], pristine) }); err != nil {
+	if err := b.post(func() error { return b.qkvRoPE(xt, wt, bt, r, wt.shape[1], pristine) }); err != nil {
 		return false, err
 	}
 	return true, nil
@@ -159,10 +179,14 @@ func (b *Backend) qkvRoPEOperands(x, w backend.Tensor, a backend.RoPEArgs) (xt, 
 // qkvRoPE runs on the CUDA thread: the fused kernel with qkvGEMV's
 // variant (up to qkvGEMVMaxRows rows) or where the shape's plan kept the
 // GEMV, else cuBLASLt into r.qkv and rope_store_kv. earlyW as for gemm.
-func (b *Backend) qkvRoPE(xt, wt *tensor, r ropeOps, k int, earlyW bool) error {
+func (b *Backend) qkvRoPE(xt, wt, bt *tensor, r ropeOps, k int, earlyW bool) error {
 	n, m := r.n, r.qkv.shape[1]
-	if c := bulkPickQKV(m, k, b.sms); bulkQKV && b.bulkFused(c, n, k, xt.ptr, wt.ptr) {
+	if c := bulkPickQKV(m, k, b.sms); bulkQKV && bt == nil && b.bulkFused(c, n, k, xt.ptr, wt.ptr) {
 		return b.bulkQKVCall(c, xt.ptr, wt.ptr, r, k, earlyW)
+	}
+	var bias uint64
+	if bt != nil {
+		bias = bt.ptr
 	}
 	p, err := b.gemmPlanFor(r.qkv.ptr, cudaR16BF, xt.ptr, wt.ptr, n, m, k)
 	if err != nil {
@@ -177,15 +201,24 @@ func (b *Backend) qkvRoPE(xt, wt *tensor, r ropeOps, k int, earlyW bool) error {
 		if err := b.gemmWith(p, r.qkv.ptr, cudaR16BF, xt.ptr, wt.ptr, n, m, k, earlyW); err != nil {
 			return err
 		}
+		if bt != nil {
+			f, err := b.fn(fnKey{modSpec{file: "act", p: [6]int{int(backend.F32), int(backend.BF16)}}, "add_bias"})
+			if err != nil {
+				return err
+			}
+			if err := b.launch(f, [3]int{b.gridFor(n * m), 1, 1}, 256, 0, r.qkv.ptr, bt.ptr, i32(n), i32(m)); err != nil {
+				return err
+			}
+		}
 		return b.ropeStore(r)
 	}
-	return b.qkvRoPECall(c, xt.ptr, wt.ptr, r, k, earlyW, 0, 0)
+	return b.qkvRoPECall(c, xt.ptr, wt.ptr, r, k, earlyW, bias, 0, 0)
 }
 
-// qkvRoPECall launches qkv_rope_bf16 with GEMV variant c; with a norm
-// weight g (F32 [k], else 0), x is normalised in the kernel. CUDA thread
-// only.
-func (b *Backend) qkvRoPECall(c gemvConfig, x, w uint64, r ropeOps, k int, earlyW bool, g uint64, eps float32) error {
+// qkvRoPECall launches qkv_rope_bf16 with GEMV variant c; with a bias
+// (F32 [m], else 0) it is added to the projection; with a norm weight g
+// (F32 [k], else 0), x is normalised in the kernel. CUDA thread only.
+func (b *Backend) qkvRoPECall(c gemvConfig, x, w uint64, r ropeOps, k int, earlyW bool, bias, g uint64, eps float32) error {
 	spec := modSpec{file: "gemv", p: [6]int{(r.n + 7) / 8, c.nw, c.ur, dtBF16}}
 	if g != 0 {
 		spec = normModule(r.n, c)
@@ -196,7 +229,7 @@ func (b *Backend) qkvRoPECall(c gemvConfig, x, w uint64, r ropeOps, k int, early
 	}
 	blocks := (r.h + 2*r.kvh) * r.d / 16
 	return b.launch(f, [3]int{blocks, 1, 1}, c.nw*32, 0, r.q.ptr, x, w, r.pos.ptr, r.slots.ptr, r.kc.ptr, r.vc.ptr,
-		r.invf.ptr, g, f32bits(eps), i32(r.n), i32(k), i32(r.h), i32(r.kvh), i32(r.d), i32(r.blockSize), i32(r.numSlots),
+		r.invf.ptr, bias, g, f32bits(eps), i32(r.n), i32(k), i32(r.h), i32(r.kvh), i32(r.d), i32(r.blockSize), i32(r.numSlots),
 		b.errDev, flag(earlyW))
 }
 

@@ -83,67 +83,77 @@ func TestFusedQKVRoPERefusals(t *testing.T) {
 		op   func() (bool, error)
 		want int
 	}{
-		{"valid", func() (bool, error) { return h.b.FusedQKVRoPE(x, w, rope()) }, fused},
-		{"16 rows", func() (bool, error) { x, a := rows(16); return h.b.FusedQKVRoPE(x, w, a) }, fused},
-		{"one row", func() (bool, error) { x, a := rows(1); return h.b.FusedQKVRoPE(x, w, a) }, fused},
+		{"valid", func() (bool, error) { return h.b.FusedQKVRoPE(x, w, nil, rope()) }, fused},
+		{"16 rows", func() (bool, error) { x, a := rows(16); return h.b.FusedQKVRoPE(x, w, nil, a) }, fused},
+		{"one row", func() (bool, error) { x, a := rows(1); return h.b.FusedQKVRoPE(x, w, nil, a) }, fused},
+		{"F32 bias", func() (bool, error) { return h.b.FusedQKVRoPE(x, w, h.t(f32, width), rope()) }, fused},
+		{"BF16 bias", func() (bool, error) { return h.b.FusedQKVRoPE(x, w, h.t(bf, width), rope()) }, refused},
+		{"bias overlaps Q", func() (bool, error) {
+			qt := q.(*tensor)
+			bq := &tensor{b: h.b, dt: f32, shape: []int{width}, ptr: qt.ptr, bytes: width * 4}
+			return h.b.FusedQKVRoPE(x, w, bq, rope())
+		}, refused},
+		{"bias length", func() (bool, error) { return h.b.FusedQKVRoPE(x, w, h.t(f32, width+1), rope()) }, bad},
+		{"bias dtype", func() (bool, error) { return h.b.FusedQKVRoPE(x, w, h.t(i32, width), rope()) }, bad},
+		{"bias 2-d", func() (bool, error) { return h.b.FusedQKVRoPE(x, w, h.t(f32, 1, width), rope()) }, bad},
 
-		{"17 rows", func() (bool, error) { x, a := rows(17); return h.b.FusedQKVRoPE(x, w, a) }, refused},
-		{"QNorm", func() (bool, error) { a := rope(); a.QNorm = h.t(bf, hd); return h.b.FusedQKVRoPE(x, w, a) }, refused},
-		{"KNorm", func() (bool, error) { a := rope(); a.KNorm = h.t(f32, hd); return h.b.FusedQKVRoPE(x, w, a) }, refused},
+		{"17 rows", func() (bool, error) { x, a := rows(17); return h.b.FusedQKVRoPE(x, w, nil, a) }, refused},
+		{"QNorm", func() (bool, error) { a := rope(); a.QNorm = h.t(bf, hd); return h.b.FusedQKVRoPE(x, w, nil, a) }, refused},
+		{"KNorm", func() (bool, error) { a := rope(); a.KNorm = h.t(f32, hd); return h.b.FusedQKVRoPE(x, w, nil, a) }, refused},
 		{"F32 caches", func() (bool, error) {
 			a := rope()
 			a.KCache, a.VCache = h.t(f32, blocks, kvh, bs, hd), h.t(f32, blocks, kvh, bs, hd)
-			return h.b.FusedQKVRoPE(x, w, a)
+			return h.b.FusedQKVRoPE(x, w, nil, a)
 		}, refused},
-		{"F32 x", func() (bool, error) { return h.b.FusedQKVRoPE(h.t(f32, n, hidden), w, rope()) }, refused},
-		{"Q8_0 w", func() (bool, error) { return h.b.FusedQKVRoPE(x, h.t(backend.Q8_0, width, hidden), rope()) }, refused},
+		{"F32 x", func() (bool, error) { return h.b.FusedQKVRoPE(h.t(f32, n, hidden), w, nil, rope()) }, refused},
+		{"Q8_0 w", func() (bool, error) { return h.b.FusedQKVRoPE(x, h.t(backend.Q8_0, width, hidden), nil, rope()) }, refused},
 		{"F32 QKV and Q", func() (bool, error) {
 			a := rope()
 			a.QKV, a.Q = h.t(f32, n, width), h.t(f32, n, heads*hd)
-			return h.b.FusedQKVRoPE(x, w, a)
+			return h.b.FusedQKVRoPE(x, w, nil, a)
 		}, refused},
-		{"head dim 24", func() (bool, error) { x, w, a := headDim24(); return h.b.FusedQKVRoPE(x, w, a) }, refused},
+		{"head dim 24", func() (bool, error) { x, w, a := headDim24(); return h.b.FusedQKVRoPE(x, w, nil, a) }, refused},
 		{"k not a multiple of 8", func() (bool, error) {
-			return h.b.FusedQKVRoPE(h.t(bf, n, hidden+4), h.t(bf, width, hidden+4), rope())
+			return h.b.FusedQKVRoPE(h.t(bf, n, hidden+4), h.t(bf, width, hidden+4), nil, rope())
 		}, refused},
 		{"x overlaps Q", func() (bool, error) {
 			qt := q.(*tensor)
 			xq := &tensor{b: h.b, dt: bf, shape: []int{n, hidden}, ptr: qt.ptr, bytes: n * hidden * 2}
-			return h.b.FusedQKVRoPE(xq, w, rope())
+			return h.b.FusedQKVRoPE(xq, w, nil, rope())
 		}, refused},
 		{"GEMV off", func() (bool, error) {
 			gemvEnabled = false
 			defer func() { gemvEnabled = true }()
-			return h.b.FusedQKVRoPE(x, w, rope())
+			return h.b.FusedQKVRoPE(x, w, nil, rope())
 		}, refused},
 
-		{"w rows", func() (bool, error) { return h.b.FusedQKVRoPE(x, h.t(bf, width+16, hidden), rope()) }, bad},
-		{"x inner dim", func() (bool, error) { return h.b.FusedQKVRoPE(h.t(bf, n, hidden+8), w, rope()) }, bad},
-		{"x rows", func() (bool, error) { return h.b.FusedQKVRoPE(h.t(bf, n+1, hidden), w, rope()) }, bad},
-		{"w 3-d", func() (bool, error) { return h.b.FusedQKVRoPE(x, h.t(bf, 1, width, hidden), rope()) }, bad},
-		{"w dtype", func() (bool, error) { return h.b.FusedQKVRoPE(x, h.t(i32, width, hidden), rope()) }, bad},
-		{"nil x", func() (bool, error) { return h.b.FusedQKVRoPE(nil, w, rope()) }, bad},
+		{"w rows", func() (bool, error) { return h.b.FusedQKVRoPE(x, h.t(bf, width+16, hidden), nil, rope()) }, bad},
+		{"x inner dim", func() (bool, error) { return h.b.FusedQKVRoPE(h.t(bf, n, hidden+8), w, nil, rope()) }, bad},
+		{"x rows", func() (bool, error) { return h.b.FusedQKVRoPE(h.t(bf, n+1, hidden), w, nil, rope()) }, bad},
+		{"w 3-d", func() (bool, error) { return h.b.FusedQKVRoPE(x, h.t(bf, 1, width, hidden), nil, rope()) }, bad},
+		{"w dtype", func() (bool, error) { return h.b.FusedQKVRoPE(x, h.t(i32, width, hidden), nil, rope()) }, bad},
+		{"nil x", func() (bool, error) { return h.b.FusedQKVRoPE(nil, w, nil, rope()) }, bad},
 		{"QKV is x", func() (bool, error) {
 			a := rope()
 			a.QKV = h.t(bf, n, width)
-			return h.b.FusedQKVRoPE(a.QKV, h.t(bf, width, width), a)
+			return h.b.FusedQKVRoPE(a.QKV, h.t(bf, width, width), nil, a)
 		}, bad},
-		{"QKV width", func() (bool, error) { a := rope(); a.QKV = h.t(bf, n, heads*hd); return h.b.FusedQKVRoPE(x, w, a) }, bad},
-		{"heads not a multiple", func() (bool, error) { a := rope(); a.NumKVHeads = 3; return h.b.FusedQKVRoPE(x, w, a) }, bad},
-		{"positions length", func() (bool, error) { a := rope(); a.Positions = h.t(i32, n+1); return h.b.FusedQKVRoPE(x, w, a) }, bad},
-		{"slot mapping dtype", func() (bool, error) { a := rope(); a.SlotMapping = h.t(f32, n); return h.b.FusedQKVRoPE(x, w, a) }, bad},
+		{"QKV width", func() (bool, error) { a := rope(); a.QKV = h.t(bf, n, heads*hd); return h.b.FusedQKVRoPE(x, w, nil, a) }, bad},
+		{"heads not a multiple", func() (bool, error) { a := rope(); a.NumKVHeads = 3; return h.b.FusedQKVRoPE(x, w, nil, a) }, bad},
+		{"positions length", func() (bool, error) { a := rope(); a.Positions = h.t(i32, n+1); return h.b.FusedQKVRoPE(x, w, nil, a) }, bad},
+		{"slot mapping dtype", func() (bool, error) { a := rope(); a.SlotMapping = h.t(f32, n); return h.b.FusedQKVRoPE(x, w, nil, a) }, bad},
 		{"cache heads", func() (bool, error) {
 			a := rope()
 			a.KCache = h.t(bf, blocks, kvh+1, bs, hd)
-			return h.b.FusedQKVRoPE(x, w, a)
+			return h.b.FusedQKVRoPE(x, w, nil, a)
 		}, bad},
 		{"V cache dtype", func() (bool, error) {
 			a := rope()
 			a.VCache = h.t(f32, blocks, kvh, bs, hd)
-			return h.b.FusedQKVRoPE(x, w, a)
+			return h.b.FusedQKVRoPE(x, w, nil, a)
 		}, bad},
-		{"inv freq length", func() (bool, error) { a := rope(); a.InvFreq = h.t(f32, hd); return h.b.FusedQKVRoPE(x, w, a) }, bad},
-		{"Q dtype", func() (bool, error) { a := rope(); a.Q = h.t(f32, n, heads*hd); return h.b.FusedQKVRoPE(x, w, a) }, bad},
+		{"inv freq length", func() (bool, error) { a := rope(); a.InvFreq = h.t(f32, hd); return h.b.FusedQKVRoPE(x, w, nil, a) }, bad},
+		{"Q dtype", func() (bool, error) { a := rope(); a.Q = h.t(f32, n, heads*hd); return h.b.FusedQKVRoPE(x, w, nil, a) }, bad},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ok, err := tc.op()
@@ -170,7 +180,15 @@ type qkvCase struct {
 	gkc, gvc           backend.Tensor
 	gpos, gslots       backend.Tensor
 	ginvf              backend.Tensor
+	cbias, gbias       backend.Tensor // F32 [m], or nil (withBias)
 	qPoison, qkvPoison []byte
+}
+
+// withBias gives the case an F32 QKV bias (fresh random values, as large
+// as the products), which every run then adds.
+func (c *qkvCase) withBias() *qkvCase {
+	c.cbias, c.gbias = c.p.same(backend.F32, []int{c.m}, encode(backend.F32, c.p.normal(c.m, 1)))
+	return c
 }
 
 const qkvBlockSize = 16
@@ -262,7 +280,7 @@ func sameQKV(t *testing.T, label string, got, want qkvOut) {
 // unfused runs MatMul then RoPEStoreKV.
 func (c *qkvCase) unfused() qkvOut {
 	c.reset()
-	c.p.must("matmul", c.p.g.MatMul(c.gqkv, c.gx, c.gw, nil))
+	c.p.must("matmul", c.p.g.MatMul(c.gqkv, c.gx, c.gw, c.gbias))
 	c.p.must("rope", c.p.g.RoPEStoreKV(c.gpuArgs()))
 	return c.read()
 }
@@ -271,7 +289,7 @@ func (c *qkvCase) unfused() qkvOut {
 func (c *qkvCase) fused() qkvOut {
 	c.p.t.Helper()
 	c.reset()
-	ok, err := c.p.g.FusedQKVRoPE(c.gx, c.gw, c.gpuArgs())
+	ok, err := c.p.g.FusedQKVRoPE(c.gx, c.gw, c.gbias, c.gpuArgs())
 	c.p.must("fused", err)
 	if !ok {
 		c.p.t.Fatal("FusedQKVRoPE returned false for operands it fuses")
@@ -355,7 +373,8 @@ func (c *qkvCase) checkCPU(what string, got qkvOut) {
 // TestFusedQKVRoPE compares the fused projection + RoPE + KV write with
 // MatMul then RoPEStoreKV on the GEMV path (byte for byte, with every GEMV
 // variant forced in turn) and with the CPU backend (bf16 tolerance), and
-// checks the cuBLASLt fallback the tuner's choice may give.
+// checks the cuBLASLt fallback the tuner's choice may give; with a QKV
+// bias (Qwen2's) too, at Llama-3-8B's and a small shape.
 func TestFusedQKVRoPE(t *testing.T) {
 	sharedBackend(t, true)
 	withBulkQKV(t, false)        // the register GEMV's kernel: its bytes are compared
@@ -363,56 +382,79 @@ func TestFusedQKVRoPE(t *testing.T) {
 	if !gemvEnabled {
 		t.Skip("the GEMV is off (TRIGON_CUDA_GEMV=off): nothing fuses")
 	}
-	for _, s := range []struct{ h, kv, hd, k int }{{32, 8, 128, 4096}, {8, 2, 64, 1024}, {4, 4, 16, 1000}, {16, 2, 256, 2048}} {
+	type shape struct{ h, kv, hd, k int }
+	type qkvTest struct {
+		shape
+		n    int
+		bias bool
+	}
+	var cases []qkvTest
+	for _, s := range []shape{{32, 8, 128, 4096}, {8, 2, 64, 1024}, {4, 4, 16, 1000}, {16, 2, 256, 2048}} {
 		for _, n := range []int{1, 3, 4, 9, 16} {
-			t.Run(fmt.Sprintf("h%d_kv%d_hd%d_k%d_n%d", s.h, s.kv, s.hd, s.k, n), func(t *testing.T) {
-				p := newPair(t)
-				c := newQKVCase(p, s.h, s.kv, s.hd, s.k, n)
-				p.must("cpu matmul", p.c.MatMul(c.cqkv, c.cx, c.cw, nil))
-				p.must("cpu rope", p.c.RoPEStoreKV(c.cpuArgs()))
-				c.checkCPU("unfused", c.unfused()) // makes and tunes the shape's plan
-				tuned := c.forceGEMV(gemvConfig{})
-				t.Cleanup(func() { c.forceGEMV(tuned) })
-				t.Logf("tuner's choice: %+v", tuned)
-				for _, v := range gemvConfigs {
-					c.forceGEMV(v)
-					want, got := c.unfused(), c.fused()
-					sameQKV(t, fmt.Sprintf("GEMV %+v", v), got, want)
-					if string(got.qkv) != string(c.qkvPoison) {
-						t.Fatalf("GEMV %+v: QKV was written: the unfused fallback ran, not the fused kernel", v)
-					}
-					c.checkCPU(fmt.Sprintf("fused %+v", v), got)
-				}
-				c.forceGEMV(gemvConfig{})
-				got := c.fused()
-				if string(got.qkv) == string(c.qkvPoison) {
-					t.Fatal("cuBLASLt plan: QKV unwritten, the fallback did not run")
-				}
-				c.checkCPU("fallback", got)
-				// A pinned variant (qkvGEMV) runs up to qkvGEMVMaxRows
-				// rows whatever the plan kept (cuBLASLt here), giving
-				// the bytes of that variant's MatMul + RoPEStoreKV;
-				// more rows keep the plan's fallback.
-				for _, v := range gemvConfigs {
-					c.forceGEMV(v)
-					want := c.unfused()
-					c.forceGEMV(gemvConfig{})
-					qkvGEMV = v
-					got := c.fused()
-					qkvGEMV = gemvConfig{}
-					if n > qkvGEMVMaxRows {
-						if string(got.qkv) == string(c.qkvPoison) {
-							t.Fatalf("pinned %+v at %d rows: QKV unwritten, the pin was used past qkvGEMVMaxRows", v, n)
-						}
-						continue
-					}
-					if string(got.qkv) != string(c.qkvPoison) {
-						t.Fatalf("pinned %+v: QKV was written: the cuBLASLt fallback ran, not the pinned kernel", v)
-					}
-					sameQKV(t, fmt.Sprintf("pinned %+v", v), got, want)
-				}
-			})
+			cases = append(cases, qkvTest{s, n, false})
 		}
+	}
+	for _, s := range []shape{{28, 4, 128, 3584}, {8, 2, 64, 1024}} { // Qwen2.5-7B's heads and hidden size first
+		for _, n := range []int{1, 4, 9} {
+			cases = append(cases, qkvTest{s, n, true})
+		}
+	}
+	for _, tc := range cases {
+		s, n := tc.shape, tc.n
+		name := fmt.Sprintf("h%d_kv%d_hd%d_k%d_n%d", s.h, s.kv, s.hd, s.k, n)
+		if tc.bias {
+			name += "_bias"
+		}
+		t.Run(name, func(t *testing.T) {
+			p := newPair(t)
+			c := newQKVCase(p, s.h, s.kv, s.hd, s.k, n)
+			if tc.bias {
+				c.withBias()
+			}
+			p.must("cpu matmul", p.c.MatMul(c.cqkv, c.cx, c.cw, c.cbias))
+			p.must("cpu rope", p.c.RoPEStoreKV(c.cpuArgs()))
+			c.checkCPU("unfused", c.unfused()) // makes and tunes the shape's plan
+			tuned := c.forceGEMV(gemvConfig{})
+			t.Cleanup(func() { c.forceGEMV(tuned) })
+			t.Logf("tuner's choice: %+v", tuned)
+			for _, v := range gemvConfigs {
+				c.forceGEMV(v)
+				want, got := c.unfused(), c.fused()
+				sameQKV(t, fmt.Sprintf("GEMV %+v", v), got, want)
+				if string(got.qkv) != string(c.qkvPoison) {
+					t.Fatalf("GEMV %+v: QKV was written: the unfused fallback ran, not the fused kernel", v)
+				}
+				c.checkCPU(fmt.Sprintf("fused %+v", v), got)
+			}
+			c.forceGEMV(gemvConfig{})
+			got := c.fused()
+			if string(got.qkv) == string(c.qkvPoison) {
+				t.Fatal("cuBLASLt plan: QKV unwritten, the fallback did not run")
+			}
+			c.checkCPU("fallback", got)
+			// A pinned variant (qkvGEMV) runs up to qkvGEMVMaxRows
+			// rows whatever the plan kept (cuBLASLt here), giving
+			// the bytes of that variant's MatMul + RoPEStoreKV;
+			// more rows keep the plan's fallback.
+			for _, v := range gemvConfigs {
+				c.forceGEMV(v)
+				want := c.unfused()
+				c.forceGEMV(gemvConfig{})
+				qkvGEMV = v
+				got := c.fused()
+				qkvGEMV = gemvConfig{}
+				if n > qkvGEMVMaxRows {
+					if string(got.qkv) == string(c.qkvPoison) {
+						t.Fatalf("pinned %+v at %d rows: QKV unwritten, the pin was used past qkvGEMVMaxRows", v, n)
+					}
+					continue
+				}
+				if string(got.qkv) != string(c.qkvPoison) {
+					t.Fatalf("pinned %+v: QKV was written: the cuBLASLt fallback ran, not the pinned kernel", v)
+				}
+				sameQKV(t, fmt.Sprintf("pinned %+v", v), got, want)
+			}
+		})
 	}
 }
 
@@ -454,7 +496,7 @@ func (c *qkvCase) deviceChecks(t *testing.T) {
 			p.must("write positions", p.g.Write(c.gpos, i32Bytes(pos)))
 			p.must("write slots", p.g.Write(c.gslots, i32Bytes(slots)))
 			c.reset()
-			ok, err := p.g.FusedQKVRoPE(c.gx, c.gw, c.gpuArgs())
+			ok, err := p.g.FusedQKVRoPE(c.gx, c.gw, nil, c.gpuArgs())
 			if !ok || err != nil {
 				t.Fatalf("FusedQKVRoPE: %v, %v", ok, err)
 			}
@@ -492,7 +534,7 @@ func TestFusedQKVRoPEGraph(t *testing.T) {
 			t.Cleanup(func() { c.forceGEMV(tuned) })
 			c.fused() // loads the kernels before capture
 			step := func() error {
-				ok, err := g.FusedQKVRoPE(c.gx, c.gw, c.gpuArgs())
+				ok, err := g.FusedQKVRoPE(c.gx, c.gw, nil, c.gpuArgs())
 				if err == nil && !ok {
 					err = errors.New("FusedQKVRoPE returned false")
 				}

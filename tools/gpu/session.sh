@@ -1157,6 +1157,26 @@ print('run %s: %d ITLs, p50 %.3f p99 %.3f ms = %.3fx / %.3fx the floor %.3f, %.3
 done
 }
 
+# bias_check: the QKV bias in the fused QKV+RoPE kernel: its tests (and
+# the kernel's other users), the CUDA model tests (the qwen2 fixture has
+# attention biases), Qwen2.5-7B's batch-4 step fused against unfused
+# (TRIGON_CUDA_FUSE_QKV_ROPE=off: the path every biased model took
+# before), and one traced Llama-3-8B step, whose kernel gained the bias
+# argument.
+bias_check() {
+log "TestFusedQKVRoPE*, TestNormQKVRoPE, TestNormFused*, TestChain"
+cuda_tests_run bias-tests.log 'TestFusedQKVRoPE|TestNormQKVRoPE|TestNormFused|TestChain'
+model_tests
+for env in TRIGON_AB=fused TRIGON_CUDA_FUSE_QKV_ROPE=off; do
+  local f="$OUT/qwen-${env##*=}.json"
+  env $env .gpu/trigon bench latency --arch qwen2.5-7b --batch 4 --input-len 2048 --output-len 128 --device cuda \
+    --cuda-graphs on --json >"$f" 2>>"$OUT/bench.err" || tail -3 "$OUT/bench.err"
+  $PY -c "import json,sys; d=json.load(open(sys.argv[1])); i=d['itl_ms']
+print(sys.argv[2], 'qwen2.5-7b batch 4: ITL p50 %.3f p99 %.3f ms, floor %.3f; queued step %.3f ms; prefill p50 %.1f ms' % (i['p50'], i['p99'], d['decode_floor_ms'], d.get('queued_step_ms') or 0, d['prefill_ms']['p50']))" "$f" "$env" | tee -a "$OUT/summary.txt"
+done
+step_trace
+}
+
 # A part is skipped once SKIP_AFTER seconds (default 500) have passed, so
 # that the logs still come back inside the device's 600-second limit.
 for part in ${@:-checks bigref}; do

@@ -111,6 +111,7 @@ __device__ __forceinline__ void load_rows(u32 st, const u16* c, const i64 (&off)
 
 __device__ __forceinline__ void async_proxy_fence() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
+#if WGMMA_OK  // the multiplies exist on sm_90a only; elsewhere the kernel traps
 // issue_s issues S = Q.K^T for this warpgroup's 64 rows (Q at qt, the
 // group's first row block; K at kt) into sc, and commits it.
 __device__ __forceinline__ void issue_s(float (&sc)[BN / 2], u32 qt, u32 kt) {
@@ -139,6 +140,8 @@ __device__ __forceinline__ void issue_pv(float (&o)[HD / 2], const u32 (&pa4)[BN
   }
   wgmma_commit();
 }
+
+#endif
 
 // Row state of the online softmax for this lane's two rows (ra, rb): the
 // running max (log2 domain), this lane's partial sum, the positions and

@@ -270,6 +270,8 @@ extern "C" __global__ void __launch_bounds__(NW * 32) gemv_bf16(void* y, const u
 //   pos, slots [n] int32 (slot = block*bs + offset; < 0 skips the K/V write)
 //   g [k] f32 or null: with g, x is a residual stream and the projection's
 //     input is RMSNorm(x) * g with epsilon eps (norm_scales, norm8)
+//   bias [(H+2*KV)*hd] f32 or null: added to the projection as MatMul's
+//     add_bias adds it (to the bf16-rounded product, rounded again)
 //   kc, vc [numBlocks, KV, bs, hd] bf16;  inv_freq [hd/2] f32
 // hd % 16 == 0, k % 8 == 0, x and w 16-byte aligned.
 // grid ((H+2*KV)*hd/16), block NW*32.
@@ -290,8 +292,8 @@ extern "C" __global__ void __launch_bounds__(NW * 32) gemv_bf16(void* y, const u
 
 extern "C" __global__ void __launch_bounds__(NW * 32) qkv_rope_bf16(
     u16* q_out, const u16* x, const u16* w, const int* pos, const int* slots, u16* kc, u16* vc,
-    const float* inv_freq, const float* g, float eps, int n, int k, int H, int KV, int hd, int bs, int num_slots,
-    int* err, int early_w) {
+    const float* inv_freq, const float* bias, const float* g, float eps, int n, int k, int H, int KV, int hd, int bs,
+    int num_slots, int* err, int early_w) {
   if (!early_w) grid_dep_wait();
   __shared__ float red[NW][NT][32][4];
   __shared__ float ssq[NW][8 * NT];
@@ -322,26 +324,33 @@ extern "C" __global__ void __launch_bounds__(NW * 32) qkv_rope_bf16(
   // loaded now: their latency passes under the weight stream instead of
   // adding a round trip after it. Rotated blocks have NT*64 items, V
   // blocks NT*128, dealt round-robin over the block's threads.
+  // With a bias, each item's bias terms too: a rotated pair's two features
+  // (b1, b2), a V element's one (b1).
   int pre_pos[EPI], pre_slot[EPI];
-  float pre_invf[EPI];
+  float pre_invf[EPI], pre_b1[EPI], pre_b2[EPI];
 #pragma unroll
   for (int it = 0; it < EPI; it++) {
     int idx = threadIdx.x + it * NW * 32;
-    int row, i = 0;
+    int row, i = 0, f1, f2 = 0;
     if (rotated) {
       int t = idx >> 6, l = (idx >> 1) & 31;
       row = t * 8 + (l & 3) * 2 + (idx & 1);
       i = f0 + (l >> 2);
+      f1 = head * hd + i;
+      f2 = f1 + half;
       if (idx >= NT * 64) row = n;
     } else {
       int t = idx >> 7, l = (idx >> 2) & 31;
       row = t * 8 + (l & 3) * 2 + (idx & 1);
+      f1 = (H + KV) * hd + f0 + (l >> 2) + ((idx >> 1) & 1) * 8;
       if (idx >= NT * 128) row = n;
     }
     bool ok = row < n;
     pre_pos[it] = ok && rotated ? pos[row] : 0;
     pre_slot[it] = ok && (!rotated || head >= H) ? slots[row] : 0;
     pre_invf[it] = ok && rotated ? inv_freq[i] : 0.f;
+    pre_b1[it] = ok && bias ? bias[f1] : 0.f;
+    pre_b2[it] = ok && bias && rotated ? bias[f2] : 0.f;
   }
 
   float acc[NT][4];
@@ -371,6 +380,10 @@ extern "C" __global__ void __launch_bounds__(NW * 32) qkv_rope_bf16(
       float sc = post(row);
       float x1 = round_to<DT_BF16>(gemv_sum(red, t, l, e) * sc);
       float x2 = round_to<DT_BF16>(gemv_sum(red, t, l, e + 2) * sc);
+      if (bias) {
+        x1 = round_to<DT_BF16>(x1 + pre_b1[it]);
+        x2 = round_to<DT_BF16>(x2 + pre_b2[it]);
+      }
       int i = f0 + (l >> 2);
       int p = pre_pos[it];
       if (p < 0) {
@@ -415,7 +428,9 @@ extern "C" __global__ void __launch_bounds__(NW * 32) qkv_rope_bf16(
       if (slot < 0) continue;
       int blk = slot / bs, off = slot - blk * bs;
       int i = v0 + (l >> 2) + (e >> 1) * 8;
-      vc[(((i64)blk * KV + vh) * bs + off) * hd + i] = f32_to_bf16(gemv_sum(red, t, l, e) * post(row));
+      float v = gemv_sum(red, t, l, e) * post(row);
+      if (bias) v = round_to<DT_BF16>(v) + pre_b1[it];
+      vc[(((i64)blk * KV + vh) * bs + off) * hd + i] = f32_to_bf16(v);
     }
   }
 }
