@@ -44,8 +44,9 @@
 // to 16 rows, the own tensor-core GEMV (kernels/gemv.cu) competes too, by
 // the same rule (TRIGON_CUDA_GEMV_MARGIN). Where the GEMV takes a decode
 // step's QKV product, FusedQKVRoPE runs its variant that rotates Q and K
-// and writes the paged caches in the epilogue (one kernel instead of two,
-// bit for bit the same result). Up to 8 rows it does not follow the
+// and writes the paged caches in the epilogue, adding a QKV bias (Qwen2's)
+// there too (one kernel instead of two, or three with a bias; bit for bit
+// the same result). Up to 8 rows it does not follow the
 // tuner: it runs the GEMV variant qkvGEMV pins (8 warps, 2 spans;
 // TRIGON_CUDA_QKV_GEMV=tuner|NWxUR), since the tuner's near-tied timings
 // picked a variant, or cuBLASLt and a separate RoPE kernel, that made one
