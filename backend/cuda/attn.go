@@ -554,19 +554,10 @@ var prefillWG = prefillWGOn
 // prefillWGEnv names prefillWG's setting: on (the default), n64 or off.
 const prefillWGEnv = "TRIGON_CUDA_PREFILL_WGMMA"
 
-func applyPrefillWGEnv() error {
-	switch v := os.Getenv(prefillWGEnv); v {
-	case "", "on":
-		prefillWG = prefillWGOn
-	case "n64":
-		prefillWG = prefillWGN64
-	case "off":
-		prefillWG = prefillWGOff
-	default:
-		prefillWG = prefillWGOn
-		return fmt.Errorf("cuda: %s=%q: want on, n64 or off", prefillWGEnv, v)
-	}
-	return nil
+func applyPrefillWGEnv() (err error) {
+	prefillWG, err = envChoice(prefillWGEnv, prefillWGOn,
+		choice[prefillWGMode]{"on", prefillWGOn}, choice[prefillWGMode]{"n64", prefillWGN64}, choice[prefillWGMode]{"off", prefillWGOff})
+	return err
 }
 
 // The wgmma prefill kernel's fixed tiling: 128 query rows (two

@@ -30,6 +30,36 @@ func TestEnvSwitch(t *testing.T) {
 	}
 }
 
+// TestEnvChoice checks envChoice with three values: unset gives the
+// default, each name its value, anything else the default and an error
+// naming the variable and the values in order.
+func TestEnvChoice(t *testing.T) {
+	const name = "TRIGON_CUDA_TEST_CHOICE"
+	choices := []choice[bulkModeT]{{"off", bulkOff}, {"on", bulkTuned}, {"always", bulkAlways}}
+	for _, tc := range []struct {
+		v    string
+		want bulkModeT
+		err  string
+	}{
+		{"", bulkTuned, ""},
+		{"off", bulkOff, ""},
+		{"on", bulkTuned, ""},
+		{"always", bulkAlways, ""},
+		{"Always", bulkTuned, `cuda: TRIGON_CUDA_TEST_CHOICE="Always": want off, on or always`},
+		{"2", bulkTuned, `want off, on or always`},
+	} {
+		t.Setenv(name, tc.v)
+		got, err := envChoice(name, bulkTuned, choices...)
+		if got != tc.want || (err == nil) != (tc.err == "") || (err != nil && !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("%q: %v, %v; want %v, error %q", tc.v, got, err, tc.want, tc.err)
+		}
+	}
+	t.Setenv(name, "x")
+	if _, err := envChoice(name, 0, choice[int]{"one", 1}); err == nil || !strings.HasSuffix(err.Error(), "want one") {
+		t.Errorf("one choice: %v", err)
+	}
+}
+
 // TestPDLEnv checks TRIGON_CUDA_PDL's three forms: on/off for every
 // launch, a list of kernel names for only those, and errors that name the
 // variable for anything else.

@@ -69,16 +69,9 @@ func applyFuseNormEnv() error {
 		}
 		fuseNormOps = ops
 	}
-	switch v := os.Getenv(fuseNormScaleEnv); v {
-	case "":
-	case "pre":
-		fuseNormPost = false
-	case "post":
-		fuseNormPost = true
-	default:
-		return fmt.Errorf("cuda: %s=%q: want pre or post", fuseNormScaleEnv, v)
-	}
-	return nil
+	var err error
+	fuseNormPost, err = envChoice(fuseNormScaleEnv, true, choice[bool]{"pre", false}, choice[bool]{"post", true})
+	return err
 }
 
 // normModule is the GEMV module (kernels/gemv.cu) of a normalising kernel

@@ -43,19 +43,11 @@ const bulkEnv = "TRIGON_CUDA_GEMV_BULK"
 
 // applyBulkEnv reads bulkEnv.
 func applyBulkEnv() error {
-	switch v := os.Getenv(bulkEnv); v {
-	case "":
-		bulkMode = bulkTuned
-	case "off":
-		bulkMode = bulkOff
-	case "on":
-		bulkMode = bulkTuned
-	case "always":
-		bulkMode = bulkAlways
-	default:
-		return fmt.Errorf("cuda: %s=%q: want off, on or always", bulkEnv, v)
-	}
 	var err error
+	if bulkMode, err = envChoice(bulkEnv, bulkTuned,
+		choice[bulkModeT]{"off", bulkOff}, choice[bulkModeT]{"on", bulkTuned}, choice[bulkModeT]{"always", bulkAlways}); err != nil {
+		return err
+	}
 	if bulkQKV, bulkQKVVariant, err = parseBulkQKV(os.Getenv(bulkQKVEnv)); err != nil {
 		return err
 	}
