@@ -20,7 +20,7 @@
 //     thread's block-table loads for a tile are all issued before its
 //     copies (tile_rows): interleaved with them, each copy waited for its
 //     own load (the asm's memory clobber orders them), and the kernel ran
-//     at 204 TFLOP/s, 321 with no copies at all.
+//     at 204 TFLOP/s against 321 with no copies at all (docs/benchmarks.md).
 //   - S = Q.K^T: HD/16 wgmma m64n128k16 per warpgroup, both operands from
 //     shared memory (K-major). The 64 f32 scores a thread holds are
 //     mma16816's C layout per 8-key tile, so the online softmax is
