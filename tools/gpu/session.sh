@@ -1177,21 +1177,6 @@ done
 step_trace
 }
 
-# A part is skipped once SKIP_AFTER seconds (default 500) have passed, so
-# that the logs still come back inside the device's 600-second limit.
-for part in ${@:-checks bigref}; do
-  if ((SECONDS > ${SKIP_AFTER:-500})) && [[ $part != train_wait ]]; then log "skipped $part: ${SECONDS}s gone"; continue; fi
-  "$part"
-done
-log "done in ${SECONDS}s"
-# The device tool returns at most 8 files: pack every log into one archive
-# (the training run's result parts stay beside it).
-# The archive is written outside $OUT: tar fails on a folder that changes
-# while it reads it.
-(cd "$OUT" && tar -czf /tmp/session-logs.tgz --exclude=summary.txt --exclude='result.tar.*' . &&
-  find . -type f ! -name summary.txt ! -name 'result.tar.*' -delete && mv /tmp/session-logs.tgz logs.tgz) ||
-  echo "packing the logs failed: the device returns only the first 8 files" | tee -a "$OUT/summary.txt"
-
 # carveout: every trigon kernel asking for the whole unified L1 as shared
 # memory (TRIGON_CUDA_SMEM_CARVEOUT=shared) against the driver's per-kernel
 # choice. Hypothesis: kernels of different carveouts cannot share an SM,
@@ -1215,3 +1200,18 @@ if ((SECONDS < ${SKIP_AFTER:-100000})); then
   ktrace_build && { ktrace_run driver; ktrace_run shared TRIGON_CUDA_SMEM_CARVEOUT=shared; }
 fi
 }
+
+# A part is skipped once SKIP_AFTER seconds (default 500) have passed, so
+# that the logs still come back inside the device's 600-second limit.
+for part in ${@:-checks bigref}; do
+  if ((SECONDS > ${SKIP_AFTER:-500})) && [[ $part != train_wait ]]; then log "skipped $part: ${SECONDS}s gone"; continue; fi
+  "$part"
+done
+log "done in ${SECONDS}s"
+# The device tool returns at most 8 files: pack every log into one archive
+# (the training run's result parts stay beside it).
+# The archive is written outside $OUT: tar fails on a folder that changes
+# while it reads it.
+(cd "$OUT" && tar -czf /tmp/session-logs.tgz --exclude=summary.txt --exclude='result.tar.*' . &&
+  find . -type f ! -name summary.txt ! -name 'result.tar.*' -delete && mv /tmp/session-logs.tgz logs.tgz) ||
+  echo "packing the logs failed: the device returns only the first 8 files" | tee -a "$OUT/summary.txt"
