@@ -60,26 +60,6 @@ func TestEnvChoice(t *testing.T) {
 	}
 }
 
-// TestSmemCarveoutEnv checks TRIGON_CUDA_SMEM_CARVEOUT: the driver's choice
-// when unset or "driver", 100% shared for "shared", an error otherwise.
-func TestSmemCarveoutEnv(t *testing.T) {
-	defer func(v int) { smemCarveout = v }(smemCarveout)
-	for _, tc := range []struct {
-		v    string
-		want int
-		bad  bool
-	}{{"", -1, false}, {"driver", -1, false}, {"shared", 100, false}, {"100", -1, true}, {"max", -1, true}} {
-		t.Setenv(smemCarveoutEnv, tc.v)
-		err := applySmemCarveoutEnv()
-		if smemCarveout != tc.want || (err != nil) != tc.bad {
-			t.Errorf("%q: carveout %d, error %v; want %d, error %v", tc.v, smemCarveout, err, tc.want, tc.bad)
-		}
-		if err != nil && !strings.Contains(err.Error(), smemCarveoutEnv) {
-			t.Errorf("%q: the error does not name the variable: %v", tc.v, err)
-		}
-	}
-}
-
 // TestPDLEnv checks TRIGON_CUDA_PDL's three forms: on/off for every
 // launch, a list of kernel names for only those, and errors that name the
 // variable for anything else.

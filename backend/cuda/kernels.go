@@ -218,11 +218,6 @@ func (b *Backend) fn(k fnKey) (uintptr, error) {
 	if err := b.d.check("cuModuleGetFunction", b.d.call(b.d.cuModuleGetFunction, uintptr(unsafe.Pointer(&f)), m.handle, uintptr(unsafe.Pointer(&name[0])))); err != nil {
 		return 0, fmt.Errorf("kernel %s in %v: %w", k.name, k.mod, err)
 	}
-	if smemCarveout >= 0 {
-		if err := b.d.check("cuFuncSetAttribute", b.d.call(b.d.cuFuncSetAttribute, f, cuFuncAttributePreferredSharedMemoryCarveout, uintptr(smemCarveout))); err != nil {
-			return 0, fmt.Errorf("kernel %s in %v: shared memory carveout %d%%: %w", k.name, k.mod, smemCarveout, err)
-		}
-	}
 	m.funcs[k.name] = f
 	b.fns[k] = f
 	if b.pdlSome && pdlKernels[k.name] {
@@ -234,31 +229,8 @@ func (b *Backend) fn(k fnKey) (uintptr, error) {
 	return f, nil
 }
 
-// cuFuncAttributeMaxDynamicSharedSizeBytes is CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
-// cuFuncAttributePreferredSharedMemoryCarveout is
-// CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT.
-const (
-	cuFuncAttributeMaxDynamicSharedSizeBytes     = 8
-	cuFuncAttributePreferredSharedMemoryCarveout = 9
-)
-
-// smemCarveout is the share of each SM's unified L1/shared memory, in
-// percent, that every trigon kernel asks to have as shared memory (the
-// function attribute CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT),
-// or -1 to leave the choice to the driver. Kernels whose configurations
-// differ cannot share an SM, so under programmatic dependent launch a
-// kernel's early blocks may wait for the SM to drain of its predecessor's
-// before it is reconfigured; one carveout for all keeps them compatible.
-// smemCarveoutEnv ("driver" or "shared", 100%), read by New, sets it.
-var smemCarveout = -1
-
-const smemCarveoutEnv = "TRIGON_CUDA_SMEM_CARVEOUT"
-
-// applySmemCarveoutEnv reads smemCarveoutEnv.
-func applySmemCarveoutEnv() (err error) {
-	smemCarveout, err = envChoice(smemCarveoutEnv, -1, choice[int]{"driver", -1}, choice[int]{"shared", 100})
-	return err
-}
+// cuFuncAttributeMaxDynamicSharedSizeBytes is CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
+const cuFuncAttributeMaxDynamicSharedSizeBytes = 8
 
 // fnSmem returns the function k for launches with smem bytes of dynamic
 // shared memory. A function may use more than 48 KB only once it opts in,

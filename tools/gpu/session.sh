@@ -11,7 +11,7 @@
 # tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab, queue_ab, norm_prefetch, chain, chain_ops, chain_final, chain_verify, tests_only,
 # prefill_ab, prefill_small, prefill_tile, cluster_final, cluster_fit, step_trace, pdl_some, attn_pdl, pdl_final, verify_final, spin_ab,
 # bulk, bulk_bench, bulk_ab, verify_bulk, bulk_qkv, serve_ab, greedy_same, b16_ab, ktrace and ktrace_qkv (a CUPTI kernel timeline), fix8, ab_old, step_edges, prefetch_ab,
-# prefill_chunks, splits, carveout (one A/B
+# prefill_chunks, splits (one A/B
 # experiment each), final (tests, then peers, rows and the server: what
 # docs/benchmarks.md's latest section ran);
 # `session.sh bigref graphs` runs those two. Results: $OUT/summary.txt and
@@ -1175,30 +1175,6 @@ for env in TRIGON_AB=fused TRIGON_CUDA_FUSE_QKV_ROPE=off; do
 print(sys.argv[2], 'qwen2.5-7b batch 4: ITL p50 %.3f p99 %.3f ms, floor %.3f; queued step %.3f ms; prefill p50 %.1f ms' % (i['p50'], i['p99'], d['decode_floor_ms'], d.get('queued_step_ms') or 0, d['prefill_ms']['p50']))" "$f" "$env" | tee -a "$OUT/summary.txt"
 done
 step_trace
-}
-
-# carveout: every trigon kernel asking for the whole unified L1 as shared
-# memory (TRIGON_CUDA_SMEM_CARVEOUT=shared) against the driver's per-kernel
-# choice. Hypothesis: kernels of different carveouts cannot share an SM,
-# so a PDL-launched kernel's blocks wait for the SM to drain of its
-# predecessor's (attention after the QKV GEMV, the products after the
-# norms); one carveout for all lets them start under the tail. Tests
-# under the setting, then the batch-4 step traced alternating twice (with
-# the early attention launch, and PDL on every kernel, as arms that
-# co-residency might now help), then one CUPTI timeline each when time
-# is left.
-carveout() {
-log "attention, graph, GEMV and fused-kernel tests with TRIGON_CUDA_SMEM_CARVEOUT=shared"
-cuda_tests_run carveout-tests.log 'TestAttention|TestGraph|TestGEMV|TestFusedQKVRoPE|TestGateUpSiLU|TestMatMulAdd|TestAddRMSNorm|TestKernelsWait' TRIGON_CUDA_SMEM_CARVEOUT=shared
-for r in 1 2 3; do
-  for v in TRIGON_AB=driver TRIGON_CUDA_SMEM_CARVEOUT=shared "TRIGON_CUDA_SMEM_CARVEOUT=shared TRIGON_CUDA_ATTN_LAUNCH_EARLY=on" \
-    "TRIGON_CUDA_SMEM_CARVEOUT=shared TRIGON_CUDA_PDL=on"; do
-    step_trace "$v"
-  done
-done
-if ((SECONDS < ${SKIP_AFTER:-100000})); then
-  ktrace_build && { ktrace_run driver; ktrace_run shared TRIGON_CUDA_SMEM_CARVEOUT=shared; }
-fi
 }
 
 # A part is skipped once SKIP_AFTER seconds (default 500) have passed, so
