@@ -11,7 +11,7 @@
 # tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab, queue_ab, norm_prefetch, chain, chain_ops, chain_final, chain_verify, tests_only,
 # prefill_ab, prefill_small, prefill_tile, cluster_final, cluster_fit, step_trace, pdl_some, attn_pdl, pdl_final, verify_final, spin_ab,
 # bulk, bulk_bench, bulk_ab, verify_bulk, bulk_qkv, serve_ab, greedy_same, b16_ab, ktrace and ktrace_qkv (a CUPTI kernel timeline), fix8, ab_old, step_edges, prefetch_ab,
-# prefill_chunks, splits (one A/B
+# prefill_chunks, splits, o_overlap (one A/B
 # experiment each), final (tests, then peers, rows and the server: what
 # docs/benchmarks.md's latest section ran);
 # `session.sh bigref graphs` runs those two. Results: $OUT/summary.txt and
@@ -1175,6 +1175,24 @@ for env in TRIGON_AB=fused TRIGON_CUDA_FUSE_QKV_ROPE=off; do
 print(sys.argv[2], 'qwen2.5-7b batch 4: ITL p50 %.3f p99 %.3f ms, floor %.3f; queued step %.3f ms; prefill p50 %.1f ms' % (i['p50'], i['p99'], d['decode_floor_ms'], d.get('queued_step_ms') or 0, d['prefill_ms']['p50']))" "$f" "$env" | tee -a "$OUT/summary.txt"
 done
 step_trace
+}
+
+# o_overlap: decode attention with two ring stages (two 75 KB blocks an
+# SM) and its dependents launched at its start, so that one block of the
+# O product (w8_c1024_s2, 72 KB) fits beside them and streams its ring
+# during attention; against the default, each knob alone, and the O
+# product on four consumer warps (fewer registers). The batch-4 step
+# traced, alternating three times, then the timeline of the pair.
+o_overlap() {
+local s2=TRIGON_CUDA_DECODE_STAGES=2 early=TRIGON_CUDA_ATTN_LAUNCH_EARLY=on
+for r in 1 2 3; do
+  for v in TRIGON_AB=default "$s2 $early" "$s2" "$early" "$s2 $early TRIGON_CUDA_BULK_PICK=4096x4096=w4_c1024_s2"; do
+    step_trace "$v"
+  done
+done
+if ((SECONDS < ${SKIP_AFTER:-100000})); then
+  ktrace_build && ktrace_run s2early $s2 $early
+fi
 }
 
 # A part is skipped once SKIP_AFTER seconds (default 500) have passed, so
