@@ -63,6 +63,8 @@ static_assert(BM == 16 * NW, "each warp owns one 16-row mma tile");
 static_assert(BN % 16 == 0 && HD % 16 == 0, "mma steps are 16 wide");
 static_assert(!QR || HD <= 128, "Q fragments of HD > 128 do not fit in registers");
 
+#include "prefill_rows.cuh"  // needs HD and BN
+
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 
 // ldsm_x4 loads four 8x8 bf16 matrices: lanes 8i..8i+7 give the addresses
@@ -193,9 +195,7 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) attn_prefill(
     const int wlo_lo = window > 0 ? max(0, wp_lo - window + 1) : 0;  // lowest key any row of the warp sees
     const int wlo_hi = window > 0 ? max(0, wp_hi - window + 1) : 0;  // lowest key all rows of the warp see
     const int ra = w0 + gid, rb = ra + 8;
-    const int pa = first + ra, pb = first + rb;
-    const int loa = window > 0 ? max(0, pa - window + 1) : 0;
-    const int lob = window > 0 ? max(0, pb - window + 1) : 0;
+    rows2 rw = rows_at(first + ra, first + rb, window);
 
     __syncthreads();  // the previous unit's warps are done with shared memory
     const u16* qsrc = q + (i64)h * HD;
@@ -214,10 +214,9 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) attn_prefill(
 #if QR
     u32 qa[HD / 16][4];
 #endif
-    float o[HD / 8][4];
+    float o[HD / 2];  // O of rows ra and rb, as prefill_rows.cuh lays it out
 #pragma unroll
-    for (int n = 0; n < HD / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
-    float ma = NEG_INF, mb = NEG_INF, la = 0.f, lb = 0.f;
+    for (int n = 0; n < HD / 2; n++) o[n] = 0.f;
 
     for (int j = 0; j < ntiles; j++) {
       cp_async_wait_all();
@@ -243,11 +242,11 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) attn_prefill(
       const bool masked = k0 + BN - 1 > wp_lo || k0 < wlo_hi;
       const u32 st = sbase + (u32)((j & 1) * STAGE * 2);
 
-      // S = Q K^T: sc[jn] is key tile jn (keys k0 + 8jn + 2tq (+1)) of
-      // rows ra (elements 0, 1) and rb (elements 2, 3).
-      float sc[BN / 8][4];
+      // S = Q K^T: sc[4jn + e] is key k0 + 8jn + 2tq + (e&1) of row ra
+      // (e < 2) or rb.
+      float sc[BN / 2];
 #pragma unroll
-      for (int jn = 0; jn < BN / 8; jn++) sc[jn][0] = sc[jn][1] = sc[jn][2] = sc[jn][3] = 0.f;
+      for (int i = 0; i < BN / 2; i++) sc[i] = 0.f;
 #pragma unroll
       for (int kk = 0; kk < HD / 16; kk++) {
         u32 a0, a1, a2, a3;
@@ -263,99 +262,30 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) attn_prefill(
         for (int jp = 0; jp < BN / 16; jp++) {
           u32 b0, b1, b2, b3;
           ldsm_x4(st + k_lane + jp * 16 * ROWB + kk * 32, b0, b1, b2, b3);
-          mma16816(sc[2 * jp], a0, a1, a2, a3, b0, b1);
-          mma16816(sc[2 * jp + 1], a0, a1, a2, a3, b2, b3);
+          mma16816(sc + 8 * jp, a0, a1, a2, a3, b0, b1);
+          mma16816(sc + 8 * jp + 4, a0, a1, a2, a3, b2, b3);
         }
       }
 
-      float mxa = NEG_INF, mxb = NEG_INF;
-      if (masked) {
-#pragma unroll
-        for (int jn = 0; jn < BN / 8; jn++) {
-#pragma unroll
-          for (int e = 0; e < 4; e++) {
-            int key = k0 + jn * 8 + tq * 2 + (e & 1);
-            bool ok = e < 2 ? (key <= pa && key >= loa) : (key <= pb && key >= lob);
-            sc[jn][e] = ok ? sc[jn][e] * scale_log2 : NEG_INF;
-          }
-        }
-      } else {
-#pragma unroll
-        for (int jn = 0; jn < BN / 8; jn++) {
-#pragma unroll
-          for (int e = 0; e < 4; e++) sc[jn][e] *= scale_log2;
-        }
-      }
-#pragma unroll
-      for (int jn = 0; jn < BN / 8; jn++) {
-        mxa = fmaxf(mxa, fmaxf(sc[jn][0], sc[jn][1]));
-        mxb = fmaxf(mxb, fmaxf(sc[jn][2], sc[jn][3]));
-      }
-      // A row's 4 lanes (same gid) hold its BN scores between them.
-      mxa = fmaxf(mxa, __shfl_xor_sync(0xffffffffu, mxa, 1));
-      mxa = fmaxf(mxa, __shfl_xor_sync(0xffffffffu, mxa, 2));
-      mxb = fmaxf(mxb, __shfl_xor_sync(0xffffffffu, mxb, 1));
-      mxb = fmaxf(mxb, __shfl_xor_sync(0xffffffffu, mxb, 2));
-      const float mna = fmaxf(ma, mxa), mnb = fmaxf(mb, mxb);
-      // While a row has seen only masked keys its max is -inf: exponents
-      // are then taken against 0 (giving 0), never -inf - -inf.
-      const float refa = mna == NEG_INF ? 0.f : mna, refb = mnb == NEG_INF ? 0.f : mnb;
-      const float ala = fast_exp2(ma - refa), alb = fast_exp2(mb - refb);
-      ma = mna;
-      mb = mnb;
-      float rsa = 0.f, rsb = 0.f;
-#pragma unroll
-      for (int jn = 0; jn < BN / 8; jn++) {
-        sc[jn][0] = fast_exp2(sc[jn][0] - refa);
-        sc[jn][1] = fast_exp2(sc[jn][1] - refa);
-        sc[jn][2] = fast_exp2(sc[jn][2] - refb);
-        sc[jn][3] = fast_exp2(sc[jn][3] - refb);
-        rsa += sc[jn][0] + sc[jn][1];
-        rsb += sc[jn][2] + sc[jn][3];
-      }
-      // l stays a per-lane partial sum (this lane's columns); the alphas
-      // are per row, so the quad's partials are summed once at the end.
-      la = la * ala + rsa;
-      lb = lb * alb + rsb;
-#pragma unroll
-      for (int n = 0; n < HD / 8; n++) {
-        o[n][0] *= ala;
-        o[n][1] *= ala;
-        o[n][2] *= alb;
-        o[n][3] *= alb;
-      }
+      float ala, alb;
+      softmax_tile(sc, rw, k0, masked, tq, scale_log2, ala, alb);
+      scale_o(o, ala, alb);
 
-      // O += P V. The C fragments of key tiles 2kc and 2kc+1 are exactly the
-      // A fragment of keys [16kc, 16kc+16): a0 = (ra, keys 2tq..) of tile
-      // 2kc, a1 = (rb, ...) of tile 2kc, a2, a3 the same of tile 2kc+1.
+      // O += P V, keys [16kc, 16kc+16) a step.
 #pragma unroll
       for (int kc2 = 0; kc2 < BN / 16; kc2++) {
-        u32 a0 = pack_bf16x2(sc[2 * kc2][0], sc[2 * kc2][1]);
-        u32 a1 = pack_bf16x2(sc[2 * kc2][2], sc[2 * kc2][3]);
-        u32 a2 = pack_bf16x2(sc[2 * kc2 + 1][0], sc[2 * kc2 + 1][1]);
-        u32 a3 = pack_bf16x2(sc[2 * kc2 + 1][2], sc[2 * kc2 + 1][3]);
+        u32 a[4];  // P of the keys, the A operand
+        p_frag(a, sc, kc2);
 #pragma unroll
         for (int dp = 0; dp < HD / 16; dp++) {
           u32 b0, b1, b2, b3;
           ldsm_x4_t(st + v_lane + kc2 * 16 * ROWB + dp * 32, b0, b1, b2, b3);
-          mma16816(o[2 * dp], a0, a1, a2, a3, b0, b1);
-          mma16816(o[2 * dp + 1], a0, a1, a2, a3, b2, b3);
+          mma16816(o + 8 * dp, a[0], a[1], a[2], a[3], b0, b1);
+          mma16816(o + 8 * dp + 4, a[0], a[1], a[2], a[3], b2, b3);
         }
       }
     }
 
-    // o[n] holds dims 8n + 2tq (+1) of rows ra (0, 1) and rb (2, 3).
-    la += __shfl_xor_sync(0xffffffffu, la, 1);
-    la += __shfl_xor_sync(0xffffffffu, la, 2);
-    lb += __shfl_xor_sync(0xffffffffu, lb, 1);
-    lb += __shfl_xor_sync(0xffffffffu, lb, 2);
-    const float inva = la > 0.f ? 1.f / la : 0.f, invb = lb > 0.f ? 1.f / lb : 0.f;
-    u16* oa = out + ((i64)(q0 + ra) * H + h) * HD + tq * 2;
-    u16* ob = out + ((i64)(q0 + rb) * H + h) * HD + tq * 2;
-#pragma unroll
-    for (int n = 0; n < HD / 8; n++) {
-      if (ra >= 0) *(u32*)(oa + n * 8) = pack_bf16x2(o[n][0] * inva, o[n][1] * inva);
-      if (rb >= 0) *(u32*)(ob + n * 8) = pack_bf16x2(o[n][2] * invb, o[n][3] * invb);
-    }
+    store_rows(out, o, rw, q0, ra, rb, h, H, tq);
   }
 }

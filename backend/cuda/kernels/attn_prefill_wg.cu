@@ -60,6 +60,8 @@
 #define TB (BN * HD * 2)      // bytes of one K (or V) tile
 #define SMEM_BYTES (QB + 4 * TB)
 
+#include "prefill_rows.cuh"  // needs HD and BN
+
 static_assert(HD == 64 || HD == 128, "the wgmma kernel takes head dims 64 and 128");
 static_assert(PN == 64 || (PN == 128 && HD == 128), "P.V steps are 64 columns, or 128 at head dim 128");
 
@@ -143,88 +145,6 @@ __device__ __forceinline__ void issue_pv(float (&o)[HD / 2], const u32 (&pa4)[BN
 
 #endif
 
-// Row state of the online softmax for this lane's two rows (ra, rb): the
-// running max (log2 domain), this lane's partial sum, the positions and
-// the lowest key each row sees.
-struct rows2 {
-  float ma, mb, la, lb;
-  int pa, pb, loa, lob;
-};
-
-// softmax_tile turns tile k0's scores in sc into exponents against the
-// rows' new maxima (masking keys a row must not see when the tile crosses
-// the group's diagonal or window edge) and returns the factors the rows'
-// earlier sums and outputs are scaled by.
-__device__ __forceinline__ void softmax_tile(float (&sc)[BN / 2], rows2& r, int k0, bool masked, int tq, float scale_log2,
-                                             float& ala, float& alb) {
-  if (masked) {
-#pragma unroll
-    for (int jn = 0; jn < BN / 8; jn++) {
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        int key = k0 + jn * 8 + tq * 2 + (e & 1);
-        bool ok = e < 2 ? (key <= r.pa && key >= r.loa) : (key <= r.pb && key >= r.lob);
-        sc[4 * jn + e] = ok ? sc[4 * jn + e] * scale_log2 : NEG_INF;
-      }
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < BN / 2; i++) sc[i] *= scale_log2;
-  }
-  float mxa = NEG_INF, mxb = NEG_INF;
-#pragma unroll
-  for (int jn = 0; jn < BN / 8; jn++) {
-    mxa = fmaxf(mxa, fmaxf(sc[4 * jn], sc[4 * jn + 1]));
-    mxb = fmaxf(mxb, fmaxf(sc[4 * jn + 2], sc[4 * jn + 3]));
-  }
-  // A row's 4 lanes (same lane/4) hold its BN scores between them.
-  mxa = fmaxf(mxa, __shfl_xor_sync(0xffffffffu, mxa, 1));
-  mxa = fmaxf(mxa, __shfl_xor_sync(0xffffffffu, mxa, 2));
-  mxb = fmaxf(mxb, __shfl_xor_sync(0xffffffffu, mxb, 1));
-  mxb = fmaxf(mxb, __shfl_xor_sync(0xffffffffu, mxb, 2));
-  const float mna = fmaxf(r.ma, mxa), mnb = fmaxf(r.mb, mxb);
-  // While a row has seen only masked keys its max is -inf: exponents are
-  // then taken against 0 (giving 0), never -inf - -inf.
-  const float refa = mna == NEG_INF ? 0.f : mna, refb = mnb == NEG_INF ? 0.f : mnb;
-  ala = fast_exp2(r.ma - refa);
-  alb = fast_exp2(r.mb - refb);
-  r.ma = mna;
-  r.mb = mnb;
-  float rsa = 0.f, rsb = 0.f;
-#pragma unroll
-  for (int jn = 0; jn < BN / 8; jn++) {
-    sc[4 * jn] = fast_exp2(sc[4 * jn] - refa);
-    sc[4 * jn + 1] = fast_exp2(sc[4 * jn + 1] - refa);
-    sc[4 * jn + 2] = fast_exp2(sc[4 * jn + 2] - refb);
-    sc[4 * jn + 3] = fast_exp2(sc[4 * jn + 3] - refb);
-    rsa += sc[4 * jn] + sc[4 * jn + 1];
-    rsb += sc[4 * jn + 2] + sc[4 * jn + 3];
-  }
-  r.la = r.la * ala + rsa;
-  r.lb = r.lb * alb + rsb;
-}
-
-// scale_pack scales O by the rows' factors and packs the exponents in sc
-// into P's A fragments: keys [16kc, 16kc+16) are the C fragments of key
-// tiles 2kc and 2kc+1.
-__device__ __forceinline__ void scale_pack(float (&o)[HD / 2], u32 (&pa4)[BN / 16][4], const float (&sc)[BN / 2], float ala,
-                                           float alb) {
-#pragma unroll
-  for (int n = 0; n < HD / 8; n++) {
-    o[4 * n] *= ala;
-    o[4 * n + 1] *= ala;
-    o[4 * n + 2] *= alb;
-    o[4 * n + 3] *= alb;
-  }
-#pragma unroll
-  for (int kc2 = 0; kc2 < BN / 16; kc2++) {
-    pa4[kc2][0] = pack_bf16x2(sc[8 * kc2], sc[8 * kc2 + 1]);
-    pa4[kc2][1] = pack_bf16x2(sc[8 * kc2 + 2], sc[8 * kc2 + 3]);
-    pa4[kc2][2] = pack_bf16x2(sc[8 * kc2 + 4], sc[8 * kc2 + 5]);
-    pa4[kc2][3] = pack_bf16x2(sc[8 * kc2 + 6], sc[8 * kc2 + 7]);
-  }
-}
-
 // attn_prefill_wg: attn_prefill's contract (see attn_prefill.cu), grid
 // (H, S, Z), NT threads, SMEM_BYTES + 1024 of dynamic shared memory.
 extern "C" __global__ void __launch_bounds__(NT, 1) attn_prefill_wg(
@@ -285,9 +205,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) attn_prefill_wg(
     float o[HD / 2];
 #pragma unroll
     for (int n = 0; n < HD / 2; n++) o[n] = 0.f;
-    rows2 rw = {NEG_INF, NEG_INF, 0.f, 0.f, first + ra, first + rb, 0, 0};
-    rw.loa = window > 0 ? max(0, rw.pa - window + 1) : 0;
-    rw.lob = window > 0 ? max(0, rw.pb - window + 1) : 0;
+    rows2 rw = rows_at(first + ra, first + rb, window);
     float sc[BN / 2];     // S of the tile being computed, then its exponents
     u32 pa4[BN / 16][4];  // P of the tile, the A operand of its P.V
     float ala, alb;
@@ -322,27 +240,15 @@ extern "C" __global__ void __launch_bounds__(NT, 1) attn_prefill_wg(
 #else
       softmax_tile(sc, rw, k0, masked(k0), tq, scale_log2, ala, alb);
 #endif
-      scale_pack(o, pa4, sc, ala, alb);
+      scale_o(o, ala, alb);
+#pragma unroll
+      for (int kc2 = 0; kc2 < BN / 16; kc2++) p_frag(pa4[kc2], sc, kc2);
       wgmma_fence();
       issue_pv(o, pa4, vslot(j));
       wgmma_wait0();
       fence_regs<HD / 2>(o);
     }
-    float la = rw.la, lb = rw.lb;
-
-    // o[4n + e] holds dim 8n + 2tq + (e&1) of row ra (e < 2) or rb.
-    la += __shfl_xor_sync(0xffffffffu, la, 1);
-    la += __shfl_xor_sync(0xffffffffu, la, 2);
-    lb += __shfl_xor_sync(0xffffffffu, lb, 1);
-    lb += __shfl_xor_sync(0xffffffffu, lb, 2);
-    const float inva = la > 0.f ? 1.f / la : 0.f, invb = lb > 0.f ? 1.f / lb : 0.f;
-    u16* oa = out + ((i64)(q0 + ra) * H + h) * HD + tq * 2;
-    u16* ob = out + ((i64)(q0 + rb) * H + h) * HD + tq * 2;
-#pragma unroll
-    for (int n = 0; n < HD / 8; n++) {
-      if (ra >= 0) *(u32*)(oa + n * 8) = pack_bf16x2(o[4 * n] * inva, o[4 * n + 1] * inva);
-      if (rb >= 0) *(u32*)(ob + n * 8) = pack_bf16x2(o[4 * n + 2] * invb, o[4 * n + 3] * invb);
-    }
+    store_rows(out, o, rw, q0, ra, rb, h, H, tq);
   }
 #endif
 }
