@@ -226,6 +226,9 @@ func New(opts Options) (*Backend, error) {
 	if err := applySmallCopyEnv(); err != nil {
 		return nil, err
 	}
+	if err := applyKVPrefetchEnv(); err != nil {
+		return nil, err
+	}
 	d, _ := loadDriver()
 	b := &Backend{
 		opts:    opts,
