@@ -314,22 +314,9 @@ type ChainOp struct {
 // NormPrefetcher is an optional Backend interface: AddRMSNormPrefetch is
 // AddRMSNorm with a hint that the next op reads next (a weight), so the
 // backend may start pulling its first bytes into a cache while the norm
-// runs, and, with kv, that an attention over that paged KV cache follows
-// soon after, whose cached keys and values it may start pulling too
-// (next or kv may be nil). A hint only: it changes no result.
+// runs. A hint only: it changes no result.
 type NormPrefetcher interface {
-	AddRMSNormPrefetch(out, x, residual, weight Tensor, eps float32, next Tensor, kv *KVPrefetch) error
-}
-
-// KVPrefetch names the cached context of a decode attention that is about
-// to run: the layer's caches and the batch's block tables and lengths, as
-// in AttentionArgs.
-type KVPrefetch struct {
-	KCache      Tensor // [numBlocks, numKVHeads, blockSize, headDim]
-	VCache      Tensor // [numBlocks, numKVHeads, blockSize, headDim]
-	BlockTables Tensor // [numSeqs, maxBlocksPerSeq] I32
-	SeqLens     Tensor // [numSeqs] I32
-	NumSeqs     int
+	AddRMSNormPrefetch(out, x, residual, weight Tensor, eps float32, next Tensor) error
 }
 
 // DeviceSampler is an optional Backend interface that keeps the host out

@@ -226,9 +226,6 @@ func New(opts Options) (*Backend, error) {
 	if err := applySmallCopyEnv(); err != nil {
 		return nil, err
 	}
-	if err := applyKVPrefetchEnv(); err != nil {
-		return nil, err
-	}
 	d, _ := loadDriver()
 	b := &Backend{
 		opts:    opts,

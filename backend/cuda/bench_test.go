@@ -552,7 +552,7 @@ func normPrefetch(g *Backend, out, x, res, w, pf backend.Tensor, pfBytes int) er
 	k := fnKey{modSpec{file: "norm", p: [6]int{dtBF16, dtBF16, dtBF16}}, "add_rmsnorm"}
 	pfBytes = min(pfBytes, ts[4].bytes)
 	return g.post(func() error {
-		return g.addRMSNorm(k, rows, normThreads(dim, rows), ts[0], ts[1], ts[2], ts[3], dim, 1e-5, 1, ts[4].ptr, pfBytes, nil)
+		return g.addRMSNorm(k, rows, normThreads(dim, rows), ts[0], ts[1], ts[2], ts[3], dim, 1e-5, 1, ts[4].ptr, pfBytes)
 	})
 }
 
@@ -767,7 +767,7 @@ func (c *chainBench) separate(kind string, l chainLayer) error {
 	case "o":
 		return mustRun(g.MatMulAdd(c.resid, c.attn, l.wo))
 	case "gateup":
-		if err := g.AddRMSNormPrefetch(c.normed, c.resid, nil, l.g2, cbEps, l.gu, nil); err != nil {
+		if err := g.AddRMSNormPrefetch(c.normed, c.resid, nil, l.g2, cbEps, l.gu); err != nil {
 			return err
 		}
 		if err := g.MatMul(c.gu, c.normed, l.gu, nil); err != nil {
@@ -777,7 +777,7 @@ func (c *chainBench) separate(kind string, l chainLayer) error {
 	case "down":
 		return mustRun(g.MatMulAdd(c.resid, c.act, l.down))
 	default:
-		if err := g.AddRMSNormPrefetch(c.normed, c.resid, nil, l.g1, cbEps, l.qkv, nil); err != nil {
+		if err := g.AddRMSNormPrefetch(c.normed, c.resid, nil, l.g1, cbEps, l.qkv); err != nil {
 			return err
 		}
 		return mustRun(g.FusedQKVRoPE(c.normed, l.qkv, nil, c.rope))

@@ -60,23 +60,6 @@ func TestEnvChoice(t *testing.T) {
 	}
 }
 
-// TestKVPrefetchEnv checks TRIGON_CUDA_KV_PREFETCH: a percent in [0, 100],
-// anything else an error naming the variable (the setting unchanged).
-func TestKVPrefetchEnv(t *testing.T) {
-	defer func(v int) { kvPrefetchPct = v }(kvPrefetchPct)
-	for _, tc := range []struct {
-		v    string
-		want int
-		bad  bool
-	}{{"50", 50, false}, {"0", 0, false}, {"100", 100, false}, {"101", 100, true}, {"-1", 100, true}, {"half", 100, true}} {
-		t.Setenv(kvPrefetchEnv, tc.v)
-		err := applyKVPrefetchEnv()
-		if kvPrefetchPct != tc.want || (err != nil) != tc.bad || (err != nil && !strings.Contains(err.Error(), kvPrefetchEnv)) {
-			t.Errorf("%q: %d%%, error %v; want %d%%, error %v", tc.v, kvPrefetchPct, err, tc.want, tc.bad)
-		}
-	}
-}
-
 // TestPDLEnv checks TRIGON_CUDA_PDL's three forms: on/off for every
 // launch, a list of kernel names for only those, and errors that name the
 // variable for anything else.

@@ -115,7 +115,7 @@ func (b *Backend) Embed(out, table, ids backend.Tensor) error {
 //	out, x, residual [rows, dim] (x and residual the same float dtype)
 //	weight           [dim] F32, F16 or BF16
 func (b *Backend) AddRMSNorm(out, x, residual, weight backend.Tensor, eps float32) error {
-	return b.addRMSNormOp(out, x, residual, weight, eps, nil, nil)
+	return b.addRMSNormOp(out, x, residual, weight, eps, nil)
 }
 
 var _ backend.NormPrefetcher = (*Backend)(nil)
@@ -153,146 +153,19 @@ func applyNormPrefetchEnv() error {
 // the plain norm). A decode step's norm is a chain of memory latencies
 // during which HBM idles; the product after it then finds the start of
 // its weight in L2.
-//
-// With kv (decode steps; kvPrefetchPct > 0) the same blocks also ask L2
-// for the first kvPrefetchPct percent of each head's slice of every cache
-// block the attention after the norm reads (K and V; whole 128-byte
-// lines, at most kvPrefetchMaxBytes in all): the QKV product between them
-// leaves part of HBM's bandwidth unused, and every attention tile then
-// finds that share of its rows in L2.
-func (b *Backend) AddRMSNormPrefetch(out, x, residual, weight backend.Tensor, eps float32, next backend.Tensor, kv *backend.KVPrefetch) error {
-	const op = "addrmsnorm"
+func (b *Backend) AddRMSNormPrefetch(out, x, residual, weight backend.Tensor, eps float32, next backend.Tensor) error {
 	var nt *tensor
 	if next != nil {
 		var err error
-		if nt, err = b.tensorOf(op, "next", next); err != nil {
+		if nt, err = b.tensorOf("addrmsnorm", "next", next); err != nil {
 			return err
 		}
 	}
-	var kp *kvPrefetchOps
-	if kv != nil && kvPrefetchPct > 0 {
-		var err error
-		if kp, err = b.kvPrefetchOperands(kv); err != nil {
-			return err
-		}
-	}
-	return b.addRMSNormOp(out, x, residual, weight, eps, nt, kp)
+	return b.addRMSNormOp(out, x, residual, weight, eps, nt)
 }
 
-// kvPrefetchPct is the percent of each cache block's head slice (its
-// first rows) that AddRMSNormPrefetch asks L2 for, of the KV cache it is
-// told of; 0: none. kvPrefetchMaxBytes caps the bytes asked for (fewer
-// lines a slice where the batch's block tables are wide). kvPrefetchEnv
-// (0-100), read by New, sets the percent.
-var kvPrefetchPct = 0
-
-const (
-	kvPrefetchMaxBytes = 32 << 20
-	kvPrefetchEnv      = "TRIGON_CUDA_KV_PREFETCH"
-)
-
-// applyKVPrefetchEnv reads kvPrefetchEnv.
-func applyKVPrefetchEnv() error {
-	v := os.Getenv(kvPrefetchEnv)
-	if v == "" {
-		return nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 || n > 100 {
-		return fmt.Errorf("cuda: %s=%q: want a percent in [0, 100]", kvPrefetchEnv, v)
-	}
-	kvPrefetchPct = n
-	return nil
-}
-
-// kvPrefetchOps is add_rmsnorm's KV prefetch: lines (128 bytes) of each
-// head slice of sliceBytes, in cache blocks of blkBytes (all heads) of
-// numBlocks, for seqs sequences whose blocks of bs tokens are listed in
-// bt [seqs, maxBlocks] and whose lengths are in sl.
-type kvPrefetchOps struct {
-	kc, vc, bt, sl                    uint64
-	seqs, maxBlocks, numBlocks, lines int
-	bs, sliceBytes, blkBytes          int
-}
-
-// items is the number of lines the prefetch may ask for (every block-table
-// entry counted).
-func (k *kvPrefetchOps) items() int {
-	return k.seqs * k.maxBlocks * (k.blkBytes / k.sliceBytes) * k.lines * 2
-}
-
-// kvPrefetchOperands checks kv and sizes its prefetch.
-func (b *Backend) kvPrefetchOperands(kv *backend.KVPrefetch) (*kvPrefetchOps, error) {
-	const op = "addrmsnorm"
-	kc, err := b.tensorOf(op, "kv.KCache", kv.KCache)
-	if err != nil {
-		return nil, err
-	}
-	vc, err := b.tensorOf(op, "kv.VCache", kv.VCache)
-	if err != nil {
-		return nil, err
-	}
-	bt, err := b.tensorOf(op, "kv.BlockTables", kv.BlockTables)
-	if err != nil {
-		return nil, err
-	}
-	sl, err := b.tensorOf(op, "kv.SeqLens", kv.SeqLens)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkShape(op, "kv.KCache", kc, -1, -1, -1, -1); err != nil {
-		return nil, err
-	}
-	if err := checkShape(op, "kv.VCache", vc, kc.shape...); err != nil {
-		return nil, err
-	}
-	if kc.dt != vc.dt {
-		return nil, backend.ShapeError("cuda: "+op, "kv.VCache", "dtype %v, KCache's is %v", vc.dt, kc.dt)
-	}
-	s := kv.NumSeqs
-	if err := checkDType(op, "kv.BlockTables", bt, backend.I32); err != nil {
-		return nil, err
-	}
-	if err := checkShape(op, "kv.BlockTables", bt, s, -1); err != nil {
-		return nil, err
-	}
-	if err := checkDType(op, "kv.SeqLens", sl, backend.I32); err != nil {
-		return nil, err
-	}
-	if err := checkShape(op, "kv.SeqLens", sl, s); err != nil {
-		return nil, err
-	}
-	if kc.dt.BlockSize() != 1 {
-		return nil, nil // a quantized cache: its rows are not whole lines
-	}
-	if s <= 0 || kc.shape[0] > maxInt32 {
-		return nil, backend.ShapeError("cuda: "+op, "kv", "NumSeqs %d, %d cache blocks", s, kc.shape[0])
-	}
-	k := &kvPrefetchOps{
-		kc: kc.ptr, vc: vc.ptr, bt: bt.ptr, sl: sl.ptr, seqs: s, maxBlocks: bt.shape[1], numBlocks: kc.shape[0],
-		bs: kc.shape[2], sliceBytes: kc.shape[2] * kc.shape[3] * kc.dt.BlockBytes(),
-	}
-	k.blkBytes = kc.shape[1] * k.sliceBytes
-	if k.lines = kvLines(k.sliceBytes, kvPrefetchPct, k.seqs*k.maxBlocks*kc.shape[1]*2); k.lines == 0 {
-		return nil, nil
-	}
-	return k, nil
-}
-
-// kvLines is how many 128-byte lines of each head slice of sliceBytes the
-// KV prefetch asks for: pct percent of the slice, rounded down, and no
-// more than keep slices (block-table entries x heads x K and V) of
-// them within kvPrefetchMaxBytes; 0 where a slice is not whole lines.
-func kvLines(sliceBytes, pct, slices int) int {
-	if sliceBytes%128 != 0 || slices <= 0 {
-		return 0
-	}
-	return min(sliceBytes*pct/100/128, kvPrefetchMaxBytes/128/slices)
-}
-
-// addRMSNormOp checks and queues AddRMSNorm, with next's and kv's
-// prefetch if any.
-func (b *Backend) addRMSNormOp(out, x, residual, weight backend.Tensor, eps float32, next *tensor, kv *kvPrefetchOps) error {
+// addRMSNormOp checks and queues AddRMSNorm, with next's prefetch if any.
+func (b *Backend) addRMSNormOp(out, x, residual, weight backend.Tensor, eps float32, next *tensor) error {
 	const op = "addrmsnorm"
 	o, err := b.tensorOf(op, "out", out)
 	if err != nil {
@@ -359,10 +232,7 @@ func (b *Backend) addRMSNormOp(out, x, residual, weight backend.Tensor, eps floa
 	if next != nil && rows <= 64 && normPrefetchBytes > 0 {
 		pf, pfBytes = next.ptr, min(next.bytes, normPrefetchBytes)
 	}
-	if rows > 64 {
-		kv = nil
-	}
-	return b.post(func() error { return b.addRMSNorm(k, rows, threads, o, xt, rt, wt, dim, eps, hasRes, pf, pfBytes, kv) })
+	return b.post(func() error { return b.addRMSNorm(k, rows, threads, o, xt, rt, wt, dim, eps, hasRes, pf, pfBytes) })
 }
 
 // normThreads is add_rmsnorm's block size for rows rows of dim elements:
@@ -387,27 +257,18 @@ const normTwoChunkRows = 64
 // addRMSNorm launches add_rmsnorm for validated operands, with extra
 // blocks that prefetch pf[0, pfBytes) into L2 when pfBytes > 0. CUDA
 // thread only.
-func (b *Backend) addRMSNorm(k fnKey, rows, threads int, o, xt, rt, wt *tensor, dim int, eps float32, hasRes int, pf uint64, pfBytes int,
-	kv *kvPrefetchOps) error {
+func (b *Backend) addRMSNorm(k fnKey, rows, threads int, o, xt, rt, wt *tensor, dim int, eps float32, hasRes int, pf uint64, pfBytes int) error {
 	f, err := b.fn(k)
 	if err != nil {
 		return err
 	}
-	// Each prefetching thread asks for at most 8 lines (of next's, then at
-	// most 8 of kv's).
-	lines := (pfBytes + 127) / 128
-	if kv != nil {
-		lines = max(lines, kv.items())
-	} else {
-		kv = &kvPrefetchOps{}
-	}
+	// Each prefetching thread asks for at most 8 lines.
 	extra := 0
-	if lines > 0 {
-		extra = min(b.sms, (lines+threads*8-1)/(threads*8))
+	if pfBytes > 0 {
+		extra = min(b.sms, (pfBytes+threads*128*8-1)/(threads*128*8))
 	}
 	return b.launch(f, [3]int{rows + extra, 1, 1}, threads, 0, o.ptr, xt.ptr, ptrOf(rt), wt.ptr, i32(dim), f32bits(eps), uint64(hasRes),
-		i32(rows), pf, uint64(pfBytes), kv.kc, kv.vc, kv.bt, kv.sl, i32(kv.seqs), i32(kv.maxBlocks), i32(kv.numBlocks), i32(kv.bs),
-		i32(kv.sliceBytes), i32(kv.blkBytes), i32(kv.lines))
+		i32(rows), pf, uint64(pfBytes))
 }
 
 // overlaps reports whether two tensors share device bytes.

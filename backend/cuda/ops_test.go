@@ -264,61 +264,16 @@ func TestAddRMSNormPrefetch(t *testing.T) {
 			// the model's), with and without a residual.
 			o3, o4 := p.poisoned(backend.BF16, shape...), p.poisoned(backend.BF16, shape...)
 			p.must("plain F32 weight", p.g.AddRMSNorm(o3, gx, gr4, gw32, 1e-5))
-			p.must("AddRMSNormPrefetch", p.g.AddRMSNormPrefetch(o4, gx, gr3, gw32, 1e-5, pf, nil))
+			p.must("AddRMSNormPrefetch", p.g.AddRMSNormPrefetch(o4, gx, gr3, gw32, 1e-5, pf))
 			if !bytes.Equal(readBytes(t, p.g, o3), readBytes(t, p.g, o4)) || !bytes.Equal(readBytes(t, p.g, gr4), readBytes(t, p.g, gr3)) {
 				t.Fatal("AddRMSNormPrefetch differs from AddRMSNorm")
 			}
 			p.must("plain, no residual", p.g.AddRMSNorm(o3, gx, nil, gw32, 1e-5))
-			p.must("AddRMSNormPrefetch, no residual", p.g.AddRMSNormPrefetch(o4, gx, nil, gw32, 1e-5, pf, nil))
+			p.must("AddRMSNormPrefetch, no residual", p.g.AddRMSNormPrefetch(o4, gx, nil, gw32, 1e-5, pf))
 			if !bytes.Equal(readBytes(t, p.g, o3), readBytes(t, p.g, o4)) {
 				t.Fatal("AddRMSNormPrefetch without a residual differs from AddRMSNorm")
 			}
-			// With a KV cache to prefetch as well, at every share of a
-			// slice: block tables with bad ids (negative, past the cache)
-			// and lengths that end inside a block and at zero.
-			const nb, kvh, bs, hd = 20, 2, 16, 64
-			_, kc := p.same(backend.BF16, []int{nb, kvh, bs, hd}, encode(backend.BF16, p.normal(nb*kvh*bs*hd, 1)))
-			_, vc := p.same(backend.BF16, []int{nb, kvh, bs, hd}, encode(backend.BF16, p.normal(nb*kvh*bs*hd, 1)))
-			_, bt := p.same(backend.I32, []int{3, 6}, i32Bytes([]int32{3, 7, -1, 25, 19, 0, 5, 6, 1, 2, 4, 8, 9, 10, 11, 12, 13, 14}))
-			_, sl := p.same(backend.I32, []int{3}, i32Bytes([]int32{70, 17, 0}))
-			kv := &backend.KVPrefetch{KCache: kc, VCache: vc, BlockTables: bt, SeqLens: sl, NumSeqs: 3}
-			defer func(v int) { kvPrefetchPct = v }(kvPrefetchPct)
-			for _, pct := range []int{0, 25, 50, 100} {
-				kvPrefetchPct = pct
-				p.must("plain, no residual", p.g.AddRMSNorm(o3, gx, nil, gw32, 1e-5))
-				p.must("AddRMSNormPrefetch, KV", p.g.AddRMSNormPrefetch(o4, gx, nil, gw32, 1e-5, pf, kv))
-				if !bytes.Equal(readBytes(t, p.g, o3), readBytes(t, p.g, o4)) {
-					t.Fatalf("AddRMSNormPrefetch prefetching %d%% of the KV cache differs from AddRMSNorm", pct)
-				}
-			}
-			// The KV operands are checked.
-			bad := *kv
-			bad.SeqLens = bt
-			if err := p.g.AddRMSNormPrefetch(o4, gx, nil, gw32, 1e-5, pf, &bad); !errors.Is(err, backend.ErrShape) {
-				t.Fatalf("block tables as lengths: %v", err)
-			}
 		})
-	}
-}
-
-// TestKVLines checks the KV prefetch's lines a head slice: the percent,
-// rounded down to whole lines, capped by kvPrefetchMaxBytes over all
-// slices, none for slices that are not whole lines.
-func TestKVLines(t *testing.T) {
-	for _, tc := range []struct{ slice, pct, slices, want int }{
-		{4096, 50, 4 * 136 * 8 * 2, 16},   // Llama-3-8B's batch 4: 17.8 MB
-		{4096, 100, 4 * 136 * 8 * 2, 30},  // capped at 32 MiB
-		{4096, 0, 100, 0},                 // off
-		{4096, 1, 100, 0},                 // less than a line
-		{2048, 75, 10, 12},                // head dim 64
-		{4096, 50, 64 * 136 * 8 * 2, 1},   // batch 64: the cap leaves one line
-		{4096, 50, 256 * 1024 * 8 * 2, 0}, // nothing fits the cap
-		{4000, 50, 10, 0},                 // not whole lines
-		{4096, 50, 0, 0},                  // no slices
-	} {
-		if got := kvLines(tc.slice, tc.pct, tc.slices); got != tc.want {
-			t.Errorf("kvLines(%d, %d, %d) = %d, want %d", tc.slice, tc.pct, tc.slices, got, tc.want)
-		}
 	}
 }
 

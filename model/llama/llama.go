@@ -407,25 +407,17 @@ func (m *Model) forward(in *model.DeviceBatch, kv []model.LayerKV) (backend.Tens
 	// norm leaves RMSNorm(resid) in normed, first adding delta if pending;
 	// a NormPrefetcher may meanwhile pull the start of next, the weight
 	// of the product after the norm, into a cache.
-	// Before a decode step's attention the norm may also pull the cached
-	// context of the layer's attention (kvAt).
 	pf, _ := b.(backend.NormPrefetcher)
-	norm := func(w, next backend.Tensor, kv *backend.KVPrefetch) error {
+	norm := func(w, next backend.Tensor) error {
 		var x, res backend.Tensor = resid, nil
 		if pending {
 			pending = false
 			x, res = delta, resid
 		}
 		if pf != nil {
-			return pf.AddRMSNormPrefetch(normed, x, res, w, c.RMSNormEps, next, kv)
+			return pf.AddRMSNormPrefetch(normed, x, res, w, c.RMSNormEps, next)
 		}
 		return b.AddRMSNorm(normed, x, res, w, c.RMSNormEps)
-	}
-	kvAt := func(l int) *backend.KVPrefetch {
-		if in.MaxQueryLen != 1 {
-			return nil
-		}
-		return &backend.KVPrefetch{KCache: kv[l].K, VCache: kv[l].V, BlockTables: in.BlockTables, SeqLens: in.SeqLens, NumSeqs: in.NumSeqs}
 	}
 	// project adds x . w^T (+ bias) into resid, or leaves it in delta.
 	project := func(x, w, bias backend.Tensor) error {
@@ -484,7 +476,7 @@ func (m *Model) forward(in *model.DeviceBatch, kv []model.LayerKV) (backend.Tens
 				}
 			}
 			if !fused {
-				if err := norm(ly.inputNorm, ly.qkv, kvAt(l)); err != nil {
+				if err := norm(ly.inputNorm, ly.qkv); err != nil {
 					return nil, fmt.Errorf("layer %d input norm: %w", l, err)
 				}
 				// A QKVRoPEFuser runs the projection (with its bias), RoPE and
@@ -519,7 +511,7 @@ func (m *Model) forward(in *model.DeviceBatch, kv []model.LayerKV) (backend.Tens
 				}
 			}
 			if !fused {
-				if err := norm(ly.postNorm, ly.gateUp, nil); err != nil {
+				if err := norm(ly.postNorm, ly.gateUp); err != nil {
 					return nil, fmt.Errorf("layer %d post-attention norm: %w", l, err)
 				}
 				// A GateUpSiLUFuser applies SiLU x mul in the product's
@@ -551,7 +543,7 @@ func (m *Model) forward(in *model.DeviceBatch, kv []model.LayerKV) (backend.Tens
 	if vs.err != nil {
 		return nil, vs.err
 	}
-	if err := norm(m.finalNorm, m.lmHead, nil); err != nil {
+	if err := norm(m.finalNorm, m.lmHead); err != nil {
 		return nil, fmt.Errorf("final norm: %w", err)
 	}
 	// Only the wanted rows go through the LM head: the normed activations

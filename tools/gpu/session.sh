@@ -11,7 +11,7 @@
 # tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab, queue_ab, norm_prefetch, chain, chain_ops, chain_final, chain_verify, tests_only,
 # prefill_ab, prefill_small, prefill_tile, cluster_final, cluster_fit, step_trace, pdl_some, attn_pdl, pdl_final, verify_final, spin_ab,
 # bulk, bulk_bench, bulk_ab, verify_bulk, bulk_qkv, serve_ab, greedy_same, b16_ab, ktrace and ktrace_qkv (a CUPTI kernel timeline), fix8, ab_old, step_edges, prefetch_ab,
-# prefill_chunks, splits, o_overlap, kvpf (one A/B
+# prefill_chunks, splits, o_overlap (one A/B
 # experiment each), final (tests, then peers, rows and the server: what
 # docs/benchmarks.md's latest section ran);
 # `session.sh bigref graphs` runs those two. Results: $OUT/summary.txt and
@@ -1192,33 +1192,6 @@ for r in 1 2 3; do
 done
 if ((SECONDS < ${SKIP_AFTER:-100000})); then
   ktrace_build && ktrace_run s2early $s2 $early
-fi
-}
-
-# kvpf: the input norm's blocks asking L2 for a share of each cache block
-# of the coming decode attention (TRIGON_CUDA_KV_PREFETCH, percent of each
-# head's slice), while the QKV product, which leaves HBM partly idle, runs
-# between them. Tests (outputs unchanged, memcheck, the model tests with
-# it on), then the batch-4 step traced at 0/25/50/75/100%, alternating
-# three times, batch 1 at 0 and 50%, and the timeline at 50%.
-kvpf() {
-log "TestAddRMSNormPrefetch, TestKVLines, TestKVPrefetchEnv, TestAttention/decode"
-cuda_tests_run kvpf-tests.log 'TestAddRMSNormPrefetch|TestKVLines|TestKVPrefetchEnv|TestAttention/decode'
-memcheck 'TestAddRMSNormPrefetch'
-log "model tests on CUDA, TRIGON_CUDA_KV_PREFETCH=50"
-(cd model/llama && TRIGON_CUDA_KV_PREFETCH=50 "$root/.gpu/llama.test" -test.run 'TestFixturesCUDA|TestDefaultModelCUDAMatchesCPU' -test.v >"$OUT/llama-cuda-kvpf.log" 2>&1)
-echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "worst|^(--- FAIL|FAIL|PASS)" "$OUT/llama-cuda-kvpf.log" | tee -a "$OUT/summary.txt"
-for r in 1 2 3; do
-  for v in 0 25 50 75 100; do step_trace "TRIGON_CUDA_KV_PREFETCH=$v"; done
-done
-for v in 0 50 0 50; do
-  log "bench latency llama-3-8b --batch 1 --input-len 2048 --output-len 128 --cuda-graphs on (TRIGON_CUDA_KV_PREFETCH=$v)"
-  TRIGON_CUDA_KV_PREFETCH=$v .gpu/trigon bench latency --arch llama-3-8b --batch 1 --input-len 2048 --output-len 128 --device cuda \
-    --cuda-graphs on --json >"$OUT/b1-$v-$SECONDS.json" 2>>"$OUT/bench.err"
-  $PY -c "import json,sys; d=json.load(open(sys.argv[1])); i=d['itl_ms']; print('batch 1: ITL p50 %.3f p99 %.3f ms' % (i['p50'], i['p99']))" "$(ls -t $OUT/b1-$v-*.json | head -1)" | tee -a "$OUT/summary.txt"
-done
-if ((SECONDS < ${SKIP_AFTER:-100000})); then
-  ktrace_build && ktrace_run kvpf50 TRIGON_CUDA_KV_PREFETCH=50
 fi
 }
 

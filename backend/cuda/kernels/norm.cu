@@ -19,44 +19,17 @@
 // (grid_dep_launch_wait), so the product's own early weight loads overlap
 // the tail of the product before the norm.
 //
-// With kv_lines > 0 they then also prefetch the first kv_lines 128-byte
-// lines of each head's slice (slice_bytes) of every cache block (blk_bytes,
-// all heads; of num_blocks) that the kv_seqs sequences' block tables
-// bt [kv_seqs, max_blocks] list for positions below seq_lens, in kc and
-// vc: the cached context of the decode attention two kernels later. Bad
-// block ids are skipped (the attention reports them). The step's block
-// tables and lengths are written before its first kernel, and cached rows
-// only by earlier kernels, so these reads need no wait either.
-//
 // Decode rows are tiny (a few KiB), so the kernel's time is its chain of
 // memory latencies, not bandwidth: the fast path issues every load of the
 // row (x, residual and weight) before its first store, so they overlap,
 // and keeps the row in registers instead of re-reading it.
 extern "C" __global__ void __launch_bounds__(1024) add_rmsnorm(void* out, const void* x, void* res, const void* w, int dim, float eps, int has_res,
-                                                              int rows, const char* pf, i64 pf_bytes, const char* kc, const char* vc,
-                                                              const int* bt, const int* seq_lens, int kv_seqs, int max_blocks,
-                                                              int num_blocks, int bs, int slice_bytes, int blk_bytes, int kv_lines) {
+                                                              int rows, const char* pf, i64 pf_bytes) {
   if ((int)blockIdx.x >= rows) {
     // A prefetch only asks L2 for lines, which is coherent: it needs no wait.
     grid_dep_launch();
-    const i64 nthr = (i64)(gridDim.x - rows) * blockDim.x, tid = (i64)(blockIdx.x - rows) * blockDim.x + threadIdx.x;
-    for (i64 off = tid * 128; off < pf_bytes; off += nthr * 128) prefetch_l2(pf + off);
-    if (kv_lines > 0) {
-      // Item i: block-table entry i / per, then head, line, and K or V.
-      const int heads = blk_bytes / slice_bytes;
-      const i64 per = (i64)heads * kv_lines * 2;
-      const i64 items = (i64)kv_seqs * max_blocks * per;
-      for (i64 i = tid; i < items; i += nthr) {
-        const i64 e = i / per;  // the entry: sequence e / max_blocks, block e % max_blocks
-        const int r = (int)(i - e * per);
-        const int s = (int)(e / max_blocks), bi = (int)(e - (i64)s * max_blocks);
-        if ((i64)bi * bs >= seq_lens[s]) continue;
-        const int blk = bt[e];
-        if (blk < 0 || blk >= num_blocks) continue;
-        const int hl = r >> 1, h = hl / kv_lines, l = hl - h * kv_lines;
-        prefetch_l2((r & 1 ? vc : kc) + (i64)blk * blk_bytes + (i64)h * slice_bytes + l * 128);
-      }
-    }
+    const i64 stride = (i64)(gridDim.x - rows) * blockDim.x * 128;
+    for (i64 off = ((i64)(blockIdx.x - rows) * blockDim.x + threadIdx.x) * 128; off < pf_bytes; off += stride) prefetch_l2(pf + off);
     return;
   }
   grid_dep_launch_wait();
