@@ -40,6 +40,16 @@ var presets = map[string]func() model.Config{
 			BOSTokenID: 151643, HasBOS: false, EOSTokenIDs: []int32{151643}, TorchDType: "bfloat16",
 		}
 	},
+	// Qwen3-8B: per-head RMS norms of q and k before RoPE, no biases,
+	// untied LM head.
+	"qwen3-8b": func() model.Config {
+		return model.Config{
+			Arch: model.ArchQwen3, VocabSize: 151936, Hidden: 4096, Intermediate: 12288,
+			NumLayers: 36, NumHeads: 32, NumKVHeads: 8, HeadDim: 128,
+			RMSNormEps: 1e-6, RopeTheta: 1e6, MaxPositions: 40960, QKNorm: true,
+			BOSTokenID: 151643, HasBOS: false, EOSTokenIDs: []int32{151645}, TorchDType: "bfloat16",
+		}
+	},
 	// Llama-3.2-1B: head dim 64, LM head tied to the embeddings.
 	"llama-3.2-1b": func() model.Config {
 		return model.Config{
@@ -87,7 +97,7 @@ func ArchLabel(name string) string {
 }
 
 // Arch returns the architecture called name: a preset ("llama-3-8b",
-// "qwen2.5-7b", "llama-3.2-1b"), "default" (the embedded model's config,
+// "qwen2.5-7b", "qwen3-8b", "llama-3.2-1b"), "default" (the embedded model's config,
 // read from its GGUF metadata), or the path of a Hugging Face config.json
 // (or of a directory holding one).
 func Arch(name string) (model.Config, error) {

@@ -30,6 +30,12 @@ ARCHS = {
         "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "max_position_embeddings": 131072,
         "tie_word_embeddings": False, "attention_bias": True, "rope_scaling": None,
     },
+    "qwen3-8b": {
+        "model_type": "qwen3", "vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 12288,
+        "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+        "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "max_position_embeddings": 40960,
+        "tie_word_embeddings": False, "attention_bias": False, "rope_scaling": None, "qk_norm": True,
+    },
     "llama-3.2-1b": {
         "model_type": "llama", "vocab_size": 128256, "hidden_size": 2048, "intermediate_size": 8192,
         "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64,
@@ -67,6 +73,8 @@ def _from_config_json(cfg):
         # Qwen2 always has q/k/v biases; Llama says so in attention_bias.
         "attention_bias": model_type == "qwen2" or bool(cfg.get("attention_bias", False)),
         "rope_scaling": scaling,
+        # Qwen3 normalises each head of q and k before RoPE.
+        "qk_norm": model_type == "qwen3",
     }
 
 

@@ -88,13 +88,20 @@ class Attention(nn.Module):
         dim = spec["hidden_size"]
         self.wqkv = nn.Linear(dim, (self.nh + 2 * self.nkv) * self.hd, bias=spec["attention_bias"])
         self.wo = nn.Linear(self.nh * self.hd, dim, bias=False)
+        self.qk_norm = bool(spec.get("qk_norm"))
+        if self.qk_norm:  # Qwen3: an RMS norm over each head of q and k, before RoPE
+            self.q_norm = RMSNorm(self.hd, spec["rms_norm_eps"])
+            self.k_norm = RMSNorm(self.hd, spec["rms_norm_eps"])
         self.cache = None
 
     def forward(self, x, cos, sin, mask, pos):
         B, T, _ = x.shape
         q, k, v = self.wqkv(x).split([self.nh * self.hd, self.nkv * self.hd, self.nkv * self.hd], dim=-1)
-        q = q.view(B, T, self.nh, self.hd).transpose(1, 2)
-        k = k.view(B, T, self.nkv, self.hd).transpose(1, 2)
+        q = q.view(B, T, self.nh, self.hd)
+        k = k.view(B, T, self.nkv, self.hd)
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = v.view(B, T, self.nkv, self.hd).transpose(1, 2)
         q, k = rotate(q, cos, sin), rotate(k, cos, sin)
         k, v = self.cache.update(pos, k, v)  # [B, nkv, S, hd]: the whole cache, masked below

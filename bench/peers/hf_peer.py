@@ -34,10 +34,18 @@ CLASSES = {
     "mistral": (MistralConfig, MistralForCausalLM),
     "qwen2": (Qwen2Config, Qwen2ForCausalLM),
 }
+try:  # transformers 4.51 and newer
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    CLASSES["qwen3"] = (Qwen3Config, Qwen3ForCausalLM)
+except ImportError:
+    pass
 
 
 def hf_config(spec, notes, with_scaling=True):
     """A transformers config of spec's shape, in the 4.x or 5.x RoPE form."""
+    if spec["model_type"] not in CLASSES:
+        raise SystemExit("hf_peer: transformers %s has no %s model" % (transformers.__version__, spec["model_type"]))
     cfg_cls, _ = CLASSES[spec["model_type"]]
     kw = dict(
         vocab_size=spec["vocab_size"], hidden_size=spec["hidden_size"], intermediate_size=spec["intermediate_size"],

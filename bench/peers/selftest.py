@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Checks gptfast_peer.py's model without timing anything.
 
-On a tiny random model it compares (1) greedy tokens from the static-cache
+On tiny random models (Llama-style with q/k/v biases, and Qwen3-style
+with per-head q/k norms) it compares (1) greedy tokens from the static-cache
 prefill + decode path with a naive forward that recomputes the whole
 sequence with explicit causal attention and no cache, and (2) the Llama 3
 RoPE frequencies with a scalar re-derivation. Runs on the CPU (torch >=
@@ -54,9 +55,16 @@ def naive_last_logits(model, seq):
     for blk in model.layers:
         at = blk.attention
         h = blk.attention_norm(x)
-        qkv = h @ at.wqkv.weight.T + at.wqkv.bias
-        q = qkv[..., : nh * hd].reshape(B, T, nh, hd).transpose(1, 2)
-        k = qkv[..., nh * hd: (nh + nkv) * hd].reshape(B, T, nkv, hd).transpose(1, 2)
+        qkv = h @ at.wqkv.weight.T
+        if at.wqkv.bias is not None:
+            qkv = qkv + at.wqkv.bias
+        q = qkv[..., : nh * hd].reshape(B, T, nh, hd)
+        k = qkv[..., nh * hd: (nh + nkv) * hd].reshape(B, T, nkv, hd)
+        if spec.get("qk_norm"):  # Qwen3: each head of q and k RMS-normalised, then scaled
+            def head_norm(x, w):
+                return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + spec["rms_norm_eps"]) * w
+            q, k = head_norm(q, at.q_norm.weight), head_norm(k, at.k_norm.weight)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = qkv[..., (nh + nkv) * hd:].reshape(B, T, nkv, hd).transpose(1, 2)
         q, k = rope(q), rope(k)
         heads = []
@@ -93,23 +101,18 @@ def check_inv_freq():
     return None
 
 
-def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--device", default="cpu")
-    args = p.parse_args()
-    dev = args.device
+def check_greedy(spec, dev):
+    """Greedy tokens and last logits of the cached path against the naive
+    forward, on a tiny random model of spec; returns the failures."""
     failures = []
-    err = check_inv_freq()
-    if err:
-        failures.append(err)
     B, T, new = 2, 11, 6
-    model = gp.build(SPEC, 0, dev, torch.float32)
+    model = gp.build(spec, 0, dev, torch.float32)
     with torch.no_grad():
         for prm in model.parameters():  # larger weights: decisive argmaxes
             prm.mul_(20)
     model.setup_caches(B, T + new + 3)
     g = torch.Generator(device=dev).manual_seed(1)
-    prompt = torch.randint(0, SPEC["vocab_size"], (B, T), generator=g, device=dev)
+    prompt = torch.randint(0, spec["vocab_size"], (B, T), generator=g, device=dev)
     with torch.no_grad():
         cur = gp.prefill(model, prompt, torch.arange(T, device=dev))
         fast = [cur]
@@ -130,15 +133,33 @@ def main():
         model.setup_caches(B, seq.shape[1])
         cached = model(seq, torch.arange(seq.shape[1], device=dev))
         ref = naive_last_logits(model, seq)
+    name = spec["model_type"]
     if not torch.equal(fast, slow):
-        failures.append("greedy tokens: cached path %s, naive %s" % (fast.tolist(), slow.tolist()))
+        failures.append("%s: greedy tokens: cached path %s, naive %s" % (name, fast.tolist(), slow.tolist()))
     diff = (cached - ref).abs().max().item()
     if diff > 1e-3 * max(1.0, ref.abs().max().item()):
-        failures.append("last logits differ by %g" % diff)
+        failures.append("%s: last logits differ by %g" % (name, diff))
+    return failures
+
+
+# A Qwen3-style model: per-head q/k norms, no biases, plain RoPE.
+SPEC_QK = dict(SPEC, model_type="qwen3", attention_bias=False, rope_scaling=None, qk_norm=True)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--device", default="cpu")
+    args = p.parse_args()
+    failures = []
+    err = check_inv_freq()
+    if err:
+        failures.append(err)
+    for spec in (SPEC, SPEC_QK):
+        failures += check_greedy(spec, args.device)
     if failures:
         print("selftest FAILED:\n  " + "\n  ".join(failures))
         sys.exit(1)
-    print("selftest ok: %d tokens x %d sequences match the naive forward; llama3 frequencies match" % (new, B))
+    print("selftest ok: greedy tokens of a Llama-style and a Qwen3-style model match the naive forward; llama3 frequencies match")
 
 
 if __name__ == "__main__":

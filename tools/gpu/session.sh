@@ -656,9 +656,13 @@ tail -1 "$OUT/dm-cuda.err" | tee -a "$OUT/summary.txt"; tail -1 "$OUT/dm-cpu.err
 .gpu/trigon run --device cuda --max-tokens 96 --seed 1 "$p" 2>/dev/null | tee -a "$OUT/summary.txt"
 }
 
+# peers: trigon against the PyTorch peers on ARCH (default llama-3-8b),
+# batch 4, 2048-token prompts, 128 output tokens, after the gpt-fast
+# model's self-test.
 peers() {
-log "peers, same shapes, same call: trigon graphs off/on, gpt-fast style, HF eager and static+compile"
-a="--arch llama-3-8b --batch 4 --input-len 2048 --output-len 128"
+log "peers, same shapes, same call: trigon graphs off/on, gpt-fast style, HF eager and static+compile (${ARCH:-llama-3-8b})"
+$PY bench/peers/selftest.py --device cuda 2>&1 | tail -2 | tee -a "$OUT/summary.txt"
+a="--arch ${ARCH:-llama-3-8b} --batch 4 --input-len 2048 --output-len 128"
 .gpu/trigon bench latency --device cuda $a --cuda-graphs both --json >"$OUT/trigon.json" 2>>"$OUT/peers.err"; echo "trigon rc=$?" | tee -a "$OUT/summary.txt"
 PYTHONUNBUFFERED=1 timeout ${GPTFAST_TIMEOUT:-300} $PY bench/peers/gptfast_peer.py $a >"$OUT/gptfast.jsonl" 2>>"$OUT/peers.err"; echo "gptfast rc=$?" | tee -a "$OUT/summary.txt"
 PYTHONUNBUFFERED=1 timeout ${HF_TIMEOUT:-240} $PY bench/peers/hf_peer.py $a >"$OUT/hf.jsonl" 2>>"$OUT/peers.err"; echo "hf rc=$?" | tee -a "$OUT/summary.txt"
