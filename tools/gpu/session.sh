@@ -887,9 +887,9 @@ KTRACE_LIBDIR=$(dirname "$lib")
 # ktrace_run TAG [ENV...]: the traced batch-4 run with backend knobs set.
 ktrace_run() {
 local tag=$1; shift
-log "ktrace ($tag): bench latency llama-3-8b --batch 4 --input-len 2048 --output-len 64 --cuda-graphs on, traced, $*"
+log "ktrace ($tag): bench latency ${ARCH:-llama-3-8b} --batch 4 --input-len 2048 --output-len 64 --cuda-graphs on, traced, $*"
 env "$@" LD_LIBRARY_PATH="$KTRACE_LIBDIR:${LD_LIBRARY_PATH:-}" CUDA_INJECTION64_PATH=/tmp/ktrace.so KTRACE_OUT="$OUT/ktrace-$tag.csv" \
-  .gpu/trigon bench latency --arch llama-3-8b --batch 4 --input-len 2048 --output-len 64 --warmup 1 --iters 1 \
+  .gpu/trigon bench latency --arch ${ARCH:-llama-3-8b} --batch 4 --input-len 2048 --output-len 64 --warmup 1 --iters 1 \
   --device cuda --cuda-graphs on --json >"$OUT/ktrace-$tag.json" 2>"$OUT/ktrace-$tag.err"
 echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "ktrace|rror" "$OUT/ktrace-$tag.err" | head -5 | tee -a "$OUT/summary.txt"
 $PY -c "import json,sys; d=json.load(open(sys.argv[1])); d=d[0] if isinstance(d,list) else d; print('traced ITL p50 %.3f ms' % d['itl_ms']['p50'])" "$OUT/ktrace-$tag.json" 2>&1 | tee -a "$OUT/summary.txt"
