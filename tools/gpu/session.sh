@@ -11,7 +11,7 @@
 # tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab, queue_ab, norm_prefetch, chain, chain_ops, chain_final, chain_verify, tests_only,
 # prefill_ab, prefill_small, prefill_tile, cluster_final, cluster_fit, step_trace, pdl_some, attn_pdl, pdl_final, verify_final, spin_ab,
 # bulk, bulk_bench, bulk_ab, verify_bulk, bulk_qkv, serve_ab, greedy_same, b16_ab, ktrace and ktrace_qkv (a CUPTI kernel timeline), fix8, ab_old, step_edges, prefetch_ab,
-# prefill_chunks, splits, o_overlap (one A/B
+# prefill_chunks, splits, o_overlap, qwen3_pdl (one A/B
 # experiment each), final (tests, then peers, rows and the server: what
 # docs/benchmarks.md's latest section ran);
 # `session.sh bigref graphs` runs those two. Results: $OUT/summary.txt and
@@ -1197,6 +1197,27 @@ done
 if ((SECONDS < ${SKIP_AFTER:-100000})); then
   ktrace_build && ktrace_run s2early $s2 $early
 fi
+}
+
+# qwen3_pdl: Qwen3's unfused QKV path (plain gemv_bf16, then
+# rope_store_kv with the q/k norms) launched under PDL as well as the
+# default set; the kernels' wait tests and the CUDA model tests under
+# it, then the qwen3-8b batch-4 step, alternating twice.
+qwen3_pdl() {
+local set=qkv_rope_bf16,attn_decode_mma,attn_decode_combine,gemvb_bf16,gemvb_add_bf16,gemvb_silu_bf16,gemvb_qkv_rope_bf16,add_rmsnorm,gemv_bf16,rope_store_kv
+log "TestKernelsWait*, TestRoPE*, TestGEMV*, TestAttention/decode with TRIGON_CUDA_PDL=$set"
+cuda_tests_run pdl-tests.log 'TestKernelsWait|TestRoPE|TestGEMV|TestAttention/decode' TRIGON_CUDA_PDL=$set
+log "model tests on CUDA with it"
+(cd model/llama && TRIGON_CUDA_PDL=$set "$root/.gpu/llama.test" -test.run 'TestFixturesCUDA|TestDefaultModelCUDAMatchesCPU' -test.v >"$OUT/llama-cuda-pdl.log" 2>&1)
+echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "worst|^(--- FAIL|FAIL|PASS)" "$OUT/llama-cuda-pdl.log" | tee -a "$OUT/summary.txt"
+for r in 1 2; do
+  for v in TRIGON_AB=default TRIGON_CUDA_PDL=$set; do
+    log "bench latency qwen3-8b --batch 4 --input-len 2048 --output-len 128 --cuda-graphs on ($v)"
+    env $v .gpu/trigon bench latency --arch qwen3-8b --batch 4 --input-len 2048 --output-len 128 --device cuda --cuda-graphs on \
+      --json >"$OUT/q3-$r-${v%%=*}.json" 2>>"$OUT/bench.err"
+    $PY -c "import json,sys; d=json.load(open(sys.argv[1])); i=d['itl_ms']; print('ITL p50 %.3f p99 %.3f ms; floors %.3f / %.3f' % (i['p50'], i['p99'], d['decode_floor_ms'], d['decode_floor_all_weights_ms']))" "$OUT/q3-$r-${v%%=*}.json" | tee -a "$OUT/summary.txt"
+  done
+done
 }
 
 # A part is skipped once SKIP_AFTER seconds (default 500) have passed, so
