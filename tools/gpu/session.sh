@@ -1220,6 +1220,22 @@ for r in 1 2; do
 done
 }
 
+# pdl_verify: the default PDL set with gemv_bf16 and rope_store_kv: every
+# backend/cuda test, then the batch-16 Llama step (where plain register
+# GEMVs may run) against the previous set, and the batch-4 Llama step.
+pdl_verify() {
+local old=qkv_rope_bf16,attn_decode_mma,attn_decode_combine,gemvb_bf16,gemvb_add_bf16,gemvb_silu_bf16,gemvb_qkv_rope_bf16,add_rmsnorm
+log "backend/cuda: every test"
+all_cuda_tests
+for v in TRIGON_AB=default TRIGON_CUDA_PDL=$old; do
+  log "bench latency llama-3-8b --batch 16 --input-len 2048 --output-len 64 --cuda-graphs on ($v)"
+  env $v .gpu/trigon bench latency --arch llama-3-8b --batch 16 --input-len 2048 --output-len 64 --device cuda --cuda-graphs on \
+    --json >"$OUT/b16-${v%%=*}.json" 2>>"$OUT/bench.err"
+  $PY -c "import json,sys; d=json.load(open(sys.argv[1])); i=d['itl_ms']; print('ITL p50 %.3f p99 %.3f ms' % (i['p50'], i['p99']))" "$OUT/b16-${v%%=*}.json" | tee -a "$OUT/summary.txt"
+done
+step_trace
+}
+
 # A part is skipped once SKIP_AFTER seconds (default 500) have passed, so
 # that the logs still come back inside the device's 600-second limit.
 for part in ${@:-checks bigref}; do
