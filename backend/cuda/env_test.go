@@ -72,7 +72,7 @@ func TestPDLEnv(t *testing.T) {
 		bad   bool
 		wrong string // a name that must not be in the list
 	}{
-		{v: "", all: false, some: []string{"qkv_rope_bf16", "attn_decode_mma", "attn_decode_combine", "gemvb_bf16", "gemvb_add_bf16", "gemvb_silu_bf16", "gemvb_qkv_rope_bf16", "add_rmsnorm", "gemv_bf16", "rope_store_kv"}, wrong: "gemv_add_bf16"},
+		{v: "", all: false, some: []string{"qkv_rope_bf16", "attn_decode_mma", "attn_decode_combine", "gemvb_bf16", "gemvb_add_bf16", "gemvb_silu_bf16", "gemvb_qkv_rope_bf16", "add_rmsnorm"}, wrong: "gemv_add_bf16"},
 		{v: "on", all: true},
 		{v: "off", all: false},
 		{v: "attn_decode_combine", some: []string{"attn_decode_combine"}, wrong: "gemv_bf16"},

@@ -84,14 +84,11 @@ var pdlKernels = pdlDefault
 // producer streams the weight before it waits; and (tenth session) the
 // norms, which then launch during the bulk GEMV's tail before them:
 // -0.027 ms a batch-4 step, where with the register GEMV before them
-// (seventh session) PDL on the norms had been slower; (fourteenth session)
-// the plain register GEMV and rope_store_kv, the QKV path of models with
-// q/k norms (Qwen3), which the fused QKV kernel does not take: Qwen3-8B's
-// batch-4 step -0.05 ms (-1.1%). Llama's decode step runs neither.
+// (seventh session) PDL on the norms had been slower.
 var pdlDefault = map[string]bool{
 	"qkv_rope_bf16": true, "attn_decode_mma": true, "attn_decode_combine": true,
 	"gemvb_bf16": true, "gemvb_add_bf16": true, "gemvb_silu_bf16": true, "gemvb_qkv_rope_bf16": true,
-	"add_rmsnorm": true, "gemv_bf16": true, "rope_store_kv": true,
+	"add_rmsnorm": true,
 }
 
 // applyPDLEnv reads pdlEnv.
