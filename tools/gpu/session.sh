@@ -11,9 +11,10 @@
 # tune_prefill, prefetch, qkvrope, fuse_ab, fill_check, fuse_norm, add_ab, queue_ab, norm_prefetch, chain, chain_ops, chain_final, chain_verify, tests_only,
 # prefill_ab, prefill_small, prefill_tile, cluster_final, cluster_fit, step_trace, pdl_some, attn_pdl, pdl_final, verify_final, spin_ab,
 # bulk, bulk_bench, bulk_ab, verify_bulk, bulk_qkv, serve_ab, greedy_same, b16_ab, ktrace and ktrace_qkv (a CUPTI kernel timeline), fix8, ab_old, step_edges, prefetch_ab,
-# prefill_chunks, splits, o_overlap, qwen3_pdl (one A/B
-# experiment each), final (tests, then peers, rows and the server: what
-# docs/benchmarks.md's latest section ran);
+# prefill_chunks, splits, o_overlap, qwen3_pdl, pdl_verify, prefill_wg, wg_bench, bias_check,
+# p99_spread (one A/B experiment or check each), final (tests, then peers,
+# rows and the server: what docs/benchmarks.md's latest section ran;
+# ARCH=<name> runs peers, and ktrace, on another architecture);
 # `session.sh bigref graphs` runs those two. Results: $OUT/summary.txt and
 # $OUT/logs.tgz (the device tool returns at most 8 files).
 #
