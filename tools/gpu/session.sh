@@ -386,9 +386,9 @@ profile
 step_trace() {
   local tag=${1:-default}
   tag=${tag:-default}
-  log "bench latency llama-3-8b --batch 4 --input-len 2048 --output-len 128 --cuda-graphs on --step-trace ($tag)"
+  log "bench latency ${ARCH:-llama-3-8b} --batch 4 --input-len 2048 --output-len 128 --cuda-graphs on --step-trace ($tag)"
   local f="$OUT/trace-${SECONDS}-${tag//[^A-Za-z0-9]/_}.json"
-  env ${1:-} .gpu/${BIN:-trigon} bench latency --arch llama-3-8b --batch 4 --input-len 2048 --output-len 128 --device cuda --cuda-graphs on \
+  env ${1:-} .gpu/${BIN:-trigon} bench latency --arch ${ARCH:-llama-3-8b} --batch 4 --input-len 2048 --output-len 128 --device cuda --cuda-graphs on \
     --step-trace --json >"$f" 2>>"$OUT/bench.err" || tail -3 "$OUT/bench.err"
   $PY tools/gpu/step_trace.py "$f" 2>&1 | tee -a "$OUT/summary.txt"
 }
@@ -1233,6 +1233,26 @@ for v in TRIGON_AB=default TRIGON_CUDA_PDL=$old; do
   env $v .gpu/trigon bench latency --arch llama-3-8b --batch 16 --input-len 2048 --output-len 64 --device cuda --cuda-graphs on \
     --json >"$OUT/b16-${v%%=*}.json" 2>>"$OUT/bench.err"
   $PY -c "import json,sys; d=json.load(open(sys.argv[1])); i=d['itl_ms']; print('ITL p50 %.3f p99 %.3f ms' % (i['p50'], i['p99']))" "$OUT/b16-${v%%=*}.json" | tee -a "$OUT/summary.txt"
+done
+step_trace
+}
+
+# qknorm: Qwen3's Q/K norms in the fused QKV kernel (a head's blocks as
+# one thread-block cluster): the QKV, RoPE, attention, chain and graph
+# tests, memcheck over the smaller fused-norm cases, the CUDA model tests,
+# then the qwen3-8b batch-4 step with the fusion on and off, alternating
+# three times, and the llama-3-8b step.
+qknorm() {
+log "TestFusedQKVRoPE*, TestRoPE*, TestAttention*, TestKernelsWait, TestPDLEnv, TestNormQKVRoPE, TestChain, TestGraph"
+cuda_tests_run qknorm-tests.log 'TestFusedQKVRoPE|TestRoPE|TestAttention|TestKernelsWait|TestPDLEnv|TestNormQKVRoPE|TestChain|TestGraph'
+grep -E "qknorm" "$OUT/qknorm-tests.log" | grep -c -- "--- PASS" | sed 's/^/fused Q\/K norm cases passed: /' | tee -a "$OUT/summary.txt"
+log "memcheck: the fused Q/K norm cases at head dims 64 and 16"
+memcheck 'TestFusedQKVRoPE$/hd(64|16)_.*qknorm'
+model_tests
+for r in 1 2 3; do
+  for v in TRIGON_AB=default TRIGON_CUDA_FUSE_QK_NORM=off; do
+    ARCH=qwen3-8b step_trace "$v"
+  done
 done
 step_trace
 }
