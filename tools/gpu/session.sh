@@ -1257,6 +1257,19 @@ done
 step_trace
 }
 
+# qk_trace: the Q/K-norm kernel's cluster occupancy at Qwen3-8B's heads,
+# and the qwen3-8b timelines with the fused norms and without, and without
+# PDL on the fused kernel.
+qk_trace() {
+cuda_tests_run qk-occ.log 'TestFusedQKVRoPE$/h32_kv8_hd128_k4096_n(1|4)_qknorm_f32'
+grep -E "Q/K-norm kernel" "$OUT/qk-occ.log" | tee -a "$OUT/summary.txt"
+ktrace_build || return
+local nopdl=attn_decode_mma,attn_decode_combine,gemvb_bf16,gemvb_add_bf16,gemvb_silu_bf16,gemvb_qkv_rope_bf16,add_rmsnorm
+ARCH=qwen3-8b ktrace_run q3fused
+ARCH=qwen3-8b ktrace_run q3off TRIGON_CUDA_FUSE_QK_NORM=off
+ARCH=qwen3-8b ktrace_run q3nopdl TRIGON_CUDA_PDL=$nopdl
+}
+
 # A part is skipped once SKIP_AFTER seconds (default 500) have passed, so
 # that the logs still come back inside the device's 600-second limit.
 for part in ${@:-checks bigref}; do
