@@ -540,22 +540,20 @@ func TestFusedQKVRoPE(t *testing.T) {
 	}
 }
 
-// logQKNormClusters logs how many of the Q/K-norm kernel's clusters (a
-// head's blocks) the device holds at once against how many a step
-// launches: fewer means a second wave.
+// logQKNormClusters logs, for each GEMV variant, how many of the Q/K-norm
+// kernel's clusters (a head's blocks) the device holds at once against
+// how many a step launches: fewer means a second wave.
 func logQKNormClusters(t *testing.T, g *Backend, h, kv, hd, n int) {
 	_ = g.call(func() error {
-		c := qkvGEMV
-		if c.nw == 0 {
-			c = qkvGEMVDefault
+		for _, c := range append(slices.Clone(gemvConfigs), gemvConfig{6, 2}) {
+			f, err := g.fn(fnKey{modSpec{file: "gemv", p: [6]int{(n + 7) / 8, c.nw, c.ur, dtBF16, 0, dtF32}}, "qkv_rope_bf16"})
+			if err != nil {
+				return err
+			}
+			grid := [3]int{(h + 2*kv) * hd / 16, 1, 1}
+			fits, active := g.clusterFit(f, grid, c.nw*32, 0, [3]int{hd / 16, 1, 1})
+			t.Logf("Q/K-norm kernel %+v: %d clusters of %d blocks launched, %d resident at once (all fit: %v)", c, grid[0]/(hd/16), hd/16, active, fits)
 		}
-		f, err := g.fn(fnKey{modSpec{file: "gemv", p: [6]int{(n + 7) / 8, c.nw, c.ur, dtBF16, 0, dtF32}}, "qkv_rope_bf16"})
-		if err != nil {
-			return err
-		}
-		grid := [3]int{(h + 2*kv) * hd / 16, 1, 1}
-		fits, active := g.clusterFit(f, grid, c.nw*32, 0, [3]int{hd / 16, 1, 1})
-		t.Logf("Q/K-norm kernel %+v: %d clusters of %d blocks launched, %d resident at once (all fit: %v)", c, grid[0]/(hd/16), hd/16, active, fits)
 		return nil
 	})
 }

@@ -305,10 +305,10 @@ extern "C" __global__ void __launch_bounds__(NW * 32) gemv_bf16(void* y, const u
 #endif
 
 #if QN
-// The norm's epilogue would take the kernel to ~98 registers a thread and
-// two blocks an SM; the GEMV streams its weight at three (80 registers,
-// no spills).
-#define QKV_BOUNDS __launch_bounds__(NW * 32, 3)
+// The norm's epilogue would take the kernel to ~98 registers a thread,
+// two 8-warp blocks an SM; bound to 24 warps an SM (80 registers, no
+// spills) the GEMV keeps the plain kernel's occupancy.
+#define QKV_BOUNDS __launch_bounds__(NW * 32, NW >= 16 ? 1 : 24 / NW)
 #else
 #define QKV_BOUNDS __launch_bounds__(NW * 32)
 #endif
