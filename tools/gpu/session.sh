@@ -1273,7 +1273,7 @@ ARCH=qwen3-8b ktrace_run q3nopdl TRIGON_CUDA_PDL=$nopdl
 # qk_variants: the Q/K-norm kernel's cluster occupancy per GEMV variant,
 # then the qwen3-8b step with the fused norms at the pinned variant (8x2)
 # and at 6x2 (four blocks an SM), against the unfused pair, alternating
-# three times; the fused QKV tests and the llama-3-8b step at 6x2.
+# three times; the llama-3-8b step at 6x2 and at 8x2.
 qk_variants() {
 cuda_tests_run qk-occ.log 'TestFusedQKVRoPE$/h32_kv8_hd128_k4096_n4_qknorm_f32'
 grep -E "Q/K-norm kernel" "$OUT/qk-occ.log" | tee -a "$OUT/summary.txt"
@@ -1282,9 +1282,8 @@ for r in 1 2 3; do
     ARCH=qwen3-8b step_trace "$v"
   done
 done
-log "the fused Q/K-norm tests at the 6x2 variant"
-cuda_tests_run qk-6x2.log 'TestFusedQKVRoPE' TRIGON_CUDA_QKV_GEMV=6x2
 step_trace TRIGON_CUDA_QKV_GEMV=6x2
+step_trace
 }
 
 # A part is skipped once SKIP_AFTER seconds (default 500) have passed, so
