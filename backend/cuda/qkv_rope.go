@@ -26,6 +26,15 @@ var fuseQKNorm = true
 // fuseQKNormEnv names fuseQKNorm's override: "on" or "off".
 const fuseQKNormEnv = "TRIGON_CUDA_FUSE_QK_NORM"
 
+// qkvClusterAll (TRIGON_CUDA_QKV_CLUSTER=on, read by New) launches the
+// fused kernel as clusters of a head's blocks without Q/K norms too: an
+// experiment separating the cost of the cluster launch from that of the
+// norm's epilogue.
+var qkvClusterAll = false
+
+// qkvClusterEnv names qkvClusterAll's setting.
+const qkvClusterEnv = "TRIGON_CUDA_QKV_CLUSTER"
+
 // qkNormMaxCluster is the most blocks of a head (hd/16) the fused kernel
 // gathers a Q/K norm over: the portable cluster size, so head dims up to 128.
 const qkNormMaxCluster = 8
@@ -77,6 +86,9 @@ func applyFuseEnv() (err error) {
 		return err
 	}
 	if fuseQKNorm, err = envSwitch(fuseQKNormEnv, true); err != nil {
+		return err
+	}
+	if qkvClusterAll, err = envSwitch(qkvClusterEnv, false); err != nil {
 		return err
 	}
 	qkvGEMV, err = parseQKVGEMV(os.Getenv(qkvGEMVEnv))
@@ -268,7 +280,7 @@ func (b *Backend) qkvRoPECall(c gemvConfig, x, w uint64, r ropeOps, k int, early
 	args := []uint64{r.q.ptr, x, w, r.pos.ptr, r.slots.ptr, r.kc.ptr, r.vc.ptr,
 		r.invf.ptr, bias, g, f32bits(eps), i32(r.n), i32(k), i32(r.h), i32(r.kvh), i32(r.d), i32(r.blockSize), i32(r.numSlots),
 		b.errDev, flag(earlyW), ptrOf(r.qn), ptrOf(r.kn), f32bits(r.eps)}
-	if qkNorm {
+	if qkNorm || qkvClusterAll && b.clusters && r.d/16 <= qkNormMaxCluster {
 		return b.launchCluster(f, grid, c.nw*32, 0, [3]int{r.d / 16, 1, 1}, args...)
 	}
 	return b.launch(f, grid, c.nw*32, 0, args...)

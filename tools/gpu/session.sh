@@ -1286,6 +1286,20 @@ step_trace TRIGON_CUDA_QKV_GEMV=6x2
 step_trace
 }
 
+# qk_cluster: what the cluster launch alone costs: the llama-3-8b step
+# with its fused QKV kernel launched as clusters of a head's blocks
+# (TRIGON_CUDA_QKV_CLUSTER=on) against the plain launch, alternating
+# twice, and its timeline.
+qk_cluster() {
+for r in 1 2; do
+  for v in TRIGON_AB=default TRIGON_CUDA_QKV_CLUSTER=on; do
+    step_trace "$v"
+  done
+done
+ktrace_build || return
+ktrace_run llcluster TRIGON_CUDA_QKV_CLUSTER=on
+}
+
 # A part is skipped once SKIP_AFTER seconds (default 500) have passed, so
 # that the logs still come back inside the device's 600-second limit.
 for part in ${@:-checks bigref}; do
