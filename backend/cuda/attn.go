@@ -173,7 +173,7 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 			if err != nil {
 				return err
 			}
-			if fits, _ := b.clusterFit(cl, dp.grid, 128, dp.smem, [3]int{1, 1, cluster}); fits || clusterForce {
+			if fits, _ := b.clusterFit(cl, dp.grid, 128, dp.smem, cluster); fits || clusterForce {
 				dec = cl
 			} else {
 				cluster = 0 // a second wave of clusters would cost more than the combine saves
@@ -206,7 +206,7 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 			decArgs = append(decArgs, pfPtr, pfBytes, i32(flags))
 		}
 		if cluster > 0 {
-			err = b.launchCluster(dec, dp.grid, 128, dp.smem, [3]int{1, 1, cluster}, decArgs...)
+			err = b.launchCluster(dec, dp.grid, 128, dp.smem, cluster, decArgs...)
 		} else {
 			err = b.launch(dec, dp.grid, 128, dp.smem, decArgs...)
 		}

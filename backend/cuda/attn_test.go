@@ -404,9 +404,9 @@ func TestClusterFit(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		fitSmall, active1 = b.clusterFit(f, [3]int{1, 1, 2}, 128, smem, [3]int{1, 1, 2})
-		fitHuge, _ = b.clusterFit(f, [3]int{64, 64, 2}, 128, smem, [3]int{1, 1, 2})
-		_, active2 = b.clusterFit(f, [3]int{1, 1, 2}, 128, smem, [3]int{1, 1, 2})
+		fitSmall, active1 = b.clusterFit(f, [3]int{1, 1, 2}, 128, smem, 2)
+		fitHuge, _ = b.clusterFit(f, [3]int{64, 64, 2}, 128, smem, 2)
+		_, active2 = b.clusterFit(f, [3]int{1, 1, 2}, 128, smem, 2)
 		return nil
 	}); err != nil {
 		t.Fatal(err)

@@ -261,8 +261,8 @@ func BenchmarkAttentionDecodeCluster(b *testing.B) {
 	}
 	_ = g.call(func() error {
 		for k, v := range g.clusterFits {
-			b.Logf("cluster launch grid %v, block %d, smem %d, cluster %v: %d clusters resident at once, %d launched",
-				k.grid, k.block, k.smem, k.cl, v, k.grid[0]*k.grid[1]*k.grid[2]/(k.cl[0]*k.cl[1]*k.cl[2]))
+			b.Logf("cluster launch grid %v, block %d, smem %d, cluster %d: %d clusters resident at once, %d launched",
+				k.grid, k.block, k.smem, k.cz, v, k.grid[0]*k.grid[1]*k.grid[2]/k.cz)
 		}
 		return nil
 	})

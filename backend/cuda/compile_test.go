@@ -294,7 +294,7 @@ var prefetchFirst = map[string]string{"add_rmsnorm": "if ((int)blockIdx.x >= row
 var kernelDataRe = regexp.MustCompile(`(^|[^.\w])(out|x|res|w)\b`)
 
 // globalRe matches a kernel's declaration up to its parameter list.
-var globalRe = regexp.MustCompile(`extern "C" __global__ void (?:__launch_bounds__\([^)]*\) |[A-Z][A-Z0-9_]* )?(\w+)\(`)
+var globalRe = regexp.MustCompile(`extern "C" __global__ void (?:__launch_bounds__\([^)]*\) )?(\w+)\(`)
 
 // TestLaunchConfigLayout checks the Go mirrors of cuda.h's launch structs.
 func TestLaunchConfigLayout(t *testing.T) {

@@ -31,7 +31,7 @@ var fileParams = map[string][]string{
 	"copy":            {},
 	"chain":           {"KC", "NC", "NOMATH"},
 	"quant":           {"WT", "OT"},
-	"gemv":            {"NT", "NW", "UR", "OT", "NP", "QN"},
+	"gemv":            {"NT", "NW", "UR", "OT", "NP"},
 	"gemv_bulk":       {"NT", "CW", "CK", "ST", "OT", "MB"},
 }
 
@@ -280,11 +280,6 @@ func warmSpecs() []modSpec {
 			modSpec{file: "gemv", p: [6]int{1, c.nw, c.ur, bf}},
 			modSpec{file: "gemv", p: [6]int{2, c.nw, c.ur, bf}},
 			modSpec{file: "gemv", p: [6]int{1, c.nw, c.ur, f32}})
-	}
-	// The QKV kernel with Qwen3's Q/K norms (BF16 or F32 weights), at the
-	// pinned variant.
-	for _, nt := range []int{bf, f32} {
-		specs = append(specs, modSpec{file: "gemv", p: [6]int{1, qkvGEMVDefault.nw, qkvGEMVDefault.ur, bf, 0, nt}})
 	}
 	// The bulk-copy GEMV variants (sm_90 kernels, compiled for every
 	// architecture: their bodies trap below sm_90, where no launch goes).

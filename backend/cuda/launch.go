@@ -147,60 +147,45 @@ func (b *Backend) initLaunchConfig(host uintptr) {
 	attrs[0] = launchAttr{id: cuLaunchAttributeClusterDimension}
 	attrs[1] = *attr
 	*b.clusterCfg = launchConfig{attrs: host + 200, numAttrs: 1}
+	if b.pdl {
+		b.clusterCfg.numAttrs = 2
+	}
 	b.clusters = b.cc >= 90 && b.d.cuLaunchKernelEx != 0
 }
 
-// clusterOK reports whether cl is a cluster shape launchCluster takes for
-// grid: each side at least 1 and dividing the grid's, at most 8 blocks
-// (the portable cluster size).
-func clusterOK(grid, cl [3]int) bool {
-	for i := range cl {
-		if cl[i] < 1 || grid[i]%cl[i] != 0 {
-			return false
-		}
-	}
-	return cl[0]*cl[1]*cl[2] <= 8
-}
-
-// launchCluster is launch for a grid of thread-block clusters of shape cl
-// (clusterOK), with PDL where launch would use it for f. Only where
-// b.clusters. CUDA thread only.
-func (b *Backend) launchCluster(f uintptr, grid [3]int, block, smem int, cl [3]int, args ...uint64) error {
+// launchCluster is launch for a grid of thread-block clusters of shape
+// (1, 1, cz) (grid[2] a multiple of cz, cz <= 8), with PDL where launches
+// use it. Only where b.clusters. CUDA thread only.
+func (b *Backend) launchCluster(f uintptr, grid [3]int, block, smem, cz int, args ...uint64) error {
 	if len(args) > maxKernelArgs {
 		return fmt.Errorf("launch: %d arguments, at most %d", len(args), maxKernelArgs)
 	}
-	if !b.clusters || !clusterOK(grid, cl) {
-		return fmt.Errorf("launch: cluster %v of grid %v: not available here", cl, grid)
+	if !b.clusters || cz < 1 || cz > 8 || grid[2]%cz != 0 {
+		return fmt.Errorf("launch: cluster (1, 1, %d) of grid %v: not available here", cz, grid)
 	}
 	copy(b.paramVals[:], args)
-	c := b.clusterConfig(grid, block, smem, cl, b.pdl || b.pdlFns[f])
+	c := b.clusterConfig(grid, block, smem, cz)
 	return b.d.check("cuLaunchKernelEx", b.d.call(b.d.cuLaunchKernelEx, uintptr(unsafe.Pointer(c)), f, b.paramPtrs, 0))
 }
 
 // clusterConfig fills the pinned cluster launch config for a grid of
-// clusters cl on b's stream, with the PDL attribute when pdl, and returns
-// it. CUDA thread only.
-func (b *Backend) clusterConfig(grid [3]int, block, smem int, cl [3]int, pdl bool) *launchConfig {
+// clusters (1, 1, cz) on b's stream and returns it. CUDA thread only.
+func (b *Backend) clusterConfig(grid [3]int, block, smem, cz int) *launchConfig {
 	c := b.clusterCfg
 	c.grid = [3]uint32{uint32(grid[0]), uint32(grid[1]), uint32(grid[2])}
 	c.block = [3]uint32{uint32(block), 1, 1}
 	c.smem = uint32(smem)
 	c.stream = b.stream
-	c.numAttrs = 1
-	if pdl {
-		c.numAttrs = 2
-	}
 	dim := (*[3]uint32)(unsafe.Pointer(&(*[2]launchAttr)(cptr(c.attrs))[0].value))
-	*dim = [3]uint32{uint32(cl[0]), uint32(cl[1]), uint32(cl[2])}
+	*dim = [3]uint32{1, 1, uint32(cz)}
 	return c
 }
 
 // clusterKey names one cluster launch shape for clusterFit's cache.
 type clusterKey struct {
-	f           uintptr
-	grid        [3]int
-	block, smem int
-	cl          [3]int
+	f               uintptr
+	grid            [3]int
+	block, smem, cz int
 }
 
 // clusterFit reports whether every cluster of a launchCluster launch of f
@@ -211,18 +196,14 @@ type clusterKey struct {
 // that takes twice its time. The answer is cached per shape; a driver
 // without the query, or a query that fails, counts as not fitting.
 // CUDA thread only.
-func (b *Backend) clusterFit(f uintptr, grid [3]int, block, smem int, cl [3]int) (fits bool, active int) {
-	k := clusterKey{f, grid, block, smem, cl}
-	clusters := 1
-	for i := range cl {
-		clusters *= grid[i] / max(cl[i], 1)
-	}
+func (b *Backend) clusterFit(f uintptr, grid [3]int, block, smem, cz int) (fits bool, active int) {
+	k := clusterKey{f, grid, block, smem, cz}
 	if v, ok := b.clusterFits[k]; ok {
-		return v >= clusters, v
+		return v >= grid[0]*grid[1]*grid[2]/cz, v
 	}
 	n := int32(0)
-	if b.d.cuOccupancyMaxActiveClusters != 0 && b.clusters && clusterOK(grid, cl) {
-		c := b.clusterConfig(grid, block, smem, cl, b.pdl || b.pdlFns[f])
+	if b.d.cuOccupancyMaxActiveClusters != 0 && b.clusters && cz >= 1 && cz <= 8 {
+		c := b.clusterConfig(grid, block, smem, cz)
 		if b.d.call(b.d.cuOccupancyMaxActiveClusters, uintptr(unsafe.Pointer(&n)), f, uintptr(unsafe.Pointer(c))) != 0 {
 			n = 0
 		}
@@ -231,7 +212,7 @@ func (b *Backend) clusterFit(f uintptr, grid [3]int, block, smem int, cl [3]int)
 		b.clusterFits = map[clusterKey]int{}
 	}
 	b.clusterFits[k] = int(n)
-	return int(n) >= clusters, int(n)
+	return int(n) >= grid[0]*grid[1]*grid[2]/cz, int(n)
 }
 
 // PDL reports whether kernel launches use programmatic dependent launch.

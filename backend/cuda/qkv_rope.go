@@ -17,28 +17,6 @@ var fuseQKVRoPE = true
 // fuseQKVRoPEEnv names fuseQKVRoPE's override: "on" or "off".
 const fuseQKVRoPEEnv = "TRIGON_CUDA_FUSE_QKV_ROPE"
 
-// fuseQKNorm lets FusedQKVRoPE take Q/K norms (Qwen3): the fused kernel
-// then runs as clusters of a head's blocks (qkv_rope_bf16 with QN, sm_90).
-// TRIGON_CUDA_FUSE_QK_NORM=off (read by New) leaves those models on the
-// GEMV and rope_store_kv, for comparison.
-var fuseQKNorm = true
-
-// fuseQKNormEnv names fuseQKNorm's override: "on" or "off".
-const fuseQKNormEnv = "TRIGON_CUDA_FUSE_QK_NORM"
-
-// qkvClusterAll (TRIGON_CUDA_QKV_CLUSTER=on, read by New) launches the
-// fused kernel as clusters of a head's blocks without Q/K norms too: an
-// experiment separating the cost of the cluster launch from that of the
-// norm's epilogue.
-var qkvClusterAll = false
-
-// qkvClusterEnv names qkvClusterAll's setting.
-const qkvClusterEnv = "TRIGON_CUDA_QKV_CLUSTER"
-
-// qkNormMaxCluster is the most blocks of a head (hd/16) the fused kernel
-// gathers a Q/K norm over: the portable cluster size, so head dims up to 128.
-const qkNormMaxCluster = 8
-
 // qkvGEMV is the register GEMV variant FusedQKVRoPE runs for steps of at
 // most qkvGEMVMaxRows rows, whatever the tuner kept for the product (the
 // zero value: the tuner's choice, GEMV or cuBLASLt). The tuner times the
@@ -85,12 +63,6 @@ func applyFuseEnv() (err error) {
 	if fuseQKVRoPE, err = envSwitch(fuseQKVRoPEEnv, true); err != nil {
 		return err
 	}
-	if fuseQKNorm, err = envSwitch(fuseQKNormEnv, true); err != nil {
-		return err
-	}
-	if qkvClusterAll, err = envSwitch(qkvClusterEnv, false); err != nil {
-		return err
-	}
 	qkvGEMV, err = parseQKVGEMV(os.Getenv(qkvGEMVEnv))
 	return err
 }
@@ -105,18 +77,10 @@ func applyFuseEnv() (err error) {
 // the H200). The result is bit for bit that of MatMul followed by
 // RoPEStoreKV on the GEMV path.
 //
-// Q/K norms (Qwen3's, a.QNorm and a.KNorm) are applied in the epilogue
-// too, rope_store_kv's result bit for bit: a head's hd/16 blocks run as one
-// thread-block cluster and share their rows' pairs through distributed
-// shared memory (sm_90, hd <= 128; fuseQKNorm). On the H200 the unfused
-// pair cost Qwen3-8B's decode step a GEMV launched without PDL and a
-// 6.35 us rope_store_kv a layer (docs/benchmarks.md).
-//
 // Whether it fuses is decided here, on the caller's goroutine, from the
 // operands alone: x and w BF16, at most gemvMaxRows rows, a.QKV, a.Q and
-// the caches BF16, Q/K norms only as above, no bias or an F32 one, a head
-// dim that is a multiple of 16, the GEMV enabled and able to take the
-// operands.
+// the caches BF16, no Q/K norm, no bias or an F32 one, a head dim that is
+// a multiple of 16, the GEMV enabled and able to take the operands.
 // Otherwise it returns false and queues nothing. Operands that
 // MatMul(a.QKV, x, w, bias) or RoPEStoreKV(a) would refuse are an ErrShape
 // error.
@@ -204,7 +168,7 @@ func (b *Backend) qkvRoPEOperands(x, w backend.Tensor, a backend.RoPEArgs) (xt, 
 	bf := backend.BF16
 	fuse = fuseQKVRoPE && gemvEnabled && r.n <= gemvMaxRows && gemvFits(r.n, k, xt.ptr, wt.ptr) &&
 		xt.dt == bf && wt.dt == bf && r.qkv.dt == bf && r.kc.dt == bf &&
-		(r.qn == nil && r.kn == nil || b.qkNormFuses(r)) && r.d%16 == 0 &&
+		r.qn == nil && r.kn == nil && r.d%16 == 0 &&
 		// The kernel reads x and w while other blocks write Q and the
 		// caches; the unfused pair would not mind, so neither may overlap.
 		!overlaps(xt, r.q) && !overlaps(xt, r.kc) && !overlaps(xt, r.vc) &&
@@ -212,19 +176,12 @@ func (b *Backend) qkvRoPEOperands(x, w backend.Tensor, a backend.RoPEArgs) (xt, 
 	return xt, wt, r, fuse, nil
 }
 
-// qkNormFuses reports whether qkv_rope_bf16 takes r's Q/K norms: a
-// head's blocks fit one portable cluster, and the device launches
-// clusters.
-func (b *Backend) qkNormFuses(r ropeOps) bool {
-	return fuseQKNorm && b.clusters && r.d%16 == 0 && r.d/16 <= qkNormMaxCluster
-}
-
 // qkvRoPE runs on the CUDA thread: the fused kernel with qkvGEMV's
 // variant (up to qkvGEMVMaxRows rows) or where the shape's plan kept the
 // GEMV, else cuBLASLt into r.qkv and rope_store_kv. earlyW as for gemm.
 func (b *Backend) qkvRoPE(xt, wt, bt *tensor, r ropeOps, k int, earlyW bool) error {
 	n, m := r.n, r.qkv.shape[1]
-	if c := bulkPickQKV(m, k, b.sms); bulkQKV && bt == nil && r.qn == nil && r.kn == nil && b.bulkFused(c, n, k, xt.ptr, wt.ptr) {
+	if c := bulkPickQKV(m, k, b.sms); bulkQKV && bt == nil && b.bulkFused(c, n, k, xt.ptr, wt.ptr) {
 		return b.bulkQKVCall(c, xt.ptr, wt.ptr, r, k, earlyW)
 	}
 	var bias uint64
@@ -260,30 +217,20 @@ func (b *Backend) qkvRoPE(xt, wt, bt *tensor, r ropeOps, k int, earlyW bool) err
 
 // qkvRoPECall launches qkv_rope_bf16 with GEMV variant c; with a bias
 // (F32 [m], else 0) it is added to the projection; with a norm weight g
-// (F32 [k], else 0), x is normalised in the kernel; with r's Q/K norms
-// (qkNormFuses) the kernel's QN module runs as clusters of a head's
-// blocks. CUDA thread only.
+// (F32 [k], else 0), x is normalised in the kernel. CUDA thread only.
 func (b *Backend) qkvRoPECall(c gemvConfig, x, w uint64, r ropeOps, k int, earlyW bool, bias, g uint64, eps float32) error {
 	spec := modSpec{file: "gemv", p: [6]int{(r.n + 7) / 8, c.nw, c.ur, dtBF16}}
 	if g != 0 {
 		spec = normModule(r.n, c)
 	}
-	qkNorm := r.qn != nil || r.kn != nil
-	if qkNorm {
-		spec.p[5] = int(r.nt) // QN: the norm weights' dtype
-	}
 	f, err := b.fn(fnKey{spec, "qkv_rope_bf16"})
 	if err != nil {
 		return err
 	}
-	grid := [3]int{(r.h + 2*r.kvh) * r.d / 16, 1, 1}
-	args := []uint64{r.q.ptr, x, w, r.pos.ptr, r.slots.ptr, r.kc.ptr, r.vc.ptr,
+	blocks := (r.h + 2*r.kvh) * r.d / 16
+	return b.launch(f, [3]int{blocks, 1, 1}, c.nw*32, 0, r.q.ptr, x, w, r.pos.ptr, r.slots.ptr, r.kc.ptr, r.vc.ptr,
 		r.invf.ptr, bias, g, f32bits(eps), i32(r.n), i32(k), i32(r.h), i32(r.kvh), i32(r.d), i32(r.blockSize), i32(r.numSlots),
-		b.errDev, flag(earlyW), ptrOf(r.qn), ptrOf(r.kn), f32bits(r.eps)}
-	if qkNorm || qkvClusterAll && b.clusters && r.d/16 <= qkNormMaxCluster {
-		return b.launchCluster(f, grid, c.nw*32, 0, [3]int{r.d / 16, 1, 1}, args...)
-	}
-	return b.launch(f, grid, c.nw*32, 0, args...)
+		b.errDev, flag(earlyW))
 }
 
 // ropeOps are RoPEStoreKV's operands, checked by ropeOperands; ropeStore

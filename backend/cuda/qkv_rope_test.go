@@ -70,21 +70,13 @@ func TestFusedQKVRoPERefusals(t *testing.T) {
 		a.Q, a.QKV, a.Positions, a.SlotMapping = h.t(bf, r, heads*hd), h.t(bf, r, width), h.t(i32, r), h.t(i32, r)
 		return h.t(bf, r, hidden), a
 	}
-	// headDim is a step of head dim d.
-	headDim := func(d int) (backend.Tensor, backend.Tensor, backend.RoPEArgs) {
+	// headDim24 is a step whose head dim is not a multiple of 16.
+	headDim24 := func() (backend.Tensor, backend.Tensor, backend.RoPEArgs) {
+		const d = 24
 		a := backend.RoPEArgs{Q: h.t(bf, n, heads*d), QKV: h.t(bf, n, (heads+2*kvh)*d), Positions: pos, SlotMapping: slots,
 			KCache: h.t(bf, blocks, kvh, bs, d), VCache: h.t(bf, blocks, kvh, bs, d), InvFreq: h.t(f32, d/2),
 			NumHeads: heads, NumKVHeads: kvh, HeadDim: d}
 		return x, h.t(bf, (heads+2*kvh)*d, hidden), a
-	}
-	// qkNorm is a step of head dim d with Q and K norms, on a device that
-	// launches thread-block clusters or not, with fuseQKNorm set to on.
-	qkNorm := func(clusters bool, d int, on bool) (bool, error) {
-		h.b.clusters, fuseQKNorm = clusters, on
-		defer func() { h.b.clusters, fuseQKNorm = false, true }()
-		x, w, a := headDim(d)
-		a.QNorm, a.KNorm, a.NormEps = h.t(bf, d), h.t(bf, d), 1e-6
-		return h.b.FusedQKVRoPE(x, w, nil, a)
 	}
 	for _, tc := range []struct {
 		name string
@@ -106,17 +98,8 @@ func TestFusedQKVRoPERefusals(t *testing.T) {
 		{"bias 2-d", func() (bool, error) { return h.b.FusedQKVRoPE(x, w, h.t(f32, 1, width), rope()) }, bad},
 
 		{"17 rows", func() (bool, error) { x, a := rows(17); return h.b.FusedQKVRoPE(x, w, nil, a) }, refused},
-		{"Q and K norms", func() (bool, error) { return qkNorm(true, hd, true) }, fused},
-		{"KNorm only", func() (bool, error) {
-			h.b.clusters = true
-			defer func() { h.b.clusters = false }()
-			a := rope()
-			a.KNorm = h.t(f32, hd)
-			return h.b.FusedQKVRoPE(x, w, nil, a)
-		}, fused},
-		{"Q/K norms without clusters", func() (bool, error) { return qkNorm(false, hd, true) }, refused},
-		{"Q/K norms, head dim 256", func() (bool, error) { return qkNorm(true, 256, true) }, refused},
-		{"Q/K norms, fusion off", func() (bool, error) { return qkNorm(true, hd, false) }, refused},
+		{"QNorm", func() (bool, error) { a := rope(); a.QNorm = h.t(bf, hd); return h.b.FusedQKVRoPE(x, w, nil, a) }, refused},
+		{"KNorm", func() (bool, error) { a := rope(); a.KNorm = h.t(f32, hd); return h.b.FusedQKVRoPE(x, w, nil, a) }, refused},
 		{"F32 caches", func() (bool, error) {
 			a := rope()
 			a.KCache, a.VCache = h.t(f32, blocks, kvh, bs, hd), h.t(f32, blocks, kvh, bs, hd)
@@ -129,7 +112,7 @@ func TestFusedQKVRoPERefusals(t *testing.T) {
 			a.QKV, a.Q = h.t(f32, n, width), h.t(f32, n, heads*hd)
 			return h.b.FusedQKVRoPE(x, w, nil, a)
 		}, refused},
-		{"head dim 24", func() (bool, error) { x, w, a := headDim(24); return h.b.FusedQKVRoPE(x, w, nil, a) }, refused},
+		{"head dim 24", func() (bool, error) { x, w, a := headDim24(); return h.b.FusedQKVRoPE(x, w, nil, a) }, refused},
 		{"k not a multiple of 8", func() (bool, error) {
 			return h.b.FusedQKVRoPE(h.t(bf, n, hidden+4), h.t(bf, width, hidden+4), nil, rope())
 		}, refused},
@@ -198,31 +181,7 @@ type qkvCase struct {
 	gpos, gslots       backend.Tensor
 	ginvf              backend.Tensor
 	cbias, gbias       backend.Tensor // F32 [m], or nil (withBias)
-	cqn, gqn, ckn, gkn backend.Tensor // [hd] Q/K norm weights, or nil (withNorms)
 	qPoison, qkvPoison []byte
-}
-
-// qkNormEps is the Q/K norms' epsilon in the tests (Qwen3's).
-const qkNormEps = 1e-6
-
-// withNorms gives the case Qwen3's per-head Q and K norms (weights of
-// dtype dt around 1, fresh random values); q or k false leaves that one
-// out.
-func (c *qkvCase) withNorms(dt backend.DType, q, k bool) *qkvCase {
-	weights := func() (backend.Tensor, backend.Tensor) {
-		v := c.p.normal(c.hd, 0.3)
-		for i := range v {
-			v[i] += 1
-		}
-		return c.p.same(dt, []int{c.hd}, encode(dt, v))
-	}
-	if q {
-		c.cqn, c.gqn = weights()
-	}
-	if k {
-		c.ckn, c.gkn = weights()
-	}
-	return c
 }
 
 // withBias gives the case an F32 QKV bias (fresh random values, as large
@@ -276,27 +235,13 @@ func (c *qkvCase) positions() []int32 {
 }
 
 func (c *qkvCase) cpuArgs() backend.RoPEArgs {
-	a := backend.RoPEArgs{Q: c.cq, QKV: c.cqkv, Positions: c.cpos, SlotMapping: c.cslots, KCache: c.ckc, VCache: c.cvc,
-		InvFreq: c.cinvf, NumHeads: c.h, NumKVHeads: c.kv, HeadDim: c.hd, NormEps: qkNormEps}
-	if c.cqn != nil {
-		a.QNorm = c.cqn
-	}
-	if c.ckn != nil {
-		a.KNorm = c.ckn
-	}
-	return a
+	return backend.RoPEArgs{Q: c.cq, QKV: c.cqkv, Positions: c.cpos, SlotMapping: c.cslots, KCache: c.ckc, VCache: c.cvc,
+		InvFreq: c.cinvf, NumHeads: c.h, NumKVHeads: c.kv, HeadDim: c.hd}
 }
 
 func (c *qkvCase) gpuArgs() backend.RoPEArgs {
-	a := backend.RoPEArgs{Q: c.gq, QKV: c.gqkv, Positions: c.gpos, SlotMapping: c.gslots, KCache: c.gkc, VCache: c.gvc,
-		InvFreq: c.ginvf, NumHeads: c.h, NumKVHeads: c.kv, HeadDim: c.hd, NormEps: qkNormEps}
-	if c.gqn != nil {
-		a.QNorm = c.gqn
-	}
-	if c.gkn != nil {
-		a.KNorm = c.gkn
-	}
-	return a
+	return backend.RoPEArgs{Q: c.gq, QKV: c.gqkv, Positions: c.gpos, SlotMapping: c.gslots, KCache: c.gkc, VCache: c.gvc,
+		InvFreq: c.ginvf, NumHeads: c.h, NumKVHeads: c.kv, HeadDim: c.hd}
 }
 
 // qkvOut is what a run left on the GPU.
@@ -438,34 +383,21 @@ func TestFusedQKVRoPE(t *testing.T) {
 		t.Skip("the GEMV is off (TRIGON_CUDA_GEMV=off): nothing fuses")
 	}
 	type shape struct{ h, kv, hd, k int }
-	// norms: Qwen3's Q/K norms with weights of that dtype ("" none;
-	// "k": only the K norm, BF16).
 	type qkvTest struct {
 		shape
-		n     int
-		bias  bool
-		norms string
+		n    int
+		bias bool
 	}
 	var cases []qkvTest
 	for _, s := range []shape{{32, 8, 128, 4096}, {8, 2, 64, 1024}, {4, 4, 16, 1000}, {16, 2, 256, 2048}} {
 		for _, n := range []int{1, 3, 4, 9, 16} {
-			cases = append(cases, qkvTest{s, n, false, ""})
+			cases = append(cases, qkvTest{s, n, false})
 		}
 	}
 	for _, s := range []shape{{28, 4, 128, 3584}, {8, 2, 64, 1024}} { // Qwen2.5-7B's heads and hidden size first
 		for _, n := range []int{1, 4, 9} {
-			cases = append(cases, qkvTest{s, n, true, ""})
+			cases = append(cases, qkvTest{s, n, true})
 		}
-	}
-	if g := sharedBackend(t, true); g.clusters {
-		// Qwen3-8B's heads and hidden size first; head dims 64, 32 (a
-		// lane of rope_store_kv's holds no pair) and 16 (clusters of 1).
-		for _, s := range []shape{{32, 8, 128, 4096}, {8, 2, 64, 1024}, {4, 2, 32, 512}, {4, 4, 16, 1000}} {
-			for _, n := range []int{1, 4, 9} {
-				cases = append(cases, qkvTest{s, n, false, "f32"}, qkvTest{s, n, false, "bf16"})
-			}
-		}
-		cases = append(cases, qkvTest{shape{8, 2, 64, 1024}, 3, false, "k"}, qkvTest{shape{8, 2, 64, 1024}, 3, true, "f32"})
 	}
 	for _, tc := range cases {
 		s, n := tc.shape, tc.n
@@ -473,22 +405,11 @@ func TestFusedQKVRoPE(t *testing.T) {
 		if tc.bias {
 			name += "_bias"
 		}
-		if tc.norms != "" {
-			name += "_qknorm_" + tc.norms
-		}
 		t.Run(name, func(t *testing.T) {
 			p := newPair(t)
 			c := newQKVCase(p, s.h, s.kv, s.hd, s.k, n)
 			if tc.bias {
 				c.withBias()
-			}
-			switch tc.norms {
-			case "f32":
-				c.withNorms(backend.F32, true, true)
-			case "bf16":
-				c.withNorms(backend.BF16, true, true)
-			case "k":
-				c.withNorms(backend.BF16, false, true)
 			}
 			p.must("cpu matmul", p.c.MatMul(c.cqkv, c.cx, c.cw, c.cbias))
 			p.must("cpu rope", p.c.RoPEStoreKV(c.cpuArgs()))
@@ -496,9 +417,6 @@ func TestFusedQKVRoPE(t *testing.T) {
 			tuned := c.forceGEMV(gemvConfig{})
 			t.Cleanup(func() { c.forceGEMV(tuned) })
 			t.Logf("tuner's choice: %+v", tuned)
-			if tc.norms != "" {
-				logQKNormClusters(t, p.g, s.h, s.kv, s.hd, n)
-			}
 			for _, v := range gemvConfigs {
 				c.forceGEMV(v)
 				want, got := c.unfused(), c.fused()
@@ -538,24 +456,6 @@ func TestFusedQKVRoPE(t *testing.T) {
 			}
 		})
 	}
-}
-
-// logQKNormClusters logs, for each GEMV variant, how many of the Q/K-norm
-// kernel's clusters (a head's blocks) the device holds at once against
-// how many a step launches: fewer means a second wave.
-func logQKNormClusters(t *testing.T, g *Backend, h, kv, hd, n int) {
-	_ = g.call(func() error {
-		for _, c := range append(slices.Clone(gemvConfigs), gemvConfig{6, 2}) {
-			f, err := g.fn(fnKey{modSpec{file: "gemv", p: [6]int{(n + 7) / 8, c.nw, c.ur, dtBF16, 0, dtF32}}, "qkv_rope_bf16"})
-			if err != nil {
-				return err
-			}
-			grid := [3]int{(h + 2*kv) * hd / 16, 1, 1}
-			fits, active := g.clusterFit(f, grid, c.nw*32, 0, [3]int{hd / 16, 1, 1})
-			t.Logf("Q/K-norm kernel %+v: %d clusters of %d blocks launched, %d resident at once (all fit: %v)", c, grid[0]/(hd/16), hd/16, active, fits)
-		}
-		return nil
-	})
 }
 
 // TestFusedQKVRoPEDeviceChecks expects the fused kernel to report a
@@ -622,20 +522,13 @@ func TestFusedQKVRoPEGraph(t *testing.T) {
 		t.Skip("the GEMV is off (TRIGON_CUDA_GEMV=off): nothing fuses")
 	}
 	for _, tc := range []struct {
-		name  string
-		v     gemvConfig
-		norms bool // Q/K norms: the fused kernel runs as clusters
-	}{{"fused", gemvConfigs[2], false}, {"cuBLASLt", gemvConfig{}, false}, {"fused Q/K norms", gemvConfigs[2], true}} {
+		name string
+		v    gemvConfig
+	}{{"fused", gemvConfigs[2]}, {"cuBLASLt", gemvConfig{}}} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newPair(t)
 			g := p.g
-			if tc.norms && !g.clusters {
-				t.Skip("no thread-block clusters here: Q/K norms do not fuse")
-			}
 			c := newQKVCase(p, 8, 2, 64, 1024, 4)
-			if tc.norms {
-				c.withNorms(backend.F32, true, true)
-			}
 			c.unfused() // makes and tunes the plan
 			tuned := c.forceGEMV(tc.v)
 			t.Cleanup(func() { c.forceGEMV(tuned) })

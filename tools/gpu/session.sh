@@ -386,9 +386,9 @@ profile
 step_trace() {
   local tag=${1:-default}
   tag=${tag:-default}
-  log "bench latency ${ARCH:-llama-3-8b} --batch 4 --input-len 2048 --output-len 128 --cuda-graphs on --step-trace ($tag)"
+  log "bench latency llama-3-8b --batch 4 --input-len 2048 --output-len 128 --cuda-graphs on --step-trace ($tag)"
   local f="$OUT/trace-${SECONDS}-${tag//[^A-Za-z0-9]/_}.json"
-  env ${1:-} .gpu/${BIN:-trigon} bench latency --arch ${ARCH:-llama-3-8b} --batch 4 --input-len 2048 --output-len 128 --device cuda --cuda-graphs on \
+  env ${1:-} .gpu/${BIN:-trigon} bench latency --arch llama-3-8b --batch 4 --input-len 2048 --output-len 128 --device cuda --cuda-graphs on \
     --step-trace --json >"$f" 2>>"$OUT/bench.err" || tail -3 "$OUT/bench.err"
   $PY tools/gpu/step_trace.py "$f" 2>&1 | tee -a "$OUT/summary.txt"
 }
@@ -1235,69 +1235,6 @@ for v in TRIGON_AB=default TRIGON_CUDA_PDL=$old; do
   $PY -c "import json,sys; d=json.load(open(sys.argv[1])); i=d['itl_ms']; print('ITL p50 %.3f p99 %.3f ms' % (i['p50'], i['p99']))" "$OUT/b16-${v%%=*}.json" | tee -a "$OUT/summary.txt"
 done
 step_trace
-}
-
-# qknorm: Qwen3's Q/K norms in the fused QKV kernel (a head's blocks as
-# one thread-block cluster): the QKV, RoPE, attention, chain and graph
-# tests, memcheck over the smaller fused-norm cases, the CUDA model tests,
-# then the qwen3-8b batch-4 step with the fusion on and off, alternating
-# three times, and the llama-3-8b step.
-qknorm() {
-log "TestFusedQKVRoPE*, TestRoPE*, TestAttention*, TestKernelsWait, TestPDLEnv, TestNormQKVRoPE, TestChain, TestGraph"
-cuda_tests_run qknorm-tests.log 'TestFusedQKVRoPE|TestRoPE|TestAttention|TestKernelsWait|TestPDLEnv|TestNormQKVRoPE|TestChain|TestGraph'
-grep -E "qknorm" "$OUT/qknorm-tests.log" | grep -c -- "--- PASS" | sed 's/^/fused Q\/K norm cases passed: /' | tee -a "$OUT/summary.txt"
-log "memcheck: the fused Q/K norm cases at head dims 64 and 16"
-memcheck 'TestFusedQKVRoPE$/hd(64|16)_.*qknorm'
-model_tests
-for r in 1 2 3; do
-  for v in TRIGON_AB=default TRIGON_CUDA_FUSE_QK_NORM=off; do
-    ARCH=qwen3-8b step_trace "$v"
-  done
-done
-step_trace
-}
-
-# qk_trace: the Q/K-norm kernel's cluster occupancy at Qwen3-8B's heads,
-# and the qwen3-8b timelines with the fused norms and without, and without
-# PDL on the fused kernel.
-qk_trace() {
-cuda_tests_run qk-occ.log 'TestFusedQKVRoPE$/h32_kv8_hd128_k4096_n(1|4)_qknorm_f32'
-grep -E "Q/K-norm kernel" "$OUT/qk-occ.log" | tee -a "$OUT/summary.txt"
-ktrace_build || return
-local nopdl=attn_decode_mma,attn_decode_combine,gemvb_bf16,gemvb_add_bf16,gemvb_silu_bf16,gemvb_qkv_rope_bf16,add_rmsnorm
-ARCH=qwen3-8b ktrace_run q3fused
-ARCH=qwen3-8b ktrace_run q3off TRIGON_CUDA_FUSE_QK_NORM=off
-ARCH=qwen3-8b ktrace_run q3nopdl TRIGON_CUDA_PDL=$nopdl
-}
-
-# qk_variants: the Q/K-norm kernel's cluster occupancy per GEMV variant,
-# then the qwen3-8b step with the fused norms at the pinned variant (8x2)
-# and at 6x2 (four blocks an SM), against the unfused pair, alternating
-# three times; the llama-3-8b step at 6x2 and at 8x2.
-qk_variants() {
-cuda_tests_run qk-occ.log 'TestFusedQKVRoPE$/h32_kv8_hd128_k4096_n4_qknorm_f32'
-grep -E "Q/K-norm kernel" "$OUT/qk-occ.log" | tee -a "$OUT/summary.txt"
-for r in 1 2 3; do
-  for v in TRIGON_AB=default TRIGON_CUDA_QKV_GEMV=6x2 TRIGON_CUDA_FUSE_QK_NORM=off; do
-    ARCH=qwen3-8b step_trace "$v"
-  done
-done
-step_trace TRIGON_CUDA_QKV_GEMV=6x2
-step_trace
-}
-
-# qk_cluster: what the cluster launch alone costs: the llama-3-8b step
-# with its fused QKV kernel launched as clusters of a head's blocks
-# (TRIGON_CUDA_QKV_CLUSTER=on) against the plain launch, alternating
-# twice, and its timeline.
-qk_cluster() {
-for r in 1 2; do
-  for v in TRIGON_AB=default TRIGON_CUDA_QKV_CLUSTER=on; do
-    step_trace "$v"
-  done
-done
-ktrace_build || return
-ktrace_run llcluster TRIGON_CUDA_QKV_CLUSTER=on
 }
 
 # A part is skipped once SKIP_AFTER seconds (default 500) have passed, so

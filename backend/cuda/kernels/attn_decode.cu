@@ -121,6 +121,34 @@ __device__ __forceinline__ float warp_merge(const float* obase, const float (&sm
 
 #define MAX_CL 8  // largest cluster (split count) attn_decode_mma_cl merges
 
+// Thread-block cluster primitives (sm_90): a barrier over every thread of
+// the cluster whose shared-memory writes before it are visible to the
+// others after it, this block's rank, and a load from another block's
+// shared memory at the address local_addr has in this block's.
+__device__ __forceinline__ void cluster_sync() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");  // release, then acquire: the defaults
+#endif
+}
+
+__device__ __forceinline__ u32 cluster_rank() {
+  u32 r = 0;
+#if __CUDA_ARCH__ >= 900
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+#endif
+  return r;
+}
+
+__device__ __forceinline__ float ld_cluster(u32 local_addr, u32 rank) {
+  float v = 0.f;
+#if __CUDA_ARCH__ >= 900
+  u32 remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local_addr), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+#endif
+  return v;
+}
+
 // cluster_merge ends attn_decode_mma_cl: the block's rows (the warps'
 // outputs at obase and their sm_m, sm_l, merged as attn_decode_mma merges
 // them) go to cp [16][HD+2] in its own shared memory (o, then m and l),

@@ -173,19 +173,6 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-// qk_ss adds a rotate-half pair (x1, x2) to a head's sum of squares for
-// Qwen3's per-head Q/K RMS norm, each product and sum rounded on its own
-// (no fused multiply-add), and qk_rscale turns a head's whole sum into the
-// norm's scale: rope_store_kv and qkv_rope_bf16's cluster epilogue gather
-// a head's pairs in the same lane order and agree bit for bit.
-__device__ __forceinline__ float qk_ss(float ss, float x1, float x2) {
-  return __fadd_rn(ss, __fadd_rn(__fmul_rn(x1, x1), __fmul_rn(x2, x2)));
-}
-
-__device__ __forceinline__ float qk_rscale(float ss, int hd, float eps) {
-  return rsqrtf(__fadd_rn(__fdiv_rn(ss, (float)hd), eps));
-}
-
 // block_sum returns the sum of v over the block to every thread. scratch
 // holds at least 32 floats; blockDim.x is a multiple of 32.
 __device__ __forceinline__ float block_sum(float v, float* scratch) {

@@ -283,46 +283,20 @@ extern "C" __global__ void __launch_bounds__(NW * 32) gemv_bf16(void* y, const u
 // rotate-half pairs (c0, c1 = x1 of x rows 2tq, 2tq+1; c2, c3 = their x2).
 // The remaining blocks take 16 consecutive V features, as gemv_bf16 does.
 //
-// With QN (the norm weights' dtype, 0: none), Q and K heads take Qwen3's
-// per-head RMS norm before RoPE, as rope_store_kv does with qn and kn:
-//   qn, kn [hd] QN or null (that kind of head is not normalised); qk_eps
-// The launch is then a grid of clusters of hb = hd/16 blocks (hb <= 8):
-// one cluster a Q or K head, each V cluster only V. A head's blocks leave
-// their bf16 pairs of every x row in shared memory (qk_x), meet, and warp
-// `row` of each block reads the head's pairs of its row from all of them
-// into rope_store_kv's lanes (pair i at lane i % 32), so the sum of
-// squares, its scale and the rotated result are rope_store_kv's bit for
-// bit (qk_ss, qk_rscale).
-//
 // The result is bit for bit that of gemv_bf16 (same k split, same sum
 // order over warps) followed by rope_store_kv: each sum is rounded to bf16
 // as gemv_bf16 stores it, then rotated with the same expressions. Bad
 // positions and slots are reported as rope_store_kv reports them.
 // Epilogue items per thread: a V block's NT*128 C elements over its threads.
 #define EPI ((NT * 128 + NW * 32 - 1) / (NW * 32))
-#ifndef QN
-#define QN 0
-#endif
 
-#if QN
-// The norm's epilogue would take the kernel to ~98 registers a thread,
-// two 8-warp blocks an SM; bound to 24 warps an SM (80 registers, no
-// spills) the GEMV keeps the plain kernel's occupancy.
-#define QKV_BOUNDS __launch_bounds__(NW * 32, NW >= 16 ? 1 : 24 / NW)
-#else
-#define QKV_BOUNDS __launch_bounds__(NW * 32)
-#endif
-extern "C" __global__ void QKV_BOUNDS qkv_rope_bf16(
+extern "C" __global__ void __launch_bounds__(NW * 32) qkv_rope_bf16(
     u16* q_out, const u16* x, const u16* w, const int* pos, const int* slots, u16* kc, u16* vc,
     const float* inv_freq, const float* bias, const float* g, float eps, int n, int k, int H, int KV, int hd, int bs,
-    int num_slots, int* err, int early_w, const void* qn, const void* kn, float qk_eps) {
+    int num_slots, int* err, int early_w) {
   if (!early_w) grid_dep_wait();
   __shared__ float red[NW][NT][32][4];
   __shared__ float ssq[NW][8 * NT];
-#if QN
-  __shared__ float qk_x[8 * NT][2][8];  // [x row][x1, x2][pair of the block]
-  __shared__ float qk_r[8 * NT];        // the norm's scale of each x row
-#endif
   int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   int gid = lane >> 2, tq = lane & 3;
   int half = hd >> 1;
@@ -395,69 +369,7 @@ extern "C" __global__ void QKV_BOUNDS qkv_rope_bf16(
   // The norm's scale of an x row, applied after the product (NP=1).
   auto post = [&](int row) { return NP && g ? row_scale(ssq, row, k, eps) : 1.f; };
   if (rotated) {
-    // One thread per rotate-half pair: (tile t, lane l, x row parity e),
-    // item it's pair (x1[it], x2[it]) as MatMul would store it.
-    float x1s[EPI], x2s[EPI];
-#pragma unroll
-    for (int it = 0; it < EPI; it++) {
-      int idx = threadIdx.x + it * NW * 32;
-      int t = idx >> 6, l = (idx >> 1) & 31, e = idx & 1;
-      int row = t * 8 + (l & 3) * 2 + e;
-      x1s[it] = x2s[it] = 0.f;
-      if (idx >= NT * 32 * 2 || row >= n) continue;
-      float sc = post(row);
-      x1s[it] = round_to<DT_BF16>(gemv_sum(red, t, l, e) * sc);
-      x2s[it] = round_to<DT_BF16>(gemv_sum(red, t, l, e + 2) * sc);
-      if (bias) {
-        x1s[it] = round_to<DT_BF16>(x1s[it] + pre_b1[it]);
-        x2s[it] = round_to<DT_BF16>(x2s[it] + pre_b2[it]);
-      }
-    }
-#if QN
-    // The head's norm (the same for its whole cluster: nw is per head).
-    const void* nw = head < H ? qn : kn;
-    if (nw) {
-#pragma unroll
-      for (int it = 0; it < EPI; it++) {
-        int idx = threadIdx.x + it * NW * 32;
-        int t = idx >> 6, l = (idx >> 1) & 31, e = idx & 1;
-        int row = t * 8 + (l & 3) * 2 + e;
-        if (idx < NT * 32 * 2 && row < n) {
-          qk_x[row][0][l >> 2] = x1s[it];
-          qk_x[row][1][l >> 2] = x2s[it];
-        }
-      }
-      cluster_sync();  // every block's pairs are in place
-      for (int row = warp; row < n; row += NW) {
-        // Pair i = lane + 32p of the head lives in block i / 8 (the
-        // cluster's ranks are its blocks in order), slot i % 8.
-        float ss = 0.f;
-        for (int p = 0; p < (half + 31) / 32; p++) {
-          int i = lane + 32 * p;
-          float a = 0.f, b = 0.f;
-          if (i < half) {
-            a = ld_cluster(smem_u32(&qk_x[row][0][i & 7]), i >> 3);
-            b = ld_cluster(smem_u32(&qk_x[row][1][i & 7]), i >> 3);
-          }
-          ss = qk_ss(ss, a, b);
-        }
-        ss = warp_sum(ss);
-        if (lane == 0) qk_r[row] = qk_rscale(ss, hd, qk_eps);
-      }
-      cluster_arrive();  // done reading the others' pairs
-      __syncthreads();   // qk_r
-#pragma unroll
-      for (int it = 0; it < EPI; it++) {
-        int idx = threadIdx.x + it * NW * 32;
-        int t = idx >> 6, l = (idx >> 1) & 31, e = idx & 1;
-        int row = t * 8 + (l & 3) * 2 + e;
-        if (idx >= NT * 32 * 2 || row >= n) continue;
-        int i = f0 + (l >> 2);
-        x1s[it] = (x1s[it] * qk_r[row]) * load_f<QN>(nw, i);
-        x2s[it] = (x2s[it] * qk_r[row]) * load_f<QN>(nw, i + half);
-      }
-    }
-#endif
+    // One thread per rotate-half pair: (tile t, lane l, x row parity e).
 #pragma unroll
     for (int it = 0; it < EPI; it++) {
       int idx = threadIdx.x + it * NW * 32;
@@ -465,7 +377,13 @@ extern "C" __global__ void QKV_BOUNDS qkv_rope_bf16(
       int t = idx >> 6, l = (idx >> 1) & 31, e = idx & 1;
       int row = t * 8 + (l & 3) * 2 + e;
       if (row >= n) continue;
-      float x1 = x1s[it], x2 = x2s[it];
+      float sc = post(row);
+      float x1 = round_to<DT_BF16>(gemv_sum(red, t, l, e) * sc);
+      float x2 = round_to<DT_BF16>(gemv_sum(red, t, l, e + 2) * sc);
+      if (bias) {
+        x1 = round_to<DT_BF16>(x1 + pre_b1[it]);
+        x2 = round_to<DT_BF16>(x2 + pre_b2[it]);
+      }
       int i = f0 + (l >> 2);
       int p = pre_pos[it];
       if (p < 0) {
@@ -492,9 +410,6 @@ extern "C" __global__ void QKV_BOUNDS qkv_rope_bf16(
       out[dst + i] = f32_to_bf16(y1);
       out[dst + i + half] = f32_to_bf16(y2);
     }
-#if QN
-    if (nw) cluster_wait();  // the others may still be reading this block's pairs
-#endif
   } else {
     int vh = f0 / hd, v0 = f0 - vh * hd;  // V head and its first feature in this block
     // One thread per C element, as gemv_bf16; V is stored as projected.

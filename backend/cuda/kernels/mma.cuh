@@ -10,50 +10,6 @@ __device__ __forceinline__ u32 smem_u32(const void* p) {
   return a;
 }
 
-// Thread-block cluster primitives (sm_90): a barrier over every thread of
-// the cluster whose shared-memory writes before it are visible to the
-// others after it (cluster_sync, or its two halves: cluster_arrive, then
-// cluster_wait; work between them overlaps the other blocks' arrival),
-// this block's rank, and a load from another block's shared memory at the
-// address local_addr has in this block's. Every thread of every block of
-// the cluster takes part, in the same order; a launch without a cluster is
-// a cluster of one block.
-__device__ __forceinline__ void cluster_sync() {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");  // release, then acquire: the defaults
-#endif
-}
-
-__device__ __forceinline__ void cluster_arrive() {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.aligned;" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void cluster_wait() {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ u32 cluster_rank() {
-  u32 r = 0;
-#if __CUDA_ARCH__ >= 900
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-#endif
-  return r;
-}
-
-__device__ __forceinline__ float ld_cluster(u32 local_addr, u32 rank) {
-  float v = 0.f;
-#if __CUDA_ARCH__ >= 900
-  u32 remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local_addr), "r"(rank));
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
-#endif
-  return v;
-}
-
 // cp_async16 copies 16 bytes global -> shared, bypassing L1; with
 // ok == false it reads nothing and writes 16 zero bytes (src-size 0), so
 // masked rows hold finite values.

@@ -90,9 +90,9 @@ extern "C" __global__ void __launch_bounds__(HPB * 32) rope_store_kv(
     if (nw != 0) {
       float ss = 0.f;
 #pragma unroll
-      for (int k = 0; k < PAIRS; k++) ss = qk_ss(ss, x1[u][k], x2[u][k]);  // pair lane + 32k
+      for (int k = 0; k < PAIRS; k++) ss += x1[u][k] * x1[u][k] + x2[u][k] * x2[u][k];
       ss = warp_sum(ss);
-      float r = qk_rscale(ss, HD, eps);
+      float r = rsqrtf(ss / (float)HD + eps);
 #pragma unroll
       for (int k = 0; k < PAIRS; k++) {
         int i = lane + 32 * k;
