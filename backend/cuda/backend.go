@@ -138,6 +138,9 @@ type Backend struct {
 	// names, as fn fetches them) launch with PDL.
 	pdlSome bool
 	pdlFns  map[uintptr]bool
+	// pdlSite: launchPDL's launches use PDL (the device and driver can,
+	// and TRIGON_CUDA_PDL is not off).
+	pdlSite bool
 	marks   stepClock // MarkStep's events
 	errFlag pinned
 	errDev  uint64
@@ -563,12 +566,29 @@ func (b *Backend) launch(f uintptr, grid [3]int, block, smem int, args ...uint64
 	return b.launchParams(f, grid, block, smem, b.paramPtrs)
 }
 
+// launchPDL is launch with programmatic dependent launch wherever the
+// backend can use it (pdlSite), whatever the kernel: for a launch site
+// measured faster with it where other launches of the same kernel are not
+// (FusedQKVRoPE's Q/K-norm pair). CUDA thread only.
+func (b *Backend) launchPDL(f uintptr, grid [3]int, block, smem int, args ...uint64) error {
+	if len(args) > maxKernelArgs {
+		return fmt.Errorf("launch: %d arguments, at most %d", len(args), maxKernelArgs)
+	}
+	copy(b.paramVals[:], args)
+	return b.launchParamsPDL(f, grid, block, smem, b.paramPtrs, b.pdlSite)
+}
+
 // launchParams starts kernel f with kernelParams params (pinned host
 // memory: an array of pointers to the parameters' values), with
 // programmatic dependent launch where the backend uses it. CUDA thread
 // only.
 func (b *Backend) launchParams(f uintptr, grid [3]int, block, smem int, params uintptr) error {
-	if b.pdl || b.pdlFns[f] {
+	return b.launchParamsPDL(f, grid, block, smem, params, b.pdl || b.pdlFns[f])
+}
+
+// launchParamsPDL is launchParams with PDL when pdl. CUDA thread only.
+func (b *Backend) launchParamsPDL(f uintptr, grid [3]int, block, smem int, params uintptr, pdl bool) error {
+	if pdl {
 		c := b.launchCfg
 		c.grid = [3]uint32{uint32(grid[0]), uint32(grid[1]), uint32(grid[2])}
 		c.block = [3]uint32{uint32(block), 1, 1}

@@ -344,7 +344,7 @@ func (b *Backend) siluOperands(out, h, normW backend.Tensor, eps float32, w back
 
 // NormQKVRoPE implements backend.NormFuser: FusedQKVRoPE whose kernel
 // (qkv_rope_bf16 with a norm weight) normalises h itself. It fuses where
-// FusedQKVRoPE does and the norm weight is F32, and then always runs the
+// FusedQKVRoPE does without Q/K norms and the norm weight is F32, and then always runs the
 // GEMV (the tuner's fastest variant for the shape, even where cuBLASLt
 // won the plain product), leaving args.QKV unwritten.
 //
@@ -359,7 +359,9 @@ func (b *Backend) NormQKVRoPE(h, normW backend.Tensor, eps float32, w backend.Te
 	if err != nil {
 		return false, err
 	}
-	if !ok || !gok || fuseNormOps&fuseQKV == 0 || overlaps(gt, r.q) || overlaps(gt, r.kc) || overlaps(gt, r.vc) {
+	// Q/K norms (Qwen3) take FusedQKVRoPE's pair after a separate input norm.
+	if !ok || !gok || fuseNormOps&fuseQKV == 0 || r.qn != nil || r.kn != nil ||
+		overlaps(gt, r.q) || overlaps(gt, r.kc) || overlaps(gt, r.vc) {
 		return false, nil
 	}
 	k := wt.shape[1]

@@ -142,6 +142,7 @@ func (b *Backend) initLaunchConfig(host uintptr) {
 	*b.launchCfg = launchConfig{attrs: host + 64, numAttrs: 1}
 	b.pdl = pdlEnabled && b.cc >= 90 && b.d.cuLaunchKernelEx != 0
 	b.pdlSome = pdlKernels != nil && b.cc >= 90 && b.d.cuLaunchKernelEx != 0
+	b.pdlSite = (pdlEnabled || pdlKernels != nil) && b.cc >= 90 && b.d.cuLaunchKernelEx != 0
 	b.clusterCfg = (*launchConfig)(cptr(host + 136))
 	attrs := (*[2]launchAttr)(cptr(host + 200))
 	attrs[0] = launchAttr{id: cuLaunchAttributeClusterDimension}

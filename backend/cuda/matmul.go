@@ -318,6 +318,12 @@ func gemvFits(n, k int, x, w uint64) bool {
 //
 //	y [n, m] BF16 or F32 (yt);  x [n, k] BF16;  w [m, k] BF16
 func (b *Backend) gemvCall(c gemvConfig, y uint64, yt int, x, w uint64, n, m, k int, earlyW bool) error {
+	return b.gemvCallPDL(c, y, yt, x, w, n, m, k, earlyW, false)
+}
+
+// gemvCallPDL is gemvCall, launched with launchPDL when site is set.
+// CUDA thread only.
+func (b *Backend) gemvCallPDL(c gemvConfig, y uint64, yt int, x, w uint64, n, m, k int, earlyW, site bool) error {
 	ot := int(dtBF16)
 	if yt == cudaR32F {
 		ot = int(dtF32)
@@ -330,7 +336,11 @@ func (b *Backend) gemvCall(c gemvConfig, y uint64, yt int, x, w uint64, n, m, k 
 	if earlyW {
 		early = 1
 	}
-	return b.launch(f, [3]int{(m + 15) / 16, 1, 1}, c.nw*32, 0, y, x, w, i32(n), i32(m), i32(k), early)
+	grid := [3]int{(m + 15) / 16, 1, 1}
+	if site {
+		return b.launchPDL(f, grid, c.nw*32, 0, y, x, w, i32(n), i32(m), i32(k), early)
+	}
+	return b.launch(f, grid, c.nw*32, 0, y, x, w, i32(n), i32(m), i32(k), early)
 }
 
 // gemmCall queues y = x . w^T with plan p and algorithm algo (64 bytes),

@@ -17,6 +17,23 @@ var fuseQKVRoPE = true
 // fuseQKVRoPEEnv names fuseQKVRoPE's override: "on" or "off".
 const fuseQKVRoPEEnv = "TRIGON_CUDA_FUSE_QKV_ROPE"
 
+// qkNormPair lets FusedQKVRoPE take Q/K norms (Qwen3) as a pair of
+// kernels launched with PDL at that site: the pinned GEMV into a.QKV, then
+// rope_store_kv. TRIGON_CUDA_QK_NORM_PAIR=off (read by New) leaves them to
+// the model's MatMul and RoPEStoreKV, for comparison.
+//
+// Why not one kernel: a head's norm needs the sum of squares of all its
+// hd/16 GEMV blocks. Sharing it inside a thread-block cluster of those
+// blocks worked (bit for bit rope_store_kv's result) but measured slower
+// on the H200: the cluster launch alone cost the QKV kernel ~3.3 us a
+// layer (docs/benchmarks.md, fifteenth session). Why per site: PDL on
+// every gemv_bf16 and rope_store_kv launch slowed Llama's batch-16 step,
+// whose other products run gemv_bf16 (fourteenth session).
+var qkNormPair = true
+
+// qkNormPairEnv names qkNormPair's override: "on" or "off".
+const qkNormPairEnv = "TRIGON_CUDA_QK_NORM_PAIR"
+
 // qkvGEMV is the register GEMV variant FusedQKVRoPE runs for steps of at
 // most qkvGEMVMaxRows rows, whatever the tuner kept for the product (the
 // zero value: the tuner's choice, GEMV or cuBLASLt). The tuner times the
@@ -63,6 +80,9 @@ func applyFuseEnv() (err error) {
 	if fuseQKVRoPE, err = envSwitch(fuseQKVRoPEEnv, true); err != nil {
 		return err
 	}
+	if qkNormPair, err = envSwitch(qkNormPairEnv, true); err != nil {
+		return err
+	}
 	qkvGEMV, err = parseQKVGEMV(os.Getenv(qkvGEMVEnv))
 	return err
 }
@@ -77,10 +97,16 @@ func applyFuseEnv() (err error) {
 // the H200). The result is bit for bit that of MatMul followed by
 // RoPEStoreKV on the GEMV path.
 //
+// With Q/K norms (Qwen3's a.QNorm, a.KNorm) and at most qkvGEMVMaxRows
+// rows, it queues the pinned GEMV variant into a.QKV and then
+// rope_store_kv, both launched with PDL (qkNormPair): the result of
+// MatMul on that variant followed by RoPEStoreKV, bit for bit.
+//
 // Whether it fuses is decided here, on the caller's goroutine, from the
 // operands alone: x and w BF16, at most gemvMaxRows rows, a.QKV, a.Q and
-// the caches BF16, no Q/K norm, no bias or an F32 one, a head dim that is
-// a multiple of 16, the GEMV enabled and able to take the operands.
+// the caches BF16, no Q/K norm or the pair's case above (no bias), no
+// bias or an F32 one, a head dim that is a multiple of 16, the GEMV
+// enabled and able to take the operands.
 // Otherwise it returns false and queues nothing. Operands that
 // MatMul(a.QKV, x, w, bias) or RoPEStoreKV(a) would refuse are an ErrShape
 // error.
@@ -102,6 +128,9 @@ func (b *Backend) FusedQKVRoPE(x, w, bias backend.Tensor, a backend.RoPEArgs) (b
 		return false, err
 	}
 	var bt *tensor
+	if bias != nil && (r.qn != nil || r.kn != nil) {
+		return false, nil
+	}
 	if bias != nil {
 		// Checked as MatMul(a.QKV, x, w, bias) checks it; only an F32 bias
 		// (the model's widened one) fuses.
@@ -168,7 +197,7 @@ func (b *Backend) qkvRoPEOperands(x, w backend.Tensor, a backend.RoPEArgs) (xt, 
 	bf := backend.BF16
 	fuse = fuseQKVRoPE && gemvEnabled && r.n <= gemvMaxRows && gemvFits(r.n, k, xt.ptr, wt.ptr) &&
 		xt.dt == bf && wt.dt == bf && r.qkv.dt == bf && r.kc.dt == bf &&
-		r.qn == nil && r.kn == nil && r.d%16 == 0 &&
+		(r.qn == nil && r.kn == nil || qkNormPair && r.n <= qkvGEMVMaxRows && qkvGEMV.nw > 0) && r.d%16 == 0 &&
 		// The kernel reads x and w while other blocks write Q and the
 		// caches; the unfused pair would not mind, so neither may overlap.
 		!overlaps(xt, r.q) && !overlaps(xt, r.kc) && !overlaps(xt, r.vc) &&
@@ -181,6 +210,13 @@ func (b *Backend) qkvRoPEOperands(x, w backend.Tensor, a backend.RoPEArgs) (xt, 
 // GEMV, else cuBLASLt into r.qkv and rope_store_kv. earlyW as for gemm.
 func (b *Backend) qkvRoPE(xt, wt, bt *tensor, r ropeOps, k int, earlyW bool) error {
 	n, m := r.n, r.qkv.shape[1]
+	if r.qn != nil || r.kn != nil {
+		// The Q/K-norm pair (qkNormPair).
+		if err := b.gemvCallPDL(qkvGEMV, r.qkv.ptr, cudaR16BF, xt.ptr, wt.ptr, n, m, k, earlyW, true); err != nil {
+			return err
+		}
+		return b.ropeStorePDL(r, true)
+	}
 	if c := bulkPickQKV(m, k, b.sms); bulkQKV && bt == nil && b.bulkFused(c, n, k, xt.ptr, wt.ptr) {
 		return b.bulkQKVCall(c, xt.ptr, wt.ptr, r, k, earlyW)
 	}
@@ -356,13 +392,21 @@ func (b *Backend) ropeOperands(a backend.RoPEArgs) (ropeOps, error) {
 // ropeStore launches rope_store_kv: one warp per two tokens and a Q or K head,
 // eight heads a block sharing their rotation angles.
 // CUDA thread only.
-func (b *Backend) ropeStore(r ropeOps) error {
+func (b *Backend) ropeStore(r ropeOps) error { return b.ropeStorePDL(r, false) }
+
+// ropeStorePDL is ropeStore, launched with launchPDL when site is set.
+// CUDA thread only.
+func (b *Backend) ropeStorePDL(r ropeOps, site bool) error {
 	f, err := b.fn(fnKey{modSpec{file: "rope", p: [6]int{r.d, r.blockSize, int(r.qkv.dt), int(r.kc.dt), int(r.nt)}}, "rope_store_kv"})
 	if err != nil {
 		return err
 	}
 	const tokensPerWarp, headsPerBlock = 2, 8 // TPW and HPB of kernels/rope.cu
 	grid := [3]int{(r.n + tokensPerWarp - 1) / tokensPerWarp, (r.h + r.kvh + headsPerBlock - 1) / headsPerBlock, 1}
-	return b.launch(f, grid, headsPerBlock*32, 0, r.q.ptr, r.qkv.ptr, r.pos.ptr, r.slots.ptr, r.kc.ptr, r.vc.ptr, r.invf.ptr,
-		ptrOf(r.qn), ptrOf(r.kn), f32bits(r.eps), i32(r.h), i32(r.kvh), i32(r.numSlots), b.errDev, i32(r.n))
+	args := [...]uint64{r.q.ptr, r.qkv.ptr, r.pos.ptr, r.slots.ptr, r.kc.ptr, r.vc.ptr, r.invf.ptr,
+		ptrOf(r.qn), ptrOf(r.kn), f32bits(r.eps), i32(r.h), i32(r.kvh), i32(r.numSlots), b.errDev, i32(r.n)}
+	if site {
+		return b.launchPDL(f, grid, headsPerBlock*32, 0, args[:]...)
+	}
+	return b.launch(f, grid, headsPerBlock*32, 0, args[:]...)
 }

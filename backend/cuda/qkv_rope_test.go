@@ -70,6 +70,11 @@ func TestFusedQKVRoPERefusals(t *testing.T) {
 		a.Q, a.QKV, a.Positions, a.SlotMapping = h.t(bf, r, heads*hd), h.t(bf, r, width), h.t(i32, r), h.t(i32, r)
 		return h.t(bf, r, hidden), a
 	}
+	// qkNorms gives a Qwen3's per-head Q and K norms of dtype dt.
+	qkNorms := func(a backend.RoPEArgs, dt backend.DType) backend.RoPEArgs {
+		a.QNorm, a.KNorm, a.NormEps = h.t(dt, hd), h.t(dt, hd), 1e-6
+		return a
+	}
 	// headDim24 is a step whose head dim is not a multiple of 16.
 	headDim24 := func() (backend.Tensor, backend.Tensor, backend.RoPEArgs) {
 		const d = 24
@@ -98,8 +103,27 @@ func TestFusedQKVRoPERefusals(t *testing.T) {
 		{"bias 2-d", func() (bool, error) { return h.b.FusedQKVRoPE(x, w, h.t(f32, 1, width), rope()) }, bad},
 
 		{"17 rows", func() (bool, error) { x, a := rows(17); return h.b.FusedQKVRoPE(x, w, nil, a) }, refused},
-		{"QNorm", func() (bool, error) { a := rope(); a.QNorm = h.t(bf, hd); return h.b.FusedQKVRoPE(x, w, nil, a) }, refused},
-		{"KNorm", func() (bool, error) { a := rope(); a.KNorm = h.t(f32, hd); return h.b.FusedQKVRoPE(x, w, nil, a) }, refused},
+		{"Q/K norms", func() (bool, error) { return h.b.FusedQKVRoPE(x, w, nil, qkNorms(rope(), bf)) }, fused},
+		{"KNorm only", func() (bool, error) { a := rope(); a.KNorm = h.t(f32, hd); return h.b.FusedQKVRoPE(x, w, nil, a) }, fused},
+		{"Q/K norms, 8 rows", func() (bool, error) { x, a := rows(8); return h.b.FusedQKVRoPE(x, w, nil, qkNorms(a, f32)) }, fused},
+		{"Q/K norms, 9 rows", func() (bool, error) { x, a := rows(9); return h.b.FusedQKVRoPE(x, w, nil, qkNorms(a, f32)) }, refused},
+		{"Q/K norms and a bias", func() (bool, error) { return h.b.FusedQKVRoPE(x, w, h.t(f32, width), qkNorms(rope(), bf)) }, refused},
+		{"Q/K norms, no pinned variant", func() (bool, error) {
+			old := qkvGEMV
+			qkvGEMV = gemvConfig{}
+			defer func() { qkvGEMV = old }()
+			return h.b.FusedQKVRoPE(x, w, nil, qkNorms(rope(), bf))
+		}, refused},
+		{"Q/K norms, pair off", func() (bool, error) {
+			qkNormPair = false
+			defer func() { qkNormPair = true }()
+			return h.b.FusedQKVRoPE(x, w, nil, qkNorms(rope(), bf))
+		}, refused},
+		{"Q/K norm dtypes differ", func() (bool, error) {
+			a := qkNorms(rope(), bf)
+			a.KNorm = h.t(f32, hd)
+			return h.b.FusedQKVRoPE(x, w, nil, a)
+		}, bad},
 		{"F32 caches", func() (bool, error) {
 			a := rope()
 			a.KCache, a.VCache = h.t(f32, blocks, kvh, bs, hd), h.t(f32, blocks, kvh, bs, hd)
@@ -181,7 +205,31 @@ type qkvCase struct {
 	gpos, gslots       backend.Tensor
 	ginvf              backend.Tensor
 	cbias, gbias       backend.Tensor // F32 [m], or nil (withBias)
+	cqn, gqn, ckn, gkn backend.Tensor // [hd] Q/K norm weights, or nil (withNorms)
 	qPoison, qkvPoison []byte
+}
+
+// qkNormEps is the Q/K norms' epsilon in the tests (Qwen3's).
+const qkNormEps = 1e-6
+
+// withNorms gives the case Qwen3's per-head Q and K norms (weights of
+// dtype dt around 1, fresh random values); q or k false leaves that one
+// out.
+func (c *qkvCase) withNorms(dt backend.DType, q, k bool) *qkvCase {
+	weights := func() (backend.Tensor, backend.Tensor) {
+		v := c.p.normal(c.hd, 0.3)
+		for i := range v {
+			v[i] += 1
+		}
+		return c.p.same(dt, []int{c.hd}, encode(dt, v))
+	}
+	if q {
+		c.cqn, c.gqn = weights()
+	}
+	if k {
+		c.ckn, c.gkn = weights()
+	}
+	return c
 }
 
 // withBias gives the case an F32 QKV bias (fresh random values, as large
@@ -236,12 +284,12 @@ func (c *qkvCase) positions() []int32 {
 
 func (c *qkvCase) cpuArgs() backend.RoPEArgs {
 	return backend.RoPEArgs{Q: c.cq, QKV: c.cqkv, Positions: c.cpos, SlotMapping: c.cslots, KCache: c.ckc, VCache: c.cvc,
-		InvFreq: c.cinvf, NumHeads: c.h, NumKVHeads: c.kv, HeadDim: c.hd}
+		InvFreq: c.cinvf, NumHeads: c.h, NumKVHeads: c.kv, HeadDim: c.hd, QNorm: c.cqn, KNorm: c.ckn, NormEps: qkNormEps}
 }
 
 func (c *qkvCase) gpuArgs() backend.RoPEArgs {
 	return backend.RoPEArgs{Q: c.gq, QKV: c.gqkv, Positions: c.gpos, SlotMapping: c.gslots, KCache: c.gkc, VCache: c.gvc,
-		InvFreq: c.ginvf, NumHeads: c.h, NumKVHeads: c.kv, HeadDim: c.hd}
+		InvFreq: c.ginvf, NumHeads: c.h, NumKVHeads: c.kv, HeadDim: c.hd, QNorm: c.gqn, KNorm: c.gkn, NormEps: qkNormEps}
 }
 
 // qkvOut is what a run left on the GPU.
@@ -458,6 +506,56 @@ func TestFusedQKVRoPE(t *testing.T) {
 	}
 }
 
+// TestFusedQKVRoPEQKNorm checks FusedQKVRoPE with Qwen3's Q/K norms (the
+// pinned GEMV into QKV, then rope_store_kv, both under PDL): byte for byte
+// MatMul on the pinned variant then RoPEStoreKV, with every variant
+// pinned in turn, and within bf16 tolerance of the CPU backend; at
+// Qwen3-8B's heads and hidden size, a small shape, head dims 32 and 16,
+// weights F32 and BF16, and the K norm alone.
+func TestFusedQKVRoPEQKNorm(t *testing.T) {
+	sharedBackend(t, true)
+	withBulkQKV(t, false)
+	withQKVGEMV(t, qkvGEMVDefault)
+	if !gemvEnabled {
+		t.Skip("the GEMV is off (TRIGON_CUDA_GEMV=off): nothing fuses")
+	}
+	type shape struct{ h, kv, hd, k int }
+	for _, s := range []shape{{32, 8, 128, 4096}, {8, 2, 64, 1024}, {4, 2, 32, 512}, {4, 4, 16, 1000}} {
+		for _, n := range []int{1, 4, 8} {
+			for _, norms := range []string{"f32", "bf16", "k"} {
+				t.Run(fmt.Sprintf("h%d_kv%d_hd%d_k%d_n%d_%s", s.h, s.kv, s.hd, s.k, n, norms), func(t *testing.T) {
+					p := newPair(t)
+					c := newQKVCase(p, s.h, s.kv, s.hd, s.k, n)
+					switch norms {
+					case "f32":
+						c.withNorms(backend.F32, true, true)
+					case "bf16":
+						c.withNorms(backend.BF16, true, true)
+					case "k":
+						c.withNorms(backend.BF16, false, true)
+					}
+					p.must("cpu matmul", p.c.MatMul(c.cqkv, c.cx, c.cw, nil))
+					p.must("cpu rope", p.c.RoPEStoreKV(c.cpuArgs()))
+					c.unfused() // makes and tunes the plan
+					tuned := c.forceGEMV(gemvConfig{})
+					t.Cleanup(func() { c.forceGEMV(tuned) })
+					for _, v := range gemvConfigs {
+						c.forceGEMV(v)
+						want := c.unfused()
+						qkvGEMV = v
+						got := c.fused()
+						sameQKV(t, fmt.Sprintf("pinned %+v", v), got, want)
+						if string(got.qkv) != string(want.qkv) {
+							t.Fatalf("pinned %+v: the pair's QKV differs from MatMul's", v)
+						}
+						c.checkCPU(fmt.Sprintf("pinned %+v", v), got)
+					}
+				})
+			}
+		}
+	}
+}
+
 // TestFusedQKVRoPEDeviceChecks expects the fused kernel to report a
 // negative position and a slot past the cache at Sync, as rope_store_kv
 // does.
@@ -522,13 +620,19 @@ func TestFusedQKVRoPEGraph(t *testing.T) {
 		t.Skip("the GEMV is off (TRIGON_CUDA_GEMV=off): nothing fuses")
 	}
 	for _, tc := range []struct {
-		name string
-		v    gemvConfig
-	}{{"fused", gemvConfigs[2]}, {"cuBLASLt", gemvConfig{}}} {
+		name  string
+		v     gemvConfig
+		norms bool // Q/K norms: the pinned GEMV and rope_store_kv under PDL
+	}{{"fused", gemvConfigs[2], false}, {"cuBLASLt", gemvConfig{}, false}, {"Q/K-norm pair", gemvConfigs[2], true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newPair(t)
 			g := p.g
 			c := newQKVCase(p, 8, 2, 64, 1024, 4)
+			if tc.norms {
+				c.withNorms(backend.F32, true, true)
+				qkvGEMV = tc.v
+				defer func() { qkvGEMV = gemvConfig{} }()
+			}
 			c.unfused() // makes and tunes the plan
 			tuned := c.forceGEMV(tc.v)
 			t.Cleanup(func() { c.forceGEMV(tuned) })
@@ -553,8 +657,8 @@ func TestFusedQKVRoPEGraph(t *testing.T) {
 				if string(got.q) != string(want.q) || string(got.kc) != string(want.kc) || string(got.vc) != string(want.vc) {
 					t.Fatalf("round %d: the replay differs from the eager run", round)
 				}
-				if fusedKernel := string(got.qkv) == string(c.qkvPoison); fusedKernel != (tc.v.nw > 0) {
-					t.Fatalf("round %d: QKV unwritten %v, want %v", round, fusedKernel, tc.v.nw > 0)
+				if fusedKernel := string(got.qkv) == string(c.qkvPoison); fusedKernel != (tc.v.nw > 0 && !tc.norms) {
+					t.Fatalf("round %d: QKV unwritten %v, want %v", round, fusedKernel, tc.v.nw > 0 && !tc.norms)
 				}
 				if string(want.kc) == string(c.initK) {
 					t.Fatalf("round %d: the K cache was not written", round)

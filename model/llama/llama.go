@@ -479,10 +479,10 @@ func (m *Model) forward(in *model.DeviceBatch, kv []model.LayerKV) (backend.Tens
 				if err := norm(ly.inputNorm, ly.qkv); err != nil {
 					return nil, fmt.Errorf("layer %d input norm: %w", l, err)
 				}
-				// A QKVRoPEFuser runs the projection (with its bias), RoPE and
-				// the KV write as one op where it can (decode batches) and says
-				// false elsewhere.
-				if f, ok := b.(backend.QKVRoPEFuser); ok && ly.qNorm == nil && ly.kNorm == nil {
+				// A QKVRoPEFuser runs the projection (with its bias), the Q/K
+				// norms, RoPE and the KV write as one op where it can (decode
+				// batches) and says false elsewhere.
+				if f, ok := b.(backend.QKVRoPEFuser); ok {
 					if fused, err = f.FusedQKVRoPE(normed, ly.qkv, ly.qkvBias, rope); err != nil {
 						return nil, fmt.Errorf("layer %d qkv+rope: %w", l, err)
 					}

@@ -386,9 +386,9 @@ profile
 step_trace() {
   local tag=${1:-default}
   tag=${tag:-default}
-  log "bench latency llama-3-8b --batch 4 --input-len 2048 --output-len 128 --cuda-graphs on --step-trace ($tag)"
+  log "bench latency ${ARCH:-llama-3-8b} --batch 4 --input-len 2048 --output-len 128 --cuda-graphs on --step-trace ($tag)"
   local f="$OUT/trace-${SECONDS}-${tag//[^A-Za-z0-9]/_}.json"
-  env ${1:-} .gpu/${BIN:-trigon} bench latency --arch llama-3-8b --batch 4 --input-len 2048 --output-len 128 --device cuda --cuda-graphs on \
+  env ${1:-} .gpu/${BIN:-trigon} bench latency --arch ${ARCH:-llama-3-8b} --batch 4 --input-len 2048 --output-len 128 --device cuda --cuda-graphs on \
     --step-trace --json >"$f" 2>>"$OUT/bench.err" || tail -3 "$OUT/bench.err"
   $PY tools/gpu/step_trace.py "$f" 2>&1 | tee -a "$OUT/summary.txt"
 }
@@ -1233,6 +1233,26 @@ for v in TRIGON_AB=default TRIGON_CUDA_PDL=$old; do
   env $v .gpu/trigon bench latency --arch llama-3-8b --batch 16 --input-len 2048 --output-len 64 --device cuda --cuda-graphs on \
     --json >"$OUT/b16-${v%%=*}.json" 2>>"$OUT/bench.err"
   $PY -c "import json,sys; d=json.load(open(sys.argv[1])); i=d['itl_ms']; print('ITL p50 %.3f p99 %.3f ms' % (i['p50'], i['p99']))" "$OUT/b16-${v%%=*}.json" | tee -a "$OUT/summary.txt"
+done
+step_trace
+}
+
+# qk_pair: Qwen3's Q/K-norm QKV path as FusedQKVRoPE's pair (the pinned
+# GEMV, then rope_store_kv, both under PDL at that site): the QKV, RoPE,
+# graph and wait tests, memcheck over the small pair cases, the CUDA model
+# tests, then the qwen3-8b batch-4 step with the pair and without it
+# (TRIGON_CUDA_QK_NORM_PAIR=off), alternating three times, and the
+# llama-3-8b step.
+qk_pair() {
+log "TestFusedQKVRoPE*, TestRoPE*, TestKernelsWait, TestPDLEnv, TestNormQKVRoPE, TestGraph"
+cuda_tests_run qk-pair-tests.log 'TestFusedQKVRoPE|TestRoPE|TestKernelsWait|TestPDLEnv|TestNormQKVRoPE|TestGraph'
+log "memcheck: the pair's cases at 8 heads"
+memcheck 'TestFusedQKVRoPEQKNorm/h8_kv2'
+model_tests
+for r in 1 2 3; do
+  for v in TRIGON_AB=default TRIGON_CUDA_QK_NORM_PAIR=off; do
+    ARCH=qwen3-8b step_trace "$v"
+  done
 done
 step_trace
 }
