@@ -1255,6 +1255,9 @@ for r in 1 2 3; do
   done
 done
 step_trace
+for f in "$OUT"/trace-*.json; do
+  $PY -c "import json,sys; d=json.load(open(sys.argv[1])); d=d[0] if isinstance(d,list) else d; print('%s: %s prefill p50 %.2f ms' % (sys.argv[1].split('/')[-1], d['arch'], d['prefill_ms']['p50']))" "$f" | tee -a "$OUT/summary.txt"
+done
 }
 
 # A part is skipped once SKIP_AFTER seconds (default 500) have passed, so
