@@ -219,13 +219,6 @@ func TestKernelsWaitForPredecessor(t *testing.T) {
 				if w < 0 || !strings.HasPrefix(rest, pre) || kernelDataRe.MatchString(rest[:w]) {
 					t.Errorf("%s: kernel %q must start with %q (its prefetching blocks) and read no operand before grid_dep_launch_wait();", f, name, pre)
 				}
-			} else if re, ok := metadataFirst[name]; ok {
-				// It reads the step's metadata and the model's constants
-				// first; none of its data operands before the wait.
-				w := strings.Index(rest, "grid_dep_wait();")
-				if w < 0 || re.MatchString(rest[:w]) {
-					t.Errorf("%s: kernel %q must call grid_dep_wait() before it reads any of %v", f, name, re)
-				}
 			} else if !strings.HasPrefix(rest, "grid_dep_sync();") && !strings.HasPrefix(rest, "grid_dep_wait();") &&
 				!strings.HasPrefix(rest, "grid_dep_launch_wait();") {
 				t.Errorf("%s: kernel %q does not start with grid_dep_sync();, grid_dep_wait(); or grid_dep_launch_wait();", f, name)
@@ -295,12 +288,6 @@ var earlyReaders = map[string]string{
 // L2 (a hint: L2 is coherent, so no wait is needed) before the others
 // wait, with the text the kernel starts with.
 var prefetchFirst = map[string]string{"add_rmsnorm": "if ((int)blockIdx.x >= rows) {"}
-
-// metadataFirst are the kernels that read, before grid_dep_wait, only what
-// no kernel of the step writes (the step's positions and slots, the
-// model's constants), with a pattern matching the operands they may read
-// only after it.
-var metadataFirst = map[string]*regexp.Regexp{"rope_store_kv": regexp.MustCompile(`(^|[^.\w])(qkv|q_out|kc|vc)\b`)}
 
 // kernelDataRe matches add_rmsnorm's operands (out, x, res, w), which
 // nothing may read before the kernel waits.

@@ -44,9 +44,8 @@ __device__ __forceinline__ void report(int* err, int code) {
 // lets it start loading what does not depend on this kernel (the GEMV's
 // weights), but its waiting blocks hold registers and shared memory that
 // this kernel's later blocks may need. Short kernels of a few blocks
-// (SiLU, the CUDA-core combine) use grid_dep_sync: wait, then let the
-// next kernel in at once (RoPE too, after reading the step's positions
-// and the model's constants); the norm and the tensor-core decode
+// (RoPE, SiLU, the CUDA-core combine) use grid_dep_sync: wait, then let
+// the next kernel in at once; the norm and the tensor-core decode
 // combine, whose successors stream weights before they wait, let it in
 // before they wait (grid_dep_launch_wait). Kernels that fill the GPU (the GEMV, decode
 // attention) use grid_dep_wait and call grid_dep_launch after their main

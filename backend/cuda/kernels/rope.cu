@@ -17,8 +17,6 @@
 // sincosf pairs, which made prefill's rope_store_kv instruction-bound:
 // 26 us for 50 MB at 2048 tokens of Llama-3-8B).
 #define HPB 8
-// Rotation angles a thread computes: the block's TPW x HD/2 over its threads.
-#define ANG ((TPW * HALF + HPB * 32 - 1) / (HPB * 32))
 
 // rope_store_kv: one warp per TPW tokens and a head; heads [0, H) are Q
 // heads, [H, H+KV) K heads (whose warp also copies the matching V head).
@@ -28,27 +26,25 @@
 //   kc, vc [numBlocks, KV, BS, HD]
 //   inv_freq [HD/2] f32; qn, kn [HD] or null
 // grid (ceil(T/TPW), ceil((H+KV)/HPB)), block HPB*32.
-//
-// Under programmatic dependent launch (a decode step's Q/K-norm pair,
-// FusedQKVRoPE) it starts while the QKV product before it finishes: what
-// it reads before grid_dep_wait is what no kernel of the step writes (the
-// step's positions and slots, the inverse frequencies and norm weights),
-// so the angles and norm weights are ready when the projection is.
 extern "C" __global__ void __launch_bounds__(HPB * 32) rope_store_kv(
     void* q_out, const void* qkv, const int* pos, const int* slots, void* kc, void* vc,
     const float* inv_freq, const void* qn, const void* kn, float eps, int H, int KV,
     int num_slots, int* err, int T) {
+  grid_dep_sync();
   __shared__ float sn[TPW][HALF], cs[TPW][HALF];
   int lane = threadIdx.x & 31;
   int head = blockIdx.y * HPB + (threadIdx.x >> 5);
   const bool live = head < H + KV;  // warps past the last head only help with the angles
   bool is_q = head < H;
   int tk[TPW], slot[TPW];
+  // The V row is read up front, with Q/K, so its latency overlaps theirs.
+  float vrow[TPW][VPL], x1[TPW][PAIRS], x2[TPW][PAIRS];
 #pragma unroll
   for (int u = 0; u < TPW; u++) {
     const int t = blockIdx.x * TPW + u;
     const bool in = live && t < T;
     tk[u] = in ? t : -1;
+    const i64 row = (i64)(t < T ? t : 0) * (H + 2 * KV) * HD;
     int sl = -1;
     if (in && !is_q) {
       sl = slots[t];
@@ -59,39 +55,6 @@ extern "C" __global__ void __launch_bounds__(HPB * 32) rope_store_kv(
     }
     if (in && pos[t] < 0 && lane == 0) report(err, ERR_POSITION);
     slot[u] = sl;
-  }
-  // The rotation angles of this thread's share of the block's TPW x HD/2
-  // (sin and cos are taken once the projection's loads are in flight). A
-  // negative position (reported above) rotates as position 0.
-  float ang[ANG];
-#pragma unroll
-  for (int a = 0; a < ANG; a++) {
-    const int idx = threadIdx.x + a * HPB * 32;
-    const int u = idx / HALF, i = idx - u * HALF;
-    const int t = blockIdx.x * TPW + u;
-    ang[a] = idx < TPW * HALF && t < T ? (float)max(pos[t], 0) * inv_freq[i] : 0.f;
-  }
-  // This lane's norm weights, for pairs lane + 32k.
-  const void* nw = is_q ? qn : kn;
-  float w1[PAIRS], w2[PAIRS];
-#pragma unroll
-  for (int k = 0; k < PAIRS; k++) {
-    int i = lane + 32 * k;
-    w1[k] = w2[k] = 0.f;
-    if (live && nw != 0 && i < HALF) {
-      w1[k] = load_f<NT>(nw, i);
-      w2[k] = load_f<NT>(nw, i + HALF);
-    }
-  }
-  grid_dep_wait();  // the projection comes from the kernel before this one
-  grid_dep_launch();
-  // The V row is read up front, with Q/K, so its latency overlaps theirs.
-  float vrow[TPW][VPL], x1[TPW][PAIRS], x2[TPW][PAIRS];
-#pragma unroll
-  for (int u = 0; u < TPW; u++) {
-    const int t = tk[u];
-    const bool in = t >= 0;
-    const i64 row = (i64)(in ? t : 0) * (H + 2 * KV) * HD;
 #pragma unroll
     for (int k = 0; k < VPL; k++) {
       int i = lane + 32 * k;
@@ -107,17 +70,19 @@ extern "C" __global__ void __launch_bounds__(HPB * 32) rope_store_kv(
       }
     }
   }
-  // The angles, while the loads are in flight.
-#pragma unroll
-  for (int a = 0; a < ANG; a++) {
-    const int idx = threadIdx.x + a * HPB * 32;
-    if (idx < TPW * HALF) {
-      const int u = idx / HALF, i = idx - u * HALF;
-      sincosf(ang[a], &sn[u][i], &cs[u][i]);
-    }
+  // The angles, while the loads are in flight. A negative position
+  // (reported above) rotates as position 0.
+  for (int idx = threadIdx.x; idx < TPW * HALF; idx += HPB * 32) {
+    const int u = idx / HALF, i = idx - u * HALF;
+    const int t = blockIdx.x * TPW + u;
+    float s = 0.f, c = 1.f;
+    if (t < T) sincosf((float)max(pos[t], 0) * inv_freq[i], &s, &c);
+    sn[u][i] = s;
+    cs[u][i] = c;
   }
   __syncthreads();
   if (!live) return;
+  const void* nw = is_q ? qn : kn;
 #pragma unroll
   for (int u = 0; u < TPW; u++) {
     const int t = tk[u];
@@ -132,8 +97,8 @@ extern "C" __global__ void __launch_bounds__(HPB * 32) rope_store_kv(
       for (int k = 0; k < PAIRS; k++) {
         int i = lane + 32 * k;
         if (i < HALF) {
-          x1[u][k] = (x1[u][k] * r) * w1[k];
-          x2[u][k] = (x2[u][k] * r) * w2[k];
+          x1[u][k] = (x1[u][k] * r) * load_f<NT>(nw, i);
+          x2[u][k] = (x2[u][k] * r) * load_f<NT>(nw, i + HALF);
         }
       }
     }
