@@ -1260,6 +1260,14 @@ for f in "$OUT"/trace-*.json; do
 done
 }
 
+# qwen3_peers: the peers at qwen3-8b after a llama-3-8b peers run in the
+# same call, whose files it keeps as llama-*.
+qwen3_peers() {
+local f
+for f in trigon.json gptfast.jsonl hf.jsonl; do [[ -f $OUT/$f ]] && mv "$OUT/$f" "$OUT/llama-$f"; done
+ARCH=qwen3-8b peers
+}
+
 # A part is skipped once SKIP_AFTER seconds (default 500) have passed, so
 # that the logs still come back inside the device's 600-second limit.
 for part in ${@:-checks bigref}; do
