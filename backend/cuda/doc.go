@@ -50,7 +50,13 @@
 // tuner: it runs the GEMV variant qkvGEMV pins (8 warps, 2 spans;
 // TRIGON_CUDA_QKV_GEMV=tuner|NWxUR), since the tuner's near-tied timings
 // picked a variant, or cuBLASLt and a separate RoPE kernel, that made one
-// batch-4 process in eight 1-3% slower. MatMulAdd puts the residual add of the
+// batch-4 process in eight 1-3% slower. With Qwen3's per-head Q/K norms
+// (whose sums span a head's hd/16 GEMV blocks) it queues that pinned
+// variant into the QKV buffer and then rope_store_kv, both launched with
+// PDL at this site only (launchPDL; TRIGON_CUDA_QK_NORM_PAIR=off): PDL by
+// kernel name on those two slowed Llama's batch-16 step, and sharing the
+// sums inside one kernel through thread-block clusters measured slower
+// (the cluster launch itself cost ~3.3 us a layer). MatMulAdd puts the residual add of the
 // O and down projections in the GEMV's epilogue (gemv_add_bf16), so the
 // norm after them only normalises; for prefill batches it runs cuBLASLt
 // with beta = 1 and the residual as C and D (TRIGON_CUDA_BLAS_ADD=off
