@@ -559,11 +559,7 @@ func (b *Backend) ActDType() backend.DType { return backend.BF16 }
 // bytes (pointers, int32 and float32 bits alike: the driver reads each
 // parameter's own size from the start of its slot). CUDA thread only.
 func (b *Backend) launch(f uintptr, grid [3]int, block, smem int, args ...uint64) error {
-	if len(args) > maxKernelArgs {
-		return fmt.Errorf("launch: %d arguments, at most %d", len(args), maxKernelArgs)
-	}
-	copy(b.paramVals[:], args)
-	return b.launchParams(f, grid, block, smem, b.paramPtrs)
+	return b.launchArgs(f, grid, block, smem, b.pdl || b.pdlFns[f], args)
 }
 
 // launchPDL is launch with programmatic dependent launch wherever the
@@ -571,11 +567,17 @@ func (b *Backend) launch(f uintptr, grid [3]int, block, smem int, args ...uint64
 // measured faster with it where other launches of the same kernel are not
 // (FusedQKVRoPE's Q/K-norm pair). CUDA thread only.
 func (b *Backend) launchPDL(f uintptr, grid [3]int, block, smem int, args ...uint64) error {
+	return b.launchArgs(f, grid, block, smem, b.pdlSite, args)
+}
+
+// launchArgs copies args into the pinned parameter values and starts f,
+// with PDL when pdl. CUDA thread only.
+func (b *Backend) launchArgs(f uintptr, grid [3]int, block, smem int, pdl bool, args []uint64) error {
 	if len(args) > maxKernelArgs {
 		return fmt.Errorf("launch: %d arguments, at most %d", len(args), maxKernelArgs)
 	}
 	copy(b.paramVals[:], args)
-	return b.launchParamsPDL(f, grid, block, smem, b.paramPtrs, b.pdlSite)
+	return b.launchParamsPDL(f, grid, block, smem, b.paramPtrs, pdl)
 }
 
 // launchParams starts kernel f with kernelParams params (pinned host

@@ -128,9 +128,6 @@ func (b *Backend) FusedQKVRoPE(x, w, bias backend.Tensor, a backend.RoPEArgs) (b
 		return false, err
 	}
 	var bt *tensor
-	if bias != nil && (r.qn != nil || r.kn != nil) {
-		return false, nil
-	}
 	if bias != nil {
 		// Checked as MatMul(a.QKV, x, w, bias) checks it; only an F32 bias
 		// (the model's widened one) fuses.
@@ -143,7 +140,8 @@ func (b *Backend) FusedQKVRoPE(x, w, bias backend.Tensor, a backend.RoPEArgs) (b
 		if err := checkShape("matmul", "bias", bt, r.qkv.shape[1]); err != nil {
 			return false, err
 		}
-		if bt.dt != backend.F32 || overlaps(bt, r.q) || overlaps(bt, r.kc) || overlaps(bt, r.vc) {
+		// The Q/K-norm pair takes no bias (no model has both).
+		if bt.dt != backend.F32 || overlaps(bt, r.q) || overlaps(bt, r.kc) || overlaps(bt, r.vc) || r.qn != nil || r.kn != nil {
 			return false, nil
 		}
 	}

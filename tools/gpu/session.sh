@@ -1268,6 +1268,14 @@ for f in trigon.json gptfast.jsonl hf.jsonl; do [[ -f $OUT/$f ]] && mv "$OUT/$f"
 ARCH=qwen3-8b peers
 }
 
+# qk_verify: the final code's QKV, graph, wait and launch tests, and the
+# CUDA model tests (a short call after a refactor of the launch helpers).
+qk_verify() {
+log "TestFusedQKVRoPE*, TestGraph*, TestKernelsWait, TestPDLEnv, TestAttention/decode, TestGEMV"
+cuda_tests_run qk-verify.log 'TestFusedQKVRoPE|TestGraph|TestKernelsWait|TestPDLEnv|TestAttention/decode|TestGEMV'
+model_tests
+}
+
 # A part is skipped once SKIP_AFTER seconds (default 500) have passed, so
 # that the logs still come back inside the device's 600-second limit.
 for part in ${@:-checks bigref}; do
