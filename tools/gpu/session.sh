@@ -1276,6 +1276,21 @@ cuda_tests_run qk-verify.log 'TestFusedQKVRoPE|TestGraph|TestKernelsWait|TestPDL
 model_tests
 }
 
+# bulk_pf: the bulk GEMV's L2 prefetch past its ring
+# (TRIGON_CUDA_BULK_PF_KB): its tests, then the batch-4 step traced per
+# setting (PF_SETS), alternating twice, the default first and last.
+bulk_pf() {
+log "TestBulkPrefetch, TestGEMVBulk*, TestGateUpSiLU, TestBulkQKVRoPE, TestParseBulkPF"
+cuda_tests_run bulk-pf-tests.log 'TestBulkPrefetch|TestGEMVBulk|TestGateUpSiLU|TestBulkQKVRoPE|TestParseBulkPF'
+local v r
+for r in 1 2; do
+  for v in ${PF_SETS:-default 64 0,4096x4096=64 0,4096x14336=128 0,28672x4096=64 128}; do
+    if [[ $v == default ]]; then step_trace; else step_trace "TRIGON_CUDA_BULK_PF_KB=$v"; fi
+  done
+done
+step_trace
+}
+
 # A part is skipped once SKIP_AFTER seconds (default 500) have passed, so
 # that the logs still come back inside the device's 600-second limit.
 for part in ${@:-checks bigref}; do
