@@ -196,7 +196,7 @@ func (b *Backend) MatMulAdd(resid, x, w backend.Tensor) (bool, error) {
 		}
 		return true, nil
 	}
-	pristine := wt.owner != nil && wt.owner.pristine.Load()
+	pristine := earlyRead(wt)
 	if err := b.post(func() error {
 		if bc := bulkPick(m, k, b.sms); b.bulkFused(bc, n, k, xt.ptr, wt.ptr) {
 			return b.bulkCall(bc, "gemvb_add_bf16", rt.ptr, int(dtBF16), xt.ptr, wt.ptr, n, m, k, pristine)
@@ -292,7 +292,7 @@ func (b *Backend) NormGateUpSiLU(out, h, normW backend.Tensor, eps float32, w ba
 		return false, err
 	}
 	n, inter, k := ht.shape[0], o.shape[1], wt.shape[1]
-	pristine := wt.owner != nil && wt.owner.pristine.Load()
+	pristine := earlyRead(wt)
 	if err := b.post(func() error {
 		c, err := b.fusedGEMV(n, 2*inter, k, ht.ptr, wt.ptr)
 		if err != nil {
@@ -365,7 +365,7 @@ func (b *Backend) NormQKVRoPE(h, normW backend.Tensor, eps float32, w backend.Te
 		return false, nil
 	}
 	k := wt.shape[1]
-	pristine := wt.owner != nil && wt.owner.pristine.Load()
+	pristine := earlyRead(wt)
 	if err := b.post(func() error {
 		c, err := b.fusedGEMV(r.n, r.qkv.shape[1], k, ht.ptr, wt.ptr)
 		if err != nil {

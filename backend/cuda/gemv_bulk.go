@@ -402,7 +402,7 @@ func (b *Backend) GateUpSiLU(out, x, w backend.Tensor) (bool, error) {
 	if !b.bulkFused(c, n, k, xt.ptr, wt.ptr) {
 		return false, nil
 	}
-	pristine := wt.owner != nil && wt.owner.pristine.Load()
+	pristine := earlyRead(wt)
 	if err := b.post(func() error {
 		return b.bulkCall(c, "gemvb_silu_bf16", ot.ptr, int(dtBF16), xt.ptr, wt.ptr, n, inter, k, pristine)
 	}); err != nil {

@@ -38,6 +38,22 @@ type launchConfig struct {
 	_        uint32
 }
 
+// earlyWeights lets the products read a pristine weight (allocation.
+// pristine) before they wait under PDL: the register GEMV's first weight
+// loads, the bulk GEMV's producer stream. Off, every product waits first.
+// TRIGON_CUDA_EARLY_WEIGHTS=on|off, read by New; for comparisons.
+var earlyWeights = true
+
+// earlyWeightsEnv names earlyWeights' setting.
+const earlyWeightsEnv = "TRIGON_CUDA_EARLY_WEIGHTS"
+
+// earlyRead reports whether a product may read weight w before it waits:
+// w is pristine, read now in queue order (a later op may still make it
+// otherwise), and earlyWeights is on.
+func earlyRead(w *tensor) bool {
+	return earlyWeights && w.owner != nil && w.owner.pristine.Load()
+}
+
 // launchAttr mirrors CUlaunchAttribute: an id, padding to 8 bytes, and a
 // 64-byte union value.
 type launchAttr struct {
@@ -91,8 +107,11 @@ var pdlDefault = map[string]bool{
 	"add_rmsnorm": true,
 }
 
-// applyPDLEnv reads pdlEnv.
+// applyPDLEnv reads pdlEnv and earlyWeightsEnv.
 func applyPDLEnv() (err error) {
+	if earlyWeights, err = envSwitch(earlyWeightsEnv, true); err != nil {
+		return err
+	}
 	v := os.Getenv(pdlEnv)
 	if v == "" {
 		pdlEnabled, pdlKernels = false, pdlDefault

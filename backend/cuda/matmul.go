@@ -93,7 +93,7 @@ func (b *Backend) MatMul(out, x, w, bias backend.Tensor) error {
 		return backend.ShapeError("cuda: "+op, "w", "%v x %v exceeds int32", xt.shape, wt.shape)
 	}
 	// Read now, in queue order: a later op may still make the weight non-pristine.
-	pristine := wt.owner != nil && wt.owner.pristine.Load()
+	pristine := earlyRead(wt)
 	return b.post(func() error { return b.matmul(o, xt, wt, bt, n, m, k, pristine) })
 }
 

@@ -95,10 +95,11 @@ func (p *pool) release() {
 type allocation struct {
 	ptr   uint64
 	freed bool
-	// pristine: written only by host copies since Upload, never handed to
-	// an op except as a MatMul weight or bias. Only then may the GEMV read
-	// it before the previous kernel finishes (launch.go). Atomic: ops
-	// validate on the caller's goroutine.
+	// pristine: written only by host copies since Upload (or by a
+	// FillNormal that has completed), never handed to an op except as a
+	// product's weight or bias. Only then may the GEMV read it before the
+	// previous kernel finishes (launch.go). Atomic: ops validate on the
+	// caller's goroutine.
 	pristine atomic.Bool
 }
 
@@ -130,8 +131,11 @@ func (b *Backend) tensorOf(op, name string, t backend.Tensor) (*tensor, error) {
 	if ct.alloc != nil && ct.alloc.freed {
 		return nil, backend.ShapeError("cuda: "+op, name, "tensor was freed")
 	}
-	if ct.owner != nil && !(op == "matmul" && (name == "w" || name == "bias")) {
-		ct.owner.pristine.Store(false) // any other role may mean a kernel writes it
+	if ct.owner != nil && name != "w" && name != "bias" {
+		// w and bias are only ever a product's weight and bias (MatMul,
+		// MatMulAdd, GateUpSiLU, the fused QKV ops), which kernels read;
+		// any other role may mean a kernel writes it.
+		ct.owner.pristine.Store(false)
 	}
 	return ct, nil
 }

@@ -340,9 +340,11 @@ func (b *Backend) convert(dst uint64, dt backend.DType, src uint64, st backend.D
 
 // FillNormal implements backend.RandomFiller: element i of t becomes
 // backend.SyntheticValue(seed, i, mean, std) in t's dtype (F32 or BF16),
-// made on the device. A kernel writes t, so t is never pristine: under
-// PDL the GEMV does not read such a weight before its wait (uploaded
-// weights it may).
+// made on the device. It returns once the fill has completed (a stream
+// synchronisation: it runs while a model loads), and t is then pristine
+// as an uploaded weight is: no kernel writes it again, so under PDL the
+// GEMV may read it before its wait. Were the fill still running, a
+// product launched after it under PDL could read it half written.
 func (b *Backend) FillNormal(t backend.Tensor, seed uint64, mean, std float32) error {
 	const op = "fillnormal"
 	x, err := b.tensorOf(op, "t", t)
@@ -357,12 +359,21 @@ func (b *Backend) FillNormal(t backend.Tensor, seed uint64, mean, std float32) e
 		return fmt.Errorf("cuda: %s: %w", op, err)
 	}
 	k := fnKey{modSpec{file: "act", p: [6]int{int(x.dt), int(x.dt)}}, "fill_normal"}
-	return b.post(func() error {
+	if err := b.post(func() error {
 		f, err := b.fn(k)
 		if err != nil {
 			return err
 		}
 		return b.launch(f, [3]int{b.gridFor(n), 1, 1}, 256, 0, x.ptr, uint64(n), seed,
 			f32bits(backend.SyntheticScale), f32bits(mean), f32bits(std))
-	})
+	}); err != nil {
+		return err
+	}
+	if err := b.Sync(); err != nil {
+		return fmt.Errorf("cuda: %s: %w", op, err)
+	}
+	if x.owner != nil {
+		x.owner.pristine.Store(true)
+	}
+	return nil
 }

@@ -316,3 +316,62 @@ func TestFillNormal(t *testing.T) {
 		t.Errorf("FillNormal of an F16 tensor: %v, want ErrShape", err)
 	}
 }
+
+// TestPristine checks which tensors count as pristine (never written by a
+// kernel since their bytes arrived: the products may read them before
+// they wait under PDL): uploaded ones, and ones FillNormal made once it
+// returns; handed to a product as its weight they stay so, handed to any
+// op in another role they stop being so.
+func TestPristine(t *testing.T) {
+	p := newPair(t)
+	g := p.g
+	const n, k, m = 4, 1024, 512
+	pristine := func(x backend.Tensor) bool {
+		ct := x.(*tensor)
+		return ct.owner != nil && ct.owner.pristine.Load()
+	}
+	_, x := p.act(backend.BF16, []int{n, k}, p.normal(n*k, 1))
+	_, w := p.same(backend.BF16, []int{m, k}, encode(backend.BF16, p.normal(m*k, 0.03)))
+	_, wo := p.same(backend.BF16, []int{k, k}, encode(backend.BF16, p.normal(k*k, 0.03)))
+	if !pristine(w) || !pristine(wo) {
+		t.Fatal("an uploaded weight is not pristine")
+	}
+	filled, err := g.Alloc(backend.BF16, m, k)
+	p.must("alloc", err)
+	defer g.Free(filled)
+	if pristine(filled) {
+		t.Fatal("an allocated tensor is pristine before anything wrote it")
+	}
+	p.must("fill", g.FillNormal(filled, 7, 0, 0.03))
+	if !pristine(filled) {
+		t.Fatal("a tensor FillNormal made is not pristine after it returns")
+	}
+	out := p.poisoned(backend.BF16, n, m)
+	p.must("matmul", g.MatMul(out, x, w, nil))
+	_, resid := p.same(backend.BF16, []int{n, k}, encode(backend.BF16, p.normal(n*k, 1)))
+	_, err = g.MatMulAdd(resid, x, wo)
+	p.must("matmuladd", err)
+	act := p.poisoned(backend.BF16, n, m/2)
+	_, err = g.GateUpSiLU(act, x, filled)
+	p.must("gateupsilu", err)
+	p.must("sync", g.Sync())
+	for name, w := range map[string]backend.Tensor{"MatMul's": w, "MatMulAdd's": wo, "GateUpSiLU's": filled} {
+		if !pristine(w) {
+			t.Errorf("%s weight stopped being pristine", name)
+		}
+	}
+	if pristine(out) || pristine(resid) {
+		t.Error("an output is pristine")
+	}
+	// A weight handed to an op as an operand it may write is no longer
+	// pristine.
+	_, up := p.same(backend.BF16, []int{n, m}, encode(backend.BF16, p.normal(n*m, 1)))
+	if !pristine(up) {
+		t.Fatal("an uploaded tensor is not pristine")
+	}
+	p.must("matmul into it", g.MatMul(up, x, filled, nil))
+	p.must("sync", g.Sync())
+	if pristine(up) {
+		t.Error("a tensor a MatMul wrote into is still pristine")
+	}
+}

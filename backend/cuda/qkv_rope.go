@@ -146,7 +146,7 @@ func (b *Backend) FusedQKVRoPE(x, w, bias backend.Tensor, a backend.RoPEArgs) (b
 		}
 	}
 	// Read now, in queue order, as MatMul does.
-	pristine := wt.owner != nil && wt.owner.pristine.Load()
+	pristine := earlyRead(wt)
 	if err := b.post(func() error { return b.qkvRoPE(xt, wt, bt, r, wt.shape[1], pristine) }); err != nil {
 		return false, err
 	}

@@ -1291,6 +1291,22 @@ done
 step_trace
 }
 
+# early_w: the products' early weight reads, now that device-filled and
+# fused-product weights count as pristine: the tests they touch, then the
+# batch-4 step against TRIGON_CUDA_EARLY_WEIGHTS=off, three alternating
+# rounds, and the L2 prefetch past the ring on top.
+early_w() {
+log "TestPristine, TestBulkPrefetch, TestGEMVBulk*, TestGateUpSiLU, TestMatMulAdd, TestFusedQKVRoPE*, TestGraph*, TestKernelsWait*, TestFillNormal, TestPDLEnv"
+cuda_tests_run early-w-tests.log 'TestPristine|TestBulkPrefetch|TestGEMVBulk|TestGateUpSiLU|TestMatMulAdd|TestFusedQKVRoPE|TestGraph|TestKernelsWait|TestFillNormal|TestPDLEnv|TestNormFused'
+model_tests
+local v r
+for r in 1 2 3; do
+  for v in TRIGON_AB=default TRIGON_CUDA_EARLY_WEIGHTS=off; do step_trace "$v"; done
+done
+for v in ${PF_SETS:-64 0,4096x4096=64 0,4096x14336=128}; do step_trace "TRIGON_CUDA_BULK_PF_KB=$v"; done
+step_trace
+}
+
 # A part is skipped once SKIP_AFTER seconds (default 500) have passed, so
 # that the logs still come back inside the device's 600-second limit.
 for part in ${@:-checks bigref}; do
