@@ -211,36 +211,3 @@ func TestParseBulkPick(t *testing.T) {
 		t.Errorf("bulkPick(4096, 14336), not overridden: %+v, want %+v", c, plain)
 	}
 }
-
-// TestParseBulkPF checks TRIGON_CUDA_BULK_PF_KB's values and what
-// bulkPFSet.bytes gives for named and other weights.
-func TestParseBulkPF(t *testing.T) {
-	for _, tc := range []struct {
-		v          string
-		o, down, g int // bytes for 4096x4096, 4096x14336, 28672x4096
-		bad        bool
-	}{
-		{v: ""},
-		{v: "64", o: 64 << 10, down: 64 << 10, g: 64 << 10},
-		{v: "0,4096x4096=64", o: 64 << 10},
-		{v: "4096x14336=128,32", o: 32 << 10, down: 128 << 10, g: 32 << 10},
-		{v: "4096x4096=0,28672x4096=4096", g: 4096 << 10},
-		{v: "-1", bad: true}, {v: "4097", bad: true}, {v: "x", bad: true}, {v: "64,", bad: true},
-		{v: "4096=64", bad: true}, {v: "4096x4096=", bad: true}, {v: "0x4096=64", bad: true}, {v: "04096x4096=64", bad: true},
-	} {
-		got, err := parseBulkPF(tc.v)
-		if tc.bad {
-			if err == nil {
-				t.Errorf("%q: accepted as %+v", tc.v, got)
-			}
-			continue
-		}
-		if err != nil {
-			t.Errorf("%q: %v", tc.v, err)
-			continue
-		}
-		if o, d, g := got.bytes(4096, 4096), got.bytes(4096, 14336), got.bytes(28672, 4096); o != tc.o || d != tc.down || g != tc.g {
-			t.Errorf("%q: bytes %d / %d / %d, want %d / %d / %d", tc.v, o, d, g, tc.o, tc.down, tc.g)
-		}
-	}
-}

@@ -3,7 +3,6 @@ package cuda
 import (
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"unsafe"
 
@@ -52,69 +51,8 @@ func applyBulkEnv() error {
 	if bulkQKV, bulkQKVVariant, err = parseBulkQKV(os.Getenv(bulkQKVEnv)); err != nil {
 		return err
 	}
-	if bulkPickOverride, err = parseBulkPick(os.Getenv(bulkPickEnv)); err != nil {
-		return err
-	}
-	bulkPF, err = parseBulkPF(os.Getenv(bulkPFEnv))
+	bulkPickOverride, err = parseBulkPick(os.Getenv(bulkPickEnv))
 	return err
-}
-
-// bulkPFSet is how many KiB of its stream past the ring each block of a
-// bulk GEMV asks into L2 before it waits (the kernel's pf): all for
-// weights the map does not name, keyed by {rows, k} as bulkPick is.
-type bulkPFSet struct {
-	all  int
-	each map[[2]int]int
-}
-
-// bytes is the prefetch of a block of the product of a rows x k weight.
-func (p bulkPFSet) bytes(rows, k int) int {
-	if v, ok := p.each[[2]int{rows, k}]; ok {
-		return v << 10
-	}
-	return p.all << 10
-}
-
-// bulkPF is the bulk GEMV's L2 prefetch past the ring.
-// TRIGON_CUDA_BULK_PF_KB="KB" for every product, or "KB,ROWSxK=KB,..."
-// (such as "0,4096x4096=64"), read by New.
-var bulkPF bulkPFSet
-
-// bulkPFEnv names bulkPF's setting.
-const bulkPFEnv = "TRIGON_CUDA_BULK_PF_KB"
-
-// parseBulkPF reads bulkPFEnv's value; "" is no prefetch.
-func parseBulkPF(v string) (bulkPFSet, error) {
-	var p bulkPFSet
-	if v == "" {
-		return p, nil
-	}
-	bad := func(e string) (bulkPFSet, error) {
-		return bulkPFSet{}, fmt.Errorf("cuda: %s=%q: entry %q: want KiB in [0, 4096], or ROWSxK=KiB", bulkPFEnv, v, e)
-	}
-	for _, e := range strings.Split(v, ",") {
-		key, val, named := strings.Cut(e, "=")
-		if !named {
-			val = key
-		}
-		kb, err := strconv.Atoi(val)
-		if err != nil || kb < 0 || kb > 4096 {
-			return bad(e)
-		}
-		if !named {
-			p.all = kb
-			continue
-		}
-		var rows, k int
-		if n, _ := fmt.Sscanf(key, "%dx%d", &rows, &k); n != 2 || fmt.Sprintf("%dx%d", rows, k) != key || rows < 1 || k < 1 {
-			return bad(e)
-		}
-		if p.each == nil {
-			p.each = map[[2]int]int{}
-		}
-		p.each[[2]int{rows, k}] = kb
-	}
-	return p, nil
 }
 
 // bulkPickOverride replaces bulkPick's variant for the weights it names,
@@ -233,12 +171,11 @@ func (b *Backend) bulkCall(c bulkConfig, kernel string, y uint64, ot int, x, w u
 	if err != nil {
 		return err
 	}
-	tiles, rows := (m+15)/16, m
+	tiles := (m + 15) / 16
 	if kernel == "gemvb_silu_bf16" {
-		tiles, rows = m/8, 2*m
+		tiles = m / 8
 	}
-	return b.launch(f, [3]int{b.bulkGrid(f, c, tiles), 1, 1}, (c.cw+1)*32, c.smem(), y, x, w, i32(n), i32(m), i32(k), flag(earlyW),
-		i32(bulkPF.bytes(rows, k)))
+	return b.launch(f, [3]int{b.bulkGrid(f, c, tiles), 1, 1}, (c.cw+1)*32, c.smem(), y, x, w, i32(n), i32(m), i32(k), flag(earlyW))
 }
 
 // tuneBulk times the bulk variants that take the product (L2 flushed, as
@@ -367,7 +304,7 @@ func (b *Backend) bulkQKVCall(c bulkConfig, x, w uint64, r ropeOps, k int, early
 	tiles := (r.h + 2*r.kvh) * r.d / 16
 	return b.launch(f, [3]int{b.bulkGrid(f, c, tiles), 1, 1}, (c.cw+1)*32, c.smem(), r.q.ptr, x, w, r.pos.ptr, r.slots.ptr,
 		r.kc.ptr, r.vc.ptr, r.invf.ptr, i32(r.n), i32(k), i32(r.h), i32(r.kvh), i32(r.d), i32(r.blockSize), i32(r.numSlots),
-		b.errDev, flag(earlyW), i32(bulkPF.bytes((r.h+2*r.kvh)*r.d, k)))
+		b.errDev, flag(earlyW))
 }
 
 // GateUpSiLU implements backend.GateUpSiLUFuser for BF16 operands of at

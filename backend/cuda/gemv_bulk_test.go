@@ -188,69 +188,6 @@ func TestGateUpSiLU(t *testing.T) {
 	})
 }
 
-// TestBulkPrefetch checks that the bulk kernels' L2 prefetch past the
-// ring (bulkPF) changes no output byte: each kernel runs with none, part
-// of a block's stream, and all of it (more tiles than resident blocks, so
-// the prefetch crosses tiles), and every run must write the bytes of the
-// first; the first is checked against the CPU.
-func TestBulkPrefetch(t *testing.T) {
-	b := needBulk(t)
-	old := bulkPF
-	t.Cleanup(func() { bulkPF = old })
-	const n, k, m = 4, 4096, 8192
-	for _, kernel := range []string{"gemvb_bf16", "gemvb_add_bf16", "gemvb_silu_bf16"} {
-		for _, c := range []bulkConfig{bulkPick(m, k, b.sms), {4, 512, 2, 0}} {
-			t.Run(kernel+"_"+c.tag(), func(t *testing.T) {
-				p := newPair(t)
-				cx, gx := p.act(backend.BF16, []int{n, k}, p.normal(n*k, 1))
-				cw, gw := p.same(backend.BF16, []int{m, k}, encode(backend.BF16, p.normal(m*k, float32(1/math.Sqrt(k)))))
-				rv := encode(backend.BF16, p.normal(n*m, 2))
-				out, ym := m, m
-				if kernel == "gemvb_silu_bf16" {
-					out, ym = m/2, m/2
-				}
-				var first []byte
-				for _, kb := range []int{0, 40, 4096} {
-					bulkPF = bulkPFSet{all: kb}
-					y := p.poisoned(backend.BF16, n, out)
-					if kernel == "gemvb_add_bf16" {
-						_, y = p.same(backend.BF16, []int{n, out}, rv)
-					}
-					p.must("bulk", b.call(func() error {
-						yt, _ := b.tensorOf("t", "y", y)
-						xt, _ := b.tensorOf("t", "x", gx)
-						wt, _ := b.tensorOf("t", "w", gw)
-						return b.bulkCall(c, kernel, yt.ptr, int(dtBF16), xt.ptr, wt.ptr, n, ym, k, true)
-					}))
-					p.must("sync", b.Sync())
-					got := readBytes(t, b, y)
-					if first == nil {
-						first = got
-						co := p.cpuOut(n, m)
-						p.must("cpu", p.c.MatMul(co, cx, cw, nil))
-						want := read(t, p.c, co)
-						switch kernel {
-						case "gemvb_add_bf16":
-							for i, v := range decode(backend.BF16, rv) {
-								want[i] += v
-							}
-						case "gemvb_silu_bf16":
-							act := p.cpuOut(n, m/2)
-							p.must("cpu silu", p.c.SiLUMul(act, co))
-							want = read(t, p.c, act)
-						}
-						p.expectClose(kernel, decode(backend.BF16, got), want, bf16Tol)
-						continue
-					}
-					if !bytes.Equal(got, first) {
-						t.Fatalf("with %d KiB prefetched a block: other bytes than without", kb)
-					}
-				}
-			})
-		}
-	}
-}
-
 // withBulkQKV sets bulkQKV for the rest of the test.
 func withBulkQKV(t *testing.T, on bool) {
 	old := bulkQKV

@@ -1276,34 +1276,18 @@ cuda_tests_run qk-verify.log 'TestFusedQKVRoPE|TestGraph|TestKernelsWait|TestPDL
 model_tests
 }
 
-# bulk_pf: the bulk GEMV's L2 prefetch past its ring
-# (TRIGON_CUDA_BULK_PF_KB): its tests, then the batch-4 step traced per
-# setting (PF_SETS), alternating twice, the default first and last.
-bulk_pf() {
-log "TestBulkPrefetch, TestGEMVBulk*, TestGateUpSiLU, TestBulkQKVRoPE, TestParseBulkPF"
-cuda_tests_run bulk-pf-tests.log 'TestBulkPrefetch|TestGEMVBulk|TestGateUpSiLU|TestBulkQKVRoPE|TestParseBulkPF'
-local v r
-for r in 1 2; do
-  for v in ${PF_SETS:-default 64 0,4096x4096=64 0,4096x14336=128 0,28672x4096=64 128}; do
-    if [[ $v == default ]]; then step_trace; else step_trace "TRIGON_CUDA_BULK_PF_KB=$v"; fi
-  done
-done
-step_trace
-}
-
 # early_w: the products' early weight reads, now that device-filled and
 # fused-product weights count as pristine: the tests they touch, then the
 # batch-4 step against TRIGON_CUDA_EARLY_WEIGHTS=off, three alternating
-# rounds, and the L2 prefetch past the ring on top.
+# rounds. (Call 2 of 2026-11-30p also ran a reverted L2 prefetch here.)
 early_w() {
-log "TestPristine, TestBulkPrefetch, TestGEMVBulk*, TestGateUpSiLU, TestMatMulAdd, TestFusedQKVRoPE*, TestGraph*, TestKernelsWait*, TestFillNormal, TestPDLEnv"
-cuda_tests_run early-w-tests.log 'TestPristine|TestBulkPrefetch|TestGEMVBulk|TestGateUpSiLU|TestMatMulAdd|TestFusedQKVRoPE|TestGraph|TestKernelsWait|TestFillNormal|TestPDLEnv|TestNormFused'
+log "TestPristine, TestGEMVBulk*, TestGateUpSiLU, TestMatMulAdd, TestFusedQKVRoPE*, TestGraph*, TestKernelsWait*, TestFillNormal, TestPDLEnv"
+cuda_tests_run early-w-tests.log 'TestPristine|TestGEMVBulk|TestGateUpSiLU|TestMatMulAdd|TestFusedQKVRoPE|TestGraph|TestKernelsWait|TestFillNormal|TestPDLEnv|TestNormFused'
 model_tests
 local v r
 for r in 1 2 3; do
   for v in TRIGON_AB=default TRIGON_CUDA_EARLY_WEIGHTS=off; do step_trace "$v"; done
 done
-for v in ${PF_SETS:-64 0,4096x4096=64 0,4096x14336=128}; do step_trace "TRIGON_CUDA_BULK_PF_KB=$v"; done
 step_trace
 }
 

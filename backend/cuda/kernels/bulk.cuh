@@ -54,15 +54,6 @@ __device__ __forceinline__ void bulk_copy(u32 dst, const void* src, u32 bytes, u
 #endif
 }
 
-// bulk_prefetch_l2 asks L2 for bytes (a multiple of 16) at global src
-// (16-byte aligned) through the TMA unit: a hint, which changes no result.
-// Without PTX ISA 8.0 it does nothing.
-__device__ __forceinline__ void bulk_prefetch_l2(const void* src, u32 bytes) {
-#if PTX80
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
-#endif
-}
-
 // mbar_init_fence makes the barriers this thread initialised visible to
 // the TMA unit (the async proxy); a __syncthreads must follow before
 // other threads use them.

@@ -107,7 +107,7 @@ __device__ __forceinline__ int gemvb_row(int t, int r, int m, const QKVEpi& qe) 
 //   x [n, k] bf16
 template <int MODE>
 __device__ __forceinline__ void gemvb(void* y, const u16* x, const u16* w, int n, int m, int k, int early_w,
-                                      int pf, const QKVEpi& qe) {
+                                      const QKVEpi& qe) {
 #if __CUDA_ARCH__ < 900
   __trap();  // the host launches these kernels on sm_90 and newer only
 #else
@@ -129,23 +129,6 @@ __device__ __forceinline__ void gemvb(void* y, const u16* x, const u16* w, int n
 
   if (warp == CW) {  // the producer
     if (lane != 0) return;
-    if (early_w && pf > 0) {
-      // The block's stream past its ring, pf bytes of it in stream order,
-      // asked into L2 before anything waits: it arrives while the kernel
-      // before this one drains, and the copies that take it later hit L2.
-      int g = 0, left = pf;
-      for (int t = blockIdx.x; t < tiles && left > 0; t += gridDim.x) {
-        for (int i = 0; i < stages && left > 0; i++, g++) {
-          if (g < ST) continue;
-#pragma unroll 1
-          for (int r = 0; r < 16; r++) {
-            int row = gemvb_row<MODE>(t, r, m, qe);
-            if (row >= 0) bulk_prefetch_l2(w + (i64)row * k + (i64)i * CK, CK * 2);
-          }
-          left -= 16 * CK * 2;
-        }
-      }
-    }
     if (!early_w) grid_dep_wait();
     int g = 0;  // stages issued so far, over all tiles
     for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
@@ -366,16 +349,16 @@ __device__ __forceinline__ void gemvb(void* y, const u16* x, const u16* w, int n
 // gemvb_bf16: y[t, o] = sum_k x[t, k] * w[o, k].
 //   y [n, m] OT;  x [n, k] bf16;  w [m, k] bf16
 extern "C" __global__ void __launch_bounds__(GEMVB_THREADS, GEMVB_MINB) gemvb_bf16(void* y, const u16* x, const u16* w, int n,
-                                                                     int m, int k, int early_w, int pf) {
-  gemvb<MODE_PLAIN>(y, x, w, n, m, k, early_w, pf, QKVEpi{});
+                                                                     int m, int k, int early_w) {
+  gemvb<MODE_PLAIN>(y, x, w, n, m, k, early_w, QKVEpi{});
 }
 
 // gemvb_add_bf16: y[t, o] += bf16(sum_k x[t, k] * w[o, k]), rounded as
 // gemv_add_bf16 rounds it.
 //   y [n, m] bf16 (read and written);  x [n, k] bf16;  w [m, k] bf16
 extern "C" __global__ void __launch_bounds__(GEMVB_THREADS, GEMVB_MINB) gemvb_add_bf16(u16* y, const u16* x, const u16* w,
-                                                                         int n, int m, int k, int early_w, int pf) {
-  gemvb<MODE_ADD>(y, x, w, n, m, k, early_w, pf, QKVEpi{});
+                                                                         int n, int m, int k, int early_w) {
+  gemvb<MODE_ADD>(y, x, w, n, m, k, early_w, QKVEpi{});
 }
 
 // gemvb_silu_bf16: out[t, j] = silu(G[t, j]) * U[t, j], [G | U] = x . w^T,
@@ -383,8 +366,8 @@ extern "C" __global__ void __launch_bounds__(GEMVB_THREADS, GEMVB_MINB) gemvb_ad
 //   out [n, inter] bf16;  x [n, k] bf16;  w [2*inter, k] bf16 (gate rows,
 //   then up rows);  inter % 8 == 0
 extern "C" __global__ void __launch_bounds__(GEMVB_THREADS, GEMVB_MINB) gemvb_silu_bf16(u16* out, const u16* x, const u16* w,
-                                                                          int n, int inter, int k, int early_w, int pf) {
-  gemvb<MODE_SILU>(out, x, w, n, inter, k, early_w, pf, QKVEpi{});
+                                                                          int n, int inter, int k, int early_w) {
+  gemvb<MODE_SILU>(out, x, w, n, inter, k, early_w, QKVEpi{});
 }
 
 // gemvb_qkv_rope_bf16: a decode step's QKV projection with rope_store_kv's
@@ -396,6 +379,6 @@ extern "C" __global__ void __launch_bounds__(GEMVB_THREADS, GEMVB_MINB) gemvb_si
 //   kc, vc [numBlocks, KV, bs, hd] bf16;  hd % 16 == 0
 extern "C" __global__ void __launch_bounds__(GEMVB_THREADS, GEMVB_MINB) gemvb_qkv_rope_bf16(
     u16* q_out, const u16* x, const u16* w, const int* pos, const int* slots, u16* kc, u16* vc, const float* inv_freq,
-    int n, int k, int H, int KV, int hd, int bs, int num_slots, int* err, int early_w, int pf) {
-  gemvb<MODE_QKV>(q_out, x, w, n, (H + 2 * KV) * hd, k, early_w, pf, QKVEpi{pos, slots, kc, vc, inv_freq, err, H, KV, hd, bs, num_slots});
+    int n, int k, int H, int KV, int hd, int bs, int num_slots, int* err, int early_w) {
+  gemvb<MODE_QKV>(q_out, x, w, n, (H + 2 * KV) * hd, k, early_w, QKVEpi{pos, slots, kc, vc, inv_freq, err, H, KV, hd, bs, num_slots});
 }
