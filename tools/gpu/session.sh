@@ -1291,6 +1291,19 @@ done
 step_trace
 }
 
+# early_sweep: knobs last measured while the products' early weight reads
+# were off in the benchmark (device-filled weights were not pristine),
+# re-measured with them on: the batch-4 step per setting (EARLY_SETS,
+# ';'-separated, each a space-separated env list), two rounds.
+early_sweep() {
+local v r sets
+IFS=';' read -ra sets <<<"${EARLY_SETS:-TRIGON_AB=default;TRIGON_CUDA_GEMV_BULK_QKV=on;TRIGON_CUDA_DECODE_STAGES=2 TRIGON_CUDA_ATTN_LAUNCH_EARLY=on;TRIGON_CUDA_BULK_PICK=4096x4096=w8_c1024_s3;TRIGON_CUDA_NORM_PREFETCH_MB=0;TRIGON_CUDA_NORM_PREFETCH_MB=4;TRIGON_CUDA_FUSE_NORM=add,qkv;TRIGON_CUDA_PDL=on}"
+for r in 1 2; do
+  for v in "${sets[@]}"; do step_trace "$v"; done
+done
+step_trace
+}
+
 # A part is skipped once SKIP_AFTER seconds (default 500) have passed, so
 # that the logs still come back inside the device's 600-second limit.
 for part in ${@:-checks bigref}; do
