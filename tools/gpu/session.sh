@@ -1304,6 +1304,15 @@ done
 step_trace
 }
 
+# pdl_tail: PDL on the kernels outside the default set (embed, the
+# greedy pick and the small copies between replays), the LM head on the
+# bulk GEMV (streaming early under PDL), and larger norm prefetches,
+# now that the products read their weights early: two rounds.
+pdl_tail() {
+local d=qkv_rope_bf16,attn_decode_mma,attn_decode_combine,gemvb_bf16,gemvb_add_bf16,gemvb_silu_bf16,gemvb_qkv_rope_bf16,add_rmsnorm
+EARLY_SETS="TRIGON_AB=default;TRIGON_CUDA_PDL=on;TRIGON_CUDA_PDL=$d,argmax_rows,copy_words,embed;TRIGON_CUDA_GEMV_MARGIN=0;TRIGON_CUDA_GEMV_MARGIN=0 TRIGON_CUDA_PDL=on;TRIGON_CUDA_NORM_PREFETCH_MB=16;TRIGON_CUDA_NORM_PREFETCH_MB=24" early_sweep
+}
+
 # A part is skipped once SKIP_AFTER seconds (default 500) have passed, so
 # that the logs still come back inside the device's 600-second limit.
 for part in ${@:-checks bigref}; do
