@@ -106,7 +106,10 @@
 // exceptions: decode attention's prologue reads the step's metadata and
 // the cache rows earlier steps wrote, then waits before it reads Q and
 // the newest row; the bulk GEMV's producer streams a pristine weight
-// before it waits, its consumers wait before reading x; the norm's
+// (uploaded, or made by a completed FillNormal, and only ever a product's
+// weight; TRIGON_CUDA_EARLY_WEIGHTS=off turns this and the register
+// GEMV's early loads off) before it waits, its consumers wait before
+// reading x; the norm's
 // prefetching blocks ask L2 for a weight without waiting. The norm and the
 // split combine let the next kernel launch before they wait, so the
 // product after them starts its early weight loads during the tail of the
