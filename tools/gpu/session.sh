@@ -1313,6 +1313,22 @@ local d=qkv_rope_bf16,attn_decode_mma,attn_decode_combine,gemvb_bf16,gemvb_add_b
 EARLY_SETS="TRIGON_AB=default;TRIGON_CUDA_PDL=on;TRIGON_CUDA_PDL=$d,argmax_rows,copy_words,embed;TRIGON_CUDA_GEMV_MARGIN=0;TRIGON_CUDA_GEMV_MARGIN=0 TRIGON_CUDA_PDL=on;TRIGON_CUDA_NORM_PREFETCH_MB=16;TRIGON_CUDA_NORM_PREFETCH_MB=24" early_sweep
 }
 
+# st2: decode attention with two ring stages at three blocks an SM (the
+# register budget now allows it): its tests, the kernel graph-timed at
+# forced split counts, and the step against the default, two rounds.
+st2() {
+log "TestAttention with TRIGON_CUDA_DECODE_STAGES=2"
+(cd backend/cuda && TRIGON_CUDA_DECODE_STAGES=2 "$root/.gpu/cuda.test" -test.v -test.run 'TestAttention|TestDecodePlan|TestKernelsWait' >"$OUT/st2-tests.log" 2>&1)
+echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/st2-tests.log" | tail -5 | tee -a "$OUT/summary.txt"
+grep -c -- "--- PASS" "$OUT/st2-tests.log" | sed 's/^/passed: /' | tee -a "$OUT/summary.txt"
+for st in 3 2; do
+  log "BenchmarkAttentionDecodeSplits b4 at stages $st"
+  (cd backend/cuda && TRIGON_CUDA_DECODE_STAGES=$st "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'BenchmarkAttentionDecodeSplits/b4_' -test.benchtime 200x >"$OUT/st2-bench-$st.log" 2>&1)
+  grep -E "^Benchmark|rror" "$OUT/st2-bench-$st.log" | awk '{$2=""; print}' | tee -a "$OUT/summary.txt"
+done
+EARLY_SETS="${ST2_SETS:-TRIGON_AB=default;TRIGON_CUDA_DECODE_STAGES=2;TRIGON_CUDA_DECODE_STAGES=2 TRIGON_CUDA_DECODE_SPLITS=8;TRIGON_CUDA_DECODE_STAGES=2 TRIGON_CUDA_DECODE_SPLITS=16}" early_sweep
+}
+
 # A part is skipped once SKIP_AFTER seconds (default 500) have passed, so
 # that the logs still come back inside the device's 600-second limit.
 for part in ${@:-checks bigref}; do
