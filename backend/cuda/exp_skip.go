@@ -17,3 +17,12 @@ var expSkip = func() map[string]bool {
 	}
 	return m
 }()
+
+// expQKVEarly (TRIGON_CUDA_EXP_QKV_EARLY=on, experiment): qkv_rope_bf16
+// lets its dependents (decode attention) launch at its start.
+var expQKVEarly = func() uint64 {
+	if os.Getenv("TRIGON_CUDA_EXP_QKV_EARLY") == "on" {
+		return 2
+	}
+	return 0
+}()

@@ -1329,6 +1329,16 @@ done
 EARLY_SETS="${ST2_SETS:-TRIGON_AB=default;TRIGON_CUDA_DECODE_STAGES=2;TRIGON_CUDA_DECODE_STAGES=2 TRIGON_CUDA_DECODE_SPLITS=8;TRIGON_CUDA_DECODE_STAGES=2 TRIGON_CUDA_DECODE_SPLITS=16}" early_sweep
 }
 
+# qkv_early: the QKV product lets decode attention launch at its start
+# (TRIGON_CUDA_EXP_QKV_EARLY=on, an experiment), so attention's blocks
+# can take what the product leaves of an SM and issue their first tiles
+# under its stream; with the QKV GEMV's blocks at 8 and 4 warps. The
+# timeline of the first, then the step, two rounds.
+qkv_early() {
+ktrace_build && ktrace_run qkvearly TRIGON_CUDA_EXP_QKV_EARLY=on
+EARLY_SETS="${QE_SETS:-TRIGON_AB=default;TRIGON_CUDA_EXP_QKV_EARLY=on;TRIGON_CUDA_EXP_QKV_EARLY=on TRIGON_CUDA_QKV_GEMV=4x2;TRIGON_CUDA_QKV_GEMV=4x2;TRIGON_CUDA_EXP_QKV_EARLY=on TRIGON_CUDA_DECODE_STAGES=2}" early_sweep
+}
+
 # A part is skipped once SKIP_AFTER seconds (default 500) have passed, so
 # that the logs still come back inside the device's 600-second limit.
 for part in ${@:-checks bigref}; do

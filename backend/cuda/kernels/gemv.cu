@@ -294,6 +294,8 @@ extern "C" __global__ void __launch_bounds__(NW * 32) qkv_rope_bf16(
     u16* q_out, const u16* x, const u16* w, const int* pos, const int* slots, u16* kc, u16* vc,
     const float* inv_freq, const float* bias, const float* g, float eps, int n, int k, int H, int KV, int hd, int bs,
     int num_slots, int* err, int early_w) {
+  if (early_w & 2) grid_dep_launch();  // experiment: dependents launch at once
+  early_w &= 1;
   if (!early_w) grid_dep_wait();
   __shared__ float red[NW][NT][32][4];
   __shared__ float ssq[NW][8 * NT];
