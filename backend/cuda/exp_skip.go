@@ -18,11 +18,23 @@ var expSkip = func() map[string]bool {
 	return m
 }()
 
-// expQKVEarly (TRIGON_CUDA_EXP_QKV_EARLY=on, experiment): qkv_rope_bf16
-// lets its dependents (decode attention) launch at its start.
-var expQKVEarly = func() uint64 {
-	if os.Getenv("TRIGON_CUDA_EXP_QKV_EARLY") == "on" {
+// expEarlyLaunch (TRIGON_CUDA_EXP_EARLY_LAUNCH, experiment: a comma list
+// of qkv_rope_bf16, gemvb_bf16, gemvb_add_bf16, gemvb_silu_bf16): those
+// kernels let their dependents launch at their start.
+var expEarlyLaunch = func() map[string]bool {
+	m := map[string]bool{}
+	for _, s := range strings.Split(os.Getenv("TRIGON_CUDA_EXP_EARLY_LAUNCH"), ",") {
+		if s != "" {
+			m[s] = true
+		}
+	}
+	return m
+}()
+
+// expEarly is the kernels' flag bit 1 for expEarlyLaunch.
+func expEarly(kernel string) uint64 {
+	if expEarlyLaunch[kernel] {
 		return 2
 	}
 	return 0
-}()
+}

@@ -1339,6 +1339,13 @@ ktrace_build && ktrace_run qkvearly TRIGON_CUDA_EXP_QKV_EARLY=on
 EARLY_SETS="${QE_SETS:-TRIGON_AB=default;TRIGON_CUDA_EXP_QKV_EARLY=on;TRIGON_CUDA_EXP_QKV_EARLY=on TRIGON_CUDA_QKV_GEMV=4x2;TRIGON_CUDA_QKV_GEMV=4x2;TRIGON_CUDA_EXP_QKV_EARLY=on TRIGON_CUDA_DECODE_STAGES=2}" early_sweep
 }
 
+# early_launch: kernels that let their dependents launch at their start
+# (TRIGON_CUDA_EXP_EARLY_LAUNCH, an experiment), two rounds.
+early_launch() {
+local E=TRIGON_CUDA_EXP_EARLY_LAUNCH
+EARLY_SETS="${EL_SETS:-TRIGON_AB=default;$E=qkv_rope_bf16;$E=qkv_rope_bf16,gemvb_silu_bf16;$E=qkv_rope_bf16,gemvb_add_bf16;$E=qkv_rope_bf16,gemvb_add_bf16,gemvb_silu_bf16}" early_sweep
+}
+
 # A part is skipped once SKIP_AFTER seconds (default 500) have passed, so
 # that the logs still come back inside the device's 600-second limit.
 for part in ${@:-checks bigref}; do

@@ -111,6 +111,8 @@ __device__ __forceinline__ void gemvb(void* y, const u16* x, const u16* w, int n
 #if __CUDA_ARCH__ < 900
   __trap();  // the host launches these kernels on sm_90 and newer only
 #else
+  if (early_w & 2) grid_dep_launch();  // experiment: dependents launch at once
+  early_w &= 1;
   extern __shared__ __align__(128) unsigned char ring[];  // ST stage buffers
   __shared__ __align__(8) u64 full[ST], empty[ST];
   __shared__ float red[CW][NT][32][4];
