@@ -162,9 +162,6 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 		decodeOnly = 1
 	}
 	return b.post(func() error {
-		if expSkip["attn"] && decodeOnly == 1 {
-			return nil
-		}
 		// Both decode kernels take the same arguments, as do both combines.
 		dec, err := b.fnSmem(fnKey{dp.mod, dp.decode}, dp.smem)
 		if err != nil {
@@ -216,7 +213,7 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 		if err != nil {
 			return err
 		}
-		if dp.nsplit > 1 && cluster == 0 && !(expSkip["combine"] && decodeOnly == 1) {
+		if dp.nsplit > 1 && cluster == 0 {
 			comb, err := b.fn(fnKey{dp.mod, dp.combine})
 			if err != nil {
 				return err

@@ -189,9 +189,9 @@ func decodeMMAStages(cc, d int) (st int, ok bool) {
 
 // decodeMMAMinBlocks mirrors MIN_BLOCKS in kernels/attn_decode.cu: the
 // blocks per SM its register budget is compiled for.
-func decodeMMAMinBlocks(d, st int) int {
+func decodeMMAMinBlocks(d int) int {
 	switch {
-	case d <= 64, d <= 128 && st <= 2:
+	case d <= 64:
 		return 3
 	case d <= 128:
 		return 2
@@ -205,7 +205,7 @@ func decodeMMAMinBlocks(d, st int) int {
 func decodeMMAPerSM(cc, d, st int) int {
 	perSM, _ := smemLimits(cc)
 	bySmem := perSM / (decodeMMASmem(d, st) + decodeMMAStaticSmem(st) + 1<<10)
-	return max(1, min(bySmem, decodeMMAMinBlocks(d, st)))
+	return max(1, min(bySmem, decodeMMAMinBlocks(d)))
 }
 
 // decodeMMASplits picks how many pieces each decode row's context is cut

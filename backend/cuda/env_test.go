@@ -211,3 +211,41 @@ func TestParseBulkPick(t *testing.T) {
 		t.Errorf("bulkPick(4096, 14336), not overridden: %+v, want %+v", c, plain)
 	}
 }
+
+// TestParseLaunchEarly checks TRIGON_CUDA_EARLY_LAUNCH's values: unset
+// (the default set), on (every kernel that takes the flag), off, a list,
+// and errors naming the variable for a malformed list or a kernel without
+// the flag.
+func TestParseLaunchEarly(t *testing.T) {
+	for _, tc := range []struct {
+		v    string
+		want []string
+		bad  bool
+	}{
+		{v: "", want: []string{"qkv_rope_bf16", "gemvb_silu_bf16"}},
+		{v: "off", want: []string{}},
+		{v: "on", want: launchEarlyKernels},
+		{v: "gemvb_add_bf16", want: []string{"gemvb_add_bf16"}},
+		{v: "qkv_rope_bf16,gemvb_bf16", want: []string{"qkv_rope_bf16", "gemvb_bf16"}},
+		{v: "attn_decode_mma", bad: true},
+		{v: "qkv_rope_bf16,", bad: true},
+		{v: "ON", bad: true},
+	} {
+		got, err := parseLaunchEarly(tc.v)
+		if tc.bad {
+			if err == nil || !strings.Contains(err.Error(), launchEarlyEnv) {
+				t.Errorf("%q: %v, %v; want an error naming %s", tc.v, got, err, launchEarlyEnv)
+			}
+			continue
+		}
+		if err != nil || len(got) != len(tc.want) {
+			t.Errorf("%q: %v, %v; want %v", tc.v, got, err, tc.want)
+			continue
+		}
+		for _, n := range tc.want {
+			if !got[n] {
+				t.Errorf("%q: %s missing from %v", tc.v, n, got)
+			}
+		}
+	}
+}

@@ -2,7 +2,9 @@ package cuda
 
 import (
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"unsafe"
 )
@@ -107,9 +109,72 @@ var pdlDefault = map[string]bool{
 	"add_rmsnorm": true,
 }
 
-// applyPDLEnv reads pdlEnv and earlyWeightsEnv.
+// launchEarly names the kernels that let their dependents launch at their
+// start rather than after their weight stream (their flag's bit 1, see
+// launchEarlyFlag). Where the kernel leaves room on an SM, the next
+// kernel's blocks are then resident before it ends and do what they may
+// before their wait: decode attention after the QKV product issues its
+// first K/V tiles, the down product after gate/up streams its weight.
+// Measured on the H200 (batch 4, seventeenth session, docs/benchmarks.md):
+// the QKV product -44 us a step, with gate/up too -78 us; the O and down
+// products (whose dependent is a norm, which lets the next product launch
+// at once) +160 to +200 us, so they are not in the default.
+// TRIGON_CUDA_EARLY_LAUNCH (read by New): on (every kernel of
+// launchEarlyKernels), off, or a list of names.
+var launchEarly = launchEarlyDefault
+
+// launchEarlyDefault is launchEarly without the environment.
+var launchEarlyDefault = map[string]bool{"qkv_rope_bf16": true, "gemvb_silu_bf16": true}
+
+// launchEarlyKernels are the kernels that take the flag.
+var launchEarlyKernels = []string{"qkv_rope_bf16", "gemvb_bf16", "gemvb_add_bf16", "gemvb_silu_bf16"}
+
+// launchEarlyEnv names launchEarly's setting.
+const launchEarlyEnv = "TRIGON_CUDA_EARLY_LAUNCH"
+
+// launchEarlyFlag is kernel's flag bit 1 (2) where launchEarly names it.
+func launchEarlyFlag(kernel string) uint64 {
+	if launchEarly[kernel] {
+		return 2
+	}
+	return 0
+}
+
+// parseLaunchEarly reads launchEarlyEnv's value.
+func parseLaunchEarly(v string) (map[string]bool, error) {
+	switch v {
+	case "":
+		return maps.Clone(launchEarlyDefault), nil
+	case "off":
+		return map[string]bool{}, nil
+	case "on":
+		m := map[string]bool{}
+		for _, n := range launchEarlyKernels {
+			m[n] = true
+		}
+		return m, nil
+	}
+	names, err := parseKernelList(v)
+	if err == nil {
+		for n := range names {
+			if !slices.Contains(launchEarlyKernels, n) {
+				err = fmt.Errorf("%s does not take the flag (%s do)", n, strings.Join(launchEarlyKernels, ", "))
+				break
+			}
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cuda: %s=%q: want on, off or kernel names separated by commas: %w", launchEarlyEnv, v, err)
+	}
+	return names, nil
+}
+
+// applyPDLEnv reads pdlEnv, earlyWeightsEnv and launchEarlyEnv.
 func applyPDLEnv() (err error) {
 	if earlyWeights, err = envSwitch(earlyWeightsEnv, true); err != nil {
+		return err
+	}
+	if launchEarly, err = parseLaunchEarly(os.Getenv(launchEarlyEnv)); err != nil {
 		return err
 	}
 	v := os.Getenv(pdlEnv)

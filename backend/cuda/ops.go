@@ -232,9 +232,6 @@ func (b *Backend) addRMSNormOp(out, x, residual, weight backend.Tensor, eps floa
 	if next != nil && rows <= 64 && normPrefetchBytes > 0 {
 		pf, pfBytes = next.ptr, min(next.bytes, normPrefetchBytes)
 	}
-	if expSkip["norm"] && rows <= 64 {
-		return nil
-	}
 	return b.post(func() error { return b.addRMSNorm(k, rows, threads, o, xt, rt, wt, dim, eps, hasRes, pf, pfBytes) })
 }
 

@@ -1346,6 +1346,32 @@ local E=TRIGON_CUDA_EXP_EARLY_LAUNCH
 EARLY_SETS="${EL_SETS:-TRIGON_AB=default;$E=qkv_rope_bf16;$E=qkv_rope_bf16,gemvb_silu_bf16;$E=qkv_rope_bf16,gemvb_add_bf16;$E=qkv_rope_bf16,gemvb_add_bf16,gemvb_silu_bf16}" early_sweep
 }
 
+# early_rows: launchEarly (TRIGON_CUDA_EARLY_LAUNCH) at the other rows:
+# its tests, batch 1 and 64 with the default set against off (two
+# rounds), and Qwen3-8B's batch-4 step against off.
+early_rows() {
+log "TestLaunchEarly, TestParseLaunchEarly, TestKernelsWait*, TestFusedQKVRoPE, TestGateUpSiLU"
+cuda_tests_run early-tests.log 'TestLaunchEarly|TestParseLaunchEarly|TestKernelsWait|TestFusedQKVRoPE|TestGateUpSiLU'
+local r e n f
+for r in 1 2; do
+  for e in TRIGON_AB=default TRIGON_CUDA_EARLY_LAUNCH=off; do
+    for n in 1 64; do
+      log "bench latency llama-3-8b --batch $n --input-len 2048 --output-len 64 --cuda-graphs on ($e)"
+      f="$OUT/rows-$r-$n-${e//[^A-Za-z0-9]/_}.json"
+      env $e .gpu/trigon bench latency --arch llama-3-8b --batch $n --input-len 2048 --output-len 64 --device cuda --cuda-graphs on --json \
+        >"$f" 2>>"$OUT/bench.err" || tail -3 "$OUT/bench.err"
+      $PY -c "import json,sys
+d=json.load(open(sys.argv[1])); d=d[0] if isinstance(d,list) else d
+print('  ITL p50 %.3f p99 %.3f ms, prefill %.1f ms, floor %.3f' % (d['itl_ms']['p50'], d['itl_ms']['p99'], d['prefill_ms']['p50'], d['decode_floor_ms']))" "$f" 2>&1 | tee -a "$OUT/summary.txt"
+    done
+  done
+done
+for r in 1 2; do
+  ARCH=qwen3-8b step_trace
+  ARCH=qwen3-8b step_trace TRIGON_CUDA_EARLY_LAUNCH=off
+done
+}
+
 # A part is skipped once SKIP_AFTER seconds (default 500) have passed, so
 # that the logs still come back inside the device's 600-second limit.
 for part in ${@:-checks bigref}; do

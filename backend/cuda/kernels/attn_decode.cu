@@ -31,8 +31,6 @@
 // decodeMMAPerSM assumes the same (shared memory limits it to about this).
 #if HD <= 64
 #define MIN_BLOCKS 3
-#elif HD <= 128 && ST <= 2
-#define MIN_BLOCKS 3  // two stages: three blocks' rings fit an SM (sm_90)
 #elif HD <= 128
 #define MIN_BLOCKS 2
 #else

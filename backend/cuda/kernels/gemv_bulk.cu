@@ -28,6 +28,9 @@
 // Under programmatic dependent launch the producer starts streaming
 // before griddepcontrol.wait when early_w says no kernel of the step
 // writes the weight (gemv.cu's rule); the consumers wait before reading x.
+// early_w's bit 1 (the host's launchEarly) lets the dependent kernel
+// launch at this kernel's start instead of after each block's last tile:
+// its blocks take SM room as this kernel's leave, sooner.
 // Rounding is gemv.cu's (products rounded to bf16 before the residual add
 // or SiLU); the k split differs, so sums match gemv.cu's to f32 rounding,
 // not bit for bit.
@@ -111,7 +114,7 @@ __device__ __forceinline__ void gemvb(void* y, const u16* x, const u16* w, int n
 #if __CUDA_ARCH__ < 900
   __trap();  // the host launches these kernels on sm_90 and newer only
 #else
-  if (early_w & 2) grid_dep_launch();  // experiment: dependents launch at once
+  if (early_w & 2) grid_dep_launch();  // the host's launchEarly: dependents launch at once
   early_w &= 1;
   extern __shared__ __align__(128) unsigned char ring[];  // ST stage buffers
   __shared__ __align__(8) u64 full[ST], empty[ST];
