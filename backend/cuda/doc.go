@@ -113,7 +113,12 @@
 // prefetching blocks ask L2 for a weight without waiting. The norm and the
 // split combine let the next kernel launch before they wait, so the
 // product after them starts its early weight loads during the tail of the
-// product before them. By default only the QKV projection, decode attention,
+// product before them. The decode QKV product (qkv_rope_bf16) and the
+// bulk gate/up product (gemvb_silu_bf16) let theirs launch at their start
+// (launchEarly, TRIGON_CUDA_EARLY_LAUNCH=on|off|name,...): attention's
+// blocks fit beside the QKV product's and issue their first K/V tiles
+// under its stream; the down product's producers stream as gate/up's
+// blocks leave. By default only the QKV projection, decode attention,
 // the split combine, the bulk GEMVs and the norms launch with
 // PDL (measured faster on the H200); TRIGON_CUDA_PDL=on|off|name,...
 // chooses others. PDL on every launch measured 1-2% slower.
