@@ -1313,37 +1313,12 @@ local d=qkv_rope_bf16,attn_decode_mma,attn_decode_combine,gemvb_bf16,gemvb_add_b
 EARLY_SETS="TRIGON_AB=default;TRIGON_CUDA_PDL=on;TRIGON_CUDA_PDL=$d,argmax_rows,copy_words,embed;TRIGON_CUDA_GEMV_MARGIN=0;TRIGON_CUDA_GEMV_MARGIN=0 TRIGON_CUDA_PDL=on;TRIGON_CUDA_NORM_PREFETCH_MB=16;TRIGON_CUDA_NORM_PREFETCH_MB=24" early_sweep
 }
 
-# st2: decode attention with two ring stages at three blocks an SM (the
-# register budget now allows it): its tests, the kernel graph-timed at
-# forced split counts, and the step against the default, two rounds.
-st2() {
-log "TestAttention with TRIGON_CUDA_DECODE_STAGES=2"
-(cd backend/cuda && TRIGON_CUDA_DECODE_STAGES=2 "$root/.gpu/cuda.test" -test.v -test.run 'TestAttention|TestDecodePlan|TestKernelsWait' >"$OUT/st2-tests.log" 2>&1)
-echo "rc=$?" | tee -a "$OUT/summary.txt"; grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/st2-tests.log" | tail -5 | tee -a "$OUT/summary.txt"
-grep -c -- "--- PASS" "$OUT/st2-tests.log" | sed 's/^/passed: /' | tee -a "$OUT/summary.txt"
-for st in 3 2; do
-  log "BenchmarkAttentionDecodeSplits b4 at stages $st"
-  (cd backend/cuda && TRIGON_CUDA_DECODE_STAGES=$st "$root/.gpu/cuda.test" -test.run '^$' -test.bench 'BenchmarkAttentionDecodeSplits/b4_' -test.benchtime 200x >"$OUT/st2-bench-$st.log" 2>&1)
-  grep -E "^Benchmark|rror" "$OUT/st2-bench-$st.log" | awk '{$2=""; print}' | tee -a "$OUT/summary.txt"
-done
-EARLY_SETS="${ST2_SETS:-TRIGON_AB=default;TRIGON_CUDA_DECODE_STAGES=2;TRIGON_CUDA_DECODE_STAGES=2 TRIGON_CUDA_DECODE_SPLITS=8;TRIGON_CUDA_DECODE_STAGES=2 TRIGON_CUDA_DECODE_SPLITS=16}" early_sweep
-}
-
-# qkv_early: the QKV product lets decode attention launch at its start
-# (TRIGON_CUDA_EXP_QKV_EARLY=on, an experiment), so attention's blocks
-# can take what the product leaves of an SM and issue their first tiles
-# under its stream; with the QKV GEMV's blocks at 8 and 4 warps. The
-# timeline of the first, then the step, two rounds.
-qkv_early() {
-ktrace_build && ktrace_run qkvearly TRIGON_CUDA_EXP_QKV_EARLY=on
-EARLY_SETS="${QE_SETS:-TRIGON_AB=default;TRIGON_CUDA_EXP_QKV_EARLY=on;TRIGON_CUDA_EXP_QKV_EARLY=on TRIGON_CUDA_QKV_GEMV=4x2;TRIGON_CUDA_QKV_GEMV=4x2;TRIGON_CUDA_EXP_QKV_EARLY=on TRIGON_CUDA_DECODE_STAGES=2}" early_sweep
-}
-
-# early_launch: kernels that let their dependents launch at their start
-# (TRIGON_CUDA_EXP_EARLY_LAUNCH, an experiment), two rounds.
+# early_launch: the products that let their dependents launch at their
+# start (TRIGON_CUDA_EARLY_LAUNCH): the default set against none, every
+# product that takes the flag, and the QKV product alone; two rounds.
 early_launch() {
-local E=TRIGON_CUDA_EXP_EARLY_LAUNCH
-EARLY_SETS="${EL_SETS:-TRIGON_AB=default;$E=qkv_rope_bf16;$E=qkv_rope_bf16,gemvb_silu_bf16;$E=qkv_rope_bf16,gemvb_add_bf16;$E=qkv_rope_bf16,gemvb_add_bf16,gemvb_silu_bf16}" early_sweep
+local E=TRIGON_CUDA_EARLY_LAUNCH
+EARLY_SETS="${EL_SETS:-TRIGON_AB=default;$E=off;$E=on;$E=qkv_rope_bf16}" early_sweep
 }
 
 # early_rows: launchEarly (TRIGON_CUDA_EARLY_LAUNCH) at the other rows:
