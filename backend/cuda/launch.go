@@ -118,7 +118,7 @@ var pdlDefault = map[string]bool{
 // Measured on the H200 (batch 4, seventeenth session, docs/benchmarks.md):
 // the QKV product -44 us a step, with gate/up too -78 us; the O and down
 // products (whose dependent is a norm, which lets the next product launch
-// at once) +160 to +200 us, so they are not in the default.
+// at once) +240 us, so they are not in the default.
 // TRIGON_CUDA_EARLY_LAUNCH (read by New): on (every kernel of
 // launchEarlyKernels), off, or a list of names.
 var launchEarly = launchEarlyDefault
