@@ -200,7 +200,7 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 			if kvEvictFirst {
 				flags |= attnFlagKVFirst
 			}
-			if attnLaunchEarly {
+			if launchEarly["attn_decode_mma"] {
 				flags |= attnFlagLaunchEarly
 			}
 			decArgs = append(decArgs, pfPtr, pfBytes, i32(flags))

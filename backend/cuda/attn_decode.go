@@ -263,17 +263,11 @@ func applyAttnPrefetchEnv() error {
 	return err
 }
 
-// attnLaunchEarly makes the tensor-core decode kernel let its dependents
-// (the split combine, then the O product) launch at its start rather
-// than after its K/V stream, so that their blocks take SM slots that
-// attention leaves free; they still wait for it to complete.
-// TRIGON_CUDA_ATTN_LAUNCH_EARLY=on|off, read by New; off by default.
-var attnLaunchEarly = false
-
-const attnLaunchEarlyEnv = "TRIGON_CUDA_ATTN_LAUNCH_EARLY"
-
 // The flags argument of attn_decode_mma (kernels/attn_decode.cu's
-// ATTN_KV_FIRST and ATTN_LAUNCH_EARLY): kvEvictFirst and attnLaunchEarly.
+// ATTN_KV_FIRST and ATTN_LAUNCH_EARLY): kvEvictFirst, and launchEarly
+// naming attn_decode_mma (its dependents, the split combine and then the
+// O product, launch at its start rather than after its K/V stream;
+// slower on the H200, so not in the default).
 const (
 	attnFlagKVFirst     = 1
 	attnFlagLaunchEarly = 2
@@ -284,12 +278,8 @@ const (
 // step, for in-step comparisons with the planner's; 0, the planner's.
 const decodeSplitsEnv = "TRIGON_CUDA_DECODE_SPLITS"
 
-// applyAttnLaunchEnv reads attnLaunchEarlyEnv and decodeSplitsEnv.
+// applyAttnLaunchEnv reads decodeSplitsEnv.
 func applyAttnLaunchEnv() error {
-	var err error
-	if attnLaunchEarly, err = envSwitch(attnLaunchEarlyEnv, false); err != nil {
-		return err
-	}
 	if v := os.Getenv(decodeSplitsEnv); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 || n > 32 {

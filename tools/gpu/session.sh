@@ -1033,10 +1033,10 @@ done
 }
 
 # attn_early_tests: the decode attention tests with attention letting its
-# dependents launch at its start (TRIGON_CUDA_ATTN_LAUNCH_EARLY=on).
+# dependents launch at its start (TRIGON_CUDA_EARLY_LAUNCH=qkv_rope_bf16,gemvb_silu_bf16,attn_decode_mma).
 attn_early_tests() {
-log "TestAttention*, TestKernelsWait* with TRIGON_CUDA_ATTN_LAUNCH_EARLY=on"
-cuda_tests_run attn-early.log 'TestAttention|TestKernelsWait' TRIGON_CUDA_ATTN_LAUNCH_EARLY=on
+log "TestAttention*, TestKernelsWait* with TRIGON_CUDA_EARLY_LAUNCH=qkv_rope_bf16,gemvb_silu_bf16,attn_decode_mma"
+cuda_tests_run attn-early.log 'TestAttention|TestKernelsWait' TRIGON_CUDA_EARLY_LAUNCH=qkv_rope_bf16,gemvb_silu_bf16,attn_decode_mma
 }
 
 # qkv_rows: the pinned QKV GEMV variant (default) against the tuner's
@@ -1189,7 +1189,7 @@ step_trace
 # product on four consumer warps (fewer registers). The batch-4 step
 # traced, alternating three times, then the timeline of the pair.
 o_overlap() {
-local s2=TRIGON_CUDA_DECODE_STAGES=2 early=TRIGON_CUDA_ATTN_LAUNCH_EARLY=on
+local s2=TRIGON_CUDA_DECODE_STAGES=2 early=TRIGON_CUDA_EARLY_LAUNCH=qkv_rope_bf16,gemvb_silu_bf16,attn_decode_mma
 for r in 1 2 3; do
   for v in TRIGON_AB=default "$s2 $early" "$s2" "$early" "$s2 $early TRIGON_CUDA_BULK_PICK=4096x4096=w4_c1024_s2"; do
     step_trace "$v"
@@ -1297,7 +1297,7 @@ step_trace
 # ';'-separated, each a space-separated env list), two rounds.
 early_sweep() {
 local v r sets
-IFS=';' read -ra sets <<<"${EARLY_SETS:-TRIGON_AB=default;TRIGON_CUDA_GEMV_BULK_QKV=on;TRIGON_CUDA_DECODE_STAGES=2 TRIGON_CUDA_ATTN_LAUNCH_EARLY=on;TRIGON_CUDA_BULK_PICK=4096x4096=w8_c1024_s3;TRIGON_CUDA_NORM_PREFETCH_MB=0;TRIGON_CUDA_NORM_PREFETCH_MB=4;TRIGON_CUDA_FUSE_NORM=add,qkv;TRIGON_CUDA_PDL=on}"
+IFS=';' read -ra sets <<<"${EARLY_SETS:-TRIGON_AB=default;TRIGON_CUDA_GEMV_BULK_QKV=on;TRIGON_CUDA_DECODE_STAGES=2 TRIGON_CUDA_EARLY_LAUNCH=qkv_rope_bf16,gemvb_silu_bf16,attn_decode_mma;TRIGON_CUDA_BULK_PICK=4096x4096=w8_c1024_s3;TRIGON_CUDA_NORM_PREFETCH_MB=0;TRIGON_CUDA_NORM_PREFETCH_MB=4;TRIGON_CUDA_FUSE_NORM=add,qkv;TRIGON_CUDA_PDL=on}"
 for r in 1 2; do
   for v in "${sets[@]}"; do step_trace "$v"; done
 done
