@@ -116,7 +116,7 @@ var pdlDefault = map[string]bool{
 // before their wait: decode attention after the QKV product issues its
 // first K/V tiles, the down product after gate/up streams its weight.
 // Measured on the H200 (batch 4, seventeenth session, docs/benchmarks.md):
-// the QKV product -44 us a step, with gate/up too -78 us; the O and down
+// the QKV product -44 us a step, with gate/up too -77 us; the O and down
 // products (whose dependent is a norm, which lets the next product launch
 // at once) +240 us, so they are not in the default.
 // TRIGON_CUDA_EARLY_LAUNCH (read by New): on (every kernel of
