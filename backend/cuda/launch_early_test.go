@@ -72,10 +72,8 @@ func TestLaunchEarly(t *testing.T) {
 		p.must("sync", b.Sync())
 		return out{readBytes(t, b, gact), readBytes(t, b, gresid), readBytes(t, b, gy)}
 	}
-	all := map[string]bool{}
-	for _, n := range launchEarlyKernels {
-		all[n] = true
-	}
+	all, err := parseLaunchEarly("on")
+	p.must("every kernel that takes the flag", err)
 	off, on := run(map[string]bool{}), run(all)
 	if string(off.act) != string(on.act) || string(off.resid) != string(on.resid) || string(off.y) != string(on.y) {
 		t.Fatal("the chains' bytes differ between launchEarly off and on")
