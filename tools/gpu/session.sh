@@ -93,11 +93,13 @@ grep -c -- "--- PASS" "$OUT/cuda-tests.log" | sed 's/^/passed (tests and subtest
 grep -c -- "--- SKIP" "$OUT/cuda-tests.log" | sed 's/^/skipped: /' | say
 grep -E "^\s+--- FAIL" "$OUT/cuda-tests.log" | head -20 | say
 log "memcheck"
-(cd backend/cuda && timeout 150 compute-sanitizer --tool memcheck "$root/.gpu/cuda.test" -test.run \
+(cd backend/cuda && timeout 150 compute-sanitizer --tool memcheck "$root/.gpu/cuda.test" -test.v -test.run \
   'TestAddRMSNorm|TestRoPEStoreKV|TestMatMulAddPrefill/n17|TestAttention/(decode_gqa4_d128|mixed_gqa4_d128|decode_bs8_gqa4_d128|prefill_prefix_gqa8_d128)$|TestAttentionPrefillWG/prefill_bs8_gqa4_d128_wg_on$' \
   >"$OUT/memcheck.log" 2>&1)
 echo "memcheck rc=$?" | say
 grep -E "ERROR SUMMARY|^(PASS|FAIL)" "$OUT/memcheck.log" | say
+# A pattern that matches no test would pass with 0 errors: say how many ran.
+grep -c -- "--- PASS" "$OUT/memcheck.log" | sed 's/^/memcheck: tests and subtests passed: /' | say
 return $rc
 }
 
