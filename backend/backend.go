@@ -90,6 +90,12 @@ type Backend interface {
 
 	// Sample picks one token per row of logits.
 	Sample(args SampleArgs) ([]int32, error)
+
+	// Run queues a forward program's ops in order. A backend may lower
+	// runs of ops into fused kernels that compute the same tensors; one
+	// that fuses nothing runs RunOps(b, p). The ops' errors come back
+	// labelled with the op (Op.Label).
+	Run(p *Program) error
 }
 
 // RoPEArgs are the operands of Backend.RoPEStoreKV.
@@ -141,11 +147,6 @@ type AttentionArgs struct {
 	HeadDim       int
 	Scale         float32 // usually 1/sqrt(headDim)
 	SlidingWindow int     // 0: unlimited
-	// Prefetch optionally names the weight the step reads after the
-	// attention (the O projection's): a backend may pull it into a cache
-	// while the attention streams the KV cache. A hint: it changes no
-	// result, and backends may ignore it.
-	Prefetch Tensor
 }
 
 // SampleArgs are the operands of Backend.Sample.
@@ -218,105 +219,6 @@ type Graph interface {
 type MemoryReporter interface {
 	// MemoryInfo returns the bytes free for new allocations and the total.
 	MemoryInfo() (free, total int64, err error)
-}
-
-// QKVRoPEFuser is an optional Backend interface: the QKV projection fused with RoPEStoreKV.
-// FusedQKVRoPE computes x . w^T (+ bias), then what RoPEStoreKV(args) does with it, and may
-// leave args.QKV unwritten. It returns false, having queued nothing, where it does not fuse
-// these operands; the caller then runs MatMul(args.QKV, x, w, bias) and RoPEStoreKV.
-//
-//	x [numTokens, inFeatures]
-//	w [(numHeads+2*numKVHeads)*headDim, inFeatures]
-//	bias [(numHeads+2*numKVHeads)*headDim] or nil (Qwen2's attention bias)
-type QKVRoPEFuser interface {
-	FusedQKVRoPE(x, w, bias Tensor, args RoPEArgs) (bool, error)
-}
-
-// NormFuser is an optional Backend interface (decode-sized batches; the
-// CUDA backend's MatMulAdd also takes prefill batches): it folds
-// AddRMSNorm and SiLUMul into the products beside them, so a decoder
-// layer runs fewer kernels and moves fewer bytes. The residual add moves
-// into the product that makes the addend (MatMulAdd); the norm moves into
-// the product that reads it (NormQKVRoPE, NormGateUpSiLU), whose input is
-// then the residual stream itself. Each method returns false, having
-// queued nothing, where it does not fuse its operands (the caller then
-// runs the unfused ops); operands the unfused ops would refuse are an
-// ErrShape error. Results match the unfused ops within the rounding of the
-// norm's scale (its sum of squares may be added in another order).
-type NormFuser interface {
-	// MatMulAdd: resid += x . w^T, rounded as MatMul into a buffer and
-	// AddRMSNorm's residual add round it, or once (the product and the
-	// add in one rounding: the CUDA backend's cuBLASLt path).
-	//	resid [n, m];  x [n, k];  w [m, k]
-	MatMulAdd(resid, x, w Tensor) (bool, error)
-	// NormQKVRoPE is FusedQKVRoPE with x = AddRMSNorm(h, nil, normW, eps)'s
-	// output (the norm without a residual add).
-	//	h [n, k];  normW [k];  w and args as for FusedQKVRoPE
-	NormQKVRoPE(h, normW Tensor, eps float32, w Tensor, args RoPEArgs) (bool, error)
-	// NormGateUpSiLU: out = SiLUMul of (RMSNorm(h) * normW) . w^T, w the
-	// gate rows and then the up rows, as MatMul, AddRMSNorm and SiLUMul
-	// would compute it.
-	//	out [n, inter];  h [n, k];  normW [k];  w [2*inter, k]
-	NormGateUpSiLU(out, h, normW Tensor, eps float32, w Tensor) (bool, error)
-}
-
-// GateUpSiLUFuser is an optional Backend interface (decode-sized batches):
-// GateUpSiLU computes SiLUMul(out, x . w^T) without the product's buffer,
-// w the gate rows and then the up rows, each product rounded to the
-// output dtype before SiLU x mul as MatMul into a buffer rounds it (sums
-// may be added in another order than MatMul's). It returns false, having
-// queued nothing, where it does not fuse these operands; the caller then
-// runs MatMul and SiLUMul. Operands those would refuse are an ErrShape
-// error.
-//
-//	out [n, inter];  x [n, k];  w [2*inter, k]
-type GateUpSiLUFuser interface {
-	GateUpSiLU(out, x, w Tensor) (bool, error)
-}
-
-// Chainer is an optional Backend interface for decode-sized batches: Chain
-// runs a run of NormFuser's ops as one device program, so the weights of
-// consecutive products stream without the gaps between kernels (a decode
-// step is bound by that stream). The ops run in order, each seeing the
-// writes of those before it, and compute what the NormFuser method of the
-// same name computes. Chain returns false, having queued nothing, where it
-// does not take the run (operands, rows, device); the caller then runs the
-// ops one by one. Operands the ops themselves would refuse are an ErrShape
-// error.
-type Chainer interface {
-	Chain(ops []ChainOp) (bool, error)
-}
-
-// ChainKind names the NormFuser method a ChainOp stands for.
-type ChainKind int
-
-const (
-	// ChainMatMulAdd is MatMulAdd(Out, X, W): Out is the residual.
-	ChainMatMulAdd ChainKind = iota + 1
-	// ChainNormGateUpSiLU is NormGateUpSiLU(Out, X, NormW, Eps, W): X is
-	// the residual.
-	ChainNormGateUpSiLU
-	// ChainNormQKVRoPE is NormQKVRoPE(X, NormW, Eps, W, RoPE): X is the
-	// residual; RoPE.QKV may be left unwritten.
-	ChainNormQKVRoPE
-)
-
-// ChainOp is one op of a Chainer run; the fields its kind does not name
-// are ignored.
-type ChainOp struct {
-	Kind      ChainKind
-	Out, X, W Tensor
-	NormW     Tensor
-	Eps       float32
-	RoPE      RoPEArgs
-}
-
-// NormPrefetcher is an optional Backend interface: AddRMSNormPrefetch is
-// AddRMSNorm with a hint that the next op reads next (a weight), so the
-// backend may start pulling its first bytes into a cache while the norm
-// runs. A hint only: it changes no result.
-type NormPrefetcher interface {
-	AddRMSNormPrefetch(out, x, residual, weight Tensor, eps float32, next Tensor) error
 }
 
 // DeviceSampler is an optional Backend interface that keeps the host out

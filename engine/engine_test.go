@@ -299,6 +299,9 @@ func (f *failing) MatMul(out, x, w, bias backend.Tensor) error {
 	return f.Backend.MatMul(out, x, w, bias)
 }
 
+// Run runs the program's ops through f, so the armed MatMul fails.
+func (f *failing) Run(p *backend.Program) error { return backend.RunOps(f, p) }
+
 // TestBackendErrorReachesClient: a failing step ends its requests with an
 // error event (no hang), and the engine serves the next request.
 func TestBackendErrorReachesClient(t *testing.T) {

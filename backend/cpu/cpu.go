@@ -325,3 +325,7 @@ func floatVector(t *tensor) []float32 {
 	_ = DequantizeRow(t.dt, t.data, out)
 	return out
 }
+
+// Run implements backend.Backend: the CPU fuses nothing and runs the
+// program's ops as written.
+func (b *Backend) Run(p *backend.Program) error { return backend.RunOps(b, p) }

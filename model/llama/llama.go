@@ -58,6 +58,9 @@ type Model struct {
 	gathered backend.Tensor // [MaxLogits, hidden] act: final-normed rows whose logits are wanted
 	logits   backend.Tensor // [MaxLogits, vocab] F32
 
+	// prog is the step's program, rebuilt by every Forward in place.
+	prog backend.Program
+
 	owned []backend.Tensor // everything Close frees
 }
 
@@ -381,6 +384,36 @@ func (m *Model) Forward(in *model.DeviceBatch, kv []model.LayerKV) (backend.Tens
 }
 
 func (m *Model) forward(in *model.DeviceBatch, kv []model.LayerKV) (backend.Tensor, error) {
+	b := m.b
+	var logits backend.Tensor
+	if err := m.program(&m.prog, in, kv, &logits); err != nil {
+		return nil, err
+	}
+	if err := b.Run(&m.prog); err != nil {
+		return nil, err
+	}
+	return logits, nil
+}
+
+// program writes one step's forward pass into p as unfused ops over the
+// scratch buffers' row views, and sets *logits to the view the LM head
+// writes (nil when the step wants no logits).
+//
+// Per layer, with resid the residual stream:
+//
+//	normed = rmsnorm(resid) * input_norm      (the first layer: the embedding's rows)
+//	qkv = normed . Wqkv^T (+ bias);  Q, KV cache <- rope(qkv)
+//	attnOut = attention(Q, KV cache)
+//	delta = attnOut . Wo^T (+ bias)
+//	resid += delta;  normed = rmsnorm(resid) * post_norm
+//	gateUp = normed . Wgateup^T;  mlpAct = silu(gate) * up
+//	delta = mlpAct . Wdown^T
+//	resid += delta;  normed = rmsnorm(resid) * (next layer's input_norm, or the final norm)
+//
+// Each "resid += delta" is the residual add of the AddRMSNorm that
+// follows it, so every norm but the first adds the previous sublayer's
+// output.
+func (m *Model) program(p *backend.Program, in *model.DeviceBatch, kv []model.LayerKV, logits *backend.Tensor) error {
 	c, b, n := m.cfg, m.b, in.NumTokens
 	var vs views
 	resid := vs.rows(b, m.resid, n)     // [n, hidden]
@@ -391,300 +424,70 @@ func (m *Model) forward(in *model.DeviceBatch, kv []model.LayerKV) (backend.Tens
 	attnOut := vs.rows(b, m.attnOut, n) // [n, nH*hd]
 	gateUp := vs.rows(b, m.gateUp, n)   // [n, 2*inter]
 	mlpAct := vs.rows(b, m.mlpAct, n)   // [n, inter]
+	var gathered, out backend.Tensor
+	if in.NumLogits > 0 {
+		gathered = vs.rows(b, m.gathered, in.NumLogits) // [NumLogits, hidden]
+		out = vs.rows(b, m.logits, in.NumLogits)        // [NumLogits, vocab]
+	}
 	if vs.err != nil {
-		return nil, vs.err
+		return vs.err
 	}
 
-	if err := b.Embed(resid, m.embed, in.Tokens); err != nil {
-		return nil, fmt.Errorf("embed: %w", err)
-	}
-	// A NormFuser folds the norms into the products beside them (decode
-	// batches): a product adds straight into resid, and the next product
-	// normalises resid itself. pending says delta holds a product not yet
-	// added into resid (the unfused path), which a norm then adds.
-	nf, _ := b.(backend.NormFuser)
-	pending := false
-	// norm leaves RMSNorm(resid) in normed, first adding delta if pending;
-	// a NormPrefetcher may meanwhile pull the start of next, the weight
-	// of the product after the norm, into a cache.
-	pf, _ := b.(backend.NormPrefetcher)
-	norm := func(w, next backend.Tensor) error {
-		var x, res backend.Tensor = resid, nil
-		if pending {
-			pending = false
-			x, res = delta, resid
+	p.Reset()
+	p.Add(backend.Op{Kind: backend.OpEmbed, Layer: -1, Name: "embed", Out: resid, X: m.embed, IDs: in.Tokens})
+	// norm normalises resid into normed, first adding delta (the previous
+	// sublayer's output) unless this is the first norm.
+	first := true
+	norm := func(layer int, name string, w backend.Tensor) {
+		op := backend.Op{Kind: backend.OpAddRMSNorm, Layer: layer, Name: name, Out: normed, X: resid, W: w, Eps: c.RMSNormEps}
+		if !first {
+			op.X, op.Residual = delta, resid
 		}
-		if pf != nil {
-			return pf.AddRMSNormPrefetch(normed, x, res, w, c.RMSNormEps, next)
-		}
-		return b.AddRMSNorm(normed, x, res, w, c.RMSNormEps)
+		first = false
+		p.Add(op)
 	}
-	// project adds x . w^T (+ bias) into resid, or leaves it in delta.
-	project := func(x, w, bias backend.Tensor) error {
-		if nf != nil && bias == nil {
-			ok, err := nf.MatMulAdd(resid, x, w)
-			if err != nil || ok {
-				return err
-			}
-		}
-		pending = true
-		return b.MatMul(delta, x, w, bias)
+	matmul := func(layer int, name string, out, x, w, bias backend.Tensor) {
+		p.Add(backend.Op{Kind: backend.OpMatMul, Layer: layer, Name: name, Out: out, X: x, W: w, Bias: bias})
 	}
-	ropeArgs := func(l int) backend.RoPEArgs {
-		ly := m.layers[l]
-		return backend.RoPEArgs{
+	for l, ly := range m.layers {
+		norm(l, "input_norm", ly.inputNorm)
+		matmul(l, "qkv", qkv, normed, ly.qkv, ly.qkvBias)
+		p.Add(backend.Op{Kind: backend.OpRoPEStoreKV, Layer: l, Name: "rope", RoPE: backend.RoPEArgs{
 			Q: q, QKV: qkv, Positions: in.Positions, SlotMapping: in.SlotMapping,
 			KCache: kv[l].K, VCache: kv[l].V, InvFreq: m.invFreq,
 			QNorm: ly.qNorm, KNorm: ly.kNorm, NormEps: c.RMSNormEps,
 			NumHeads: c.NumHeads, NumKVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
-		}
-	}
-	attend := func(l int) error {
-		if err := b.Attention(backend.AttentionArgs{
+		}})
+		p.Add(backend.Op{Kind: backend.OpAttention, Layer: l, Name: "attention", Attn: backend.AttentionArgs{
 			Out: attnOut, Q: q, KCache: kv[l].K, VCache: kv[l].V,
 			BlockTables: in.BlockTables, SeqLens: in.SeqLens, QueryStart: in.QueryStart,
 			NumSeqs: in.NumSeqs, MaxSeqLen: in.MaxSeqLen, MaxQueryLen: in.MaxQueryLen,
 			NumHeads: c.NumHeads, NumKVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
 			Scale: m.scale, SlidingWindow: c.SlidingWindow,
-			Prefetch: m.layers[l].o, // the product after the attention
-		}); err != nil {
-			return fmt.Errorf("layer %d attention: %w", l, err)
-		}
-		return nil
-	}
-	// A Chainer runs the products between two attentions as one device
-	// program (decode batches); it leaves every product's sum in resid.
-	chained := false
-	if ch, ok := b.(backend.Chainer); ok && m.chainable() {
-		var err error
-		if chained, err = m.runChained(ch, resid, attnOut, mlpAct, ropeArgs, attend); err != nil {
-			return nil, err
-		}
-	}
-	if !chained {
-		for l, ly := range m.layers {
-			// Attention block: the input norm (with the previous MLP's output
-			// added first, unless the down projection added it), QKV, RoPE and
-			// the KV write, attention, and the O projection.
-			rope := ropeArgs(l)
-			plainQKV := ly.qkvBias == nil && ly.qNorm == nil && ly.kNorm == nil
-			fused := false
-			var err error
-			if nf != nil && !pending && plainQKV {
-				if fused, err = nf.NormQKVRoPE(resid, ly.inputNorm, c.RMSNormEps, ly.qkv, rope); err != nil {
-					return nil, fmt.Errorf("layer %d norm+qkv+rope: %w", l, err)
-				}
-			}
-			if !fused {
-				if err := norm(ly.inputNorm, ly.qkv); err != nil {
-					return nil, fmt.Errorf("layer %d input norm: %w", l, err)
-				}
-				// A QKVRoPEFuser runs the projection (with its bias), the Q/K
-				// norms, RoPE and the KV write as one op where it can (decode
-				// batches) and says false elsewhere.
-				if f, ok := b.(backend.QKVRoPEFuser); ok {
-					if fused, err = f.FusedQKVRoPE(normed, ly.qkv, ly.qkvBias, rope); err != nil {
-						return nil, fmt.Errorf("layer %d qkv+rope: %w", l, err)
-					}
-				}
-			}
-			if !fused {
-				if err := b.MatMul(qkv, normed, ly.qkv, ly.qkvBias); err != nil {
-					return nil, fmt.Errorf("layer %d qkv: %w", l, err)
-				}
-				if err := b.RoPEStoreKV(rope); err != nil {
-					return nil, fmt.Errorf("layer %d rope: %w", l, err)
-				}
-			}
-			if err := attend(l); err != nil {
-				return nil, err
-			}
-			if err := project(attnOut, ly.o, ly.oBias); err != nil {
-				return nil, fmt.Errorf("layer %d o_proj: %w", l, err)
-			}
-
-			// MLP block: down(silu(gate(x)) * up(x)).
-			fused = false
-			if nf != nil && !pending {
-				if fused, err = nf.NormGateUpSiLU(mlpAct, resid, ly.postNorm, c.RMSNormEps, ly.gateUp); err != nil {
-					return nil, fmt.Errorf("layer %d norm+gate/up+silu: %w", l, err)
-				}
-			}
-			if !fused {
-				if err := norm(ly.postNorm, ly.gateUp); err != nil {
-					return nil, fmt.Errorf("layer %d post-attention norm: %w", l, err)
-				}
-				// A GateUpSiLUFuser applies SiLU x mul in the product's
-				// epilogue where it can (decode batches).
-				if gs, ok := b.(backend.GateUpSiLUFuser); ok {
-					if fused, err = gs.GateUpSiLU(mlpAct, normed, ly.gateUp); err != nil {
-						return nil, fmt.Errorf("layer %d gate/up+silu: %w", l, err)
-					}
-				}
-			}
-			if !fused {
-				if err := b.MatMul(gateUp, normed, ly.gateUp, nil); err != nil {
-					return nil, fmt.Errorf("layer %d gate/up: %w", l, err)
-				}
-				if err := b.SiLUMul(mlpAct, gateUp); err != nil {
-					return nil, fmt.Errorf("layer %d silu: %w", l, err)
-				}
-			}
-			if err := project(mlpAct, ly.down, nil); err != nil {
-				return nil, fmt.Errorf("layer %d down_proj: %w", l, err)
-			}
-		}
+		}})
+		matmul(l, "o_proj", delta, attnOut, ly.o, ly.oBias)
+		norm(l, "post_norm", ly.postNorm)
+		matmul(l, "gate_up", gateUp, normed, ly.gateUp, nil)
+		p.Add(backend.Op{Kind: backend.OpSiLUMul, Layer: l, Name: "silu_mul", Out: mlpAct, X: gateUp})
+		matmul(l, "down_proj", delta, mlpAct, ly.down, nil)
 	}
 	if in.NumLogits == 0 {
-		return nil, nil
+		// A prefill chunk that does not end its prompt only fills the KV
+		// cache: the last down projection's sum is never wanted.
+		*logits = nil
+		return nil
 	}
-	gathered := vs.rows(b, m.gathered, in.NumLogits) // [NumLogits, hidden]
-	logits := vs.rows(b, m.logits, in.NumLogits)     // [NumLogits, vocab]
-	if vs.err != nil {
-		return nil, vs.err
-	}
-	if err := norm(m.finalNorm, m.lmHead); err != nil {
-		return nil, fmt.Errorf("final norm: %w", err)
-	}
+	norm(-1, "final_norm", m.finalNorm)
 	// Only the wanted rows go through the LM head: the normed activations
 	// serve as an embedding table for a gather, unless every row is
 	// wanted in order (decode), when they go as they are.
 	if in.LogitsAll && in.NumLogits == n {
 		gathered = normed
-	} else if err := b.Embed(gathered, normed, in.LogitsRows); err != nil {
-		return nil, fmt.Errorf("gather logits rows: %w", err)
+	} else {
+		p.Add(backend.Op{Kind: backend.OpEmbed, Layer: -1, Name: "gather_logits_rows", Out: gathered, X: normed, IDs: in.LogitsRows})
 	}
-	if err := b.MatMul(logits, gathered, m.lmHead, nil); err != nil {
-		return nil, fmt.Errorf("lm head: %w", err)
-	}
-	return logits, nil
-}
-
-// chainable reports whether every layer's ops are the ones a Chainer
-// runs: no QKV or O bias, no Q/K norm.
-func (m *Model) chainable() bool {
-	for _, ly := range m.layers {
-		if ly.qkvBias != nil || ly.oBias != nil || ly.qNorm != nil || ly.kNorm != nil {
-			return false
-		}
-	}
-	return true
-}
-
-// runChained runs every layer through ch: the first layer's input norm
-// and QKV as one chain, then per layer the attention and one chain of the
-// O projection's add, the MLP (norm, gate/up, SiLU, down's add) and the
-// next layer's input norm and QKV. It returns false, having run nothing,
-// when ch refuses the first chain (the caller runs the layers op by op);
-// a later chain ch refuses runs op by op (runOps).
-func (m *Model) runChained(ch backend.Chainer, resid, attnOut, mlpAct backend.Tensor,
-	ropeArgs func(int) backend.RoPEArgs, attend func(int) error) (bool, error) {
-	eps := m.cfg.RMSNormEps
-	qkvOp := func(l int) backend.ChainOp {
-		ly := m.layers[l]
-		return backend.ChainOp{Kind: backend.ChainNormQKVRoPE, X: resid, NormW: ly.inputNorm, Eps: eps, W: ly.qkv, RoPE: ropeArgs(l)}
-	}
-	ok, err := ch.Chain([]backend.ChainOp{qkvOp(0)})
-	if err != nil {
-		return false, fmt.Errorf("layer 0 chain: %w", err)
-	}
-	if !ok {
-		return false, nil
-	}
-	var ops [4]backend.ChainOp
-	for l, ly := range m.layers {
-		if err := attend(l); err != nil {
-			return true, err
-		}
-		run := append(ops[:0],
-			backend.ChainOp{Kind: backend.ChainMatMulAdd, Out: resid, X: attnOut, W: ly.o},
-			backend.ChainOp{Kind: backend.ChainNormGateUpSiLU, Out: mlpAct, X: resid, NormW: ly.postNorm, Eps: eps, W: ly.gateUp},
-			backend.ChainOp{Kind: backend.ChainMatMulAdd, Out: resid, X: mlpAct, W: ly.down})
-		if l+1 < len(m.layers) {
-			run = append(run, qkvOp(l+1))
-		}
-		ok, err := ch.Chain(run)
-		if err == nil && !ok {
-			// A chain of other shapes than the first (the MLP's, say) may
-			// be refused: its ops then run one by one.
-			err = m.runOps(run)
-		}
-		if err != nil {
-			return true, fmt.Errorf("layer %d chain: %w", l, err)
-		}
-	}
-	return true, nil
-}
-
-// runOps runs ops one by one, computing what Chain would: through the
-// NormFuser methods where they fuse, else the unfused ops, with the
-// model's normed, delta and gateUp scratch.
-func (m *Model) runOps(ops []backend.ChainOp) error {
-	b := m.b
-	nf, _ := b.(backend.NormFuser)
-	for _, op := range ops {
-		n := op.X.Shape()[0]
-		var vs views
-		normed := vs.rows(b, m.normed, n)
-		if vs.err != nil {
-			return vs.err
-		}
-		fused := false
-		var err error
-		switch op.Kind {
-		case backend.ChainMatMulAdd:
-			if nf != nil {
-				if fused, err = nf.MatMulAdd(op.Out, op.X, op.W); err != nil || fused {
-					break
-				}
-			}
-			delta := vs.rows(b, m.delta, n)
-			if vs.err != nil {
-				return vs.err
-			}
-			if err = b.MatMul(delta, op.X, op.W, nil); err == nil {
-				// The add is AddRMSNorm's; its normalised output is scratch.
-				err = b.AddRMSNorm(normed, delta, op.Out, m.finalNorm, m.cfg.RMSNormEps)
-			}
-		case backend.ChainNormGateUpSiLU:
-			if nf != nil {
-				if fused, err = nf.NormGateUpSiLU(op.Out, op.X, op.NormW, op.Eps, op.W); err != nil || fused {
-					break
-				}
-			}
-			gateUp := vs.rows(b, m.gateUp, n)
-			if vs.err != nil {
-				return vs.err
-			}
-			if err = b.AddRMSNorm(normed, op.X, nil, op.NormW, op.Eps); err == nil {
-				if err = b.MatMul(gateUp, normed, op.W, nil); err == nil {
-					err = b.SiLUMul(op.Out, gateUp)
-				}
-			}
-		case backend.ChainNormQKVRoPE:
-			if nf != nil {
-				if fused, err = nf.NormQKVRoPE(op.X, op.NormW, op.Eps, op.W, op.RoPE); err != nil || fused {
-					break
-				}
-			}
-			if err = b.AddRMSNorm(normed, op.X, nil, op.NormW, op.Eps); err != nil {
-				break
-			}
-			if f, ok := b.(backend.QKVRoPEFuser); ok {
-				if fused, err = f.FusedQKVRoPE(normed, op.W, nil, op.RoPE); err != nil || fused {
-					break
-				}
-			}
-			if err = b.MatMul(op.RoPE.QKV, normed, op.W, nil); err == nil {
-				err = b.RoPEStoreKV(op.RoPE)
-			}
-		default:
-			err = fmt.Errorf("chain op kind %d", op.Kind)
-		}
-		if err != nil {
-			return err
-		}
-	}
+	matmul(-1, "lm_head", out, gathered, m.lmHead, nil)
+	*logits = out
 	return nil
 }
 

@@ -1,0 +1,251 @@
+package backend
+
+import (
+	"fmt"
+	"strings"
+)
+
+// OpKind names one unfused op of a Program. Each kind is one method of
+// Backend, and its operands are that method's.
+type OpKind uint8
+
+const (
+	// OpEmbed is Embed(Out, X, IDs): X is the table (or activations to
+	// gather rows of).
+	OpEmbed OpKind = iota + 1
+	// OpAddRMSNorm is AddRMSNorm(Out, X, Residual, W, Eps).
+	OpAddRMSNorm
+	// OpMatMul is MatMul(Out, X, W, Bias).
+	OpMatMul
+	// OpRoPEStoreKV is RoPEStoreKV(RoPE).
+	OpRoPEStoreKV
+	// OpAttention is Attention(Attn).
+	OpAttention
+	// OpSiLUMul is SiLUMul(Out, X).
+	OpSiLUMul
+)
+
+var opNames = [...]string{
+	OpEmbed:       "embed",
+	OpAddRMSNorm:  "add_rmsnorm",
+	OpMatMul:      "matmul",
+	OpRoPEStoreKV: "rope_store_kv",
+	OpAttention:   "attention",
+	OpSiLUMul:     "silu_mul",
+}
+
+func (k OpKind) String() string {
+	if int(k) < len(opNames) && opNames[k] != "" {
+		return opNames[k]
+	}
+	return fmt.Sprintf("op(%d)", k)
+}
+
+// Op is one step of a Program: a kind and its operands. The fields its
+// kind does not use are nil or zero.
+type Op struct {
+	Kind OpKind
+	// Layer is the decoder layer the op belongs to, -1 outside the
+	// layers; Name says what it computes ("qkv", "o_proj", ...). Both
+	// only name the op in errors and printed programs.
+	Layer int
+	Name  string
+
+	Out      Tensor
+	X        Tensor
+	W        Tensor // MatMul's weight, AddRMSNorm's norm weight
+	Bias     Tensor // MatMul's bias, or nil
+	Residual Tensor // AddRMSNorm's residual, or nil
+	IDs      Tensor // Embed's ids
+	Eps      float32
+	RoPE     RoPEArgs      // OpRoPEStoreKV
+	Attn     AttentionArgs // OpAttention
+}
+
+// Label names the op for errors: "layer 3 qkv", "lm_head".
+func (op *Op) Label() string {
+	if op.Layer >= 0 {
+		return fmt.Sprintf("layer %d %s", op.Layer, op.Name)
+	}
+	return op.Name
+}
+
+// Reads reports whether the op reads tensor t (compared by identity:
+// programs name each buffer through one handle).
+func (op *Op) Reads(t Tensor) bool {
+	if t == nil {
+		return false
+	}
+	switch op.Kind {
+	case OpEmbed:
+		return op.X == t || op.IDs == t
+	case OpAddRMSNorm:
+		return op.X == t || op.Residual == t || op.W == t
+	case OpMatMul:
+		return op.X == t || op.W == t || op.Bias == t
+	case OpSiLUMul:
+		return op.X == t
+	case OpRoPEStoreKV:
+		a := &op.RoPE
+		return a.QKV == t || a.Positions == t || a.SlotMapping == t || a.InvFreq == t ||
+			a.QNorm == t || a.KNorm == t || a.KCache == t || a.VCache == t
+	case OpAttention:
+		a := &op.Attn
+		return a.Q == t || a.KCache == t || a.VCache == t || a.BlockTables == t ||
+			a.SeqLens == t || a.QueryStart == t
+	}
+	return false
+}
+
+// Writes reports whether the op writes tensor t: its output, the
+// residual an AddRMSNorm adds into, the Q and caches RoPEStoreKV fills.
+func (op *Op) Writes(t Tensor) bool {
+	if t == nil {
+		return false
+	}
+	switch op.Kind {
+	case OpEmbed, OpMatMul, OpSiLUMul:
+		return op.Out == t
+	case OpAddRMSNorm:
+		return op.Out == t || op.Residual == t
+	case OpRoPEStoreKV:
+		return op.RoPE.Q == t || op.RoPE.KCache == t || op.RoPE.VCache == t
+	case OpAttention:
+		return op.Attn.Out == t
+	}
+	return false
+}
+
+// Program is a forward pass as a list of unfused ops over tensors, run in
+// order, each seeing the writes of those before it. A model writes its
+// forward once as a Program; each backend lowers it: the CPU runs the ops
+// as written, the CUDA backend first rewrites runs of ops into its fused
+// kernels. A rewrite only ever replaces ops by a kernel that computes the
+// same tensors, so running the ops as written is always correct.
+//
+// Buffers are named by identity: an op that reads the tensor another op
+// wrote holds the same handle (the same view), so a backend can follow
+// the data from op to op.
+type Program struct {
+	Ops []Op
+}
+
+// Reset empties p, keeping its storage for the next step.
+func (p *Program) Reset() { p.Ops = p.Ops[:0] }
+
+// Add appends op.
+func (p *Program) Add(op Op) { p.Ops = append(p.Ops, op) }
+
+// ReadBefore reports whether an op of p after index i reads t before an
+// op writes it again (after i, t's current value is still wanted).
+func (p *Program) ReadBefore(t Tensor, i int) bool {
+	for j := i + 1; j < len(p.Ops); j++ {
+		op := &p.Ops[j]
+		if op.Reads(t) {
+			return true
+		}
+		if op.Writes(t) {
+			return false
+		}
+	}
+	return false
+}
+
+// RunOp runs one op through b's op methods.
+func RunOp(b Backend, op *Op) error {
+	var err error
+	switch op.Kind {
+	case OpEmbed:
+		err = b.Embed(op.Out, op.X, op.IDs)
+	case OpAddRMSNorm:
+		err = b.AddRMSNorm(op.Out, op.X, op.Residual, op.W, op.Eps)
+	case OpMatMul:
+		err = b.MatMul(op.Out, op.X, op.W, op.Bias)
+	case OpRoPEStoreKV:
+		err = b.RoPEStoreKV(op.RoPE)
+	case OpAttention:
+		err = b.Attention(op.Attn)
+	case OpSiLUMul:
+		err = b.SiLUMul(op.Out, op.X)
+	default:
+		err = fmt.Errorf("unknown op kind %d", op.Kind)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", op.Label(), err)
+	}
+	return nil
+}
+
+// RunOps runs p's ops one by one as written: the Run of a backend that
+// fuses nothing.
+func RunOps(b Backend, p *Program) error {
+	for i := range p.Ops {
+		if err := RunOp(b, &p.Ops[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Format writes p one op a line, naming tensors through name (which
+// returns "" for tensors it does not know; those print as "?"). Tests of
+// rewrite rules print programs this way.
+func (p *Program) Format(name func(Tensor) string) string {
+	var sb strings.Builder
+	for i := range p.Ops {
+		sb.WriteString(FormatOp(&p.Ops[i], name))
+		sb.WriteByte('\n')
+	}
+	return sb.String()
+}
+
+// FormatOp is one op as Format writes it: the label, the kind, then the
+// operands that are set, as "label: kind out <- in, in".
+func FormatOp(op *Op, name func(Tensor) string) string {
+	n := func(t Tensor) string {
+		if s := name(t); s != "" {
+			return s
+		}
+		return "?"
+	}
+	var outs, ins []string
+	add := func(list *[]string, key string, t Tensor) {
+		if t != nil {
+			*list = append(*list, key+n(t))
+		}
+	}
+	switch op.Kind {
+	case OpEmbed:
+		add(&outs, "", op.Out)
+		add(&ins, "", op.X)
+		add(&ins, "ids=", op.IDs)
+	case OpAddRMSNorm:
+		add(&outs, "", op.Out)
+		add(&outs, "residual=", op.Residual)
+		add(&ins, "", op.X)
+		add(&ins, "w=", op.W)
+	case OpMatMul:
+		add(&outs, "", op.Out)
+		add(&ins, "", op.X)
+		add(&ins, "w=", op.W)
+		add(&ins, "bias=", op.Bias)
+	case OpSiLUMul:
+		add(&outs, "", op.Out)
+		add(&ins, "", op.X)
+	case OpRoPEStoreKV:
+		a := &op.RoPE
+		add(&outs, "", a.Q)
+		add(&outs, "k=", a.KCache)
+		add(&outs, "v=", a.VCache)
+		add(&ins, "", a.QKV)
+		add(&ins, "qnorm=", a.QNorm)
+		add(&ins, "knorm=", a.KNorm)
+	case OpAttention:
+		a := &op.Attn
+		add(&outs, "", a.Out)
+		add(&ins, "", a.Q)
+		add(&ins, "k=", a.KCache)
+		add(&ins, "v=", a.VCache)
+	}
+	return fmt.Sprintf("%s: %s %s <- %s", op.Label(), op.Kind, strings.Join(outs, " "), strings.Join(ins, " "))
+}
