@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 
 	"github.com/trigon-llm/trigon/backend"
-	"github.com/trigon-llm/trigon/backend/cpu"
 	"github.com/trigon-llm/trigon/model"
 )
 
@@ -243,19 +242,19 @@ func encodeChunk(data []byte, dt backend.DType, lo int, vals []float32) error {
 		}
 	case backend.BF16:
 		for i, v := range vals {
-			le.PutUint16(data[2*(lo+i):], cpu.F32ToBF16(v))
+			le.PutUint16(data[2*(lo+i):], backend.F32ToBF16(v))
 		}
 	case backend.F16:
 		for i, v := range vals {
-			le.PutUint16(data[2*(lo+i):], cpu.F32ToF16(v))
+			le.PutUint16(data[2*(lo+i):], backend.F32ToF16(v))
 		}
 	case backend.Q8_0, backend.Q4_0:
 		var q []byte
 		var err error
 		if dt == backend.Q8_0 {
-			q, err = cpu.QuantizeQ8_0(vals)
+			q, err = backend.QuantizeQ8_0(vals)
 		} else {
-			q, err = cpu.QuantizeQ4_0(vals)
+			q, err = backend.QuantizeQ4_0(vals)
 		}
 		if err != nil {
 			return err

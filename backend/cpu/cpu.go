@@ -8,9 +8,8 @@
 // read), so mmapped weights are never copied or expanded in memory.
 //
 // Activations, logits and Q are F32. Weights may be F32, F16, BF16, Q8_0 or
-// Q4_0; KV caches F32, BF16 or F16. The package also exports the host-side
-// dtype conversions (F32ToBF16, QuantizeQ8_0, DequantizeRow, ...) and the
-// reference sampling rule (Pick, Filter) that package sample shares.
+// Q4_0; KV caches F32, BF16 or F16. The dtype conversions it uses live with
+// the dtypes in package backend.
 //
 // The package assumes a little-endian host (amd64, arm64): tensor bytes are
 // the dtype's little-endian encoding and are viewed in place.
@@ -322,6 +321,6 @@ func floatVector(t *tensor) []float32 {
 		return t.f32()
 	}
 	out := make([]float32, len(t.data)/t.dt.BlockBytes())
-	_ = DequantizeRow(t.dt, t.data, out)
+	_ = backend.DequantizeRow(t.dt, t.data, out)
 	return out
 }

@@ -53,21 +53,21 @@ func encode(t testing.TB, dt backend.DType, v []float32) []byte {
 	case backend.F16, backend.BF16:
 		b := make([]byte, 2*len(v))
 		for i, f := range v {
-			h := F32ToBF16(f)
+			h := backend.F32ToBF16(f)
 			if dt == backend.F16 {
-				h = F32ToF16(f)
+				h = backend.F32ToF16(f)
 			}
 			binary.LittleEndian.PutUint16(b[2*i:], h)
 		}
 		return b
 	case backend.Q8_0:
-		b, err := QuantizeQ8_0(v)
+		b, err := backend.QuantizeQ8_0(v)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return b
 	case backend.Q4_0:
-		b, err := QuantizeQ4_0(v)
+		b, err := backend.QuantizeQ4_0(v)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -249,7 +249,7 @@ func (b *Backend) FillNormal(t backend.Tensor, seed uint64, mean, std float32) e
 				if x.dt == backend.F32 {
 					binary.LittleEndian.PutUint32(x.data[4*i:], math.Float32bits(v))
 				} else {
-					binary.LittleEndian.PutUint16(x.data[2*i:], F32ToBF16(v))
+					binary.LittleEndian.PutUint16(x.data[2*i:], backend.F32ToBF16(v))
 				}
 			}
 		}

@@ -16,7 +16,6 @@ import (
 	"math"
 
 	"github.com/trigon-llm/trigon/backend"
-	"github.com/trigon-llm/trigon/backend/cpu"
 	"github.com/trigon-llm/trigon/model"
 )
 
@@ -317,11 +316,11 @@ func toF32(w model.Weight) ([]float32, error) {
 		}
 	case backend.BF16:
 		for i := range out {
-			out[i] = cpu.BF16ToF32(le.Uint16(w.Data[2*i:]))
+			out[i] = backend.BF16ToF32(le.Uint16(w.Data[2*i:]))
 		}
 	case backend.F16:
 		for i := range out {
-			out[i] = cpu.F16ToF32(le.Uint16(w.Data[2*i:]))
+			out[i] = backend.F16ToF32(le.Uint16(w.Data[2*i:]))
 		}
 	default:
 		return nil, fmt.Errorf("%s: dtype %v cannot be widened to F32", w.Name, w.DType)

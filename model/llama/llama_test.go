@@ -377,7 +377,7 @@ func dequantized(t *testing.T, w model.Weights) memWeights {
 			t.Fatal(err)
 		}
 		vals := make([]float32, count)
-		if err := cpu.DequantizeRow(x.DType, x.Data, vals); err != nil {
+		if err := backend.DequantizeRow(x.DType, x.Data, vals); err != nil {
 			t.Fatalf("%s: %v", n, err)
 		}
 		out[n] = model.Weight{Name: n, DType: backend.F32, Shape: x.Shape, Data: f32Bytes(vals)}
