@@ -6,7 +6,7 @@
 // mask), logprobs, and the stop-condition checker that also decides which
 // detokenized text may be streamed (StopChecker). The selection rule itself
 // (temperature, top-k, top-p, min-p, choice by U) lives once, in
-// backend/cpu's Pick, which Sampler.Pick calls and every device kernel is
+// backend/samplerule's Pick, which Sampler.Pick calls and every device kernel is
 // tested against.
 //
 // A request's lifecycle:

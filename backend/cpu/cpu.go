@@ -21,6 +21,7 @@ import (
 	"unsafe"
 
 	"github.com/trigon-llm/trigon/backend"
+	"github.com/trigon-llm/trigon/backend/samplerule"
 )
 
 // Options configures a Backend.
@@ -39,7 +40,7 @@ type Backend struct {
 	// K/V); grown on demand and kept between ops.
 	scratch [][]float32
 	// samplers[w] is worker w's reusable sampling scratch.
-	samplers []SampleScratch
+	samplers []samplerule.Scratch
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -53,7 +54,7 @@ func New(opts Options) *Backend {
 	return &Backend{
 		threads:  n,
 		scratch:  make([][]float32, n),
-		samplers: make([]SampleScratch, n),
+		samplers: make([]samplerule.Scratch, n),
 	}
 }
 
