@@ -277,34 +277,30 @@ func (b *Backend) Free(t backend.Tensor) {
 // never deferred work or a deferred error.
 func (b *Backend) Sync() error { return nil }
 
-// checkDType returns a ShapeError unless t has one of dts.
-func checkDType(op, name string, t *tensor, dts ...backend.DType) error {
-	for _, dt := range dts {
-		if t.dt == dt {
-			return nil
-		}
-	}
-	return backend.ShapeError("cpu: "+op, name, "dtype %v, want one of %v", t.dt, dts)
-}
+// opErr prefixes an operand check's error with the backend's name.
+func opErr(err error) error { return fmt.Errorf("cpu: %w", err) }
 
-// checkShape returns a ShapeError unless t's shape equals want; -1 in want
-// matches any size.
-func checkShape(op, name string, t *tensor, want ...int) error {
-	ok := len(t.shape) == len(want)
-	for i := 0; ok && i < len(want); i++ {
-		ok = want[i] < 0 || want[i] == t.shape[i]
-	}
-	if !ok {
-		return backend.ShapeError("cpu: "+op, name, "shape %v, want %v", t.shape, want)
+// checkF32 reports the first of ts (named by names) that is not F32: the
+// CPU computes activations, Q and logits in F32 only, a subset of what the
+// contract allows.
+func checkF32(op string, names []string, ts ...*tensor) error {
+	for i, t := range ts {
+		if err := backend.CheckDType(op, names[i], t, backend.F32); err != nil {
+			return opErr(err)
+		}
 	}
 	return nil
 }
 
-// floatDTypes are the plain dtypes convertible to and from F32.
-var floatDTypes = []backend.DType{backend.F32, backend.F16, backend.BF16}
-
-// weightDTypes are the dtypes a weight or table may have.
-var weightDTypes = []backend.DType{backend.F32, backend.F16, backend.BF16, backend.Q8_0, backend.Q4_0}
+// orNil turns an absent optional operand (nil, or a nil *tensor that
+// optTensorOf resolved to nil) into a nil interface for the backend
+// package's checks.
+func orNil(t backend.Tensor, resolved *tensor) backend.Tensor {
+	if resolved == nil {
+		return nil
+	}
+	return t
+}
 
 // rowBytes returns the byte length of one innermost row of t.
 func (t *tensor) rowBytes() int {

@@ -11,6 +11,13 @@ import (
 	"github.com/trigon-llm/trigon/backend"
 )
 
+// The dtypes the tests sweep: every float dtype (activations elsewhere,
+// KV caches, norm weights, embedding outputs) and every weight dtype.
+var (
+	floatDTypes  = []backend.DType{backend.F32, backend.F16, backend.BF16}
+	weightDTypes = []backend.DType{backend.F32, backend.F16, backend.BF16, backend.Q8_0, backend.Q4_0}
+)
+
 // newRand returns a generator seeded from the test's name, so every test
 // gets its own fresh inputs and a failure reproduces.
 func newRand(t testing.TB) *rand.Rand {

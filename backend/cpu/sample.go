@@ -16,13 +16,11 @@ func (b *Backend) Sample(a backend.SampleArgs) ([]int32, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkDType(op, "Logits", lt, backend.F32); err != nil {
-		return nil, err
+	dims, err := backend.CheckSample(a)
+	if err != nil {
+		return nil, opErr(err)
 	}
-	if err := checkShape(op, "Logits", lt, len(a.Rows), -1); err != nil {
-		return nil, err
-	}
-	n, vocab := lt.shape[0], lt.shape[1]
+	n, vocab := dims.N, dims.Vocab
 	lv := lt.f32()
 	ids := make([]int32, n)
 	errs := make([]error, n)
@@ -50,11 +48,11 @@ func (b *Backend) SampleTo(ids backend.Tensor, a backend.SampleArgs) error {
 	if err != nil {
 		return err
 	}
-	if err := checkDType(op, "ids", it, backend.I32); err != nil {
-		return err
+	if err := backend.CheckDType(op, "ids", it, backend.I32); err != nil {
+		return opErr(err)
 	}
-	if err := checkShape(op, "ids", it, len(a.Rows)); err != nil {
-		return err
+	if err := backend.CheckShape(op, "ids", it, len(a.Rows)); err != nil {
+		return opErr(err)
 	}
 	picked, err := b.Sample(a)
 	if err != nil {
