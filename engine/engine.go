@@ -8,7 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/trigon-llm/trigon/backend"
 	"github.com/trigon-llm/trigon/kvcache"
 	"github.com/trigon-llm/trigon/runner"
 	"github.com/trigon-llm/trigon/sample"
@@ -110,8 +109,6 @@ type Engine struct {
 	active  map[*request]struct{}
 	choices map[sched.SeqID]*choice
 	nextID  sched.SeqID
-	// Block copies: ids [2] I32 and a one-block scratch [1, blockElems].
-	copyIDs, copyScratch backend.Tensor
 	// flight is the step whose sampled ids are still on the device
 	// (QueueAhead): the next step lands it. aheadSteps counts the steps
 	// queued ahead.
