@@ -152,12 +152,12 @@ func (m *Model) load(w model.Weights) error {
 		if ly.qkv, err = m.matrix(w, ln(model.SuffixQ), ln(model.SuffixK), ln(model.SuffixV)); err != nil {
 			return err
 		}
-		if c.AttentionBias {
+		if c.Llama.AttentionBias {
 			if ly.qkvBias, err = m.uploadF32(lw(model.SuffixQBias), lw(model.SuffixKBias), lw(model.SuffixVBias)); err != nil {
 				return err
 			}
 		}
-		if c.QKNorm {
+		if c.Llama.QKNorm {
 			if ly.qNorm, err = m.uploadF32(lw(model.SuffixQNorm)); err != nil {
 				return err
 			}
@@ -168,7 +168,7 @@ func (m *Model) load(w model.Weights) error {
 		if ly.o, err = m.matrix(w, ln(model.SuffixO)); err != nil {
 			return err
 		}
-		if c.AttnOutputBias {
+		if c.Llama.AttnOutputBias {
 			if ly.oBias, err = m.uploadF32(lw(model.SuffixOBias)); err != nil {
 				return err
 			}
