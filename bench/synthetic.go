@@ -33,8 +33,8 @@ const chunkElems = 1 << 16
 //
 // Element i of a tensor is backend.SyntheticValue(tensor seed, i, mean,
 // std). The weights are a model.Filler: on a backend.RandomFiller (the
-// CUDA and CPU backends) llama.New has the backend make BF16 and F32
-// matrices in place, so an 8B model is never generated or held on the
+// CUDA and CPU backends) the model constructor has the backend make BF16
+// and F32 matrices in place, so an 8B model is never generated or held on the
 // host nor copied over PCIe; the bytes are the same as Tensor's, which
 // makes them on the host on every core (norms, biases, quantized dtypes
 // and backends without FillNormal).
@@ -295,8 +295,8 @@ func mixBits(z uint64) uint64 {
 	return z ^ (z >> 31)
 }
 
-// HostOnly hides a model.Filler: llama.New then uploads every tensor from
-// host bytes (`bench latency --weights-on-device=false`, to compare the
+// HostOnly hides a model.Filler: the model constructor then uploads every
+// tensor from host bytes (`bench latency --weights-on-device=false`, to compare the
 // two paths or to step around a device without a working FillNormal).
 func HostOnly(w model.Weights) model.Weights { return hostOnly{w} }
 

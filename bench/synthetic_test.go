@@ -176,7 +176,7 @@ func TestSyntheticRunsForward(t *testing.T) {
 				t.Fatal(err)
 			}
 			b := cpu.New(cpu.Options{Threads: 2})
-			m, err := llama.New(b, tc.cfg, w, llama.Options{MaxTokens: 16})
+			m, err := llama.New(b, tc.cfg, w, model.Options{MaxTokens: 16})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -15,7 +15,7 @@
 //	cfg, gen, w, err := model.OpenWeights("/models/Llama-3.2-1B") // or a .gguf file
 //	if err != nil { ... }
 //	defer w.Close()
-//	m, err := llama.New(b, cfg, w, llama.Options{MaxTokens: 8192})
+//	m, err := arch.New(b, cfg, w, model.Options{MaxTokens: 8192})
 //
 // Nothing in this package runs code from a model directory: configs that
 // need custom modelling code (auto_map) are refused.

@@ -23,7 +23,7 @@ import (
 	"github.com/trigon-llm/trigon/model"
 )
 
-// Model is the forward pass the runner drives (model/llama implements it).
+// Model is the part of a model.Model the runner drives: its forward pass.
 type Model interface {
 	// Forward runs one step. logits: [in.NumLogits, vocab] F32.
 	Forward(in *model.DeviceBatch, kv []model.LayerKV) (backend.Tensor, error)
