@@ -182,16 +182,17 @@ func (e *Engine) validate(req *Request) error {
 	if err := req.Params.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
-	if len(req.Prompt) >= e.opts.MaxContext {
-		return fmt.Errorf("%w: this model's maximum context length is %d tokens, but the prompt has %d", ErrBadRequest, e.opts.MaxContext, len(req.Prompt))
+	// The output bound: sample.LengthRule, with Params.MaxTokens 0 as not
+	// given. Every later stage (the scheduler) takes the resolved value.
+	var asked *int
+	if req.Params.MaxTokens != 0 {
+		asked = &req.Params.MaxTokens
 	}
-	if req.Params.MaxTokens <= 0 {
-		req.Params.MaxTokens = e.opts.MaxContext - len(req.Prompt)
+	mt, err := sample.LengthRule{Context: e.opts.MaxContext}.MaxTokens(asked, len(req.Prompt), req.Params.MinTokens)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
-	if n := len(req.Prompt) + req.Params.MaxTokens; n > e.opts.MaxContext {
-		return fmt.Errorf("%w: this model's maximum context length is %d tokens, but the request needs %d (%d in the prompt, %d in the completion)",
-			ErrBadRequest, e.opts.MaxContext, n, len(req.Prompt), req.Params.MaxTokens)
-	}
+	req.Params.MaxTokens = mt
 	for _, id := range req.Prompt {
 		if id < 0 || int(id) >= e.tok.VocabSize() {
 			return fmt.Errorf("%w: prompt token id %d is outside the vocabulary [0, %d)", ErrBadRequest, id, e.tok.VocabSize())
