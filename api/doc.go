@@ -18,10 +18,11 @@
 //   - tools, logit_bias, suffix, best_of != n, echo with logprobs and
 //     batched prompts are refused with 400 naming the field; unknown fields
 //     (user, metadata, store, ...) are ignored.
-//   - An explicit max_tokens that does not fit the context is refused with
-//     OpenAI's context-length message; an omitted one defaults to 16 for
-//     completions (OpenAI's legacy default) and to the rest of the context
-//     for chat, shrunk to fit.
+//   - max_tokens follows sample.LengthRule, the engine's rule: an explicit
+//     value that does not fit the context is refused with OpenAI's
+//     context-length message; an omitted one defaults to 16 for completions
+//     (OpenAI's legacy default) and to the rest of the context for chat,
+//     shrunk to fit.
 //   - The API key, when set, guards every route except /health and
 //     /metrics.
 //

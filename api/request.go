@@ -8,6 +8,8 @@ import (
 	"math"
 	"reflect"
 	"strings"
+
+	"github.com/trigon-llm/trigon/sample"
 )
 
 // Limits fixed by the OpenAI API rather than by the deployment.
@@ -365,54 +367,33 @@ func (s *Server) checkModel(name string) *Error {
 		Message: fmt.Sprintf("The model '%s' does not exist.", name)}
 }
 
-// resolveMaxTokens applies the default and checks the context budget:
-// promptLen + maxTokens must fit in the model's context.
-//
-// An explicit value over the cap or the context is rejected, not clamped,
-// so the client learns its request cannot be served as asked. A default
-// shrinks to what fits.
+// resolveMaxTokens resolves max_tokens by sample.LengthRule (the one
+// rule of the output length; the engine applies it again to what it is
+// handed) with this endpoint's default and the server's cap, and words its
+// refusals as OpenAI does: an explicit value over the cap or the context
+// is rejected, not clamped; a default shrinks to what fits.
 func (s *Server) resolveMaxTokens(explicit *int, param string, def int, promptLen, minTokens int, promptParam string) (int, *Error) {
-	maxCtx := s.opts.Model.MaxContext
-	tooLong := func(completion int) *Error {
-		total := promptLen + completion
-		if completion > math.MaxInt-promptLen {
-			total = math.MaxInt // a huge max_tokens must not wrap around in the message
-		}
-		return &Error{Status: 400, Type: typeInvalidRequest, Param: promptParam, Code: "context_length_exceeded",
-			Message: fmt.Sprintf("This model's maximum context length is %d tokens. However, you requested %d tokens "+
-				"(%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
-				maxCtx, total, promptLen, completion)}
+	rule := sample.LengthRule{Context: s.opts.Model.MaxContext, Default: def, Cap: s.opts.MaxTokensCap}
+	mt, err := rule.MaxTokens(explicit, promptLen, minTokens)
+	if err == nil {
+		return mt, nil
 	}
-	var mt int
-	if explicit != nil {
-		mt = *explicit
-		if mt < 1 {
-			return 0, badRequest(param, "'%s' must be at least 1, got %d", param, mt)
-		}
-		if s.opts.MaxTokensCap > 0 && mt > s.opts.MaxTokensCap {
-			return 0, badRequest(param, "'%s' must be at most %d, got %d", param, s.opts.MaxTokensCap, mt)
-		}
-		// Compared as mt > room so a huge mt cannot overflow a sum.
-		if mt > maxCtx-promptLen {
-			return 0, tooLong(mt)
-		}
-	} else {
-		room := maxCtx - promptLen
-		if room < 1 {
-			return 0, tooLong(max(1, minTokens))
-		}
-		mt = room
-		if def > 0 {
-			mt = min(mt, def)
-		}
-		if s.opts.MaxTokensCap > 0 {
-			mt = min(mt, s.opts.MaxTokensCap)
-		}
+	var le *sample.LengthError
+	if !errors.As(err, &le) {
+		return 0, badRequest(param, "'%s': %v", param, err)
 	}
-	if minTokens > mt {
-		return 0, badRequest("min_tokens", "'min_tokens' (%d) must not exceed the maximum number of tokens (%d)", minTokens, mt)
+	switch le.Problem {
+	case sample.MaxTokensTooSmall:
+		return 0, badRequest(param, "'%s' must be at least 1, got %d", param, le.MaxTokens)
+	case sample.MaxTokensOverCap:
+		return 0, badRequest(param, "'%s' must be at most %d, got %d", param, rule.Cap, le.MaxTokens)
+	case sample.MinTokensOverMax:
+		return 0, badRequest("min_tokens", "'min_tokens' (%d) must not exceed the maximum number of tokens (%d)", minTokens, le.MaxTokens)
 	}
-	return mt, nil
+	return 0, &Error{Status: 400, Type: typeInvalidRequest, Param: promptParam, Code: "context_length_exceeded",
+		Message: fmt.Sprintf("This model's maximum context length is %d tokens. However, you requested %d tokens "+
+			"(%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
+			rule.Context, le.Requested(), promptLen, le.MaxTokens)}
 }
 
 // chatMessages validates messages and flattens their content to text.

@@ -19,4 +19,12 @@
 //	err = b.Read(out, dst)
 //
 // Optional interfaces: GraphCapturer (record and replay op sequences).
+//
+// Besides the contract, the package holds what every side of it shares:
+// the dtypes and their host conversions (F32ToBF16, F16ToF32, QuantizeQ8_0,
+// DequantizeRow, ...), used by weight loading, GGUF conversion, benchmarks
+// and the CPU backend alike, and the operand checks of each op
+// (CheckEmbed, CheckAddRMSNorm, CheckMatMul, CheckRoPEStoreKV,
+// CheckAttention, CheckSiLUMul, CheckSample), which every backend runs
+// before adding its own constraints.
 package backend

@@ -36,7 +36,7 @@ var presets = map[string]func() model.Config{
 		return model.Config{
 			Arch: model.ArchQwen2, VocabSize: 152064, Hidden: 3584, Intermediate: 18944,
 			NumLayers: 28, NumHeads: 28, NumKVHeads: 4, HeadDim: 128,
-			RMSNormEps: 1e-6, RopeTheta: 1e6, MaxPositions: 131072, AttentionBias: true,
+			RMSNormEps: 1e-6, RopeTheta: 1e6, MaxPositions: 131072, Llama: model.LlamaConfig{AttentionBias: true},
 			BOSTokenID: 151643, HasBOS: false, EOSTokenIDs: []int32{151643}, TorchDType: "bfloat16",
 		}
 	},
@@ -46,7 +46,7 @@ var presets = map[string]func() model.Config{
 		return model.Config{
 			Arch: model.ArchQwen3, VocabSize: 151936, Hidden: 4096, Intermediate: 12288,
 			NumLayers: 36, NumHeads: 32, NumKVHeads: 8, HeadDim: 128,
-			RMSNormEps: 1e-6, RopeTheta: 1e6, MaxPositions: 40960, QKNorm: true,
+			RMSNormEps: 1e-6, RopeTheta: 1e6, MaxPositions: 40960, Llama: model.LlamaConfig{QKNorm: true},
 			BOSTokenID: 151643, HasBOS: false, EOSTokenIDs: []int32{151645}, TorchDType: "bfloat16",
 		}
 	},

@@ -16,7 +16,7 @@ func tinyConfig(tied, bias bool) model.Config {
 		RMSNormEps: 1e-5, RopeTheta: 10000, MaxPositions: 512, TieEmbeddings: tied,
 	}
 	if bias {
-		c.Arch, c.AttentionBias = model.ArchQwen2, true
+		c.Arch, c.Llama.AttentionBias = model.ArchQwen2, true
 	}
 	return c
 }

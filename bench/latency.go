@@ -11,7 +11,7 @@ import (
 	"github.com/trigon-llm/trigon/backend"
 	"github.com/trigon-llm/trigon/kvcache"
 	"github.com/trigon-llm/trigon/model"
-	"github.com/trigon-llm/trigon/model/llama"
+	"github.com/trigon-llm/trigon/model/arch"
 	"github.com/trigon-llm/trigon/runner"
 )
 
@@ -195,7 +195,7 @@ type latencyRun struct {
 	opts    LatencyOptions
 	b       backend.Backend
 	cfg     model.Config
-	m       *llama.Model
+	m       model.Model
 	r       *runner.Runner
 	prompts [][]int32 // [batch][inputLen]
 	tables  [][]int32 // [batch][blocksPerSeq]
@@ -322,7 +322,7 @@ func checkLatencyOptions(o *LatencyOptions) error {
 func (run *latencyRun) setup() error {
 	o, c := run.opts, run.cfg
 	maxTokens := max(o.PrefillChunk, o.Batch)
-	m, err := llama.New(run.b, c, o.Weights, llama.Options{MaxTokens: maxTokens, MaxLogits: o.Batch})
+	m, err := arch.New(run.b, c, o.Weights, model.Options{MaxTokens: maxTokens, MaxLogits: o.Batch})
 	if err != nil {
 		return fmt.Errorf("bench latency: %w", err)
 	}
@@ -673,7 +673,7 @@ func (run *latencyRun) newResult() *LatencyResult {
 	for _, s := range model.ExpectedWeights(c) {
 		dt, shape, ok := weightSpec(o.Weights, s.Name)
 		if !ok {
-			continue // llama.New validated the weights; cannot happen
+			continue // arch.New validated the weights; cannot happen
 		}
 		size, err := dt.Bytes(shape)
 		if err != nil {

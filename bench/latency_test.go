@@ -61,7 +61,7 @@ func referenceGreedy(t *testing.T, cfg model.Config, w model.Weights, prompt []i
 	t.Helper()
 	b := cpu.New(cpu.Options{Threads: 2})
 	total := len(prompt) + outputLen
-	m, err := llama.New(b, cfg, w, llama.Options{MaxTokens: total})
+	m, err := llama.New(b, cfg, w, model.Options{MaxTokens: total})
 	if err != nil {
 		t.Fatal(err)
 	}

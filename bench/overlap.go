@@ -13,7 +13,7 @@ import (
 	"github.com/trigon-llm/trigon/backend"
 	"github.com/trigon-llm/trigon/kvcache"
 	"github.com/trigon-llm/trigon/model"
-	"github.com/trigon-llm/trigon/model/llama"
+	"github.com/trigon-llm/trigon/model/arch"
 	"github.com/trigon-llm/trigon/runner"
 )
 
@@ -117,7 +117,7 @@ type OverlapResult struct {
 // lane is one model and runner (one stream) and the sequences it holds.
 type lane struct {
 	b backend.Backend
-	m *llama.Model
+	m model.Model
 	r *runner.Runner
 }
 
@@ -306,7 +306,7 @@ func (run *overlapRun) setup() error {
 }
 
 func newLane(b backend.Backend, c model.Config, w model.Weights, maxTokens, maxLogits, blocks, maxSeqs, maxSeqLen int, graphs bool, bucket int) (lane, error) {
-	m, err := llama.New(b, c, w, llama.Options{MaxTokens: maxTokens, MaxLogits: maxLogits})
+	m, err := arch.New(b, c, w, model.Options{MaxTokens: maxTokens, MaxLogits: maxLogits})
 	if err != nil {
 		return lane{}, fmt.Errorf("bench overlap: %w", err)
 	}

@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 
 	"github.com/trigon-llm/trigon/backend"
-	"github.com/trigon-llm/trigon/backend/cpu"
 	"github.com/trigon-llm/trigon/model"
 )
 
@@ -34,8 +33,8 @@ const chunkElems = 1 << 16
 //
 // Element i of a tensor is backend.SyntheticValue(tensor seed, i, mean,
 // std). The weights are a model.Filler: on a backend.RandomFiller (the
-// CUDA and CPU backends) llama.New has the backend make BF16 and F32
-// matrices in place, so an 8B model is never generated or held on the
+// CUDA and CPU backends) the model constructor has the backend make BF16
+// and F32 matrices in place, so an 8B model is never generated or held on the
 // host nor copied over PCIe; the bytes are the same as Tensor's, which
 // makes them on the host on every core (norms, biases, quantized dtypes
 // and backends without FillNormal).
@@ -243,19 +242,19 @@ func encodeChunk(data []byte, dt backend.DType, lo int, vals []float32) error {
 		}
 	case backend.BF16:
 		for i, v := range vals {
-			le.PutUint16(data[2*(lo+i):], cpu.F32ToBF16(v))
+			le.PutUint16(data[2*(lo+i):], backend.F32ToBF16(v))
 		}
 	case backend.F16:
 		for i, v := range vals {
-			le.PutUint16(data[2*(lo+i):], cpu.F32ToF16(v))
+			le.PutUint16(data[2*(lo+i):], backend.F32ToF16(v))
 		}
 	case backend.Q8_0, backend.Q4_0:
 		var q []byte
 		var err error
 		if dt == backend.Q8_0 {
-			q, err = cpu.QuantizeQ8_0(vals)
+			q, err = backend.QuantizeQ8_0(vals)
 		} else {
-			q, err = cpu.QuantizeQ4_0(vals)
+			q, err = backend.QuantizeQ4_0(vals)
 		}
 		if err != nil {
 			return err
@@ -296,8 +295,8 @@ func mixBits(z uint64) uint64 {
 	return z ^ (z >> 31)
 }
 
-// HostOnly hides a model.Filler: llama.New then uploads every tensor from
-// host bytes (`bench latency --weights-on-device=false`, to compare the
+// HostOnly hides a model.Filler: the model constructor then uploads every
+// tensor from host bytes (`bench latency --weights-on-device=false`, to compare the
 // two paths or to step around a device without a working FillNormal).
 func HostOnly(w model.Weights) model.Weights { return hostOnly{w} }
 

@@ -95,16 +95,16 @@ func TestSyntheticEncodings(t *testing.T) {
 				case backend.BF16, backend.F16:
 					want = make([]byte, 2*len(vals))
 					for i, v := range vals {
-						h := cpu.F32ToBF16(v)
+						h := backend.F32ToBF16(v)
 						if dt == backend.F16 {
-							h = cpu.F32ToF16(v)
+							h = backend.F32ToF16(v)
 						}
 						binary.LittleEndian.PutUint16(want[2*i:], h)
 					}
 				case backend.Q8_0:
-					want, _ = cpu.QuantizeQ8_0(vals)
+					want, _ = backend.QuantizeQ8_0(vals)
 				case backend.Q4_0:
-					want, _ = cpu.QuantizeQ4_0(vals)
+					want, _ = backend.QuantizeQ4_0(vals)
 				}
 				if got.DType != dt || !bytes.Equal(got.Data, want) {
 					t.Errorf("%s (%v): bytes differ from the reference encoding of the F32 weights", spec.Name, got.DType)
@@ -176,7 +176,7 @@ func TestSyntheticRunsForward(t *testing.T) {
 				t.Fatal(err)
 			}
 			b := cpu.New(cpu.Options{Threads: 2})
-			m, err := llama.New(b, tc.cfg, w, llama.Options{MaxTokens: 16})
+			m, err := llama.New(b, tc.cfg, w, model.Options{MaxTokens: 16})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -18,7 +18,6 @@ import (
 	"strings"
 
 	"github.com/trigon-llm/trigon/backend"
-	"github.com/trigon-llm/trigon/backend/cpu"
 	"github.com/trigon-llm/trigon/format/gguf"
 	"github.com/trigon-llm/trigon/model"
 	"github.com/trigon-llm/trigon/tokenizer"
@@ -192,7 +191,7 @@ func recode(w model.Weight, dt backend.DType) (model.Weight, error) {
 	out := make([]byte, 0, rows*dstRow)
 	f := make([]float32, inner)
 	for r := 0; r < rows; r++ {
-		if err := cpu.DequantizeRow(w.DType, w.Data[r*srcRow:(r+1)*srcRow], f); err != nil {
+		if err := backend.DequantizeRow(w.DType, w.Data[r*srcRow:(r+1)*srcRow], f); err != nil {
 			return w, err
 		}
 		enc, err := encodeRow(f, dt)
@@ -207,9 +206,9 @@ func recode(w model.Weight, dt backend.DType) (model.Weight, error) {
 func encodeRow(f []float32, dt backend.DType) ([]byte, error) {
 	switch dt {
 	case backend.Q8_0:
-		return cpu.QuantizeQ8_0(f)
+		return backend.QuantizeQ8_0(f)
 	case backend.Q4_0:
-		return cpu.QuantizeQ4_0(f)
+		return backend.QuantizeQ4_0(f)
 	}
 	size := dt.BlockBytes()
 	b := make([]byte, len(f)*size)
@@ -218,9 +217,9 @@ func encodeRow(f []float32, dt backend.DType) ([]byte, error) {
 		case backend.F32:
 			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
 		case backend.F16:
-			binary.LittleEndian.PutUint16(b[2*i:], cpu.F32ToF16(v))
+			binary.LittleEndian.PutUint16(b[2*i:], backend.F32ToF16(v))
 		case backend.BF16:
-			binary.LittleEndian.PutUint16(b[2*i:], cpu.F32ToBF16(v))
+			binary.LittleEndian.PutUint16(b[2*i:], backend.F32ToBF16(v))
 		default:
 			return nil, fmt.Errorf("convert: cannot encode %v", dt)
 		}

@@ -49,7 +49,7 @@ func TestConvertTypes(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer w.Close()
-			if cfg.Hidden != srcCfg.Hidden || cfg.NumLayers != srcCfg.NumLayers || cfg.QKNorm != srcCfg.QKNorm || cfg.HeadDim != srcCfg.HeadDim {
+			if cfg.Hidden != srcCfg.Hidden || cfg.NumLayers != srcCfg.NumLayers || cfg.Llama.QKNorm != srcCfg.Llama.QKNorm || cfg.HeadDim != srcCfg.HeadDim {
 				t.Errorf("config changed: %+v vs %+v", cfg, srcCfg)
 			}
 			if rep.Tensors != len(w.Names()) {

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/trigon-llm/trigon/backend"
 	"github.com/trigon-llm/trigon/kvcache"
 	"github.com/trigon-llm/trigon/runner"
 	"github.com/trigon-llm/trigon/sample"
@@ -110,8 +109,6 @@ type Engine struct {
 	active  map[*request]struct{}
 	choices map[sched.SeqID]*choice
 	nextID  sched.SeqID
-	// Block copies: ids [2] I32 and a one-block scratch [1, blockElems].
-	copyIDs, copyScratch backend.Tensor
 	// flight is the step whose sampled ids are still on the device
 	// (QueueAhead): the next step lands it. aheadSteps counts the steps
 	// queued ahead.
@@ -185,16 +182,17 @@ func (e *Engine) validate(req *Request) error {
 	if err := req.Params.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
-	if len(req.Prompt) >= e.opts.MaxContext {
-		return fmt.Errorf("%w: this model's maximum context length is %d tokens, but the prompt has %d", ErrBadRequest, e.opts.MaxContext, len(req.Prompt))
+	// The output bound: sample.LengthRule, with Params.MaxTokens 0 as not
+	// given. Every later stage (the scheduler) takes the resolved value.
+	var asked *int
+	if req.Params.MaxTokens != 0 {
+		asked = &req.Params.MaxTokens
 	}
-	if req.Params.MaxTokens <= 0 {
-		req.Params.MaxTokens = e.opts.MaxContext - len(req.Prompt)
+	mt, err := sample.LengthRule{Context: e.opts.MaxContext}.MaxTokens(asked, len(req.Prompt), req.Params.MinTokens)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
-	if n := len(req.Prompt) + req.Params.MaxTokens; n > e.opts.MaxContext {
-		return fmt.Errorf("%w: this model's maximum context length is %d tokens, but the request needs %d (%d in the prompt, %d in the completion)",
-			ErrBadRequest, e.opts.MaxContext, n, len(req.Prompt), req.Params.MaxTokens)
-	}
+	req.Params.MaxTokens = mt
 	for _, id := range req.Prompt {
 		if id < 0 || int(id) >= e.tok.VocabSize() {
 			return fmt.Errorf("%w: prompt token id %d is outside the vocabulary [0, %d)", ErrBadRequest, id, e.tok.VocabSize())

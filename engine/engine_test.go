@@ -270,6 +270,9 @@ func TestBadRequests(t *testing.T) {
 		"empty prompt":   {Prompt: nil, N: 1, Params: greedy(4)},
 		"past context":   {Prompt: make([]int32, 200), N: 1, Params: greedy(4)},
 		"prompt+max":     {Prompt: make([]int32, 100), N: 1, Params: greedy(40)},
+		"prompt fills":   {Prompt: make([]int32, 128), N: 1, Params: greedy(0)},
+		"negative max":   {Prompt: []int32{5}, N: 1, Params: greedy(-1)},
+		"min over max":   {Prompt: []int32{5}, N: 1, Params: sample.Params{TopP: 1, RepetitionPenalty: 1, MaxTokens: 3, MinTokens: 4}},
 		"token id range": {Prompt: []int32{5, 1 << 20}, N: 1, Params: greedy(4)},
 		"bad top_p":      {Prompt: []int32{5}, N: 1, Params: sample.Params{TopP: 2, MaxTokens: 3}},
 	} {
@@ -279,6 +282,26 @@ func TestBadRequests(t *testing.T) {
 	}
 	if got := submit(t, l, context.Background(), []int32{5, 6, 7}, 1, greedy(3))[0]; len(got.tokens) != 3 {
 		t.Errorf("after bad requests: %d tokens", len(got.tokens))
+	}
+}
+
+// TestMaxTokensResolved checks the engine applies sample.LengthRule: a
+// request without max_tokens runs to the end of the context, one that asks
+// for exactly the context left gets it.
+func TestMaxTokensResolved(t *testing.T) {
+	l := start(t, nil, engine.LoadOptions{MaxContext: 32})
+	prompt := make([]int32, 27)
+	for i := range prompt {
+		prompt[i] = int32(5 + i)
+	}
+	for _, c := range []struct {
+		name      string
+		maxTokens int
+	}{{"absent", 0}, {"exactly the context left", 5}} {
+		got := submit(t, l, context.Background(), prompt, 1, greedy(c.maxTokens))[0]
+		if len(got.tokens) != 5 || got.final.FinishReason != engine.FinishLength {
+			t.Errorf("%s: %d tokens, finish %q; want 5, length", c.name, len(got.tokens), got.final.FinishReason)
+		}
 	}
 }
 

@@ -12,7 +12,7 @@ import (
 	"github.com/trigon-llm/trigon/format/gguf"
 	"github.com/trigon-llm/trigon/kvcache"
 	"github.com/trigon-llm/trigon/model"
-	"github.com/trigon-llm/trigon/model/llama"
+	"github.com/trigon-llm/trigon/model/arch"
 	"github.com/trigon-llm/trigon/runner"
 	"github.com/trigon-llm/trigon/sched"
 	"github.com/trigon-llm/trigon/telemetry"
@@ -64,7 +64,7 @@ type Loaded struct {
 	Context   int // context length served
 	KVBlocks  int // blocks in the KV pools
 	weights   model.Weights
-	model     *llama.Model
+	model     model.Model
 	runner    *runner.Runner
 }
 
@@ -112,7 +112,7 @@ func Load(opts LoadOptions) (*Loaded, error) {
 	if opts.Progress != nil {
 		prefetch(w, opts.Progress)
 	}
-	m, err := llama.New(b, cfg, w, llama.Options{MaxTokens: opts.MaxBatchedTokens, MaxLogits: opts.MaxSeqs})
+	m, err := arch.New(b, cfg, w, model.Options{MaxTokens: opts.MaxBatchedTokens, MaxLogits: opts.MaxSeqs})
 	if err != nil {
 		w.Close()
 		return nil, fmt.Errorf("load %s: %w", opts.Model, err)

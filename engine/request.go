@@ -179,14 +179,11 @@ func (c *choice) onToken(tok int32, lp *TokenLogprob) string {
 		c.req.send(ev, false)
 		return FinishError
 	}
-	done, reason, emit := c.stop.Add(tok, text)
+	done, _, emit := c.stop.Add(tok, text)
 	ev.Text = emit
 	c.req.send(ev, false)
 	if !done {
 		return ""
-	}
-	if reason == sample.ReasonLength {
-		return FinishLength
 	}
 	c.stopped = true
 	return FinishStop

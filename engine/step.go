@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"encoding/binary"
 	"fmt"
 	"time"
 
@@ -307,63 +306,18 @@ func (e *Engine) accept(c *choice, tok int32, lp *TokenLogprob, out *sched.StepO
 	}
 }
 
-// copyBlocks performs the plan's block copies (forks of partially filled
-// blocks) in every layer's K and V pool before any KV write of the step.
-// A copy is two gathers (Embed) through a one-block scratch, with each
-// pool viewed as [numBlocks, blockElems].
+// copyBlocks has the runner copy the plan's blocks (forks of partially
+// filled blocks) before any KV write of the step.
 func (e *Engine) copyBlocks(plan *sched.Plan) error {
 	if len(plan.Copies) == 0 {
 		return nil
 	}
-	b := e.run.Backend()
-	if e.copyIDs == nil {
-		kv := e.run.KV()[0].K
-		sh := kv.Shape()
-		ids, err := b.Alloc(backend.I32, 2)
-		if err != nil {
-			return fmt.Errorf("engine: block copy: %w", err)
-		}
-		scratch, err := b.Alloc(kv.DType(), 1, sh[1]*sh[2]*sh[3])
-		if err != nil {
-			b.Free(ids)
-			return fmt.Errorf("engine: block copy: %w", err)
-		}
-		e.copyIDs, e.copyScratch = ids, scratch
+	copies := make([]runner.BlockCopy, len(plan.Copies))
+	for i, c := range plan.Copies {
+		copies[i] = runner.BlockCopy{Src: int32(c.Src), Dst: int32(c.Dst)}
 	}
-	srcID, err := b.View(e.copyIDs, 0, 1)
-	if err != nil {
-		return err
-	}
-	zeroID, err := b.View(e.copyIDs, 1, 1)
-	if err != nil {
-		return err
-	}
-	var ids [8]byte
-	for _, cp := range plan.Copies {
-		binary.LittleEndian.PutUint32(ids[:], uint32(cp.Src))
-		binary.LittleEndian.PutUint32(ids[4:], 0)
-		if err := b.Write(e.copyIDs, ids[:]); err != nil {
-			return fmt.Errorf("engine: block copy: %w", err)
-		}
-		for _, kv := range e.run.KV() {
-			for _, pool := range []backend.Tensor{kv.K, kv.V} {
-				sh := pool.Shape()
-				flat, err := b.Reshape(pool, sh[0], sh[1]*sh[2]*sh[3])
-				if err != nil {
-					return err
-				}
-				dst, err := b.View(flat, int(cp.Dst), 1)
-				if err != nil {
-					return err
-				}
-				if err := b.Embed(e.copyScratch, flat, srcID); err != nil {
-					return fmt.Errorf("engine: copy block %d to %d: %w", cp.Src, cp.Dst, err)
-				}
-				if err := b.Embed(dst, e.copyScratch, zeroID); err != nil {
-					return fmt.Errorf("engine: copy block %d to %d: %w", cp.Src, cp.Dst, err)
-				}
-			}
-		}
+	if err := e.run.CopyBlocks(copies); err != nil {
+		return fmt.Errorf("engine: %w", err)
 	}
 	return nil
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/trigon-llm/trigon/backend"
 	"github.com/trigon-llm/trigon/model"
-	"github.com/trigon-llm/trigon/model/llama"
+	"github.com/trigon-llm/trigon/model/arch"
 	"github.com/trigon-llm/trigon/runner"
 )
 
@@ -53,7 +53,7 @@ func Perplexity(b backend.Backend, path string, tokens []int32, opts Options) (R
 		return Result{}, fmt.Errorf("perplexity: window %d exceeds the model's context of %d", opts.Window, cfg.MaxPositions)
 	}
 	opts.Chunk = min(opts.Chunk, opts.Window)
-	m, err := llama.New(b, cfg, w, llama.Options{MaxTokens: opts.Chunk, MaxLogits: opts.Chunk})
+	m, err := arch.New(b, cfg, w, model.Options{MaxTokens: opts.Chunk, MaxLogits: opts.Chunk})
 	if err != nil {
 		return Result{}, err
 	}

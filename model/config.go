@@ -6,8 +6,11 @@ import (
 	"math"
 )
 
-// Architectures that model/llama runs. They share one forward pass and
-// differ only in the switches of Config.
+// Architectures the config parsers resolve (from config.json's
+// "architectures" or GGUF's general.architecture) into Config.Arch. They
+// all belong to the Llama family: model/llama runs them with one forward
+// pass, differing only in the switches of Config.Llama. model/arch maps
+// each to its constructor.
 const (
 	ArchLlama   = "llama"
 	ArchMistral = "mistral"
@@ -21,10 +24,20 @@ const (
 	RopeLlama3 = "llama3" // Llama 3.1 wavelength-dependent interpolation
 )
 
-// Config is the architecture of one Llama-family model: everything a
-// forward pass needs to know, with every model-specific switch explicit.
+// Config is the architecture of one model, resolved at load time so that
+// nothing downstream parses a checkpoint again.
+//
+// The top-level fields are what any decoder-only transformer has and what
+// every consumer may read (the runner and the engine size the KV cache,
+// the context and the vocabulary by them; benchmarks count parameters).
+// What only one family's forward pass reads is grouped under that family
+// (Llama), zero for the others, so a new family adds its own group (its
+// MoE sizes, activation, norm variant) without the other consumers
+// knowing.
 type Config struct {
-	Arch         string // ArchLlama, ArchMistral, ArchQwen2 or ArchQwen3
+	// Arch is the architecture, one of the Arch* constants: which family
+	// runs the model (model/arch) and which switches it reads.
+	Arch         string
 	VocabSize    int
 	Hidden       int // width of the residual stream
 	Intermediate int // width of the MLP's gate and up projections
@@ -41,16 +54,25 @@ type Config struct {
 	RopeFreqFactors []float32
 	MaxPositions    int
 	TieEmbeddings   bool // the LM head reuses embed_tokens
-	AttentionBias   bool // q/k/v projections have a bias (Qwen2; Llama/Qwen3 attention_bias)
+	SlidingWindow   int  // attend to at most this many positions; 0: unlimited
+	BOSTokenID      int32
+	HasBOS          bool
+	EOSTokenIDs     []int32 // from the config; generation_config may add more
+	TorchDType      string  // dtype the checkpoint declares ("bfloat16", ...); informative
+
+	// Llama holds the switches of the Llama family's forward pass.
+	Llama LlamaConfig
+}
+
+// LlamaConfig is what tells the Llama family's architectures apart: the
+// tensors model/llama loads besides the common ones, and what it does
+// with them.
+type LlamaConfig struct {
+	AttentionBias bool // q/k/v projections have a bias (Qwen2; Llama/Qwen3 attention_bias)
 	// AttnOutputBias: o_proj has a bias too (Llama and Qwen3 with
 	// attention_bias, never Qwen2).
 	AttnOutputBias bool
 	QKNorm         bool // per-head RMS norm of Q and K before RoPE (Qwen3)
-	SlidingWindow  int  // attend to at most this many positions; 0: unlimited
-	BOSTokenID     int32
-	HasBOS         bool
-	EOSTokenIDs    []int32 // from the config; generation_config may add more
-	TorchDType     string  // dtype the checkpoint declares ("bfloat16", ...); informative
 }
 
 // RopeScaling is a context-extension rule applied to RoPE's inverse
@@ -114,7 +136,7 @@ func (c Config) Validate() error {
 	if c.SlidingWindow < 0 {
 		return fmt.Errorf("config: sliding window %d is negative", c.SlidingWindow)
 	}
-	if c.QKNorm && c.Arch != ArchQwen3 {
+	if c.Llama.QKNorm && c.Arch != ArchQwen3 {
 		return fmt.Errorf("config: q/k norm is a Qwen3 feature, not %s", c.Arch)
 	}
 	if c.HasBOS && (c.BOSTokenID < 0 || int(c.BOSTokenID) >= c.VocabSize) {

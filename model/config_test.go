@@ -95,7 +95,7 @@ func TestParseHFConfig(t *testing.T) {
 				c.RopeScaling, c.NumKVHeads, c.RMSNormEps, c.RopeTheta, c.TieEmbeddings = nil, 32, 1e-6, 10000, false
 			})},
 		{"llama attention_bias biases o_proj too", map[string]any{"rope_scaling": llama3, "attention_bias": true},
-			with(func(c *model.Config) { c.AttentionBias, c.AttnOutputBias = true, true })},
+			with(func(c *model.Config) { c.Llama.AttentionBias, c.Llama.AttnOutputBias = true, true })},
 		{"mistral sliding window", map[string]any{"architectures": []string{"MistralForCausalLM"}, "model_type": "mistral",
 			"rope_scaling": nil, "sliding_window": 4096, "head_dim": 128},
 			with(func(c *model.Config) {
@@ -103,18 +103,20 @@ func TestParseHFConfig(t *testing.T) {
 			})},
 		{"qwen2 has qkv bias and ignores a disabled window", map[string]any{"architectures": []string{"Qwen2ForCausalLM"},
 			"rope_scaling": nil, "use_sliding_window": false, "sliding_window": 32768, "max_window_layers": 21},
-			with(func(c *model.Config) { c.Arch, c.RopeScaling, c.AttentionBias = model.ArchQwen2, nil, true })},
+			with(func(c *model.Config) { c.Arch, c.RopeScaling, c.Llama.AttentionBias = model.ArchQwen2, nil, true })},
 		{"qwen2 window on every layer", map[string]any{"architectures": []string{"Qwen2ForCausalLM"},
 			"rope_scaling": nil, "use_sliding_window": true, "sliding_window": 1024, "max_window_layers": 0},
 			with(func(c *model.Config) {
-				c.Arch, c.RopeScaling, c.AttentionBias, c.SlidingWindow = model.ArchQwen2, nil, true, 1024
+				c.Arch, c.RopeScaling, c.Llama.AttentionBias, c.SlidingWindow = model.ArchQwen2, nil, true, 1024
 			})},
 		{"qwen3 q/k norm and explicit head_dim", map[string]any{"architectures": []string{"Qwen3ForCausalLM"},
 			"rope_scaling": nil, "head_dim": 128, "layer_types": []string{
 				"full_attention", "full_attention", "full_attention", "full_attention", "full_attention", "full_attention",
 				"full_attention", "full_attention", "full_attention", "full_attention", "full_attention", "full_attention",
 				"full_attention", "full_attention", "full_attention", "full_attention"}},
-			with(func(c *model.Config) { c.Arch, c.RopeScaling, c.QKNorm, c.HeadDim = model.ArchQwen3, nil, true, 128 })},
+			with(func(c *model.Config) {
+				c.Arch, c.RopeScaling, c.Llama.QKNorm, c.HeadDim = model.ArchQwen3, nil, true, 128
+			})},
 		{"model_type without architectures", map[string]any{"architectures": nil, "rope_scaling": llama3}, llama32},
 	}
 	for _, tc := range tests {
@@ -221,7 +223,7 @@ func TestFixtureConfigs(t *testing.T) {
 			if c.RopeScaling != nil {
 				scaling = c.RopeScaling.Type
 			}
-			got := want{c.Arch, c.NumHeads, c.NumKVHeads, c.HeadDim, c.TieEmbeddings, c.AttentionBias, c.QKNorm, c.SlidingWindow, scaling}
+			got := want{c.Arch, c.NumHeads, c.NumKVHeads, c.HeadDim, c.TieEmbeddings, c.Llama.AttentionBias, c.Llama.QKNorm, c.SlidingWindow, scaling}
 			if got != w {
 				t.Errorf("got %+v, want %+v", got, w)
 			}

@@ -420,10 +420,10 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 
 	_, hasOutput := f.Tensor("output.weight")
 	c.TieEmbeddings = !hasOutput
-	_, c.AttentionBias = f.Tensor("blk.0.attn_q.bias")
-	_, c.AttnOutputBias = f.Tensor("blk.0.attn_output.bias")
-	_, c.QKNorm = f.Tensor("blk.0.attn_q_norm.weight")
-	if arch == ArchQwen2 && !c.AttentionBias {
+	_, c.Llama.AttentionBias = f.Tensor("blk.0.attn_q.bias")
+	_, c.Llama.AttnOutputBias = f.Tensor("blk.0.attn_output.bias")
+	_, c.Llama.QKNorm = f.Tensor("blk.0.attn_q_norm.weight")
+	if arch == ArchQwen2 && !c.Llama.AttentionBias {
 		return Config{}, fmt.Errorf("gguf: qwen2 model without attention biases")
 	}
 

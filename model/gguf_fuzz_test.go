@@ -16,8 +16,8 @@ func FuzzGGUFWeights(f *testing.F) {
 			HeadDim: 4, RMSNormEps: 1e-5, RopeTheta: 1e4, MaxPositions: 16,
 			RopeScaling: &RopeScaling{Type: RopeLlama3, Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositions: 8}},
 		{Arch: ArchQwen3, VocabSize: 4, Hidden: 4, Intermediate: 4, NumLayers: 1, NumHeads: 2, NumKVHeads: 2,
-			HeadDim: 2, RMSNormEps: 1e-6, RopeTheta: 1e6, MaxPositions: 16, TieEmbeddings: true, QKNorm: true,
-			AttentionBias: true, AttnOutputBias: true},
+			HeadDim: 2, RMSNormEps: 1e-6, RopeTheta: 1e6, MaxPositions: 16, TieEmbeddings: true,
+			Llama: LlamaConfig{AttentionBias: true, AttnOutputBias: true, QKNorm: true}},
 	} {
 		w := gguf.NewWriter()
 		kvs, err := c.GGUFMetadata()

@@ -144,13 +144,13 @@ func ParseHFConfig(data []byte) (Config, error) {
 	}
 	switch c.Arch {
 	case ArchQwen2:
-		c.AttentionBias = true // hard-wired in Qwen2's attention
+		c.Llama.AttentionBias = true // hard-wired in Qwen2's attention
 	case ArchLlama, ArchQwen3:
 		if h.AttentionBias != nil && *h.AttentionBias {
-			c.AttentionBias, c.AttnOutputBias = true, true
+			c.Llama.AttentionBias, c.Llama.AttnOutputBias = true, true
 		}
 	}
-	c.QKNorm = c.Arch == ArchQwen3
+	c.Llama.QKNorm = c.Arch == ArchQwen3
 
 	if err := parseRope(&c, &h); err != nil {
 		return Config{}, fmt.Errorf("config.json: %w", err)

@@ -127,15 +127,15 @@ func ExpectedWeights(c Config) []WeightSpec {
 		add(SuffixK, true, kv, h)
 		add(SuffixV, true, kv, h)
 		add(SuffixO, true, h, q)
-		if c.AttentionBias {
+		if c.Llama.AttentionBias {
 			add(SuffixQBias, false, q)
 			add(SuffixKBias, false, kv)
 			add(SuffixVBias, false, kv)
 		}
-		if c.AttnOutputBias {
+		if c.Llama.AttnOutputBias {
 			add(SuffixOBias, false, h)
 		}
-		if c.QKNorm {
+		if c.Llama.QKNorm {
 			add(SuffixQNorm, false, c.HeadDim)
 			add(SuffixKNorm, false, c.HeadDim)
 		}

@@ -23,7 +23,7 @@ func fullConfig() model.Config {
 	return model.Config{
 		Arch: model.ArchQwen3, VocabSize: 64, Hidden: 32, Intermediate: 48, NumLayers: 2,
 		NumHeads: 4, NumKVHeads: 2, HeadDim: 16, RMSNormEps: 1e-6, RopeTheta: 1e6, MaxPositions: 128,
-		AttentionBias: true, AttnOutputBias: true, QKNorm: true,
+		Llama: model.LlamaConfig{AttentionBias: true, AttnOutputBias: true, QKNorm: true},
 	}
 }
 

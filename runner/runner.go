@@ -23,7 +23,7 @@ import (
 	"github.com/trigon-llm/trigon/model"
 )
 
-// Model is the forward pass the runner drives (model/llama implements it).
+// Model is the part of a model.Model the runner drives: its forward pass.
 type Model interface {
 	// Forward runs one step. logits: [in.NumLogits, vocab] F32.
 	Forward(in *model.DeviceBatch, kv []model.LayerKV) (backend.Tensor, error)
@@ -66,8 +66,8 @@ type Step struct {
 	FedTokens bool
 }
 
-// Runner owns the KV pools and the step's device buffers. Not safe for
-// concurrent use.
+// Runner owns the KV pools and the step's device buffers, and does the
+// device work on them (Execute, CopyBlocks). Not safe for concurrent use.
 type Runner struct {
 	b    backend.Backend
 	m    Model
@@ -84,6 +84,10 @@ type Runner struct {
 	tokens backend.Tensor // [MaxTokens] I32, a view of stepIn
 
 	graphs *graphCache // nil: graphs off
+
+	// CopyBlocks' ids [2] I32 and one-block scratch [1, blockElems],
+	// allocated on its first copy.
+	copyIDs, copyScratch backend.Tensor
 
 	// fed is how many token ids the last Output.SampleNext left in tokens
 	// for the next step (0: none); every Execute clears it.
@@ -197,6 +201,12 @@ func (r *Runner) Close() {
 		r.b.Free(kv.V)
 	}
 	r.kv = nil
+	for _, t := range []backend.Tensor{r.copyIDs, r.copyScratch} {
+		if t != nil {
+			r.b.Free(t)
+		}
+	}
+	r.copyIDs, r.copyScratch = nil, nil
 	if r.stepIn != nil {
 		r.b.Free(r.stepIn)
 		r.stepIn, r.tokens = nil, nil

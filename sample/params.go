@@ -4,16 +4,18 @@
 // It holds the per-request state the engine keeps on the host: the seeded
 // random stream (Sampler), logits processors (penalties, the min_tokens EOS
 // mask), logprobs, and the stop-condition checker that also decides which
-// detokenized text may be streamed (StopChecker). The selection rule itself
-// (temperature, top-k, top-p, min-p, choice by U) lives once, in
-// backend/cpu's Pick, which Sampler.Pick calls and every device kernel is
-// tested against.
+// detokenized text may be streamed (StopChecker); and the rule of a
+// request's output length (LengthRule), which the engine applies to every
+// request. The selection rule itself (temperature, top-k, top-p, min-p,
+// choice by U) lives once, in backend/samplerule's Pick, which
+// Sampler.Pick calls and every device kernel is tested against.
 //
 // A request's lifecycle:
 //
 //	p := sample.Defaults(genConfig)          // model defaults
 //	// ... overwrite the fields the request sets ...
 //	if err := p.Validate(); err != nil { ... }
+//	p.MaxTokens, err = sample.LengthRule{Context: ctx}.MaxTokens(asked, len(prompt), p.MinTokens)
 //	s, _ := sample.NewSampler(p, choice)
 //	stop := sample.NewStopChecker(p, eosIDs)
 //	for each step:
@@ -22,7 +24,7 @@
 //	    s.ApplyPenalties(logits, generated, prompt)
 //	    tok, _ := s.Pick(logits)                // or s.Row() for a device Sample
 //	    lp, top, _ := s.Logprobs(raw, tok, p.Logprobs)
-//	    done, reason, text := stop.Add(tok, detokenizedDelta)
+//	    done, reason, text := stop.Add(tok, detokenizedDelta) // stop conditions; MaxTokens is the scheduler's
 package sample
 
 import (
@@ -62,8 +64,9 @@ type Params struct {
 	FrequencyPenalty float32
 	// Seed makes sampling reproducible; nil draws a random seed.
 	Seed *uint64
-	// MaxTokens bounds the generated tokens; 0 leaves the bound to the
-	// engine (the context length).
+	// MaxTokens bounds the generated tokens; 0: not given. LengthRule
+	// resolves it (the engine does, for every request), so Validate does
+	// not look at it.
 	MaxTokens int
 	// MinTokens is the number of tokens generated before EOS, stop token
 	// ids or stop strings may end the request.
@@ -102,12 +105,8 @@ func (p Params) Validate() error {
 		return fmt.Errorf("presence_penalty must be in [-2, 2], got %v", p.PresencePenalty)
 	case !finite(p.FrequencyPenalty) || p.FrequencyPenalty < -2 || p.FrequencyPenalty > 2:
 		return fmt.Errorf("frequency_penalty must be in [-2, 2], got %v", p.FrequencyPenalty)
-	case p.MaxTokens < 0:
-		return fmt.Errorf("max_tokens must be positive, got %d", p.MaxTokens)
 	case p.MinTokens < 0:
 		return fmt.Errorf("min_tokens must be non-negative, got %d", p.MinTokens)
-	case p.MaxTokens > 0 && p.MinTokens > p.MaxTokens:
-		return fmt.Errorf("min_tokens (%d) must not exceed max_tokens (%d)", p.MinTokens, p.MaxTokens)
 	case p.Logprobs < 0 || p.Logprobs > MaxLogprobs:
 		return fmt.Errorf("logprobs must be in [0, %d], got %d", MaxLogprobs, p.Logprobs)
 	case len(p.Stop) > MaxStopStrings:

@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/trigon-llm/trigon/backend"
-	"github.com/trigon-llm/trigon/backend/cpu"
+	"github.com/trigon-llm/trigon/backend/samplerule"
 )
 
 // Sampler is one request choice's sampling state: its parameters, its
@@ -17,7 +17,7 @@ type Sampler struct {
 	seed uint64
 	rng  *rand.Rand
 
-	scratch cpu.SampleScratch
+	scratch samplerule.Scratch
 
 	// Penalty state, kept between calls because prompt and output only
 	// grow: the prompt's distinct tokens, and the output's token counts.
@@ -81,7 +81,7 @@ func (s *Sampler) Row() backend.SampleRow {
 // Pick chooses the next token from logits (after penalties and masks) on
 // the host, with the same rule as every backend's Sample.
 func (s *Sampler) Pick(logits []float32) (int32, error) {
-	return cpu.Pick(logits, s.Row(), &s.scratch)
+	return samplerule.Pick(logits, s.Row(), &s.scratch)
 }
 
 // ApplyPenalties applies the repetition penalty over the prompt and output

@@ -6,14 +6,14 @@ import (
 	"strings"
 )
 
-// Finish reasons, as the OpenAI API names them.
-const (
-	ReasonStop   = "stop"
-	ReasonLength = "length"
-)
+// ReasonStop is the finish reason of a stop condition, as the OpenAI API
+// names it.
+const ReasonStop = "stop"
 
-// StopChecker decides, token by token, whether a request is finished and
-// which text may be streamed so far.
+// StopChecker decides, token by token, whether a stop condition (EOS, a
+// stop token id, a stop string) ends a request and which text may be
+// streamed so far. The output bound (MaxTokens) is not one: the scheduler
+// ends a sequence there, and the engine then flushes the checker.
 //
 // Text that could still be the beginning of a stop string is held back
 // until it either completes the stop string (and is dropped with it) or
@@ -26,7 +26,6 @@ type StopChecker struct {
 	stopIDs   []int32
 	eos       []int32 // nil with IgnoreEOS
 	minTokens int
-	maxTokens int
 
 	generated int
 	held      string // text withheld as a possible stop-string prefix
@@ -43,7 +42,6 @@ func NewStopChecker(p Params, eosIDs []int32) *StopChecker {
 		stops:     append([]string(nil), p.Stop...),
 		stopIDs:   append([]int32(nil), p.StopTokenIDs...),
 		minTokens: p.MinTokens,
-		maxTokens: p.MaxTokens,
 		matchID:   -1,
 	}
 	if !p.IgnoreEOS {
@@ -71,7 +69,7 @@ func (c *StopChecker) Mask(logits []float32) {
 
 // Add records one generated token and its detokenized text delta (possibly
 // empty, e.g. while a UTF-8 sequence is incomplete). It reports whether the
-// request is now finished, why (ReasonStop or ReasonLength), and the text
+// request is now finished, why (ReasonStop), and the text
 // that may be emitted now. The text of EOS and stop-id tokens and of stop
 // strings (and anything after a stop string) is never emitted. Calls after
 // the finish return done with no text.
@@ -93,15 +91,12 @@ func (c *StopChecker) Add(token int32, text string) (done bool, reason string, e
 			return c.finish(ReasonStop, c.take(at))
 		}
 	}
-	if c.maxTokens > 0 && c.generated >= c.maxTokens {
-		return c.finish(ReasonLength, c.take(len(c.held)))
-	}
 	return false, "", c.take(len(c.held) - c.holdBack())
 }
 
 // Flush returns the withheld text and forgets it, for a request that ends
-// for a reason the checker does not see (the context filled up, or the
-// client went away).
+// for a reason the checker does not see (MaxTokens reached, or the client
+// went away).
 func (c *StopChecker) Flush() string { return c.take(len(c.held)) }
 
 // Generated returns the number of tokens added so far.

@@ -27,12 +27,12 @@ func TestStopChecker(t *testing.T) {
 		id    int32
 	}{
 		{
-			name: "no stop, length",
-			p:    Params{MaxTokens: 3},
+			name: "no stop",
+			p:    Params{},
 			steps: []step{
 				{10, "Hello", "Hello", false, ""},
 				{11, " big", " big", false, ""},
-				{12, " world", " world", true, ReasonLength},
+				{12, " world", " world", false, ""},
 			},
 			id: -1,
 		},
@@ -105,10 +105,10 @@ func TestStopChecker(t *testing.T) {
 		},
 		{
 			name: "ignore EOS",
-			p:    Params{IgnoreEOS: true, MaxTokens: 2},
+			p:    Params{IgnoreEOS: true},
 			steps: []step{
 				{eos, "</s>", "</s>", false, ""},
-				{10, "x", "x", true, ReasonLength},
+				{10, "x", "x", false, ""},
 			},
 			id: -1,
 		},
@@ -141,24 +141,6 @@ func TestStopChecker(t *testing.T) {
 			match: "END", id: -1,
 		},
 		{
-			name: "length flushes held text",
-			p:    Params{MaxTokens: 2, Stop: []string{"STOP"}},
-			steps: []step{
-				{10, "a", "a", false, ""},
-				{11, "ST", "ST", true, ReasonLength},
-			},
-			id: -1,
-		},
-		{
-			name: "stop on the last allowed token is stop",
-			p:    Params{MaxTokens: 2, Stop: []string{"."}},
-			steps: []step{
-				{10, "a", "a", false, ""},
-				{11, "b.", "b", true, ReasonStop},
-			},
-			match: ".", id: -1,
-		},
-		{
 			name: "multi-byte stop",
 			p:    Params{Stop: []string{"ïx"}},
 			steps: []step{
@@ -171,12 +153,12 @@ func TestStopChecker(t *testing.T) {
 		},
 		{
 			name: "done stays done",
-			p:    Params{MaxTokens: 1},
+			p:    Params{StopTokenIDs: []int32{77}},
 			steps: []step{
-				{10, "a", "a", true, ReasonLength},
-				{11, "b", "", true, ReasonLength},
+				{77, "", "", true, ReasonStop},
+				{11, "b", "", true, ReasonStop},
 			},
-			id: -1,
+			id: 77,
 		},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -53,7 +53,9 @@ type Config struct {
 type Request struct {
 	ID     SeqID
 	Prompt []int32 // copied by Add
-	// MaxTokens is the number of tokens to generate at most (>= 1).
+	// MaxTokens is the number of tokens to generate at most (>= 1), as
+	// the engine resolved it (sample.LengthRule); Add only checks it is a
+	// bound the scheduler can keep.
 	MaxTokens int
 	// Priority matters under the Priority policy: lower runs first.
 	Priority int

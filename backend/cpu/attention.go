@@ -55,61 +55,18 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 	if err != nil {
 		return err
 	}
+	dims, err := backend.CheckAttention(a)
+	if err != nil {
+		return opErr(err)
+	}
 	h, kvh, d, ns := a.NumHeads, a.NumKVHeads, a.HeadDim, a.NumSeqs
-	if h <= 0 || kvh <= 0 || d <= 0 || h%kvh != 0 {
-		return backend.ShapeError("cpu: "+op, "heads", "NumHeads %d, NumKVHeads %d, HeadDim %d: want positive counts with NumHeads a multiple of NumKVHeads", h, kvh, d)
-	}
-	if ns <= 0 {
-		return backend.ShapeError("cpu: "+op, "NumSeqs", "%d is not positive", ns)
-	}
-	if a.SlidingWindow < 0 {
-		return backend.ShapeError("cpu: "+op, "SlidingWindow", "%d is negative", a.SlidingWindow)
-	}
-	if math.IsNaN(float64(a.Scale)) || math.IsInf(float64(a.Scale), 0) {
-		return backend.ShapeError("cpu: "+op, "Scale", "%v is not finite", a.Scale)
-	}
-	if err := checkDType(op, "Q", q, backend.F32); err != nil {
-		return err
-	}
-	if err := checkShape(op, "Q", q, -1, h*d); err != nil {
-		return err
-	}
-	numTokens := q.shape[0]
-	if err := checkDType(op, "Out", o, backend.F32); err != nil {
-		return err
-	}
-	if err := checkShape(op, "Out", o, numTokens, h*d); err != nil {
+	numTokens, numBlocks, blockSize, maxBlocks := dims.NumTokens, dims.NumBlocks, dims.BlockSize, dims.MaxBlocksPerSeq
+	if err := checkF32(op, []string{"Q", "Out"}, q, o); err != nil {
 		return err
 	}
 	if overlaps(o.data, q.data) && &o.data[0] != &q.data[0] {
 		return backend.ShapeError("cpu: "+op, "Out", "partially overlaps Q")
 	}
-	if err := checkDType(op, "KCache", kc, kvDTypes...); err != nil {
-		return err
-	}
-	if err := checkShape(op, "KCache", kc, -1, kvh, -1, d); err != nil {
-		return err
-	}
-	if err := checkDType(op, "VCache", vc, kvDTypes...); err != nil {
-		return err
-	}
-	if err := checkShape(op, "VCache", vc, kc.shape...); err != nil {
-		return err
-	}
-	for _, c := range []struct {
-		name  string
-		t     *tensor
-		shape []int
-	}{{"BlockTables", bt, []int{ns, -1}}, {"SeqLens", sl, []int{ns}}, {"QueryStart", qs, []int{ns + 1}}} {
-		if err := checkDType(op, c.name, c.t, backend.I32); err != nil {
-			return err
-		}
-		if err := checkShape(op, c.name, c.t, c.shape...); err != nil {
-			return err
-		}
-	}
-	numBlocks, blockSize := kc.shape[0], kc.shape[2]
-	maxBlocks := bt.shape[1]
 	tables, lens, starts := bt.i32(), sl.i32(), qs.i32()
 	if starts[0] != 0 {
 		return backend.ShapeError("cpu: "+op, "QueryStart", "QueryStart[0] = %d, want 0", starts[0])

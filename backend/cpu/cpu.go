@@ -8,9 +8,8 @@
 // read), so mmapped weights are never copied or expanded in memory.
 //
 // Activations, logits and Q are F32. Weights may be F32, F16, BF16, Q8_0 or
-// Q4_0; KV caches F32, BF16 or F16. The package also exports the host-side
-// dtype conversions (F32ToBF16, QuantizeQ8_0, DequantizeRow, ...) and the
-// reference sampling rule (Pick, Filter) that package sample shares.
+// Q4_0; KV caches F32, BF16 or F16. The dtype conversions it uses live with
+// the dtypes in package backend.
 //
 // The package assumes a little-endian host (amd64, arm64): tensor bytes are
 // the dtype's little-endian encoding and are viewed in place.
@@ -22,6 +21,7 @@ import (
 	"unsafe"
 
 	"github.com/trigon-llm/trigon/backend"
+	"github.com/trigon-llm/trigon/backend/samplerule"
 )
 
 // Options configures a Backend.
@@ -40,7 +40,7 @@ type Backend struct {
 	// K/V); grown on demand and kept between ops.
 	scratch [][]float32
 	// samplers[w] is worker w's reusable sampling scratch.
-	samplers []SampleScratch
+	samplers []samplerule.Scratch
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -54,7 +54,7 @@ func New(opts Options) *Backend {
 	return &Backend{
 		threads:  n,
 		scratch:  make([][]float32, n),
-		samplers: make([]SampleScratch, n),
+		samplers: make([]samplerule.Scratch, n),
 	}
 }
 
@@ -277,34 +277,30 @@ func (b *Backend) Free(t backend.Tensor) {
 // never deferred work or a deferred error.
 func (b *Backend) Sync() error { return nil }
 
-// checkDType returns a ShapeError unless t has one of dts.
-func checkDType(op, name string, t *tensor, dts ...backend.DType) error {
-	for _, dt := range dts {
-		if t.dt == dt {
-			return nil
-		}
-	}
-	return backend.ShapeError("cpu: "+op, name, "dtype %v, want one of %v", t.dt, dts)
-}
+// opErr prefixes an operand check's error with the backend's name.
+func opErr(err error) error { return fmt.Errorf("cpu: %w", err) }
 
-// checkShape returns a ShapeError unless t's shape equals want; -1 in want
-// matches any size.
-func checkShape(op, name string, t *tensor, want ...int) error {
-	ok := len(t.shape) == len(want)
-	for i := 0; ok && i < len(want); i++ {
-		ok = want[i] < 0 || want[i] == t.shape[i]
-	}
-	if !ok {
-		return backend.ShapeError("cpu: "+op, name, "shape %v, want %v", t.shape, want)
+// checkF32 reports the first of ts (named by names) that is not F32: the
+// CPU computes activations, Q and logits in F32 only, a subset of what the
+// contract allows.
+func checkF32(op string, names []string, ts ...*tensor) error {
+	for i, t := range ts {
+		if err := backend.CheckDType(op, names[i], t, backend.F32); err != nil {
+			return opErr(err)
+		}
 	}
 	return nil
 }
 
-// floatDTypes are the plain dtypes convertible to and from F32.
-var floatDTypes = []backend.DType{backend.F32, backend.F16, backend.BF16}
-
-// weightDTypes are the dtypes a weight or table may have.
-var weightDTypes = []backend.DType{backend.F32, backend.F16, backend.BF16, backend.Q8_0, backend.Q4_0}
+// orNil turns an absent optional operand (nil, or a nil *tensor that
+// optTensorOf resolved to nil) into a nil interface for the backend
+// package's checks.
+func orNil(t backend.Tensor, resolved *tensor) backend.Tensor {
+	if resolved == nil {
+		return nil
+	}
+	return t
+}
 
 // rowBytes returns the byte length of one innermost row of t.
 func (t *tensor) rowBytes() int {
@@ -322,7 +318,7 @@ func floatVector(t *tensor) []float32 {
 		return t.f32()
 	}
 	out := make([]float32, len(t.data)/t.dt.BlockBytes())
-	_ = DequantizeRow(t.dt, t.data, out)
+	_ = backend.DequantizeRow(t.dt, t.data, out)
 	return out
 }
 

@@ -11,6 +11,8 @@ import (
 // the decode path of MatMul. Integers are widened through small tables: a
 // load is cheaper than an int-to-float conversion in Go's scalar code.
 
+const qk = 32 // elements per Q8_0 / Q4_0 block
+
 // i8Table[b] is float32(int8(b)).
 var i8Table = func() (t [256]float32) {
 	for i := range t {
@@ -60,7 +62,7 @@ func dotBF16(x []float32, wb []byte) float32 {
 }
 
 func dotF16(x []float32, wb []byte) float32 {
-	t := f16Table()
+	t := backend.F16Table()
 	n := len(x)
 	w := bytesAs[uint16](wb)[:n]
 	var s0, s1, s2, s3 float32
@@ -79,7 +81,7 @@ func dotF16(x []float32, wb []byte) float32 {
 
 // dotQ8 sums each block's integer-weighted x in f32 and scales it once.
 func dotQ8(x []float32, w []byte) float32 {
-	t := f16Table()
+	t := backend.F16Table()
 	nb := len(x) / qk
 	w = w[:nb*34]
 	var sum float32
@@ -101,7 +103,7 @@ func dotQ8(x []float32, w []byte) float32 {
 
 // dotQ4 is dotQ8 for Q4_0: byte j holds values j (low nibble) and j+16.
 func dotQ4(x []float32, w []byte) float32 {
-	t := f16Table()
+	t := backend.F16Table()
 	nb := len(x) / qk
 	w = w[:nb*18]
 	var sum float32

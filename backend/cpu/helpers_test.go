@@ -11,6 +11,13 @@ import (
 	"github.com/trigon-llm/trigon/backend"
 )
 
+// The dtypes the tests sweep: every float dtype (activations elsewhere,
+// KV caches, norm weights, embedding outputs) and every weight dtype.
+var (
+	floatDTypes  = []backend.DType{backend.F32, backend.F16, backend.BF16}
+	weightDTypes = []backend.DType{backend.F32, backend.F16, backend.BF16, backend.Q8_0, backend.Q4_0}
+)
+
 // newRand returns a generator seeded from the test's name, so every test
 // gets its own fresh inputs and a failure reproduces.
 func newRand(t testing.TB) *rand.Rand {
@@ -53,21 +60,21 @@ func encode(t testing.TB, dt backend.DType, v []float32) []byte {
 	case backend.F16, backend.BF16:
 		b := make([]byte, 2*len(v))
 		for i, f := range v {
-			h := F32ToBF16(f)
+			h := backend.F32ToBF16(f)
 			if dt == backend.F16 {
-				h = F32ToF16(f)
+				h = backend.F32ToF16(f)
 			}
 			binary.LittleEndian.PutUint16(b[2*i:], h)
 		}
 		return b
 	case backend.Q8_0:
-		b, err := QuantizeQ8_0(v)
+		b, err := backend.QuantizeQ8_0(v)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return b
 	case backend.Q4_0:
-		b, err := QuantizeQ4_0(v)
+		b, err := backend.QuantizeQ4_0(v)
 		if err != nil {
 			t.Fatal(err)
 		}

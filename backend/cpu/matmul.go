@@ -52,34 +52,16 @@ func (b *Backend) MatMul(out, x, w, bias backend.Tensor) error {
 	if err != nil {
 		return err
 	}
-	if err := checkDType(op, "x", xt, backend.F32); err != nil {
-		return err
+	dims, err := backend.CheckMatMul(o, xt, wt, orNil(bias, bt))
+	if err != nil {
+		return opErr(err)
 	}
-	if err := checkDType(op, "out", o, backend.F32); err != nil {
-		return err
-	}
-	if err := checkDType(op, "w", wt, weightDTypes...); err != nil {
-		return err
-	}
-	if err := checkShape(op, "w", wt, -1, -1); err != nil {
-		return err
-	}
-	outF, inF := wt.shape[0], wt.shape[1]
-	if err := checkShape(op, "x", xt, -1, inF); err != nil {
-		return err
-	}
-	n := xt.shape[0]
-	if err := checkShape(op, "out", o, n, outF); err != nil {
+	n, inF, outF := dims.N, dims.In, dims.Out
+	if err := checkF32(op, []string{"x", "out"}, xt, o); err != nil {
 		return err
 	}
 	var bv []float32
 	if bt != nil {
-		if err := checkDType(op, "bias", bt, floatDTypes...); err != nil {
-			return err
-		}
-		if err := checkShape(op, "bias", bt, outF); err != nil {
-			return err
-		}
 		bv = floatVector(bt)
 	}
 	if overlaps(o.data, xt.data) {

@@ -28,26 +28,11 @@ func (b *Backend) Embed(out, table, ids backend.Tensor) error {
 	if err != nil {
 		return err
 	}
-	if err := checkDType(op, "out", o, floatDTypes...); err != nil {
-		return err
+	dims, err := backend.CheckEmbed(o, tt, it)
+	if err != nil {
+		return opErr(err)
 	}
-	if err := checkDType(op, "table", tt, weightDTypes...); err != nil {
-		return err
-	}
-	if err := checkDType(op, "ids", it, backend.I32); err != nil {
-		return err
-	}
-	if err := checkShape(op, "table", tt, -1, -1); err != nil {
-		return err
-	}
-	rows, dim := tt.shape[0], tt.shape[1]
-	if err := checkShape(op, "ids", it, -1); err != nil {
-		return err
-	}
-	n := it.shape[0]
-	if err := checkShape(op, "out", o, n, dim); err != nil {
-		return err
-	}
+	n, rows, dim := dims.N, dims.Rows, dims.Dim
 	if overlaps(o.data, tt.data) || overlaps(o.data, it.data) {
 		return backend.ShapeError("cpu: "+op, "out", "overlaps an input")
 	}
@@ -109,38 +94,17 @@ func (b *Backend) AddRMSNorm(out, x, residual, weight backend.Tensor, eps float3
 	if err != nil {
 		return err
 	}
-	if err := checkDType(op, "x", xt, backend.F32); err != nil {
+	dims, err := backend.CheckAddRMSNorm(o, xt, orNil(residual, rt), wt, eps)
+	if err != nil {
+		return opErr(err)
+	}
+	rows, dim := dims.Rows, dims.Dim
+	// residual has x's dtype: F32 too once x is.
+	if err := checkF32(op, []string{"x", "out"}, xt, o); err != nil {
 		return err
 	}
-	if err := checkShape(op, "x", xt, -1, -1); err != nil {
-		return err
-	}
-	rows, dim := xt.shape[0], xt.shape[1]
-	if err := checkDType(op, "out", o, backend.F32); err != nil {
-		return err
-	}
-	if err := checkShape(op, "out", o, rows, dim); err != nil {
-		return err
-	}
-	if rt != nil {
-		if err := checkDType(op, "residual", rt, backend.F32); err != nil {
-			return err
-		}
-		if err := checkShape(op, "residual", rt, rows, dim); err != nil {
-			return err
-		}
-		if overlaps(rt.data, xt.data) || overlaps(rt.data, o.data) {
-			return backend.ShapeError("cpu: "+op, "residual", "overlaps x or out")
-		}
-	}
-	if err := checkDType(op, "weight", wt, floatDTypes...); err != nil {
-		return err
-	}
-	if err := checkShape(op, "weight", wt, dim); err != nil {
-		return err
-	}
-	if !(eps >= 0) {
-		return backend.ShapeError("cpu: "+op, "eps", "%v is not a non-negative number", eps)
+	if rt != nil && (overlaps(rt.data, xt.data) || overlaps(rt.data, o.data)) {
+		return backend.ShapeError("cpu: "+op, "residual", "overlaps x or out")
 	}
 	wv := floatVector(wt)
 	xs, os := xt.f32(), o.f32()
@@ -193,17 +157,12 @@ func (b *Backend) SiLUMul(out, gateUp backend.Tensor) error {
 	if err != nil {
 		return err
 	}
-	if err := checkDType(op, "out", o, backend.F32); err != nil {
-		return err
+	dims, err := backend.CheckSiLUMul(o, g)
+	if err != nil {
+		return opErr(err)
 	}
-	if err := checkDType(op, "gateUp", g, backend.F32); err != nil {
-		return err
-	}
-	if err := checkShape(op, "out", o, -1, -1); err != nil {
-		return err
-	}
-	n, inter := o.shape[0], o.shape[1]
-	if err := checkShape(op, "gateUp", g, n, 2*inter); err != nil {
+	n, inter := dims.N, dims.Inter
+	if err := checkF32(op, []string{"out", "gateUp"}, o, g); err != nil {
 		return err
 	}
 	if overlaps(o.data, g.data) {
@@ -234,8 +193,8 @@ func (b *Backend) FillNormal(t backend.Tensor, seed uint64, mean, std float32) e
 	if err != nil {
 		return err
 	}
-	if err := checkDType(op, "t", x, backend.F32, backend.BF16); err != nil {
-		return err
+	if err := backend.CheckDType(op, "t", x, backend.F32, backend.BF16); err != nil {
+		return opErr(err)
 	}
 	n, err := backend.NumElements(x.shape)
 	if err != nil {
@@ -249,7 +208,7 @@ func (b *Backend) FillNormal(t backend.Tensor, seed uint64, mean, std float32) e
 				if x.dt == backend.F32 {
 					binary.LittleEndian.PutUint32(x.data[4*i:], math.Float32bits(v))
 				} else {
-					binary.LittleEndian.PutUint16(x.data[2*i:], F32ToBF16(v))
+					binary.LittleEndian.PutUint16(x.data[2*i:], backend.F32ToBF16(v))
 				}
 			}
 		}

@@ -247,7 +247,7 @@ func TestFillNormal(t *testing.T) {
 				if tc.dt == backend.F32 {
 					want = math.Float32bits(v)
 				} else {
-					want = uint32(F32ToBF16(v))
+					want = uint32(backend.F32ToBF16(v))
 				}
 				var have uint32
 				for k := es - 1; k >= 0; k-- {

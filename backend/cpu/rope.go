@@ -6,9 +6,6 @@ import (
 	"github.com/trigon-llm/trigon/backend"
 )
 
-// kvDTypes are the KV cache dtypes the CPU stores.
-var kvDTypes = []backend.DType{backend.F32, backend.BF16, backend.F16}
-
 // RoPEStoreKV implements backend.Backend.
 //
 // For each token and head, the optional per-head RMS norm is applied first,
@@ -58,76 +55,27 @@ func (b *Backend) RoPEStoreKV(a backend.RoPEArgs) error {
 	if err != nil {
 		return err
 	}
-	h, kvh, d := a.NumHeads, a.NumKVHeads, a.HeadDim
-	if h <= 0 || kvh <= 0 || d <= 0 || d%2 != 0 || h%kvh != 0 {
-		return backend.ShapeError("cpu: "+op, "heads", "NumHeads %d, NumKVHeads %d, HeadDim %d: want positive counts, NumHeads a multiple of NumKVHeads and an even HeadDim", h, kvh, d)
+	checked := a
+	checked.QNorm, checked.KNorm = orNil(a.QNorm, qn), orNil(a.KNorm, kn)
+	dims, err := backend.CheckRoPEStoreKV(checked)
+	if err != nil {
+		return opErr(err)
 	}
-	if err := checkDType(op, "QKV", qkv, backend.F32); err != nil {
-		return err
-	}
-	if err := checkShape(op, "QKV", qkv, -1, (h+2*kvh)*d); err != nil {
-		return err
-	}
-	n := qkv.shape[0]
-	if err := checkDType(op, "Q", q, backend.F32); err != nil {
-		return err
-	}
-	if err := checkShape(op, "Q", q, n, h*d); err != nil {
+	h, kvh, d, n := a.NumHeads, a.NumKVHeads, a.HeadDim, dims.NumTokens
+	if err := checkF32(op, []string{"QKV", "Q"}, qkv, q); err != nil {
 		return err
 	}
 	if overlaps(q.data, qkv.data) {
 		return backend.ShapeError("cpu: "+op, "Q", "overlaps QKV")
 	}
-	for _, c := range []struct {
-		name string
-		t    *tensor
-	}{{"Positions", pos}, {"SlotMapping", slots}} {
-		if err := checkDType(op, c.name, c.t, backend.I32); err != nil {
-			return err
-		}
-		if err := checkShape(op, c.name, c.t, n); err != nil {
-			return err
-		}
-	}
-	if err := checkDType(op, "KCache", kc, kvDTypes...); err != nil {
-		return err
-	}
-	if err := checkShape(op, "KCache", kc, -1, kvh, -1, d); err != nil {
-		return err
-	}
-	if err := checkDType(op, "VCache", vc, kvDTypes...); err != nil {
-		return err
-	}
-	if err := checkShape(op, "VCache", vc, kc.shape...); err != nil {
-		return err
-	}
-	if err := checkDType(op, "InvFreq", invf, backend.F32); err != nil {
-		return err
-	}
-	if err := checkShape(op, "InvFreq", invf, d/2); err != nil {
-		return err
-	}
 	var qw, kw []float32
-	for _, c := range []struct {
-		name string
-		t    *tensor
-		v    *[]float32
-	}{{"QNorm", qn, &qw}, {"KNorm", kn, &kw}} {
-		if c.t == nil {
-			continue
-		}
-		if err := checkDType(op, c.name, c.t, floatDTypes...); err != nil {
-			return err
-		}
-		if err := checkShape(op, c.name, c.t, d); err != nil {
-			return err
-		}
-		*c.v = floatVector(c.t)
+	if qn != nil {
+		qw = floatVector(qn)
 	}
-	if (qn != nil || kn != nil) && !(a.NormEps >= 0) {
-		return backend.ShapeError("cpu: "+op, "NormEps", "%v is not a non-negative number", a.NormEps)
+	if kn != nil {
+		kw = floatVector(kn)
 	}
-	numBlocks, blockSize := kc.shape[0], kc.shape[2]
+	numBlocks, blockSize := dims.NumBlocks, dims.BlockSize
 	numSlots := numBlocks * blockSize // no overflow: the cache's byte size fits
 	pv, sv := pos.i32(), slots.i32()
 	for t := range n {

@@ -77,10 +77,10 @@ func inspectCmd() *cobra.Command {
 			if cfg.TieEmbeddings {
 				feats = append(feats, "tied embeddings")
 			}
-			if cfg.AttentionBias {
+			if cfg.Llama.AttentionBias {
 				feats = append(feats, "QKV bias")
 			}
-			if cfg.QKNorm {
+			if cfg.Llama.QKNorm {
 				feats = append(feats, "Q/K norm")
 			}
 			if cfg.SlidingWindow > 0 {

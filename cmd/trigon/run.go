@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/trigon-llm/trigon/engine"
+	"github.com/trigon-llm/trigon/sample"
 	"github.com/trigon-llm/trigon/tokenizer"
 )
 
@@ -32,7 +33,7 @@ type samplingFlags struct {
 
 func (f *samplingFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
-	fl.IntVarP(&f.maxTokens, "max-tokens", "n", 256, "most tokens to generate")
+	fl.IntVarP(&f.maxTokens, "max-tokens", "n", 256, "most tokens to generate (given, it must fit the context; the default shrinks to fit)")
 	fl.Float32Var(&f.temperature, "temperature", 0, "sampling temperature (0: greedy; default: the model's generation config)")
 	fl.Float32Var(&f.topP, "top-p", 1, "nucleus sampling mass")
 	fl.IntVar(&f.topK, "top-k", 0, "sample among the k most likely tokens (0: off)")
@@ -42,8 +43,10 @@ func (f *samplingFlags) register(cmd *cobra.Command) {
 	fl.StringArrayVar(&f.stop, "stop", nil, "stop string (repeatable)")
 }
 
-// request builds an engine request from the flags over the model's defaults.
-func (f *samplingFlags) request(cmd *cobra.Command, l *engine.Loaded, prompt []int32) *engine.Request {
+// request builds an engine request from the flags over the model's
+// defaults. --max-tokens follows sample.LengthRule: given, it must fit the
+// context; not given, its default shrinks to what the prompt leaves.
+func (f *samplingFlags) request(cmd *cobra.Command, l *engine.Loaded, prompt []int32) (*engine.Request, error) {
 	p := engine.DefaultParams(l.Gen)
 	fl := cmd.Flags()
 	if fl.Changed("temperature") {
@@ -65,9 +68,17 @@ func (f *samplingFlags) request(cmd *cobra.Command, l *engine.Loaded, prompt []i
 		s := uint64(f.seed)
 		p.Seed = &s
 	}
-	p.MaxTokens = min(f.maxTokens, l.Context-len(prompt))
+	var asked *int
+	if fl.Changed("max-tokens") {
+		asked = &f.maxTokens
+	}
+	mt, err := sample.LengthRule{Context: l.Context, Default: f.maxTokens}.MaxTokens(asked, len(prompt), 0)
+	if err != nil {
+		return nil, err
+	}
+	p.MaxTokens = mt
 	p.Stop = f.stop
-	return &engine.Request{ID: "run", Prompt: prompt, N: 1, Params: p, SkipSpecialTokens: true}
+	return &engine.Request{ID: "run", Prompt: prompt, N: 1, Params: p, SkipSpecialTokens: true}, nil
 }
 
 func runCmd() *cobra.Command {
@@ -132,10 +143,10 @@ func generate(ctx context.Context, cmd *cobra.Command, l *engine.Loaded, sf *sam
 	if err != nil {
 		return "", err
 	}
-	if len(prompt) >= l.Context {
-		return "", fmt.Errorf("the prompt has %d tokens; this model's maximum context length is %d tokens", len(prompt), l.Context)
+	req, err := sf.request(cmd, l, prompt)
+	if err != nil {
+		return "", err
 	}
-	req := sf.request(cmd, l, prompt)
 	start := time.Now()
 	events, err := l.Engine.Submit(ctx, req)
 	if err != nil {

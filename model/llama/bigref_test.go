@@ -75,7 +75,7 @@ func TestBigRef(t *testing.T) {
 	}
 	defer w.Close()
 	promptLen := len(ref.Prompts[0])
-	m, err := llama.New(b, cfg, w, llama.Options{MaxTokens: 4 * promptLen, MaxLogits: 4})
+	m, err := llama.New(b, cfg, w, model.Options{MaxTokens: 4 * promptLen, MaxLogits: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestBigRef(t *testing.T) {
 		short := ref.Prompts[0][:ref.ShortLen]
 		gl := lastLogits(t, b, m, cfg, short)
 		c := cpu.New(cpu.Options{})
-		cm, err := llama.New(c, cfg, w, llama.Options{MaxTokens: ref.ShortLen, MaxLogits: 1})
+		cm, err := llama.New(c, cfg, w, model.Options{MaxTokens: ref.ShortLen, MaxLogits: 1})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -79,7 +79,7 @@ func (h *harness) release(s *seq) {
 // logits rows it asked for.
 func (h *harness) step(ws []work) [][][]float32 {
 	h.t.Helper()
-	var batch model.Batch
+	var batch hostBatch
 	batch.QueryStart = []int32{0}
 	var rowsPer []int
 	for _, w := range ws {

@@ -1,12 +1,13 @@
 // Package llama is the forward pass of the Llama family: Llama 2/3/3.x,
-// Mistral, Qwen2/2.5 and Qwen3, which differ only in switches of
-// model.Config (attention biases, Q/K norms, sliding window, tied
-// embeddings, RoPE scaling).
+// Mistral, Qwen2/2.5 and Qwen3, which differ only in the switches of
+// model.Config.Llama (attention biases, Q/K norms) and in common Config
+// fields (sliding window, tied embeddings, RoPE scaling). model/arch
+// constructs it for those architectures.
 //
 // The whole model is this file. Every step is one fused backend op, so the
 // same code drives the CPU oracle and the GPU, and per-step work allocates
 // nothing on the device: activations live in scratch buffers sized once for
-// Options.MaxTokens.
+// model.Options.MaxTokens.
 package llama
 
 import (
@@ -16,27 +17,15 @@ import (
 	"math"
 
 	"github.com/trigon-llm/trigon/backend"
-	"github.com/trigon-llm/trigon/backend/cpu"
 	"github.com/trigon-llm/trigon/model"
 )
 
-// Options sizes a Model's scratch memory.
-type Options struct {
-	// MaxTokens is the most token rows one Forward may carry (prefill
-	// chunks plus decodes).
-	MaxTokens int
-	// MaxLogits is the most logits rows one Forward may ask for; 0 means
-	// min(MaxTokens, 256). The logits buffer is MaxLogits x vocab F32, so
-	// runners set it to their largest batch of sequences.
-	MaxLogits int
-}
-
-// Model is a loaded Llama-family model on one backend. It is not safe for
-// concurrent use: Forward reuses its scratch buffers.
+// Model is a loaded Llama-family model on one backend: a model.Model. It
+// is not safe for concurrent use: Forward reuses its scratch buffers.
 type Model struct {
 	b     backend.Backend
 	cfg   model.Config
-	opts  Options
+	opts  model.Options
 	scale float32 // attention softmax scale, 1/sqrt(headDim)
 
 	embed     backend.Tensor // [vocab, hidden], checkpoint dtype
@@ -64,6 +53,8 @@ type Model struct {
 	owned []backend.Tensor // everything Close frees
 }
 
+var _ model.Model = (*Model)(nil)
+
 // layer is one decoder block's weights.
 type layer struct {
 	inputNorm backend.Tensor // [hidden] F32
@@ -83,7 +74,7 @@ type layer struct {
 // concatenation is byte concatenation in every dtype, quantized included);
 // norm weights and biases are widened to F32. Backends may alias w's
 // memory (the CPU backend does), so w must stay open while the Model lives.
-func New(b backend.Backend, cfg model.Config, w model.Weights, opts Options) (*Model, error) {
+func New(b backend.Backend, cfg model.Config, w model.Weights, opts model.Options) (*Model, error) {
 	if err := model.ValidateWeights(cfg, w); err != nil {
 		return nil, fmt.Errorf("llama: %w", err)
 	}
@@ -156,12 +147,12 @@ func (m *Model) load(w model.Weights) error {
 		if ly.qkv, err = m.matrix(w, ln(model.SuffixQ), ln(model.SuffixK), ln(model.SuffixV)); err != nil {
 			return err
 		}
-		if c.AttentionBias {
+		if c.Llama.AttentionBias {
 			if ly.qkvBias, err = m.uploadF32(lw(model.SuffixQBias), lw(model.SuffixKBias), lw(model.SuffixVBias)); err != nil {
 				return err
 			}
 		}
-		if c.QKNorm {
+		if c.Llama.QKNorm {
 			if ly.qNorm, err = m.uploadF32(lw(model.SuffixQNorm)); err != nil {
 				return err
 			}
@@ -172,7 +163,7 @@ func (m *Model) load(w model.Weights) error {
 		if ly.o, err = m.matrix(w, ln(model.SuffixO)); err != nil {
 			return err
 		}
-		if c.AttnOutputBias {
+		if c.Llama.AttnOutputBias {
 			if ly.oBias, err = m.uploadF32(lw(model.SuffixOBias)); err != nil {
 				return err
 			}
@@ -320,11 +311,11 @@ func toF32(w model.Weight) ([]float32, error) {
 		}
 	case backend.BF16:
 		for i := range out {
-			out[i] = cpu.BF16ToF32(le.Uint16(w.Data[2*i:]))
+			out[i] = backend.BF16ToF32(le.Uint16(w.Data[2*i:]))
 		}
 	case backend.F16:
 		for i := range out {
-			out[i] = cpu.F16ToF32(le.Uint16(w.Data[2*i:]))
+			out[i] = backend.F16ToF32(le.Uint16(w.Data[2*i:]))
 		}
 	default:
 		return nil, fmt.Errorf("%s: dtype %v cannot be widened to F32", w.Name, w.DType)

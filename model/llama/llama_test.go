@@ -70,7 +70,7 @@ func loadFixtures(t *testing.T) []fixture {
 
 func newModel(t *testing.T, b backend.Backend, cfg model.Config, w model.Weights) *Model {
 	t.Helper()
-	m, err := New(b, cfg, w, Options{MaxTokens: maxTokens, MaxLogits: 128})
+	m, err := New(b, cfg, w, model.Options{MaxTokens: maxTokens, MaxLogits: 128})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -377,7 +377,7 @@ func dequantized(t *testing.T, w model.Weights) memWeights {
 			t.Fatal(err)
 		}
 		vals := make([]float32, count)
-		if err := cpu.DequantizeRow(x.DType, x.Data, vals); err != nil {
+		if err := backend.DequantizeRow(x.DType, x.Data, vals); err != nil {
 			t.Fatalf("%s: %v", n, err)
 		}
 		out[n] = model.Weight{Name: n, DType: backend.F32, Shape: x.Shape, Data: f32Bytes(vals)}
@@ -388,12 +388,12 @@ func dequantized(t *testing.T, w model.Weights) memWeights {
 func TestNewErrors(t *testing.T) {
 	f := loadFixtures(t)[0]
 	b := cpu.New(cpu.Options{})
-	if _, err := New(b, f.cfg, f.w, Options{}); err == nil || !strings.Contains(err.Error(), "MaxTokens") {
+	if _, err := New(b, f.cfg, f.w, model.Options{}); err == nil || !strings.Contains(err.Error(), "MaxTokens") {
 		t.Errorf("zero MaxTokens: %v", err)
 	}
 	bad := f.cfg
 	bad.NumLayers++
-	if _, err := New(b, bad, f.w, Options{MaxTokens: 8}); err == nil || !strings.Contains(err.Error(), "missing") {
+	if _, err := New(b, bad, f.w, model.Options{MaxTokens: 8}); err == nil || !strings.Contains(err.Error(), "missing") {
 		t.Errorf("config with an extra layer: %v", err)
 	}
 }

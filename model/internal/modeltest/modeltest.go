@@ -14,7 +14,6 @@ import (
 	"runtime"
 
 	"github.com/trigon-llm/trigon/backend"
-	"github.com/trigon-llm/trigon/backend/cpu"
 	"github.com/trigon-llm/trigon/format/gguf"
 	"github.com/trigon-llm/trigon/model"
 )
@@ -190,7 +189,7 @@ func convertWeight(w model.Weight, dt backend.DType) (model.Weight, error) {
 		return model.Weight{}, err
 	}
 	vals := make([]float32, n)
-	if err := cpu.DequantizeRow(w.DType, w.Data, vals); err != nil {
+	if err := backend.DequantizeRow(w.DType, w.Data, vals); err != nil {
 		return model.Weight{}, fmt.Errorf("%s: %w", w.Name, err)
 	}
 	var data []byte
@@ -203,16 +202,16 @@ func convertWeight(w model.Weight, dt backend.DType) (model.Weight, error) {
 	case backend.F16, backend.BF16:
 		data = make([]byte, 2*n)
 		for i, v := range vals {
-			h := cpu.F32ToBF16(v)
+			h := backend.F32ToBF16(v)
 			if dt == backend.F16 {
-				h = cpu.F32ToF16(v)
+				h = backend.F32ToF16(v)
 			}
 			data[2*i], data[2*i+1] = byte(h), byte(h>>8)
 		}
 	case backend.Q8_0:
-		data, err = cpu.QuantizeQ8_0(vals)
+		data, err = backend.QuantizeQ8_0(vals)
 	case backend.Q4_0:
-		data, err = cpu.QuantizeQ4_0(vals)
+		data, err = backend.QuantizeQ4_0(vals)
 	default:
 		err = fmt.Errorf("cannot convert to %v", dt)
 	}

@@ -1,4 +1,4 @@
-package cpu
+package backend
 
 import (
 	"encoding/binary"
@@ -6,8 +6,6 @@ import (
 	"math"
 	"sort"
 	"testing"
-
-	"github.com/trigon-llm/trigon/backend"
 )
 
 // nearestCode is an independent reference for round-to-nearest-even into a
@@ -234,12 +232,12 @@ func TestQuantizeKnownBlock(t *testing.T) {
 func TestQuantizeError(t *testing.T) {
 	r := newRand(t)
 	for _, c := range []struct {
-		dt       backend.DType
+		dt       DType
 		quantize func([]float32) ([]byte, error)
 		maxRel   float64
 	}{
-		{backend.Q8_0, QuantizeQ8_0, 0.01},
-		{backend.Q4_0, QuantizeQ4_0, 0.15},
+		{Q8_0, QuantizeQ8_0, 0.01},
+		{Q4_0, QuantizeQ4_0, 0.15},
 	} {
 		t.Run(c.dt.String(), func(t *testing.T) {
 			for _, n := range []int{32, 96, 4096} {
@@ -272,7 +270,7 @@ func TestQuantizeError(t *testing.T) {
 
 func TestDequantizeRowFloat(t *testing.T) {
 	r := newRand(t)
-	for _, dt := range []backend.DType{backend.F32, backend.F16, backend.BF16} {
+	for _, dt := range []DType{F32, F16, BF16} {
 		t.Run(dt.String(), func(t *testing.T) {
 			x := randFloats(r, 37, 3)
 			b := encode(t, dt, x)
@@ -288,16 +286,16 @@ func TestDequantizeRowFloat(t *testing.T) {
 func TestDequantizeRowErrors(t *testing.T) {
 	for _, c := range []struct {
 		name string
-		dt   backend.DType
+		dt   DType
 		src  int
 		n    int
 	}{
-		{"short F32", backend.F32, 7, 2},
-		{"long BF16", backend.BF16, 6, 2},
-		{"partial Q8_0 block", backend.Q8_0, 34, 16},
-		{"wrong Q4_0 bytes", backend.Q4_0, 34, 32},
-		{"I32", backend.I32, 8, 2},
-		{"unknown", backend.DType(99), 8, 2},
+		{"short F32", F32, 7, 2},
+		{"long BF16", BF16, 6, 2},
+		{"partial Q8_0 block", Q8_0, 34, 16},
+		{"wrong Q4_0 bytes", Q4_0, 34, 32},
+		{"I32", I32, 8, 2},
+		{"unknown", DType(99), 8, 2},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if err := DequantizeRow(c.dt, make([]byte, c.src), make([]float32, c.n)); err == nil {
@@ -305,7 +303,7 @@ func TestDequantizeRowErrors(t *testing.T) {
 			}
 		})
 	}
-	if err := DequantizeRow(backend.F32, make([]byte, 4), make([]float32, 2)); !errors.Is(err, backend.ErrShape) {
+	if err := DequantizeRow(F32, make([]byte, 4), make([]float32, 2)); !errors.Is(err, ErrShape) {
 		t.Errorf("size mismatch error %v does not wrap ErrShape", err)
 	}
 }
