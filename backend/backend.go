@@ -110,6 +110,7 @@ type RoPEArgs struct {
 	SlotMapping Tensor  // [numTokens] I32
 	KCache      Tensor  // [numBlocks, numKVHeads, blockSize, headDim]
 	VCache      Tensor  // [numBlocks, numKVHeads, blockSize, headDim]
+	KV          KVSpec  // the caches' format
 	InvFreq     Tensor  // [headDim/2] F32: per-pair inverse frequency, scaling already applied
 	QNorm       Tensor  // [headDim] or nil: per-head RMS norm of Q before rotation (Qwen3)
 	KNorm       Tensor  // [headDim] or nil
@@ -132,6 +133,7 @@ type AttentionArgs struct {
 	Q           Tensor // [numTokens, numHeads*headDim], rotated
 	KCache      Tensor // [numBlocks, numKVHeads, blockSize, headDim]
 	VCache      Tensor // [numBlocks, numKVHeads, blockSize, headDim]
+	KV          KVSpec // the caches' format
 	BlockTables Tensor // [numSeqs, maxBlocksPerSeq] I32
 	SeqLens     Tensor // [numSeqs] I32
 	QueryStart  Tensor // [numSeqs+1] I32, QueryStart[0] = 0

@@ -172,11 +172,11 @@ func checkHeads(op string, h, kvh, d int, evenDim bool) error {
 
 // checkKV checks a pair of paged caches: K of kvh KV heads of head dim d,
 // V of K's shape.
-func checkKV(op string, k, v Tensor, kvh, d int) error {
-	if err := checkOperand(op, "KCache", k, floatDTypes, -1, kvh, -1, d); err != nil {
-		return err
-	}
-	return checkOperand(op, "VCache", v, floatDTypes, k.Shape()...)
+// checkKV checks a layer's K and V pools against the format spec says
+// for kvh heads of d.
+func checkKV(op string, spec KVSpec, k, v Tensor, kvh, d int) error {
+	_, err := spec.CheckPools(op, k, v, kvh, d)
+	return err
 }
 
 // RoPEDims are the sizes of RoPEStoreKV's operands.
@@ -193,8 +193,8 @@ type RoPEDims struct {
 //	Q           [numTokens, numHeads*headDim] F32, F16 or BF16
 //	QKV         [numTokens, (numHeads+2*numKVHeads)*headDim] F32, F16 or BF16
 //	Positions   [numTokens] I32; SlotMapping [numTokens] I32
-//	KCache      [numBlocks, numKVHeads, blockSize, headDim] F32, F16 or BF16
-//	VCache      KCache's shape, F32, F16 or BF16
+//	KCache      [numBlocks, numKVHeads, blockSize, headDim] as KV says
+//	VCache      KCache's shape and dtype
 //	InvFreq     [headDim/2] F32
 //	QNorm/KNorm [headDim] F32, F16 or BF16, or nil; NormEps finite, >= 0 with either
 func CheckRoPEStoreKV(a RoPEArgs) (RoPEDims, error) {
@@ -216,7 +216,7 @@ func CheckRoPEStoreKV(a RoPEArgs) (RoPEDims, error) {
 	if err := checkOperand(op, "SlotMapping", a.SlotMapping, i32DTypes, n); err != nil {
 		return RoPEDims{}, err
 	}
-	if err := checkKV(op, a.KCache, a.VCache, kvh, d); err != nil {
+	if err := checkKV(op, a.KV, a.KCache, a.VCache, kvh, d); err != nil {
 		return RoPEDims{}, err
 	}
 	if err := checkOperand(op, "InvFreq", a.InvFreq, f32DTypes, d/2); err != nil {
@@ -237,7 +237,7 @@ func CheckRoPEStoreKV(a RoPEArgs) (RoPEDims, error) {
 		return RoPEDims{}, ShapeError(op, "NormEps", "%v is not a finite non-negative number", a.NormEps)
 	}
 	ks := a.KCache.Shape()
-	return RoPEDims{NumTokens: n, NumBlocks: ks[0], BlockSize: ks[2]}, nil
+	return RoPEDims{NumTokens: n, NumBlocks: ks[0], BlockSize: a.KV.BlockSize}, nil
 }
 
 // AttentionDims are the sizes of Attention's operands.
@@ -252,8 +252,8 @@ type AttentionDims struct {
 // values of BlockTables, SeqLens and QueryStart are the backend's to check.
 //
 //	Out, Q      [numTokens, numHeads*headDim] F32, F16 or BF16
-//	KCache      [numBlocks, numKVHeads, blockSize, headDim] F32, F16 or BF16
-//	VCache      KCache's shape, F32, F16 or BF16
+//	KCache      [numBlocks, numKVHeads, blockSize, headDim] as KV says
+//	VCache      KCache's shape and dtype
 //	BlockTables [numSeqs, maxBlocksPerSeq] I32
 //	SeqLens     [numSeqs] I32; QueryStart [numSeqs+1] I32
 //	NumSeqs > 0, MaxSeqLen >= 0, SlidingWindow >= 0, Scale finite
@@ -280,7 +280,7 @@ func CheckAttention(a AttentionArgs) (AttentionDims, error) {
 	if err := checkOperand(op, "Out", a.Out, floatDTypes, n, h*d); err != nil {
 		return AttentionDims{}, err
 	}
-	if err := checkKV(op, a.KCache, a.VCache, kvh, d); err != nil {
+	if err := checkKV(op, a.KV, a.KCache, a.VCache, kvh, d); err != nil {
 		return AttentionDims{}, err
 	}
 	if err := checkOperand(op, "BlockTables", a.BlockTables, i32DTypes, ns, -1); err != nil {
@@ -293,7 +293,7 @@ func CheckAttention(a AttentionArgs) (AttentionDims, error) {
 		return AttentionDims{}, err
 	}
 	ks := a.KCache.Shape()
-	return AttentionDims{NumTokens: n, NumBlocks: ks[0], BlockSize: ks[2], MaxBlocksPerSeq: a.BlockTables.Shape()[1]}, nil
+	return AttentionDims{NumTokens: n, NumBlocks: ks[0], BlockSize: a.KV.BlockSize, MaxBlocksPerSeq: a.BlockTables.Shape()[1]}, nil
 }
 
 // SiLUMulDims are the sizes of SiLUMul's operands.

@@ -23,7 +23,7 @@ func ft(dt DType, shape ...int) Tensor { return fakeTensor{dt, shape} }
 func ropeArgs() RoPEArgs {
 	return RoPEArgs{
 		Q: ft(BF16, 3, 32), QKV: ft(BF16, 3, 64), Positions: ft(I32, 3), SlotMapping: ft(I32, 3),
-		KCache: ft(BF16, 5, 2, 16, 8), VCache: ft(F16, 5, 2, 16, 8), InvFreq: ft(F32, 4),
+		KCache: ft(BF16, 5, 2, 16, 8), VCache: ft(BF16, 5, 2, 16, 8), KV: PlainKV(BF16, 16), InvFreq: ft(F32, 4),
 		QNorm: ft(F32, 8), KNorm: ft(BF16, 8), NormEps: 1e-6, NumHeads: 4, NumKVHeads: 2, HeadDim: 8,
 	}
 }
@@ -32,7 +32,7 @@ func ropeArgs() RoPEArgs {
 // heads and caches of ropeArgs, tables of 3 blocks.
 func attnArgs() AttentionArgs {
 	return AttentionArgs{
-		Out: ft(F32, 7, 32), Q: ft(F32, 7, 32), KCache: ft(BF16, 5, 2, 16, 8), VCache: ft(BF16, 5, 2, 16, 8),
+		Out: ft(F32, 7, 32), Q: ft(F32, 7, 32), KCache: ft(BF16, 5, 2, 16, 8), VCache: ft(BF16, 5, 2, 16, 8), KV: PlainKV(BF16, 16),
 		BlockTables: ft(I32, 2, 3), SeqLens: ft(I32, 2), QueryStart: ft(I32, 3),
 		NumSeqs: 2, MaxSeqLen: 40, NumHeads: 4, NumKVHeads: 2, HeadDim: 8, Scale: 0.35,
 	}
@@ -116,6 +116,8 @@ func TestOperandChecks(t *testing.T) {
 		{"ropestorekv", "valid without norms", withRoPE(func(a *RoPEArgs) { a.QNorm, a.KNorm, a.NormEps = nil, nil, nan }),
 			RoPEDims{NumTokens: 3, NumBlocks: 5, BlockSize: 16}, ""},
 		{"ropestorekv", "heads not grouped", withRoPE(func(a *RoPEArgs) { a.NumKVHeads = 3 }), nil, "heads"},
+		{"ropestorekv", "V dtype differs from K", withRoPE(func(a *RoPEArgs) { a.VCache = ft(F16, 5, 2, 16, 8) }), nil, "VCache"},
+		{"ropestorekv", "window without a format", withRoPE(func(a *RoPEArgs) { a.KV.Window = 128 }), nil, "KV"},
 		{"ropestorekv", "odd head dim", withRoPE(func(a *RoPEArgs) { a.HeadDim = 7 }), nil, "heads"},
 		{"ropestorekv", "no heads", withRoPE(func(a *RoPEArgs) { a.NumHeads = 0 }), nil, "heads"},
 		{"ropestorekv", "QKV width", withRoPE(func(a *RoPEArgs) { a.QKV = ft(BF16, 3, 48) }), nil, "QKV"},
@@ -142,6 +144,9 @@ func TestOperandChecks(t *testing.T) {
 		{"attention", "Out rows", withAttn(func(a *AttentionArgs) { a.Out = ft(F32, 6, 32) }), nil, "Out"},
 		{"attention", "cache head dim", withAttn(func(a *AttentionArgs) { a.KCache = ft(BF16, 5, 2, 16, 16) }), nil, "KCache"},
 		{"attention", "V of ids", withAttn(func(a *AttentionArgs) { a.VCache = ft(I32, 5, 2, 16, 8) }), nil, "VCache"},
+		{"attention", "no KV spec", withAttn(func(a *AttentionArgs) { a.KV = KVSpec{} }), nil, "KV"},
+		{"attention", "spec block size", withAttn(func(a *AttentionArgs) { a.KV.BlockSize = 32 }), nil, "KCache"},
+		{"attention", "spec dtype", withAttn(func(a *AttentionArgs) { a.KV.DType = F16 }), nil, "KCache"},
 		{"attention", "block table rows", withAttn(func(a *AttentionArgs) { a.BlockTables = ft(I32, 3, 3) }), nil, "BlockTables"},
 		{"attention", "seq lens length", withAttn(func(a *AttentionArgs) { a.SeqLens = ft(I32, 3) }), nil, "SeqLens"},
 		{"attention", "float query start", withAttn(func(a *AttentionArgs) { a.QueryStart = ft(F32, 3) }), nil, "QueryStart"},

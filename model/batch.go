@@ -32,9 +32,11 @@ type DeviceBatch struct {
 	MaxQueryLen int // most query rows of one sequence (1: decode only; 0: unknown)
 }
 
-// LayerKV is one layer's paged KV cache. Block b's slice for KV head h is
-// contiguous: [blockSize, headDim] at K[b][h].
+// LayerKV is one layer's paged KV cache: its pools and their format,
+// which the runner owns and the model hands to every op that writes or
+// reads the cache.
 type LayerKV struct {
-	K backend.Tensor // [numBlocks, numKVHeads, blockSize, headDim]
-	V backend.Tensor // [numBlocks, numKVHeads, blockSize, headDim]
+	K    backend.Tensor // [numBlocks, numKVHeads, blockSize, headDim]
+	V    backend.Tensor // [numBlocks, numKVHeads, blockSize, headDim]
+	Spec backend.KVSpec
 }

@@ -38,7 +38,7 @@ func (r *Runner) CopyBlocks(copies []BlockCopy) error {
 		if err != nil {
 			return fmt.Errorf("runner: block copy: %w", err)
 		}
-		scratch, err := b.Alloc(r.opts.KVDType, 1, elems)
+		scratch, err := b.Alloc(r.spec.DType, 1, elems)
 		if err != nil {
 			b.Free(ids)
 			return fmt.Errorf("runner: block copy: %w", err)

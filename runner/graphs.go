@@ -38,7 +38,7 @@ type GraphOptions struct {
 type GraphKey struct {
 	WeightsVersion uint64 // bumped when weights are replaced in place
 	AdapterVersion uint64 // the loaded adapter set (0: none)
-	KVDType        backend.DType
+	KV             backend.KVSpec
 	Bucket         int
 }
 

@@ -72,6 +72,9 @@ type Runner struct {
 	b    backend.Backend
 	m    Model
 	opts Options
+	// spec is the KV cache's format: the runner allocates the pools from
+	// it and hands it with them to the model.
+	spec backend.KVSpec
 	kv   []model.LayerKV
 
 	maxBlocksPerSeq int
@@ -141,21 +144,25 @@ func New(b backend.Backend, m Model, opts Options) (*Runner, error) {
 	if opts.KVDType == 0 {
 		opts.KVDType = b.ActDType()
 	}
-	r := &Runner{b: b, m: m, opts: opts}
+	r := &Runner{b: b, m: m, opts: opts, spec: backend.PlainKV(opts.KVDType, opts.BlockSize)}
+	if err := r.spec.Validate(); err != nil {
+		return nil, fmt.Errorf("runner: %w", err)
+	}
 	r.maxBlocksPerSeq = (opts.MaxSeqLen + opts.BlockSize - 1) / opts.BlockSize
+	shape := r.spec.PoolShape(opts.NumBlocks, opts.NumKVHeads, opts.HeadDim)
 	for l := 0; l < opts.NumLayers; l++ {
-		k, err := b.Alloc(opts.KVDType, opts.NumBlocks, opts.NumKVHeads, opts.BlockSize, opts.HeadDim)
+		k, err := b.Alloc(r.spec.DType, shape...)
 		if err != nil {
 			r.Close()
 			return nil, fmt.Errorf("runner: allocate K pool of layer %d (%d blocks): %w", l, opts.NumBlocks, err)
 		}
-		v, err := b.Alloc(opts.KVDType, opts.NumBlocks, opts.NumKVHeads, opts.BlockSize, opts.HeadDim)
+		v, err := b.Alloc(r.spec.DType, shape...)
 		if err != nil {
 			b.Free(k)
 			r.Close()
 			return nil, fmt.Errorf("runner: allocate V pool of layer %d (%d blocks): %w", l, opts.NumBlocks, err)
 		}
-		r.kv = append(r.kv, model.LayerKV{K: k, V: v})
+		r.kv = append(r.kv, model.LayerKV{K: k, V: v, Spec: r.spec})
 	}
 	// The largest layout: every count at its maximum (a step has at most
 	// MaxTokens logits rows and min(MaxSeqs, MaxTokens) sequences).
@@ -174,17 +181,14 @@ func New(b backend.Backend, m Model, opts Options) (*Runner, error) {
 		return nil, err
 	}
 	if r.graphs != nil {
-		r.graphs.key.KVDType = opts.KVDType
+		r.graphs.key.KV = r.spec
 	}
 	return r, nil
 }
 
 // KVBytes is the device memory the KV pools take.
 func (r *Runner) KVBytes() int64 {
-	per, err := r.opts.KVDType.Bytes([]int{r.opts.NumKVHeads, r.opts.BlockSize, r.opts.HeadDim})
-	if err != nil {
-		return 0
-	}
+	per := r.spec.BlockBytes(r.opts.NumKVHeads, r.opts.HeadDim)
 	return int64(per) * int64(r.opts.NumBlocks) * 2 * int64(r.opts.NumLayers)
 }
 
@@ -522,3 +526,6 @@ func (r *Runner) Backend() backend.Backend { return r.b }
 // KV returns the per-layer KV pools, [numBlocks, numKVHeads, blockSize,
 // headDim] each. The runner keeps ownership.
 func (r *Runner) KV() []model.LayerKV { return r.kv }
+
+// KVSpec is the format of the runner's KV cache.
+func (r *Runner) KVSpec() backend.KVSpec { return r.spec }

@@ -94,7 +94,7 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 
 	qv, ov := q.f32(), o.f32()
 	group := h / kvh
-	kEl, vEl := kc.dt.BlockBytes(), vc.dt.BlockBytes()
+	kp, vp := newKVPool(kc, a.KV, kvh, d), newKVPool(vc, a.KV, kvh, d)
 	window := a.SlidingWindow
 	b.parallel(ns*h, 1, func(w, lo, hi int) {
 		for unit := lo; unit < hi; unit++ {
@@ -112,11 +112,10 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 			nk := seqLen - first
 			buf := b.floatScratch(w, 2*nk*d+nk)
 			ks, vs, scores := buf[:nk*d], buf[nk*d:2*nk*d], buf[2*nk*d:]
+			table := tables[s*maxBlocks : (s+1)*maxBlocks]
 			for p := first; p < seqLen; p++ {
-				blk := int(tables[s*maxBlocks+p/blockSize])
-				base := ((blk*kvh+kvHead)*blockSize + p%blockSize) * d
-				toFloat32(kc.dt, kc.data[base*kEl:(base+d)*kEl], ks[(p-first)*d:(p-first+1)*d])
-				toFloat32(vc.dt, vc.data[base*vEl:(base+d)*vEl], vs[(p-first)*d:(p-first+1)*d])
+				kp.load(table, p, kvHead, ks[(p-first)*d:(p-first+1)*d])
+				vp.load(table, p, kvHead, vs[(p-first)*d:(p-first+1)*d])
 			}
 			for i := range qLen {
 				t := int(starts[s]) + i

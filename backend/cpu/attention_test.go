@@ -80,6 +80,7 @@ func newAttnFixture(t *testing.T, r *rand.Rand, b *Backend, c attnCase) attnFixt
 		Q:             uploadF32(t, b, f.q, numTokens, c.heads*d),
 		KCache:        kc,
 		VCache:        vc,
+		KV:            backend.PlainKV(c.cacheDT, bs),
 		BlockTables:   uploadI32(t, b, tables, len(c.seqs), maxBlocks),
 		SeqLens:       uploadI32(t, b, lens, len(c.seqs)),
 		QueryStart:    uploadI32(t, b, starts, len(c.seqs)+1),

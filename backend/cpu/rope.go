@@ -90,7 +90,7 @@ func (b *Backend) RoPEStoreKV(a backend.RoPEArgs) error {
 	freq := invf.f32()
 	xs, qs := qkv.f32(), q.f32()
 	half := d / 2
-	kEl, vEl := kc.dt.BlockBytes(), vc.dt.BlockBytes()
+	kp, vp := newKVPool(kc, a.KV, kvh, d), newKVPool(vc, a.KV, kvh, d)
 	b.parallel(n, b.grainFor(n, 1), func(w, lo, hi int) {
 		buf := b.floatScratch(w, 2*half+d)
 		cos, sin, tmp := buf[:half], buf[half:2*half], buf[2*half:]
@@ -115,19 +115,15 @@ func (b *Backend) RoPEStoreKV(a backend.RoPEArgs) error {
 			if slot < 0 {
 				continue
 			}
-			blk, off := slot/blockSize, slot%blockSize
 			for j := range kvh {
-				// Cache element index of [blk, j, off, 0].
-				base := ((blk*kvh+j)*blockSize + off) * d
 				k := row[(h+j)*d : (h+j+1)*d]
 				if kw != nil {
 					rmsNorm(tmp, k, kw, a.NormEps)
 					k = tmp
 				}
 				rotate(tmp, k, cos, sin)
-				fromFloat32(kc.dt, tmp, kc.data[base*kEl:(base+d)*kEl])
-				v := row[(h+kvh+j)*d : (h+kvh+j+1)*d]
-				fromFloat32(vc.dt, v, vc.data[base*vEl:(base+d)*vEl])
+				kp.store(slot, j, tmp)
+				vp.store(slot, j, row[(h+kvh+j)*d:(h+kvh+j+1)*d])
 			}
 		}
 	})

@@ -73,6 +73,7 @@ func TestRoPEStoreKV(t *testing.T) {
 				SlotMapping: uploadI32(t, b, slots, c.tokens),
 				KCache:      alloc(t, b, c.cacheDT, c.numBlocks, kv, c.blockSize, d),
 				VCache:      alloc(t, b, c.cacheDT, c.numBlocks, kv, c.blockSize, d),
+				KV:          backend.PlainKV(c.cacheDT, c.blockSize),
 				InvFreq:     uploadF32(t, b, invFreq, d/2),
 				NumHeads:    h, NumKVHeads: kv, HeadDim: d, NormEps: 1e-6,
 			}
@@ -147,6 +148,7 @@ func TestRoPEStoreKVErrors(t *testing.T) {
 			SlotMapping: uploadI32(t, b, []int32{0, -1, 5}, n),
 			KCache:      alloc(t, b, backend.BF16, 2, kv, 4, d),
 			VCache:      alloc(t, b, backend.BF16, 2, kv, 4, d),
+			KV:          backend.PlainKV(backend.BF16, 4),
 			InvFreq:     alloc(t, b, backend.F32, d/2),
 			NumHeads:    h, NumKVHeads: kv, HeadDim: d,
 		}

@@ -53,7 +53,7 @@ func newHarness(t testing.TB, b backend.Backend, m *Model, kvDType backend.DType
 		if err != nil {
 			t.Fatal(err)
 		}
-		h.kv = append(h.kv, model.LayerKV{K: k, V: v})
+		h.kv = append(h.kv, model.LayerKV{K: k, V: v, Spec: backend.PlainKV(kvDType, blockSize)})
 	}
 	for i := 1; i < numBlocks; i++ {
 		h.free = append(h.free, int32(i))
