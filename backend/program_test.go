@@ -59,17 +59,17 @@ func TestProgramReadBefore(t *testing.T) {
 		after  int
 		want   bool
 	}{
-		{"qkv", 1, true},     // rope reads it
-		{"qkv", 2, false},    // nothing after rope
-		{"delta", 4, true},   // post_norm adds it
-		{"delta", 5, false},  // down_proj overwrites it before any read
-		{"normed", 5, true},  // gate_up reads post_norm's output
-		{"resid", 0, true},   // post_norm reads (and writes) it
-		{"resid", 5, false},  // nothing after post_norm
-		{"kc", 2, true},      // attention reads the cache rope wrote
-		{"q", 3, false},      // nothing after attention reads Q
-		{"gu", 6, true},      // silu_mul
-		{"act", 8, false},    // the last op
+		{"qkv", 1, true},    // rope reads it
+		{"qkv", 2, false},   // nothing after rope
+		{"delta", 4, true},  // post_norm adds it
+		{"delta", 5, false}, // down_proj overwrites it before any read
+		{"normed", 5, true}, // gate_up reads post_norm's output
+		{"resid", 0, true},  // post_norm reads (and writes) it
+		{"resid", 5, false}, // nothing after post_norm
+		{"kc", 2, true},     // attention reads the cache rope wrote
+		{"q", 3, false},     // nothing after attention reads Q
+		{"gu", 6, true},     // silu_mul
+		{"act", 8, false},   // the last op
 		{"missing", 0, false},
 	} {
 		var tt backend.Tensor
@@ -123,8 +123,10 @@ func (r *recorder) AddRMSNorm(out, x, res, w backend.Tensor, eps float32) error 
 }
 func (r *recorder) MatMul(out, x, w, bias backend.Tensor) error { return r.op("matmul " + nameOf(out)) }
 func (r *recorder) RoPEStoreKV(a backend.RoPEArgs) error        { return r.op("rope " + nameOf(a.Q)) }
-func (r *recorder) Attention(a backend.AttentionArgs) error     { return r.op("attention " + nameOf(a.Out)) }
-func (r *recorder) SiLUMul(out, gateUp backend.Tensor) error    { return r.op("silu_mul " + nameOf(out)) }
+func (r *recorder) Attention(a backend.AttentionArgs) error {
+	return r.op("attention " + nameOf(a.Out))
+}
+func (r *recorder) SiLUMul(out, gateUp backend.Tensor) error { return r.op("silu_mul " + nameOf(out)) }
 
 func TestRunOps(t *testing.T) {
 	ts := tensors("normed", "resid", "g1", "g2", "qkv", "wqkv", "q", "kc", "vc", "pos", "slots", "inv",
