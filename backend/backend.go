@@ -274,43 +274,6 @@ type GateUpSiLUFuser interface {
 	GateUpSiLU(out, x, w Tensor) (bool, error)
 }
 
-// Chainer is an optional Backend interface for decode-sized batches: Chain
-// runs a run of NormFuser's ops as one device program, so the weights of
-// consecutive products stream without the gaps between kernels (a decode
-// step is bound by that stream). The ops run in order, each seeing the
-// writes of those before it, and compute what the NormFuser method of the
-// same name computes. Chain returns false, having queued nothing, where it
-// does not take the run (operands, rows, device); the caller then runs the
-// ops one by one. Operands the ops themselves would refuse are an ErrShape
-// error.
-type Chainer interface {
-	Chain(ops []ChainOp) (bool, error)
-}
-
-// ChainKind names the NormFuser method a ChainOp stands for.
-type ChainKind int
-
-const (
-	// ChainMatMulAdd is MatMulAdd(Out, X, W): Out is the residual.
-	ChainMatMulAdd ChainKind = iota + 1
-	// ChainNormGateUpSiLU is NormGateUpSiLU(Out, X, NormW, Eps, W): X is
-	// the residual.
-	ChainNormGateUpSiLU
-	// ChainNormQKVRoPE is NormQKVRoPE(X, NormW, Eps, W, RoPE): X is the
-	// residual; RoPE.QKV may be left unwritten.
-	ChainNormQKVRoPE
-)
-
-// ChainOp is one op of a Chainer run; the fields its kind does not name
-// are ignored.
-type ChainOp struct {
-	Kind      ChainKind
-	Out, X, W Tensor
-	NormW     Tensor
-	Eps       float32
-	RoPE      RoPEArgs
-}
-
 // NormPrefetcher is an optional Backend interface: AddRMSNormPrefetch is
 // AddRMSNorm with a hint that the next op reads next (a weight), so the
 // backend may start pulling its first bytes into a cache while the norm

@@ -144,13 +144,6 @@ type Backend struct {
 	marks   stepClock // MarkStep's events
 	errFlag pinned
 	errDev  uint64
-	// blob holds the parameter of launchBlob's launches: a pointer at 0
-	// to the struct at 64.
-	blob pinned
-	// chainSmem is the chain kernel's dynamic shared memory limit (0: no
-	// chain kernel on this device); chainSync its counters (chain.go).
-	chainSmem int
-	chainSync uint64
 	// argmaxCount is argmax_rows's per-row counters ([argmaxRows] u32,
 	// zero between launches; attn.go).
 	argmaxCount uint64
@@ -197,9 +190,6 @@ func New(opts Options) (*Backend, error) {
 		return nil, err
 	}
 	if err := applyFuseEnv(); err != nil {
-		return nil, err
-	}
-	if err := applyChainEnv(); err != nil {
 		return nil, err
 	}
 	if err := applyFuseNormEnv(); err != nil {
@@ -338,13 +328,6 @@ func (b *Backend) init() error {
 		return err
 	}
 	if b.stage, err = b.hostAlloc(stageBytes, 0); err != nil {
-		return err
-	}
-	if b.blob, err = b.hostAlloc(1024, 0); err != nil {
-		return err
-	}
-	*(*uint64)(cptr(b.blob.host)) = uint64(b.blob.host) + 64
-	if err := b.initChain(); err != nil {
 		return err
 	}
 	for i := range b.ring {
@@ -577,30 +560,17 @@ func (b *Backend) launchArgs(f uintptr, grid [3]int, block, smem int, pdl bool, 
 		return fmt.Errorf("launch: %d arguments, at most %d", len(args), maxKernelArgs)
 	}
 	copy(b.paramVals[:], args)
-	return b.launchParamsPDL(f, grid, block, smem, b.paramPtrs, pdl)
-}
-
-// launchParams starts kernel f with kernelParams params (pinned host
-// memory: an array of pointers to the parameters' values), with
-// programmatic dependent launch where the backend uses it. CUDA thread
-// only.
-func (b *Backend) launchParams(f uintptr, grid [3]int, block, smem int, params uintptr) error {
-	return b.launchParamsPDL(f, grid, block, smem, params, b.pdl || b.pdlFns[f])
-}
-
-// launchParamsPDL is launchParams with PDL when pdl. CUDA thread only.
-func (b *Backend) launchParamsPDL(f uintptr, grid [3]int, block, smem int, params uintptr, pdl bool) error {
 	if pdl {
 		c := b.launchCfg
 		c.grid = [3]uint32{uint32(grid[0]), uint32(grid[1]), uint32(grid[2])}
 		c.block = [3]uint32{uint32(block), 1, 1}
 		c.smem = uint32(smem)
 		c.stream = b.stream
-		return b.d.check("cuLaunchKernelEx", b.d.call(b.d.cuLaunchKernelEx, uintptr(unsafe.Pointer(c)), f, params, 0))
+		return b.d.check("cuLaunchKernelEx", b.d.call(b.d.cuLaunchKernelEx, uintptr(unsafe.Pointer(c)), f, b.paramPtrs, 0))
 	}
 	return b.d.check("cuLaunchKernel", b.d.call(b.d.cuLaunchKernel, f,
 		uintptr(grid[0]), uintptr(grid[1]), uintptr(grid[2]), uintptr(block), 1, 1,
-		uintptr(smem), b.stream, params, 0))
+		uintptr(smem), b.stream, b.paramPtrs, 0))
 }
 
 // Sync implements backend.Backend: it waits for the stream, then reports
@@ -631,13 +601,12 @@ func (b *Backend) deviceCheck() error {
 	*flag = 0
 	var what []string
 	for bit, s := range map[int32]string{
-		1:        "Embed id outside the table",
-		2:        "RoPEStoreKV slot outside the cache",
-		4:        "Attention block id outside the cache or block table",
-		8:        "Attention query count inconsistent with QueryStart/SeqLens",
-		16:       "RoPEStoreKV negative position",
-		32:       "Sample logits row holds NaN or +Inf, or only -Inf",
-		chainErr: "Chain: a block waited past its timeout for the others",
+		1:  "Embed id outside the table",
+		2:  "RoPEStoreKV slot outside the cache",
+		4:  "Attention block id outside the cache or block table",
+		8:  "Attention query count inconsistent with QueryStart/SeqLens",
+		16: "RoPEStoreKV negative position",
+		32: "Sample logits row holds NaN or +Inf, or only -Inf",
 	} {
 		if code&bit != 0 {
 			what = append(what, s)

@@ -46,13 +46,13 @@ func TestKernelsCompile(t *testing.T) {
 	specs := warmSpecs()
 	if sharedBackend(t, false) == nil && os.Getenv("TRIGON_TEST_ALL_KERNELS") == "" {
 		// No GPU: NVRTC takes seconds per module on a small machine, so CI
-		// checks four (the chain kernel's is the one whose compile fails
-		// only at run time otherwise: its sm_90 statements are the last a
-		// change breaks; the wgmma prefill kernel's must compile, to a
-		// trap, for targets other than sm_90a, which WarmKernels builds it
-		// for); TRIGON_TEST_ALL_KERNELS=1 compiles every one.
+		// checks four (the bulk GEMV's sm_90 statements and the wgmma
+		// prefill kernel, which must compile, to a trap, for targets other
+		// than sm_90a since WarmKernels builds it for every target, are
+		// the ones a change breaks unseen otherwise);
+		// TRIGON_TEST_ALL_KERNELS=1 compiles every one.
 		specs = []modSpec{{file: "embed", p: [6]int{dtBF16, dtBF16}}, {file: "rope", p: [6]int{64, 16, dtBF16, dtBF16, dtBF16}},
-			chainSpec(), {file: "attn_prefill_wg", p: [6]int{128, 16, 128, 0}}}
+			bulkConfigs[0].spec(1, dtBF16), {file: "attn_prefill_wg", p: [6]int{128, 16, 128, 0}}}
 	}
 	for _, s := range specs {
 		t.Run(s.String(), func(t *testing.T) {

@@ -13,7 +13,6 @@
 //	qkv_rope.go                                the QKV projection fused with RoPEStoreKV (backend.QKVRoPEFuser)
 //	fuse_norm.go                               products that add into the residual or normalise their input (backend.NormFuser)
 //	sample_async.go                            sampling into a device tensor, asynchronous reads (backend.DeviceSampler)
-//	chain.go                                   a run of decode products as one persistent kernel (backend.Chainer, off by default)
 //	attn_decode.go                             the decode attention kernel's plan (splits, stages)
 //	launch.go                                  kernel launch, programmatic dependent launch, clusters
 //	stepclock.go                               CUDA-event timestamps of decode steps (bench.StepClock)

@@ -10,10 +10,9 @@ import (
 
 // Driver API constants used here (cuda.h).
 const (
-	cuDevAttrMultiprocessorCount    = 16
-	cuDevAttrComputeCapMajor        = 75
-	cuDevAttrComputeCapMinor        = 76
-	cuDevAttrMaxSharedPerBlockOptin = 97
+	cuDevAttrMultiprocessorCount = 16
+	cuDevAttrComputeCapMajor     = 75
+	cuDevAttrComputeCapMinor     = 76
 
 	cuMemHostAllocPortable  = 0x01
 	cuMemHostAllocDeviceMap = 0x02

@@ -452,87 +452,76 @@ func (m *Model) forward(in *model.DeviceBatch, kv []model.LayerKV) (backend.Tens
 		}
 		return nil
 	}
-	// A Chainer runs the products between two attentions as one device
-	// program (decode batches); it leaves every product's sum in resid.
-	chained := false
-	if ch, ok := b.(backend.Chainer); ok && m.chainable() {
+	for l, ly := range m.layers {
+		// Attention block: the input norm (with the previous MLP's output
+		// added first, unless the down projection added it), QKV, RoPE and
+		// the KV write, attention, and the O projection.
+		rope := ropeArgs(l)
+		plainQKV := ly.qkvBias == nil && ly.qNorm == nil && ly.kNorm == nil
+		fused := false
 		var err error
-		if chained, err = m.runChained(ch, resid, attnOut, mlpAct, ropeArgs, attend); err != nil {
+		if nf != nil && !pending && plainQKV {
+			if fused, err = nf.NormQKVRoPE(resid, ly.inputNorm, c.RMSNormEps, ly.qkv, rope); err != nil {
+				return nil, fmt.Errorf("layer %d norm+qkv+rope: %w", l, err)
+			}
+		}
+		if !fused {
+			if err := norm(ly.inputNorm, ly.qkv); err != nil {
+				return nil, fmt.Errorf("layer %d input norm: %w", l, err)
+			}
+			// A QKVRoPEFuser runs the projection (with its bias), the Q/K
+			// norms, RoPE and the KV write as one op where it can (decode
+			// batches) and says false elsewhere.
+			if f, ok := b.(backend.QKVRoPEFuser); ok {
+				if fused, err = f.FusedQKVRoPE(normed, ly.qkv, ly.qkvBias, rope); err != nil {
+					return nil, fmt.Errorf("layer %d qkv+rope: %w", l, err)
+				}
+			}
+		}
+		if !fused {
+			if err := b.MatMul(qkv, normed, ly.qkv, ly.qkvBias); err != nil {
+				return nil, fmt.Errorf("layer %d qkv: %w", l, err)
+			}
+			if err := b.RoPEStoreKV(rope); err != nil {
+				return nil, fmt.Errorf("layer %d rope: %w", l, err)
+			}
+		}
+		if err := attend(l); err != nil {
 			return nil, err
 		}
-	}
-	if !chained {
-		for l, ly := range m.layers {
-			// Attention block: the input norm (with the previous MLP's output
-			// added first, unless the down projection added it), QKV, RoPE and
-			// the KV write, attention, and the O projection.
-			rope := ropeArgs(l)
-			plainQKV := ly.qkvBias == nil && ly.qNorm == nil && ly.kNorm == nil
-			fused := false
-			var err error
-			if nf != nil && !pending && plainQKV {
-				if fused, err = nf.NormQKVRoPE(resid, ly.inputNorm, c.RMSNormEps, ly.qkv, rope); err != nil {
-					return nil, fmt.Errorf("layer %d norm+qkv+rope: %w", l, err)
-				}
-			}
-			if !fused {
-				if err := norm(ly.inputNorm, ly.qkv); err != nil {
-					return nil, fmt.Errorf("layer %d input norm: %w", l, err)
-				}
-				// A QKVRoPEFuser runs the projection (with its bias), the Q/K
-				// norms, RoPE and the KV write as one op where it can (decode
-				// batches) and says false elsewhere.
-				if f, ok := b.(backend.QKVRoPEFuser); ok {
-					if fused, err = f.FusedQKVRoPE(normed, ly.qkv, ly.qkvBias, rope); err != nil {
-						return nil, fmt.Errorf("layer %d qkv+rope: %w", l, err)
-					}
-				}
-			}
-			if !fused {
-				if err := b.MatMul(qkv, normed, ly.qkv, ly.qkvBias); err != nil {
-					return nil, fmt.Errorf("layer %d qkv: %w", l, err)
-				}
-				if err := b.RoPEStoreKV(rope); err != nil {
-					return nil, fmt.Errorf("layer %d rope: %w", l, err)
-				}
-			}
-			if err := attend(l); err != nil {
-				return nil, err
-			}
-			if err := project(attnOut, ly.o, ly.oBias); err != nil {
-				return nil, fmt.Errorf("layer %d o_proj: %w", l, err)
-			}
+		if err := project(attnOut, ly.o, ly.oBias); err != nil {
+			return nil, fmt.Errorf("layer %d o_proj: %w", l, err)
+		}
 
-			// MLP block: down(silu(gate(x)) * up(x)).
-			fused = false
-			if nf != nil && !pending {
-				if fused, err = nf.NormGateUpSiLU(mlpAct, resid, ly.postNorm, c.RMSNormEps, ly.gateUp); err != nil {
-					return nil, fmt.Errorf("layer %d norm+gate/up+silu: %w", l, err)
+		// MLP block: down(silu(gate(x)) * up(x)).
+		fused = false
+		if nf != nil && !pending {
+			if fused, err = nf.NormGateUpSiLU(mlpAct, resid, ly.postNorm, c.RMSNormEps, ly.gateUp); err != nil {
+				return nil, fmt.Errorf("layer %d norm+gate/up+silu: %w", l, err)
+			}
+		}
+		if !fused {
+			if err := norm(ly.postNorm, ly.gateUp); err != nil {
+				return nil, fmt.Errorf("layer %d post-attention norm: %w", l, err)
+			}
+			// A GateUpSiLUFuser applies SiLU x mul in the product's
+			// epilogue where it can (decode batches).
+			if gs, ok := b.(backend.GateUpSiLUFuser); ok {
+				if fused, err = gs.GateUpSiLU(mlpAct, normed, ly.gateUp); err != nil {
+					return nil, fmt.Errorf("layer %d gate/up+silu: %w", l, err)
 				}
 			}
-			if !fused {
-				if err := norm(ly.postNorm, ly.gateUp); err != nil {
-					return nil, fmt.Errorf("layer %d post-attention norm: %w", l, err)
-				}
-				// A GateUpSiLUFuser applies SiLU x mul in the product's
-				// epilogue where it can (decode batches).
-				if gs, ok := b.(backend.GateUpSiLUFuser); ok {
-					if fused, err = gs.GateUpSiLU(mlpAct, normed, ly.gateUp); err != nil {
-						return nil, fmt.Errorf("layer %d gate/up+silu: %w", l, err)
-					}
-				}
+		}
+		if !fused {
+			if err := b.MatMul(gateUp, normed, ly.gateUp, nil); err != nil {
+				return nil, fmt.Errorf("layer %d gate/up: %w", l, err)
 			}
-			if !fused {
-				if err := b.MatMul(gateUp, normed, ly.gateUp, nil); err != nil {
-					return nil, fmt.Errorf("layer %d gate/up: %w", l, err)
-				}
-				if err := b.SiLUMul(mlpAct, gateUp); err != nil {
-					return nil, fmt.Errorf("layer %d silu: %w", l, err)
-				}
+			if err := b.SiLUMul(mlpAct, gateUp); err != nil {
+				return nil, fmt.Errorf("layer %d silu: %w", l, err)
 			}
-			if err := project(mlpAct, ly.down, nil); err != nil {
-				return nil, fmt.Errorf("layer %d down_proj: %w", l, err)
-			}
+		}
+		if err := project(mlpAct, ly.down, nil); err != nil {
+			return nil, fmt.Errorf("layer %d down_proj: %w", l, err)
 		}
 	}
 	if in.NumLogits == 0 {
@@ -558,134 +547,6 @@ func (m *Model) forward(in *model.DeviceBatch, kv []model.LayerKV) (backend.Tens
 		return nil, fmt.Errorf("lm head: %w", err)
 	}
 	return logits, nil
-}
-
-// chainable reports whether every layer's ops are the ones a Chainer
-// runs: no QKV or O bias, no Q/K norm.
-func (m *Model) chainable() bool {
-	for _, ly := range m.layers {
-		if ly.qkvBias != nil || ly.oBias != nil || ly.qNorm != nil || ly.kNorm != nil {
-			return false
-		}
-	}
-	return true
-}
-
-// runChained runs every layer through ch: the first layer's input norm
-// and QKV as one chain, then per layer the attention and one chain of the
-// O projection's add, the MLP (norm, gate/up, SiLU, down's add) and the
-// next layer's input norm and QKV. It returns false, having run nothing,
-// when ch refuses the first chain (the caller runs the layers op by op);
-// a later chain ch refuses runs op by op (runOps).
-func (m *Model) runChained(ch backend.Chainer, resid, attnOut, mlpAct backend.Tensor,
-	ropeArgs func(int) backend.RoPEArgs, attend func(int) error) (bool, error) {
-	eps := m.cfg.RMSNormEps
-	qkvOp := func(l int) backend.ChainOp {
-		ly := m.layers[l]
-		return backend.ChainOp{Kind: backend.ChainNormQKVRoPE, X: resid, NormW: ly.inputNorm, Eps: eps, W: ly.qkv, RoPE: ropeArgs(l)}
-	}
-	ok, err := ch.Chain([]backend.ChainOp{qkvOp(0)})
-	if err != nil {
-		return false, fmt.Errorf("layer 0 chain: %w", err)
-	}
-	if !ok {
-		return false, nil
-	}
-	var ops [4]backend.ChainOp
-	for l, ly := range m.layers {
-		if err := attend(l); err != nil {
-			return true, err
-		}
-		run := append(ops[:0],
-			backend.ChainOp{Kind: backend.ChainMatMulAdd, Out: resid, X: attnOut, W: ly.o},
-			backend.ChainOp{Kind: backend.ChainNormGateUpSiLU, Out: mlpAct, X: resid, NormW: ly.postNorm, Eps: eps, W: ly.gateUp},
-			backend.ChainOp{Kind: backend.ChainMatMulAdd, Out: resid, X: mlpAct, W: ly.down})
-		if l+1 < len(m.layers) {
-			run = append(run, qkvOp(l+1))
-		}
-		ok, err := ch.Chain(run)
-		if err == nil && !ok {
-			// A chain of other shapes than the first (the MLP's, say) may
-			// be refused: its ops then run one by one.
-			err = m.runOps(run)
-		}
-		if err != nil {
-			return true, fmt.Errorf("layer %d chain: %w", l, err)
-		}
-	}
-	return true, nil
-}
-
-// runOps runs ops one by one, computing what Chain would: through the
-// NormFuser methods where they fuse, else the unfused ops, with the
-// model's normed, delta and gateUp scratch.
-func (m *Model) runOps(ops []backend.ChainOp) error {
-	b := m.b
-	nf, _ := b.(backend.NormFuser)
-	for _, op := range ops {
-		n := op.X.Shape()[0]
-		var vs views
-		normed := vs.rows(b, m.normed, n)
-		if vs.err != nil {
-			return vs.err
-		}
-		fused := false
-		var err error
-		switch op.Kind {
-		case backend.ChainMatMulAdd:
-			if nf != nil {
-				if fused, err = nf.MatMulAdd(op.Out, op.X, op.W); err != nil || fused {
-					break
-				}
-			}
-			delta := vs.rows(b, m.delta, n)
-			if vs.err != nil {
-				return vs.err
-			}
-			if err = b.MatMul(delta, op.X, op.W, nil); err == nil {
-				// The add is AddRMSNorm's; its normalised output is scratch.
-				err = b.AddRMSNorm(normed, delta, op.Out, m.finalNorm, m.cfg.RMSNormEps)
-			}
-		case backend.ChainNormGateUpSiLU:
-			if nf != nil {
-				if fused, err = nf.NormGateUpSiLU(op.Out, op.X, op.NormW, op.Eps, op.W); err != nil || fused {
-					break
-				}
-			}
-			gateUp := vs.rows(b, m.gateUp, n)
-			if vs.err != nil {
-				return vs.err
-			}
-			if err = b.AddRMSNorm(normed, op.X, nil, op.NormW, op.Eps); err == nil {
-				if err = b.MatMul(gateUp, normed, op.W, nil); err == nil {
-					err = b.SiLUMul(op.Out, gateUp)
-				}
-			}
-		case backend.ChainNormQKVRoPE:
-			if nf != nil {
-				if fused, err = nf.NormQKVRoPE(op.X, op.NormW, op.Eps, op.W, op.RoPE); err != nil || fused {
-					break
-				}
-			}
-			if err = b.AddRMSNorm(normed, op.X, nil, op.NormW, op.Eps); err != nil {
-				break
-			}
-			if f, ok := b.(backend.QKVRoPEFuser); ok {
-				if fused, err = f.FusedQKVRoPE(normed, op.W, nil, op.RoPE); err != nil || fused {
-					break
-				}
-			}
-			if err = b.MatMul(op.RoPE.QKV, normed, op.W, nil); err == nil {
-				err = b.RoPEStoreKV(op.RoPE)
-			}
-		default:
-			err = fmt.Errorf("chain op kind %d", op.Kind)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // views makes row views of scratch buffers, keeping the first error.

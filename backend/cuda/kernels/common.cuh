@@ -219,8 +219,8 @@ __device__ __forceinline__ bool rows_ok(int q0, int qlen, int L, int num_tokens,
 }
 
 // norm8 is 8 bf16 values of a residual row normalised as add_rmsnorm does
-// it: bf16((v * rs) * w), w the 8 matching F32 norm weights (the GEMV and
-// chain kernels that normalise their input).
+// it: bf16((v * rs) * w), w the 8 matching F32 norm weights (the GEMV
+// kernels that normalise their input).
 __device__ __forceinline__ uint4 norm8(uint4 v, float4 g0, float4 g1, float rs) {
   const u32* vp = (const u32*)&v;
   const float w[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
