@@ -232,32 +232,18 @@ type QKVRoPEFuser interface {
 	FusedQKVRoPE(x, w, bias Tensor, args RoPEArgs) (bool, error)
 }
 
-// NormFuser is an optional Backend interface (decode-sized batches; the
-// CUDA backend's MatMulAdd also takes prefill batches): it folds
-// AddRMSNorm and SiLUMul into the products beside them, so a decoder
-// layer runs fewer kernels and moves fewer bytes. The residual add moves
-// into the product that makes the addend (MatMulAdd); the norm moves into
-// the product that reads it (NormQKVRoPE, NormGateUpSiLU), whose input is
-// then the residual stream itself. Each method returns false, having
-// queued nothing, where it does not fuse its operands (the caller then
-// runs the unfused ops); operands the unfused ops would refuse are an
-// ErrShape error. Results match the unfused ops within the rounding of the
-// norm's scale (its sum of squares may be added in another order).
+// NormFuser is an optional Backend interface: MatMulAdd moves the
+// residual add of AddRMSNorm into the product that makes the addend, so a
+// decoder layer runs fewer kernels and moves fewer bytes. It returns
+// false, having queued nothing, where it does not fuse its operands (the
+// caller then runs MatMul and AddRMSNorm's add); operands those would
+// refuse are an ErrShape error.
 type NormFuser interface {
 	// MatMulAdd: resid += x . w^T, rounded as MatMul into a buffer and
 	// AddRMSNorm's residual add round it, or once (the product and the
 	// add in one rounding: the CUDA backend's cuBLASLt path).
 	//	resid [n, m];  x [n, k];  w [m, k]
 	MatMulAdd(resid, x, w Tensor) (bool, error)
-	// NormQKVRoPE is FusedQKVRoPE with x = AddRMSNorm(h, nil, normW, eps)'s
-	// output (the norm without a residual add).
-	//	h [n, k];  normW [k];  w and args as for FusedQKVRoPE
-	NormQKVRoPE(h, normW Tensor, eps float32, w Tensor, args RoPEArgs) (bool, error)
-	// NormGateUpSiLU: out = SiLUMul of (RMSNorm(h) * normW) . w^T, w the
-	// gate rows and then the up rows, as MatMul, AddRMSNorm and SiLUMul
-	// would compute it.
-	//	out [n, inter];  h [n, k];  normW [k];  w [2*inter, k]
-	NormGateUpSiLU(out, h, normW Tensor, eps float32, w Tensor) (bool, error)
 }
 
 // GateUpSiLUFuser is an optional Backend interface (decode-sized batches):

@@ -192,9 +192,6 @@ func New(opts Options) (*Backend, error) {
 	if err := applyFuseEnv(); err != nil {
 		return nil, err
 	}
-	if err := applyFuseNormEnv(); err != nil {
-		return nil, err
-	}
 	if err := applyNormPrefetchEnv(); err != nil {
 		return nil, err
 	}

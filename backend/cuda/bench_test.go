@@ -2,7 +2,6 @@ package cuda
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -552,119 +551,6 @@ func normPrefetch(g *Backend, out, x, res, w, pf backend.Tensor, pfBytes int) er
 	return g.post(func() error {
 		return g.addRMSNorm(k, rows, normThreads(dim, rows), ts[0], ts[1], ts[2], ts[3], dim, 1e-5, 1, ts[4].ptr, pfBytes)
 	})
-}
-
-// BenchmarkNormFused times, graph-timed at batch 4 on Llama-3-8B shapes,
-// each NormFuser kernel against the unfused ops it replaces (weights cycled
-// through enough copies to stream from memory), with the norm's scale
-// applied before (pre) and after (post) the product:
-//
-//	qkv: AddRMSNorm (no add) + FusedQKVRoPE  vs  NormQKVRoPE
-//	mlp: AddRMSNorm (no add) + MatMul gate/up + SiLUMul  vs  NormGateUpSiLU
-//	o:   MatMul into delta  vs  MatMulAdd into the residual
-//
-// us/op is the pair's (or the fused kernel's) time per layer.
-func BenchmarkNormFused(b *testing.B) {
-	g := benchBackend(b)
-	defer allFused()()
-	const n, k, inter, heads, kvh, hd, eps = 4, 4096, 14336, 32, 8, 128, 1e-5
-	const width = (heads + 2*kvh) * hd
-	copiesOf := func(bytes int) int { return max(2, (256<<20)/bytes+1) }
-	weights := func(m, kk int) []backend.Tensor {
-		var ws []backend.Tensor
-		for range copiesOf(m * kk * 2) {
-			ws = append(ws, randomBF16(b, g, 0.02, m, kk))
-		}
-		return ws
-	}
-	free := func(ts ...backend.Tensor) {
-		for _, t := range ts {
-			g.Free(t)
-		}
-	}
-	f32 := func(n int, v float32) backend.Tensor {
-		buf := make([]byte, 4*n)
-		for i := range n {
-			binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(v+0.01*float32(i%7)))
-		}
-		t, err := g.Upload(backend.F32, []int{n}, buf)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return t
-	}
-	h, x := randomBF16(b, g, 1, n, k), randomBF16(b, g, 1, n, k)
-	normW := f32(k, 1)
-	normed, _ := g.Alloc(backend.BF16, n, k)
-	delta, _ := g.Alloc(backend.BF16, n, k)
-	defer free(h, x, normW, normed, delta)
-	// RoPE operands: positions near 2048, one slot per row.
-	pos, _ := g.Upload(backend.I32, []int{n}, i32Bytes([]int32{2048, 2049, 2050, 2051}))
-	slots, _ := g.Upload(backend.I32, []int{n}, i32Bytes([]int32{0, 17, 34, 51}))
-	kc, _ := g.Alloc(backend.BF16, 8, kvh, 16, hd)
-	vc, _ := g.Alloc(backend.BF16, 8, kvh, 16, hd)
-	q, _ := g.Alloc(backend.BF16, n, heads*hd)
-	qkv, _ := g.Alloc(backend.BF16, n, width)
-	invf := f32(hd/2, 0.001)
-	defer free(pos, slots, kc, vc, q, qkv, invf)
-	rope := backend.RoPEArgs{Q: q, QKV: qkv, Positions: pos, SlotMapping: slots, KCache: kc, VCache: vc,
-		InvFreq: invf, NumHeads: heads, NumKVHeads: kvh, HeadDim: hd}
-	gu, _ := g.Alloc(backend.BF16, n, 2*inter)
-	act, _ := g.Alloc(backend.BF16, n, inter)
-	defer free(gu, act)
-	fused := func(ok bool, err error) error {
-		if err == nil && !ok {
-			err = errors.New("the fused op refused its operands")
-		}
-		return err
-	}
-	for _, c := range []struct {
-		name  string
-		m, kk int // weight shape
-		run   func(w backend.Tensor, fuse bool) error
-	}{
-		{"qkv", width, k, func(w backend.Tensor, fuse bool) error {
-			if fuse {
-				return fused(g.NormQKVRoPE(h, normW, eps, w, rope))
-			}
-			if err := g.AddRMSNorm(normed, h, nil, normW, eps); err != nil {
-				return err
-			}
-			return fused(g.FusedQKVRoPE(normed, w, nil, rope))
-		}},
-		{"mlp", 2 * inter, k, func(w backend.Tensor, fuse bool) error {
-			if fuse {
-				return fused(g.NormGateUpSiLU(act, h, normW, eps, w))
-			}
-			if err := g.AddRMSNorm(normed, h, nil, normW, eps); err != nil {
-				return err
-			}
-			if err := g.MatMul(gu, normed, w, nil); err != nil {
-				return err
-			}
-			return g.SiLUMul(act, gu)
-		}},
-		{"o", k, k, func(w backend.Tensor, fuse bool) error {
-			if fuse {
-				return fused(g.MatMulAdd(h, x, w))
-			}
-			return g.MatMul(delta, x, w, nil)
-		}},
-	} {
-		ws := weights(c.m, c.kk)
-		for _, mode := range []string{"unfused", "pre", "post"} {
-			b.Run(c.name+"_"+mode, func(b *testing.B) {
-				defer func(old bool) { fuseNormPost = old }(fuseNormPost)
-				fuseNormPost = mode == "post"
-				next := 0
-				timeGraphOps(b, g, float64(c.m*c.kk*2), 2*len(ws), func() error {
-					next = (next + 1) % len(ws)
-					return c.run(ws[next], mode != "unfused")
-				})
-			})
-		}
-		free(ws...)
-	}
 }
 
 // BenchmarkAttentionPrefetch times decode attention followed by the O

@@ -292,7 +292,7 @@ var lateWaiters = map[string]string{"attn_decode_mma": "*(const uint4*)(q +", "a
 // weights the host flags as pristine (never written by a kernel), named by
 // the flag parameter.
 var earlyReaders = map[string]string{
-	"gemv_bf16": "early_w", "qkv_rope_bf16": "early_w", "gemv_add_bf16": "early_w", "gemv_norm_silu_bf16": "early_w",
+	"gemv_bf16": "early_w", "qkv_rope_bf16": "early_w", "gemv_add_bf16": "early_w",
 }
 
 // prefetchFirst are the kernels whose extra blocks prefetch a weight into

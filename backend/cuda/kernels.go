@@ -30,7 +30,7 @@ var fileParams = map[string][]string{
 	"sample":          {},
 	"copy":            {},
 	"quant":           {"WT", "OT"},
-	"gemv":            {"NT", "NW", "UR", "OT", "NP"},
+	"gemv":            {"NT", "NW", "UR", "OT"},
 	"gemv_bulk":       {"NT", "CW", "CK", "ST", "OT", "MB"},
 }
 

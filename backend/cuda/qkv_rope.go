@@ -155,7 +155,7 @@ func (b *Backend) FusedQKVRoPE(x, w, bias backend.Tensor, a backend.RoPEArgs) (b
 
 // qkvRoPEOperands checks FusedQKVRoPE's operands (ErrShape errors, as
 // MatMul(a.QKV, x, w, nil) and RoPEStoreKV(a) would give them) and reports
-// whether qkv_rope_bf16 takes them. NormQKVRoPE shares it.
+// whether qkv_rope_bf16 takes them.
 func (b *Backend) qkvRoPEOperands(x, w backend.Tensor, a backend.RoPEArgs) (xt, wt *tensor, r ropeOps, fuse bool, err error) {
 	if r, err = b.ropeOperands(a); err != nil {
 		return nil, nil, r, false, err
@@ -246,24 +246,19 @@ func (b *Backend) qkvRoPE(xt, wt, bt *tensor, r ropeOps, k int, earlyW bool) err
 		}
 		return b.ropeStore(r)
 	}
-	return b.qkvRoPECall(c, xt.ptr, wt.ptr, r, k, earlyW, bias, 0, 0)
+	return b.qkvRoPECall(c, xt.ptr, wt.ptr, r, k, earlyW, bias)
 }
 
 // qkvRoPECall launches qkv_rope_bf16 with GEMV variant c; with a bias
-// (F32 [m], else 0) it is added to the projection; with a norm weight g
-// (F32 [k], else 0), x is normalised in the kernel. CUDA thread only.
-func (b *Backend) qkvRoPECall(c gemvConfig, x, w uint64, r ropeOps, k int, earlyW bool, bias, g uint64, eps float32) error {
-	spec := modSpec{file: "gemv", p: [6]int{(r.n + 7) / 8, c.nw, c.ur, dtBF16}}
-	if g != 0 {
-		spec = normModule(r.n, c)
-	}
-	f, err := b.fn(fnKey{spec, "qkv_rope_bf16"})
+// (F32 [m], else 0) it is added to the projection. CUDA thread only.
+func (b *Backend) qkvRoPECall(c gemvConfig, x, w uint64, r ropeOps, k int, earlyW bool, bias uint64) error {
+	f, err := b.fn(fnKey{modSpec{file: "gemv", p: [6]int{(r.n + 7) / 8, c.nw, c.ur, dtBF16}}, "qkv_rope_bf16"})
 	if err != nil {
 		return err
 	}
 	blocks := (r.h + 2*r.kvh) * r.d / 16
 	return b.launch(f, [3]int{blocks, 1, 1}, c.nw*32, 0, r.q.ptr, x, w, r.pos.ptr, r.slots.ptr, r.kc.ptr, r.vc.ptr,
-		r.invf.ptr, bias, g, f32bits(eps), i32(r.n), i32(k), i32(r.h), i32(r.kvh), i32(r.d), i32(r.blockSize), i32(r.numSlots),
+		r.invf.ptr, bias, i32(r.n), i32(k), i32(r.h), i32(r.kvh), i32(r.d), i32(r.blockSize), i32(r.numSlots),
 		b.errDev, flag(earlyW)|launchEarlyFlag("qkv_rope_bf16"))
 }
 

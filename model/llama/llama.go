@@ -398,10 +398,9 @@ func (m *Model) forward(in *model.DeviceBatch, kv []model.LayerKV) (backend.Tens
 	if err := b.Embed(resid, m.embed, in.Tokens); err != nil {
 		return nil, fmt.Errorf("embed: %w", err)
 	}
-	// A NormFuser folds the norms into the products beside them (decode
-	// batches): a product adds straight into resid, and the next product
-	// normalises resid itself. pending says delta holds a product not yet
-	// added into resid (the unfused path), which a norm then adds.
+	// A NormFuser adds a product straight into resid. pending says delta
+	// holds a product not yet added into resid (the unfused path), which
+	// the next norm then adds.
 	nf, _ := b.(backend.NormFuser)
 	pending := false
 	// norm leaves RMSNorm(resid) in normed, first adding delta if pending;
@@ -457,25 +456,17 @@ func (m *Model) forward(in *model.DeviceBatch, kv []model.LayerKV) (backend.Tens
 		// added first, unless the down projection added it), QKV, RoPE and
 		// the KV write, attention, and the O projection.
 		rope := ropeArgs(l)
-		plainQKV := ly.qkvBias == nil && ly.qNorm == nil && ly.kNorm == nil
 		fused := false
 		var err error
-		if nf != nil && !pending && plainQKV {
-			if fused, err = nf.NormQKVRoPE(resid, ly.inputNorm, c.RMSNormEps, ly.qkv, rope); err != nil {
-				return nil, fmt.Errorf("layer %d norm+qkv+rope: %w", l, err)
-			}
+		if err := norm(ly.inputNorm, ly.qkv); err != nil {
+			return nil, fmt.Errorf("layer %d input norm: %w", l, err)
 		}
-		if !fused {
-			if err := norm(ly.inputNorm, ly.qkv); err != nil {
-				return nil, fmt.Errorf("layer %d input norm: %w", l, err)
-			}
-			// A QKVRoPEFuser runs the projection (with its bias), the Q/K
-			// norms, RoPE and the KV write as one op where it can (decode
-			// batches) and says false elsewhere.
-			if f, ok := b.(backend.QKVRoPEFuser); ok {
-				if fused, err = f.FusedQKVRoPE(normed, ly.qkv, ly.qkvBias, rope); err != nil {
-					return nil, fmt.Errorf("layer %d qkv+rope: %w", l, err)
-				}
+		// A QKVRoPEFuser runs the projection (with its bias), the Q/K
+		// norms, RoPE and the KV write as one op where it can (decode
+		// batches) and says false elsewhere.
+		if f, ok := b.(backend.QKVRoPEFuser); ok {
+			if fused, err = f.FusedQKVRoPE(normed, ly.qkv, ly.qkvBias, rope); err != nil {
+				return nil, fmt.Errorf("layer %d qkv+rope: %w", l, err)
 			}
 		}
 		if !fused {
@@ -495,21 +486,14 @@ func (m *Model) forward(in *model.DeviceBatch, kv []model.LayerKV) (backend.Tens
 
 		// MLP block: down(silu(gate(x)) * up(x)).
 		fused = false
-		if nf != nil && !pending {
-			if fused, err = nf.NormGateUpSiLU(mlpAct, resid, ly.postNorm, c.RMSNormEps, ly.gateUp); err != nil {
-				return nil, fmt.Errorf("layer %d norm+gate/up+silu: %w", l, err)
-			}
+		if err := norm(ly.postNorm, ly.gateUp); err != nil {
+			return nil, fmt.Errorf("layer %d post-attention norm: %w", l, err)
 		}
-		if !fused {
-			if err := norm(ly.postNorm, ly.gateUp); err != nil {
-				return nil, fmt.Errorf("layer %d post-attention norm: %w", l, err)
-			}
-			// A GateUpSiLUFuser applies SiLU x mul in the product's
-			// epilogue where it can (decode batches).
-			if gs, ok := b.(backend.GateUpSiLUFuser); ok {
-				if fused, err = gs.GateUpSiLU(mlpAct, normed, ly.gateUp); err != nil {
-					return nil, fmt.Errorf("layer %d gate/up+silu: %w", l, err)
-				}
+		// A GateUpSiLUFuser applies SiLU x mul in the product's
+		// epilogue where it can (decode batches).
+		if gs, ok := b.(backend.GateUpSiLUFuser); ok {
+			if fused, err = gs.GateUpSiLU(mlpAct, normed, ly.gateUp); err != nil {
+				return nil, fmt.Errorf("layer %d gate/up+silu: %w", l, err)
 			}
 		}
 		if !fused {
