@@ -167,20 +167,8 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 		if err != nil {
 			return err
 		}
-		cluster := dp.cluster
-		if cluster > 0 {
-			cl, err := b.fnSmem(fnKey{dp.mod, dp.clusterKernel}, dp.smem)
-			if err != nil {
-				return err
-			}
-			if fits, _ := b.clusterFit(cl, dp.grid, 128, dp.smem, cluster); fits || clusterForce {
-				dec = cl
-			} else {
-				cluster = 0 // a second wave of clusters would cost more than the combine saves
-			}
-		}
 		var part uint64 // [s, h, nsplit, d+2] F32 partials
-		if dp.nsplit > 1 && cluster == 0 {
+		if dp.nsplit > 1 {
 			if part, err = b.tmpGet(s * h * dp.nsplit * (d + 2) * 4); err != nil {
 				return err
 			}
@@ -205,15 +193,10 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 			}
 			decArgs = append(decArgs, pfPtr, pfBytes, i32(flags))
 		}
-		if cluster > 0 {
-			err = b.launchCluster(dec, dp.grid, 128, dp.smem, cluster, decArgs...)
-		} else {
-			err = b.launch(dec, dp.grid, 128, dp.smem, decArgs...)
-		}
-		if err != nil {
+		if err := b.launch(dec, dp.grid, 128, dp.smem, decArgs...); err != nil {
 			return err
 		}
-		if dp.nsplit > 1 && cluster == 0 {
+		if dp.nsplit > 1 {
 			comb, err := b.fn(fnKey{dp.mod, dp.combine})
 			if err != nil {
 				return err

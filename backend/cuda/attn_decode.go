@@ -18,10 +18,7 @@ import (
 //
 // Both cut a row's context into a split count that depends only on the
 // batch shape (never on the actual lengths), so a captured graph stays
-// valid as contexts grow; a combine kernel merges the splits, or, with
-// TRIGON_CUDA_ATTN_CLUSTER=on on sm_90 and 2-8 splits, the tensor-core
-// kernel's blocks of a row merge them themselves as one thread-block
-// cluster (attn_decode_mma_cl, through distributed shared memory).
+// valid as contexts grow; a combine kernel merges the splits.
 
 // decodeNW and decodeTile mirror NW (warps per block) and TT (tokens per
 // tile) in kernels/attn_decode.cu.
@@ -69,26 +66,6 @@ func applyDecodeStages() error {
 	return err
 }
 
-// attnCluster, when set (TRIGON_CUDA_ATTN_CLUSTER=on, read by New), has
-// the tensor-core decode kernel merge its splits inside thread-block
-// clusters (attn_decode_mma_cl) where the device launches clusters and
-// the split count is 2..8, instead of through global partials and
-// attn_decode_combine.
-var attnCluster = false
-
-// clusterForce launches the cluster kernel even where its clusters do not
-// all fit at once (clusterFit), so tests check the kernel on any shape.
-var clusterForce = false
-
-// attnClusterEnv names attnCluster's setting.
-const attnClusterEnv = "TRIGON_CUDA_ATTN_CLUSTER"
-
-// applyAttnClusterEnv reads attnClusterEnv.
-func applyAttnClusterEnv() (err error) {
-	attnCluster, err = envSwitch(attnClusterEnv, false)
-	return err
-}
-
 // decodePlan is the decode half of one Attention call, fixed on the
 // caller's goroutine.
 type decodePlan struct {
@@ -97,11 +74,6 @@ type decodePlan struct {
 	grid            [3]int
 	smem            int // dynamic shared memory of the decode kernel, bytes
 	nsplit          int
-	// cluster > 0: the splits are clusters (1, 1, cluster), merged in
-	// clusterKernel, where all of the launch's clusters are resident at
-	// once (Backend.clusterFit); otherwise decode and combine run.
-	cluster       int
-	clusterKernel string
 }
 
 // planDecode picks the decode kernel, its grid and split count for s
@@ -116,15 +88,11 @@ func (b *Backend) planDecode(s, h, kvh, d, blockSize, maxSeqLen int) decodePlan 
 		if decodeSplitsForce > 0 {
 			n = min(decodeSplitsForce, decodeMaxSplits)
 		}
-		p := decodePlan{
+		return decodePlan{
 			mod:    modSpec{file: "attn_decode", p: [6]int{d, blockSize, st}},
 			decode: "attn_decode_mma", combine: "attn_decode_combine",
 			grid: [3]int{s, kvh * chunks, n}, smem: decodeMMASmem(d, st), nsplit: n,
 		}
-		if attnCluster && b.clusters && n >= 2 && n <= 8 {
-			p.clusterKernel, p.cluster = "attn_decode_mma_cl", n
-		}
-		return p
 	}
 	// The CUDA-core kernel: a block takes gc query heads, the largest of
 	// 8, 4, 2 dividing the group.

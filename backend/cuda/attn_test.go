@@ -357,72 +357,6 @@ func TestPrefillWGSelect(t *testing.T) {
 	}
 }
 
-// TestAttentionCluster runs decode attention with the splits merged inside
-// thread-block clusters (attn_decode_mma_cl, sm_90) against the CPU and
-// against the combine kernel's bytes: 2 to 8 splits, GQA 4 to 32 (two head
-// chunks), head dims 64 to 256, contexts shorter than the splits (empty
-// ones), a window, cache blocks of 8, and a batch whose prefill rows make
-// whole clusters return early.
-func TestAttentionCluster(t *testing.T) {
-	if b := sharedBackend(t, true); b == nil || !b.clusters {
-		t.Skip("the device or driver launches no thread-block clusters (sm_90 and cuLaunchKernelEx)")
-	}
-	for _, tc := range []attnCase{
-		{name: "llama3_8b_8splits", h: 32, kv: 8, d: 128, seqs: []seqSpec{{2049, 1}, {1000, 1}, {16, 1}, {33, 1}}, maxSplits: 8},
-		{name: "gqa4_d64_3splits", h: 16, kv: 4, d: 64, seqs: []seqSpec{{1000, 1}, {65, 1}, {3, 1}}, maxSplits: 3},
-		{name: "gqa32_two_chunks_5splits", h: 32, kv: 1, d: 128, seqs: []seqSpec{{700, 1}, {31, 1}}, maxSplits: 5},
-		{name: "window37_2splits", h: 8, kv: 2, d: 128, seqs: []seqSpec{{700, 1}, {40, 1}, {37, 1}}, window: 37, maxSplits: 2},
-		{name: "mixed_8splits", h: 32, kv: 8, d: 128, seqs: []seqSpec{{1000, 1}, {500, 100}, {1, 1}}, maxSplits: 8},
-		{name: "bs8_4splits", h: 16, kv: 4, d: 128, seqs: []seqSpec{{300, 1}, {1, 1}, {77, 1}}, bs: 8, maxSplits: 4},
-		{name: "d256_6splits", h: 8, kv: 4, d: 256, seqs: []seqSpec{{513, 1}, {1, 1}}, maxSplits: 6},
-	} {
-		tc.cluster, tc.stages = true, decodeStages
-		testAttentionCase(t, tc)
-	}
-}
-
-// TestClusterFit checks the occupancy query behind the cluster merge's
-// fallback: a cluster of two small blocks fits many times over, a launch
-// of more such clusters than the GPU holds does not all fit, and the
-// answer is the same when asked again (cached).
-func TestClusterFit(t *testing.T) {
-	b := sharedBackend(t, true)
-	if b == nil || !b.clusters || b.d.cuOccupancyMaxActiveClusters == 0 {
-		t.Skip("the device or driver launches no thread-block clusters, or cannot say how many fit")
-	}
-	const d, bs = 128, 16
-	st, ok := decodeMMAStages(b.cc, d)
-	if !ok {
-		t.Skip("no tensor-core decode kernel here")
-	}
-	mod := modSpec{file: "attn_decode", p: [6]int{d, bs, st}}
-	smem := decodeMMASmem(d, st)
-	var active1, active2 int
-	var fitSmall, fitHuge bool
-	if err := b.call(func() error {
-		f, err := b.fnSmem(fnKey{mod, "attn_decode_mma_cl"}, smem)
-		if err != nil {
-			return err
-		}
-		fitSmall, active1 = b.clusterFit(f, [3]int{1, 1, 2}, 128, smem, 2)
-		fitHuge, _ = b.clusterFit(f, [3]int{64, 64, 2}, 128, smem, 2)
-		_, active2 = b.clusterFit(f, [3]int{1, 1, 2}, 128, smem, 2)
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("%s: clusters of 2 blocks of %d bytes of shared memory resident at once: %d", b.Name(), smem, active1)
-	if !fitSmall || active1 < b.sms/4 {
-		t.Fatalf("one cluster of 2: fits %v, %d resident; want it to fit and at least %d", fitSmall, active1, b.sms/4)
-	}
-	if fitHuge {
-		t.Fatalf("4096 clusters of 2 reported as all resident at once (%d SMs)", b.sms)
-	}
-	if active2 != active1 {
-		t.Fatalf("second query %d, first %d", active2, active1)
-	}
-}
-
 // oneBlockSeqs is a batch of no more query rows than sequences, for which
 // Attention gives each sequence one prefill block that loops over all of
 // its row tiles and heads: 199 short sequences, a few of them decoding,
@@ -483,10 +417,6 @@ type attnCase struct {
 	// (decodeStages 0); otherwise only with that many stages.
 	stages    int
 	maxSplits int // decodeMaxSplits; 0: the default
-	// cluster runs the GPU with attnCluster on, then again off, and wants
-	// the same bytes from both (the merge inside the clusters adds the
-	// splits' partials in attn_decode_combine's order).
-	cluster bool
 	// wg is the prefill kernel's prefillWG setting for the case ("" keeps
 	// the default); set, the case's name carries it.
 	wg string
@@ -524,10 +454,10 @@ func testAttentionCase(t *testing.T, tc attnCase) {
 				name += "_hinted"
 			}
 			t.Run(name, func(t *testing.T) {
-				defer func(st, ms, u int, cl, cf bool, pfb int, ef bool) {
-					decodeStages, decodeMaxSplits, decodeUnroll, attnCluster, clusterForce = st, ms, u, cl, cf
+				defer func(st, ms, u int, pfb int, ef bool) {
+					decodeStages, decodeMaxSplits, decodeUnroll = st, ms, u
 					attnPrefetchBytes, kvEvictFirst = pfb, ef
-				}(decodeStages, decodeMaxSplits, decodeUnroll, attnCluster, clusterForce, attnPrefetchBytes, kvEvictFirst)
+				}(decodeStages, decodeMaxSplits, decodeUnroll, attnPrefetchBytes, kvEvictFirst)
 				defer func(m prefillWGMode) { prefillWG = m }(prefillWG)
 				if tc.wg != "" {
 					t.Setenv(prefillWGEnv, tc.wg)
@@ -536,7 +466,6 @@ func testAttentionCase(t *testing.T, tc attnCase) {
 					}
 				}
 				decodeStages = st
-				attnCluster, clusterForce = tc.cluster, tc.cluster // the kernel runs even where its clusters take two waves
 				if tc.maxSplits != 0 {
 					decodeMaxSplits = tc.maxSplits
 				}
@@ -626,15 +555,6 @@ func testAttentionCase(t *testing.T, tc attnCase) {
 				for i, v := range got[rows*w:] {
 					if !math.IsNaN(float64(v)) {
 						t.Fatalf("padding row %d was written", rows+i/w)
-					}
-				}
-				if tc.cluster {
-					attnCluster = false
-					gout2 := p.poisoned(backend.BF16, n, tc.h*tc.d)
-					p.must("gpu, combine kernel", p.g.Attention(args(gout2, gq, gk, gv, gbt, gsl, gqs)))
-					p.must("sync", p.g.Sync())
-					if !bytes.Equal(readBytes(t, p.g, gout), readBytes(t, p.g, gout2)) {
-						t.Fatal("the clusters' merge and attn_decode_combine gave different bytes")
 					}
 				}
 			})

@@ -123,13 +123,6 @@ type Backend struct {
 	// launchCfg is the CUlaunchConfig (in pinned host memory) of launches
 	// with programmatic dependent launch; pdl says whether they use it.
 	launchCfg *launchConfig
-	// clusterCfg is launchCluster's CUlaunchConfig (pinned, beside
-	// launchCfg); clusters says the device and driver launch clusters.
-	clusterCfg *launchConfig
-	clusters   bool
-	// clusterFits caches clusterFit's query: the most clusters of a
-	// launch shape resident at once.
-	clusterFits map[clusterKey]int
 	// bulkOcc caches bulkGrid's query: blocks of a bulk GEMV function
 	// resident per SM.
 	bulkOcc map[uintptr]int
@@ -205,9 +198,6 @@ func New(opts Options) (*Backend, error) {
 		return nil, err
 	}
 	if err := applyPrefillWGEnv(); err != nil {
-		return nil, err
-	}
-	if err := applyAttnClusterEnv(); err != nil {
 		return nil, err
 	}
 	if err := applyBLASAddEnv(); err != nil {

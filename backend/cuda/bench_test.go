@@ -230,41 +230,6 @@ func BenchmarkAttentionDecodeSplits(b *testing.B) {
 	}
 }
 
-// BenchmarkAttentionDecodeCluster times decode attention with the splits
-// merged by attn_decode_combine (cluster=off) against merged inside
-// thread-block clusters (cluster=on, forced even where the clusters take
-// two waves, which the backend would not do), at ring depths 2 and 3 and
-// at the planner's split count or a forced one; it logs, per launch
-// shape, how many clusters the device holds at once.
-func BenchmarkAttentionDecodeCluster(b *testing.B) {
-	g := benchBackend(b)
-	if !g.clusters {
-		b.Skip("no thread-block clusters here")
-	}
-	for _, c := range []struct{ seqs, ctx int }{{4, 2048}, {1, 8192}, {8, 2048}} {
-		for _, st := range []int{2, 3} {
-			for _, n := range []int{0, 4, 8} {
-				for _, cl := range []bool{false, true} {
-					b.Run(fmt.Sprintf("b%d_ctx%d_stages%d_splits%d_cluster=%v", c.seqs, c.ctx, st, n, cl), func(b *testing.B) {
-						defer func(s, n int, cl, cf bool) {
-							decodeStages, decodeSplitsForce, attnCluster, clusterForce = s, n, cl, cf
-						}(decodeStages, decodeSplitsForce, attnCluster, clusterForce)
-						decodeStages, decodeSplitsForce, attnCluster, clusterForce = st, n, cl, cl
-						benchDecodeAttention(b, g, c.seqs, c.ctx)
-					})
-				}
-			}
-		}
-	}
-	_ = g.call(func() error {
-		for k, v := range g.clusterFits {
-			b.Logf("cluster launch grid %v, block %d, smem %d, cluster %d: %d clusters resident at once, %d launched",
-				k.grid, k.block, k.smem, k.cz, v, k.grid[0]*k.grid[1]*k.grid[2]/k.cz)
-		}
-		return nil
-	})
-}
-
 // benchDecodeAttention times decode attention of seqs sequences of ctx
 // tokens with Llama-3-8B's heads from a graph that cycles over enough
 // cache copies to leave L2, reporting KV bytes read per second.

@@ -271,8 +271,8 @@ func TestKernelsWaitForPredecessor(t *testing.T) {
 // share, which calls grid_dep_launch() itself (and, for lateWaiters,
 // grid_dep_wait()).
 var sharedBodies = map[string]string{
-	"attn_decode_mma": "attn_decode_body", "attn_decode_mma_cl": "attn_decode_body",
-	"gemvb_bf16": "gemvb", "gemvb_add_bf16": "gemvb", "gemvb_silu_bf16": "gemvb", "gemvb_qkv_rope_bf16": "gemvb",
+	"attn_decode_mma": "attn_decode_body",
+	"gemvb_bf16":      "gemvb", "gemvb_add_bf16": "gemvb", "gemvb_silu_bf16": "gemvb", "gemvb_qkv_rope_bf16": "gemvb",
 }
 
 // producerWaiters are the bulk-copy GEMV kernels (sharedBodies: gemvb),
@@ -286,7 +286,7 @@ var producerWaiters = map[string]string{
 // lateWaiters are the kernels whose shared body (sharedBodies) reads the
 // step's metadata and the KV-cache rows of earlier steps before it waits,
 // then the newest row and Q (the text given, its first read of Q) after.
-var lateWaiters = map[string]string{"attn_decode_mma": "*(const uint4*)(q +", "attn_decode_mma_cl": "*(const uint4*)(q +"}
+var lateWaiters = map[string]string{"attn_decode_mma": "*(const uint4*)(q +"}
 
 // earlyReaders are the kernels allowed to load, before grid_dep_sync, the
 // weights the host flags as pristine (never written by a kernel), named by

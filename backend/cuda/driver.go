@@ -55,9 +55,6 @@ type driver struct {
 	// cuLaunchKernelEx (CUDA 12.0+) launches with attributes; 0 when the
 	// driver lacks it, and launches fall back to cuLaunchKernel.
 	cuLaunchKernelEx uintptr
-	// cuOccupancyMaxActiveClusters (CUDA 11.8+): how many clusters of a
-	// launch can be resident at once; 0 when the driver lacks it.
-	cuOccupancyMaxActiveClusters uintptr
 	// cuOccupancyMaxActiveBlocksPerMultiprocessor: how many blocks of a
 	// kernel fit on one SM; 0 when the driver lacks it.
 	cuOccupancyMaxActiveBlocksPerMultiprocessor uintptr
@@ -128,9 +125,6 @@ func loadDriver() (*driver, error) {
 		}
 		if p, e := dlsym(h, "cuLaunchKernelEx"); e == nil {
 			d.cuLaunchKernelEx = p
-		}
-		if p, e := dlsym(h, "cuOccupancyMaxActiveClusters"); e == nil {
-			d.cuOccupancyMaxActiveClusters = p
 		}
 		if p, e := dlsym(h, "cuOccupancyMaxActiveBlocksPerMultiprocessor"); e == nil {
 			d.cuOccupancyMaxActiveBlocksPerMultiprocessor = p

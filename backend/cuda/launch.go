@@ -6,7 +6,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"unsafe"
 )
 
 // Programmatic dependent launch (PDL, Hopper and newer): a kernel launched
@@ -66,12 +65,8 @@ type launchAttr struct {
 
 const (
 	// launchConfigBytes is the pinned space for the PDL launchConfig and
-	// the attribute it points at (at offset 64), then the cluster launch's
-	// config (at 136) and its two attributes (at 200: the cluster's shape,
-	// then PDL).
-	launchConfigBytes = 64 + 72 + 64 + 2*72
-	// cuLaunchAttributeClusterDimension is CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION.
-	cuLaunchAttributeClusterDimension = 4
+	// the attribute it points at (at offset 64).
+	launchConfigBytes = 64 + 72
 	// cuLaunchAttributeProgrammaticStreamSerialization is
 	// CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION.
 	cuLaunchAttributeProgrammaticStreamSerialization = 6
@@ -228,77 +223,6 @@ func (b *Backend) initLaunchConfig(host uintptr) {
 	b.pdl = pdlEnabled && b.cc >= 90 && b.d.cuLaunchKernelEx != 0
 	b.pdlSome = pdlKernels != nil && b.cc >= 90 && b.d.cuLaunchKernelEx != 0
 	b.pdlSite = (pdlEnabled || pdlKernels != nil) && b.cc >= 90 && b.d.cuLaunchKernelEx != 0
-	b.clusterCfg = (*launchConfig)(cptr(host + 136))
-	attrs := (*[2]launchAttr)(cptr(host + 200))
-	attrs[0] = launchAttr{id: cuLaunchAttributeClusterDimension}
-	attrs[1] = *attr
-	*b.clusterCfg = launchConfig{attrs: host + 200, numAttrs: 1}
-	if b.pdl {
-		b.clusterCfg.numAttrs = 2
-	}
-	b.clusters = b.cc >= 90 && b.d.cuLaunchKernelEx != 0
-}
-
-// launchCluster is launch for a grid of thread-block clusters of shape
-// (1, 1, cz) (grid[2] a multiple of cz, cz <= 8), with PDL where launches
-// use it. Only where b.clusters. CUDA thread only.
-func (b *Backend) launchCluster(f uintptr, grid [3]int, block, smem, cz int, args ...uint64) error {
-	if len(args) > maxKernelArgs {
-		return fmt.Errorf("launch: %d arguments, at most %d", len(args), maxKernelArgs)
-	}
-	if !b.clusters || cz < 1 || cz > 8 || grid[2]%cz != 0 {
-		return fmt.Errorf("launch: cluster (1, 1, %d) of grid %v: not available here", cz, grid)
-	}
-	copy(b.paramVals[:], args)
-	c := b.clusterConfig(grid, block, smem, cz)
-	return b.d.check("cuLaunchKernelEx", b.d.call(b.d.cuLaunchKernelEx, uintptr(unsafe.Pointer(c)), f, b.paramPtrs, 0))
-}
-
-// clusterConfig fills the pinned cluster launch config for a grid of
-// clusters (1, 1, cz) on b's stream and returns it. CUDA thread only.
-func (b *Backend) clusterConfig(grid [3]int, block, smem, cz int) *launchConfig {
-	c := b.clusterCfg
-	c.grid = [3]uint32{uint32(grid[0]), uint32(grid[1]), uint32(grid[2])}
-	c.block = [3]uint32{uint32(block), 1, 1}
-	c.smem = uint32(smem)
-	c.stream = b.stream
-	dim := (*[3]uint32)(unsafe.Pointer(&(*[2]launchAttr)(cptr(c.attrs))[0].value))
-	*dim = [3]uint32{1, 1, uint32(cz)}
-	return c
-}
-
-// clusterKey names one cluster launch shape for clusterFit's cache.
-type clusterKey struct {
-	f               uintptr
-	grid            [3]int
-	block, smem, cz int
-}
-
-// clusterFit reports whether every cluster of a launchCluster launch of f
-// can be resident at once (cuOccupancyMaxActiveClusters), and how many
-// can. A cluster's blocks must share one GPC, so clusters of large
-// blocks can fall short of the block count the SMs would hold, and the
-// last clusters then wait for a second wave: a decode attention launch
-// that takes twice its time. The answer is cached per shape; a driver
-// without the query, or a query that fails, counts as not fitting.
-// CUDA thread only.
-func (b *Backend) clusterFit(f uintptr, grid [3]int, block, smem, cz int) (fits bool, active int) {
-	k := clusterKey{f, grid, block, smem, cz}
-	if v, ok := b.clusterFits[k]; ok {
-		return v >= grid[0]*grid[1]*grid[2]/cz, v
-	}
-	n := int32(0)
-	if b.d.cuOccupancyMaxActiveClusters != 0 && b.clusters && cz >= 1 && cz <= 8 {
-		c := b.clusterConfig(grid, block, smem, cz)
-		if b.d.call(b.d.cuOccupancyMaxActiveClusters, uintptr(unsafe.Pointer(&n)), f, uintptr(unsafe.Pointer(c))) != 0 {
-			n = 0
-		}
-	}
-	if b.clusterFits == nil {
-		b.clusterFits = map[clusterKey]int{}
-	}
-	b.clusterFits[k] = int(n)
-	return int(n) >= grid[0]*grid[1]*grid[2]/cz, int(n)
 }
 
 // PDL reports whether kernel launches use programmatic dependent launch.
