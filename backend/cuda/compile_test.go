@@ -272,7 +272,7 @@ func TestKernelsWaitForPredecessor(t *testing.T) {
 // grid_dep_wait()).
 var sharedBodies = map[string]string{
 	"attn_decode_mma": "attn_decode_body",
-	"gemvb_bf16":      "gemvb", "gemvb_add_bf16": "gemvb", "gemvb_silu_bf16": "gemvb", "gemvb_qkv_rope_bf16": "gemvb",
+	"gemvb_bf16":      "gemvb", "gemvb_add_bf16": "gemvb", "gemvb_silu_bf16": "gemvb",
 }
 
 // producerWaiters are the bulk-copy GEMV kernels (sharedBodies: gemvb),
@@ -280,7 +280,7 @@ var sharedBodies = map[string]string{
 // (named by the flag parameter) before it waits, and whose consumer warps
 // wait before they read x.
 var producerWaiters = map[string]string{
-	"gemvb_bf16": "early_w", "gemvb_add_bf16": "early_w", "gemvb_silu_bf16": "early_w", "gemvb_qkv_rope_bf16": "early_w",
+	"gemvb_bf16": "early_w", "gemvb_add_bf16": "early_w", "gemvb_silu_bf16": "early_w",
 }
 
 // lateWaiters are the kernels whose shared body (sharedBodies) reads the

@@ -1,7 +1,6 @@
 package cuda
 
 import (
-	"slices"
 	"strings"
 	"testing"
 )
@@ -72,7 +71,7 @@ func TestPDLEnv(t *testing.T) {
 		bad   bool
 		wrong string // a name that must not be in the list
 	}{
-		{v: "", all: false, some: []string{"qkv_rope_bf16", "attn_decode_mma", "attn_decode_combine", "gemvb_bf16", "gemvb_add_bf16", "gemvb_silu_bf16", "gemvb_qkv_rope_bf16", "add_rmsnorm"}, wrong: "gemv_add_bf16"},
+		{v: "", all: false, some: []string{"qkv_rope_bf16", "attn_decode_mma", "attn_decode_combine", "gemvb_bf16", "gemvb_add_bf16", "gemvb_silu_bf16", "add_rmsnorm"}, wrong: "gemv_add_bf16"},
 		{v: "on", all: true},
 		{v: "off", all: false},
 		{v: "attn_decode_combine", some: []string{"attn_decode_combine"}, wrong: "gemv_bf16"},
@@ -105,110 +104,6 @@ func TestPDLEnv(t *testing.T) {
 		if tc.wrong != "" && pdlKernels[tc.wrong] {
 			t.Fatalf("%q: %s in %v", tc.v, tc.wrong, pdlKernels)
 		}
-	}
-}
-
-// TestParseBulkQKV checks TRIGON_CUDA_GEMV_BULK_QKV's values: off, on,
-// and a variant's tag, which must read back as written.
-func TestParseBulkQKV(t *testing.T) {
-	for _, tc := range []struct {
-		v    string
-		on   bool
-		want bulkConfig
-		bad  bool
-	}{
-		{v: "", on: bulkQKVDefault}, {v: "off"}, {v: "on", on: true},
-		{v: "w8_c512_s2_b3", on: true, want: bulkConfig{8, 512, 2, 3}},
-		{v: "w4_c1024_s3", on: true, want: bulkConfig{4, 1024, 3, 0}},
-		{v: "w8_c100_s2", bad: true}, {v: "yes", bad: true}, {v: "w8_c512_s2_b3x", bad: true},
-		{v: "w8_c512_s2_b", bad: true}, {v: "w8_c512_s0", bad: true}, {v: "w0_c512_s2", bad: true},
-	} {
-		on, c, err := parseBulkQKV(tc.v)
-		if tc.bad {
-			if err == nil {
-				t.Errorf("%q: accepted as %v, %v", tc.v, on, c)
-			}
-			continue
-		}
-		if err != nil || on != tc.on || c != tc.want {
-			t.Errorf("%q: %v, %+v, %v; want %v, %+v", tc.v, on, c, err, tc.on, tc.want)
-		}
-	}
-}
-
-// TestParseQKVGEMV checks TRIGON_CUDA_QKV_GEMV's values: unset (the
-// pinned default), tuner (none pinned) and warps x spans, which must read
-// back as written.
-func TestParseQKVGEMV(t *testing.T) {
-	for _, tc := range []struct {
-		v    string
-		want gemvConfig
-		bad  bool
-	}{
-		{v: "", want: qkvGEMVDefault}, {v: "tuner"}, {v: "8x2", want: gemvConfig{8, 2}},
-		{v: "16x1", want: gemvConfig{16, 1}}, {v: "32x16", want: gemvConfig{32, 16}},
-		{v: "0x2", bad: true}, {v: "8x0", bad: true}, {v: "33x1", bad: true}, {v: "8x17", bad: true},
-		{v: "8x2x", bad: true}, {v: "08x2", bad: true}, {v: "8", bad: true}, {v: "on", bad: true}, {v: "-8x2", bad: true},
-	} {
-		c, err := parseQKVGEMV(tc.v)
-		if tc.bad {
-			if err == nil {
-				t.Errorf("%q: accepted as %+v", tc.v, c)
-			}
-			continue
-		}
-		if err != nil || c != tc.want {
-			t.Errorf("%q: %+v, %v; want %+v", tc.v, c, err, tc.want)
-		}
-	}
-	if qkvGEMVDefault.nw == 0 || !slices.Contains(gemvConfigs, qkvGEMVDefault) {
-		t.Errorf("default %+v is not one of the variants compiled at start-up and tested (gemvConfigs)", qkvGEMVDefault)
-	}
-}
-
-// TestParseBulkPick checks TRIGON_CUDA_BULK_PICK's values: entries of a
-// weight's rows x k and a bulk variant's tag, and that bulkPick returns
-// an entry's variant for its weight and its own pick for others.
-func TestParseBulkPick(t *testing.T) {
-	for _, tc := range []struct {
-		v    string
-		want map[[2]int]bulkConfig
-		bad  bool
-	}{
-		{v: ""},
-		{v: "4096x4096=w8_c1024_s3", want: map[[2]int]bulkConfig{{4096, 4096}: {8, 1024, 3, 0}}},
-		{v: "4096x4096=w8_c1024_s3,28672x4096=w8_c512_s4_b3",
-			want: map[[2]int]bulkConfig{{4096, 4096}: {8, 1024, 3, 0}, {28672, 4096}: {8, 512, 4, 3}}},
-		{v: "4096x4096", bad: true}, {v: "4096=w8_c1024_s3", bad: true}, {v: "4096x4096=on", bad: true},
-		{v: "4096x4096=off", bad: true}, {v: "4096x4096=w8_c100_s2", bad: true}, {v: "0x4096=w8_c1024_s3", bad: true},
-		{v: "4096x4096=w8_c1024_s3,", bad: true}, {v: "04096x4096=w8_c1024_s3", bad: true},
-	} {
-		got, err := parseBulkPick(tc.v)
-		if tc.bad {
-			if err == nil {
-				t.Errorf("%q: accepted as %v", tc.v, got)
-			}
-			continue
-		}
-		if err != nil || len(got) != len(tc.want) {
-			t.Errorf("%q: %v, %v; want %v", tc.v, got, err, tc.want)
-			continue
-		}
-		for k, c := range tc.want {
-			if got[k] != c {
-				t.Errorf("%q: %v: %+v, want %+v", tc.v, k, got[k], c)
-			}
-		}
-	}
-	plain := bulkPick(4096, 14336, 132)
-	old := bulkPickOverride
-	t.Cleanup(func() { bulkPickOverride = old })
-	bulkPickOverride = map[[2]int]bulkConfig{{4096, 4096}: {8, 512, 4, 0}}
-	if c := bulkPick(4096, 4096, 132); c != (bulkConfig{8, 512, 4, 0}) {
-		t.Errorf("bulkPick(4096, 4096) with an override: %+v", c)
-	}
-	if c := bulkPick(4096, 14336, 132); c != plain {
-		t.Errorf("bulkPick(4096, 14336), not overridden: %+v, want %+v", c, plain)
 	}
 }
 

@@ -2,8 +2,6 @@ package cuda
 
 import (
 	"fmt"
-	"os"
-	"strings"
 	"unsafe"
 
 	"github.com/trigon-llm/trigon/backend"
@@ -48,43 +46,7 @@ func applyBulkEnv() error {
 		choice[bulkModeT]{"off", bulkOff}, choice[bulkModeT]{"on", bulkTuned}, choice[bulkModeT]{"always", bulkAlways}); err != nil {
 		return err
 	}
-	if bulkQKV, bulkQKVVariant, err = parseBulkQKV(os.Getenv(bulkQKVEnv)); err != nil {
-		return err
-	}
-	bulkPickOverride, err = parseBulkPick(os.Getenv(bulkPickEnv))
-	return err
-}
-
-// bulkPickOverride replaces bulkPick's variant for the weights it names,
-// keyed by {rows, k} as bulkPick is called (gate/up: 2*inter rows): for
-// experiments on the device, since a variant's time in a decode step is
-// not its time alone. TRIGON_CUDA_BULK_PICK="ROWSxK=tag,...", such as
-// "4096x4096=w8_c1024_s3,28672x4096=w8_c512_s4", read by New.
-var bulkPickOverride map[[2]int]bulkConfig
-
-// bulkPickEnv names bulkPickOverride's setting.
-const bulkPickEnv = "TRIGON_CUDA_BULK_PICK"
-
-// parseBulkPick reads bulkPickEnv's value: "" (none) or comma-separated
-// ROWSxK=tag entries, tags as parseBulkQKV reads them.
-func parseBulkPick(v string) (map[[2]int]bulkConfig, error) {
-	if v == "" {
-		return nil, nil
-	}
-	out := map[[2]int]bulkConfig{}
-	for _, e := range strings.Split(v, ",") {
-		key, tag, ok := strings.Cut(e, "=")
-		var rows, k int
-		if n, _ := fmt.Sscanf(key, "%dx%d", &rows, &k); !ok || n != 2 || fmt.Sprintf("%dx%d", rows, k) != key || rows < 1 || k < 1 {
-			return nil, fmt.Errorf("cuda: %s=%q: entry %q: want ROWSxK=variant, such as 4096x4096=w8_c1024_s3", bulkPickEnv, v, e)
-		}
-		on, c, err := parseBulkQKV(tag)
-		if err != nil || !on || c.cw == 0 {
-			return nil, fmt.Errorf("cuda: %s=%q: entry %q: want a variant such as w8_c1024_s3", bulkPickEnv, v, e)
-		}
-		out[[2]int{rows, k}] = c
-	}
-	return out, nil
+	return nil
 }
 
 // stageBytes is one pipeline stage: 16 weight rows of ck columns, rows
@@ -124,7 +86,7 @@ func (b *Backend) bulkFits(c bulkConfig, n, k int, x, w uint64) bool {
 }
 
 // bulkFusedMaxRows is the most x rows the fused products (MatMulAdd's
-// add, GateUpSiLU, the QKV kernel) take the bulk GEMV for: one 8-row x
+// add, GateUpSiLU) take the bulk GEMV for: one 8-row x
 // tile. With two, the default variants need 126-164 registers a thread,
 // so one block an SM, and the batch-16 decode step measured 6.43 ms with
 // them against 6.03 without the bulk GEMV (ninth session, call 7); those
@@ -213,7 +175,7 @@ func (b *Backend) tuneBulk(p *gemmPlan, key gemmKey, y, x, w uint64, cur float32
 }
 
 // bulkPick is the bulk variant the fused products (MatMulAdd's add,
-// GateUpSiLU, the QKV kernels) run for a weight of rows x k on sms SMs:
+// GateUpSiLU) run for a weight of rows x k on sms SMs:
 // eight consumer warps, 1024-column stages where k allows, three stages
 // for the large gate/up weight and two otherwise. Chosen from graph-timed
 // runs on the H200 (BenchmarkGEMVBulk, docs/benchmarks.md): the tuner's
@@ -226,12 +188,8 @@ func (b *Backend) tuneBulk(p *gemmPlan, key gemmKey, y, x, w uint64, cur float32
 // 384 tiles on 132 SMs) would leave some blocks two tiles and others one,
 // about 1.5 tiles' time for a product whose SMs average 2.9 tiles. It
 // takes 512-column stages (half the registers) bound to three blocks an
-// SM instead: one tile a block. bulkPickOverride replaces it for the
-// weights it names.
+// SM instead: one tile a block.
 func bulkPick(rows, k, sms int) bulkConfig {
-	if c, ok := bulkPickOverride[[2]int{rows, k}]; ok {
-		return c
-	}
 	tiles := (rows + 15) / 16
 	if tiles > 2*sms && tiles <= 3*sms && k%512 == 0 {
 		return bulkConfig{cw: 8, ck: 512, st: 3, mb: 3}
@@ -243,68 +201,6 @@ func bulkPick(rows, k, sms int) bulkConfig {
 		c.st = 3
 	}
 	return c
-}
-
-// bulkQKV runs FusedQKVRoPE on the bulk GEMV (gemvb_qkv_rope_bf16) where
-// it takes the operands. Off: the product alone is faster than the
-// register GEMV (14.4 against 15.8 us, graph-timed), but the decode step
-// measured 1.5-2.6 us a layer slower with it (ninth session,
-// docs/benchmarks.md); since the norm before it launches it before the
-// norm waits (eleventh session) it measured 0.022 ms a batch-4 step
-// faster on one machine and 0.052 ms slower on another (two alternating
-// rounds each), so it stays off.
-// TRIGON_CUDA_GEMV_BULK_QKV=on|off|<variant tag>, read by New.
-var bulkQKV = bulkQKVDefault
-
-// bulkQKVDefault is bulkQKV without the environment.
-const bulkQKVDefault = false
-
-// bulkQKVVariant, when set (TRIGON_CUDA_GEMV_BULK_QKV=<tag>, as
-// bulkConfig.tag writes it: w8_c512_s2_b3), replaces bulkPick's variant
-// for the QKV kernels: for experiments on the device.
-var bulkQKVVariant bulkConfig
-
-// bulkQKVEnv names bulkQKV's setting.
-const bulkQKVEnv = "TRIGON_CUDA_GEMV_BULK_QKV"
-
-// parseBulkQKV reads bulkQKVEnv's value: "" (bulkQKVDefault), "off",
-// "on", or a variant's tag (on, with that variant).
-func parseBulkQKV(v string) (on bool, c bulkConfig, err error) {
-	switch v {
-	case "":
-		return bulkQKVDefault, c, nil
-	case "off":
-		return false, c, nil
-	case "on":
-		return true, c, nil
-	}
-	n, _ := fmt.Sscanf(v, "w%d_c%d_s%d_b%d", &c.cw, &c.ck, &c.st, &c.mb)
-	if n < 3 || c.tag() != v || c.cw < 1 || c.cw > 16 || c.ck < 32*c.cw || c.ck%(32*c.cw) != 0 || c.st < 1 || c.st > 8 {
-		return false, bulkConfig{}, fmt.Errorf("cuda: %s=%q: want on, off or a variant such as w8_c512_s2_b3", bulkQKVEnv, v)
-	}
-	return true, c, nil
-}
-
-// bulkPickQKV is the QKV kernel's variant: bulkQKVVariant where set,
-// else bulkPick's.
-func bulkPickQKV(rows, k, sms int) bulkConfig {
-	if bulkQKVVariant.cw > 0 {
-		return bulkQKVVariant
-	}
-	return bulkPick(rows, k, sms)
-}
-
-// bulkQKVCall launches gemvb_qkv_rope_bf16 (variant c) on FusedQKVRoPE's
-// operands; earlyW as for gemm. CUDA thread only.
-func (b *Backend) bulkQKVCall(c bulkConfig, x, w uint64, r ropeOps, k int, earlyW bool) error {
-	f, err := b.fnSmem(fnKey{c.spec(r.n, int(dtBF16)), "gemvb_qkv_rope_bf16"}, c.smem())
-	if err != nil {
-		return err
-	}
-	tiles := (r.h + 2*r.kvh) * r.d / 16
-	return b.launch(f, [3]int{b.bulkGrid(f, c, tiles), 1, 1}, (c.cw+1)*32, c.smem(), r.q.ptr, x, w, r.pos.ptr, r.slots.ptr,
-		r.kc.ptr, r.vc.ptr, r.invf.ptr, i32(r.n), i32(k), i32(r.h), i32(r.kvh), i32(r.d), i32(r.blockSize), i32(r.numSlots),
-		b.errDev, flag(earlyW))
 }
 
 // GateUpSiLU implements backend.GateUpSiLUFuser for BF16 operands of at

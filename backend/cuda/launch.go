@@ -100,7 +100,7 @@ var pdlKernels = pdlDefault
 // (seventh session) PDL on the norms had been slower.
 var pdlDefault = map[string]bool{
 	"qkv_rope_bf16": true, "attn_decode_mma": true, "attn_decode_combine": true,
-	"gemvb_bf16": true, "gemvb_add_bf16": true, "gemvb_silu_bf16": true, "gemvb_qkv_rope_bf16": true,
+	"gemvb_bf16": true, "gemvb_add_bf16": true, "gemvb_silu_bf16": true,
 	"add_rmsnorm": true,
 }
 

@@ -116,8 +116,7 @@ func applyFuseEnv() (err error) {
 // otherwise (or with qkvGEMV unset) the plan's choice: the first eager
 // call tunes the shape (x . w^T into a.QKV) exactly as MatMul does, and
 // where cuBLASLt won, the call runs the unfused pair (cuBLASLt into
-// a.QKV, then add_bias and rope_store_kv). The bulk GEMV's QKV kernel
-// (bulkQKV, off by default) takes no bias. Either way the work is queued
+// a.QKV, then add_bias and rope_store_kv). Either way the work is queued
 // and it returns true.
 //
 //	x [n, k] BF16;  w [(H+2*KV)*hd, k] BF16;  bias [(H+2*KV)*hd] F32 or nil
@@ -214,9 +213,6 @@ func (b *Backend) qkvRoPE(xt, wt, bt *tensor, r ropeOps, k int, earlyW bool) err
 			return err
 		}
 		return b.ropeStorePDL(r, true)
-	}
-	if c := bulkPickQKV(m, k, b.sms); bulkQKV && bt == nil && b.bulkFused(c, n, k, xt.ptr, wt.ptr) {
-		return b.bulkQKVCall(c, xt.ptr, wt.ptr, r, k, earlyW)
 	}
 	var bias uint64
 	if bt != nil {

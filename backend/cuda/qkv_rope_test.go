@@ -425,7 +425,6 @@ func (c *qkvCase) checkCPU(what string, got qkvOut) {
 // bias (Qwen2's) too, at Llama-3-8B's and a small shape.
 func TestFusedQKVRoPE(t *testing.T) {
 	sharedBackend(t, true)
-	withBulkQKV(t, false)        // the register GEMV's kernel: its bytes are compared
 	withQKVGEMV(t, gemvConfig{}) // the plan's choice, which the cases force
 	if !gemvEnabled {
 		t.Skip("the GEMV is off (TRIGON_CUDA_GEMV=off): nothing fuses")
@@ -514,7 +513,6 @@ func TestFusedQKVRoPE(t *testing.T) {
 // weights F32 and BF16, and the K norm alone.
 func TestFusedQKVRoPEQKNorm(t *testing.T) {
 	sharedBackend(t, true)
-	withBulkQKV(t, false)
 	withQKVGEMV(t, qkvGEMVDefault)
 	if !gemvEnabled {
 		t.Skip("the GEMV is off (TRIGON_CUDA_GEMV=off): nothing fuses")
@@ -561,7 +559,6 @@ func TestFusedQKVRoPEQKNorm(t *testing.T) {
 // does.
 func TestFusedQKVRoPEDeviceChecks(t *testing.T) {
 	sharedBackend(t, true)
-	withBulkQKV(t, false)        // the register GEMV's kernel: its bytes are compared
 	withQKVGEMV(t, gemvConfig{}) // the plan's choice, which the test forces
 	if !gemvEnabled {
 		t.Skip("the GEMV is off (TRIGON_CUDA_GEMV=off): nothing fuses")
@@ -614,7 +611,6 @@ func (c *qkvCase) deviceChecks(t *testing.T) {
 // on the same inputs byte for byte.
 func TestFusedQKVRoPEGraph(t *testing.T) {
 	sharedBackend(t, true)
-	withBulkQKV(t, false)        // the register GEMV's kernel: its bytes are compared
 	withQKVGEMV(t, gemvConfig{}) // the plan's choice, which the test forces
 	if !gemvEnabled {
 		t.Skip("the GEMV is off (TRIGON_CUDA_GEMV=off): nothing fuses")
