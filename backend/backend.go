@@ -141,11 +141,6 @@ type AttentionArgs struct {
 	HeadDim       int
 	Scale         float32 // usually 1/sqrt(headDim)
 	SlidingWindow int     // 0: unlimited
-	// Prefetch optionally names the weight the step reads after the
-	// attention (the O projection's): a backend may pull it into a cache
-	// while the attention streams the KV cache. A hint: it changes no
-	// result, and backends may ignore it.
-	Prefetch Tensor
 }
 
 // SampleArgs are the operands of Backend.Sample.

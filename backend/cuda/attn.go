@@ -125,12 +125,6 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 	if n > maxInt32 {
 		return backend.ShapeError("cuda: "+op, "Q", "%d rows exceed int32", n)
 	}
-	var pf *tensor
-	if a.Prefetch != nil {
-		if pf, err = b.tensorOf(op, "Prefetch", a.Prefetch); err != nil {
-			return err
-		}
-	}
 	numBlocks, blockSize, maxBlocks := kc.shape[0], kc.shape[2], bt.shape[1]
 	dp := b.planDecode(s, h, kvh, d, blockSize, a.MaxSeqLen)
 	scale := f32bits(a.Scale * math.Log2E)
@@ -177,22 +171,6 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 		decArgs := []uint64{out.ptr, part, q.ptr, kc.ptr, vc.ptr,
 			bt.ptr, i32(maxBlocks), sl.ptr, qs.ptr, i32(h), i32(kvh), i32(h / kvh), i32(dp.nsplit), scale,
 			i32(a.SlidingWindow), i32(numBlocks), i32(n), i32(a.MaxSeqLen), i32(decodeOnly), b.errDev}
-		if dp.decode == "attn_decode_mma" {
-			// The tensor-core kernels' L2 hints: a prefetch of the next
-			// weight and the KV reads' eviction policy.
-			var pfPtr, pfBytes uint64
-			if pf != nil && attnPrefetchBytes > 0 {
-				pfPtr, pfBytes = pf.ptr, uint64(min(pf.bytes, attnPrefetchBytes))
-			}
-			flags := 0
-			if kvEvictFirst {
-				flags |= attnFlagKVFirst
-			}
-			if launchEarly["attn_decode_mma"] {
-				flags |= attnFlagLaunchEarly
-			}
-			decArgs = append(decArgs, pfPtr, pfBytes, i32(flags))
-		}
 		if err := b.launch(dec, dp.grid, 128, dp.smem, decArgs...); err != nil {
 			return err
 		}

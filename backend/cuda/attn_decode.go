@@ -39,11 +39,6 @@ const decodeStagesEnv = "TRIGON_CUDA_DECODE_STAGES"
 // (the kernels then write the output directly) or an odd count.
 var decodeMaxSplits = 32
 
-// decodeSplitsForce, when positive, replaces the tensor-core kernel's
-// planned split count (clamped to 1..decodeMaxSplits): for benchmarks that
-// check the planner's cost model against the device.
-var decodeSplitsForce = 0
-
 // parseDecodeStages reads decodeStagesEnv's value.
 func parseDecodeStages(v string) (int, error) {
 	n, err := strconv.Atoi(v)
@@ -85,9 +80,6 @@ func (b *Backend) planDecode(s, h, kvh, d, blockSize, maxSeqLen int) decodePlan 
 		chunks := (g + 15) / 16 // blocks per KV head: 16 query heads each
 		units := s * kvh * chunks
 		n := b.decodeMMASplits(units, maxSeqLen, decodeMMAPerSM(b.cc, d, st))
-		if decodeSplitsForce > 0 {
-			n = min(decodeSplitsForce, decodeMaxSplits)
-		}
 		return decodePlan{
 			mod:    modSpec{file: "attn_decode", p: [6]int{d, blockSize, st}},
 			decode: "attn_decode_mma", combine: "attn_decode_combine",
@@ -199,72 +191,3 @@ func (b *Backend) decodeMMASplits(units, maxSeqLen, perSM int) int {
 	}
 	return best
 }
-
-// attnPrefetchBytes is how much of AttentionArgs.Prefetch (the O
-// projection's weight) the tensor-core decode kernel asks L2 for while it
-// streams the KV cache (0: none); TRIGON_CUDA_ATTN_PREFETCH_MB, read by
-// New, overrides it. kvEvictFirst marks that kernel's K/V reads
-// evict_first in L2 (TRIGON_CUDA_KV_EVICT_FIRST=on|off), so that the
-// cache, read once a step, does not push the prefetched weight out.
-var (
-	attnPrefetchBytes = 0
-	kvEvictFirst      = false
-)
-
-const (
-	attnPrefetchEnv = "TRIGON_CUDA_ATTN_PREFETCH_MB"
-	kvEvictFirstEnv = "TRIGON_CUDA_KV_EVICT_FIRST"
-)
-
-// applyAttnPrefetchEnv reads attnPrefetchEnv and kvEvictFirstEnv.
-func applyAttnPrefetchEnv() error {
-	attnPrefetchBytes, kvEvictFirst = attnPrefetchDefault, kvEvictFirstDefault
-	if v := os.Getenv(attnPrefetchEnv); v != "" {
-		mb, err := strconv.Atoi(v)
-		if err != nil || mb < 0 || mb > 256 {
-			return fmt.Errorf("cuda: %s=%q: want a whole number of MiB in [0, 256]", attnPrefetchEnv, v)
-		}
-		attnPrefetchBytes = mb << 20
-	}
-	var err error
-	kvEvictFirst, err = envSwitch(kvEvictFirstEnv, kvEvictFirstDefault)
-	return err
-}
-
-// The flags argument of attn_decode_mma (kernels/attn_decode.cu's
-// ATTN_KV_FIRST and ATTN_LAUNCH_EARLY): kvEvictFirst, and launchEarly
-// naming attn_decode_mma (its dependents, the split combine and then the
-// O product, launch at its start rather than after its K/V stream;
-// slower on the H200, so not in the default).
-const (
-	attnFlagKVFirst     = 1
-	attnFlagLaunchEarly = 2
-)
-
-// decodeSplitsEnv sets decodeSplitsForce from the environment (read by
-// New, which leaves it alone when unset): a split count for every decode
-// step, for in-step comparisons with the planner's; 0, the planner's.
-const decodeSplitsEnv = "TRIGON_CUDA_DECODE_SPLITS"
-
-// applyAttnLaunchEnv reads decodeSplitsEnv.
-func applyAttnLaunchEnv() error {
-	if v := os.Getenv(decodeSplitsEnv); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 || n > 32 {
-			return fmt.Errorf("cuda: %s=%q: want a split count in [0, 32] (0: the planner's)", decodeSplitsEnv, v)
-		}
-		decodeSplitsForce = n
-	}
-	return nil
-}
-
-// attnPrefetchDefault and kvEvictFirstDefault are the settings without
-// the environment. On the H200 (eleventh session, call 1) evict_first
-// K/V reads took the batch-4 step from 4.514 to 4.504 ms p50 (twice, in
-// alternation) and every graph-timed attention + O pair 0.1-1.2 us
-// faster; the prefetch made the batch-4 pair 0.7-2.7 us slower at 8-24
-// MiB (the step 4.53-4.57 ms) and batch 1's 0.6-0.8 us faster at 8-16.
-const (
-	attnPrefetchDefault = 0
-	kvEvictFirstDefault = true
-)

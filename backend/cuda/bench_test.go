@@ -213,23 +213,6 @@ func BenchmarkAttentionDecode(b *testing.B) {
 	}
 }
 
-// BenchmarkAttentionDecodeSplits times the tensor-core decode kernel (and
-// its combine) at split counts forced around the planner's choice, to
-// check decodeMMASplits' cost model (which ignores a block's fixed costs)
-// against the device. splits=0 is the planner's own pick.
-func BenchmarkAttentionDecodeSplits(b *testing.B) {
-	g := benchBackend(b)
-	for _, c := range []struct{ seqs, ctx int }{{1, 8192}, {4, 2048}, {64, 2048}} {
-		for _, n := range []int{0, 4, 8, 12, 16, 24, 32} {
-			b.Run(fmt.Sprintf("b%d_ctx%d_splits%d", c.seqs, c.ctx, n), func(b *testing.B) {
-				defer func(v int) { decodeSplitsForce = v }(decodeSplitsForce)
-				decodeSplitsForce = n
-				benchDecodeAttention(b, g, c.seqs, c.ctx)
-			})
-		}
-	}
-}
-
 // benchDecodeAttention times decode attention of seqs sequences of ctx
 // tokens with Llama-3-8B's heads from a graph that cycles over enough
 // cache copies to leave L2, reporting KV bytes read per second.
@@ -516,62 +499,4 @@ func normPrefetch(g *Backend, out, x, res, w, pf backend.Tensor, pfBytes int) er
 	return g.post(func() error {
 		return g.addRMSNorm(k, rows, normThreads(dim, rows), ts[0], ts[1], ts[2], ts[3], dim, 1e-5, 1, ts[4].ptr, pfBytes)
 	})
-}
-
-// BenchmarkAttentionPrefetch times decode attention followed by the O
-// projection (batch 1, 4 and 64 at context 2048, Llama-3-8B shapes,
-// graph-timed, KV caches and weights cycled so that L2 holds none of
-// them), with the attention kernel's L2 hints: pfN prefetches N MiB of the
-// projection's weight (AttentionArgs.Prefetch), ef marks the K/V reads
-// evict_first. us/op is the pair's.
-func BenchmarkAttentionPrefetch(b *testing.B) {
-	g := benchBackend(b)
-	defer func(pf int, ef bool) { attnPrefetchBytes, kvEvictFirst = pf, ef }(attnPrefetchBytes, kvEvictFirst)
-	const h, kv, d, bs, ctx, hidden = 32, 8, 128, 16, 2048, 4096
-	for _, seqs := range []int{1, 4, 64} {
-		nbPer := ctx / bs
-		numBlocks := seqs*nbPer + 1
-		kvBytes := seqs * ctx * kv * d * 2 * 2
-		copies := min(4, max(2, (128<<20+kvBytes-1)/kvBytes))
-		var ks, vs, ws []backend.Tensor
-		for range copies {
-			ks = append(ks, randomBF16(b, g, 1, numBlocks, kv, bs, d))
-			vs = append(vs, randomBF16(b, g, 1, numBlocks, kv, bs, d))
-			ws = append(ws, randomBF16(b, g, 0.02, hidden, h*d))
-		}
-		q := randomBF16(b, g, 1, seqs, h*d)
-		out, _ := g.Alloc(backend.BF16, seqs, h*d)
-		y := randomBF16(b, g, 1, seqs, hidden)
-		bt, sl, qs := benchBatch(b, g, seqs, ctx, 1, nbPer, numBlocks, 3)
-		args := backend.AttentionArgs{Out: out, Q: q, BlockTables: bt, SeqLens: sl, QueryStart: qs, NumSeqs: seqs,
-			MaxSeqLen: ctx, MaxQueryLen: 1, NumHeads: h, NumKVHeads: kv, HeadDim: d, Scale: float32(1 / math.Sqrt(d))}
-		for _, mode := range []struct {
-			mb int
-			ef bool
-		}{{0, false}, {0, true}, {8, true}, {16, true}, {24, true}, {16, false}} {
-			name := fmt.Sprintf("b%d_pf%d", seqs, mode.mb)
-			if mode.ef {
-				name += "_ef"
-			}
-			b.Run(name, func(b *testing.B) {
-				attnPrefetchBytes, kvEvictFirst = mode.mb<<20, mode.ef
-				next := 0
-				timeGraphOps(b, g, float64(kvBytes+hidden*h*d*2), 2*copies, func() error {
-					next = (next + 1) % copies
-					args.KCache, args.VCache, args.Prefetch = ks[next], vs[next], ws[next]
-					if err := g.Attention(args); err != nil {
-						return err
-					}
-					ok, err := g.MatMulAdd(y, out, ws[next]) // the model's O product: y += out . w^T
-					if err == nil && !ok {
-						err = fmt.Errorf("MatMulAdd declined the O product")
-					}
-					return err
-				})
-			})
-		}
-		for _, t := range append(append(append(ks, vs...), ws...), q, out, y, bt, sl, qs) {
-			g.Free(t)
-		}
-	}
 }

@@ -122,7 +122,7 @@ func TestParseLaunchEarly(t *testing.T) {
 		{v: "on", want: launchEarlyKernels},
 		{v: "gemvb_add_bf16", want: []string{"gemvb_add_bf16"}},
 		{v: "qkv_rope_bf16,gemvb_bf16", want: []string{"qkv_rope_bf16", "gemvb_bf16"}},
-		{v: "attn_decode_mma", want: []string{"attn_decode_mma"}},
+		{v: "attn_decode_mma", bad: true},
 		{v: "attn_decode_combine", bad: true},
 		{v: "qkv_rope_bf16,", bad: true},
 		{v: "ON", bad: true},

@@ -121,9 +121,8 @@ var launchEarly = launchEarlyDefault
 // launchEarlyDefault is launchEarly without the environment.
 var launchEarlyDefault = map[string]bool{"qkv_rope_bf16": true, "gemvb_silu_bf16": true}
 
-// launchEarlyKernels are the kernels that take the flag (decode
-// attention's is its flags' ATTN_LAUNCH_EARLY bit, attn.go).
-var launchEarlyKernels = []string{"qkv_rope_bf16", "gemvb_bf16", "gemvb_add_bf16", "gemvb_silu_bf16", "attn_decode_mma"}
+// launchEarlyKernels are the kernels that take the flag.
+var launchEarlyKernels = []string{"qkv_rope_bf16", "gemvb_bf16", "gemvb_add_bf16", "gemvb_silu_bf16"}
 
 // launchEarlyEnv names launchEarly's setting.
 const launchEarlyEnv = "TRIGON_CUDA_EARLY_LAUNCH"

@@ -445,7 +445,6 @@ func (m *Model) forward(in *model.DeviceBatch, kv []model.LayerKV) (backend.Tens
 			NumSeqs: in.NumSeqs, MaxSeqLen: in.MaxSeqLen, MaxQueryLen: in.MaxQueryLen,
 			NumHeads: c.NumHeads, NumKVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
 			Scale: m.scale, SlidingWindow: c.SlidingWindow,
-			Prefetch: m.layers[l].o, // the product after the attention
 		}); err != nil {
 			return fmt.Errorf("layer %d attention: %w", l, err)
 		}

@@ -119,10 +119,6 @@ __device__ __forceinline__ float warp_merge(const float* obase, const float (&sm
   return merge_parts<NW>(ov, mv, lv, M, lsum);
 }
 
-// attn_decode_body's flags bits.
-#define ATTN_KV_FIRST 1
-#define ATTN_LAUNCH_EARLY 2
-
 // attn_decode_mma: for each sequence with exactly one query row,
 // attention of up to 16 query heads of a GQA group over the split's share
 // of the context.
@@ -138,15 +134,10 @@ __device__ __forceinline__ float warp_merge(const float* obase, const float (&sm
 // ERR_QUERY_LEN, reported once per sequence, as does a sequence of
 // several rows when decode_only (no prefill kernel follows); a block id
 // outside the cache raises ERR_BLOCK_ID and its tokens are left out.
-// pf [pf_bytes] (any bytes, pf_bytes may be 0): asked into L2 while the
-// cache streams, a hint that changes no output. flags: bit 0 (ATTN_KV_FIRST)
-// the K/V reads carry an evict_first L2 policy; bit 1 (ATTN_LAUNCH_EARLY)
-// the kernel lets its dependents launch at its start instead of after
-// its K/V stream (they still wait for it to complete).
 __device__ __forceinline__ void attn_decode_body(
     u16* out, float* part, const u16* q, const u16* kc, const u16* vc, const int* block_tables, int max_blocks,
     const int* seq_lens, const int* qstart, int H, int KV, int G, int nsplit, float scale_log2, int window, int num_blocks,
-    int num_tokens, int max_seq_len, int decode_only, int* err, const char* pf, i64 pf_bytes, int flags) {
+    int num_tokens, int max_seq_len, int decode_only, int* err) {
 #if __CUDA_ARCH__ >= 800
   extern __shared__ __align__(16) u16 dsm[];
   __shared__ float sm_m[NW][16], sm_l[NW][16];
@@ -157,7 +148,6 @@ __device__ __forceinline__ void attn_decode_body(
   const int g0 = (blockIdx.y - kvh * chunks) * 16;  // first query head of the group handled here
   const int rows = min(16, G - g0);                 // valid A rows
   const int split = blockIdx.z;
-  if (flags & ATTN_LAUNCH_EARLY) grid_dep_launch();
   const int q0 = qstart[s], qlen = qstart[s + 1] - q0;
   const int L = seq_lens[s];
   if (!rows_ok(q0, qlen, L, num_tokens, max_seq_len)) {
@@ -184,29 +174,11 @@ __device__ __forceinline__ void attn_decode_body(
   const i64 blk_stride = (i64)KV * BS * HD;
   const int nj = te - tb > warp ? (te - tb - warp + NW - 1) / NW : 0;  // tiles of this warp
 
-  // K/V rows are read once a step: with kv_first they are marked
-  // evict_first in L2, so they do not push out lines that are read again
-  // (the norms' prefetched weights, a prefetched pf).
-  const bool kv_first = flags & ATTN_KV_FIRST;
-  const u64 policy = kv_first ? evict_first_policy() : 0;
-  auto kv_copy = [&](u32 dst, const u16* src, bool ok) {
-    if (kv_first) cp_async16_hint(dst, src, ok, policy);
-    else cp_async16(dst, src, ok);
-  };
-  // The prefetch of pf[0, pf_bytes) into L2 (the O projection's weight,
-  // read by the product after this kernel and its combine; off by
-  // default: on the H200 it slowed batch 4, whose attention does not leave
-  // HBM idle, and sped batch 1 a little): thread i of the grid's nthr asks
-  // for lines i, i + nthr, ..., one after each of its tile issues.
-  const i64 nthr = (i64)gridDim.x * gridDim.y * gridDim.z * blockDim.x;
-  const i64 pf_lines = pf_bytes >> 7;
-  i64 pf_line = ((i64)blockIdx.x + gridDim.x * ((i64)blockIdx.y + (i64)gridDim.y * blockIdx.z)) * blockDim.x + threadIdx.x;
-  auto prefetch_next = [&]() {
-    if (pf_line < pf_lines) {
-      prefetch_l2(pf + (pf_line << 7));
-      pf_line += nthr;
-    }
-  };
+  // K/V rows are read once a step: they are marked evict_first in L2, so
+  // they do not push out lines that are read again (the weights the norms
+  // prefetch for the products after them).
+  const u64 policy = evict_first_policy();
+  auto kv_copy = [&](u32 dst, const u16* src, bool ok) { cp_async16_hint(dst, src, ok, policy); };
 
   // issue starts the copy of tile t (positions 16t..16t+15) into slot sl
   // and records which of its rows are valid keys. Each lane copies the
@@ -348,7 +320,6 @@ __device__ __forceinline__ void attn_decode_body(
       // Slot jn % ST was last read in step j-1, which ended in __syncwarp.
       if (jn < nj) issue(tb + warp + jn * NW, jn % ST, -1);
       cp_async_commit();
-      prefetch_next();
     }
     cp_async_wait<ST - 1>();  // this lane's copies of tile j have landed
     __syncwarp();             // and every other lane's
@@ -429,7 +400,6 @@ __device__ __forceinline__ void attn_decode_body(
     }
     __syncwarp();  // every lane is done with slot sl before it is refilled
   }
-  while (pf_line < pf_lines) prefetch_next();  // what the tiles did not carry
   cp_async_wait<0>();  // only empty groups can remain; the ring is reused below
   __syncwarp();
   grid_dep_launch();  // the K/V stream is done: the next kernel may launch during the merge
@@ -477,9 +447,9 @@ __device__ __forceinline__ void attn_decode_body(
 extern "C" __global__ void __launch_bounds__(NW * 32, MIN_BLOCKS) attn_decode_mma(
     u16* out, float* part, const u16* q, const u16* kc, const u16* vc, const int* block_tables, int max_blocks,
     const int* seq_lens, const int* qstart, int H, int KV, int G, int nsplit, float scale_log2, int window, int num_blocks,
-    int num_tokens, int max_seq_len, int decode_only, int* err, const char* pf, i64 pf_bytes, int flags) {
+    int num_tokens, int max_seq_len, int decode_only, int* err) {
   attn_decode_body(out, part, q, kc, vc, block_tables, max_blocks, seq_lens, qstart, H, KV, G, nsplit, scale_log2, window,
-                   num_blocks, num_tokens, max_seq_len, decode_only, err, pf, pf_bytes, flags);
+                   num_blocks, num_tokens, max_seq_len, decode_only, err);
 }
 
 // attn_decode_combine merges the nsplit (<= MAX_SPLITS) partials of each
