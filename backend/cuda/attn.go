@@ -433,9 +433,6 @@ type prefillConfig struct {
 // memory each tile and the tiles shrink to 64 rows by 32 keys (101 KB of
 // shared memory: two blocks per SM).
 func prefillTiling(d int) prefillConfig {
-	if prefillTileOverride.rows > 0 && d <= 128 {
-		return prefillTileOverride
-	}
 	if d > 128 {
 		return prefillConfig{rows: 64, keys: 32, warps: 4, qInRegs: false}
 	}
@@ -469,58 +466,6 @@ func (c prefillConfig) smem(d int) int {
 	return 2*stage + q
 }
 
-// prefillTileOverride, when set (TRIGON_CUDA_PREFILL_TILE=rows:keys:warps,
-// read by New), replaces prefillTiling's choice for head dims up to 128,
-// for comparing tilings; Q stays in registers.
-var prefillTileOverride prefillConfig
-
-// prefillTileEnv names prefillTileOverride's setting.
-const prefillTileEnv = "TRIGON_CUDA_PREFILL_TILE"
-
-// applyPrefillTileEnv reads prefillTileEnv: rows a multiple of 16 up to
-// 128 with warps = rows/16, keys a multiple of 16 up to 128.
-func applyPrefillTileEnv() error {
-	v := os.Getenv(prefillTileEnv)
-	prefillTileOverride = prefillConfig{}
-	if v == "" {
-		return nil
-	}
-	var c prefillConfig
-	if _, err := fmt.Sscanf(v, "%d:%d:%d", &c.rows, &c.keys, &c.warps); err != nil ||
-		c.rows <= 0 || c.rows > 128 || c.rows%16 != 0 || c.warps != c.rows/16 ||
-		c.keys <= 0 || c.keys > 128 || c.keys%16 != 0 {
-		return fmt.Errorf("cuda: %s=%q: want rows:keys:warps, rows a multiple of 16 up to 128, warps rows/16, keys a multiple of 16 up to 128", prefillTileEnv, v)
-	}
-	c.qInRegs = true
-	prefillTileOverride = c
-	return nil
-}
-
-// prefillWGMode selects the prefill attention kernel on sm_90a: the wgmma
-// kernel (kernels/attn_prefill_wg.cu) with one m64n128k16 per 16 keys of
-// P.V at head dim 128 (prefillWGOn), the same kernel with two m64n64k16
-// (prefillWGN64), or attn_prefill's mma.sync kernel (prefillWGOff, and
-// every other architecture and head dim).
-type prefillWGMode int
-
-const (
-	prefillWGOff prefillWGMode = iota
-	prefillWGOn
-	prefillWGN64
-)
-
-// prefillWG is the mode New read from prefillWGEnv.
-var prefillWG = prefillWGOn
-
-// prefillWGEnv names prefillWG's setting: on (the default), n64 or off.
-const prefillWGEnv = "TRIGON_CUDA_PREFILL_WGMMA"
-
-func applyPrefillWGEnv() (err error) {
-	prefillWG, err = envChoice(prefillWGEnv, prefillWGOn,
-		choice[prefillWGMode]{"on", prefillWGOn}, choice[prefillWGMode]{"n64", prefillWGN64}, choice[prefillWGMode]{"off", prefillWGOff})
-	return err
-}
-
 // The wgmma prefill kernel's fixed tiling: 128 query rows (two
 // warpgroups of 64) against 128-key tiles, 256 threads.
 const (
@@ -530,24 +475,15 @@ const (
 )
 
 // prefillWGSpec is the wgmma prefill module for head dim d and cache
-// block size bs, when prefillWG and the target allow it: wgmma needs
-// sm_90a SASS, and the kernel takes head dims 64 and 128.
+// block size bs, where the target allows it: wgmma needs sm_90a SASS, and
+// the kernel takes head dims 64 and 128. Elsewhere prefill runs
+// attn_prefill's mma.sync kernel.
 func (b *Backend) prefillWGSpec(d, bs int) (modSpec, bool) {
-	if prefillWG == prefillWGOff || b.comp == nil || b.comp.arch != "sm_90a" || (d != 64 && d != 128) {
+	if b.comp == nil || b.comp.arch != "sm_90a" || (d != 64 && d != 128) {
 		return modSpec{}, false
 	}
-	pn := 64
-	if d == 128 && prefillWG == prefillWGOn {
-		pn = 128
-	}
-	return modSpec{file: "attn_prefill_wg", p: [6]int{d, bs, pn, prefillWGAblation}}, true
+	return modSpec{file: "attn_prefill_wg", p: [6]int{d, bs}}, true
 }
-
-// prefillWGAblation is the wgmma kernel's ABL constant: 0 in use; the
-// kernel benchmark sets 1 (tiles after the second are not loaded), 2 (no
-// softmax arithmetic) or 3 (both) to see what bounds the kernel. The
-// results are wrong under any of them.
-var prefillWGAblation = 0
 
 // prefillWGSmem is the wgmma kernel's dynamic shared memory at head dim
 // d: the Q tile and two stages of a K and a V tile, plus 1024 bytes to

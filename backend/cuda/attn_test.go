@@ -267,13 +267,12 @@ func TestAttention(t *testing.T) {
 	}
 }
 
-// TestAttentionPrefillWG runs every TestAttention batch with prefill rows
-// at head dims 64 and 128 through each prefill kernel setting besides the
-// default: the wgmma kernel with two m64n64k16 per P.V step (n64) and the
-// mma.sync kernel (off); TestAttention covers the default (on). Cache
-// blocks of 8 and 32 tokens (key tiles spanning and splitting blocks) are
-// added for every setting. On Hopper it first checks the wgmma kernel is
-// the one the default picks.
+// TestAttentionPrefillWG runs, on Hopper, every TestAttention batch with
+// prefill rows at head dims 64 and 128 through attn_prefill's mma.sync
+// kernel, which every target but sm_90a runs there (TestAttention covers
+// the wgmma kernel): on a backend compiling for plain sm_90. Cache blocks
+// of 8 and 32 tokens (key tiles spanning and splitting blocks) run on
+// both kernels. It first checks the wgmma kernel is the one sm_90a picks.
 func TestAttentionPrefillWG(t *testing.T) {
 	b := sharedBackend(t, true)
 	if b.comp.arch == "sm_90a" {
@@ -283,68 +282,57 @@ func TestAttentionPrefillWG(t *testing.T) {
 			}
 		}
 	} else {
-		t.Logf("%s: the wgmma kernel is not used here; the settings run the mma.sync kernel", b.comp.arch)
+		t.Logf("%s: the wgmma kernel is not used here; every case runs the mma.sync kernel", b.comp.arch)
 	}
 	extra := []attnCase{
 		{name: "prefill_bs8_gqa4_d128", h: 16, kv: 4, d: 128, seqs: []seqSpec{{700, 700}, {300, 129}, {40, 40}}, bs: 8},
 		{name: "prefill_bs32_gqa2_d64", h: 8, kv: 4, d: 64, seqs: []seqSpec{{1000, 1000}, {129, 65}}, bs: 32},
 		{name: "prefill_bs8_window33_d128", h: 8, kv: 2, d: 128, seqs: []seqSpec{{600, 600}, {250, 250}}, window: 33, bs: 8},
 	}
-	for _, wg := range []string{"on", "n64", "off"} {
-		for _, tc := range append(attentionCases(), extra...) {
-			prefill := false
-			for _, s := range tc.seqs {
-				prefill = prefill || s.q > 1
-			}
-			if !prefill || (tc.d != 64 && tc.d != 128) || (wg == "on" && tc.bs == 0) {
-				continue // "on" is TestAttention's default run
-			}
-			tc.wg = wg
-			tc.stages = decodeStages // the decode kernels are TestAttention's
-			testAttentionCase(t, tc)
+	for _, tc := range extra {
+		tc.stages = decodeStages // the decode kernels are TestAttention's
+		testAttentionCase(t, tc)
+	}
+	if b.comp.arch != "sm_90a" {
+		return
+	}
+	for _, tc := range append(attentionCases(), extra...) {
+		prefill := false
+		for _, s := range tc.seqs {
+			prefill = prefill || s.q > 1
 		}
+		if !prefill || (tc.d != 64 && tc.d != 128) {
+			continue
+		}
+		tc.arch = "sm_90"
+		tc.stages = decodeStages
+		testAttentionCase(t, tc)
 	}
 }
 
 // TestPrefillWGSelect checks which prefill kernel Attention picks: the
-// wgmma one only for sm_90a SASS, head dims 64 and 128, and a setting
-// other than off; its P.V width follows the setting; and the settings'
-// parsing.
+// wgmma one only for sm_90a SASS and head dims 64 and 128.
 func TestPrefillWGSelect(t *testing.T) {
-	defer func(m prefillWGMode) { prefillWG = m }(prefillWG)
 	for _, tc := range []struct {
-		env, arch string
-		d         int
-		want      int // PN, 0: not selected
-		bad       bool
+		arch string
+		d    int
+		want bool
 	}{
-		{"", "sm_90a", 128, 128, false},
-		{"on", "sm_90a", 64, 64, false},
-		{"n64", "sm_90a", 128, 64, false},
-		{"off", "sm_90a", 128, 0, false},
-		{"", "sm_90", 128, 0, false},
-		{"", "compute_90", 128, 0, false},
-		{"", "sm_80", 64, 0, false},
-		{"", "sm_90a", 256, 0, false},
-		{"", "sm_90a", 32, 0, false},
-		{"yes", "sm_90a", 128, 128, true}, // rejected: the default stays
+		{"sm_90a", 128, true},
+		{"sm_90a", 64, true},
+		{"sm_90", 128, false},
+		{"compute_90", 128, false},
+		{"sm_80", 64, false},
+		{"sm_90a", 256, false},
+		{"sm_90a", 32, false},
 	} {
-		t.Setenv(prefillWGEnv, tc.env)
-		err := applyPrefillWGEnv()
-		if (err != nil) != tc.bad {
-			t.Errorf("%q: err %v, want error %v", tc.env, err, tc.bad)
-		}
 		b := &Backend{comp: &compiler{arch: tc.arch}}
 		spec, ok := b.prefillWGSpec(tc.d, 16)
-		got := 0
-		if ok {
-			got = spec.p[2]
-			if spec.file != "attn_prefill_wg" || spec.p[0] != tc.d || spec.p[1] != 16 || spec.p[3] != 0 || len(spec.defines()) != 4 {
-				t.Errorf("%q %s d=%d: module %v", tc.env, tc.arch, tc.d, spec)
-			}
+		if ok != tc.want {
+			t.Errorf("%s d=%d: wgmma kernel %v, want %v", tc.arch, tc.d, ok, tc.want)
 		}
-		if got != tc.want {
-			t.Errorf("%q %s d=%d: PN %d, want %d", tc.env, tc.arch, tc.d, got, tc.want)
+		if ok && (spec.file != "attn_prefill_wg" || spec.p != [6]int{tc.d, 16} || len(spec.defines()) != 2) {
+			t.Errorf("%s d=%d: module %v", tc.arch, tc.d, spec)
 		}
 	}
 	// The layout's total: Q (128 rows) and two stages of K and V (128
@@ -417,9 +405,9 @@ type attnCase struct {
 	// (decodeStages 0); otherwise only with that many stages.
 	stages    int
 	maxSplits int // decodeMaxSplits; 0: the default
-	// wg is the prefill kernel's prefillWG setting for the case ("" keeps
-	// the default); set, the case's name carries it.
-	wg string
+	// arch is the target the case's kernels are compiled for (backendWith;
+	// "" the device's); set, the case's name carries it.
+	arch string
 }
 
 // testAttentionCase runs tc on the CPU and the GPU and compares: for each
@@ -444,8 +432,8 @@ func testAttentionCase(t *testing.T, tc attnCase) {
 	for _, st := range stages {
 		for _, hinted := range []bool{false, true} {
 			name := tc.name
-			if tc.wg != "" {
-				name += "_wg_" + tc.wg
+			if tc.arch != "" {
+				name += "_" + tc.arch
 			}
 			if st == 0 {
 				name += "_simt"
@@ -457,13 +445,6 @@ func testAttentionCase(t *testing.T, tc attnCase) {
 				defer func(st, ms, u int) {
 					decodeStages, decodeMaxSplits, decodeUnroll = st, ms, u
 				}(decodeStages, decodeMaxSplits, decodeUnroll)
-				defer func(m prefillWGMode) { prefillWG = m }(prefillWG)
-				if tc.wg != "" {
-					t.Setenv(prefillWGEnv, tc.wg)
-					if err := applyPrefillWGEnv(); err != nil {
-						t.Fatal(err)
-					}
-				}
 				decodeStages = st
 				if tc.maxSplits != 0 {
 					decodeMaxSplits = tc.maxSplits
@@ -471,7 +452,7 @@ func testAttentionCase(t *testing.T, tc attnCase) {
 				if tc.unroll != 0 {
 					decodeUnroll = tc.unroll
 				}
-				p := newPair(t)
+				p := newPairOn(t, backendWith(t, tc.arch))
 				ns := len(tc.seqs)
 				maxBlocks, totalBlocks, rows, maxLen, maxQ := 0, 0, 0, 0, 0
 				for _, s := range tc.seqs {
@@ -752,40 +733,6 @@ func TestParseDecodeStages(t *testing.T) {
 		got, err := parseDecodeStages(tc.in)
 		if (err == nil) != tc.ok || (tc.ok && got != tc.want) {
 			t.Errorf("parseDecodeStages(%q) = %d, %v; want %d, ok %v", tc.in, got, err, tc.want, tc.ok)
-		}
-	}
-}
-
-// TestPrefillTileEnv checks TRIGON_CUDA_PREFILL_TILE's parsing: accepted
-// tilings replace prefillTiling's for head dims up to 128 only.
-func TestPrefillTileEnv(t *testing.T) {
-	defer func() { prefillTileOverride = prefillConfig{} }()
-	for _, tc := range []struct {
-		v    string
-		want prefillConfig // zero: rejected or unset
-		ok   bool
-	}{
-		{"", prefillConfig{}, true},
-		{"64:64:4", prefillConfig{rows: 64, keys: 64, warps: 4, qInRegs: true}, true},
-		{"128:32:8", prefillConfig{rows: 128, keys: 32, warps: 8, qInRegs: true}, true},
-		{"128:64:4", prefillConfig{}, false}, // warps must be rows/16
-		{"144:64:9", prefillConfig{}, false},
-		{"128:72:8", prefillConfig{}, false},
-		{"128:256:8", prefillConfig{}, false},
-		{"big", prefillConfig{}, false},
-	} {
-		t.Setenv(prefillTileEnv, tc.v)
-		err := applyPrefillTileEnv()
-		if (err == nil) != tc.ok || prefillTileOverride != tc.want {
-			t.Errorf("%q: override %+v, err %v; want %+v, ok %v", tc.v, prefillTileOverride, err, tc.want, tc.ok)
-		}
-		if tc.want.rows > 0 {
-			if got := prefillTiling(128); got != tc.want {
-				t.Errorf("%q: prefillTiling(128) = %+v", tc.v, got)
-			}
-			if got := prefillTiling(256); got == tc.want {
-				t.Errorf("%q: the override reached head dim 256", tc.v)
-			}
 		}
 	}
 }

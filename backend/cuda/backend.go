@@ -188,12 +188,6 @@ func New(opts Options) (*Backend, error) {
 	if err := applyNormPrefetchEnv(); err != nil {
 		return nil, err
 	}
-	if err := applyPrefillTileEnv(); err != nil {
-		return nil, err
-	}
-	if err := applyPrefillWGEnv(); err != nil {
-		return nil, err
-	}
 	if err := applyBLASAddEnv(); err != nil {
 		return nil, err
 	}

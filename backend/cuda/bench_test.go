@@ -281,23 +281,14 @@ func benchBatch(b *testing.B, g *Backend, seqs, ctx, qlen, nbPer, numBlocks int,
 // prompts (no cached prefix) and reports TFLOP/s, counting the causal
 // half of the two products: 4*S*S/2*D per head and sequence. The launch
 // also carries the decode kernels, which return at once for these rows.
-// Each shape runs under every prefill kernel setting (prefillWG: the wgmma
-// kernel, "on" and "n64", where the device takes it; the mma.sync kernel,
-// "off").
 func BenchmarkAttentionPrefill(b *testing.B) {
 	g := benchBackend(b)
 	const h, kv, d, bs = 32, 8, 128, 16
-	defer func(m prefillWGMode) { prefillWG = m }(prefillWG)
-	for _, c := range []struct {
-		seqs, len int
-		wg        prefillWGMode
-	}{{4, 2048, prefillWGOn}, {4, 2048, prefillWGN64}, {4, 2048, prefillWGOff},
-		{1, 8192, prefillWGOn}, {1, 8192, prefillWGN64}, {1, 8192, prefillWGOff}} {
-		kernel := map[prefillWGMode]string{prefillWGOn: "wg", prefillWGN64: "wg_n64", prefillWGOff: "mma"}[c.wg]
-		prefillWG = c.wg
-		if _, ok := g.prefillWGSpec(d, bs); c.wg != prefillWGOff && !ok {
-			continue // not Hopper: only the mma.sync kernel runs
-		}
+	kernel := "mma"
+	if _, ok := g.prefillWGSpec(d, bs); ok {
+		kernel = "wg"
+	}
+	for _, c := range []struct{ seqs, len int }{{4, 2048}, {1, 8192}} {
 		b.Run(fmt.Sprintf("b%d_s%d_h%d_kv%d_d%d_%s", c.seqs, c.len, h, kv, d, kernel), func(b *testing.B) {
 			nbPer := (c.len + bs - 1) / bs
 			numBlocks := c.seqs*nbPer + 1
@@ -321,46 +312,6 @@ func BenchmarkAttentionPrefill(b *testing.B) {
 			const reps = 4
 			timeGraphOps(b, g, 0, reps, func() error { return g.Attention(args) })
 			flops := 4 * float64(c.len) * float64(c.len) / 2 * d * h * float64(c.seqs)
-			b.ReportMetric(flops*float64(b.N*reps)/b.Elapsed().Seconds()/1e12, "TFLOP/s")
-		})
-	}
-}
-
-// BenchmarkAttentionPrefillWGAblation times the wgmma prefill kernel at 4 x
-// 2048 under its ablations (prefillWGAblation: 1 loads only the first two
-// key tiles, 2 skips the softmax arithmetic, 3 both), each against the
-// kernel as used (0): what the time left goes to. Results are wrong under
-// the ablations; only the time is read.
-func BenchmarkAttentionPrefillWGAblation(b *testing.B) {
-	g := benchBackend(b)
-	const h, kv, d, bs, seqs, n = 32, 8, 128, 16, 4, 2048
-	if _, ok := g.prefillWGSpec(d, bs); !ok {
-		b.Skip("the wgmma prefill kernel needs sm_90a")
-	}
-	defer func(a int) { prefillWGAblation = a }(prefillWGAblation)
-	nbPer := (n + bs - 1) / bs
-	numBlocks := seqs*nbPer + 1
-	k := randomBF16(b, g, 1, numBlocks, kv, bs, d)
-	v := randomBF16(b, g, 1, numBlocks, kv, bs, d)
-	q := randomBF16(b, g, 1, seqs*n, h*d)
-	out, err := g.Alloc(backend.BF16, seqs*n, h*d)
-	if err != nil {
-		b.Fatal(err)
-	}
-	bt, sl, qs := benchBatch(b, g, seqs, n, n, nbPer, numBlocks, 5)
-	defer func() {
-		for _, t := range []backend.Tensor{k, v, q, out, bt, sl, qs} {
-			g.Free(t)
-		}
-	}()
-	args := backend.AttentionArgs{Out: out, Q: q, KCache: k, VCache: v, BlockTables: bt, SeqLens: sl, QueryStart: qs,
-		NumSeqs: seqs, MaxSeqLen: n, MaxQueryLen: n, NumHeads: h, NumKVHeads: kv, HeadDim: d, Scale: float32(1 / math.Sqrt(d))}
-	for _, abl := range []int{0, 1, 2, 3} {
-		prefillWGAblation = abl
-		b.Run(fmt.Sprintf("abl%d", abl), func(b *testing.B) {
-			const reps = 4
-			timeGraphOps(b, g, 0, reps, func() error { return g.Attention(args) })
-			flops := 4 * float64(n) * float64(n) / 2 * d * h * seqs
 			b.ReportMetric(flops*float64(b.N*reps)/b.Elapsed().Seconds()/1e12, "TFLOP/s")
 		})
 	}

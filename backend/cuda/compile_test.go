@@ -52,7 +52,7 @@ func TestKernelsCompile(t *testing.T) {
 		// the ones a change breaks unseen otherwise);
 		// TRIGON_TEST_ALL_KERNELS=1 compiles every one.
 		specs = []modSpec{{file: "embed", p: [6]int{dtBF16, dtBF16}}, {file: "rope", p: [6]int{64, 16, dtBF16, dtBF16, dtBF16}},
-			bulkConfigs[0].spec(1, dtBF16), {file: "attn_prefill_wg", p: [6]int{128, 16, 128, 0}}}
+			bulkConfigs[0].spec(1, dtBF16), {file: "attn_prefill_wg", p: [6]int{128, 16}}}
 	}
 	for _, s := range specs {
 		t.Run(s.String(), func(t *testing.T) {
@@ -334,7 +334,7 @@ func TestPrefillWGCompile(t *testing.T) {
 	if b.comp.arch != "sm_90a" {
 		t.Skipf("%s: the wgmma kernel is compiled for sm_90a only", b.comp.arch)
 	}
-	for _, p := range [][6]int{{128, 16, 128, 0}, {128, 16, 64, 0}, {64, 16, 64, 0}} {
+	for _, p := range [][6]int{{128, 16}, {64, 16}} {
 		s := modSpec{file: "attn_prefill_wg", p: p}
 		src, hs, err := source(s.file)
 		if err != nil {

@@ -25,7 +25,12 @@ type pair struct {
 
 func newPair(t *testing.T) *pair {
 	t.Helper()
-	g := sharedBackend(t, true)
+	return newPairOn(t, sharedBackend(t, true))
+}
+
+// newPairOn is newPair with the GPU backend g.
+func newPairOn(t *testing.T, g *Backend) *pair {
+	t.Helper()
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("random seed %d", seed)
 	p := &pair{t: t, c: cpu.New(cpu.Options{}), g: g, r: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}

@@ -25,7 +25,7 @@ var fileParams = map[string][]string{
 	"rope":            {"HD", "BS", "QT", "CT", "NT"},
 	"attention":       {"HD", "BS", "GC", "UR"},
 	"attn_prefill":    {"HD", "BS", "BM", "BN", "NW", "QR"},
-	"attn_prefill_wg": {"HD", "BS", "PN", "ABL"},
+	"attn_prefill_wg": {"HD", "BS"},
 	"attn_decode":     {"HD", "BS", "ST"},
 	"sample":          {},
 	"copy":            {},
@@ -291,11 +291,7 @@ func warmSpecs() []modSpec {
 		for _, gc := range []int{1, 2, 4, 8} {
 			specs = append(specs, modSpec{file: "attention", p: [6]int{hd, 16, gc, decodeUnroll}})
 		}
-		specs = append(specs, prefillTiling(hd).spec(hd, 16),
-			modSpec{file: "attn_prefill_wg", p: [6]int{hd, 16, 64, 0}})
-		if hd == 128 {
-			specs = append(specs, modSpec{file: "attn_prefill_wg", p: [6]int{hd, 16, 128, 0}})
-		}
+		specs = append(specs, prefillTiling(hd).spec(hd, 16), modSpec{file: "attn_prefill_wg", p: [6]int{hd, 16}})
 		if st, ok := decodeMMAStages(90, hd); ok {
 			specs = append(specs, modSpec{file: "attn_decode", p: [6]int{hd, 16, st}})
 		}
