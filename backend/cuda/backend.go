@@ -121,19 +121,15 @@ type Backend struct {
 	paramVals *[maxKernelArgs]uint64
 	paramPtrs uintptr
 	// launchCfg is the CUlaunchConfig (in pinned host memory) of launches
-	// with programmatic dependent launch; pdl says whether they use it.
+	// with programmatic dependent launch; pdl says the device and driver
+	// can launch so, and pdlFns holds the functions that do (pdlKernels,
+	// as fn fetches them).
 	launchCfg *launchConfig
+	pdl       bool
+	pdlFns    map[uintptr]bool
 	// bulkOcc caches bulkGrid's query: blocks of a bulk GEMV function
 	// resident per SM.
 	bulkOcc map[uintptr]int
-	pdl     bool
-	// pdlSome: only the functions in pdlFns (the kernels pdlKernels
-	// names, as fn fetches them) launch with PDL.
-	pdlSome bool
-	pdlFns  map[uintptr]bool
-	// pdlSite: launchPDL's launches use PDL (the device and driver can,
-	// and TRIGON_CUDA_PDL is not off).
-	pdlSite bool
 	marks   stepClock // MarkStep's events
 	errFlag pinned
 	errDev  uint64
@@ -174,9 +170,6 @@ func New(opts Options) (*Backend, error) {
 		return nil, err
 	}
 	if err := applyGEMVEnv(); err != nil {
-		return nil, err
-	}
-	if err := applyPDLEnv(); err != nil {
 		return nil, err
 	}
 	if err := applyTuneEnv(); err != nil {
@@ -517,15 +510,15 @@ func (b *Backend) ActDType() backend.DType { return backend.BF16 }
 // bytes (pointers, int32 and float32 bits alike: the driver reads each
 // parameter's own size from the start of its slot). CUDA thread only.
 func (b *Backend) launch(f uintptr, grid [3]int, block, smem int, args ...uint64) error {
-	return b.launchArgs(f, grid, block, smem, b.pdl || b.pdlFns[f], args)
+	return b.launchArgs(f, grid, block, smem, b.pdlFns[f], args)
 }
 
 // launchPDL is launch with programmatic dependent launch wherever the
-// backend can use it (pdlSite), whatever the kernel: for a launch site
-// measured faster with it where other launches of the same kernel are not
-// (FusedQKVRoPE's Q/K-norm pair). CUDA thread only.
+// device and driver allow it, whatever the kernel: for a launch site
+// where it pays though other launches of the same kernel do not gain
+// from it (FusedQKVRoPE's Q/K-norm pair). CUDA thread only.
 func (b *Backend) launchPDL(f uintptr, grid [3]int, block, smem int, args ...uint64) error {
-	return b.launchArgs(f, grid, block, smem, b.pdlSite, args)
+	return b.launchArgs(f, grid, block, smem, b.pdl, args)
 }
 
 // launchArgs copies args into the pinned parameter values and starts f,

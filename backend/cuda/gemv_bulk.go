@@ -137,7 +137,7 @@ func (b *Backend) bulkCall(c bulkConfig, kernel string, y uint64, ot int, x, w u
 	if kernel == "gemvb_silu_bf16" {
 		tiles = m / 8
 	}
-	return b.launch(f, [3]int{b.bulkGrid(f, c, tiles), 1, 1}, (c.cw+1)*32, c.smem(), y, x, w, i32(n), i32(m), i32(k), flag(earlyW)|launchEarlyFlag(kernel))
+	return b.launch(f, [3]int{b.bulkGrid(f, c, tiles), 1, 1}, (c.cw+1)*32, c.smem(), y, x, w, i32(n), i32(m), i32(k), flag(earlyW))
 }
 
 // tuneBulk times the bulk variants that take the product (L2 flushed, as

@@ -234,7 +234,7 @@ func TestBulkOccupancy(t *testing.T) {
 // SiLU, the down product adding into the residual: MatMulAdd and
 // GateUpSiLU as the model calls them) and expects the eager run's bytes,
 // over rounds of fresh inputs. The persistent grid, the producer's early
-// stream and PDL (the default set launches the bulk kernels with it) all
+// stream and PDL (pdlKernels launches the bulk kernels with it) all
 // run inside the graph.
 func TestGEMVBulkGraph(t *testing.T) {
 	needBulk(t)

@@ -219,7 +219,7 @@ func (b *Backend) fn(k fnKey) (uintptr, error) {
 	}
 	m.funcs[k.name] = f
 	b.fns[k] = f
-	if b.pdlSome && pdlKernels[k.name] {
+	if b.pdl && pdlKernels[k.name] {
 		if b.pdlFns == nil {
 			b.pdlFns = map[uintptr]bool{}
 		}

@@ -255,7 +255,7 @@ func (b *Backend) qkvRoPECall(c gemvConfig, x, w uint64, r ropeOps, k int, early
 	blocks := (r.h + 2*r.kvh) * r.d / 16
 	return b.launch(f, [3]int{blocks, 1, 1}, c.nw*32, 0, r.q.ptr, x, w, r.pos.ptr, r.slots.ptr, r.kc.ptr, r.vc.ptr,
 		r.invf.ptr, bias, i32(r.n), i32(k), i32(r.h), i32(r.kvh), i32(r.d), i32(r.blockSize), i32(r.numSlots),
-		b.errDev, flag(earlyW)|launchEarlyFlag("qkv_rope_bf16"))
+		b.errDev, flag(earlyW))
 }
 
 // ropeOps are RoPEStoreKV's operands, checked by ropeOperands; ropeStore

@@ -204,11 +204,11 @@ extern "C" __global__ void __launch_bounds__(NW * 32) gemv_bf16(void* y, const u
 // as gemv_bf16 stores it, then rotated with the same expressions. Bad
 // positions and slots are reported as rope_store_kv reports them.
 //
-// early_w: bit 0 as gemv_bf16's early_w; bit 1 (the host's launchEarly)
-// lets the dependent kernel launch at once rather than after the weight
-// stream. The product's blocks leave room on an SM, so decode attention's
-// blocks become resident under its stream and issue their first K/V tiles
-// (every row but the newest, which this kernel writes) before they wait.
+// early_w as gemv_bf16's. The kernel lets its dependent launch at once
+// rather than after the weight stream: the product's blocks leave room on
+// an SM, so decode attention's blocks become resident under its stream and
+// issue their first K/V tiles (every row but the newest, which this kernel
+// writes) before they wait.
 // Epilogue items per thread: a V block's NT*128 C elements over its threads.
 #define EPI ((NT * 128 + NW * 32 - 1) / (NW * 32))
 
@@ -216,8 +216,7 @@ extern "C" __global__ void __launch_bounds__(NW * 32) qkv_rope_bf16(
     u16* q_out, const u16* x, const u16* w, const int* pos, const int* slots, u16* kc, u16* vc,
     const float* inv_freq, const float* bias, int n, int k, int H, int KV, int hd, int bs, int num_slots, int* err,
     int early_w) {
-  if (early_w & 2) grid_dep_launch();  // the host's launchEarly: attention's blocks take the room left
-  early_w &= 1;
+  grid_dep_launch();  // attention's blocks take the room left
   if (!early_w) grid_dep_wait();
   __shared__ float red[NW][NT][32][4];
   int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;

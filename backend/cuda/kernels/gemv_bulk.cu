@@ -28,9 +28,9 @@
 // Under programmatic dependent launch the producer starts streaming
 // before griddepcontrol.wait when early_w says no kernel of the step
 // writes the weight (gemv.cu's rule); the consumers wait before reading x.
-// early_w's bit 1 (the host's launchEarly) lets the dependent kernel
-// launch at this kernel's start instead of after each block's last tile:
-// its blocks take SM room as this kernel's leave, sooner.
+// gemvb_silu_bf16 lets the dependent kernel (the down product) launch at
+// its start instead of after each block's last tile: its blocks take SM
+// room as this kernel's leave, sooner, and its producers start streaming.
 // Rounding is gemv.cu's (products rounded to bf16 before the residual add
 // or SiLU); the k split differs, so sums match gemv.cu's to f32 rounding,
 // not bit for bit.
@@ -82,8 +82,7 @@ __device__ __forceinline__ void gemvb(void* y, const u16* x, const u16* w, int n
 #if __CUDA_ARCH__ < 900
   __trap();  // the host launches these kernels on sm_90 and newer only
 #else
-  if (early_w & 2) grid_dep_launch();  // the host's launchEarly: dependents launch at once
-  early_w &= 1;
+  if (MODE == MODE_SILU) grid_dep_launch();  // the down product launches at once
   extern __shared__ __align__(128) unsigned char ring[];  // ST stage buffers
   __shared__ __align__(8) u64 full[ST], empty[ST];
   __shared__ float red[CW][NT][32][4];
