@@ -166,9 +166,6 @@ func New(opts Options) (*Backend, error) {
 	if err := applyDecodeTuning(); err != nil {
 		return nil, err
 	}
-	if err := applyBulkEnv(); err != nil {
-		return nil, err
-	}
 	if err := applyGEMVEnv(); err != nil {
 		return nil, err
 	}
@@ -179,12 +176,6 @@ func New(opts Options) (*Backend, error) {
 		return nil, err
 	}
 	if err := applyNormPrefetchEnv(); err != nil {
-		return nil, err
-	}
-	if err := applyBLASAddEnv(); err != nil {
-		return nil, err
-	}
-	if err := applySmallCopyEnv(); err != nil {
 		return nil, err
 	}
 	d, _ := loadDriver()

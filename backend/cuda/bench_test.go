@@ -130,33 +130,27 @@ func BenchmarkMatMulDecode(b *testing.B) {
 		n, in, out int
 	}{{"qkv", 4, 4096, 6144}, {"o", 4, 4096, 4096}, {"gate_up", 4, 4096, 28672}, {"down", 4, 14336, 4096},
 		{"o", 1, 4096, 4096}, {"down", 1, 14336, 4096}, {"o", 16, 4096, 4096}, {"lm_head", 4, 4096, 128256}} {
-		// gemv=off is cuBLASLt's tuned algorithm alone; on, the tuner's
-		// choice between it and the own GEMV.
-		for _, own := range []bool{false, true} {
-			b.Run(fmt.Sprintf("graph_%s_n%d_%dx%d_gemv=%v", s.name, s.n, s.in, s.out, own), func(b *testing.B) {
-				defer func(v bool) { gemvEnabled = v }(gemvEnabled)
-				gemvEnabled = own
-				copies := min(8, max(2, (256<<20)/(s.in*s.out*2)))
-				ws := make([]backend.Tensor, copies)
-				for i := range ws {
-					ws[i] = randomBF16(b, g, 0.02, s.out, s.in)
+		b.Run(fmt.Sprintf("graph_%s_n%d_%dx%d", s.name, s.n, s.in, s.out), func(b *testing.B) {
+			copies := min(8, max(2, (256<<20)/(s.in*s.out*2)))
+			ws := make([]backend.Tensor, copies)
+			for i := range ws {
+				ws[i] = randomBF16(b, g, 0.02, s.out, s.in)
+			}
+			x := randomBF16(b, g, 1, s.n, s.in)
+			y, _ := g.Alloc(backend.BF16, s.n, s.out)
+			defer func() {
+				for _, w := range ws {
+					g.Free(w)
 				}
-				x := randomBF16(b, g, 1, s.n, s.in)
-				y, _ := g.Alloc(backend.BF16, s.n, s.out)
-				defer func() {
-					for _, w := range ws {
-						g.Free(w)
-					}
-					g.Free(x)
-					g.Free(y)
-				}()
-				next := 0
-				timeGraphOps(b, g, float64(s.out*s.in*2), 4*copies, func() error {
-					next = (next + 1) % copies
-					return g.MatMul(y, x, ws[next], nil)
-				})
+				g.Free(x)
+				g.Free(y)
+			}()
+			next := 0
+			timeGraphOps(b, g, float64(s.out*s.in*2), 4*copies, func() error {
+				next = (next + 1) % copies
+				return g.MatMul(y, x, ws[next], nil)
 			})
-		}
+		})
 	}
 	for _, c := range g.GEMMChoices() {
 		b.Log(c)

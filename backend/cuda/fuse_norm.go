@@ -66,7 +66,7 @@ func (b *Backend) product(op string, x, w backend.Tensor, m int) (xt, wt *tensor
 	if n > maxInt32 || m > maxInt32 || k > maxInt32 {
 		return nil, nil, false, backend.ShapeError("cuda: "+op, "w", "%v x %v exceeds int32", xt.shape, wt.shape)
 	}
-	ok = gemvEnabled && xt.dt == backend.BF16 && wt.dt == backend.BF16 && gemvFits(n, k, xt.ptr, wt.ptr)
+	ok = xt.dt == backend.BF16 && wt.dt == backend.BF16 && gemvFits(n, k, xt.ptr, wt.ptr)
 	return xt, wt, ok, nil
 }
 
@@ -87,7 +87,7 @@ func (b *Backend) MatMulAdd(resid, x, w backend.Tensor) (bool, error) {
 	}
 	n, m, k := xt.shape[0], wt.shape[0], wt.shape[1]
 	if !ok {
-		if n <= gemvMaxRows || !blasAdd || rt.dt != backend.BF16 || xt.dt != backend.BF16 || wt.dt != backend.BF16 ||
+		if n <= gemvMaxRows || rt.dt != backend.BF16 || xt.dt != backend.BF16 || wt.dt != backend.BF16 ||
 			k%8 != 0 || m%8 != 0 {
 			return false, nil
 		}
@@ -114,19 +114,6 @@ func (b *Backend) MatMulAdd(resid, x, w backend.Tensor) (bool, error) {
 		return false, err
 	}
 	return true, nil
-}
-
-// blasAdd lets MatMulAdd take prefill-sized batches through cuBLASLt;
-// blasAddEnv ("off", read by New) turns it off, for comparison.
-var blasAdd = true
-
-// blasAddEnv names blasAdd's setting.
-const blasAddEnv = "TRIGON_CUDA_BLAS_ADD"
-
-// applyBLASAddEnv reads blasAddEnv.
-func applyBLASAddEnv() (err error) {
-	blasAdd, err = envSwitch(blasAddEnv, true)
-	return err
 }
 
 // gemmAdd queues y += x . w^T (y [n, m], BF16 throughout) as a cuBLASLt

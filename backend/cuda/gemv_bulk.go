@@ -20,35 +20,6 @@ type bulkConfig struct{ cw, ck, st, mb int }
 // The last is bulkPick's for weights of 2-3 tiles an SM.
 var bulkConfigs = []bulkConfig{{4, 512, 2, 0}, {8, 512, 3, 0}, {4, 1024, 2, 0}, {8, 1024, 2, 0}, {8, 1024, 3, 0}, {8, 512, 3, 3}}
 
-// bulkMode says where the bulk GEMV runs: bulkOff nowhere; bulkTuned in
-// the fused products (MatMulAdd's add and GateUpSiLU, bulkPick's
-// variant) and in plain products where the tuner timed it faster than
-// the other choices; bulkAlways in plain products too wherever it takes
-// the operands (its fastest variant), for comparisons.
-// TRIGON_CUDA_GEMV_BULK=off|on|always, read by New.
-type bulkModeT int
-
-const (
-	bulkOff bulkModeT = iota
-	bulkTuned
-	bulkAlways
-)
-
-var bulkMode = bulkTuned
-
-// bulkEnv names bulkMode's setting.
-const bulkEnv = "TRIGON_CUDA_GEMV_BULK"
-
-// applyBulkEnv reads bulkEnv.
-func applyBulkEnv() error {
-	var err error
-	if bulkMode, err = envChoice(bulkEnv, bulkTuned,
-		choice[bulkModeT]{"off", bulkOff}, choice[bulkModeT]{"on", bulkTuned}, choice[bulkModeT]{"always", bulkAlways}); err != nil {
-		return err
-	}
-	return nil
-}
-
 // stageBytes is one pipeline stage: 16 weight rows of ck columns, rows
 // ck+32 elements apart (the kernel's RSTR).
 func (c bulkConfig) stageBytes() int { return 16 * (c.ck + 32) * 2 }
@@ -82,7 +53,7 @@ func (c bulkConfig) String() string {
 // columns: sm_90 or newer (TMA bulk copies), at most gemvMaxRows rows, k
 // a multiple of the stage's columns, 16-byte aligned operands.
 func (b *Backend) bulkFits(c bulkConfig, n, k int, x, w uint64) bool {
-	return bulkMode != bulkOff && b.cc >= 90 && n >= 1 && n <= gemvMaxRows && k%c.ck == 0 && x%16 == 0 && w%16 == 0
+	return b.cc >= 90 && n >= 1 && n <= gemvMaxRows && k%c.ck == 0 && x%16 == 0 && w%16 == 0
 }
 
 // bulkFusedMaxRows is the most x rows the fused products (MatMulAdd's
@@ -143,7 +114,7 @@ func (b *Backend) bulkCall(c bulkConfig, kernel string, y uint64, ot int, x, w u
 // tuneBulk times the bulk variants that take the product (L2 flushed, as
 // the tuner times the others) and records the fastest in p; it becomes
 // the product's kernel if it beats cur ms, the current choice's time, by
-// gemvMargin (or always, in bulkAlways mode). CUDA thread only.
+// gemvMargin. CUDA thread only.
 func (b *Backend) tuneBulk(p *gemmPlan, key gemmKey, y, x, w uint64, cur float32, timed func(func() bool) (float32, bool)) {
 	if key.xt != cudaR16BF || key.wt != cudaR16BF {
 		return
@@ -169,7 +140,7 @@ func (b *Backend) tuneBulk(p *gemmPlan, key gemmKey, y, x, w uint64, cur float32
 		return
 	}
 	p.bulkBest, p.bulkMs = best, bestMs
-	if bulkMode == bulkAlways || bestMs < cur*float32(1-gemvMargin) {
+	if bestMs < cur*float32(1-gemvMargin) {
 		p.bulk = best
 	}
 }
@@ -228,7 +199,7 @@ func (b *Backend) GateUpSiLU(out, x, w backend.Tensor) (bool, error) {
 	if err := checkShape(op, "out", ot, n, inter); err != nil {
 		return false, err
 	}
-	if !ok || ot.dt != backend.BF16 || inter%8 != 0 || bulkMode == bulkOff || b.cc < 90 {
+	if !ok || ot.dt != backend.BF16 || inter%8 != 0 || b.cc < 90 {
 		return false, nil
 	}
 	c := bulkPick(2*inter, k, b.sms)

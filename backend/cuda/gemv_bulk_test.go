@@ -28,9 +28,6 @@ func needBulk(t *testing.T) *Backend {
 	if b.cc < 90 {
 		t.Skipf("bulk-copy GEMV needs sm_90, device is sm_%d", b.cc)
 	}
-	if bulkMode == bulkOff {
-		t.Skipf("%s=off", bulkEnv)
-	}
 	return b
 }
 
@@ -304,13 +301,12 @@ func TestGEMVBulkGraph(t *testing.T) {
 // BenchmarkGEMVBulk times Llama-3-8B's decode products at batch 4 with
 // their epilogues (O and down adding into the residual, gate/up with SiLU
 // x mul), from graphs cycling enough weight copies that none is in L2
-// when its turn comes: "base" is the path without the bulk GEMV (the
-// tuner's register GEMV or cuBLASLt, and the SiLU kernel), then each bulk
-// variant. The layer runs O, the post-attention norm, gate/up and down
-// back to back: "base", "tuned" (the default path: MatMulAdd and
-// GateUpSiLU as the model calls them) and "bulk" (every product launched
-// on bulkPick's variant directly). PDL follows TRIGON_CUDA_PDL, so runs under different settings
-// compare the launches.
+// when its turn comes: "tuned" (MatMulAdd, GateUpSiLU and MatMul as the
+// model calls them), then each bulk variant launched directly. The layer
+// runs O, the post-attention norm, gate/up and down back to back: "tuned",
+// "bulk" (every product on bulkPick's variant directly) and "nonorm" (the
+// tuned path without the norm, whose difference to "tuned" is what the
+// norm kernel costs between the products).
 func BenchmarkGEMVBulk(b *testing.B) {
 	g := benchBackend(b)
 	if g.cc < 90 {
@@ -357,24 +353,7 @@ func BenchmarkGEMVBulk(b *testing.B) {
 		g.Free(normW)
 		g.Free(normed)
 	}()
-	orig := bulkMode
-	defer func() { bulkMode = orig }()
-	// base runs product p without the bulk GEMV, bulk with variant c.
-	base := func(p *prod, w backend.Tensor) error {
-		bulkMode = bulkOff
-		defer func() { bulkMode = orig }()
-		switch p.kernel {
-		case "gemvb_silu_bf16":
-			if err := g.MatMul(p.tmp, p.x, w, nil); err != nil {
-				return err
-			}
-			return g.SiLUMul(p.y, p.tmp)
-		case "gemvb_bf16":
-			return g.MatMul(p.y, p.x, w, nil)
-		}
-		_, err := g.MatMulAdd(p.y, p.x, w)
-		return err
-	}
+	// tuned runs product p as the model does, bulk with variant c.
 	tuned := func(p *prod, w backend.Tensor) error {
 		if p.kernel == "gemvb_bf16" {
 			return g.MatMul(p.y, p.x, w, nil)
@@ -400,9 +379,6 @@ func BenchmarkGEMVBulk(b *testing.B) {
 	}
 	for _, p := range prods {
 		// Tune every shape outside the captures.
-		if err := base(p, p.ws[0]); err != nil {
-			b.Fatal(err)
-		}
 		if err := tuned(p, p.ws[0]); err != nil {
 			b.Fatal(err)
 		}
@@ -411,16 +387,6 @@ func BenchmarkGEMVBulk(b *testing.B) {
 		bytes := float64(p.rows * p.in * 2)
 		next := 0
 		cycle := func() backend.Tensor { next = (next + 1) % copies; return p.ws[next] }
-		b.Run(p.name+"_base", func(b *testing.B) {
-			timeGraphOps(b, g, bytes, 4*copies, func() error { return base(p, cycle()) })
-		})
-		if p.kernel == "gemvb_silu_bf16" {
-			b.Run("gate_up_alone", func(b *testing.B) {
-				bulkMode = bulkOff
-				defer func() { bulkMode = orig }()
-				timeGraphOps(b, g, bytes, 4*copies, func() error { return g.MatMul(p.tmp, p.x, cycle(), nil) })
-			})
-		}
 		b.Run(p.name+"_tuned", func(b *testing.B) {
 			timeGraphOps(b, g, bytes, 4*copies, func() error { return tuned(p, cycle()) })
 		})
@@ -441,19 +407,16 @@ func BenchmarkGEMVBulk(b *testing.B) {
 	// "nonorm": the tuned path without the norm at all (gate/up reads a
 	// stale input), so that tuned - nonorm is what the norm kernel costs in
 	// the chain.
-	for _, mode := range []string{"base", "tuned", "bulk", "nonorm"} {
+	for _, mode := range []string{"tuned", "bulk", "nonorm"} {
 		next := 0
 		b.Run("layer_"+mode, func(b *testing.B) {
 			timeGraphOps(b, g, layerBytes, 2*copies, func() error {
 				next = (next + 1) % copies
 				run := func(p *prod) error {
-					switch mode {
-					case "base":
-						return base(p, p.ws[next])
-					case "tuned", "nonorm":
-						return tuned(p, p.ws[next])
+					if mode == "bulk" {
+						return bulk(p, p.ws[next], bulkPick(p.rows, p.in, g.sms))
 					}
-					return bulk(p, p.ws[next], bulkPick(p.rows, p.in, g.sms))
+					return tuned(p, p.ws[next])
 				}
 				if err := run(o); err != nil {
 					return err
@@ -479,8 +442,6 @@ func BenchmarkGEMVBulk(b *testing.B) {
 // the bulk GEMV takes 1-8 rows of x there, as bulkFits allows, and
 // leaves 9-16 (two x tiles, one block an SM) to the register GEMV.
 func TestBulkFusedRows(t *testing.T) {
-	defer func(m bulkModeT) { bulkMode = m }(bulkMode)
-	bulkMode = bulkTuned
 	b := &Backend{cc: 90, sms: 132}
 	c := bulkPick(2*14336, 4096, b.sms)
 	for n := 1; n <= gemvMaxRows; n++ {

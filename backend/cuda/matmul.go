@@ -238,14 +238,14 @@ func (b *Backend) gemmPlanFor(y uint64, yt int, x, w uint64, n, m, k int) (*gemm
 // gemmWith queues the product with plan p: the GEMV variant the tuner
 // kept, where it takes the operands, else cuBLASLt. CUDA thread only.
 func (b *Backend) gemmWith(p *gemmPlan, y uint64, yt int, x, w uint64, n, m, k int, earlyW bool) error {
-	if p.bulk.cw > 0 && gemvEnabled && b.bulkFits(p.bulk, n, k, x, w) {
+	if p.bulk.cw > 0 && b.bulkFits(p.bulk, n, k, x, w) {
 		ot := int(dtBF16)
 		if yt == cudaR32F {
 			ot = int(dtF32)
 		}
 		return b.bulkCall(p.bulk, "gemvb_bf16", y, ot, x, w, n, m, k, earlyW)
 	}
-	if p.gemv.nw > 0 && gemvEnabled && gemvFits(n, k, x, w) {
+	if p.gemv.nw > 0 && gemvFits(n, k, x, w) {
 		return b.gemvCall(p.gemv, y, yt, x, w, n, m, k, earlyW)
 	}
 	return b.blas.lib.check("cublasLtMatmul", b.gemmCall(p, p.algo, y, x, w))
@@ -263,14 +263,6 @@ var gemvConfigs = []gemvConfig{{4, 4}, {8, 2}, {8, 4}, {4, 8}, {16, 2}}
 // gemvMaxRows is the most x rows the GEMV takes (two 8-row mma tiles).
 const gemvMaxRows = 16
 
-// gemvEnabled lets a benchmark (or TRIGON_CUDA_GEMV=off, read by New)
-// compare cuBLASLt alone with the tuned choice.
-var gemvEnabled = true
-
-// gemvEnv turns the GEMV off ("off") for a comparison without a rebuild;
-// "on" or unset leaves the tuner's choice.
-const gemvEnv = "TRIGON_CUDA_GEMV"
-
 // gemvMargin is how much faster than cuBLASLt's kept algorithm the best
 // GEMV variant must time to be kept. The tuner times each product alone
 // with L2 flushed; in a graph, back to back, the GEMV's lead on some
@@ -281,13 +273,8 @@ var gemvMargin = tuneMargin
 // "0.10", read once by New.
 const gemvMarginEnv = "TRIGON_CUDA_GEMV_MARGIN"
 
-// applyGEMVEnv reads gemvEnv and gemvMarginEnv.
+// applyGEMVEnv reads gemvMarginEnv.
 func applyGEMVEnv() error {
-	on, err := envSwitch(gemvEnv, gemvEnabled)
-	if err != nil {
-		return err
-	}
-	gemvEnabled = on
 	if v := os.Getenv(gemvMarginEnv); v != "" {
 		m, err := parseGEMVMargin(v)
 		if err != nil {

@@ -10,30 +10,6 @@ import (
 
 var _ backend.QKVRoPEFuser = (*Backend)(nil)
 
-// fuseQKVRoPE lets a benchmark (or TRIGON_CUDA_FUSE_QKV_ROPE=off, read by
-// New) compare the fused kernel with the MatMul + RoPEStoreKV pair.
-var fuseQKVRoPE = true
-
-// fuseQKVRoPEEnv names fuseQKVRoPE's override: "on" or "off".
-const fuseQKVRoPEEnv = "TRIGON_CUDA_FUSE_QKV_ROPE"
-
-// qkNormPair lets FusedQKVRoPE take Q/K norms (Qwen3) as a pair of
-// kernels launched with PDL at that site: the pinned GEMV into a.QKV, then
-// rope_store_kv. TRIGON_CUDA_QK_NORM_PAIR=off (read by New) leaves them to
-// the model's MatMul and RoPEStoreKV, for comparison.
-//
-// Why not one kernel: a head's norm needs the sum of squares of all its
-// hd/16 GEMV blocks. Sharing it inside a thread-block cluster of those
-// blocks worked (bit for bit rope_store_kv's result) but measured slower
-// on the H200: the cluster launch alone cost the QKV kernel ~3.3 us a
-// layer (docs/benchmarks.md, fifteenth session). Why per site: PDL on
-// every gemv_bf16 and rope_store_kv launch slowed Llama's batch-16 step,
-// whose other products run gemv_bf16 (fourteenth session).
-var qkNormPair = true
-
-// qkNormPairEnv names qkNormPair's override: "on" or "off".
-const qkNormPairEnv = "TRIGON_CUDA_QK_NORM_PAIR"
-
 // qkvGEMV is the register GEMV variant FusedQKVRoPE runs for steps of at
 // most qkvGEMVMaxRows rows, whatever the tuner kept for the product (the
 // zero value: the tuner's choice, GEMV or cuBLASLt). The tuner times the
@@ -75,14 +51,8 @@ func parseQKVGEMV(v string) (gemvConfig, error) {
 	return c, nil
 }
 
-// applyFuseEnv reads fuseQKVRoPEEnv and qkvGEMVEnv.
+// applyFuseEnv reads qkvGEMVEnv.
 func applyFuseEnv() (err error) {
-	if fuseQKVRoPE, err = envSwitch(fuseQKVRoPEEnv, true); err != nil {
-		return err
-	}
-	if qkNormPair, err = envSwitch(qkNormPairEnv, true); err != nil {
-		return err
-	}
 	qkvGEMV, err = parseQKVGEMV(os.Getenv(qkvGEMVEnv))
 	return err
 }
@@ -99,14 +69,18 @@ func applyFuseEnv() (err error) {
 //
 // With Q/K norms (Qwen3's a.QNorm, a.KNorm) and at most qkvGEMVMaxRows
 // rows, it queues the pinned GEMV variant into a.QKV and then
-// rope_store_kv, both launched with PDL (qkNormPair): the result of
-// MatMul on that variant followed by RoPEStoreKV, bit for bit.
+// rope_store_kv, both launched with PDL: the result of MatMul on that
+// variant followed by RoPEStoreKV, bit for bit. Why a pair and not one
+// kernel: a head's norm needs the sum of squares of all its hd/16 GEMV
+// blocks, which one kernel could only share across its blocks. Why PDL
+// at this site only: on every gemv_bf16 and rope_store_kv launch it would
+// also reach products that do not gain from it.
 //
 // Whether it fuses is decided here, on the caller's goroutine, from the
 // operands alone: x and w BF16, at most gemvMaxRows rows, a.QKV, a.Q and
 // the caches BF16, no Q/K norm or the pair's case above (no bias), no
-// bias or an F32 one, a head dim that is a multiple of 16, the GEMV
-// enabled and able to take the operands.
+// bias or an F32 one, a head dim that is a multiple of 16, and a GEMV
+// able to take the operands.
 // Otherwise it returns false and queues nothing. Operands that
 // MatMul(a.QKV, x, w, bias) or RoPEStoreKV(a) would refuse are an ErrShape
 // error.
@@ -192,9 +166,9 @@ func (b *Backend) qkvRoPEOperands(x, w backend.Tensor, a backend.RoPEArgs) (xt, 
 		return nil, nil, r, false, backend.ShapeError("cuda: "+op, "w", "%v x %v exceeds int32", xt.shape, wt.shape)
 	}
 	bf := backend.BF16
-	fuse = fuseQKVRoPE && gemvEnabled && r.n <= gemvMaxRows && gemvFits(r.n, k, xt.ptr, wt.ptr) &&
+	fuse = r.n <= gemvMaxRows && gemvFits(r.n, k, xt.ptr, wt.ptr) &&
 		xt.dt == bf && wt.dt == bf && r.qkv.dt == bf && r.kc.dt == bf &&
-		(r.qn == nil && r.kn == nil || qkNormPair && r.n <= qkvGEMVMaxRows && qkvGEMV.nw > 0) && r.d%16 == 0 &&
+		(r.qn == nil && r.kn == nil || r.n <= qkvGEMVMaxRows && qkvGEMV.nw > 0) && r.d%16 == 0 &&
 		// The kernel reads x and w while other blocks write Q and the
 		// caches; the unfused pair would not mind, so neither may overlap.
 		!overlaps(xt, r.q) && !overlaps(xt, r.kc) && !overlaps(xt, r.vc) &&
@@ -208,7 +182,7 @@ func (b *Backend) qkvRoPEOperands(x, w backend.Tensor, a backend.RoPEArgs) (xt, 
 func (b *Backend) qkvRoPE(xt, wt, bt *tensor, r ropeOps, k int, earlyW bool) error {
 	n, m := r.n, r.qkv.shape[1]
 	if r.qn != nil || r.kn != nil {
-		// The Q/K-norm pair (qkNormPair).
+		// The Q/K-norm pair.
 		if err := b.gemvCallPDL(qkvGEMV, r.qkv.ptr, cudaR16BF, xt.ptr, wt.ptr, n, m, k, earlyW, true); err != nil {
 			return err
 		}
@@ -227,7 +201,7 @@ func (b *Backend) qkvRoPE(xt, wt, bt *tensor, r ropeOps, k int, earlyW bool) err
 	if qkvGEMV.nw > 0 && n <= qkvGEMVMaxRows {
 		c, p.pinned = qkvGEMV, qkvGEMV
 	}
-	if c.nw == 0 || !gemvEnabled {
+	if c.nw == 0 {
 		if err := b.gemmWith(p, r.qkv.ptr, cudaR16BF, xt.ptr, wt.ptr, n, m, k, earlyW); err != nil {
 			return err
 		}

@@ -46,9 +46,6 @@ func checkFuseOutcome(t *testing.T, want int, ok bool, err error, queued int) {
 // false with nothing queued, operands MatMul or RoPEStoreKV would refuse
 // give ErrShape with nothing queued, and fusable ones queue one task.
 func TestFusedQKVRoPERefusals(t *testing.T) {
-	if !gemvEnabled {
-		t.Skip("the GEMV is off (TRIGON_CUDA_GEMV=off): nothing fuses")
-	}
 	h := newHostOnly()
 	bf, f32, i32 := backend.BF16, backend.F32, backend.I32
 	const n, hidden, heads, kvh, hd, blocks, bs = 3, 512, 8, 2, 64, 10, 16
@@ -114,11 +111,6 @@ func TestFusedQKVRoPERefusals(t *testing.T) {
 			defer func() { qkvGEMV = old }()
 			return h.b.FusedQKVRoPE(x, w, nil, qkNorms(rope(), bf))
 		}, refused},
-		{"Q/K norms, pair off", func() (bool, error) {
-			qkNormPair = false
-			defer func() { qkNormPair = true }()
-			return h.b.FusedQKVRoPE(x, w, nil, qkNorms(rope(), bf))
-		}, refused},
 		{"Q/K norm dtypes differ", func() (bool, error) {
 			a := qkNorms(rope(), bf)
 			a.KNorm = h.t(f32, hd)
@@ -144,11 +136,6 @@ func TestFusedQKVRoPERefusals(t *testing.T) {
 			qt := q.(*tensor)
 			xq := &tensor{b: h.b, dt: bf, shape: []int{n, hidden}, ptr: qt.ptr, bytes: n * hidden * 2}
 			return h.b.FusedQKVRoPE(xq, w, nil, rope())
-		}, refused},
-		{"GEMV off", func() (bool, error) {
-			gemvEnabled = false
-			defer func() { gemvEnabled = true }()
-			return h.b.FusedQKVRoPE(x, w, nil, rope())
 		}, refused},
 
 		{"w rows", func() (bool, error) { return h.b.FusedQKVRoPE(x, h.t(bf, width+16, hidden), nil, rope()) }, bad},
@@ -426,9 +413,6 @@ func (c *qkvCase) checkCPU(what string, got qkvOut) {
 func TestFusedQKVRoPE(t *testing.T) {
 	sharedBackend(t, true)
 	withQKVGEMV(t, gemvConfig{}) // the plan's choice, which the cases force
-	if !gemvEnabled {
-		t.Skip("the GEMV is off (TRIGON_CUDA_GEMV=off): nothing fuses")
-	}
 	type shape struct{ h, kv, hd, k int }
 	type qkvTest struct {
 		shape
@@ -514,9 +498,6 @@ func TestFusedQKVRoPE(t *testing.T) {
 func TestFusedQKVRoPEQKNorm(t *testing.T) {
 	sharedBackend(t, true)
 	withQKVGEMV(t, qkvGEMVDefault)
-	if !gemvEnabled {
-		t.Skip("the GEMV is off (TRIGON_CUDA_GEMV=off): nothing fuses")
-	}
 	type shape struct{ h, kv, hd, k int }
 	for _, s := range []shape{{32, 8, 128, 4096}, {8, 2, 64, 1024}, {4, 2, 32, 512}, {4, 4, 16, 1000}} {
 		for _, n := range []int{1, 4, 8} {
@@ -560,9 +541,6 @@ func TestFusedQKVRoPEQKNorm(t *testing.T) {
 func TestFusedQKVRoPEDeviceChecks(t *testing.T) {
 	sharedBackend(t, true)
 	withQKVGEMV(t, gemvConfig{}) // the plan's choice, which the test forces
-	if !gemvEnabled {
-		t.Skip("the GEMV is off (TRIGON_CUDA_GEMV=off): nothing fuses")
-	}
 	p := newPair(t)
 	c := newQKVCase(p, 8, 2, 64, 1024, 4)
 	c.unfused() // makes and tunes the plan
@@ -612,9 +590,6 @@ func (c *qkvCase) deviceChecks(t *testing.T) {
 func TestFusedQKVRoPEGraph(t *testing.T) {
 	sharedBackend(t, true)
 	withQKVGEMV(t, gemvConfig{}) // the plan's choice, which the test forces
-	if !gemvEnabled {
-		t.Skip("the GEMV is off (TRIGON_CUDA_GEMV=off): nothing fuses")
-	}
 	for _, tc := range []struct {
 		name  string
 		v     gemvConfig
