@@ -2,10 +2,7 @@ package cuda
 
 import (
 	"encoding/binary"
-	"fmt"
 	"math"
-	"os"
-	"sync"
 	"unsafe"
 
 	"github.com/trigon-llm/trigon/backend"
@@ -195,65 +192,17 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 	})
 }
 
-// decodeUnroll is how many warp steps of K/V loads the decode kernel
-// issues before using them (more bytes in flight per SM); a variable so the
-// benchmark can compare settings.
-var decodeUnroll = 2
-
-// decodeWaves is how many blocks per SM the decode grid aims for (the
-// split count follows from it); a variable so the benchmark can compare.
-// The ncu profile of 2026-11-30 (batch 4, context 2048) had the kernel
-// latency-bound at 2 waves: 288 blocks, 9 warps per SM.
-var decodeWaves = 4
-
-// decodeTuningEnv names an override of the two knobs above, "UNROLL,WAVES"
-// (e.g. "4,4"), read once by New: for measuring another setting on a new
-// GPU without a rebuild. UNROLL is 1, 2, 4 or 8; WAVES 1 to 16.
-const decodeTuningEnv = "TRIGON_CUDA_DECODE_TUNING"
-
-var decodeTuningOnce sync.Once
-
-// applyDecodeTuning applies decodeStagesEnv and decodeTuningEnv, once per
-// process.
-func applyDecodeTuning() error {
-	var err error
-	decodeTuningOnce.Do(func() {
-		if err = applyDecodeStages(); err != nil {
-			return
-		}
-		v := os.Getenv(decodeTuningEnv)
-		if v == "" {
-			return
-		}
-		var u, w int
-		if u, w, err = parseDecodeTuning(v); err == nil {
-			decodeUnroll, decodeWaves = u, w
-		}
-	})
-	return err
-}
-
-// parseDecodeTuning reads "UNROLL,WAVES".
-func parseDecodeTuning(v string) (unroll, waves int, err error) {
-	var rest string
-	n, _ := fmt.Sscanf(v, "%d,%d%s", &unroll, &waves, &rest)
-	if n != 2 || (unroll != 1 && unroll != 2 && unroll != 4 && unroll != 8) || waves < 1 || waves > 16 {
-		return 0, 0, fmt.Errorf("cuda: %s=%q: want UNROLL,WAVES with UNROLL 1, 2, 4 or 8 and WAVES 1..16", decodeTuningEnv, v)
-	}
-	return unroll, waves, nil
-}
-
 // decodeSplits picks how many pieces each decode row's context is cut
-// into for the CUDA-core kernel: enough blocks for decodeWaves waves over
-// the SMs, but no piece shorter than 64 tokens and at most decodeMaxSplits
-// pieces (attn_combine's MAX_SPLITS is 32). It depends only on the batch
-// shape, so a captured graph can be replayed for any context length up to
-// maxSeqLen.
+// into for the CUDA-core kernel: enough blocks for the tuning's
+// decodeWaves waves over the SMs, but no piece shorter than 64 tokens and
+// at most decodeMaxSplits pieces (attn_combine's MAX_SPLITS is 32). It
+// depends only on the batch shape, so a captured graph can be replayed for
+// any context length up to maxSeqLen.
 func (b *Backend) decodeSplits(seqs, blocksPerSeq, maxSeqLen int) int {
 	base := seqs * blocksPerSeq
-	want := (decodeWaves*b.sms + base - 1) / base
+	want := (b.tune.decodeWaves*b.sms + base - 1) / base
 	byLen := (maxSeqLen + 63) / 64
-	return max(1, min(want, byLen, decodeMaxSplits))
+	return max(1, min(want, byLen, b.tune.decodeMaxSplits))
 }
 
 // Sample implements backend.Backend on the GPU: one 1024-thread block per

@@ -1,20 +1,15 @@
 package cuda
 
-import (
-	"fmt"
-	"os"
-	"strconv"
-)
-
 // Decode attention (sequences with one query row) has two kernels:
 //
 //   - attn_decode_mma (kernels/attn_decode.cu), on the tensor cores: a
 //     block owns (sequence, KV head, split) and up to 16 query heads of
 //     the GQA group; each of its NW warps streams 16-token K/V tiles
-//     through its own cp.async ring of decodeStages slots. Used on sm_80
-//     and newer when the ring fits in shared memory.
-//   - attn_decode (kernels/attention.cu), on the CUDA cores: the fallback
-//     for older GPUs, and the reference the benchmark compares against.
+//     through its own cp.async ring (Tuning.DecodeStages slots). Used
+//     wherever a ring of at least two slots fits in a block's shared
+//     memory.
+//   - attn_decode (kernels/attention.cu), on the CUDA cores: where it
+//     does not (head dim 256 on devices with 99 KiB a block).
 //
 // Both cut a row's context into a split count that depends only on the
 // batch shape (never on the actual lengths), so a captured graph stays
@@ -23,43 +18,6 @@ import (
 // decodeNW and decodeTile mirror NW (warps per block) and TT (tokens per
 // tile) in kernels/attn_decode.cu.
 const decodeNW, decodeTile = 4, 16
-
-// decodeStages is the depth of attn_decode_mma's per-warp cp.async ring
-// (decodeStages-1 tiles in flight per warp while one is computed); 0
-// selects the CUDA-core kernel. A variable so tests and the benchmark can
-// compare; decodeStagesEnv overrides it.
-var decodeStages = 3
-
-// decodeStagesEnv names an override of decodeStages read once by New: 0
-// (the CUDA-core kernel), 2, 3 or 4.
-const decodeStagesEnv = "TRIGON_CUDA_DECODE_STAGES"
-
-// decodeMaxSplits caps the split count of both decode kernels; at most 32,
-// the combine kernels' MAX_SPLITS. A variable so tests can force one split
-// (the kernels then write the output directly) or an odd count.
-var decodeMaxSplits = 32
-
-// parseDecodeStages reads decodeStagesEnv's value.
-func parseDecodeStages(v string) (int, error) {
-	n, err := strconv.Atoi(v)
-	if err != nil || (n != 0 && (n < 2 || n > 4)) {
-		return 0, fmt.Errorf("cuda: %s=%q: want 0 (CUDA-core kernel), 2, 3 or 4", decodeStagesEnv, v)
-	}
-	return n, nil
-}
-
-// applyDecodeStages applies decodeStagesEnv; applyDecodeTuning calls it once.
-func applyDecodeStages() error {
-	v := os.Getenv(decodeStagesEnv)
-	if v == "" {
-		return nil
-	}
-	n, err := parseDecodeStages(v)
-	if err == nil {
-		decodeStages = n
-	}
-	return err
-}
 
 // decodePlan is the decode half of one Attention call, fixed on the
 // caller's goroutine.
@@ -76,7 +34,7 @@ type decodePlan struct {
 // blockSize tokens and contexts up to maxSeqLen.
 func (b *Backend) planDecode(s, h, kvh, d, blockSize, maxSeqLen int) decodePlan {
 	g := h / kvh
-	if st, ok := decodeMMAStages(b.cc, d); ok {
+	if st, ok := decodeMMAStages(b.cc, d, b.tune.decodeStages); ok {
 		chunks := (g + 15) / 16 // blocks per KV head: 16 query heads each
 		units := s * kvh * chunks
 		n := b.decodeMMASplits(units, maxSeqLen, decodeMMAPerSM(b.cc, d, st))
@@ -97,7 +55,7 @@ func (b *Backend) planDecode(s, h, kvh, d, blockSize, maxSeqLen int) decodePlan 
 	}
 	n := b.decodeSplits(s, kvh*(g/gc), maxSeqLen)
 	return decodePlan{
-		mod:    modSpec{file: "attention", p: [6]int{d, blockSize, gc, decodeUnroll}},
+		mod:    modSpec{file: "attention", p: [6]int{d, blockSize, gc, b.tune.decodeUnroll}},
 		decode: "attn_decode", combine: "attn_combine",
 		grid: [3]int{s, kvh * (g / gc), n}, nsplit: n,
 	}
@@ -130,16 +88,16 @@ func smemLimits(cc int) (perSM, perBlock int) {
 }
 
 // decodeMMAStages returns the ring depth attn_decode_mma runs with at head
-// dim d on compute capability cc: decodeStages, or fewer (down to 2) where
-// the shared memory of a block does not allow it. ok is false where the
-// tensor-core kernel cannot run (decodeStages 0, GPUs before sm_80, or
-// not even two stages fit).
-func decodeMMAStages(cc, d int) (st int, ok bool) {
-	if decodeStages == 0 || cc < 80 {
+// dim d on compute capability cc for the tuning's stages: stages, or
+// fewer (down to 2) where the shared memory of a block does not allow it.
+// ok is false where the tensor-core kernel cannot run (stages 0, GPUs
+// before sm_80, or not even two stages fit).
+func decodeMMAStages(cc, d, stages int) (st int, ok bool) {
+	if stages == 0 || cc < 80 {
 		return 0, false
 	}
 	_, perBlock := smemLimits(cc)
-	for st = decodeStages; st >= 2; st-- {
+	for st = stages; st >= 2; st-- {
 		if decodeMMASmem(d, st)+decodeMMAStaticSmem(st) <= perBlock {
 			return st, true
 		}
@@ -181,7 +139,7 @@ func decodeMMAPerSM(cc, d, st int) int {
 func (b *Backend) decodeMMASplits(units, maxSeqLen, perSM int) int {
 	slots := max(1, perSM*b.sms)
 	tiles := (maxSeqLen + decodeTile - 1) / decodeTile
-	limit := max(1, min(decodeMaxSplits, tiles/decodeNW))
+	limit := max(1, min(b.tune.decodeMaxSplits, tiles/decodeNW))
 	cost := func(n int) float64 { return float64((units*n+slots-1)/slots) / float64(n) }
 	best, bestCost := 1, cost(1)
 	for n := 2; n <= limit; n++ {

@@ -223,12 +223,14 @@ func TestAttention(t *testing.T) {
 	// prefill kernel runs, so the rows would be left unwritten; the decode
 	// kernel reports it instead), and a block id past the cache (in cache
 	// blocks of 16, which hold whole tiles, and of 8, which do not).
-	for _, st := range []int{decodeStages, 0} {
-		t.Run(fmt.Sprintf("decode_only_hint_broken_stages%d", st), func(t *testing.T) {
-			defer func(v int) { decodeStages = v }(decodeStages)
-			decodeStages = st
+	for _, kernel := range []struct {
+		name   string
+		stages int
+	}{{"mma", 0}, {"simt", -1}} {
+		g := backendWith(t, Tuning{DecodeStages: kernel.stages}, "")
+		t.Run("decode_only_hint_broken_"+kernel.name, func(t *testing.T) {
 			const blockSize = 16
-			p := newPair(t)
+			p := newPairOn(t, g)
 			_, k := p.same(backend.BF16, []int{3, 1, blockSize, 64}, encode(backend.BF16, p.normal(3*blockSize*64, 1)))
 			_, v := p.same(backend.BF16, []int{3, 1, blockSize, 64}, encode(backend.BF16, p.normal(3*blockSize*64, 1)))
 			_, q := p.act(backend.BF16, []int{3, 64}, p.normal(3*64, 1))
@@ -243,10 +245,8 @@ func TestAttention(t *testing.T) {
 			}
 		})
 		for _, blockSize := range []int{16, 8} {
-			t.Run(fmt.Sprintf("bad_block_id_stages%d_bs%d", st, blockSize), func(t *testing.T) {
-				defer func(v int) { decodeStages = v }(decodeStages)
-				decodeStages = st
-				p := newPair(t)
+			t.Run(fmt.Sprintf("bad_block_id_%s_bs%d", kernel.name, blockSize), func(t *testing.T) {
+				p := newPairOn(t, g)
 				// 20 tokens: blocks 1 and 2 are fine, the last (4) is not.
 				nb := (20 + blockSize - 1) / blockSize
 				k := p.poisoned(backend.BF16, 4, 1, blockSize, 64)
@@ -290,7 +290,7 @@ func TestAttentionPrefillWG(t *testing.T) {
 		{name: "prefill_bs8_window33_d128", h: 8, kv: 2, d: 128, seqs: []seqSpec{{600, 600}, {250, 250}}, window: 33, bs: 8},
 	}
 	for _, tc := range extra {
-		tc.stages = decodeStages // the decode kernels are TestAttention's
+		tc.defaultDecode = true // the decode kernels are TestAttention's
 		testAttentionCase(t, tc)
 	}
 	if b.comp.arch != "sm_90a" {
@@ -305,7 +305,7 @@ func TestAttentionPrefillWG(t *testing.T) {
 			continue
 		}
 		tc.arch = "sm_90"
-		tc.stages = decodeStages
+		tc.defaultDecode = true
 		testAttentionCase(t, tc)
 	}
 }
@@ -398,13 +398,14 @@ type attnCase struct {
 	seqs     []seqSpec
 	window   int
 	padRows  int // rows past the last sequence's, which no kernel may write
-	unroll   int // the CUDA-core decode kernel's UR; 0: the default
+	unroll   int // Tuning.DecodeUnroll of the CUDA-core decode kernel's run; 0: the default
 	bs       int // cache block size; 0: 16
-	// stages is decodeStages: 0 runs the case with the default tensor-core
-	// kernel and, if it has decode rows, again with the CUDA-core one
-	// (decodeStages 0); otherwise only with that many stages.
-	stages    int
-	maxSplits int // decodeMaxSplits; 0: the default
+	// stages is Tuning.DecodeStages for the case: 0 runs it with the
+	// default tensor-core kernel and, if it has decode rows and
+	// defaultDecode is not set, again with the CUDA-core one (-1).
+	stages        int
+	defaultDecode bool // run only the default decode kernel: the case is about prefill
+	maxSplits     int  // Tuning.DecodeMaxSplits; 0: the default
 	// arch is the target the case's kernels are compiled for (backendWith;
 	// "" the device's); set, the case's name carries it.
 	arch string
@@ -420,11 +421,10 @@ func testAttentionCase(t *testing.T, tc attnCase) {
 		bs = 16
 	}
 	stages := []int{tc.stages}
-	if tc.stages == 0 {
-		stages = []int{decodeStages}
+	if tc.stages == 0 && !tc.defaultDecode {
 		for _, s := range tc.seqs {
-			if s.q == 1 && decodeStages != 0 {
-				stages = append(stages, 0)
+			if s.q == 1 {
+				stages = append(stages, -1)
 				break
 			}
 		}
@@ -435,24 +435,18 @@ func testAttentionCase(t *testing.T, tc attnCase) {
 			if tc.arch != "" {
 				name += "_" + tc.arch
 			}
-			if st == 0 {
+			if st == -1 {
 				name += "_simt"
 			}
 			if hinted {
 				name += "_hinted"
 			}
 			t.Run(name, func(t *testing.T) {
-				defer func(st, ms, u int) {
-					decodeStages, decodeMaxSplits, decodeUnroll = st, ms, u
-				}(decodeStages, decodeMaxSplits, decodeUnroll)
-				decodeStages = st
-				if tc.maxSplits != 0 {
-					decodeMaxSplits = tc.maxSplits
+				tune := Tuning{DecodeStages: st, DecodeMaxSplits: tc.maxSplits}
+				if st == -1 {
+					tune.DecodeUnroll = tc.unroll // only the CUDA-core kernel unrolls
 				}
-				if tc.unroll != 0 {
-					decodeUnroll = tc.unroll
-				}
-				p := newPairOn(t, backendWith(t, tc.arch))
+				p := newPairOn(t, backendWith(t, tune, tc.arch))
 				ns := len(tc.seqs)
 				maxBlocks, totalBlocks, rows, maxLen, maxQ := 0, 0, 0, 0, 0
 				for _, s := range tc.seqs {
@@ -673,18 +667,20 @@ func TestDecodePlan(t *testing.T) {
 		{86, 84, 3, 4, 32, 8, 128, 2048, true},  // two stages fit in 99 KB
 		{86, 84, 3, 4, 16, 8, 256, 2048, false}, // not even two
 		{75, 40, 3, 4, 32, 8, 128, 2048, false}, // no bf16 mma
-		{90, 132, 0, 4, 32, 8, 128, 2048, false},
+		{90, 132, -1, 4, 32, 8, 128, 2048, false},
 	} {
 		t.Run(fmt.Sprintf("sm%d_st%d_b%d_h%d_kv%d_d%d_ctx%d", tc.cc, tc.stages, tc.seqs, tc.h, tc.kv, tc.d, tc.maxLen), func(t *testing.T) {
-			defer func(v int) { decodeStages = v }(decodeStages)
-			decodeStages = tc.stages
-			b := &Backend{cc: tc.cc, sms: tc.sms}
+			tune, err := Tuning{DecodeStages: tc.stages}.resolve()
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := &Backend{cc: tc.cc, sms: tc.sms, tune: tune}
 			p := b.planDecode(tc.seqs, tc.h, tc.kv, tc.d, 16, tc.maxLen)
 			t.Logf("%+v", p)
 			if mma := p.decode == "attn_decode_mma"; mma != tc.wantMMA {
 				t.Fatalf("kernel %s, want tensor cores %v", p.decode, tc.wantMMA)
 			}
-			if p.grid[0] != tc.seqs || p.grid[2] != p.nsplit || p.nsplit < 1 || p.nsplit > decodeMaxSplits {
+			if p.grid[0] != tc.seqs || p.grid[2] != p.nsplit || p.nsplit < 1 || p.nsplit > tune.decodeMaxSplits {
 				t.Fatalf("grid %v with %d splits", p.grid, p.nsplit)
 			}
 			if !tc.wantMMA {
@@ -710,7 +706,7 @@ func TestDecodePlan(t *testing.T) {
 			slots := decodeMMAPerSM(tc.cc, tc.d, st) * tc.sms
 			// Time in units of an unsplit block: waves of resident blocks
 			// over splits. No allowed count may beat the choice by 3%.
-			limit := max(1, min(decodeMaxSplits, tiles/decodeNW))
+			limit := max(1, min(tune.decodeMaxSplits, tiles/decodeNW))
 			cost := func(n int) float64 { return math.Ceil(float64(units*n)/float64(slots)) / float64(n) }
 			for n := 1; n <= limit; n++ {
 				if cost(n) < 0.97*cost(p.nsplit) {
@@ -721,18 +717,5 @@ func TestDecodePlan(t *testing.T) {
 				t.Errorf("%d blocks leave more than half of %d slots idle with %d more splits allowed", units*p.nsplit, slots, limit-p.nsplit)
 			}
 		})
-	}
-}
-
-func TestParseDecodeStages(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want int
-		ok   bool
-	}{{"0", 0, true}, {"2", 2, true}, {"3", 3, true}, {"4", 4, true}, {"1", 0, false}, {"5", 0, false}, {"", 0, false}, {"3x", 0, false}, {"-3", 0, false}} {
-		got, err := parseDecodeStages(tc.in)
-		if (err == nil) != tc.ok || (tc.ok && got != tc.want) {
-			t.Errorf("parseDecodeStages(%q) = %d, %v; want %d, ok %v", tc.in, got, err, tc.want, tc.ok)
-		}
 	}
 }

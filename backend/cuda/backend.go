@@ -34,6 +34,9 @@ type Options struct {
 	// CacheDir holds compiled kernels; "" means
 	// os.UserCacheDir()/trigon/kernels, "off" disables the cache.
 	CacheDir string
+	// Tuning holds the kernels' tuning values; the zero value is the
+	// default for each.
+	Tuning Tuning
 }
 
 // Available reports why the CUDA backend cannot run here (no libcuda, no
@@ -96,6 +99,7 @@ type spinReply struct {
 // launches this one; Alloc, Read, Write and Sample wait for their result.
 type Backend struct {
 	opts    Options
+	tune    tuning // opts.Tuning resolved
 	name    string
 	devName string
 	d       *driver
@@ -160,27 +164,17 @@ var _ backend.Backend = (*Backend)(nil)
 
 // New starts the CUDA thread on device opts.Device and returns the backend.
 func New(opts Options) (*Backend, error) {
+	tune, err := opts.Tuning.resolve()
+	if err != nil {
+		return nil, err
+	}
 	if err := Available(); err != nil {
-		return nil, err
-	}
-	if err := applyDecodeTuning(); err != nil {
-		return nil, err
-	}
-	if err := applyGEMVEnv(); err != nil {
-		return nil, err
-	}
-	if err := applyTuneEnv(); err != nil {
-		return nil, err
-	}
-	if err := applyFuseEnv(); err != nil {
-		return nil, err
-	}
-	if err := applyNormPrefetchEnv(); err != nil {
 		return nil, err
 	}
 	d, _ := loadDriver()
 	b := &Backend{
 		opts:    opts,
+		tune:    tune,
 		name:    fmt.Sprintf("cuda:%d", opts.Device),
 		d:       d,
 		tasks:   make(chan task, 256),

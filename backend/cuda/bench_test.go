@@ -183,26 +183,23 @@ func BenchmarkMatMulDecode(b *testing.B) {
 // BenchmarkAttentionDecode times one decode step of attention (one query
 // row per sequence, Llama-3-8B's 32 query and 8 KV heads of 128 dims),
 // reporting KV bytes read per second, for the tensor-core kernel
-// (stages=2..4, its cp.async ring depth) and the CUDA-core one (stages=0).
-// From a graph: at batch 4 and context 2048 the kernels take less time
-// than the host needs to launch them. The graph cycles over enough copies
-// of the cache that none is still in L2 (50 MB on the H200) when its turn
-// comes again.
+// (stages=2..4, Tuning.DecodeStages; 3 is the default) and the CUDA-core
+// one (stages=-1). From a graph: at batch 4 and context 2048 the kernels
+// take less time than the host needs to launch them. The graph cycles over
+// enough copies of the cache that none is still in L2 when its turn comes
+// again.
 func BenchmarkAttentionDecode(b *testing.B) {
-	g := benchBackend(b)
 	const h, kv, d = 32, 8, 128
 	type shape struct{ seqs, ctx, stages int }
 	var cases []shape
-	for _, c := range []shape{{1, 8192, 0}, {4, 2048, 0}, {4, 32768, 0}, {64, 2048, 0}} {
+	for _, c := range []shape{{1, 8192, -1}, {4, 2048, -1}, {4, 32768, -1}, {64, 2048, -1}} {
 		cases = append(cases, c, shape{c.seqs, c.ctx, 3})
 	}
 	cases = append(cases, shape{4, 2048, 2}, shape{4, 2048, 4}, shape{1, 8192, 4}, shape{64, 2048, 2})
 	for _, c := range cases {
 		s := c
 		b.Run(fmt.Sprintf("b%d_ctx%d_h%d_kv%d_d%d_stages%d", s.seqs, s.ctx, h, kv, d, s.stages), func(b *testing.B) {
-			defer func(v int) { decodeStages = v }(decodeStages)
-			decodeStages = s.stages
-			benchDecodeAttention(b, g, s.seqs, s.ctx)
+			benchDecodeAttention(b, backendWith(b, Tuning{DecodeStages: s.stages}, ""), s.seqs, s.ctx)
 		})
 	}
 }

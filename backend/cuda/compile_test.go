@@ -43,7 +43,11 @@ func testCompiler(t *testing.T, dir string) *compiler {
 func TestKernelsCompile(t *testing.T) {
 	dir := t.TempDir()
 	c := testCompiler(t, dir)
-	specs := warmSpecs()
+	tune, err := Tuning{}.resolve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	specs := warmSpecs(tune)
 	if sharedBackend(t, false) == nil && os.Getenv("TRIGON_TEST_ALL_KERNELS") == "" {
 		// No GPU: NVRTC takes seconds per module on a small machine, so CI
 		// checks four (the bulk GEMV's sm_90 statements and the wgmma
@@ -150,8 +154,8 @@ func TestWarmKernels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(reps) != len(warmSpecs()) {
-		t.Fatalf("%d reports for %d modules", len(reps), len(warmSpecs()))
+	if len(reps) != len(warmSpecs(g.tune)) {
+		t.Fatalf("%d reports for %d modules", len(reps), len(warmSpecs(g.tune)))
 	}
 	for _, r := range reps {
 		if !r.Cached || r.Arch != g.comp.arch || len(r.Options) == 0 {

@@ -114,7 +114,7 @@ func (b *Backend) bulkCall(c bulkConfig, kernel string, y uint64, ot int, x, w u
 // tuneBulk times the bulk variants that take the product (L2 flushed, as
 // the tuner times the others) and records the fastest in p; it becomes
 // the product's kernel if it beats cur ms, the current choice's time, by
-// gemvMargin. CUDA thread only.
+// the tuning's gemvMargin. CUDA thread only.
 func (b *Backend) tuneBulk(p *gemmPlan, key gemmKey, y, x, w uint64, cur float32, timed func(func() bool) (float32, bool)) {
 	if key.xt != cudaR16BF || key.wt != cudaR16BF {
 		return
@@ -140,7 +140,7 @@ func (b *Backend) tuneBulk(p *gemmPlan, key gemmKey, y, x, w uint64, cur float32
 		return
 	}
 	p.bulkBest, p.bulkMs = best, bestMs
-	if bestMs < cur*float32(1-gemvMargin) {
+	if bestMs < cur*float32(1-b.tune.gemvMargin) {
 		p.bulk = best
 	}
 }

@@ -252,9 +252,10 @@ func (b *Backend) fnSmem(k fnKey, smem int) (uintptr, error) {
 	return f, nil
 }
 
-// warmSpecs lists the modules a typical BF16 model uses: head dims 64 and
-// 128, block size 16, the GQA group sizes 1..8, and the weight dtypes.
-func warmSpecs() []modSpec {
+// warmSpecs lists the modules a typical BF16 model uses with tuning t:
+// head dims 64 and 128, block size 16, the GQA group sizes 1..8, and the
+// weight dtypes.
+func warmSpecs(t tuning) []modSpec {
 	bf, f32 := int(dtBF16), int(dtF32)
 	specs := []modSpec{
 		{file: "embed", p: [6]int{bf, bf}},
@@ -289,10 +290,10 @@ func warmSpecs() []modSpec {
 			modSpec{file: "rope", p: [6]int{hd, 16, bf, bf, bf}},
 			modSpec{file: "rope", p: [6]int{hd, 16, bf, bf, f32}})
 		for _, gc := range []int{1, 2, 4, 8} {
-			specs = append(specs, modSpec{file: "attention", p: [6]int{hd, 16, gc, decodeUnroll}})
+			specs = append(specs, modSpec{file: "attention", p: [6]int{hd, 16, gc, t.decodeUnroll}})
 		}
 		specs = append(specs, prefillTiling(hd).spec(hd, 16), modSpec{file: "attn_prefill_wg", p: [6]int{hd, 16}})
-		if st, ok := decodeMMAStages(90, hd); ok {
+		if st, ok := decodeMMAStages(90, hd, t.decodeStages); ok {
 			specs = append(specs, modSpec{file: "attn_decode", p: [6]int{hd, 16, st}})
 		}
 	}
@@ -305,7 +306,7 @@ func warmSpecs() []modSpec {
 // the modules are then loaded on the CUDA thread. It backs the
 // `trigon kernels` command.
 func (b *Backend) WarmKernels(ctx context.Context) ([]KernelReport, error) {
-	specs := warmSpecs()
+	specs := warmSpecs(b.tune)
 	type result struct {
 		img    []byte
 		cached bool

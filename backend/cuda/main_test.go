@@ -68,6 +68,7 @@ func sharedBackend(t testing.TB, require bool) *Backend {
 
 // backendKey names one of backendWith's backends.
 type backendKey struct {
+	tune Tuning
 	arch string
 }
 
@@ -76,16 +77,17 @@ var (
 	others   = map[backendKey]*Backend{}
 )
 
-// backendWith returns a backend on the shared backend's device whose
-// kernels are compiled for arch ("": the device's own target), made on
-// first use and kept until the tests end; the shared backend itself where
-// arch is "". A plain sm_90 target on an sm_90a device runs the kernels
-// every Hopper-class target but sm_90a runs (attn_prefill's mma.sync
-// kernel instead of the wgmma one). It skips as sharedBackend does.
-func backendWith(t testing.TB, arch string) *Backend {
+// backendWith returns a backend on the shared backend's device with
+// tuning tune whose kernels are compiled for arch ("": the device's own
+// target), made on first use and kept until the tests end; the shared
+// backend itself for the defaults. A plain sm_90 target on an sm_90a
+// device runs the kernels every Hopper-class target but sm_90a runs
+// (attn_prefill's mma.sync kernel instead of the wgmma one). It skips as
+// sharedBackend does.
+func backendWith(t testing.TB, tune Tuning, arch string) *Backend {
 	t.Helper()
 	g := sharedBackend(t, true)
-	k := backendKey{arch: arch}
+	k := backendKey{tune: tune, arch: arch}
 	if k == (backendKey{}) {
 		return g
 	}
@@ -94,7 +96,9 @@ func backendWith(t testing.TB, arch string) *Backend {
 	if b, ok := others[k]; ok {
 		return b
 	}
-	b, err := New(g.opts)
+	opts := g.opts
+	opts.Tuning = tune
+	b, err := New(opts)
 	if err != nil {
 		t.Fatalf("backend for %+v: %v", k, err)
 	}

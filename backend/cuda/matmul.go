@@ -3,9 +3,7 @@ package cuda
 import (
 	"fmt"
 	"math"
-	"os"
 	"slices"
-	"strconv"
 	"unsafe"
 
 	"github.com/trigon-llm/trigon/backend"
@@ -225,7 +223,7 @@ func (b *Backend) gemmPlanFor(y uint64, yt int, x, w uint64, n, m, k int) (*gemm
 			slot = 1
 		}
 		var err error
-		if p, err = g.plan(key, g.scalars[slot*64:(slot+1)*64]); err != nil {
+		if p, err = g.plan(key, g.scalars[slot*64:(slot+1)*64], b.tune.tuneMaxRows); err != nil {
 			return nil, err
 		}
 	}
@@ -262,37 +260,6 @@ var gemvConfigs = []gemvConfig{{4, 4}, {8, 2}, {8, 4}, {4, 8}, {16, 2}}
 
 // gemvMaxRows is the most x rows the GEMV takes (two 8-row mma tiles).
 const gemvMaxRows = 16
-
-// gemvMargin is how much faster than cuBLASLt's kept algorithm the best
-// GEMV variant must time to be kept. The tuner times each product alone
-// with L2 flushed; in a graph, back to back, the GEMV's lead on some
-// shapes shrinks (docs/benchmarks.md), so the margin is a knob.
-var gemvMargin = tuneMargin
-
-// gemvMarginEnv overrides gemvMargin with a fraction in [0, 0.5), e.g.
-// "0.10", read once by New.
-const gemvMarginEnv = "TRIGON_CUDA_GEMV_MARGIN"
-
-// applyGEMVEnv reads gemvMarginEnv.
-func applyGEMVEnv() error {
-	if v := os.Getenv(gemvMarginEnv); v != "" {
-		m, err := parseGEMVMargin(v)
-		if err != nil {
-			return err
-		}
-		gemvMargin = m
-	}
-	return nil
-}
-
-// parseGEMVMargin reads gemvMarginEnv's value.
-func parseGEMVMargin(v string) (float64, error) {
-	m, err := strconv.ParseFloat(v, 64)
-	if err != nil || !(m >= 0 && m < 0.5) {
-		return 0, fmt.Errorf("cuda: %s=%q: want a fraction in [0, 0.5), e.g. 0.10", gemvMarginEnv, v)
-	}
-	return m, nil
-}
 
 // gemvFits reports whether the GEMV can take a product: few rows, k a
 // multiple of 8 and 16-byte aligned operands (it reads 8 bf16 at a time).
@@ -428,7 +395,7 @@ func (b *Backend) tuneGemm(p *gemmPlan, key gemmKey, y, x, w uint64) {
 		p.tunedMs = kept
 	}
 	// The GEMV variants, timed the same way, replace cuBLASLt's kept
-	// algorithm only if faster by gemvMargin.
+	// algorithm only if faster by the tuning's gemvMargin.
 	if key.xt != cudaR16BF || key.wt != cudaR16BF || !gemvFits(key.n, key.k, x, w) {
 		return
 	}
@@ -447,7 +414,7 @@ func (b *Backend) tuneGemm(p *gemmPlan, key gemmKey, y, x, w uint64) {
 	}
 	p.gemvMs, p.gemvBest = ownBest, own
 	cur := kept
-	if ownBest < kept*float32(1-gemvMargin) {
+	if ownBest < kept*float32(1-b.tune.gemvMargin) {
 		p.gemv, cur = own, ownBest
 	}
 	b.tuneBulk(p, key, y, x, w, cur, timed)

@@ -3,8 +3,6 @@ package cuda
 import (
 	"fmt"
 	"math"
-	"os"
-	"strconv"
 
 	"github.com/trigon-llm/trigon/backend"
 )
@@ -120,36 +118,9 @@ func (b *Backend) AddRMSNorm(out, x, residual, weight backend.Tensor, eps float3
 
 var _ backend.NormPrefetcher = (*Backend)(nil)
 
-// normPrefetchBytes is how much of AddRMSNormPrefetch's next weight the
-// norm's extra blocks ask L2 for (0: none); TRIGON_CUDA_NORM_PREFETCH_MB,
-// read by New, overrides it. In BenchmarkPrefetchL2 on the H200 (4 to 24
-// MiB tried) the best size was 4 MiB for QKV, 8 for O and 8-16 for down;
-// past 16 MiB the prefetch slowed the product (docs/benchmarks.md). With
-// the bulk GEMVs after the norms, the batch-4 step measured (tenth
-// session) 4.584, 4.584, 4.558, 4.533 and 4.563 ms at 0, 4, 8, 12 and 16
-// MiB.
-var normPrefetchBytes = 12 << 20
-
-// normPrefetchEnv names normPrefetchBytes' override, in MiB.
-const normPrefetchEnv = "TRIGON_CUDA_NORM_PREFETCH_MB"
-
-// applyNormPrefetchEnv reads normPrefetchEnv.
-func applyNormPrefetchEnv() error {
-	v := os.Getenv(normPrefetchEnv)
-	if v == "" {
-		return nil
-	}
-	mb, err := strconv.Atoi(v)
-	if err != nil || mb < 0 || mb > 256 {
-		return fmt.Errorf("cuda: %s=%q: want a whole number of MiB in [0, 256]", normPrefetchEnv, v)
-	}
-	normPrefetchBytes = mb << 20
-	return nil
-}
-
 // AddRMSNormPrefetch implements backend.NormPrefetcher: AddRMSNorm whose
-// launch also runs blocks that prefetch the first normPrefetchBytes of
-// next into L2 (decode-sized batches of at most 64 rows; larger ones get
+// launch also runs blocks that prefetch the first Tuning.NormPrefetchBytes
+// of next into L2 (decode-sized batches of at most 64 rows; larger ones get
 // the plain norm). A decode step's norm is a chain of memory latencies
 // during which HBM idles; the product after it then finds the start of
 // its weight in L2.
@@ -229,8 +200,8 @@ func (b *Backend) addRMSNormOp(out, x, residual, weight backend.Tensor, eps floa
 	}
 	var pf uint64
 	pfBytes := 0
-	if next != nil && rows <= 64 && normPrefetchBytes > 0 {
-		pf, pfBytes = next.ptr, min(next.bytes, normPrefetchBytes)
+	if next != nil && rows <= 64 && b.tune.normPrefetch > 0 {
+		pf, pfBytes = next.ptr, min(next.bytes, b.tune.normPrefetch)
 	}
 	return b.post(func() error { return b.addRMSNorm(k, rows, threads, o, xt, rt, wt, dim, eps, hasRes, pf, pfBytes) })
 }

@@ -1,71 +1,26 @@
 package cuda
 
 import (
-	"fmt"
 	"math"
-	"os"
 
 	"github.com/trigon-llm/trigon/backend"
 )
 
 var _ backend.QKVRoPEFuser = (*Backend)(nil)
 
-// qkvGEMV is the register GEMV variant FusedQKVRoPE runs for steps of at
-// most qkvGEMVMaxRows rows, whatever the tuner kept for the product (the
-// zero value: the tuner's choice, GEMV or cuBLASLt). The tuner times the
-// bare product alone with L2 flushed, and at Llama-3-8B's batch-4 QKV
-// shape its candidates come within a few percent of each other, so its
-// pick varied from process to process: over 113 batch-4 runs on the H200
-// (docs/benchmarks.md, twelfth session) it kept warps 8 / spans 2 in 99,
-// spans 4 in 3 and cuBLASLt (then a separate rope_store_kv) in 11, and
-// against the spans-2 runs of the same device call the step's p50 was
-// 0.05-0.07 ms slower with spans 4 and 0.09-0.15 ms slower with cuBLASLt.
-// TRIGON_CUDA_QKV_GEMV (read by New) sets it: "tuner", or NWxUR such as
-// "8x2" (warps per block x spans in flight).
-var qkvGEMV = qkvGEMVDefault
-
-// qkvGEMVDefault is qkvGEMV without the environment.
-var qkvGEMVDefault = gemvConfig{nw: 8, ur: 2}
-
-// qkvGEMVMaxRows is the most rows qkvGEMV is used for (one 8-row x tile):
-// the decode batches it was measured at; more rows keep the tuner's pick.
+// qkvGEMVMaxRows is the most rows Tuning.QKVGEMV's pinned variant is used
+// for (one 8-row x tile, the decode batches it was chosen at); more rows
+// keep the tuner's pick.
 const qkvGEMVMaxRows = 8
 
-// qkvGEMVEnv names qkvGEMV's setting.
-const qkvGEMVEnv = "TRIGON_CUDA_QKV_GEMV"
-
-// parseQKVGEMV reads qkvGEMVEnv's value: "" (qkvGEMVDefault), "tuner"
-// (none pinned) or NWxUR, 1 <= NW <= 32, 1 <= UR <= 16.
-func parseQKVGEMV(v string) (gemvConfig, error) {
-	switch v {
-	case "":
-		return qkvGEMVDefault, nil
-	case "tuner":
-		return gemvConfig{}, nil
-	}
-	var c gemvConfig
-	if n, _ := fmt.Sscanf(v, "%dx%d", &c.nw, &c.ur); n != 2 || fmt.Sprintf("%dx%d", c.nw, c.ur) != v ||
-		c.nw < 1 || c.nw > 32 || c.ur < 1 || c.ur > 16 {
-		return gemvConfig{}, fmt.Errorf("cuda: %s=%q: want tuner or warps x spans such as 8x2 (warps 1-32, spans 1-16)", qkvGEMVEnv, v)
-	}
-	return c, nil
-}
-
-// applyFuseEnv reads qkvGEMVEnv.
-func applyFuseEnv() (err error) {
-	qkvGEMV, err = parseQKVGEMV(os.Getenv(qkvGEMVEnv))
-	return err
-}
-
 // FusedQKVRoPE implements backend.QKVRoPEFuser: for decode-sized batches
-// whose QKV product the tuner gave to the GEMV, one kernel (qkv_rope_bf16
+// whose QKV product runs on the register GEMV, one kernel (qkv_rope_bf16
 // in kernels/gemv.cu) computes the projection and does RoPEStoreKV's work
 // in its epilogue, leaving a.QKV unwritten; a bias (Qwen2's) is added
 // there too, rounded as MatMul's add_bias rounds it. That saves a launch
 // (two with a bias) and a round trip of the projection through memory per
-// layer (rope_store_kv was ~3.7 us of each Llama-3-8B layer at batch 4 on
-// the H200). The result is bit for bit that of MatMul followed by
-// RoPEStoreKV on the GEMV path.
+// layer. The result is bit for bit that of MatMul followed by RoPEStoreKV
+// on the same GEMV variant.
 //
 // With Q/K norms (Qwen3's a.QNorm, a.KNorm) and at most qkvGEMVMaxRows
 // rows, it queues the pinned GEMV variant into a.QKV and then
@@ -86,12 +41,12 @@ func applyFuseEnv() (err error) {
 // error.
 //
 // Which kernel runs is decided on the CUDA thread: for at most
-// qkvGEMVMaxRows rows the fused kernel with the pinned variant qkvGEMV;
-// otherwise (or with qkvGEMV unset) the plan's choice: the first eager
-// call tunes the shape (x . w^T into a.QKV) exactly as MatMul does, and
-// where cuBLASLt won, the call runs the unfused pair (cuBLASLt into
-// a.QKV, then add_bias and rope_store_kv). Either way the work is queued
-// and it returns true.
+// qkvGEMVMaxRows rows the fused kernel with the pinned variant
+// (Tuning.QKVGEMV); otherwise the plan's choice: the first eager call
+// tunes the shape (x . w^T into a.QKV) exactly as MatMul does, and where
+// cuBLASLt won, the call runs the unfused pair (cuBLASLt into a.QKV, then
+// add_bias and rope_store_kv). Either way the work is queued and it
+// returns true.
 //
 //	x [n, k] BF16;  w [(H+2*KV)*hd, k] BF16;  bias [(H+2*KV)*hd] F32 or nil
 //	a as for RoPEStoreKV: a.QKV [n, (H+2*KV)*hd] (also the tuner's scratch)
@@ -168,7 +123,7 @@ func (b *Backend) qkvRoPEOperands(x, w backend.Tensor, a backend.RoPEArgs) (xt, 
 	bf := backend.BF16
 	fuse = r.n <= gemvMaxRows && gemvFits(r.n, k, xt.ptr, wt.ptr) &&
 		xt.dt == bf && wt.dt == bf && r.qkv.dt == bf && r.kc.dt == bf &&
-		(r.qn == nil && r.kn == nil || r.n <= qkvGEMVMaxRows && qkvGEMV.nw > 0) && r.d%16 == 0 &&
+		(r.qn == nil && r.kn == nil || r.n <= qkvGEMVMaxRows) && r.d%16 == 0 &&
 		// The kernel reads x and w while other blocks write Q and the
 		// caches; the unfused pair would not mind, so neither may overlap.
 		!overlaps(xt, r.q) && !overlaps(xt, r.kc) && !overlaps(xt, r.vc) &&
@@ -176,14 +131,14 @@ func (b *Backend) qkvRoPEOperands(x, w backend.Tensor, a backend.RoPEArgs) (xt, 
 	return xt, wt, r, fuse, nil
 }
 
-// qkvRoPE runs on the CUDA thread: the fused kernel with qkvGEMV's
+// qkvRoPE runs on the CUDA thread: the fused kernel with the pinned
 // variant (up to qkvGEMVMaxRows rows) or where the shape's plan kept the
 // GEMV, else cuBLASLt into r.qkv and rope_store_kv. earlyW as for gemm.
 func (b *Backend) qkvRoPE(xt, wt, bt *tensor, r ropeOps, k int, earlyW bool) error {
 	n, m := r.n, r.qkv.shape[1]
 	if r.qn != nil || r.kn != nil {
 		// The Q/K-norm pair.
-		if err := b.gemvCallPDL(qkvGEMV, r.qkv.ptr, cudaR16BF, xt.ptr, wt.ptr, n, m, k, earlyW, true); err != nil {
+		if err := b.gemvCallPDL(b.tune.qkvGEMV, r.qkv.ptr, cudaR16BF, xt.ptr, wt.ptr, n, m, k, earlyW, true); err != nil {
 			return err
 		}
 		return b.ropeStorePDL(r, true)
@@ -198,8 +153,8 @@ func (b *Backend) qkvRoPE(xt, wt, bt *tensor, r ropeOps, k int, earlyW bool) err
 	}
 	c := p.gemv
 	p.pinned = gemvConfig{}
-	if qkvGEMV.nw > 0 && n <= qkvGEMVMaxRows {
-		c, p.pinned = qkvGEMV, qkvGEMV
+	if n <= qkvGEMVMaxRows {
+		c, p.pinned = b.tune.qkvGEMV, b.tune.qkvGEMV
 	}
 	if c.nw == 0 {
 		if err := b.gemmWith(p, r.qkv.ptr, cudaR16BF, xt.ptr, wt.ptr, n, m, k, earlyW); err != nil {
