@@ -374,10 +374,8 @@ type prefillConfig struct {
 // held in registers: per lane 64 f32 accumulators, 32 scores and 32 Q
 // words at d=128, which leaves room below 255 registers. At exactly 128
 // dims the key tiles are 128 long (64 scores a lane; 139 KB of shared
-// memory, one block per SM): half the barriers and pipeline turns per key,
-// 2-4% faster on the H200 (204.9 against 200.6 TFLOP/s at 4 x 2048, 239.0
-// against 230.8 at 8192; 128:32, 64:64, 64:32 and 32:32 were slower,
-// docs/benchmarks.md); the smaller head dims were not timed. At 256 dims the
+// memory, one block per SM): half the barriers and pipeline turns per key.
+// At 256 dims the
 // accumulators alone are 128 registers, so Q is re-read from shared
 // memory each tile and the tiles shrink to 64 rows by 32 keys (101 KB of
 // shared memory: two blocks per SM).

@@ -402,9 +402,9 @@ func (b *Backend) teardown() {
 	b.ctx = 0
 }
 
-// next returns the next task. (Polling the channel for 50 us before
-// blocking, to save the thread wake-ups, made a Sync round trip slower on
-// the H200 machine, 80 us against 24 us, so the thread simply blocks.)
+// next returns the next task, blocking: the callers on a step's critical
+// path poll for their result instead (callSpin), and a CUDA thread that
+// polled the channel too would compete with them for the cores.
 func (b *Backend) next() (task, bool) {
 	t, ok := <-b.tasks
 	return t, ok
@@ -483,7 +483,8 @@ func (b *Backend) Close() error {
 // Name implements backend.Backend.
 func (b *Backend) Name() string { return b.name }
 
-// Device describes the GPU, as "NVIDIA H200 (sm_90a, 132 SMs)".
+// Device describes the GPU: its name, the kernels' target and its SMs, as
+// "NVIDIA H100 80GB HBM3 (sm_90a, 132 SMs)".
 func (b *Backend) Device() string {
 	return fmt.Sprintf("%s (%s, %d SMs)", b.devName, b.comp.arch, b.sms)
 }

@@ -120,7 +120,7 @@ type gemmPlan struct {
 	bulk, bulkBest bulkConfig
 	bulkMs         float32
 	// pinned is the GEMV variant FusedQKVRoPE ran for the shape instead
-	// of the tuner's choice (qkvGEMV), for reports; zero if none.
+	// of the tuner's choice (Tuning.QKVGEMV), for reports; zero if none.
 	pinned gemvConfig
 	// tunedMs and gemvMs are the tuner's best times (cuBLASLt's kept
 	// algorithm, the fastest GEMV variant), for reports; 0 until tuned.

@@ -14,10 +14,10 @@ import (
 // warps). The zero value means none.
 type bulkConfig struct{ cw, ck, st, mb int }
 
-// bulkConfigs are the variants the tuner times: the fastest of each
-// product in tools/gpu/probes/stream.cu's sweep on the H200 (4 stages and
-// 256-column stages were slower everywhere).
-// The last is bulkPick's for weights of 2-3 tiles an SM.
+// bulkConfigs are the variants the tuner times: those that stream a
+// decode product's weight fastest in a sweep of warps, stage columns and
+// stages (tools/gpu/probes/stream.cu). The last is bulkPick's for weights
+// of 2-3 tiles an SM.
 var bulkConfigs = []bulkConfig{{4, 512, 2, 0}, {8, 512, 3, 0}, {4, 1024, 2, 0}, {8, 1024, 2, 0}, {8, 1024, 3, 0}, {8, 512, 3, 3}}
 
 // stageBytes is one pipeline stage: 16 weight rows of ck columns, rows
@@ -57,11 +57,10 @@ func (b *Backend) bulkFits(c bulkConfig, n, k int, x, w uint64) bool {
 }
 
 // bulkFusedMaxRows is the most x rows the fused products (MatMulAdd's
-// add, GateUpSiLU) take the bulk GEMV for: one 8-row x
-// tile. With two, the default variants need 126-164 registers a thread,
-// so one block an SM, and the batch-16 decode step measured 6.43 ms with
-// them against 6.03 without the bulk GEMV (ninth session, call 7); those
-// rows go to the register GEMV, as before the bulk GEMV.
+// add, GateUpSiLU) take the bulk GEMV for: one 8-row x tile. With two, the
+// variants need so many registers that one block fits an SM, and its
+// stream no longer hides the consumers' latency; those rows go to the
+// register GEMV.
 const bulkFusedMaxRows = 8
 
 // bulkFused is bulkFits for the fused products: at most bulkFusedMaxRows
@@ -149,15 +148,14 @@ func (b *Backend) tuneBulk(p *gemmPlan, key gemmKey, y, x, w uint64, cur float32
 // GateUpSiLU) run for a weight of rows x k on sms SMs:
 // eight consumer warps, 1024-column stages where k allows, three stages
 // for the large gate/up weight and two otherwise. Chosen from graph-timed
-// runs on the H200 (BenchmarkGEMVBulk, docs/benchmarks.md): the tuner's
-// timings, each run alone after an L2 flush, ranked the variants
-// differently from runs back to back in a graph, which is how a decode
-// step runs them.
+// runs (BenchmarkGEMVBulk) rather than by the tuner: its timings, each
+// run alone after an L2 flush, rank the variants differently from runs
+// back to back in a graph, which is how a decode step runs them.
 //
 // Those variants fit two blocks an SM (their registers), so a weight of
-// more than 2*sms 16-row tiles but no more than 3*sms (Llama-3-8B's QKV:
-// 384 tiles on 132 SMs) would leave some blocks two tiles and others one,
-// about 1.5 tiles' time for a product whose SMs average 2.9 tiles. It
+// more than 2*sms 16-row tiles but no more than 3*sms (a 6144-row weight
+// on 132 SMs) would leave some blocks two tiles and others one, about 1.5
+// tiles' time for a product whose SMs average under 3 tiles. It
 // takes 512-column stages (half the registers) bound to three blocks an
 // SM instead: one tile a block.
 func bulkPick(rows, k, sms int) bulkConfig {

@@ -187,9 +187,9 @@ func TestGateUpSiLU(t *testing.T) {
 
 // TestBulkOccupancy checks that the bulk kernels the decode step runs,
 // on the variants bulkPick gives Llama-3-8B's shapes, fit the blocks per
-// SM their grids assume, as they were measured: at least two, and the
-// variant's bound where it has one (NVRTC 13 once left a variant at one
-// block an SM where NVRTC 11.8 allowed two, ninth session).
+// SM bulkPick assumes: at least two, and the variant's bound where it has
+// one (a compiler's register allocation can leave a variant at one block
+// an SM).
 func TestBulkOccupancy(t *testing.T) {
 	b := needBulk(t)
 	const hidden, inter, qkv = 4096, 14336, 6144

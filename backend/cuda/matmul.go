@@ -320,9 +320,8 @@ func (b *Backend) gemmCallBeta(p *gemmPlan, algo []byte, y, x, w uint64, accumul
 // operands and keeps the fastest in p.algo. Each candidate runs once
 // untimed, then three timed runs, each after a write of tuneFlushBytes
 // that evicts the weight from L2: a decode product streams its weight from
-// memory, and timing it from L2 favours the wrong kernel (the first
-// version of this tuner, without the flush, picked a 1.5 TB/s kernel for
-// the 4096x4096 projection). The heuristic's first choice is kept unless
+// memory, and timing it from L2 favours kernels that stream it slowly
+// from memory. The heuristic's first choice is kept unless
 // another is more than tuneMargin faster (timing noise). A candidate that
 // fails is skipped; if timing itself fails, the first choice stays. It
 // waits for the stream, so it runs once per plan, on an eager call (never

@@ -210,10 +210,10 @@ func (b *Backend) addRMSNormOp(out, x, residual, weight backend.Tensor, eps floa
 // a thread per 8 (one 16-byte chunk), in whole warps, at most 1024. From
 // normTwoChunkRows rows on, a thread per 16 (two chunks): a prefill's
 // blocks are then half as many, twice as many fit on an SM, and each
-// thread has twice the bytes in flight (at one chunk a thread, 2048 rows
-// of 4096 ran at ~1.5 TB/s: the kernel waits on its latencies, not on
-// HBM). Decode rows keep one chunk a thread: there a row's latency is
-// the kernel's time, and more threads share it.
+// thread has twice the bytes in flight (at one chunk a thread a prefill's
+// norm waits on its memory latencies, not on HBM). Decode rows keep one
+// chunk a thread: there a row's latency is the kernel's time, and more
+// threads share it.
 func normThreads(dim, rows int) int {
 	per := 8
 	if rows >= normTwoChunkRows {

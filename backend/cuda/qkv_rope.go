@@ -9,7 +9,7 @@ import (
 var _ backend.QKVRoPEFuser = (*Backend)(nil)
 
 // qkvGEMVMaxRows is the most rows Tuning.QKVGEMV's pinned variant is used
-// for (one 8-row x tile, the decode batches it was chosen at); more rows
+// for (one 8-row x tile, the decode batches it is chosen for); more rows
 // keep the tuner's pick.
 const qkvGEMVMaxRows = 8
 

@@ -16,9 +16,9 @@
 //     outside the block's keys, as attn_prefill's load_kv); after each
 //     wait the writers fence the async proxy before the barrier. A
 //     thread's block-table loads for a tile are all issued before its
-//     copies (tile_rows): interleaved with them, each copy waited for its
-//     own load (the asm's memory clobber orders them), and the kernel ran
-//     at 204 TFLOP/s against 321 with no copies at all (docs/benchmarks.md).
+//     copies (tile_rows): interleaved with them, each copy would wait for
+//     its own load (the asm's memory clobber orders them), a memory
+//     latency per copy.
 //   - S = Q.K^T: HD/16 wgmma m64n128k16 per warpgroup, both operands from
 //     shared memory (K-major). The 64 f32 scores a thread holds are
 //     mma16816's C layout per 8-key tile, so the online softmax is
@@ -35,8 +35,8 @@
 //     cores idle during a group's softmax unless the other group's
 //     multiplies fill it. Issuing tile j's S before tile j-1's P.V inside
 //     a group, to hide the softmax under it (FA3's intra-warpgroup
-//     pipelining; commit 88fdaec), needed 255 registers with 32 bytes of
-//     spills and ran slower: 277 against 284 TFLOP/s (docs/benchmarks.md).
+//     pipelining), needs more registers than a thread has here: it
+//     spills.
 //     A multiply inside a branch makes ptxas serialise every wgmma
 //     (C7520); TestPrefillWGCompile fails on that warning and on spills.
 //

@@ -201,9 +201,9 @@ __device__ __forceinline__ float fast_exp2(float x) {
 #define NEG_INF (__int_as_float(0xff800000))
 
 // silu_f is x * sigmoid(x) = x / (1 + e^-x) through the MUFU unit (ex2
-// and rcp, each within a few f32 ulps). With the accurate expf and IEEE
-// division (estimated ~30 instructions an element, not counted in SASS)
-// prefill's silu_mul ran at 1.6 TB/s; with these, 4.3 TB/s (ncu). Large negative x give -0
+// and rcp, each within a few f32 ulps): with the accurate expf and IEEE
+// division, some thirty instructions an element, prefill's silu_mul is
+// bound by its arithmetic rather than by memory. Large negative x give -0
 // (e^-x is inf, its reciprocal 0). Every SiLU of the kernels uses it, so
 // fused and unfused products round the same values.
 __device__ __forceinline__ float silu_f(float x) {

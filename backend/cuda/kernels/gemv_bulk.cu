@@ -2,9 +2,9 @@
 // with the weight streamed into shared memory by the TMA unit (sm_90).
 //
 // Why a second GEMV: gemv.cu's warps load the weight into registers, so
-// the bytes in flight per SM are capped by the register file, and on the
-// H200 its products stream at ~3.7 TB/s where a pure read reaches 4.5
-// (tools/gpu/probes/stream.cu, docs/benchmarks.md). Here one producer
+// the bytes in flight per SM are capped by the register file, and its
+// products stream the weight below what a pure read reaches
+// (tools/gpu/probes/stream.cu). Here one producer
 // thread per block keeps ST stages of the block's weight rows in flight
 // as 1D bulk copies (one per row and stage) completing on mbarriers, and
 // CW consumer warps multiply each stage once it lands (mma.sync, the
