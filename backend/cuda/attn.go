@@ -2,10 +2,7 @@ package cuda
 
 import (
 	"encoding/binary"
-	"fmt"
 	"math"
-	"os"
-	"sync"
 	"unsafe"
 
 	"github.com/trigon-llm/trigon/backend"
@@ -125,12 +122,6 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 	if n > maxInt32 {
 		return backend.ShapeError("cuda: "+op, "Q", "%d rows exceed int32", n)
 	}
-	var pf *tensor
-	if a.Prefetch != nil {
-		if pf, err = b.tensorOf(op, "Prefetch", a.Prefetch); err != nil {
-			return err
-		}
-	}
 	numBlocks, blockSize, maxBlocks := kc.shape[0], kc.shape[2], bt.shape[1]
 	dp := b.planDecode(s, h, kvh, d, blockSize, a.MaxSeqLen)
 	scale := f32bits(a.Scale * math.Log2E)
@@ -167,20 +158,8 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 		if err != nil {
 			return err
 		}
-		cluster := dp.cluster
-		if cluster > 0 {
-			cl, err := b.fnSmem(fnKey{dp.mod, dp.clusterKernel}, dp.smem)
-			if err != nil {
-				return err
-			}
-			if fits, _ := b.clusterFit(cl, dp.grid, 128, dp.smem, cluster); fits || clusterForce {
-				dec = cl
-			} else {
-				cluster = 0 // a second wave of clusters would cost more than the combine saves
-			}
-		}
 		var part uint64 // [s, h, nsplit, d+2] F32 partials
-		if dp.nsplit > 1 && cluster == 0 {
+		if dp.nsplit > 1 {
 			if part, err = b.tmpGet(s * h * dp.nsplit * (d + 2) * 4); err != nil {
 				return err
 			}
@@ -189,31 +168,10 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 		decArgs := []uint64{out.ptr, part, q.ptr, kc.ptr, vc.ptr,
 			bt.ptr, i32(maxBlocks), sl.ptr, qs.ptr, i32(h), i32(kvh), i32(h / kvh), i32(dp.nsplit), scale,
 			i32(a.SlidingWindow), i32(numBlocks), i32(n), i32(a.MaxSeqLen), i32(decodeOnly), b.errDev}
-		if dp.decode == "attn_decode_mma" {
-			// The tensor-core kernels' L2 hints: a prefetch of the next
-			// weight and the KV reads' eviction policy.
-			var pfPtr, pfBytes uint64
-			if pf != nil && attnPrefetchBytes > 0 {
-				pfPtr, pfBytes = pf.ptr, uint64(min(pf.bytes, attnPrefetchBytes))
-			}
-			flags := 0
-			if kvEvictFirst {
-				flags |= attnFlagKVFirst
-			}
-			if launchEarly["attn_decode_mma"] {
-				flags |= attnFlagLaunchEarly
-			}
-			decArgs = append(decArgs, pfPtr, pfBytes, i32(flags))
-		}
-		if cluster > 0 {
-			err = b.launchCluster(dec, dp.grid, 128, dp.smem, cluster, decArgs...)
-		} else {
-			err = b.launch(dec, dp.grid, 128, dp.smem, decArgs...)
-		}
-		if err != nil {
+		if err := b.launch(dec, dp.grid, 128, dp.smem, decArgs...); err != nil {
 			return err
 		}
-		if dp.nsplit > 1 && cluster == 0 {
+		if dp.nsplit > 1 {
 			comb, err := b.fn(fnKey{dp.mod, dp.combine})
 			if err != nil {
 				return err
@@ -234,65 +192,17 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 	})
 }
 
-// decodeUnroll is how many warp steps of K/V loads the decode kernel
-// issues before using them (more bytes in flight per SM); a variable so the
-// benchmark can compare settings.
-var decodeUnroll = 2
-
-// decodeWaves is how many blocks per SM the decode grid aims for (the
-// split count follows from it); a variable so the benchmark can compare.
-// The ncu profile of 2026-11-30 (batch 4, context 2048) had the kernel
-// latency-bound at 2 waves: 288 blocks, 9 warps per SM.
-var decodeWaves = 4
-
-// decodeTuningEnv names an override of the two knobs above, "UNROLL,WAVES"
-// (e.g. "4,4"), read once by New: for measuring another setting on a new
-// GPU without a rebuild. UNROLL is 1, 2, 4 or 8; WAVES 1 to 16.
-const decodeTuningEnv = "TRIGON_CUDA_DECODE_TUNING"
-
-var decodeTuningOnce sync.Once
-
-// applyDecodeTuning applies decodeStagesEnv and decodeTuningEnv, once per
-// process.
-func applyDecodeTuning() error {
-	var err error
-	decodeTuningOnce.Do(func() {
-		if err = applyDecodeStages(); err != nil {
-			return
-		}
-		v := os.Getenv(decodeTuningEnv)
-		if v == "" {
-			return
-		}
-		var u, w int
-		if u, w, err = parseDecodeTuning(v); err == nil {
-			decodeUnroll, decodeWaves = u, w
-		}
-	})
-	return err
-}
-
-// parseDecodeTuning reads "UNROLL,WAVES".
-func parseDecodeTuning(v string) (unroll, waves int, err error) {
-	var rest string
-	n, _ := fmt.Sscanf(v, "%d,%d%s", &unroll, &waves, &rest)
-	if n != 2 || (unroll != 1 && unroll != 2 && unroll != 4 && unroll != 8) || waves < 1 || waves > 16 {
-		return 0, 0, fmt.Errorf("cuda: %s=%q: want UNROLL,WAVES with UNROLL 1, 2, 4 or 8 and WAVES 1..16", decodeTuningEnv, v)
-	}
-	return unroll, waves, nil
-}
-
 // decodeSplits picks how many pieces each decode row's context is cut
-// into for the CUDA-core kernel: enough blocks for decodeWaves waves over
-// the SMs, but no piece shorter than 64 tokens and at most decodeMaxSplits
-// pieces (attn_combine's MAX_SPLITS is 32). It depends only on the batch
-// shape, so a captured graph can be replayed for any context length up to
-// maxSeqLen.
+// into for the CUDA-core kernel: enough blocks for the tuning's
+// decodeWaves waves over the SMs, but no piece shorter than 64 tokens and
+// at most decodeMaxSplits pieces (attn_combine's MAX_SPLITS is 32). It
+// depends only on the batch shape, so a captured graph can be replayed for
+// any context length up to maxSeqLen.
 func (b *Backend) decodeSplits(seqs, blocksPerSeq, maxSeqLen int) int {
 	base := seqs * blocksPerSeq
-	want := (decodeWaves*b.sms + base - 1) / base
+	want := (b.tune.decodeWaves*b.sms + base - 1) / base
 	byLen := (maxSeqLen + 63) / 64
-	return max(1, min(want, byLen, decodeMaxSplits))
+	return max(1, min(want, byLen, b.tune.decodeMaxSplits))
 }
 
 // Sample implements backend.Backend on the GPU: one 1024-thread block per
@@ -464,17 +374,12 @@ type prefillConfig struct {
 // held in registers: per lane 64 f32 accumulators, 32 scores and 32 Q
 // words at d=128, which leaves room below 255 registers. At exactly 128
 // dims the key tiles are 128 long (64 scores a lane; 139 KB of shared
-// memory, one block per SM): half the barriers and pipeline turns per key,
-// 2-4% faster on the H200 (204.9 against 200.6 TFLOP/s at 4 x 2048, 239.0
-// against 230.8 at 8192; 128:32, 64:64, 64:32 and 32:32 were slower,
-// docs/benchmarks.md); the smaller head dims were not timed. At 256 dims the
+// memory, one block per SM): half the barriers and pipeline turns per key.
+// At 256 dims the
 // accumulators alone are 128 registers, so Q is re-read from shared
 // memory each tile and the tiles shrink to 64 rows by 32 keys (101 KB of
 // shared memory: two blocks per SM).
 func prefillTiling(d int) prefillConfig {
-	if prefillTileOverride.rows > 0 && d <= 128 {
-		return prefillTileOverride
-	}
 	if d > 128 {
 		return prefillConfig{rows: 64, keys: 32, warps: 4, qInRegs: false}
 	}
@@ -508,58 +413,6 @@ func (c prefillConfig) smem(d int) int {
 	return 2*stage + q
 }
 
-// prefillTileOverride, when set (TRIGON_CUDA_PREFILL_TILE=rows:keys:warps,
-// read by New), replaces prefillTiling's choice for head dims up to 128,
-// for comparing tilings; Q stays in registers.
-var prefillTileOverride prefillConfig
-
-// prefillTileEnv names prefillTileOverride's setting.
-const prefillTileEnv = "TRIGON_CUDA_PREFILL_TILE"
-
-// applyPrefillTileEnv reads prefillTileEnv: rows a multiple of 16 up to
-// 128 with warps = rows/16, keys a multiple of 16 up to 128.
-func applyPrefillTileEnv() error {
-	v := os.Getenv(prefillTileEnv)
-	prefillTileOverride = prefillConfig{}
-	if v == "" {
-		return nil
-	}
-	var c prefillConfig
-	if _, err := fmt.Sscanf(v, "%d:%d:%d", &c.rows, &c.keys, &c.warps); err != nil ||
-		c.rows <= 0 || c.rows > 128 || c.rows%16 != 0 || c.warps != c.rows/16 ||
-		c.keys <= 0 || c.keys > 128 || c.keys%16 != 0 {
-		return fmt.Errorf("cuda: %s=%q: want rows:keys:warps, rows a multiple of 16 up to 128, warps rows/16, keys a multiple of 16 up to 128", prefillTileEnv, v)
-	}
-	c.qInRegs = true
-	prefillTileOverride = c
-	return nil
-}
-
-// prefillWGMode selects the prefill attention kernel on sm_90a: the wgmma
-// kernel (kernels/attn_prefill_wg.cu) with one m64n128k16 per 16 keys of
-// P.V at head dim 128 (prefillWGOn), the same kernel with two m64n64k16
-// (prefillWGN64), or attn_prefill's mma.sync kernel (prefillWGOff, and
-// every other architecture and head dim).
-type prefillWGMode int
-
-const (
-	prefillWGOff prefillWGMode = iota
-	prefillWGOn
-	prefillWGN64
-)
-
-// prefillWG is the mode New read from prefillWGEnv.
-var prefillWG = prefillWGOn
-
-// prefillWGEnv names prefillWG's setting: on (the default), n64 or off.
-const prefillWGEnv = "TRIGON_CUDA_PREFILL_WGMMA"
-
-func applyPrefillWGEnv() (err error) {
-	prefillWG, err = envChoice(prefillWGEnv, prefillWGOn,
-		choice[prefillWGMode]{"on", prefillWGOn}, choice[prefillWGMode]{"n64", prefillWGN64}, choice[prefillWGMode]{"off", prefillWGOff})
-	return err
-}
-
 // The wgmma prefill kernel's fixed tiling: 128 query rows (two
 // warpgroups of 64) against 128-key tiles, 256 threads.
 const (
@@ -569,24 +422,15 @@ const (
 )
 
 // prefillWGSpec is the wgmma prefill module for head dim d and cache
-// block size bs, when prefillWG and the target allow it: wgmma needs
-// sm_90a SASS, and the kernel takes head dims 64 and 128.
+// block size bs, where the target allows it: wgmma needs sm_90a SASS, and
+// the kernel takes head dims 64 and 128. Elsewhere prefill runs
+// attn_prefill's mma.sync kernel.
 func (b *Backend) prefillWGSpec(d, bs int) (modSpec, bool) {
-	if prefillWG == prefillWGOff || b.comp == nil || b.comp.arch != "sm_90a" || (d != 64 && d != 128) {
+	if b.comp == nil || b.comp.arch != "sm_90a" || (d != 64 && d != 128) {
 		return modSpec{}, false
 	}
-	pn := 64
-	if d == 128 && prefillWG == prefillWGOn {
-		pn = 128
-	}
-	return modSpec{file: "attn_prefill_wg", p: [6]int{d, bs, pn, prefillWGAblation}}, true
+	return modSpec{file: "attn_prefill_wg", p: [6]int{d, bs}}, true
 }
-
-// prefillWGAblation is the wgmma kernel's ABL constant: 0 in use; the
-// kernel benchmark sets 1 (tiles after the second are not loaded), 2 (no
-// softmax arithmetic) or 3 (both) to see what bounds the kernel. The
-// results are wrong under any of them.
-var prefillWGAblation = 0
 
 // prefillWGSmem is the wgmma kernel's dynamic shared memory at head dim
 // d: the Q tile and two stages of a K and a V tile, plus 1024 bytes to

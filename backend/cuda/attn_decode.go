@@ -1,93 +1,23 @@
 package cuda
 
-import (
-	"fmt"
-	"os"
-	"strconv"
-)
-
 // Decode attention (sequences with one query row) has two kernels:
 //
 //   - attn_decode_mma (kernels/attn_decode.cu), on the tensor cores: a
 //     block owns (sequence, KV head, split) and up to 16 query heads of
 //     the GQA group; each of its NW warps streams 16-token K/V tiles
-//     through its own cp.async ring of decodeStages slots. Used on sm_80
-//     and newer when the ring fits in shared memory.
-//   - attn_decode (kernels/attention.cu), on the CUDA cores: the fallback
-//     for older GPUs, and the reference the benchmark compares against.
+//     through its own cp.async ring (Tuning.DecodeStages slots). Used
+//     wherever a ring of at least two slots fits in a block's shared
+//     memory.
+//   - attn_decode (kernels/attention.cu), on the CUDA cores: where it
+//     does not (head dim 256 on devices with 99 KiB a block).
 //
 // Both cut a row's context into a split count that depends only on the
 // batch shape (never on the actual lengths), so a captured graph stays
-// valid as contexts grow; a combine kernel merges the splits, or, with
-// TRIGON_CUDA_ATTN_CLUSTER=on on sm_90 and 2-8 splits, the tensor-core
-// kernel's blocks of a row merge them themselves as one thread-block
-// cluster (attn_decode_mma_cl, through distributed shared memory).
+// valid as contexts grow; a combine kernel merges the splits.
 
 // decodeNW and decodeTile mirror NW (warps per block) and TT (tokens per
 // tile) in kernels/attn_decode.cu.
 const decodeNW, decodeTile = 4, 16
-
-// decodeStages is the depth of attn_decode_mma's per-warp cp.async ring
-// (decodeStages-1 tiles in flight per warp while one is computed); 0
-// selects the CUDA-core kernel. A variable so tests and the benchmark can
-// compare; decodeStagesEnv overrides it.
-var decodeStages = 3
-
-// decodeStagesEnv names an override of decodeStages read once by New: 0
-// (the CUDA-core kernel), 2, 3 or 4.
-const decodeStagesEnv = "TRIGON_CUDA_DECODE_STAGES"
-
-// decodeMaxSplits caps the split count of both decode kernels; at most 32,
-// the combine kernels' MAX_SPLITS. A variable so tests can force one split
-// (the kernels then write the output directly) or an odd count.
-var decodeMaxSplits = 32
-
-// decodeSplitsForce, when positive, replaces the tensor-core kernel's
-// planned split count (clamped to 1..decodeMaxSplits): for benchmarks that
-// check the planner's cost model against the device.
-var decodeSplitsForce = 0
-
-// parseDecodeStages reads decodeStagesEnv's value.
-func parseDecodeStages(v string) (int, error) {
-	n, err := strconv.Atoi(v)
-	if err != nil || (n != 0 && (n < 2 || n > 4)) {
-		return 0, fmt.Errorf("cuda: %s=%q: want 0 (CUDA-core kernel), 2, 3 or 4", decodeStagesEnv, v)
-	}
-	return n, nil
-}
-
-// applyDecodeStages applies decodeStagesEnv; applyDecodeTuning calls it once.
-func applyDecodeStages() error {
-	v := os.Getenv(decodeStagesEnv)
-	if v == "" {
-		return nil
-	}
-	n, err := parseDecodeStages(v)
-	if err == nil {
-		decodeStages = n
-	}
-	return err
-}
-
-// attnCluster, when set (TRIGON_CUDA_ATTN_CLUSTER=on, read by New), has
-// the tensor-core decode kernel merge its splits inside thread-block
-// clusters (attn_decode_mma_cl) where the device launches clusters and
-// the split count is 2..8, instead of through global partials and
-// attn_decode_combine.
-var attnCluster = false
-
-// clusterForce launches the cluster kernel even where its clusters do not
-// all fit at once (clusterFit), so tests check the kernel on any shape.
-var clusterForce = false
-
-// attnClusterEnv names attnCluster's setting.
-const attnClusterEnv = "TRIGON_CUDA_ATTN_CLUSTER"
-
-// applyAttnClusterEnv reads attnClusterEnv.
-func applyAttnClusterEnv() (err error) {
-	attnCluster, err = envSwitch(attnClusterEnv, false)
-	return err
-}
 
 // decodePlan is the decode half of one Attention call, fixed on the
 // caller's goroutine.
@@ -97,11 +27,6 @@ type decodePlan struct {
 	grid            [3]int
 	smem            int // dynamic shared memory of the decode kernel, bytes
 	nsplit          int
-	// cluster > 0: the splits are clusters (1, 1, cluster), merged in
-	// clusterKernel, where all of the launch's clusters are resident at
-	// once (Backend.clusterFit); otherwise decode and combine run.
-	cluster       int
-	clusterKernel string
 }
 
 // planDecode picks the decode kernel, its grid and split count for s
@@ -109,22 +34,15 @@ type decodePlan struct {
 // blockSize tokens and contexts up to maxSeqLen.
 func (b *Backend) planDecode(s, h, kvh, d, blockSize, maxSeqLen int) decodePlan {
 	g := h / kvh
-	if st, ok := decodeMMAStages(b.cc, d); ok {
+	if st, ok := decodeMMAStages(b.cc, d, b.tune.decodeStages); ok {
 		chunks := (g + 15) / 16 // blocks per KV head: 16 query heads each
 		units := s * kvh * chunks
 		n := b.decodeMMASplits(units, maxSeqLen, decodeMMAPerSM(b.cc, d, st))
-		if decodeSplitsForce > 0 {
-			n = min(decodeSplitsForce, decodeMaxSplits)
-		}
-		p := decodePlan{
+		return decodePlan{
 			mod:    modSpec{file: "attn_decode", p: [6]int{d, blockSize, st}},
 			decode: "attn_decode_mma", combine: "attn_decode_combine",
 			grid: [3]int{s, kvh * chunks, n}, smem: decodeMMASmem(d, st), nsplit: n,
 		}
-		if attnCluster && b.clusters && n >= 2 && n <= 8 {
-			p.clusterKernel, p.cluster = "attn_decode_mma_cl", n
-		}
-		return p
 	}
 	// The CUDA-core kernel: a block takes gc query heads, the largest of
 	// 8, 4, 2 dividing the group.
@@ -137,7 +55,7 @@ func (b *Backend) planDecode(s, h, kvh, d, blockSize, maxSeqLen int) decodePlan 
 	}
 	n := b.decodeSplits(s, kvh*(g/gc), maxSeqLen)
 	return decodePlan{
-		mod:    modSpec{file: "attention", p: [6]int{d, blockSize, gc, decodeUnroll}},
+		mod:    modSpec{file: "attention", p: [6]int{d, blockSize, gc, b.tune.decodeUnroll}},
 		decode: "attn_decode", combine: "attn_combine",
 		grid: [3]int{s, kvh * (g / gc), n}, nsplit: n,
 	}
@@ -170,16 +88,16 @@ func smemLimits(cc int) (perSM, perBlock int) {
 }
 
 // decodeMMAStages returns the ring depth attn_decode_mma runs with at head
-// dim d on compute capability cc: decodeStages, or fewer (down to 2) where
-// the shared memory of a block does not allow it. ok is false where the
-// tensor-core kernel cannot run (decodeStages 0, GPUs before sm_80, or
-// not even two stages fit).
-func decodeMMAStages(cc, d int) (st int, ok bool) {
-	if decodeStages == 0 || cc < 80 {
+// dim d on compute capability cc for the tuning's stages: stages, or
+// fewer (down to 2) where the shared memory of a block does not allow it.
+// ok is false where the tensor-core kernel cannot run (stages 0, GPUs
+// before sm_80, or not even two stages fit).
+func decodeMMAStages(cc, d, stages int) (st int, ok bool) {
+	if stages == 0 || cc < 80 {
 		return 0, false
 	}
 	_, perBlock := smemLimits(cc)
-	for st = decodeStages; st >= 2; st-- {
+	for st = stages; st >= 2; st-- {
 		if decodeMMASmem(d, st)+decodeMMAStaticSmem(st) <= perBlock {
 			return st, true
 		}
@@ -221,7 +139,7 @@ func decodeMMAPerSM(cc, d, st int) int {
 func (b *Backend) decodeMMASplits(units, maxSeqLen, perSM int) int {
 	slots := max(1, perSM*b.sms)
 	tiles := (maxSeqLen + decodeTile - 1) / decodeTile
-	limit := max(1, min(decodeMaxSplits, tiles/decodeNW))
+	limit := max(1, min(b.tune.decodeMaxSplits, tiles/decodeNW))
 	cost := func(n int) float64 { return float64((units*n+slots-1)/slots) / float64(n) }
 	best, bestCost := 1, cost(1)
 	for n := 2; n <= limit; n++ {
@@ -231,72 +149,3 @@ func (b *Backend) decodeMMASplits(units, maxSeqLen, perSM int) int {
 	}
 	return best
 }
-
-// attnPrefetchBytes is how much of AttentionArgs.Prefetch (the O
-// projection's weight) the tensor-core decode kernel asks L2 for while it
-// streams the KV cache (0: none); TRIGON_CUDA_ATTN_PREFETCH_MB, read by
-// New, overrides it. kvEvictFirst marks that kernel's K/V reads
-// evict_first in L2 (TRIGON_CUDA_KV_EVICT_FIRST=on|off), so that the
-// cache, read once a step, does not push the prefetched weight out.
-var (
-	attnPrefetchBytes = 0
-	kvEvictFirst      = false
-)
-
-const (
-	attnPrefetchEnv = "TRIGON_CUDA_ATTN_PREFETCH_MB"
-	kvEvictFirstEnv = "TRIGON_CUDA_KV_EVICT_FIRST"
-)
-
-// applyAttnPrefetchEnv reads attnPrefetchEnv and kvEvictFirstEnv.
-func applyAttnPrefetchEnv() error {
-	attnPrefetchBytes, kvEvictFirst = attnPrefetchDefault, kvEvictFirstDefault
-	if v := os.Getenv(attnPrefetchEnv); v != "" {
-		mb, err := strconv.Atoi(v)
-		if err != nil || mb < 0 || mb > 256 {
-			return fmt.Errorf("cuda: %s=%q: want a whole number of MiB in [0, 256]", attnPrefetchEnv, v)
-		}
-		attnPrefetchBytes = mb << 20
-	}
-	var err error
-	kvEvictFirst, err = envSwitch(kvEvictFirstEnv, kvEvictFirstDefault)
-	return err
-}
-
-// The flags argument of attn_decode_mma (kernels/attn_decode.cu's
-// ATTN_KV_FIRST and ATTN_LAUNCH_EARLY): kvEvictFirst, and launchEarly
-// naming attn_decode_mma (its dependents, the split combine and then the
-// O product, launch at its start rather than after its K/V stream;
-// slower on the H200, so not in the default).
-const (
-	attnFlagKVFirst     = 1
-	attnFlagLaunchEarly = 2
-)
-
-// decodeSplitsEnv sets decodeSplitsForce from the environment (read by
-// New, which leaves it alone when unset): a split count for every decode
-// step, for in-step comparisons with the planner's; 0, the planner's.
-const decodeSplitsEnv = "TRIGON_CUDA_DECODE_SPLITS"
-
-// applyAttnLaunchEnv reads decodeSplitsEnv.
-func applyAttnLaunchEnv() error {
-	if v := os.Getenv(decodeSplitsEnv); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 || n > 32 {
-			return fmt.Errorf("cuda: %s=%q: want a split count in [0, 32] (0: the planner's)", decodeSplitsEnv, v)
-		}
-		decodeSplitsForce = n
-	}
-	return nil
-}
-
-// attnPrefetchDefault and kvEvictFirstDefault are the settings without
-// the environment. On the H200 (eleventh session, call 1) evict_first
-// K/V reads took the batch-4 step from 4.514 to 4.504 ms p50 (twice, in
-// alternation) and every graph-timed attention + O pair 0.1-1.2 us
-// faster; the prefetch made the batch-4 pair 0.7-2.7 us slower at 8-24
-// MiB (the step 4.53-4.57 ms) and batch 1's 0.6-0.8 us faster at 8-16.
-const (
-	attnPrefetchDefault = 0
-	kvEvictFirstDefault = true
-)

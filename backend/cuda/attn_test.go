@@ -223,12 +223,14 @@ func TestAttention(t *testing.T) {
 	// prefill kernel runs, so the rows would be left unwritten; the decode
 	// kernel reports it instead), and a block id past the cache (in cache
 	// blocks of 16, which hold whole tiles, and of 8, which do not).
-	for _, st := range []int{decodeStages, 0} {
-		t.Run(fmt.Sprintf("decode_only_hint_broken_stages%d", st), func(t *testing.T) {
-			defer func(v int) { decodeStages = v }(decodeStages)
-			decodeStages = st
+	for _, kernel := range []struct {
+		name   string
+		stages int
+	}{{"mma", 0}, {"simt", -1}} {
+		g := backendWith(t, Tuning{DecodeStages: kernel.stages}, "")
+		t.Run("decode_only_hint_broken_"+kernel.name, func(t *testing.T) {
 			const blockSize = 16
-			p := newPair(t)
+			p := newPairOn(t, g)
 			_, k := p.same(backend.BF16, []int{3, 1, blockSize, 64}, encode(backend.BF16, p.normal(3*blockSize*64, 1)))
 			_, v := p.same(backend.BF16, []int{3, 1, blockSize, 64}, encode(backend.BF16, p.normal(3*blockSize*64, 1)))
 			_, q := p.act(backend.BF16, []int{3, 64}, p.normal(3*64, 1))
@@ -243,10 +245,8 @@ func TestAttention(t *testing.T) {
 			}
 		})
 		for _, blockSize := range []int{16, 8} {
-			t.Run(fmt.Sprintf("bad_block_id_stages%d_bs%d", st, blockSize), func(t *testing.T) {
-				defer func(v int) { decodeStages = v }(decodeStages)
-				decodeStages = st
-				p := newPair(t)
+			t.Run(fmt.Sprintf("bad_block_id_%s_bs%d", kernel.name, blockSize), func(t *testing.T) {
+				p := newPairOn(t, g)
 				// 20 tokens: blocks 1 and 2 are fine, the last (4) is not.
 				nb := (20 + blockSize - 1) / blockSize
 				k := p.poisoned(backend.BF16, 4, 1, blockSize, 64)
@@ -267,13 +267,12 @@ func TestAttention(t *testing.T) {
 	}
 }
 
-// TestAttentionPrefillWG runs every TestAttention batch with prefill rows
-// at head dims 64 and 128 through each prefill kernel setting besides the
-// default: the wgmma kernel with two m64n64k16 per P.V step (n64) and the
-// mma.sync kernel (off); TestAttention covers the default (on). Cache
-// blocks of 8 and 32 tokens (key tiles spanning and splitting blocks) are
-// added for every setting. On Hopper it first checks the wgmma kernel is
-// the one the default picks.
+// TestAttentionPrefillWG runs, on Hopper, every TestAttention batch with
+// prefill rows at head dims 64 and 128 through attn_prefill's mma.sync
+// kernel, which every target but sm_90a runs there (TestAttention covers
+// the wgmma kernel): on a backend compiling for plain sm_90. Cache blocks
+// of 8 and 32 tokens (key tiles spanning and splitting blocks) run on
+// both kernels. It first checks the wgmma kernel is the one sm_90a picks.
 func TestAttentionPrefillWG(t *testing.T) {
 	b := sharedBackend(t, true)
 	if b.comp.arch == "sm_90a" {
@@ -283,68 +282,57 @@ func TestAttentionPrefillWG(t *testing.T) {
 			}
 		}
 	} else {
-		t.Logf("%s: the wgmma kernel is not used here; the settings run the mma.sync kernel", b.comp.arch)
+		t.Logf("%s: the wgmma kernel is not used here; every case runs the mma.sync kernel", b.comp.arch)
 	}
 	extra := []attnCase{
 		{name: "prefill_bs8_gqa4_d128", h: 16, kv: 4, d: 128, seqs: []seqSpec{{700, 700}, {300, 129}, {40, 40}}, bs: 8},
 		{name: "prefill_bs32_gqa2_d64", h: 8, kv: 4, d: 64, seqs: []seqSpec{{1000, 1000}, {129, 65}}, bs: 32},
 		{name: "prefill_bs8_window33_d128", h: 8, kv: 2, d: 128, seqs: []seqSpec{{600, 600}, {250, 250}}, window: 33, bs: 8},
 	}
-	for _, wg := range []string{"on", "n64", "off"} {
-		for _, tc := range append(attentionCases(), extra...) {
-			prefill := false
-			for _, s := range tc.seqs {
-				prefill = prefill || s.q > 1
-			}
-			if !prefill || (tc.d != 64 && tc.d != 128) || (wg == "on" && tc.bs == 0) {
-				continue // "on" is TestAttention's default run
-			}
-			tc.wg = wg
-			tc.stages = decodeStages // the decode kernels are TestAttention's
-			testAttentionCase(t, tc)
+	for _, tc := range extra {
+		tc.defaultDecode = true // the decode kernels are TestAttention's
+		testAttentionCase(t, tc)
+	}
+	if b.comp.arch != "sm_90a" {
+		return
+	}
+	for _, tc := range append(attentionCases(), extra...) {
+		prefill := false
+		for _, s := range tc.seqs {
+			prefill = prefill || s.q > 1
 		}
+		if !prefill || (tc.d != 64 && tc.d != 128) {
+			continue
+		}
+		tc.arch = "sm_90"
+		tc.defaultDecode = true
+		testAttentionCase(t, tc)
 	}
 }
 
 // TestPrefillWGSelect checks which prefill kernel Attention picks: the
-// wgmma one only for sm_90a SASS, head dims 64 and 128, and a setting
-// other than off; its P.V width follows the setting; and the settings'
-// parsing.
+// wgmma one only for sm_90a SASS and head dims 64 and 128.
 func TestPrefillWGSelect(t *testing.T) {
-	defer func(m prefillWGMode) { prefillWG = m }(prefillWG)
 	for _, tc := range []struct {
-		env, arch string
-		d         int
-		want      int // PN, 0: not selected
-		bad       bool
+		arch string
+		d    int
+		want bool
 	}{
-		{"", "sm_90a", 128, 128, false},
-		{"on", "sm_90a", 64, 64, false},
-		{"n64", "sm_90a", 128, 64, false},
-		{"off", "sm_90a", 128, 0, false},
-		{"", "sm_90", 128, 0, false},
-		{"", "compute_90", 128, 0, false},
-		{"", "sm_80", 64, 0, false},
-		{"", "sm_90a", 256, 0, false},
-		{"", "sm_90a", 32, 0, false},
-		{"yes", "sm_90a", 128, 128, true}, // rejected: the default stays
+		{"sm_90a", 128, true},
+		{"sm_90a", 64, true},
+		{"sm_90", 128, false},
+		{"compute_90", 128, false},
+		{"sm_80", 64, false},
+		{"sm_90a", 256, false},
+		{"sm_90a", 32, false},
 	} {
-		t.Setenv(prefillWGEnv, tc.env)
-		err := applyPrefillWGEnv()
-		if (err != nil) != tc.bad {
-			t.Errorf("%q: err %v, want error %v", tc.env, err, tc.bad)
-		}
 		b := &Backend{comp: &compiler{arch: tc.arch}}
 		spec, ok := b.prefillWGSpec(tc.d, 16)
-		got := 0
-		if ok {
-			got = spec.p[2]
-			if spec.file != "attn_prefill_wg" || spec.p[0] != tc.d || spec.p[1] != 16 || spec.p[3] != 0 || len(spec.defines()) != 4 {
-				t.Errorf("%q %s d=%d: module %v", tc.env, tc.arch, tc.d, spec)
-			}
+		if ok != tc.want {
+			t.Errorf("%s d=%d: wgmma kernel %v, want %v", tc.arch, tc.d, ok, tc.want)
 		}
-		if got != tc.want {
-			t.Errorf("%q %s d=%d: PN %d, want %d", tc.env, tc.arch, tc.d, got, tc.want)
+		if ok && (spec.file != "attn_prefill_wg" || spec.p != [6]int{tc.d, 16} || len(spec.defines()) != 2) {
+			t.Errorf("%s d=%d: module %v", tc.arch, tc.d, spec)
 		}
 	}
 	// The layout's total: Q (128 rows) and two stages of K and V (128
@@ -354,72 +342,6 @@ func TestPrefillWGSelect(t *testing.T) {
 		if got, want := prefillWGSmem(d), (128+4*128)*d*2+1024; got != want || got > 227<<10 {
 			t.Errorf("d=%d: %d bytes of shared memory, want %d (at most %d)", d, got, want, 227<<10)
 		}
-	}
-}
-
-// TestAttentionCluster runs decode attention with the splits merged inside
-// thread-block clusters (attn_decode_mma_cl, sm_90) against the CPU and
-// against the combine kernel's bytes: 2 to 8 splits, GQA 4 to 32 (two head
-// chunks), head dims 64 to 256, contexts shorter than the splits (empty
-// ones), a window, cache blocks of 8, and a batch whose prefill rows make
-// whole clusters return early.
-func TestAttentionCluster(t *testing.T) {
-	if b := sharedBackend(t, true); b == nil || !b.clusters {
-		t.Skip("the device or driver launches no thread-block clusters (sm_90 and cuLaunchKernelEx)")
-	}
-	for _, tc := range []attnCase{
-		{name: "llama3_8b_8splits", h: 32, kv: 8, d: 128, seqs: []seqSpec{{2049, 1}, {1000, 1}, {16, 1}, {33, 1}}, maxSplits: 8},
-		{name: "gqa4_d64_3splits", h: 16, kv: 4, d: 64, seqs: []seqSpec{{1000, 1}, {65, 1}, {3, 1}}, maxSplits: 3},
-		{name: "gqa32_two_chunks_5splits", h: 32, kv: 1, d: 128, seqs: []seqSpec{{700, 1}, {31, 1}}, maxSplits: 5},
-		{name: "window37_2splits", h: 8, kv: 2, d: 128, seqs: []seqSpec{{700, 1}, {40, 1}, {37, 1}}, window: 37, maxSplits: 2},
-		{name: "mixed_8splits", h: 32, kv: 8, d: 128, seqs: []seqSpec{{1000, 1}, {500, 100}, {1, 1}}, maxSplits: 8},
-		{name: "bs8_4splits", h: 16, kv: 4, d: 128, seqs: []seqSpec{{300, 1}, {1, 1}, {77, 1}}, bs: 8, maxSplits: 4},
-		{name: "d256_6splits", h: 8, kv: 4, d: 256, seqs: []seqSpec{{513, 1}, {1, 1}}, maxSplits: 6},
-	} {
-		tc.cluster, tc.stages = true, decodeStages
-		testAttentionCase(t, tc)
-	}
-}
-
-// TestClusterFit checks the occupancy query behind the cluster merge's
-// fallback: a cluster of two small blocks fits many times over, a launch
-// of more such clusters than the GPU holds does not all fit, and the
-// answer is the same when asked again (cached).
-func TestClusterFit(t *testing.T) {
-	b := sharedBackend(t, true)
-	if b == nil || !b.clusters || b.d.cuOccupancyMaxActiveClusters == 0 {
-		t.Skip("the device or driver launches no thread-block clusters, or cannot say how many fit")
-	}
-	const d, bs = 128, 16
-	st, ok := decodeMMAStages(b.cc, d)
-	if !ok {
-		t.Skip("no tensor-core decode kernel here")
-	}
-	mod := modSpec{file: "attn_decode", p: [6]int{d, bs, st}}
-	smem := decodeMMASmem(d, st)
-	var active1, active2 int
-	var fitSmall, fitHuge bool
-	if err := b.call(func() error {
-		f, err := b.fnSmem(fnKey{mod, "attn_decode_mma_cl"}, smem)
-		if err != nil {
-			return err
-		}
-		fitSmall, active1 = b.clusterFit(f, [3]int{1, 1, 2}, 128, smem, 2)
-		fitHuge, _ = b.clusterFit(f, [3]int{64, 64, 2}, 128, smem, 2)
-		_, active2 = b.clusterFit(f, [3]int{1, 1, 2}, 128, smem, 2)
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("%s: clusters of 2 blocks of %d bytes of shared memory resident at once: %d", b.Name(), smem, active1)
-	if !fitSmall || active1 < b.sms/4 {
-		t.Fatalf("one cluster of 2: fits %v, %d resident; want it to fit and at least %d", fitSmall, active1, b.sms/4)
-	}
-	if fitHuge {
-		t.Fatalf("4096 clusters of 2 reported as all resident at once (%d SMs)", b.sms)
-	}
-	if active2 != active1 {
-		t.Fatalf("second query %d, first %d", active2, active1)
 	}
 }
 
@@ -476,20 +398,17 @@ type attnCase struct {
 	seqs     []seqSpec
 	window   int
 	padRows  int // rows past the last sequence's, which no kernel may write
-	unroll   int // the CUDA-core decode kernel's UR; 0: the default
+	unroll   int // Tuning.DecodeUnroll of the CUDA-core decode kernel's run; 0: the default
 	bs       int // cache block size; 0: 16
-	// stages is decodeStages: 0 runs the case with the default tensor-core
-	// kernel and, if it has decode rows, again with the CUDA-core one
-	// (decodeStages 0); otherwise only with that many stages.
-	stages    int
-	maxSplits int // decodeMaxSplits; 0: the default
-	// cluster runs the GPU with attnCluster on, then again off, and wants
-	// the same bytes from both (the merge inside the clusters adds the
-	// splits' partials in attn_decode_combine's order).
-	cluster bool
-	// wg is the prefill kernel's prefillWG setting for the case ("" keeps
-	// the default); set, the case's name carries it.
-	wg string
+	// stages is Tuning.DecodeStages for the case: 0 runs it with the
+	// default tensor-core kernel and, if it has decode rows and
+	// defaultDecode is not set, again with the CUDA-core one (-1).
+	stages        int
+	defaultDecode bool // run only the default decode kernel: the case is about prefill
+	maxSplits     int  // Tuning.DecodeMaxSplits; 0: the default
+	// arch is the target the case's kernels are compiled for (backendWith;
+	// "" the device's); set, the case's name carries it.
+	arch string
 }
 
 // testAttentionCase runs tc on the CPU and the GPU and compares: for each
@@ -502,11 +421,10 @@ func testAttentionCase(t *testing.T, tc attnCase) {
 		bs = 16
 	}
 	stages := []int{tc.stages}
-	if tc.stages == 0 {
-		stages = []int{decodeStages}
+	if tc.stages == 0 && !tc.defaultDecode {
 		for _, s := range tc.seqs {
-			if s.q == 1 && decodeStages != 0 {
-				stages = append(stages, 0)
+			if s.q == 1 {
+				stages = append(stages, -1)
 				break
 			}
 		}
@@ -514,36 +432,21 @@ func testAttentionCase(t *testing.T, tc attnCase) {
 	for _, st := range stages {
 		for _, hinted := range []bool{false, true} {
 			name := tc.name
-			if tc.wg != "" {
-				name += "_wg_" + tc.wg
+			if tc.arch != "" {
+				name += "_" + tc.arch
 			}
-			if st == 0 {
+			if st == -1 {
 				name += "_simt"
 			}
 			if hinted {
 				name += "_hinted"
 			}
 			t.Run(name, func(t *testing.T) {
-				defer func(st, ms, u int, cl, cf bool, pfb int, ef bool) {
-					decodeStages, decodeMaxSplits, decodeUnroll, attnCluster, clusterForce = st, ms, u, cl, cf
-					attnPrefetchBytes, kvEvictFirst = pfb, ef
-				}(decodeStages, decodeMaxSplits, decodeUnroll, attnCluster, clusterForce, attnPrefetchBytes, kvEvictFirst)
-				defer func(m prefillWGMode) { prefillWG = m }(prefillWG)
-				if tc.wg != "" {
-					t.Setenv(prefillWGEnv, tc.wg)
-					if err := applyPrefillWGEnv(); err != nil {
-						t.Fatal(err)
-					}
+				tune := Tuning{DecodeStages: st, DecodeMaxSplits: tc.maxSplits}
+				if st == -1 {
+					tune.DecodeUnroll = tc.unroll // only the CUDA-core kernel unrolls
 				}
-				decodeStages = st
-				attnCluster, clusterForce = tc.cluster, tc.cluster // the kernel runs even where its clusters take two waves
-				if tc.maxSplits != 0 {
-					decodeMaxSplits = tc.maxSplits
-				}
-				if tc.unroll != 0 {
-					decodeUnroll = tc.unroll
-				}
-				p := newPair(t)
+				p := newPairOn(t, backendWith(t, tune, tc.arch))
 				ns := len(tc.seqs)
 				maxBlocks, totalBlocks, rows, maxLen, maxQ := 0, 0, 0, 0, 0
 				for _, s := range tc.seqs {
@@ -591,27 +494,9 @@ func testAttentionCase(t *testing.T, tc attnCase) {
 						Scale: float32(1 / math.Sqrt(float64(tc.d))), SlidingWindow: tc.window}
 				}
 				p.must("cpu", p.c.Attention(args(co, cq, ck, cv, cbt, csl, cqs)))
-				ga := args(gout, gq, gk, gv, gbt, gsl, gqs)
-				if hinted {
-					// The L2 hints on: a prefetch of a stand-in for the
-					// next weight (not a whole number of lines) and
-					// evict_first K/V reads. They must change no byte
-					// (compared below with a run without them).
-					attnPrefetchBytes, kvEvictFirst = 1<<20, true
-					ga.Prefetch = p.gpuT(backend.BF16, []int{tc.h * tc.d, 77}, encode(backend.BF16, p.normal(tc.h*tc.d*77, 1)))
-				}
-				p.must("gpu", p.g.Attention(ga))
+				p.must("gpu", p.g.Attention(args(gout, gq, gk, gv, gbt, gsl, gqs)))
 				p.must("sync", p.g.Sync())
 				got, want := read(t, p.g, gout), read(t, p.c, co)
-				if hinted {
-					attnPrefetchBytes, kvEvictFirst = 0, false
-					plain := p.poisoned(backend.BF16, n, tc.h*tc.d)
-					p.must("gpu without the L2 hints", p.g.Attention(args(plain, gq, gk, gv, gbt, gsl, gqs)))
-					p.must("sync", p.g.Sync())
-					if !bytes.Equal(readBytes(t, p.g, plain), readBytes(t, p.g, gout)) {
-						t.Fatal("the output with the L2 hints (Prefetch, evict_first) differs from the output without them")
-					}
-				}
 				w := tc.h * tc.d
 				e, err := relErr(got[:rows*w], want[:rows*w])
 				if err != nil || e > bf16Tol {
@@ -626,15 +511,6 @@ func testAttentionCase(t *testing.T, tc attnCase) {
 				for i, v := range got[rows*w:] {
 					if !math.IsNaN(float64(v)) {
 						t.Fatalf("padding row %d was written", rows+i/w)
-					}
-				}
-				if tc.cluster {
-					attnCluster = false
-					gout2 := p.poisoned(backend.BF16, n, tc.h*tc.d)
-					p.must("gpu, combine kernel", p.g.Attention(args(gout2, gq, gk, gv, gbt, gsl, gqs)))
-					p.must("sync", p.g.Sync())
-					if !bytes.Equal(readBytes(t, p.g, gout), readBytes(t, p.g, gout2)) {
-						t.Fatal("the clusters' merge and attn_decode_combine gave different bytes")
 					}
 				}
 			})
@@ -791,18 +667,20 @@ func TestDecodePlan(t *testing.T) {
 		{86, 84, 3, 4, 32, 8, 128, 2048, true},  // two stages fit in 99 KB
 		{86, 84, 3, 4, 16, 8, 256, 2048, false}, // not even two
 		{75, 40, 3, 4, 32, 8, 128, 2048, false}, // no bf16 mma
-		{90, 132, 0, 4, 32, 8, 128, 2048, false},
+		{90, 132, -1, 4, 32, 8, 128, 2048, false},
 	} {
 		t.Run(fmt.Sprintf("sm%d_st%d_b%d_h%d_kv%d_d%d_ctx%d", tc.cc, tc.stages, tc.seqs, tc.h, tc.kv, tc.d, tc.maxLen), func(t *testing.T) {
-			defer func(v int) { decodeStages = v }(decodeStages)
-			decodeStages = tc.stages
-			b := &Backend{cc: tc.cc, sms: tc.sms}
+			tune, err := Tuning{DecodeStages: tc.stages}.resolve()
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := &Backend{cc: tc.cc, sms: tc.sms, tune: tune}
 			p := b.planDecode(tc.seqs, tc.h, tc.kv, tc.d, 16, tc.maxLen)
 			t.Logf("%+v", p)
 			if mma := p.decode == "attn_decode_mma"; mma != tc.wantMMA {
 				t.Fatalf("kernel %s, want tensor cores %v", p.decode, tc.wantMMA)
 			}
-			if p.grid[0] != tc.seqs || p.grid[2] != p.nsplit || p.nsplit < 1 || p.nsplit > decodeMaxSplits {
+			if p.grid[0] != tc.seqs || p.grid[2] != p.nsplit || p.nsplit < 1 || p.nsplit > tune.decodeMaxSplits {
 				t.Fatalf("grid %v with %d splits", p.grid, p.nsplit)
 			}
 			if !tc.wantMMA {
@@ -828,7 +706,7 @@ func TestDecodePlan(t *testing.T) {
 			slots := decodeMMAPerSM(tc.cc, tc.d, st) * tc.sms
 			// Time in units of an unsplit block: waves of resident blocks
 			// over splits. No allowed count may beat the choice by 3%.
-			limit := max(1, min(decodeMaxSplits, tiles/decodeNW))
+			limit := max(1, min(tune.decodeMaxSplits, tiles/decodeNW))
 			cost := func(n int) float64 { return math.Ceil(float64(units*n)/float64(slots)) / float64(n) }
 			for n := 1; n <= limit; n++ {
 				if cost(n) < 0.97*cost(p.nsplit) {
@@ -839,52 +717,5 @@ func TestDecodePlan(t *testing.T) {
 				t.Errorf("%d blocks leave more than half of %d slots idle with %d more splits allowed", units*p.nsplit, slots, limit-p.nsplit)
 			}
 		})
-	}
-}
-
-func TestParseDecodeStages(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want int
-		ok   bool
-	}{{"0", 0, true}, {"2", 2, true}, {"3", 3, true}, {"4", 4, true}, {"1", 0, false}, {"5", 0, false}, {"", 0, false}, {"3x", 0, false}, {"-3", 0, false}} {
-		got, err := parseDecodeStages(tc.in)
-		if (err == nil) != tc.ok || (tc.ok && got != tc.want) {
-			t.Errorf("parseDecodeStages(%q) = %d, %v; want %d, ok %v", tc.in, got, err, tc.want, tc.ok)
-		}
-	}
-}
-
-// TestPrefillTileEnv checks TRIGON_CUDA_PREFILL_TILE's parsing: accepted
-// tilings replace prefillTiling's for head dims up to 128 only.
-func TestPrefillTileEnv(t *testing.T) {
-	defer func() { prefillTileOverride = prefillConfig{} }()
-	for _, tc := range []struct {
-		v    string
-		want prefillConfig // zero: rejected or unset
-		ok   bool
-	}{
-		{"", prefillConfig{}, true},
-		{"64:64:4", prefillConfig{rows: 64, keys: 64, warps: 4, qInRegs: true}, true},
-		{"128:32:8", prefillConfig{rows: 128, keys: 32, warps: 8, qInRegs: true}, true},
-		{"128:64:4", prefillConfig{}, false}, // warps must be rows/16
-		{"144:64:9", prefillConfig{}, false},
-		{"128:72:8", prefillConfig{}, false},
-		{"128:256:8", prefillConfig{}, false},
-		{"big", prefillConfig{}, false},
-	} {
-		t.Setenv(prefillTileEnv, tc.v)
-		err := applyPrefillTileEnv()
-		if (err == nil) != tc.ok || prefillTileOverride != tc.want {
-			t.Errorf("%q: override %+v, err %v; want %+v, ok %v", tc.v, prefillTileOverride, err, tc.want, tc.ok)
-		}
-		if tc.want.rows > 0 {
-			if got := prefillTiling(128); got != tc.want {
-				t.Errorf("%q: prefillTiling(128) = %+v", tc.v, got)
-			}
-			if got := prefillTiling(256); got == tc.want {
-				t.Errorf("%q: the override reached head dim 256", tc.v)
-			}
-		}
 	}
 }

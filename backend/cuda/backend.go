@@ -34,6 +34,9 @@ type Options struct {
 	// CacheDir holds compiled kernels; "" means
 	// os.UserCacheDir()/trigon/kernels, "off" disables the cache.
 	CacheDir string
+	// Tuning holds the kernels' tuning values; the zero value is the
+	// default for each.
+	Tuning Tuning
 }
 
 // Available reports why the CUDA backend cannot run here (no libcuda, no
@@ -95,7 +98,11 @@ type spinReply struct {
 // next Sync), so the caller prepares the next op while the thread
 // launches this one; Alloc, Read, Write and Sample wait for their result.
 type Backend struct {
-	opts    Options
+	opts Options
+	tune tuning // opts.Tuning resolved
+	// lowered is Run's lowered program, its storage reused step to step
+	// (caller's goroutine).
+	lowered []lop
 	name    string
 	devName string
 	d       *driver
@@ -121,36 +128,18 @@ type Backend struct {
 	paramVals *[maxKernelArgs]uint64
 	paramPtrs uintptr
 	// launchCfg is the CUlaunchConfig (in pinned host memory) of launches
-	// with programmatic dependent launch; pdl says whether they use it.
+	// with programmatic dependent launch; pdl says the device and driver
+	// can launch so, and pdlFns holds the functions that do (pdlKernels,
+	// as fn fetches them).
 	launchCfg *launchConfig
-	// clusterCfg is launchCluster's CUlaunchConfig (pinned, beside
-	// launchCfg); clusters says the device and driver launch clusters.
-	clusterCfg *launchConfig
-	clusters   bool
-	// clusterFits caches clusterFit's query: the most clusters of a
-	// launch shape resident at once.
-	clusterFits map[clusterKey]int
+	pdl       bool
+	pdlFns    map[uintptr]bool
 	// bulkOcc caches bulkGrid's query: blocks of a bulk GEMV function
 	// resident per SM.
 	bulkOcc map[uintptr]int
-	pdl     bool
-	// pdlSome: only the functions in pdlFns (the kernels pdlKernels
-	// names, as fn fetches them) launch with PDL.
-	pdlSome bool
-	pdlFns  map[uintptr]bool
-	// pdlSite: launchPDL's launches use PDL (the device and driver can,
-	// and TRIGON_CUDA_PDL is not off).
-	pdlSite bool
 	marks   stepClock // MarkStep's events
 	errFlag pinned
 	errDev  uint64
-	// blob holds the parameter of launchBlob's launches: a pointer at 0
-	// to the struct at 64.
-	blob pinned
-	// chainSmem is the chain kernel's dynamic shared memory limit (0: no
-	// chain kernel on this device); chainSync its counters (chain.go).
-	chainSmem int
-	chainSync uint64
 	// argmaxCount is argmax_rows's per-row counters ([argmaxRows] u32,
 	// zero between launches; attn.go).
 	argmaxCount uint64
@@ -178,60 +167,17 @@ var _ backend.Backend = (*Backend)(nil)
 
 // New starts the CUDA thread on device opts.Device and returns the backend.
 func New(opts Options) (*Backend, error) {
+	tune, err := opts.Tuning.resolve()
+	if err != nil {
+		return nil, err
+	}
 	if err := Available(); err != nil {
-		return nil, err
-	}
-	if err := applyDecodeTuning(); err != nil {
-		return nil, err
-	}
-	if err := applyBulkEnv(); err != nil {
-		return nil, err
-	}
-	if err := applyGEMVEnv(); err != nil {
-		return nil, err
-	}
-	if err := applyPDLEnv(); err != nil {
-		return nil, err
-	}
-	if err := applyTuneEnv(); err != nil {
-		return nil, err
-	}
-	if err := applyFuseEnv(); err != nil {
-		return nil, err
-	}
-	if err := applyChainEnv(); err != nil {
-		return nil, err
-	}
-	if err := applyFuseNormEnv(); err != nil {
-		return nil, err
-	}
-	if err := applyNormPrefetchEnv(); err != nil {
-		return nil, err
-	}
-	if err := applyAttnPrefetchEnv(); err != nil {
-		return nil, err
-	}
-	if err := applyAttnLaunchEnv(); err != nil {
-		return nil, err
-	}
-	if err := applyPrefillTileEnv(); err != nil {
-		return nil, err
-	}
-	if err := applyPrefillWGEnv(); err != nil {
-		return nil, err
-	}
-	if err := applyAttnClusterEnv(); err != nil {
-		return nil, err
-	}
-	if err := applyBLASAddEnv(); err != nil {
-		return nil, err
-	}
-	if err := applySmallCopyEnv(); err != nil {
 		return nil, err
 	}
 	d, _ := loadDriver()
 	b := &Backend{
 		opts:    opts,
+		tune:    tune,
 		name:    fmt.Sprintf("cuda:%d", opts.Device),
 		d:       d,
 		tasks:   make(chan task, 256),
@@ -338,13 +284,6 @@ func (b *Backend) init() error {
 		return err
 	}
 	if b.stage, err = b.hostAlloc(stageBytes, 0); err != nil {
-		return err
-	}
-	if b.blob, err = b.hostAlloc(1024, 0); err != nil {
-		return err
-	}
-	*(*uint64)(cptr(b.blob.host)) = uint64(b.blob.host) + 64
-	if err := b.initChain(); err != nil {
 		return err
 	}
 	for i := range b.ring {
@@ -466,9 +405,9 @@ func (b *Backend) teardown() {
 	b.ctx = 0
 }
 
-// next returns the next task. (Polling the channel for 50 us before
-// blocking, to save the thread wake-ups, made a Sync round trip slower on
-// the H200 machine, 80 us against 24 us, so the thread simply blocks.)
+// next returns the next task, blocking: the callers on a step's critical
+// path poll for their result instead (callSpin), and a CUDA thread that
+// polled the channel too would compete with them for the cores.
 func (b *Backend) next() (task, bool) {
 	t, ok := <-b.tasks
 	return t, ok
@@ -547,7 +486,8 @@ func (b *Backend) Close() error {
 // Name implements backend.Backend.
 func (b *Backend) Name() string { return b.name }
 
-// Device describes the GPU, as "NVIDIA H200 (sm_90a, 132 SMs)".
+// Device describes the GPU: its name, the kernels' target and its SMs, as
+// "NVIDIA H100 80GB HBM3 (sm_90a, 132 SMs)".
 func (b *Backend) Device() string {
 	return fmt.Sprintf("%s (%s, %d SMs)", b.devName, b.comp.arch, b.sms)
 }
@@ -559,15 +499,15 @@ func (b *Backend) ActDType() backend.DType { return backend.BF16 }
 // bytes (pointers, int32 and float32 bits alike: the driver reads each
 // parameter's own size from the start of its slot). CUDA thread only.
 func (b *Backend) launch(f uintptr, grid [3]int, block, smem int, args ...uint64) error {
-	return b.launchArgs(f, grid, block, smem, b.pdl || b.pdlFns[f], args)
+	return b.launchArgs(f, grid, block, smem, b.pdlFns[f], args)
 }
 
 // launchPDL is launch with programmatic dependent launch wherever the
-// backend can use it (pdlSite), whatever the kernel: for a launch site
-// measured faster with it where other launches of the same kernel are not
-// (FusedQKVRoPE's Q/K-norm pair). CUDA thread only.
+// device and driver allow it, whatever the kernel: for a launch site
+// where it pays though other launches of the same kernel do not gain
+// from it (FusedQKVRoPE's Q/K-norm pair). CUDA thread only.
 func (b *Backend) launchPDL(f uintptr, grid [3]int, block, smem int, args ...uint64) error {
-	return b.launchArgs(f, grid, block, smem, b.pdlSite, args)
+	return b.launchArgs(f, grid, block, smem, b.pdl, args)
 }
 
 // launchArgs copies args into the pinned parameter values and starts f,
@@ -577,30 +517,17 @@ func (b *Backend) launchArgs(f uintptr, grid [3]int, block, smem int, pdl bool, 
 		return fmt.Errorf("launch: %d arguments, at most %d", len(args), maxKernelArgs)
 	}
 	copy(b.paramVals[:], args)
-	return b.launchParamsPDL(f, grid, block, smem, b.paramPtrs, pdl)
-}
-
-// launchParams starts kernel f with kernelParams params (pinned host
-// memory: an array of pointers to the parameters' values), with
-// programmatic dependent launch where the backend uses it. CUDA thread
-// only.
-func (b *Backend) launchParams(f uintptr, grid [3]int, block, smem int, params uintptr) error {
-	return b.launchParamsPDL(f, grid, block, smem, params, b.pdl || b.pdlFns[f])
-}
-
-// launchParamsPDL is launchParams with PDL when pdl. CUDA thread only.
-func (b *Backend) launchParamsPDL(f uintptr, grid [3]int, block, smem int, params uintptr, pdl bool) error {
 	if pdl {
 		c := b.launchCfg
 		c.grid = [3]uint32{uint32(grid[0]), uint32(grid[1]), uint32(grid[2])}
 		c.block = [3]uint32{uint32(block), 1, 1}
 		c.smem = uint32(smem)
 		c.stream = b.stream
-		return b.d.check("cuLaunchKernelEx", b.d.call(b.d.cuLaunchKernelEx, uintptr(unsafe.Pointer(c)), f, params, 0))
+		return b.d.check("cuLaunchKernelEx", b.d.call(b.d.cuLaunchKernelEx, uintptr(unsafe.Pointer(c)), f, b.paramPtrs, 0))
 	}
 	return b.d.check("cuLaunchKernel", b.d.call(b.d.cuLaunchKernel, f,
 		uintptr(grid[0]), uintptr(grid[1]), uintptr(grid[2]), uintptr(block), 1, 1,
-		uintptr(smem), b.stream, params, 0))
+		uintptr(smem), b.stream, b.paramPtrs, 0))
 }
 
 // Sync implements backend.Backend: it waits for the stream, then reports
@@ -631,13 +558,12 @@ func (b *Backend) deviceCheck() error {
 	*flag = 0
 	var what []string
 	for bit, s := range map[int32]string{
-		1:        "Embed id outside the table",
-		2:        "RoPEStoreKV slot outside the cache",
-		4:        "Attention block id outside the cache or block table",
-		8:        "Attention query count inconsistent with QueryStart/SeqLens",
-		16:       "RoPEStoreKV negative position",
-		32:       "Sample logits row holds NaN or +Inf, or only -Inf",
-		chainErr: "Chain: a block waited past its timeout for the others",
+		1:  "Embed id outside the table",
+		2:  "RoPEStoreKV slot outside the cache",
+		4:  "Attention block id outside the cache or block table",
+		8:  "Attention query count inconsistent with QueryStart/SeqLens",
+		16: "RoPEStoreKV negative position",
+		32: "Sample logits row holds NaN or +Inf, or only -Inf",
 	} {
 		if code&bit != 0 {
 			what = append(what, s)

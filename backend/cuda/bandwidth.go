@@ -8,7 +8,7 @@ import (
 
 // MeasureCopyBandwidth times device-to-device copies of n bytes with CUDA
 // events and returns the best rate of several, counting bytes read plus
-// bytes written (the convention of the copy ceiling in GPU.md). It is the
+// bytes written (as a copy's bandwidth is usually quoted). It is the
 // memory-bandwidth ceiling benchmarks compare decode steps with
 // (bench.BandwidthProber).
 func (b *Backend) MeasureCopyBandwidth(n int) (float64, error) {

@@ -2,12 +2,9 @@ package cuda
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
-	"strings"
 	"testing"
 
 	"github.com/trigon-llm/trigon/backend"
@@ -133,33 +130,27 @@ func BenchmarkMatMulDecode(b *testing.B) {
 		n, in, out int
 	}{{"qkv", 4, 4096, 6144}, {"o", 4, 4096, 4096}, {"gate_up", 4, 4096, 28672}, {"down", 4, 14336, 4096},
 		{"o", 1, 4096, 4096}, {"down", 1, 14336, 4096}, {"o", 16, 4096, 4096}, {"lm_head", 4, 4096, 128256}} {
-		// gemv=off is cuBLASLt's tuned algorithm alone; on, the tuner's
-		// choice between it and the own GEMV.
-		for _, own := range []bool{false, true} {
-			b.Run(fmt.Sprintf("graph_%s_n%d_%dx%d_gemv=%v", s.name, s.n, s.in, s.out, own), func(b *testing.B) {
-				defer func(v bool) { gemvEnabled = v }(gemvEnabled)
-				gemvEnabled = own
-				copies := min(8, max(2, (256<<20)/(s.in*s.out*2)))
-				ws := make([]backend.Tensor, copies)
-				for i := range ws {
-					ws[i] = randomBF16(b, g, 0.02, s.out, s.in)
+		b.Run(fmt.Sprintf("graph_%s_n%d_%dx%d", s.name, s.n, s.in, s.out), func(b *testing.B) {
+			copies := min(8, max(2, (256<<20)/(s.in*s.out*2)))
+			ws := make([]backend.Tensor, copies)
+			for i := range ws {
+				ws[i] = randomBF16(b, g, 0.02, s.out, s.in)
+			}
+			x := randomBF16(b, g, 1, s.n, s.in)
+			y, _ := g.Alloc(backend.BF16, s.n, s.out)
+			defer func() {
+				for _, w := range ws {
+					g.Free(w)
 				}
-				x := randomBF16(b, g, 1, s.n, s.in)
-				y, _ := g.Alloc(backend.BF16, s.n, s.out)
-				defer func() {
-					for _, w := range ws {
-						g.Free(w)
-					}
-					g.Free(x)
-					g.Free(y)
-				}()
-				next := 0
-				timeGraphOps(b, g, float64(s.out*s.in*2), 4*copies, func() error {
-					next = (next + 1) % copies
-					return g.MatMul(y, x, ws[next], nil)
-				})
+				g.Free(x)
+				g.Free(y)
+			}()
+			next := 0
+			timeGraphOps(b, g, float64(s.out*s.in*2), 4*copies, func() error {
+				next = (next + 1) % copies
+				return g.MatMul(y, x, ws[next], nil)
 			})
-		}
+		})
 	}
 	for _, c := range g.GEMMChoices() {
 		b.Log(c)
@@ -192,80 +183,25 @@ func BenchmarkMatMulDecode(b *testing.B) {
 // BenchmarkAttentionDecode times one decode step of attention (one query
 // row per sequence, Llama-3-8B's 32 query and 8 KV heads of 128 dims),
 // reporting KV bytes read per second, for the tensor-core kernel
-// (stages=2..4, its cp.async ring depth) and the CUDA-core one (stages=0).
-// From a graph: at batch 4 and context 2048 the kernels take less time
-// than the host needs to launch them. The graph cycles over enough copies
-// of the cache that none is still in L2 (50 MB on the H200) when its turn
-// comes again.
+// (stages=2..4, Tuning.DecodeStages; 3 is the default) and the CUDA-core
+// one (stages=-1). From a graph: at batch 4 and context 2048 the kernels
+// take less time than the host needs to launch them. The graph cycles over
+// enough copies of the cache that none is still in L2 when its turn comes
+// again.
 func BenchmarkAttentionDecode(b *testing.B) {
-	g := benchBackend(b)
 	const h, kv, d = 32, 8, 128
 	type shape struct{ seqs, ctx, stages int }
 	var cases []shape
-	for _, c := range []shape{{1, 8192, 0}, {4, 2048, 0}, {4, 32768, 0}, {64, 2048, 0}} {
+	for _, c := range []shape{{1, 8192, -1}, {4, 2048, -1}, {4, 32768, -1}, {64, 2048, -1}} {
 		cases = append(cases, c, shape{c.seqs, c.ctx, 3})
 	}
 	cases = append(cases, shape{4, 2048, 2}, shape{4, 2048, 4}, shape{1, 8192, 4}, shape{64, 2048, 2})
 	for _, c := range cases {
 		s := c
 		b.Run(fmt.Sprintf("b%d_ctx%d_h%d_kv%d_d%d_stages%d", s.seqs, s.ctx, h, kv, d, s.stages), func(b *testing.B) {
-			defer func(v int) { decodeStages = v }(decodeStages)
-			decodeStages = s.stages
-			benchDecodeAttention(b, g, s.seqs, s.ctx)
+			benchDecodeAttention(b, backendWith(b, Tuning{DecodeStages: s.stages}, ""), s.seqs, s.ctx)
 		})
 	}
-}
-
-// BenchmarkAttentionDecodeSplits times the tensor-core decode kernel (and
-// its combine) at split counts forced around the planner's choice, to
-// check decodeMMASplits' cost model (which ignores a block's fixed costs)
-// against the device. splits=0 is the planner's own pick.
-func BenchmarkAttentionDecodeSplits(b *testing.B) {
-	g := benchBackend(b)
-	for _, c := range []struct{ seqs, ctx int }{{1, 8192}, {4, 2048}, {64, 2048}} {
-		for _, n := range []int{0, 4, 8, 12, 16, 24, 32} {
-			b.Run(fmt.Sprintf("b%d_ctx%d_splits%d", c.seqs, c.ctx, n), func(b *testing.B) {
-				defer func(v int) { decodeSplitsForce = v }(decodeSplitsForce)
-				decodeSplitsForce = n
-				benchDecodeAttention(b, g, c.seqs, c.ctx)
-			})
-		}
-	}
-}
-
-// BenchmarkAttentionDecodeCluster times decode attention with the splits
-// merged by attn_decode_combine (cluster=off) against merged inside
-// thread-block clusters (cluster=on, forced even where the clusters take
-// two waves, which the backend would not do), at ring depths 2 and 3 and
-// at the planner's split count or a forced one; it logs, per launch
-// shape, how many clusters the device holds at once.
-func BenchmarkAttentionDecodeCluster(b *testing.B) {
-	g := benchBackend(b)
-	if !g.clusters {
-		b.Skip("no thread-block clusters here")
-	}
-	for _, c := range []struct{ seqs, ctx int }{{4, 2048}, {1, 8192}, {8, 2048}} {
-		for _, st := range []int{2, 3} {
-			for _, n := range []int{0, 4, 8} {
-				for _, cl := range []bool{false, true} {
-					b.Run(fmt.Sprintf("b%d_ctx%d_stages%d_splits%d_cluster=%v", c.seqs, c.ctx, st, n, cl), func(b *testing.B) {
-						defer func(s, n int, cl, cf bool) {
-							decodeStages, decodeSplitsForce, attnCluster, clusterForce = s, n, cl, cf
-						}(decodeStages, decodeSplitsForce, attnCluster, clusterForce)
-						decodeStages, decodeSplitsForce, attnCluster, clusterForce = st, n, cl, cl
-						benchDecodeAttention(b, g, c.seqs, c.ctx)
-					})
-				}
-			}
-		}
-	}
-	_ = g.call(func() error {
-		for k, v := range g.clusterFits {
-			b.Logf("cluster launch grid %v, block %d, smem %d, cluster %d: %d clusters resident at once, %d launched",
-				k.grid, k.block, k.smem, k.cz, v, k.grid[0]*k.grid[1]*k.grid[2]/k.cz)
-		}
-		return nil
-	})
 }
 
 // benchDecodeAttention times decode attention of seqs sequences of ctx
@@ -336,23 +272,14 @@ func benchBatch(b *testing.B, g *Backend, seqs, ctx, qlen, nbPer, numBlocks int,
 // prompts (no cached prefix) and reports TFLOP/s, counting the causal
 // half of the two products: 4*S*S/2*D per head and sequence. The launch
 // also carries the decode kernels, which return at once for these rows.
-// Each shape runs under every prefill kernel setting (prefillWG: the wgmma
-// kernel, "on" and "n64", where the device takes it; the mma.sync kernel,
-// "off").
 func BenchmarkAttentionPrefill(b *testing.B) {
 	g := benchBackend(b)
 	const h, kv, d, bs = 32, 8, 128, 16
-	defer func(m prefillWGMode) { prefillWG = m }(prefillWG)
-	for _, c := range []struct {
-		seqs, len int
-		wg        prefillWGMode
-	}{{4, 2048, prefillWGOn}, {4, 2048, prefillWGN64}, {4, 2048, prefillWGOff},
-		{1, 8192, prefillWGOn}, {1, 8192, prefillWGN64}, {1, 8192, prefillWGOff}} {
-		kernel := map[prefillWGMode]string{prefillWGOn: "wg", prefillWGN64: "wg_n64", prefillWGOff: "mma"}[c.wg]
-		prefillWG = c.wg
-		if _, ok := g.prefillWGSpec(d, bs); c.wg != prefillWGOff && !ok {
-			continue // not Hopper: only the mma.sync kernel runs
-		}
+	kernel := "mma"
+	if _, ok := g.prefillWGSpec(d, bs); ok {
+		kernel = "wg"
+	}
+	for _, c := range []struct{ seqs, len int }{{4, 2048}, {1, 8192}} {
 		b.Run(fmt.Sprintf("b%d_s%d_h%d_kv%d_d%d_%s", c.seqs, c.len, h, kv, d, kernel), func(b *testing.B) {
 			nbPer := (c.len + bs - 1) / bs
 			numBlocks := c.seqs*nbPer + 1
@@ -376,46 +303,6 @@ func BenchmarkAttentionPrefill(b *testing.B) {
 			const reps = 4
 			timeGraphOps(b, g, 0, reps, func() error { return g.Attention(args) })
 			flops := 4 * float64(c.len) * float64(c.len) / 2 * d * h * float64(c.seqs)
-			b.ReportMetric(flops*float64(b.N*reps)/b.Elapsed().Seconds()/1e12, "TFLOP/s")
-		})
-	}
-}
-
-// BenchmarkAttentionPrefillWGAblation times the wgmma prefill kernel at 4 x
-// 2048 under its ablations (prefillWGAblation: 1 loads only the first two
-// key tiles, 2 skips the softmax arithmetic, 3 both), each against the
-// kernel as used (0): what the time left goes to. Results are wrong under
-// the ablations; only the time is read.
-func BenchmarkAttentionPrefillWGAblation(b *testing.B) {
-	g := benchBackend(b)
-	const h, kv, d, bs, seqs, n = 32, 8, 128, 16, 4, 2048
-	if _, ok := g.prefillWGSpec(d, bs); !ok {
-		b.Skip("the wgmma prefill kernel needs sm_90a")
-	}
-	defer func(a int) { prefillWGAblation = a }(prefillWGAblation)
-	nbPer := (n + bs - 1) / bs
-	numBlocks := seqs*nbPer + 1
-	k := randomBF16(b, g, 1, numBlocks, kv, bs, d)
-	v := randomBF16(b, g, 1, numBlocks, kv, bs, d)
-	q := randomBF16(b, g, 1, seqs*n, h*d)
-	out, err := g.Alloc(backend.BF16, seqs*n, h*d)
-	if err != nil {
-		b.Fatal(err)
-	}
-	bt, sl, qs := benchBatch(b, g, seqs, n, n, nbPer, numBlocks, 5)
-	defer func() {
-		for _, t := range []backend.Tensor{k, v, q, out, bt, sl, qs} {
-			g.Free(t)
-		}
-	}()
-	args := backend.AttentionArgs{Out: out, Q: q, KCache: k, VCache: v, BlockTables: bt, SeqLens: sl, QueryStart: qs,
-		NumSeqs: seqs, MaxSeqLen: n, MaxQueryLen: n, NumHeads: h, NumKVHeads: kv, HeadDim: d, Scale: float32(1 / math.Sqrt(d))}
-	for _, abl := range []int{0, 1, 2, 3} {
-		prefillWGAblation = abl
-		b.Run(fmt.Sprintf("abl%d", abl), func(b *testing.B) {
-			const reps = 4
-			timeGraphOps(b, g, 0, reps, func() error { return g.Attention(args) })
-			flops := 4 * float64(n) * float64(n) / 2 * d * h * seqs
 			b.ReportMetric(flops*float64(b.N*reps)/b.Elapsed().Seconds()/1e12, "TFLOP/s")
 		})
 	}
@@ -554,376 +441,4 @@ func normPrefetch(g *Backend, out, x, res, w, pf backend.Tensor, pfBytes int) er
 	return g.post(func() error {
 		return g.addRMSNorm(k, rows, normThreads(dim, rows), ts[0], ts[1], ts[2], ts[3], dim, 1e-5, 1, ts[4].ptr, pfBytes)
 	})
-}
-
-// BenchmarkNormFused times, graph-timed at batch 4 on Llama-3-8B shapes,
-// each NormFuser kernel against the unfused ops it replaces (weights cycled
-// through enough copies to stream from memory), with the norm's scale
-// applied before (pre) and after (post) the product:
-//
-//	qkv: AddRMSNorm (no add) + FusedQKVRoPE  vs  NormQKVRoPE
-//	mlp: AddRMSNorm (no add) + MatMul gate/up + SiLUMul  vs  NormGateUpSiLU
-//	o:   MatMul into delta  vs  MatMulAdd into the residual
-//
-// us/op is the pair's (or the fused kernel's) time per layer.
-func BenchmarkNormFused(b *testing.B) {
-	g := benchBackend(b)
-	defer allFused()()
-	const n, k, inter, heads, kvh, hd, eps = 4, 4096, 14336, 32, 8, 128, 1e-5
-	const width = (heads + 2*kvh) * hd
-	copiesOf := func(bytes int) int { return max(2, (256<<20)/bytes+1) }
-	weights := func(m, kk int) []backend.Tensor {
-		var ws []backend.Tensor
-		for range copiesOf(m * kk * 2) {
-			ws = append(ws, randomBF16(b, g, 0.02, m, kk))
-		}
-		return ws
-	}
-	free := func(ts ...backend.Tensor) {
-		for _, t := range ts {
-			g.Free(t)
-		}
-	}
-	f32 := func(n int, v float32) backend.Tensor {
-		buf := make([]byte, 4*n)
-		for i := range n {
-			binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(v+0.01*float32(i%7)))
-		}
-		t, err := g.Upload(backend.F32, []int{n}, buf)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return t
-	}
-	h, x := randomBF16(b, g, 1, n, k), randomBF16(b, g, 1, n, k)
-	normW := f32(k, 1)
-	normed, _ := g.Alloc(backend.BF16, n, k)
-	delta, _ := g.Alloc(backend.BF16, n, k)
-	defer free(h, x, normW, normed, delta)
-	// RoPE operands: positions near 2048, one slot per row.
-	pos, _ := g.Upload(backend.I32, []int{n}, i32Bytes([]int32{2048, 2049, 2050, 2051}))
-	slots, _ := g.Upload(backend.I32, []int{n}, i32Bytes([]int32{0, 17, 34, 51}))
-	kc, _ := g.Alloc(backend.BF16, 8, kvh, 16, hd)
-	vc, _ := g.Alloc(backend.BF16, 8, kvh, 16, hd)
-	q, _ := g.Alloc(backend.BF16, n, heads*hd)
-	qkv, _ := g.Alloc(backend.BF16, n, width)
-	invf := f32(hd/2, 0.001)
-	defer free(pos, slots, kc, vc, q, qkv, invf)
-	rope := backend.RoPEArgs{Q: q, QKV: qkv, Positions: pos, SlotMapping: slots, KCache: kc, VCache: vc,
-		InvFreq: invf, NumHeads: heads, NumKVHeads: kvh, HeadDim: hd}
-	gu, _ := g.Alloc(backend.BF16, n, 2*inter)
-	act, _ := g.Alloc(backend.BF16, n, inter)
-	defer free(gu, act)
-	fused := func(ok bool, err error) error {
-		if err == nil && !ok {
-			err = errors.New("the fused op refused its operands")
-		}
-		return err
-	}
-	for _, c := range []struct {
-		name  string
-		m, kk int // weight shape
-		run   func(w backend.Tensor, fuse bool) error
-	}{
-		{"qkv", width, k, func(w backend.Tensor, fuse bool) error {
-			if fuse {
-				return fused(g.NormQKVRoPE(h, normW, eps, w, rope))
-			}
-			if err := g.AddRMSNorm(normed, h, nil, normW, eps); err != nil {
-				return err
-			}
-			return fused(g.FusedQKVRoPE(normed, w, nil, rope))
-		}},
-		{"mlp", 2 * inter, k, func(w backend.Tensor, fuse bool) error {
-			if fuse {
-				return fused(g.NormGateUpSiLU(act, h, normW, eps, w))
-			}
-			if err := g.AddRMSNorm(normed, h, nil, normW, eps); err != nil {
-				return err
-			}
-			if err := g.MatMul(gu, normed, w, nil); err != nil {
-				return err
-			}
-			return g.SiLUMul(act, gu)
-		}},
-		{"o", k, k, func(w backend.Tensor, fuse bool) error {
-			if fuse {
-				return fused(g.MatMulAdd(h, x, w))
-			}
-			return g.MatMul(delta, x, w, nil)
-		}},
-	} {
-		ws := weights(c.m, c.kk)
-		for _, mode := range []string{"unfused", "pre", "post"} {
-			b.Run(c.name+"_"+mode, func(b *testing.B) {
-				defer func(old bool) { fuseNormPost = old }(fuseNormPost)
-				fuseNormPost = mode == "post"
-				next := 0
-				timeGraphOps(b, g, float64(c.m*c.kk*2), 2*len(ws), func() error {
-					next = (next + 1) % len(ws)
-					return c.run(ws[next], mode != "unfused")
-				})
-			})
-		}
-		free(ws...)
-	}
-}
-
-// chainBench holds Llama-3-8B decode operands at batch 4 for the chain
-// benchmarks: activations, RoPE operands, and weights in sets cycled so
-// that each product streams from HBM, not the L2.
-type chainBench struct {
-	g                            *Backend
-	resid, attn, normed, gu, act backend.Tensor
-	rope                         backend.RoPEArgs
-}
-
-const (
-	cbN, cbK, cbInter, cbHeads, cbKVH, cbHD, cbEps = 4, 4096, 14336, 32, 8, 128, 1e-5
-	cbWidth                                        = (cbHeads + 2*cbKVH) * cbHD
-)
-
-func newChainBench(b *testing.B) *chainBench {
-	g := benchBackend(b)
-	if g.chainSmem == 0 {
-		b.Skip("no chain kernel on this device")
-	}
-	on, noMath := chainEnabled, chainNoMath
-	chainEnabled = true
-	if os.Getenv("TRIGON_CUDA_CHAIN_NOMATH") == "1" {
-		chainNoMath = 1 // the stream alone: a diagnostic, wrong results
-	}
-	b.Cleanup(func() { chainEnabled, chainNoMath = on, noMath })
-	c := &chainBench{g: g}
-	c.resid, c.attn = randomBF16(b, g, 1, cbN, cbK), randomBF16(b, g, 1, cbN, cbK)
-	c.normed, _ = g.Alloc(backend.BF16, cbN, cbK)
-	c.gu, _ = g.Alloc(backend.BF16, cbN, 2*cbInter)
-	c.act = randomBF16(b, g, 1, cbN, cbInter)
-	pos, _ := g.Upload(backend.I32, []int{cbN}, i32Bytes([]int32{2048, 2049, 2050, 2051}))
-	slots, _ := g.Upload(backend.I32, []int{cbN}, i32Bytes([]int32{0, 17, 34, 51}))
-	kc, _ := g.Alloc(backend.BF16, 8, cbKVH, 16, cbHD)
-	vc, _ := g.Alloc(backend.BF16, 8, cbKVH, 16, cbHD)
-	q, _ := g.Alloc(backend.BF16, cbN, cbHeads*cbHD)
-	qkv, _ := g.Alloc(backend.BF16, cbN, cbWidth)
-	c.rope = backend.RoPEArgs{Q: q, QKV: qkv, Positions: pos, SlotMapping: slots, KCache: kc, VCache: vc,
-		InvFreq: c.f32(b, cbHD/2, 0.001), NumHeads: cbHeads, NumKVHeads: cbKVH, HeadDim: cbHD}
-	return c
-}
-
-func (c *chainBench) f32(b *testing.B, n int, v float32) backend.Tensor {
-	buf := make([]byte, 4*n)
-	for i := range n {
-		binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(v+0.01*float32(i%7)))
-	}
-	t, err := c.g.Upload(backend.F32, []int{n}, buf)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return t
-}
-
-// chainLayer is one layer's weights.
-type chainLayer struct{ wo, gu, down, qkv, g1, g2 backend.Tensor }
-
-// layers returns weight sets for the products kinds names, enough sets
-// that their bytes pass 256 MB (at least two); the others are nil.
-func (c *chainBench) layers(b *testing.B, kinds []string) []chainLayer {
-	bytes := 0
-	for _, k := range kinds {
-		bytes += weightBytes(k)
-	}
-	var ls []chainLayer
-	for range max(2, (256<<20)/bytes+1) {
-		l := chainLayer{g1: c.f32(b, cbK, 1), g2: c.f32(b, cbK, 1)}
-		for _, k := range kinds {
-			switch k {
-			case "o":
-				l.wo = randomBF16(b, c.g, 0.015, cbK, cbK)
-			case "gateup":
-				l.gu = randomBF16(b, c.g, 0.015, 2*cbInter, cbK)
-			case "down":
-				l.down = randomBF16(b, c.g, 0.008, cbK, cbInter)
-			case "qkv":
-				l.qkv = randomBF16(b, c.g, 0.015, cbWidth, cbK)
-			}
-		}
-		ls = append(ls, l)
-	}
-	return ls
-}
-
-func mustRun(ok bool, err error) error {
-	if err == nil && !ok {
-		err = errors.New("the op refused its operands")
-	}
-	return err
-}
-
-// separate runs op kind ("o", "gateup", "down", "qkv") as the model does
-// without a Chainer.
-func (c *chainBench) separate(kind string, l chainLayer) error {
-	g := c.g
-	switch kind {
-	case "o":
-		return mustRun(g.MatMulAdd(c.resid, c.attn, l.wo))
-	case "gateup":
-		if err := g.AddRMSNormPrefetch(c.normed, c.resid, nil, l.g2, cbEps, l.gu); err != nil {
-			return err
-		}
-		if err := g.MatMul(c.gu, c.normed, l.gu, nil); err != nil {
-			return err
-		}
-		return g.SiLUMul(c.act, c.gu)
-	case "down":
-		return mustRun(g.MatMulAdd(c.resid, c.act, l.down))
-	default:
-		if err := g.AddRMSNormPrefetch(c.normed, c.resid, nil, l.g1, cbEps, l.qkv); err != nil {
-			return err
-		}
-		return mustRun(g.FusedQKVRoPE(c.normed, l.qkv, nil, c.rope))
-	}
-}
-
-// op is op kind as a ChainOp.
-func (c *chainBench) op(kind string, l chainLayer) backend.ChainOp {
-	ops := chainOps(c.resid, c.attn, l.wo, c.act, l.gu, l.down, l.g2, l.g1, l.qkv, cbEps, c.rope)
-	return ops[map[string]int{"o": 0, "gateup": 1, "down": 2, "qkv": 3}[kind]]
-}
-
-// run runs the products kinds names with layer l's weights: one Chain
-// (mode "chain") or one by one as the model does without a Chainer.
-func (c *chainBench) run(mode string, kinds []string, l chainLayer) error {
-	if mode == "chain" {
-		ops := make([]backend.ChainOp, len(kinds))
-		for i, k := range kinds {
-			ops[i] = c.op(k, l)
-		}
-		return mustRun(c.g.Chain(ops))
-	}
-	for _, k := range kinds {
-		if err := c.separate(k, l); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// weightBytes is op kind's weight bytes.
-func weightBytes(kind string) int {
-	return 2 * map[string]int{"o": cbK * cbK, "gateup": 2 * cbInter * cbK, "down": cbK * cbInter, "qkv": cbWidth * cbK}[kind]
-}
-
-// BenchmarkChainLayer times one layer boundary of a Llama-3-8B decode step
-// at batch 4: the O projection's residual add, the post-attention norm,
-// gate/up, SiLU, the down projection's add, the next layer's input norm
-// and its QKV projection with RoPE and the KV write. "separate" runs them
-// as the model does without a Chainer (MatMulAdd, AddRMSNormPrefetch,
-// cuBLASLt or the GEMV, SiLUMul, FusedQKVRoPE), "chain" as one Chain.
-// Graph-timed over two layers' weights in turn (436 MB each, far past the
-// L2); TB/s counts the weight bytes.
-func BenchmarkChainLayer(b *testing.B) {
-	c := newChainBench(b)
-	kinds := []string{"o", "gateup", "down", "qkv"}
-	bytes := 0
-	for _, k := range kinds {
-		bytes += weightBytes(k)
-	}
-	layers := c.layers(b, kinds)
-	for _, mode := range []string{"separate", "chain"} {
-		b.Run(mode, func(b *testing.B) {
-			next := 0
-			timeGraphOps(b, c.g, float64(bytes), 8, func() error {
-				next = (next + 1) % len(layers)
-				return c.run(mode, kinds, layers[next])
-			})
-		})
-	}
-}
-
-// BenchmarkChainOps times each product of BenchmarkChainLayer alone, and
-// gate/up with down, as separate ops and as a chain: where the chain
-// kernel's streaming (not the waits between ops) loses or wins.
-func BenchmarkChainOps(b *testing.B) {
-	c := newChainBench(b)
-	for _, kinds := range [][]string{{"o"}, {"gateup"}, {"down"}, {"qkv"}, {"gateup", "down"}} {
-		bytes := 0
-		for _, k := range kinds {
-			bytes += weightBytes(k)
-		}
-		layers := c.layers(b, kinds)
-		for _, mode := range []string{"separate", "chain"} {
-			b.Run(strings.Join(kinds, "+")+"_"+mode, func(b *testing.B) {
-				next := 0
-				timeGraphOps(b, c.g, float64(bytes), 2*len(layers), func() error {
-					next = (next + 1) % len(layers)
-					return c.run(mode, kinds, layers[next])
-				})
-			})
-		}
-		for _, l := range layers {
-			for _, t := range []backend.Tensor{l.wo, l.gu, l.down, l.qkv, l.g1, l.g2} {
-				if t != nil {
-					c.g.Free(t)
-				}
-			}
-		}
-	}
-}
-
-// BenchmarkAttentionPrefetch times decode attention followed by the O
-// projection (batch 1, 4 and 64 at context 2048, Llama-3-8B shapes,
-// graph-timed, KV caches and weights cycled so that L2 holds none of
-// them), with the attention kernel's L2 hints: pfN prefetches N MiB of the
-// projection's weight (AttentionArgs.Prefetch), ef marks the K/V reads
-// evict_first. us/op is the pair's.
-func BenchmarkAttentionPrefetch(b *testing.B) {
-	g := benchBackend(b)
-	defer func(pf int, ef bool) { attnPrefetchBytes, kvEvictFirst = pf, ef }(attnPrefetchBytes, kvEvictFirst)
-	const h, kv, d, bs, ctx, hidden = 32, 8, 128, 16, 2048, 4096
-	for _, seqs := range []int{1, 4, 64} {
-		nbPer := ctx / bs
-		numBlocks := seqs*nbPer + 1
-		kvBytes := seqs * ctx * kv * d * 2 * 2
-		copies := min(4, max(2, (128<<20+kvBytes-1)/kvBytes))
-		var ks, vs, ws []backend.Tensor
-		for range copies {
-			ks = append(ks, randomBF16(b, g, 1, numBlocks, kv, bs, d))
-			vs = append(vs, randomBF16(b, g, 1, numBlocks, kv, bs, d))
-			ws = append(ws, randomBF16(b, g, 0.02, hidden, h*d))
-		}
-		q := randomBF16(b, g, 1, seqs, h*d)
-		out, _ := g.Alloc(backend.BF16, seqs, h*d)
-		y := randomBF16(b, g, 1, seqs, hidden)
-		bt, sl, qs := benchBatch(b, g, seqs, ctx, 1, nbPer, numBlocks, 3)
-		args := backend.AttentionArgs{Out: out, Q: q, BlockTables: bt, SeqLens: sl, QueryStart: qs, NumSeqs: seqs,
-			MaxSeqLen: ctx, MaxQueryLen: 1, NumHeads: h, NumKVHeads: kv, HeadDim: d, Scale: float32(1 / math.Sqrt(d))}
-		for _, mode := range []struct {
-			mb int
-			ef bool
-		}{{0, false}, {0, true}, {8, true}, {16, true}, {24, true}, {16, false}} {
-			name := fmt.Sprintf("b%d_pf%d", seqs, mode.mb)
-			if mode.ef {
-				name += "_ef"
-			}
-			b.Run(name, func(b *testing.B) {
-				attnPrefetchBytes, kvEvictFirst = mode.mb<<20, mode.ef
-				next := 0
-				timeGraphOps(b, g, float64(kvBytes+hidden*h*d*2), 2*copies, func() error {
-					next = (next + 1) % copies
-					args.KCache, args.VCache, args.Prefetch = ks[next], vs[next], ws[next]
-					if err := g.Attention(args); err != nil {
-						return err
-					}
-					ok, err := g.MatMulAdd(y, out, ws[next]) // the model's O product: y += out . w^T
-					if err == nil && !ok {
-						err = fmt.Errorf("MatMulAdd declined the O product")
-					}
-					return err
-				})
-			})
-		}
-		for _, t := range append(append(append(ks, vs...), ws...), q, out, y, bt, sl, qs) {
-			g.Free(t)
-		}
-	}
 }

@@ -43,16 +43,20 @@ func testCompiler(t *testing.T, dir string) *compiler {
 func TestKernelsCompile(t *testing.T) {
 	dir := t.TempDir()
 	c := testCompiler(t, dir)
-	specs := warmSpecs()
+	tune, err := Tuning{}.resolve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	specs := warmSpecs(tune)
 	if sharedBackend(t, false) == nil && os.Getenv("TRIGON_TEST_ALL_KERNELS") == "" {
 		// No GPU: NVRTC takes seconds per module on a small machine, so CI
-		// checks four (the chain kernel's is the one whose compile fails
-		// only at run time otherwise: its sm_90 statements are the last a
-		// change breaks; the wgmma prefill kernel's must compile, to a
-		// trap, for targets other than sm_90a, which WarmKernels builds it
-		// for); TRIGON_TEST_ALL_KERNELS=1 compiles every one.
+		// checks four (the bulk GEMV's sm_90 statements and the wgmma
+		// prefill kernel, which must compile, to a trap, for targets other
+		// than sm_90a since WarmKernels builds it for every target, are
+		// the ones a change breaks unseen otherwise);
+		// TRIGON_TEST_ALL_KERNELS=1 compiles every one.
 		specs = []modSpec{{file: "embed", p: [6]int{dtBF16, dtBF16}}, {file: "rope", p: [6]int{64, 16, dtBF16, dtBF16, dtBF16}},
-			chainSpec(), {file: "attn_prefill_wg", p: [6]int{128, 16, 128, 0}}}
+			bulkConfigs[0].spec(1, dtBF16), {file: "attn_prefill_wg", p: [6]int{128, 16}}}
 	}
 	for _, s := range specs {
 		t.Run(s.String(), func(t *testing.T) {
@@ -150,8 +154,8 @@ func TestWarmKernels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(reps) != len(warmSpecs()) {
-		t.Fatalf("%d reports for %d modules", len(reps), len(warmSpecs()))
+	if len(reps) != len(warmSpecs(g.tune)) {
+		t.Fatalf("%d reports for %d modules", len(reps), len(warmSpecs(g.tune)))
 	}
 	for _, r := range reps {
 		if !r.Cached || r.Arch != g.comp.arch || len(r.Options) == 0 {
@@ -189,8 +193,8 @@ func TestKernelsWaitForPredecessor(t *testing.T) {
 			if early, ok := earlyReaders[name]; ok {
 				// Reads pristine weights first, then waits: both branches
 				// must be there, the early one guarded by the host's flag.
-				// A kernel that takes launchEarly's bit may first let its
-				// dependents launch, and must then clear the bit.
+				// A kernel that takes the lowering's early bit may first let
+				// its dependents launch, and must then clear the bit.
 				if launch := "if (" + early + " & 2) grid_dep_launch();"; strings.HasPrefix(rest, launch) {
 					_, after, _ := strings.Cut(rest, "\n")
 					after = strings.TrimSpace(after)
@@ -271,8 +275,8 @@ func TestKernelsWaitForPredecessor(t *testing.T) {
 // share, which calls grid_dep_launch() itself (and, for lateWaiters,
 // grid_dep_wait()).
 var sharedBodies = map[string]string{
-	"attn_decode_mma": "attn_decode_body", "attn_decode_mma_cl": "attn_decode_body",
-	"gemvb_bf16": "gemvb", "gemvb_add_bf16": "gemvb", "gemvb_silu_bf16": "gemvb", "gemvb_qkv_rope_bf16": "gemvb",
+	"attn_decode_mma": "attn_decode_body",
+	"gemvb_bf16":      "gemvb", "gemvb_add_bf16": "gemvb", "gemvb_silu_bf16": "gemvb",
 }
 
 // producerWaiters are the bulk-copy GEMV kernels (sharedBodies: gemvb),
@@ -280,19 +284,19 @@ var sharedBodies = map[string]string{
 // (named by the flag parameter) before it waits, and whose consumer warps
 // wait before they read x.
 var producerWaiters = map[string]string{
-	"gemvb_bf16": "early_w", "gemvb_add_bf16": "early_w", "gemvb_silu_bf16": "early_w", "gemvb_qkv_rope_bf16": "early_w",
+	"gemvb_bf16": "early_w", "gemvb_add_bf16": "early_w", "gemvb_silu_bf16": "early_w",
 }
 
 // lateWaiters are the kernels whose shared body (sharedBodies) reads the
 // step's metadata and the KV-cache rows of earlier steps before it waits,
 // then the newest row and Q (the text given, its first read of Q) after.
-var lateWaiters = map[string]string{"attn_decode_mma": "*(const uint4*)(q +", "attn_decode_mma_cl": "*(const uint4*)(q +"}
+var lateWaiters = map[string]string{"attn_decode_mma": "*(const uint4*)(q +"}
 
 // earlyReaders are the kernels allowed to load, before grid_dep_sync, the
 // weights the host flags as pristine (never written by a kernel), named by
 // the flag parameter.
 var earlyReaders = map[string]string{
-	"gemv_bf16": "early_w", "qkv_rope_bf16": "early_w", "gemv_add_bf16": "early_w", "gemv_norm_silu_bf16": "early_w",
+	"gemv_bf16": "early_w", "qkv_rope_bf16": "early_w", "gemv_add_bf16": "early_w",
 }
 
 // prefetchFirst are the kernels whose extra blocks prefetch a weight into
@@ -334,7 +338,7 @@ func TestPrefillWGCompile(t *testing.T) {
 	if b.comp.arch != "sm_90a" {
 		t.Skipf("%s: the wgmma kernel is compiled for sm_90a only", b.comp.arch)
 	}
-	for _, p := range [][6]int{{128, 16, 128, 0}, {128, 16, 64, 0}, {64, 16, 64, 0}} {
+	for _, p := range [][6]int{{128, 16}, {64, 16}} {
 		s := modSpec{file: "attn_prefill_wg", p: p}
 		src, hs, err := source(s.file)
 		if err != nil {

@@ -2,8 +2,6 @@ package cuda
 
 import (
 	"fmt"
-	"os"
-	"strconv"
 	"sync"
 	"unsafe"
 
@@ -122,56 +120,26 @@ type gemmPlan struct {
 	bulk, bulkBest bulkConfig
 	bulkMs         float32
 	// pinned is the GEMV variant FusedQKVRoPE ran for the shape instead
-	// of the tuner's choice (qkvGEMV), for reports; zero if none.
+	// of the tuner's choice (Tuning.QKVGEMV), for reports; zero if none.
 	pinned gemvConfig
 	// tunedMs and gemvMs are the tuner's best times (cuBLASLt's kept
 	// algorithm, the fastest GEMV variant), for reports; 0 until tuned.
 	tunedMs, gemvMs float32
 }
 
-// Products of at most tuneMaxRows rows (decode steps, where one product
-// streams a whole weight matrix) are tuned: the heuristic's first
+// Products of at most Tuning.TuneMaxRows rows (decode steps, where one
+// product streams a whole weight matrix) are tuned: the heuristic's first
 // tuneAlgos results are timed on the first eager call and the fastest is
-// kept. The ncu profile of 2026-11-30 (Llama-3-8B, batch 4) found the
-// heuristic's first choice for the 4096x4096 projection at 2.9 TB/s plus a
-// split-K reduce kernel, against 4.0 TB/s for the gate/up product.
+// kept, since the heuristic's first choice for a decode shape can be a
+// split-K algorithm that streams the weight well below what the others
+// reach. The heuristic's choice stays unless another is tuneMargin faster
+// (timing noise); tuneFlushBytes, written before each timed run, evicts
+// the weight from L2 (over twice the L2 of the largest GPUs it runs on).
 const (
 	tuneAlgos      = 8
-	tuneFlushBytes = 128 << 20 // over twice the H100/H200 L2 (50 MiB)
+	tuneFlushBytes = 128 << 20
 	tuneMargin     = 0.03
 )
-
-// tuneMaxRows is the most rows a tuned product has. Larger (prefill)
-// products take the heuristic's first choice: every prompt chunk length
-// is a new shape, and timing eight algorithms is a stall of milliseconds.
-// tuneMaxRowsEnv raises it to measure what tuning prefill shapes would
-// gain.
-var tuneMaxRows = 64
-
-// tuneMaxRowsEnv overrides tuneMaxRows (1 to 1<<20), read once by New.
-const tuneMaxRowsEnv = "TRIGON_CUDA_TUNE_MAX_ROWS"
-
-// applyTuneEnv reads tuneMaxRowsEnv.
-func applyTuneEnv() error {
-	v := os.Getenv(tuneMaxRowsEnv)
-	if v == "" {
-		return nil
-	}
-	n, err := parseTuneMaxRows(v)
-	if err == nil {
-		tuneMaxRows = n
-	}
-	return err
-}
-
-// parseTuneMaxRows reads tuneMaxRowsEnv's value.
-func parseTuneMaxRows(v string) (int, error) {
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 || n > 1<<20 {
-		return 0, fmt.Errorf("cuda: %s=%q: want a row count in 1..1048576", tuneMaxRowsEnv, v)
-	}
-	return n, nil
-}
 
 // blas is the per-backend cuBLASLt state. It is owned by the CUDA thread.
 type blas struct {
@@ -204,8 +172,9 @@ func (g *blas) close() {
 }
 
 // plan returns the cached plan for key, creating descriptors and running
-// the heuristic on first use.
-func (g *blas) plan(key gemmKey, algoMem []byte) (*gemmPlan, error) {
+// the heuristic on first use: its first tuneAlgos candidates, kept for
+// the tuner, where the product has at most tuneMaxRows rows.
+func (g *blas) plan(key gemmKey, algoMem []byte, tuneMaxRows int) (*gemmPlan, error) {
 	if p, ok := g.plans[key]; ok {
 		return p, nil
 	}

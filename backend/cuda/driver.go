@@ -10,10 +10,9 @@ import (
 
 // Driver API constants used here (cuda.h).
 const (
-	cuDevAttrMultiprocessorCount    = 16
-	cuDevAttrComputeCapMajor        = 75
-	cuDevAttrComputeCapMinor        = 76
-	cuDevAttrMaxSharedPerBlockOptin = 97
+	cuDevAttrMultiprocessorCount = 16
+	cuDevAttrComputeCapMajor     = 75
+	cuDevAttrComputeCapMinor     = 76
 
 	cuMemHostAllocPortable  = 0x01
 	cuMemHostAllocDeviceMap = 0x02
@@ -36,8 +35,9 @@ type CUDAError struct {
 func (e *CUDAError) Error() string { return e.Call + ": " + e.Name }
 
 // driver holds the addresses of the driver API entry points. Every call
-// goes through purego.SyscallN (cheaper than the reflective
-// RegisterLibFunc path: GPU.md measured 0.8 us for the latter).
+// goes through purego.SyscallN rather than RegisterLibFunc's reflective
+// wrappers: a decode step makes hundreds of calls, and each wrapper call
+// allocates.
 type driver struct {
 	cuInit, cuDeviceGetCount, cuDeviceGet, cuDeviceGetAttribute, cuDeviceGetName    uintptr
 	cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRelease, cuCtxSetCurrent            uintptr
@@ -56,9 +56,6 @@ type driver struct {
 	// cuLaunchKernelEx (CUDA 12.0+) launches with attributes; 0 when the
 	// driver lacks it, and launches fall back to cuLaunchKernel.
 	cuLaunchKernelEx uintptr
-	// cuOccupancyMaxActiveClusters (CUDA 11.8+): how many clusters of a
-	// launch can be resident at once; 0 when the driver lacks it.
-	cuOccupancyMaxActiveClusters uintptr
 	// cuOccupancyMaxActiveBlocksPerMultiprocessor: how many blocks of a
 	// kernel fit on one SM; 0 when the driver lacks it.
 	cuOccupancyMaxActiveBlocksPerMultiprocessor uintptr
@@ -129,9 +126,6 @@ func loadDriver() (*driver, error) {
 		}
 		if p, e := dlsym(h, "cuLaunchKernelEx"); e == nil {
 			d.cuLaunchKernelEx = p
-		}
-		if p, e := dlsym(h, "cuOccupancyMaxActiveClusters"); e == nil {
-			d.cuOccupancyMaxActiveClusters = p
 		}
 		if p, e := dlsym(h, "cuOccupancyMaxActiveBlocksPerMultiprocessor"); e == nil {
 			d.cuOccupancyMaxActiveBlocksPerMultiprocessor = p

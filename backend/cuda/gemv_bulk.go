@@ -2,8 +2,6 @@ package cuda
 
 import (
 	"fmt"
-	"os"
-	"strings"
 	"unsafe"
 
 	"github.com/trigon-llm/trigon/backend"
@@ -16,76 +14,11 @@ import (
 // warps). The zero value means none.
 type bulkConfig struct{ cw, ck, st, mb int }
 
-// bulkConfigs are the variants the tuner times: the fastest of each
-// product in tools/gpu/probes/stream.cu's sweep on the H200 (4 stages and
-// 256-column stages were slower everywhere).
-// The last is bulkPick's for weights of 2-3 tiles an SM.
+// bulkConfigs are the variants the tuner times: those that stream a
+// decode product's weight fastest in a sweep of warps, stage columns and
+// stages (tools/gpu/probes/stream.cu). The last is bulkPick's for weights
+// of 2-3 tiles an SM.
 var bulkConfigs = []bulkConfig{{4, 512, 2, 0}, {8, 512, 3, 0}, {4, 1024, 2, 0}, {8, 1024, 2, 0}, {8, 1024, 3, 0}, {8, 512, 3, 3}}
-
-// bulkMode says where the bulk GEMV runs: bulkOff nowhere; bulkTuned in
-// the fused products (MatMulAdd's add and GateUpSiLU, bulkPick's
-// variant) and in plain products where the tuner timed it faster than
-// the other choices; bulkAlways in plain products too wherever it takes
-// the operands (its fastest variant), for comparisons.
-// TRIGON_CUDA_GEMV_BULK=off|on|always, read by New.
-type bulkModeT int
-
-const (
-	bulkOff bulkModeT = iota
-	bulkTuned
-	bulkAlways
-)
-
-var bulkMode = bulkTuned
-
-// bulkEnv names bulkMode's setting.
-const bulkEnv = "TRIGON_CUDA_GEMV_BULK"
-
-// applyBulkEnv reads bulkEnv.
-func applyBulkEnv() error {
-	var err error
-	if bulkMode, err = envChoice(bulkEnv, bulkTuned,
-		choice[bulkModeT]{"off", bulkOff}, choice[bulkModeT]{"on", bulkTuned}, choice[bulkModeT]{"always", bulkAlways}); err != nil {
-		return err
-	}
-	if bulkQKV, bulkQKVVariant, err = parseBulkQKV(os.Getenv(bulkQKVEnv)); err != nil {
-		return err
-	}
-	bulkPickOverride, err = parseBulkPick(os.Getenv(bulkPickEnv))
-	return err
-}
-
-// bulkPickOverride replaces bulkPick's variant for the weights it names,
-// keyed by {rows, k} as bulkPick is called (gate/up: 2*inter rows): for
-// experiments on the device, since a variant's time in a decode step is
-// not its time alone. TRIGON_CUDA_BULK_PICK="ROWSxK=tag,...", such as
-// "4096x4096=w8_c1024_s3,28672x4096=w8_c512_s4", read by New.
-var bulkPickOverride map[[2]int]bulkConfig
-
-// bulkPickEnv names bulkPickOverride's setting.
-const bulkPickEnv = "TRIGON_CUDA_BULK_PICK"
-
-// parseBulkPick reads bulkPickEnv's value: "" (none) or comma-separated
-// ROWSxK=tag entries, tags as parseBulkQKV reads them.
-func parseBulkPick(v string) (map[[2]int]bulkConfig, error) {
-	if v == "" {
-		return nil, nil
-	}
-	out := map[[2]int]bulkConfig{}
-	for _, e := range strings.Split(v, ",") {
-		key, tag, ok := strings.Cut(e, "=")
-		var rows, k int
-		if n, _ := fmt.Sscanf(key, "%dx%d", &rows, &k); !ok || n != 2 || fmt.Sprintf("%dx%d", rows, k) != key || rows < 1 || k < 1 {
-			return nil, fmt.Errorf("cuda: %s=%q: entry %q: want ROWSxK=variant, such as 4096x4096=w8_c1024_s3", bulkPickEnv, v, e)
-		}
-		on, c, err := parseBulkQKV(tag)
-		if err != nil || !on || c.cw == 0 {
-			return nil, fmt.Errorf("cuda: %s=%q: entry %q: want a variant such as w8_c1024_s3", bulkPickEnv, v, e)
-		}
-		out[[2]int{rows, k}] = c
-	}
-	return out, nil
-}
 
 // stageBytes is one pipeline stage: 16 weight rows of ck columns, rows
 // ck+32 elements apart (the kernel's RSTR).
@@ -120,15 +53,14 @@ func (c bulkConfig) String() string {
 // columns: sm_90 or newer (TMA bulk copies), at most gemvMaxRows rows, k
 // a multiple of the stage's columns, 16-byte aligned operands.
 func (b *Backend) bulkFits(c bulkConfig, n, k int, x, w uint64) bool {
-	return bulkMode != bulkOff && b.cc >= 90 && n >= 1 && n <= gemvMaxRows && k%c.ck == 0 && x%16 == 0 && w%16 == 0
+	return b.cc >= 90 && n >= 1 && n <= gemvMaxRows && k%c.ck == 0 && x%16 == 0 && w%16 == 0
 }
 
 // bulkFusedMaxRows is the most x rows the fused products (MatMulAdd's
-// add, GateUpSiLU, the QKV kernel) take the bulk GEMV for: one 8-row x
-// tile. With two, the default variants need 126-164 registers a thread,
-// so one block an SM, and the batch-16 decode step measured 6.43 ms with
-// them against 6.03 without the bulk GEMV (ninth session, call 7); those
-// rows go to the register GEMV, as before the bulk GEMV.
+// add, GateUpSiLU) take the bulk GEMV for: one 8-row x tile. With two, the
+// variants need so many registers that one block fits an SM, and its
+// stream no longer hides the consumers' latency; those rows go to the
+// register GEMV.
 const bulkFusedMaxRows = 8
 
 // bulkFused is bulkFits for the fused products: at most bulkFusedMaxRows
@@ -167,6 +99,13 @@ func (b *Backend) bulkGrid(f uintptr, c bulkConfig, tiles int) int {
 // of variant c: y [n, m] (ot, BF16 but for gemvb_bf16), x [n, k], w [m, k]
 // ([2m, k] for the SiLU kernel); earlyW as for gemm. CUDA thread only.
 func (b *Backend) bulkCall(c bulkConfig, kernel string, y uint64, ot int, x, w uint64, n, m, k int, earlyW bool) error {
+	return b.bulkCallFlags(c, kernel, y, ot, x, w, n, m, k, flag(earlyW))
+}
+
+// bulkCallFlags is bulkCall with the kernel's flag word: bit 0 earlyW,
+// bit 1 (launchEarlyBit) lets the next kernel launch at this one's start.
+// CUDA thread only.
+func (b *Backend) bulkCallFlags(c bulkConfig, kernel string, y uint64, ot int, x, w uint64, n, m, k int, flags uint64) error {
 	f, err := b.fnSmem(fnKey{c.spec(n, ot), kernel}, c.smem())
 	if err != nil {
 		return err
@@ -175,13 +114,13 @@ func (b *Backend) bulkCall(c bulkConfig, kernel string, y uint64, ot int, x, w u
 	if kernel == "gemvb_silu_bf16" {
 		tiles = m / 8
 	}
-	return b.launch(f, [3]int{b.bulkGrid(f, c, tiles), 1, 1}, (c.cw+1)*32, c.smem(), y, x, w, i32(n), i32(m), i32(k), flag(earlyW)|launchEarlyFlag(kernel))
+	return b.launch(f, [3]int{b.bulkGrid(f, c, tiles), 1, 1}, (c.cw+1)*32, c.smem(), y, x, w, i32(n), i32(m), i32(k), flags)
 }
 
 // tuneBulk times the bulk variants that take the product (L2 flushed, as
 // the tuner times the others) and records the fastest in p; it becomes
 // the product's kernel if it beats cur ms, the current choice's time, by
-// gemvMargin (or always, in bulkAlways mode). CUDA thread only.
+// the tuning's gemvMargin. CUDA thread only.
 func (b *Backend) tuneBulk(p *gemmPlan, key gemmKey, y, x, w uint64, cur float32, timed func(func() bool) (float32, bool)) {
 	if key.xt != cudaR16BF || key.wt != cudaR16BF {
 		return
@@ -207,31 +146,26 @@ func (b *Backend) tuneBulk(p *gemmPlan, key gemmKey, y, x, w uint64, cur float32
 		return
 	}
 	p.bulkBest, p.bulkMs = best, bestMs
-	if bulkMode == bulkAlways || bestMs < cur*float32(1-gemvMargin) {
+	if bestMs < cur*float32(1-b.tune.gemvMargin) {
 		p.bulk = best
 	}
 }
 
 // bulkPick is the bulk variant the fused products (MatMulAdd's add,
-// GateUpSiLU, the QKV kernels) run for a weight of rows x k on sms SMs:
+// GateUpSiLU) run for a weight of rows x k on sms SMs:
 // eight consumer warps, 1024-column stages where k allows, three stages
 // for the large gate/up weight and two otherwise. Chosen from graph-timed
-// runs on the H200 (BenchmarkGEMVBulk, docs/benchmarks.md): the tuner's
-// timings, each run alone after an L2 flush, ranked the variants
-// differently from runs back to back in a graph, which is how a decode
-// step runs them.
+// runs (BenchmarkGEMVBulk) rather than by the tuner: its timings, each
+// run alone after an L2 flush, rank the variants differently from runs
+// back to back in a graph, which is how a decode step runs them.
 //
 // Those variants fit two blocks an SM (their registers), so a weight of
-// more than 2*sms 16-row tiles but no more than 3*sms (Llama-3-8B's QKV:
-// 384 tiles on 132 SMs) would leave some blocks two tiles and others one,
-// about 1.5 tiles' time for a product whose SMs average 2.9 tiles. It
+// more than 2*sms 16-row tiles but no more than 3*sms (a 6144-row weight
+// on 132 SMs) would leave some blocks two tiles and others one, about 1.5
+// tiles' time for a product whose SMs average under 3 tiles. It
 // takes 512-column stages (half the registers) bound to three blocks an
-// SM instead: one tile a block. bulkPickOverride replaces it for the
-// weights it names.
+// SM instead: one tile a block.
 func bulkPick(rows, k, sms int) bulkConfig {
-	if c, ok := bulkPickOverride[[2]int{rows, k}]; ok {
-		return c
-	}
 	tiles := (rows + 15) / 16
 	if tiles > 2*sms && tiles <= 3*sms && k%512 == 0 {
 		return bulkConfig{cw: 8, ck: 512, st: 3, mb: 3}
@@ -245,105 +179,55 @@ func bulkPick(rows, k, sms int) bulkConfig {
 	return c
 }
 
-// bulkQKV runs FusedQKVRoPE on the bulk GEMV (gemvb_qkv_rope_bf16) where
-// it takes the operands. Off: the product alone is faster than the
-// register GEMV (14.4 against 15.8 us, graph-timed), but the decode step
-// measured 1.5-2.6 us a layer slower with it (ninth session,
-// docs/benchmarks.md); since the norm before it launches it before the
-// norm waits (eleventh session) it measured 0.022 ms a batch-4 step
-// faster on one machine and 0.052 ms slower on another (two alternating
-// rounds each), so it stays off.
-// TRIGON_CUDA_GEMV_BULK_QKV=on|off|<variant tag>, read by New.
-var bulkQKV = bulkQKVDefault
-
-// bulkQKVDefault is bulkQKV without the environment.
-const bulkQKVDefault = false
-
-// bulkQKVVariant, when set (TRIGON_CUDA_GEMV_BULK_QKV=<tag>, as
-// bulkConfig.tag writes it: w8_c512_s2_b3), replaces bulkPick's variant
-// for the QKV kernels: for experiments on the device.
-var bulkQKVVariant bulkConfig
-
-// bulkQKVEnv names bulkQKV's setting.
-const bulkQKVEnv = "TRIGON_CUDA_GEMV_BULK_QKV"
-
-// parseBulkQKV reads bulkQKVEnv's value: "" (bulkQKVDefault), "off",
-// "on", or a variant's tag (on, with that variant).
-func parseBulkQKV(v string) (on bool, c bulkConfig, err error) {
-	switch v {
-	case "":
-		return bulkQKVDefault, c, nil
-	case "off":
-		return false, c, nil
-	case "on":
-		return true, c, nil
-	}
-	n, _ := fmt.Sscanf(v, "w%d_c%d_s%d_b%d", &c.cw, &c.ck, &c.st, &c.mb)
-	if n < 3 || c.tag() != v || c.cw < 1 || c.cw > 16 || c.ck < 32*c.cw || c.ck%(32*c.cw) != 0 || c.st < 1 || c.st > 8 {
-		return false, bulkConfig{}, fmt.Errorf("cuda: %s=%q: want on, off or a variant such as w8_c512_s2_b3", bulkQKVEnv, v)
-	}
-	return true, c, nil
-}
-
-// bulkPickQKV is the QKV kernel's variant: bulkQKVVariant where set,
-// else bulkPick's.
-func bulkPickQKV(rows, k, sms int) bulkConfig {
-	if bulkQKVVariant.cw > 0 {
-		return bulkQKVVariant
-	}
-	return bulkPick(rows, k, sms)
-}
-
-// bulkQKVCall launches gemvb_qkv_rope_bf16 (variant c) on FusedQKVRoPE's
-// operands; earlyW as for gemm. CUDA thread only.
-func (b *Backend) bulkQKVCall(c bulkConfig, x, w uint64, r ropeOps, k int, earlyW bool) error {
-	f, err := b.fnSmem(fnKey{c.spec(r.n, int(dtBF16)), "gemvb_qkv_rope_bf16"}, c.smem())
-	if err != nil {
-		return err
-	}
-	tiles := (r.h + 2*r.kvh) * r.d / 16
-	return b.launch(f, [3]int{b.bulkGrid(f, c, tiles), 1, 1}, (c.cw+1)*32, c.smem(), r.q.ptr, x, w, r.pos.ptr, r.slots.ptr,
-		r.kc.ptr, r.vc.ptr, r.invf.ptr, i32(r.n), i32(k), i32(r.h), i32(r.kvh), i32(r.d), i32(r.blockSize), i32(r.numSlots),
-		b.errDev, flag(earlyW))
-}
-
-// GateUpSiLU implements backend.GateUpSiLUFuser for BF16 operands of at
-// most bulkFusedMaxRows rows on sm_90 and newer: gemvb_silu_bf16
-// (kernels/gemv_bulk.cu) multiplies each gate row and its up row in one
-// tile and applies SiLU x mul in the epilogue, so the gate/up product
-// never goes to memory and the SiLU kernel does not run.
+// planGateUpSiLU plans the lowering rule gateup_silu (lower.go) for BF16
+// operands of at most bulkFusedMaxRows rows on sm_90 and newer:
+// gemvb_silu_bf16 (kernels/gemv_bulk.cu) multiplies each gate row and its
+// up row in one tile and applies SiLU x mul in the epilogue, so the
+// gate/up product never goes to memory and the SiLU kernel does not run.
+// It returns false where the kernel does not take the operands; operands
+// MatMul or SiLUMul would refuse are an ErrShape error. It queues nothing.
 //
 //	out [n, inter] BF16;  x [n, k] BF16;  w [2*inter, k] BF16
-func (b *Backend) GateUpSiLU(out, x, w backend.Tensor) (bool, error) {
+func (b *Backend) planGateUpSiLU(out, x, w backend.Tensor) (siluPlan, bool, error) {
 	const op = "GateUpSiLU"
 	ot, err := b.tensorOf(op, "out", out)
 	if err != nil {
-		return false, err
+		return siluPlan{}, false, err
 	}
 	if len(ot.shape) != 2 {
-		return false, backend.ShapeError("cuda: "+op, "out", "shape %v, want [n, inter]", ot.shape)
+		return siluPlan{}, false, backend.ShapeError("cuda: "+op, "out", "shape %v, want [n, inter]", ot.shape)
 	}
 	inter := ot.shape[1]
 	xt, wt, ok, err := b.product(op, x, w, 2*inter)
 	if err != nil {
-		return false, err
+		return siluPlan{}, false, err
 	}
 	n, k := xt.shape[0], wt.shape[1]
 	if err := checkShape(op, "out", ot, n, inter); err != nil {
-		return false, err
+		return siluPlan{}, false, err
 	}
-	if !ok || ot.dt != backend.BF16 || inter%8 != 0 || bulkMode == bulkOff || b.cc < 90 {
-		return false, nil
+	if !ok || ot.dt != backend.BF16 || inter%8 != 0 || b.cc < 90 {
+		return siluPlan{}, false, nil
 	}
 	c := bulkPick(2*inter, k, b.sms)
 	if !b.bulkFused(c, n, k, xt.ptr, wt.ptr) {
-		return false, nil
+		return siluPlan{}, false, nil
 	}
-	pristine := earlyRead(wt)
-	if err := b.post(func() error {
-		return b.bulkCall(c, "gemvb_silu_bf16", ot.ptr, int(dtBF16), xt.ptr, wt.ptr, n, inter, k, pristine)
-	}); err != nil {
-		return false, err
-	}
-	return true, nil
+	return siluPlan{out: ot, x: xt, w: wt, c: c, pristine: earlyRead(wt)}, true, nil
+}
+
+// siluPlan is a gate/up product with SiLU x mul as planGateUpSiLU took it.
+type siluPlan struct {
+	out, x, w *tensor
+	c         bulkConfig
+	pristine  bool
+}
+
+// runGateUpSiLU queues p; early lets the next kernel (the down product,
+// whose producers then stream its weight as this kernel's blocks leave)
+// launch at its start. CUDA thread only.
+func (b *Backend) runGateUpSiLU(p *siluPlan, early bool) error {
+	n, inter, k := p.x.shape[0], p.out.shape[1], p.w.shape[1]
+	return b.bulkCallFlags(p.c, "gemvb_silu_bf16", p.out.ptr, int(dtBF16), p.x.ptr, p.w.ptr, n, inter, k,
+		flag(p.pristine)|launchEarlyBit(early))
 }

@@ -28,9 +28,6 @@ func needBulk(t *testing.T) *Backend {
 	if b.cc < 90 {
 		t.Skipf("bulk-copy GEMV needs sm_90, device is sm_%d", b.cc)
 	}
-	if bulkMode == bulkOff {
-		t.Skipf("%s=off", bulkEnv)
-	}
 	return b
 }
 
@@ -151,7 +148,7 @@ func TestGateUpSiLU(t *testing.T) {
 						return b.bulkCall(c, "gemvb_silu_bf16", o.ptr, int(dtBF16), x.ptr, w.ptr, s.n, s.inter, s.k, true)
 					}))
 				} else {
-					ok, err := b.GateUpSiLU(gout, gx, gw)
+					ok, err := b.gateUpSiLU(gout, gx, gw)
 					p.must("GateUpSiLU", err)
 					if s.n > bulkFusedMaxRows {
 						if ok {
@@ -172,63 +169,27 @@ func TestGateUpSiLU(t *testing.T) {
 		p := newPair(t)
 		_, gx := p.act(backend.BF16, []int{17, 1024}, p.normal(17*1024, 1))
 		_, gw := p.same(backend.BF16, []int{2 * 512, 1024}, encode(backend.BF16, p.normal(1024*1024, 0.03)))
-		if ok, err := b.GateUpSiLU(p.poisoned(backend.BF16, 17, 512), gx, gw); ok || err != nil {
+		if ok, err := b.gateUpSiLU(p.poisoned(backend.BF16, 17, 512), gx, gw); ok || err != nil {
 			t.Fatalf("17 rows: fused %v, err %v; want a plain refusal", ok, err)
 		}
 		_, gx4 := p.act(backend.BF16, []int{4, 1024}, p.normal(4*1024, 1))
-		if ok, err := b.GateUpSiLU(p.poisoned(backend.F32, 4, 512), gx4, gw); ok || err != nil {
+		if ok, err := b.gateUpSiLU(p.poisoned(backend.F32, 4, 512), gx4, gw); ok || err != nil {
 			t.Fatalf("F32 out: fused %v, err %v; want a plain refusal", ok, err)
 		}
-		if _, err := b.GateUpSiLU(p.poisoned(backend.BF16, 4, 500), gx4, gw); !errors.Is(err, backend.ErrShape) {
+		if _, err := b.gateUpSiLU(p.poisoned(backend.BF16, 4, 500), gx4, gw); !errors.Is(err, backend.ErrShape) {
 			t.Fatalf("out of 500 features for a 1024-row w: %v, want ErrShape", err)
 		}
-		if _, err := b.GateUpSiLU(p.poisoned(backend.BF16, 5, 512), gx4, gw); !errors.Is(err, backend.ErrShape) {
+		if _, err := b.gateUpSiLU(p.poisoned(backend.BF16, 5, 512), gx4, gw); !errors.Is(err, backend.ErrShape) {
 			t.Fatalf("out of 5 rows for 4 x rows: %v, want ErrShape", err)
 		}
 	})
 }
 
-// withBulkQKV sets bulkQKV for the rest of the test.
-func withBulkQKV(t *testing.T, on bool) {
-	old := bulkQKV
-	bulkQKV = on
-	t.Cleanup(func() { bulkQKV = old })
-}
-
-// TestBulkQKVRoPE runs FusedQKVRoPE on gemvb_qkv_rope_bf16 (bulkQKV on)
-// against the CPU's MatMul then RoPEStoreKV, over the shapes
-// TestFusedQKVRoPE takes and 1-8 rows (the QKV buffer must stay
-// unwritten: the fused kernel ran), and expects a negative position and a
-// slot past the cache reported at Sync.
-func TestBulkQKVRoPE(t *testing.T) {
-	needBulk(t)
-	if !gemvEnabled {
-		t.Skip("the GEMV is off (TRIGON_CUDA_GEMV=off): nothing fuses")
-	}
-	withBulkQKV(t, true)
-	for _, s := range []struct{ h, kv, hd, k int }{{32, 8, 128, 4096}, {8, 2, 64, 1024}, {16, 2, 256, 2048}, {4, 4, 16, 1536}} {
-		for _, n := range []int{1, 3, 4, 8} { // the fused products take the bulk GEMV up to bulkFusedMaxRows rows
-			t.Run(fmt.Sprintf("h%d_kv%d_hd%d_k%d_n%d", s.h, s.kv, s.hd, s.k, n), func(t *testing.T) {
-				p := newPair(t)
-				c := newQKVCase(p, s.h, s.kv, s.hd, s.k, n)
-				p.must("cpu matmul", p.c.MatMul(c.cqkv, c.cx, c.cw, nil))
-				p.must("cpu rope", p.c.RoPEStoreKV(c.cpuArgs()))
-				got := c.fused()
-				if string(got.qkv) != string(c.qkvPoison) {
-					t.Fatal("QKV was written: the unfused path ran, not the bulk kernel")
-				}
-				c.checkCPU("bulk qkv", got)
-			})
-		}
-	}
-	newQKVCase(newPair(t), 8, 2, 64, 1024, 4).deviceChecks(t)
-}
-
 // TestBulkOccupancy checks that the bulk kernels the decode step runs,
 // on the variants bulkPick gives Llama-3-8B's shapes, fit the blocks per
-// SM their grids assume, as they were measured: at least two, and the
-// variant's bound where it has one (NVRTC 13 once left a variant at one
-// block an SM where NVRTC 11.8 allowed two, ninth session).
+// SM bulkPick assumes: at least two, and the variant's bound where it has
+// one (a compiler's register allocation can leave a variant at one block
+// an SM).
 func TestBulkOccupancy(t *testing.T) {
 	b := needBulk(t)
 	const hidden, inter, qkv = 4096, 14336, 6144
@@ -237,7 +198,10 @@ func TestBulkOccupancy(t *testing.T) {
 		rows, k int
 	}{
 		{"gemvb_add_bf16", hidden, hidden}, {"gemvb_add_bf16", hidden, inter},
-		{"gemvb_silu_bf16", 2 * inter, hidden}, {"gemvb_qkv_rope_bf16", qkv, hidden},
+		{"gemvb_silu_bf16", 2 * inter, hidden},
+		// A weight of 2-3 tiles an SM: bulkPick's variant bound to three
+		// blocks an SM.
+		{"gemvb_add_bf16", qkv, hidden},
 	} {
 		c := bulkPick(tc.rows, tc.k, b.sms)
 		// Batches of 1-8 (one x tile). Two x tiles need more registers:
@@ -267,7 +231,7 @@ func TestBulkOccupancy(t *testing.T) {
 // SiLU, the down product adding into the residual: MatMulAdd and
 // GateUpSiLU as the model calls them) and expects the eager run's bytes,
 // over rounds of fresh inputs. The persistent grid, the producer's early
-// stream and PDL (the default set launches the bulk kernels with it) all
+// stream and PDL (pdlKernels launches the bulk kernels with it) all
 // run inside the graph.
 func TestGEMVBulkGraph(t *testing.T) {
 	needBulk(t)
@@ -289,16 +253,16 @@ func TestGEMVBulkGraph(t *testing.T) {
 		return err
 	}
 	step := func() error {
-		if err := fused(g.MatMulAdd(resid, x, wo)); err != nil {
+		if err := fused(g.matMulAdd(resid, x, wo)); err != nil {
 			return err
 		}
 		if err := g.AddRMSNorm(normed, resid, nil, nw, 1e-5); err != nil {
 			return err
 		}
-		if err := fused(g.GateUpSiLU(act, normed, wgu)); err != nil {
+		if err := fused(g.gateUpSiLU(act, normed, wgu)); err != nil {
 			return err
 		}
-		return fused(g.MatMulAdd(resid, act, wd))
+		return fused(g.matMulAdd(resid, act, wd))
 	}
 	var r0 []byte
 	setInputs := func() {
@@ -337,13 +301,12 @@ func TestGEMVBulkGraph(t *testing.T) {
 // BenchmarkGEMVBulk times Llama-3-8B's decode products at batch 4 with
 // their epilogues (O and down adding into the residual, gate/up with SiLU
 // x mul), from graphs cycling enough weight copies that none is in L2
-// when its turn comes: "base" is the path without the bulk GEMV (the
-// tuner's register GEMV or cuBLASLt, and the SiLU kernel), then each bulk
-// variant. The layer runs O, the post-attention norm, gate/up and down
-// back to back: "base", "tuned" (the default path: MatMulAdd and
-// GateUpSiLU as the model calls them) and "bulk" (every product launched
-// on bulkPick's variant directly). PDL follows TRIGON_CUDA_PDL, so runs under different settings
-// compare the launches.
+// when its turn comes: "tuned" (MatMulAdd, GateUpSiLU and MatMul as the
+// model calls them), then each bulk variant launched directly. The layer
+// runs O, the post-attention norm, gate/up and down back to back: "tuned",
+// "bulk" (every product on bulkPick's variant directly) and "nonorm" (the
+// tuned path without the norm, whose difference to "tuned" is what the
+// norm kernel costs between the products).
 func BenchmarkGEMVBulk(b *testing.B) {
 	g := benchBackend(b)
 	if g.cc < 90 {
@@ -390,35 +353,18 @@ func BenchmarkGEMVBulk(b *testing.B) {
 		g.Free(normW)
 		g.Free(normed)
 	}()
-	orig := bulkMode
-	defer func() { bulkMode = orig }()
-	// base runs product p without the bulk GEMV, bulk with variant c.
-	base := func(p *prod, w backend.Tensor) error {
-		bulkMode = bulkOff
-		defer func() { bulkMode = orig }()
-		switch p.kernel {
-		case "gemvb_silu_bf16":
-			if err := g.MatMul(p.tmp, p.x, w, nil); err != nil {
-				return err
-			}
-			return g.SiLUMul(p.y, p.tmp)
-		case "gemvb_bf16":
-			return g.MatMul(p.y, p.x, w, nil)
-		}
-		_, err := g.MatMulAdd(p.y, p.x, w)
-		return err
-	}
+	// tuned runs product p as the model does, bulk with variant c.
 	tuned := func(p *prod, w backend.Tensor) error {
 		if p.kernel == "gemvb_bf16" {
 			return g.MatMul(p.y, p.x, w, nil)
 		}
 		if p.kernel == "gemvb_silu_bf16" {
-			if ok, err := g.GateUpSiLU(p.y, p.x, w); err != nil || ok {
+			if ok, err := g.gateUpSiLU(p.y, p.x, w); err != nil || ok {
 				return err
 			}
 			return errors.New("GateUpSiLU did not fuse")
 		}
-		_, err := g.MatMulAdd(p.y, p.x, w)
+		_, err := g.matMulAdd(p.y, p.x, w)
 		return err
 	}
 	bulk := func(p *prod, w backend.Tensor, c bulkConfig) error {
@@ -433,9 +379,6 @@ func BenchmarkGEMVBulk(b *testing.B) {
 	}
 	for _, p := range prods {
 		// Tune every shape outside the captures.
-		if err := base(p, p.ws[0]); err != nil {
-			b.Fatal(err)
-		}
 		if err := tuned(p, p.ws[0]); err != nil {
 			b.Fatal(err)
 		}
@@ -444,16 +387,6 @@ func BenchmarkGEMVBulk(b *testing.B) {
 		bytes := float64(p.rows * p.in * 2)
 		next := 0
 		cycle := func() backend.Tensor { next = (next + 1) % copies; return p.ws[next] }
-		b.Run(p.name+"_base", func(b *testing.B) {
-			timeGraphOps(b, g, bytes, 4*copies, func() error { return base(p, cycle()) })
-		})
-		if p.kernel == "gemvb_silu_bf16" {
-			b.Run("gate_up_alone", func(b *testing.B) {
-				bulkMode = bulkOff
-				defer func() { bulkMode = orig }()
-				timeGraphOps(b, g, bytes, 4*copies, func() error { return g.MatMul(p.tmp, p.x, cycle(), nil) })
-			})
-		}
 		b.Run(p.name+"_tuned", func(b *testing.B) {
 			timeGraphOps(b, g, bytes, 4*copies, func() error { return tuned(p, cycle()) })
 		})
@@ -474,19 +407,16 @@ func BenchmarkGEMVBulk(b *testing.B) {
 	// "nonorm": the tuned path without the norm at all (gate/up reads a
 	// stale input), so that tuned - nonorm is what the norm kernel costs in
 	// the chain.
-	for _, mode := range []string{"base", "tuned", "bulk", "nonorm"} {
+	for _, mode := range []string{"tuned", "bulk", "nonorm"} {
 		next := 0
 		b.Run("layer_"+mode, func(b *testing.B) {
 			timeGraphOps(b, g, layerBytes, 2*copies, func() error {
 				next = (next + 1) % copies
 				run := func(p *prod) error {
-					switch mode {
-					case "base":
-						return base(p, p.ws[next])
-					case "tuned", "nonorm":
-						return tuned(p, p.ws[next])
+					if mode == "bulk" {
+						return bulk(p, p.ws[next], bulkPick(p.rows, p.in, g.sms))
 					}
-					return bulk(p, p.ws[next], bulkPick(p.rows, p.in, g.sms))
+					return tuned(p, p.ws[next])
 				}
 				if err := run(o); err != nil {
 					return err
@@ -512,8 +442,6 @@ func BenchmarkGEMVBulk(b *testing.B) {
 // the bulk GEMV takes 1-8 rows of x there, as bulkFits allows, and
 // leaves 9-16 (two x tiles, one block an SM) to the register GEMV.
 func TestBulkFusedRows(t *testing.T) {
-	defer func(m bulkModeT) { bulkMode = m }(bulkMode)
-	bulkMode = bulkTuned
 	b := &Backend{cc: 90, sms: 132}
 	c := bulkPick(2*14336, 4096, b.sms)
 	for n := 1; n <= gemvMaxRows; n++ {

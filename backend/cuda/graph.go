@@ -10,8 +10,8 @@ import (
 
 // Graph is a captured sequence of ops that replays with one launch. Decode
 // steps are hundreds of small kernels: queued one by one each costs the
-// CUDA thread a cuLaunchKernel (about 6 us measured on the H200 machine);
-// replayed from a graph, about 1 us each on the device.
+// CUDA thread a cuLaunchKernel, several times what a kernel launched from
+// a graph costs the device.
 //
 // A graph reads and writes the exact tensors its ops named when it was
 // captured: the runner refreshes static input tensors (Write) and replays.

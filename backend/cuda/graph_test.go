@@ -96,9 +96,8 @@ func TestGraph(t *testing.T) {
 
 // TestGraphManyLayers captures several split-KV attentions in a row, as a
 // decode step of a many-layer model does. Each needs a partials buffer; the
-// capture must reuse one (an allocation inside a capture invalidates it:
-// `bench latency --cuda-graphs on` failed so at batch 4 on the H200), and
-// replays must match eager runs.
+// capture must reuse one (an allocation inside a capture invalidates it),
+// and replays must match eager runs.
 func TestGraphManyLayers(t *testing.T) {
 	p := newPair(t)
 	g := p.g

@@ -25,7 +25,12 @@ type pair struct {
 
 func newPair(t *testing.T) *pair {
 	t.Helper()
-	g := sharedBackend(t, true)
+	return newPairOn(t, sharedBackend(t, true))
+}
+
+// newPairOn is newPair with the GPU backend g.
+func newPairOn(t *testing.T, g *Backend) *pair {
+	t.Helper()
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("random seed %d", seed)
 	p := &pair{t: t, c: cpu.New(cpu.Options{}), g: g, r: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
@@ -242,4 +247,33 @@ func (p *pair) must(what string, err error) {
 	if err != nil {
 		p.t.Fatalf("%s: %v", what, err)
 	}
+}
+
+// The fused kernels as single calls, for the kernel tests: plan as the
+// lowering does, then queue the run with the early attribute the
+// lowering gives them before their usual successors. false: the planner
+// declined (nothing queued).
+
+func (b *Backend) fusedQKVRoPE(x, w, bias backend.Tensor, a backend.RoPEArgs) (bool, error) {
+	p, ok, err := b.planQKVRoPE(x, w, bias, a)
+	if err != nil || !ok {
+		return false, err
+	}
+	return true, b.post(func() error { return b.runQKVRoPE(&p, true) })
+}
+
+func (b *Backend) matMulAdd(resid, x, w backend.Tensor) (bool, error) {
+	p, ok, err := b.planMatMulAdd(resid, x, w)
+	if err != nil || !ok {
+		return false, err
+	}
+	return true, b.post(func() error { return b.runMatMulAdd(&p) })
+}
+
+func (b *Backend) gateUpSiLU(out, x, w backend.Tensor) (bool, error) {
+	p, ok, err := b.planGateUpSiLU(out, x, w)
+	if err != nil || !ok {
+		return false, err
+	}
+	return true, b.post(func() error { return b.runGateUpSiLU(&p, true) })
 }

@@ -25,13 +25,12 @@ var fileParams = map[string][]string{
 	"rope":            {"HD", "BS", "QT", "CT", "NT"},
 	"attention":       {"HD", "BS", "GC", "UR"},
 	"attn_prefill":    {"HD", "BS", "BM", "BN", "NW", "QR"},
-	"attn_prefill_wg": {"HD", "BS", "PN", "ABL"},
+	"attn_prefill_wg": {"HD", "BS"},
 	"attn_decode":     {"HD", "BS", "ST"},
 	"sample":          {},
 	"copy":            {},
-	"chain":           {"KC", "NC", "NOMATH"},
 	"quant":           {"WT", "OT"},
-	"gemv":            {"NT", "NW", "UR", "OT", "NP"},
+	"gemv":            {"NT", "NW", "UR", "OT"},
 	"gemv_bulk":       {"NT", "CW", "CK", "ST", "OT", "MB"},
 }
 
@@ -220,7 +219,7 @@ func (b *Backend) fn(k fnKey) (uintptr, error) {
 	}
 	m.funcs[k.name] = f
 	b.fns[k] = f
-	if b.pdlSome && pdlKernels[k.name] {
+	if b.pdl && pdlKernels[k.name] {
 		if b.pdlFns == nil {
 			b.pdlFns = map[uintptr]bool{}
 		}
@@ -253,9 +252,10 @@ func (b *Backend) fnSmem(k fnKey, smem int) (uintptr, error) {
 	return f, nil
 }
 
-// warmSpecs lists the modules a typical BF16 model uses: head dims 64 and
-// 128, block size 16, the GQA group sizes 1..8, and the weight dtypes.
-func warmSpecs() []modSpec {
+// warmSpecs lists the modules a typical BF16 model uses with tuning t:
+// head dims 64 and 128, block size 16, the GQA group sizes 1..8, and the
+// weight dtypes.
+func warmSpecs(t tuning) []modSpec {
 	bf, f32 := int(dtBF16), int(dtF32)
 	specs := []modSpec{
 		{file: "embed", p: [6]int{bf, bf}},
@@ -268,7 +268,6 @@ func warmSpecs() []modSpec {
 		{file: "act", p: [6]int{bf, f32}},
 		{file: "sample"},
 		{file: "copy"},
-		{file: "chain", p: [6]int{1024, 16, 0}},
 		{file: "quant", p: [6]int{int(dtQ8_0), bf}},
 		{file: "quant", p: [6]int{int(dtQ4_0), bf}},
 		{file: "quant", p: [6]int{int(dtQ8_0), f32}},
@@ -291,14 +290,10 @@ func warmSpecs() []modSpec {
 			modSpec{file: "rope", p: [6]int{hd, 16, bf, bf, bf}},
 			modSpec{file: "rope", p: [6]int{hd, 16, bf, bf, f32}})
 		for _, gc := range []int{1, 2, 4, 8} {
-			specs = append(specs, modSpec{file: "attention", p: [6]int{hd, 16, gc, decodeUnroll}})
+			specs = append(specs, modSpec{file: "attention", p: [6]int{hd, 16, gc, t.decodeUnroll}})
 		}
-		specs = append(specs, prefillTiling(hd).spec(hd, 16),
-			modSpec{file: "attn_prefill_wg", p: [6]int{hd, 16, 64, 0}})
-		if hd == 128 {
-			specs = append(specs, modSpec{file: "attn_prefill_wg", p: [6]int{hd, 16, 128, 0}})
-		}
-		if st, ok := decodeMMAStages(90, hd); ok {
+		specs = append(specs, prefillTiling(hd).spec(hd, 16), modSpec{file: "attn_prefill_wg", p: [6]int{hd, 16}})
+		if st, ok := decodeMMAStages(90, hd, t.decodeStages); ok {
 			specs = append(specs, modSpec{file: "attn_decode", p: [6]int{hd, 16, st}})
 		}
 	}
@@ -311,7 +306,7 @@ func warmSpecs() []modSpec {
 // the modules are then loaded on the CUDA thread. It backs the
 // `trigon kernels` command.
 func (b *Backend) WarmKernels(ctx context.Context) ([]KernelReport, error) {
-	specs := warmSpecs()
+	specs := warmSpecs(b.tune)
 	type result struct {
 		img    []byte
 		cached bool

@@ -66,8 +66,59 @@ func sharedBackend(t testing.TB, require bool) *Backend {
 	return gpu
 }
 
+// backendKey names one of backendWith's backends.
+type backendKey struct {
+	tune Tuning
+	arch string
+}
+
+var (
+	othersMu sync.Mutex
+	others   = map[backendKey]*Backend{}
+)
+
+// backendWith returns a backend on the shared backend's device with
+// tuning tune whose kernels are compiled for arch ("": the device's own
+// target), made on first use and kept until the tests end; the shared
+// backend itself for the defaults. A plain sm_90 target on an sm_90a
+// device runs the kernels every Hopper-class target but sm_90a runs
+// (attn_prefill's mma.sync kernel instead of the wgmma one). It skips as
+// sharedBackend does.
+func backendWith(t testing.TB, tune Tuning, arch string) *Backend {
+	t.Helper()
+	g := sharedBackend(t, true)
+	k := backendKey{tune: tune, arch: arch}
+	if k == (backendKey{}) {
+		return g
+	}
+	othersMu.Lock()
+	defer othersMu.Unlock()
+	if b, ok := others[k]; ok {
+		return b
+	}
+	opts := g.opts
+	opts.Tuning = tune
+	b, err := New(opts)
+	if err != nil {
+		t.Fatalf("backend for %+v: %v", k, err)
+	}
+	if arch != "" {
+		// Before the backend's first op: only the CUDA thread reads comp
+		// from then on, and prefillWGSpec on the caller's goroutine.
+		b.comp = &compiler{nv: b.comp.nv, arch: arch, cubin: true, cache: b.comp.cache}
+	}
+	others[k] = b
+	return b
+}
+
 func TestMain(m *testing.M) {
 	code := m.Run()
+	for k, b := range others {
+		if err := b.Close(); err != nil {
+			fmt.Fprintf(os.Stderr, "close backend %+v: %v\n", k, err)
+			code = 1
+		}
+	}
 	if gpu != nil {
 		if err := gpu.Close(); err != nil {
 			fmt.Fprintln(os.Stderr, "close:", err)

@@ -3,9 +3,7 @@ package cuda
 import (
 	"fmt"
 	"math"
-	"os"
 	"slices"
-	"strconv"
 	"unsafe"
 
 	"github.com/trigon-llm/trigon/backend"
@@ -225,7 +223,7 @@ func (b *Backend) gemmPlanFor(y uint64, yt int, x, w uint64, n, m, k int) (*gemm
 			slot = 1
 		}
 		var err error
-		if p, err = g.plan(key, g.scalars[slot*64:(slot+1)*64]); err != nil {
+		if p, err = g.plan(key, g.scalars[slot*64:(slot+1)*64], b.tune.tuneMaxRows); err != nil {
 			return nil, err
 		}
 	}
@@ -238,14 +236,14 @@ func (b *Backend) gemmPlanFor(y uint64, yt int, x, w uint64, n, m, k int) (*gemm
 // gemmWith queues the product with plan p: the GEMV variant the tuner
 // kept, where it takes the operands, else cuBLASLt. CUDA thread only.
 func (b *Backend) gemmWith(p *gemmPlan, y uint64, yt int, x, w uint64, n, m, k int, earlyW bool) error {
-	if p.bulk.cw > 0 && gemvEnabled && b.bulkFits(p.bulk, n, k, x, w) {
+	if p.bulk.cw > 0 && b.bulkFits(p.bulk, n, k, x, w) {
 		ot := int(dtBF16)
 		if yt == cudaR32F {
 			ot = int(dtF32)
 		}
 		return b.bulkCall(p.bulk, "gemvb_bf16", y, ot, x, w, n, m, k, earlyW)
 	}
-	if p.gemv.nw > 0 && gemvEnabled && gemvFits(n, k, x, w) {
+	if p.gemv.nw > 0 && gemvFits(n, k, x, w) {
 		return b.gemvCall(p.gemv, y, yt, x, w, n, m, k, earlyW)
 	}
 	return b.blas.lib.check("cublasLtMatmul", b.gemmCall(p, p.algo, y, x, w))
@@ -262,50 +260,6 @@ var gemvConfigs = []gemvConfig{{4, 4}, {8, 2}, {8, 4}, {4, 8}, {16, 2}}
 
 // gemvMaxRows is the most x rows the GEMV takes (two 8-row mma tiles).
 const gemvMaxRows = 16
-
-// gemvEnabled lets a benchmark (or TRIGON_CUDA_GEMV=off, read by New)
-// compare cuBLASLt alone with the tuned choice.
-var gemvEnabled = true
-
-// gemvEnv turns the GEMV off ("off") for a comparison without a rebuild;
-// "on" or unset leaves the tuner's choice.
-const gemvEnv = "TRIGON_CUDA_GEMV"
-
-// gemvMargin is how much faster than cuBLASLt's kept algorithm the best
-// GEMV variant must time to be kept. The tuner times each product alone
-// with L2 flushed; in a graph, back to back, the GEMV's lead on some
-// shapes shrinks (docs/benchmarks.md), so the margin is a knob.
-var gemvMargin = tuneMargin
-
-// gemvMarginEnv overrides gemvMargin with a fraction in [0, 0.5), e.g.
-// "0.10", read once by New.
-const gemvMarginEnv = "TRIGON_CUDA_GEMV_MARGIN"
-
-// applyGEMVEnv reads gemvEnv and gemvMarginEnv.
-func applyGEMVEnv() error {
-	on, err := envSwitch(gemvEnv, gemvEnabled)
-	if err != nil {
-		return err
-	}
-	gemvEnabled = on
-	if v := os.Getenv(gemvMarginEnv); v != "" {
-		m, err := parseGEMVMargin(v)
-		if err != nil {
-			return err
-		}
-		gemvMargin = m
-	}
-	return nil
-}
-
-// parseGEMVMargin reads gemvMarginEnv's value.
-func parseGEMVMargin(v string) (float64, error) {
-	m, err := strconv.ParseFloat(v, 64)
-	if err != nil || !(m >= 0 && m < 0.5) {
-		return 0, fmt.Errorf("cuda: %s=%q: want a fraction in [0, 0.5), e.g. 0.10", gemvMarginEnv, v)
-	}
-	return m, nil
-}
 
 // gemvFits reports whether the GEMV can take a product: few rows, k a
 // multiple of 8 and 16-byte aligned operands (it reads 8 bf16 at a time).
@@ -366,9 +320,8 @@ func (b *Backend) gemmCallBeta(p *gemmPlan, algo []byte, y, x, w uint64, accumul
 // operands and keeps the fastest in p.algo. Each candidate runs once
 // untimed, then three timed runs, each after a write of tuneFlushBytes
 // that evicts the weight from L2: a decode product streams its weight from
-// memory, and timing it from L2 favours the wrong kernel (the first
-// version of this tuner, without the flush, picked a 1.5 TB/s kernel for
-// the 4096x4096 projection). The heuristic's first choice is kept unless
+// memory, and timing it from L2 favours kernels that stream it slowly
+// from memory. The heuristic's first choice is kept unless
 // another is more than tuneMargin faster (timing noise). A candidate that
 // fails is skipped; if timing itself fails, the first choice stays. It
 // waits for the stream, so it runs once per plan, on an eager call (never
@@ -441,7 +394,7 @@ func (b *Backend) tuneGemm(p *gemmPlan, key gemmKey, y, x, w uint64) {
 		p.tunedMs = kept
 	}
 	// The GEMV variants, timed the same way, replace cuBLASLt's kept
-	// algorithm only if faster by gemvMargin.
+	// algorithm only if faster by the tuning's gemvMargin.
 	if key.xt != cudaR16BF || key.wt != cudaR16BF || !gemvFits(key.n, key.k, x, w) {
 		return
 	}
@@ -460,7 +413,7 @@ func (b *Backend) tuneGemm(p *gemmPlan, key gemmKey, y, x, w uint64) {
 	}
 	p.gemvMs, p.gemvBest = ownBest, own
 	cur := kept
-	if ownBest < kept*float32(1-gemvMargin) {
+	if ownBest < kept*float32(1-b.tune.gemvMargin) {
 		p.gemv, cur = own, ownBest
 	}
 	b.tuneBulk(p, key, y, x, w, cur, timed)

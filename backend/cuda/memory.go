@@ -236,27 +236,15 @@ func (b *Backend) copyIn(dst uint64, data []byte) error {
 	return nil
 }
 
-// smallCopy sends copies of at most ringSlotBytes between host-mapped
-// pinned memory and the device through copy_words (kernels/copy.cu)
-// instead of the copy engines; smallCopyEnv ("off", read by New) turns it
-// off, for comparison.
-var smallCopy = true
-
-// smallCopyEnv names smallCopy's setting.
-const smallCopyEnv = "TRIGON_CUDA_SMALL_COPY"
-
-// applySmallCopyEnv reads smallCopyEnv.
-func applySmallCopyEnv() (err error) {
-	smallCopy, err = envSwitch(smallCopyEnv, true)
-	return err
-}
-
 // copyKernel queues copy_words from src to dst (device addresses, either
-// host-mapped) when smallCopy is on and n bytes are whole aligned words
-// of at most ringSlotBytes; ok false says it queued nothing and the
-// caller copies with the copy engine. CUDA thread only.
+// host-mapped) when n bytes are whole aligned words of at most
+// ringSlotBytes; ok false says it queued nothing and the caller copies
+// with the copy engine. Small copies between pinned host memory and the
+// device (a step's inputs, its sampled ids) go through the SMs rather
+// than the copy engines, which would switch between engine and SMs
+// around the step's kernels. CUDA thread only.
 func (b *Backend) copyKernel(dst, src uint64, n int) (ok bool, err error) {
-	if !smallCopy || n == 0 || n > ringSlotBytes || n%4 != 0 || dst%4 != 0 || src%4 != 0 {
+	if n == 0 || n > ringSlotBytes || n%4 != 0 || dst%4 != 0 || src%4 != 0 {
 		return false, nil
 	}
 	f, err := b.fn(fnKey{modSpec{file: "copy"}, "copy_words"})

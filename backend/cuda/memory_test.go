@@ -89,30 +89,6 @@ func TestReadWrite(t *testing.T) {
 	})
 }
 
-func TestParseDecodeTuning(t *testing.T) {
-	for _, tc := range []struct {
-		in           string
-		unroll, wave int
-		ok           bool
-	}{
-		{"4,4", 4, 4, true},
-		{"1,16", 1, 16, true},
-		{"2,1", 2, 1, true},
-		{"3,4", 0, 0, false},
-		{"4,0", 0, 0, false},
-		{"4,17", 0, 0, false},
-		{"4", 0, 0, false},
-		{"4,4,4", 0, 0, false},
-		{"a,b", 0, 0, false},
-		{"", 0, 0, false},
-	} {
-		u, w, err := parseDecodeTuning(tc.in)
-		if (err == nil) != tc.ok || u != tc.unroll || w != tc.wave {
-			t.Errorf("parseDecodeTuning(%q) = %d, %d, %v; want %d, %d, ok %v", tc.in, u, w, err, tc.unroll, tc.wave, tc.ok)
-		}
-	}
-}
-
 // TestReadReportsDeferredError checks that Read, like Sync, reports (and
 // clears) the error of an op queued before it that failed on the CUDA
 // thread: the tensor's bytes are then not that op's result, and handing

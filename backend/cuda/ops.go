@@ -3,8 +3,6 @@ package cuda
 import (
 	"fmt"
 	"math"
-	"os"
-	"strconv"
 
 	"github.com/trigon-llm/trigon/backend"
 )
@@ -118,42 +116,12 @@ func (b *Backend) AddRMSNorm(out, x, residual, weight backend.Tensor, eps float3
 	return b.addRMSNormOp(out, x, residual, weight, eps, nil)
 }
 
-var _ backend.NormPrefetcher = (*Backend)(nil)
-
-// normPrefetchBytes is how much of AddRMSNormPrefetch's next weight the
-// norm's extra blocks ask L2 for (0: none); TRIGON_CUDA_NORM_PREFETCH_MB,
-// read by New, overrides it. In BenchmarkPrefetchL2 on the H200 (4 to 24
-// MiB tried) the best size was 4 MiB for QKV, 8 for O and 8-16 for down;
-// past 16 MiB the prefetch slowed the product (docs/benchmarks.md). With
-// the bulk GEMVs after the norms, the batch-4 step measured (tenth
-// session) 4.584, 4.584, 4.558, 4.533 and 4.563 ms at 0, 4, 8, 12 and 16
-// MiB.
-var normPrefetchBytes = 12 << 20
-
-// normPrefetchEnv names normPrefetchBytes' override, in MiB.
-const normPrefetchEnv = "TRIGON_CUDA_NORM_PREFETCH_MB"
-
-// applyNormPrefetchEnv reads normPrefetchEnv.
-func applyNormPrefetchEnv() error {
-	v := os.Getenv(normPrefetchEnv)
-	if v == "" {
-		return nil
-	}
-	mb, err := strconv.Atoi(v)
-	if err != nil || mb < 0 || mb > 256 {
-		return fmt.Errorf("cuda: %s=%q: want a whole number of MiB in [0, 256]", normPrefetchEnv, v)
-	}
-	normPrefetchBytes = mb << 20
-	return nil
-}
-
-// AddRMSNormPrefetch implements backend.NormPrefetcher: AddRMSNorm whose
-// launch also runs blocks that prefetch the first normPrefetchBytes of
-// next into L2 (decode-sized batches of at most 64 rows; larger ones get
-// the plain norm). A decode step's norm is a chain of memory latencies
-// during which HBM idles; the product after it then finds the start of
-// its weight in L2.
-func (b *Backend) AddRMSNormPrefetch(out, x, residual, weight backend.Tensor, eps float32, next backend.Tensor) error {
+// addRMSNormPrefetch is AddRMSNorm whose launch also runs blocks that
+// prefetch the first Tuning.NormPrefetchBytes of next into L2, where
+// normPrefetches says so for its rows (the lowering's prefetch attribute).
+// A decode step's norm is a chain of memory latencies during which HBM
+// idles; the product after it then finds the start of its weight in L2.
+func (b *Backend) addRMSNormPrefetch(out, x, residual, weight backend.Tensor, eps float32, next backend.Tensor) error {
 	var nt *tensor
 	if next != nil {
 		var err error
@@ -163,6 +131,11 @@ func (b *Backend) AddRMSNormPrefetch(out, x, residual, weight backend.Tensor, ep
 	}
 	return b.addRMSNormOp(out, x, residual, weight, eps, nt)
 }
+
+// normPrefetches reports whether a norm of rows rows prefetches the next
+// weight: decode-sized batches, whose norms are short enough that HBM
+// would idle under them (a prefill's norm streams its own rows).
+func (b *Backend) normPrefetches(rows int) bool { return rows <= 64 && b.tune.normPrefetch > 0 }
 
 // addRMSNormOp checks and queues AddRMSNorm, with next's prefetch if any.
 func (b *Backend) addRMSNormOp(out, x, residual, weight backend.Tensor, eps float32, next *tensor) error {
@@ -229,8 +202,8 @@ func (b *Backend) addRMSNormOp(out, x, residual, weight backend.Tensor, eps floa
 	}
 	var pf uint64
 	pfBytes := 0
-	if next != nil && rows <= 64 && normPrefetchBytes > 0 {
-		pf, pfBytes = next.ptr, min(next.bytes, normPrefetchBytes)
+	if next != nil && b.normPrefetches(rows) {
+		pf, pfBytes = next.ptr, min(next.bytes, b.tune.normPrefetch)
 	}
 	return b.post(func() error { return b.addRMSNorm(k, rows, threads, o, xt, rt, wt, dim, eps, hasRes, pf, pfBytes) })
 }
@@ -239,10 +212,10 @@ func (b *Backend) addRMSNormOp(out, x, residual, weight backend.Tensor, eps floa
 // a thread per 8 (one 16-byte chunk), in whole warps, at most 1024. From
 // normTwoChunkRows rows on, a thread per 16 (two chunks): a prefill's
 // blocks are then half as many, twice as many fit on an SM, and each
-// thread has twice the bytes in flight (at one chunk a thread, 2048 rows
-// of 4096 ran at ~1.5 TB/s: the kernel waits on its latencies, not on
-// HBM). Decode rows keep one chunk a thread: there a row's latency is
-// the kernel's time, and more threads share it.
+// thread has twice the bytes in flight (at one chunk a thread a prefill's
+// norm waits on its memory latencies, not on HBM). Decode rows keep one
+// chunk a thread: there a row's latency is the kernel's time, and more
+// threads share it.
 func normThreads(dim, rows int) int {
 	per := 8
 	if rows >= normTwoChunkRows {

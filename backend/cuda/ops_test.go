@@ -264,12 +264,12 @@ func TestAddRMSNormPrefetch(t *testing.T) {
 			// the model's), with and without a residual.
 			o3, o4 := p.poisoned(backend.BF16, shape...), p.poisoned(backend.BF16, shape...)
 			p.must("plain F32 weight", p.g.AddRMSNorm(o3, gx, gr4, gw32, 1e-5))
-			p.must("AddRMSNormPrefetch", p.g.AddRMSNormPrefetch(o4, gx, gr3, gw32, 1e-5, pf))
+			p.must("AddRMSNormPrefetch", p.g.addRMSNormPrefetch(o4, gx, gr3, gw32, 1e-5, pf))
 			if !bytes.Equal(readBytes(t, p.g, o3), readBytes(t, p.g, o4)) || !bytes.Equal(readBytes(t, p.g, gr4), readBytes(t, p.g, gr3)) {
 				t.Fatal("AddRMSNormPrefetch differs from AddRMSNorm")
 			}
 			p.must("plain, no residual", p.g.AddRMSNorm(o3, gx, nil, gw32, 1e-5))
-			p.must("AddRMSNormPrefetch, no residual", p.g.AddRMSNormPrefetch(o4, gx, nil, gw32, 1e-5, pf))
+			p.must("AddRMSNormPrefetch, no residual", p.g.addRMSNormPrefetch(o4, gx, nil, gw32, 1e-5, pf))
 			if !bytes.Equal(readBytes(t, p.g, o3), readBytes(t, p.g, o4)) {
 				t.Fatal("AddRMSNormPrefetch without a residual differs from AddRMSNorm")
 			}
@@ -349,10 +349,10 @@ func TestPristine(t *testing.T) {
 	out := p.poisoned(backend.BF16, n, m)
 	p.must("matmul", g.MatMul(out, x, w, nil))
 	_, resid := p.same(backend.BF16, []int{n, k}, encode(backend.BF16, p.normal(n*k, 1)))
-	_, err = g.MatMulAdd(resid, x, wo)
+	_, err = g.matMulAdd(resid, x, wo)
 	p.must("matmuladd", err)
 	act := p.poisoned(backend.BF16, n, m/2)
-	_, err = g.GateUpSiLU(act, x, filled)
+	_, err = g.gateUpSiLU(act, x, filled)
 	p.must("gateupsilu", err)
 	p.must("sync", g.Sync())
 	for name, w := range map[string]backend.Tensor{"MatMul's": w, "MatMulAdd's": wo, "GateUpSiLU's": filled} {

@@ -1,161 +1,96 @@
 package cuda
 
 import (
-	"fmt"
 	"math"
-	"os"
 
 	"github.com/trigon-llm/trigon/backend"
 )
 
-var _ backend.QKVRoPEFuser = (*Backend)(nil)
-
-// fuseQKVRoPE lets a benchmark (or TRIGON_CUDA_FUSE_QKV_ROPE=off, read by
-// New) compare the fused kernel with the MatMul + RoPEStoreKV pair.
-var fuseQKVRoPE = true
-
-// fuseQKVRoPEEnv names fuseQKVRoPE's override: "on" or "off".
-const fuseQKVRoPEEnv = "TRIGON_CUDA_FUSE_QKV_ROPE"
-
-// qkNormPair lets FusedQKVRoPE take Q/K norms (Qwen3) as a pair of
-// kernels launched with PDL at that site: the pinned GEMV into a.QKV, then
-// rope_store_kv. TRIGON_CUDA_QK_NORM_PAIR=off (read by New) leaves them to
-// the model's MatMul and RoPEStoreKV, for comparison.
-//
-// Why not one kernel: a head's norm needs the sum of squares of all its
-// hd/16 GEMV blocks. Sharing it inside a thread-block cluster of those
-// blocks worked (bit for bit rope_store_kv's result) but measured slower
-// on the H200: the cluster launch alone cost the QKV kernel ~3.3 us a
-// layer (docs/benchmarks.md, fifteenth session). Why per site: PDL on
-// every gemv_bf16 and rope_store_kv launch slowed Llama's batch-16 step,
-// whose other products run gemv_bf16 (fourteenth session).
-var qkNormPair = true
-
-// qkNormPairEnv names qkNormPair's override: "on" or "off".
-const qkNormPairEnv = "TRIGON_CUDA_QK_NORM_PAIR"
-
-// qkvGEMV is the register GEMV variant FusedQKVRoPE runs for steps of at
-// most qkvGEMVMaxRows rows, whatever the tuner kept for the product (the
-// zero value: the tuner's choice, GEMV or cuBLASLt). The tuner times the
-// bare product alone with L2 flushed, and at Llama-3-8B's batch-4 QKV
-// shape its candidates come within a few percent of each other, so its
-// pick varied from process to process: over 113 batch-4 runs on the H200
-// (docs/benchmarks.md, twelfth session) it kept warps 8 / spans 2 in 99,
-// spans 4 in 3 and cuBLASLt (then a separate rope_store_kv) in 11, and
-// against the spans-2 runs of the same device call the step's p50 was
-// 0.05-0.07 ms slower with spans 4 and 0.09-0.15 ms slower with cuBLASLt.
-// TRIGON_CUDA_QKV_GEMV (read by New) sets it: "tuner", or NWxUR such as
-// "8x2" (warps per block x spans in flight).
-var qkvGEMV = qkvGEMVDefault
-
-// qkvGEMVDefault is qkvGEMV without the environment.
-var qkvGEMVDefault = gemvConfig{nw: 8, ur: 2}
-
-// qkvGEMVMaxRows is the most rows qkvGEMV is used for (one 8-row x tile):
-// the decode batches it was measured at; more rows keep the tuner's pick.
+// qkvGEMVMaxRows is the most rows Tuning.QKVGEMV's pinned variant is used
+// for (one 8-row x tile, the decode batches it is chosen for); more rows
+// keep the tuner's pick.
 const qkvGEMVMaxRows = 8
 
-// qkvGEMVEnv names qkvGEMV's setting.
-const qkvGEMVEnv = "TRIGON_CUDA_QKV_GEMV"
-
-// parseQKVGEMV reads qkvGEMVEnv's value: "" (qkvGEMVDefault), "tuner"
-// (none pinned) or NWxUR, 1 <= NW <= 32, 1 <= UR <= 16.
-func parseQKVGEMV(v string) (gemvConfig, error) {
-	switch v {
-	case "":
-		return qkvGEMVDefault, nil
-	case "tuner":
-		return gemvConfig{}, nil
-	}
-	var c gemvConfig
-	if n, _ := fmt.Sscanf(v, "%dx%d", &c.nw, &c.ur); n != 2 || fmt.Sprintf("%dx%d", c.nw, c.ur) != v ||
-		c.nw < 1 || c.nw > 32 || c.ur < 1 || c.ur > 16 {
-		return gemvConfig{}, fmt.Errorf("cuda: %s=%q: want tuner or warps x spans such as 8x2 (warps 1-32, spans 1-16)", qkvGEMVEnv, v)
-	}
-	return c, nil
-}
-
-// applyFuseEnv reads fuseQKVRoPEEnv and qkvGEMVEnv.
-func applyFuseEnv() (err error) {
-	if fuseQKVRoPE, err = envSwitch(fuseQKVRoPEEnv, true); err != nil {
-		return err
-	}
-	if qkNormPair, err = envSwitch(qkNormPairEnv, true); err != nil {
-		return err
-	}
-	qkvGEMV, err = parseQKVGEMV(os.Getenv(qkvGEMVEnv))
-	return err
-}
-
-// FusedQKVRoPE implements backend.QKVRoPEFuser: for decode-sized batches
-// whose QKV product the tuner gave to the GEMV, one kernel (qkv_rope_bf16
+// planQKVRoPE plans the lowering rule qkv_rope (lower.go): for decode-sized batches
+// whose QKV product runs on the register GEMV, one kernel (qkv_rope_bf16
 // in kernels/gemv.cu) computes the projection and does RoPEStoreKV's work
 // in its epilogue, leaving a.QKV unwritten; a bias (Qwen2's) is added
 // there too, rounded as MatMul's add_bias rounds it. That saves a launch
 // (two with a bias) and a round trip of the projection through memory per
-// layer (rope_store_kv was ~3.7 us of each Llama-3-8B layer at batch 4 on
-// the H200). The result is bit for bit that of MatMul followed by
-// RoPEStoreKV on the GEMV path.
+// layer. The result is bit for bit that of MatMul followed by RoPEStoreKV
+// on the same GEMV variant.
 //
 // With Q/K norms (Qwen3's a.QNorm, a.KNorm) and at most qkvGEMVMaxRows
 // rows, it queues the pinned GEMV variant into a.QKV and then
-// rope_store_kv, both launched with PDL (qkNormPair): the result of
-// MatMul on that variant followed by RoPEStoreKV, bit for bit.
+// rope_store_kv, both launched with PDL: the result of MatMul on that
+// variant followed by RoPEStoreKV, bit for bit. Why a pair and not one
+// kernel: a head's norm needs the sum of squares of all its hd/16 GEMV
+// blocks, which one kernel could only share across its blocks. Why PDL
+// at this site only: on every gemv_bf16 and rope_store_kv launch it would
+// also reach products that do not gain from it.
 //
 // Whether it fuses is decided here, on the caller's goroutine, from the
 // operands alone: x and w BF16, at most gemvMaxRows rows, a.QKV, a.Q and
 // the caches BF16, no Q/K norm or the pair's case above (no bias), no
-// bias or an F32 one, a head dim that is a multiple of 16, the GEMV
-// enabled and able to take the operands.
-// Otherwise it returns false and queues nothing. Operands that
+// bias or an F32 one, a head dim that is a multiple of 16, and a GEMV
+// able to take the operands.
+// Otherwise it returns false. It never queues anything. Operands that
 // MatMul(a.QKV, x, w, bias) or RoPEStoreKV(a) would refuse are an ErrShape
 // error.
 //
 // Which kernel runs is decided on the CUDA thread: for at most
-// qkvGEMVMaxRows rows the fused kernel with the pinned variant qkvGEMV;
-// otherwise (or with qkvGEMV unset) the plan's choice: the first eager
-// call tunes the shape (x . w^T into a.QKV) exactly as MatMul does, and
-// where cuBLASLt won, the call runs the unfused pair (cuBLASLt into
-// a.QKV, then add_bias and rope_store_kv). The bulk GEMV's QKV kernel
-// (bulkQKV, off by default) takes no bias. Either way the work is queued
-// and it returns true.
+// qkvGEMVMaxRows rows the fused kernel with the pinned variant
+// (Tuning.QKVGEMV); otherwise the plan's choice: the first eager call
+// tunes the shape (x . w^T into a.QKV) exactly as MatMul does, and where
+// cuBLASLt won, the call runs the unfused pair (cuBLASLt into a.QKV, then
+// add_bias and rope_store_kv).
 //
 //	x [n, k] BF16;  w [(H+2*KV)*hd, k] BF16;  bias [(H+2*KV)*hd] F32 or nil
 //	a as for RoPEStoreKV: a.QKV [n, (H+2*KV)*hd] (also the tuner's scratch)
-func (b *Backend) FusedQKVRoPE(x, w, bias backend.Tensor, a backend.RoPEArgs) (bool, error) {
+func (b *Backend) planQKVRoPE(x, w, bias backend.Tensor, a backend.RoPEArgs) (qkvPlan, bool, error) {
 	xt, wt, r, fuse, err := b.qkvRoPEOperands(x, w, a)
 	if err != nil || !fuse {
-		return false, err
+		return qkvPlan{}, false, err
 	}
 	var bt *tensor
 	if bias != nil {
 		// Checked as MatMul(a.QKV, x, w, bias) checks it; only an F32 bias
 		// (the model's widened one) fuses.
 		if bt, err = b.tensorOf("matmul", "bias", bias); err != nil {
-			return false, err
+			return qkvPlan{}, false, err
 		}
 		if err := checkDType("matmul", "bias", bt, floatDTypes...); err != nil {
-			return false, err
+			return qkvPlan{}, false, err
 		}
 		if err := checkShape("matmul", "bias", bt, r.qkv.shape[1]); err != nil {
-			return false, err
+			return qkvPlan{}, false, err
 		}
 		// The Q/K-norm pair takes no bias (no model has both).
 		if bt.dt != backend.F32 || overlaps(bt, r.q) || overlaps(bt, r.kc) || overlaps(bt, r.vc) || r.qn != nil || r.kn != nil {
-			return false, nil
+			return qkvPlan{}, false, nil
 		}
 	}
-	// Read now, in queue order, as MatMul does.
-	pristine := earlyRead(wt)
-	if err := b.post(func() error { return b.qkvRoPE(xt, wt, bt, r, wt.shape[1], pristine) }); err != nil {
-		return false, err
-	}
-	return true, nil
+	return qkvPlan{x: xt, w: wt, bias: bt, r: r, pristine: earlyRead(wt)}, true, nil
+}
+
+// qkvPlan is a QKV product with RoPEStoreKV's work, as planQKVRoPE took
+// it: the operands, and whether the weight may be read before the kernel
+// waits (read when planned, in queue order, as MatMul reads it).
+type qkvPlan struct {
+	x, w, bias *tensor
+	r          ropeOps
+	pristine   bool
+}
+
+// runQKVRoPE queues p; early lets the kernel after it launch at its start
+// (the lowering's early attribute). CUDA thread only.
+func (b *Backend) runQKVRoPE(p *qkvPlan, early bool) error {
+	return b.qkvRoPE(p.x, p.w, p.bias, p.r, p.w.shape[1], p.pristine, early)
 }
 
 // qkvRoPEOperands checks FusedQKVRoPE's operands (ErrShape errors, as
 // MatMul(a.QKV, x, w, nil) and RoPEStoreKV(a) would give them) and reports
-// whether qkv_rope_bf16 takes them. NormQKVRoPE shares it.
+// whether qkv_rope_bf16 takes them.
 func (b *Backend) qkvRoPEOperands(x, w backend.Tensor, a backend.RoPEArgs) (xt, wt *tensor, r ropeOps, fuse bool, err error) {
 	if r, err = b.ropeOperands(a); err != nil {
 		return nil, nil, r, false, err
@@ -193,9 +128,9 @@ func (b *Backend) qkvRoPEOperands(x, w backend.Tensor, a backend.RoPEArgs) (xt, 
 		return nil, nil, r, false, backend.ShapeError("cuda: "+op, "w", "%v x %v exceeds int32", xt.shape, wt.shape)
 	}
 	bf := backend.BF16
-	fuse = fuseQKVRoPE && gemvEnabled && r.n <= gemvMaxRows && gemvFits(r.n, k, xt.ptr, wt.ptr) &&
+	fuse = r.n <= gemvMaxRows && gemvFits(r.n, k, xt.ptr, wt.ptr) &&
 		xt.dt == bf && wt.dt == bf && r.qkv.dt == bf && r.kc.dt == bf &&
-		(r.qn == nil && r.kn == nil || qkNormPair && r.n <= qkvGEMVMaxRows && qkvGEMV.nw > 0) && r.d%16 == 0 &&
+		(r.qn == nil && r.kn == nil || r.n <= qkvGEMVMaxRows) && r.d%16 == 0 &&
 		// The kernel reads x and w while other blocks write Q and the
 		// caches; the unfused pair would not mind, so neither may overlap.
 		!overlaps(xt, r.q) && !overlaps(xt, r.kc) && !overlaps(xt, r.vc) &&
@@ -203,20 +138,17 @@ func (b *Backend) qkvRoPEOperands(x, w backend.Tensor, a backend.RoPEArgs) (xt, 
 	return xt, wt, r, fuse, nil
 }
 
-// qkvRoPE runs on the CUDA thread: the fused kernel with qkvGEMV's
+// qkvRoPE runs on the CUDA thread: the fused kernel with the pinned
 // variant (up to qkvGEMVMaxRows rows) or where the shape's plan kept the
 // GEMV, else cuBLASLt into r.qkv and rope_store_kv. earlyW as for gemm.
-func (b *Backend) qkvRoPE(xt, wt, bt *tensor, r ropeOps, k int, earlyW bool) error {
+func (b *Backend) qkvRoPE(xt, wt, bt *tensor, r ropeOps, k int, earlyW, early bool) error {
 	n, m := r.n, r.qkv.shape[1]
 	if r.qn != nil || r.kn != nil {
-		// The Q/K-norm pair (qkNormPair).
-		if err := b.gemvCallPDL(qkvGEMV, r.qkv.ptr, cudaR16BF, xt.ptr, wt.ptr, n, m, k, earlyW, true); err != nil {
+		// The Q/K-norm pair.
+		if err := b.gemvCallPDL(b.tune.qkvGEMV, r.qkv.ptr, cudaR16BF, xt.ptr, wt.ptr, n, m, k, earlyW, true); err != nil {
 			return err
 		}
 		return b.ropeStorePDL(r, true)
-	}
-	if c := bulkPickQKV(m, k, b.sms); bulkQKV && bt == nil && b.bulkFused(c, n, k, xt.ptr, wt.ptr) {
-		return b.bulkQKVCall(c, xt.ptr, wt.ptr, r, k, earlyW)
 	}
 	var bias uint64
 	if bt != nil {
@@ -228,10 +160,10 @@ func (b *Backend) qkvRoPE(xt, wt, bt *tensor, r ropeOps, k int, earlyW bool) err
 	}
 	c := p.gemv
 	p.pinned = gemvConfig{}
-	if qkvGEMV.nw > 0 && n <= qkvGEMVMaxRows {
-		c, p.pinned = qkvGEMV, qkvGEMV
+	if n <= qkvGEMVMaxRows {
+		c, p.pinned = b.tune.qkvGEMV, b.tune.qkvGEMV
 	}
-	if c.nw == 0 || !gemvEnabled {
+	if c.nw == 0 {
 		if err := b.gemmWith(p, r.qkv.ptr, cudaR16BF, xt.ptr, wt.ptr, n, m, k, earlyW); err != nil {
 			return err
 		}
@@ -246,25 +178,21 @@ func (b *Backend) qkvRoPE(xt, wt, bt *tensor, r ropeOps, k int, earlyW bool) err
 		}
 		return b.ropeStore(r)
 	}
-	return b.qkvRoPECall(c, xt.ptr, wt.ptr, r, k, earlyW, bias, 0, 0)
+	return b.qkvRoPECall(c, xt.ptr, wt.ptr, r, k, earlyW, early, bias)
 }
 
 // qkvRoPECall launches qkv_rope_bf16 with GEMV variant c; with a bias
-// (F32 [m], else 0) it is added to the projection; with a norm weight g
-// (F32 [k], else 0), x is normalised in the kernel. CUDA thread only.
-func (b *Backend) qkvRoPECall(c gemvConfig, x, w uint64, r ropeOps, k int, earlyW bool, bias, g uint64, eps float32) error {
-	spec := modSpec{file: "gemv", p: [6]int{(r.n + 7) / 8, c.nw, c.ur, dtBF16}}
-	if g != 0 {
-		spec = normModule(r.n, c)
-	}
-	f, err := b.fn(fnKey{spec, "qkv_rope_bf16"})
+// (F32 [m], else 0) it is added to the projection. early: the next kernel
+// may launch at this one's start. CUDA thread only.
+func (b *Backend) qkvRoPECall(c gemvConfig, x, w uint64, r ropeOps, k int, earlyW, early bool, bias uint64) error {
+	f, err := b.fn(fnKey{modSpec{file: "gemv", p: [6]int{(r.n + 7) / 8, c.nw, c.ur, dtBF16}}, "qkv_rope_bf16"})
 	if err != nil {
 		return err
 	}
 	blocks := (r.h + 2*r.kvh) * r.d / 16
 	return b.launch(f, [3]int{blocks, 1, 1}, c.nw*32, 0, r.q.ptr, x, w, r.pos.ptr, r.slots.ptr, r.kc.ptr, r.vc.ptr,
-		r.invf.ptr, bias, g, f32bits(eps), i32(r.n), i32(k), i32(r.h), i32(r.kvh), i32(r.d), i32(r.blockSize), i32(r.numSlots),
-		b.errDev, flag(earlyW)|launchEarlyFlag("qkv_rope_bf16"))
+		r.invf.ptr, bias, i32(r.n), i32(k), i32(r.h), i32(r.kvh), i32(r.d), i32(r.blockSize), i32(r.numSlots),
+		b.errDev, flag(earlyW)|launchEarlyBit(early))
 }
 
 // ropeOps are RoPEStoreKV's operands, checked by ropeOperands; ropeStore

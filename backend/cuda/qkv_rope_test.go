@@ -46,9 +46,6 @@ func checkFuseOutcome(t *testing.T, want int, ok bool, err error, queued int) {
 // false with nothing queued, operands MatMul or RoPEStoreKV would refuse
 // give ErrShape with nothing queued, and fusable ones queue one task.
 func TestFusedQKVRoPERefusals(t *testing.T) {
-	if !gemvEnabled {
-		t.Skip("the GEMV is off (TRIGON_CUDA_GEMV=off): nothing fuses")
-	}
 	h := newHostOnly()
 	bf, f32, i32 := backend.BF16, backend.F32, backend.I32
 	const n, hidden, heads, kvh, hd, blocks, bs = 3, 512, 8, 2, 64, 10, 16
@@ -88,96 +85,80 @@ func TestFusedQKVRoPERefusals(t *testing.T) {
 		op   func() (bool, error)
 		want int
 	}{
-		{"valid", func() (bool, error) { return h.b.FusedQKVRoPE(x, w, nil, rope()) }, fused},
-		{"16 rows", func() (bool, error) { x, a := rows(16); return h.b.FusedQKVRoPE(x, w, nil, a) }, fused},
-		{"one row", func() (bool, error) { x, a := rows(1); return h.b.FusedQKVRoPE(x, w, nil, a) }, fused},
-		{"F32 bias", func() (bool, error) { return h.b.FusedQKVRoPE(x, w, h.t(f32, width), rope()) }, fused},
-		{"BF16 bias", func() (bool, error) { return h.b.FusedQKVRoPE(x, w, h.t(bf, width), rope()) }, refused},
+		{"valid", func() (bool, error) { return h.b.fusedQKVRoPE(x, w, nil, rope()) }, fused},
+		{"16 rows", func() (bool, error) { x, a := rows(16); return h.b.fusedQKVRoPE(x, w, nil, a) }, fused},
+		{"one row", func() (bool, error) { x, a := rows(1); return h.b.fusedQKVRoPE(x, w, nil, a) }, fused},
+		{"F32 bias", func() (bool, error) { return h.b.fusedQKVRoPE(x, w, h.t(f32, width), rope()) }, fused},
+		{"BF16 bias", func() (bool, error) { return h.b.fusedQKVRoPE(x, w, h.t(bf, width), rope()) }, refused},
 		{"bias overlaps Q", func() (bool, error) {
 			qt := q.(*tensor)
 			bq := &tensor{b: h.b, dt: f32, shape: []int{width}, ptr: qt.ptr, bytes: width * 4}
-			return h.b.FusedQKVRoPE(x, w, bq, rope())
+			return h.b.fusedQKVRoPE(x, w, bq, rope())
 		}, refused},
-		{"bias length", func() (bool, error) { return h.b.FusedQKVRoPE(x, w, h.t(f32, width+1), rope()) }, bad},
-		{"bias dtype", func() (bool, error) { return h.b.FusedQKVRoPE(x, w, h.t(i32, width), rope()) }, bad},
-		{"bias 2-d", func() (bool, error) { return h.b.FusedQKVRoPE(x, w, h.t(f32, 1, width), rope()) }, bad},
+		{"bias length", func() (bool, error) { return h.b.fusedQKVRoPE(x, w, h.t(f32, width+1), rope()) }, bad},
+		{"bias dtype", func() (bool, error) { return h.b.fusedQKVRoPE(x, w, h.t(i32, width), rope()) }, bad},
+		{"bias 2-d", func() (bool, error) { return h.b.fusedQKVRoPE(x, w, h.t(f32, 1, width), rope()) }, bad},
 
-		{"17 rows", func() (bool, error) { x, a := rows(17); return h.b.FusedQKVRoPE(x, w, nil, a) }, refused},
-		{"Q/K norms", func() (bool, error) { return h.b.FusedQKVRoPE(x, w, nil, qkNorms(rope(), bf)) }, fused},
-		{"KNorm only", func() (bool, error) { a := rope(); a.KNorm = h.t(f32, hd); return h.b.FusedQKVRoPE(x, w, nil, a) }, fused},
-		{"Q/K norms, 8 rows", func() (bool, error) { x, a := rows(8); return h.b.FusedQKVRoPE(x, w, nil, qkNorms(a, f32)) }, fused},
-		{"Q/K norms, 9 rows", func() (bool, error) { x, a := rows(9); return h.b.FusedQKVRoPE(x, w, nil, qkNorms(a, f32)) }, refused},
-		{"Q/K norms and a bias", func() (bool, error) { return h.b.FusedQKVRoPE(x, w, h.t(f32, width), qkNorms(rope(), bf)) }, refused},
-		{"Q/K norms, no pinned variant", func() (bool, error) {
-			old := qkvGEMV
-			qkvGEMV = gemvConfig{}
-			defer func() { qkvGEMV = old }()
-			return h.b.FusedQKVRoPE(x, w, nil, qkNorms(rope(), bf))
-		}, refused},
-		{"Q/K norms, pair off", func() (bool, error) {
-			qkNormPair = false
-			defer func() { qkNormPair = true }()
-			return h.b.FusedQKVRoPE(x, w, nil, qkNorms(rope(), bf))
-		}, refused},
+		{"17 rows", func() (bool, error) { x, a := rows(17); return h.b.fusedQKVRoPE(x, w, nil, a) }, refused},
+		{"Q/K norms", func() (bool, error) { return h.b.fusedQKVRoPE(x, w, nil, qkNorms(rope(), bf)) }, fused},
+		{"KNorm only", func() (bool, error) { a := rope(); a.KNorm = h.t(f32, hd); return h.b.fusedQKVRoPE(x, w, nil, a) }, fused},
+		{"Q/K norms, 8 rows", func() (bool, error) { x, a := rows(8); return h.b.fusedQKVRoPE(x, w, nil, qkNorms(a, f32)) }, fused},
+		{"Q/K norms, 9 rows", func() (bool, error) { x, a := rows(9); return h.b.fusedQKVRoPE(x, w, nil, qkNorms(a, f32)) }, refused},
+		{"Q/K norms and a bias", func() (bool, error) { return h.b.fusedQKVRoPE(x, w, h.t(f32, width), qkNorms(rope(), bf)) }, refused},
 		{"Q/K norm dtypes differ", func() (bool, error) {
 			a := qkNorms(rope(), bf)
 			a.KNorm = h.t(f32, hd)
-			return h.b.FusedQKVRoPE(x, w, nil, a)
+			return h.b.fusedQKVRoPE(x, w, nil, a)
 		}, bad},
 		{"F32 caches", func() (bool, error) {
 			a := rope()
 			a.KCache, a.VCache = h.t(f32, blocks, kvh, bs, hd), h.t(f32, blocks, kvh, bs, hd)
-			return h.b.FusedQKVRoPE(x, w, nil, a)
+			return h.b.fusedQKVRoPE(x, w, nil, a)
 		}, refused},
-		{"F32 x", func() (bool, error) { return h.b.FusedQKVRoPE(h.t(f32, n, hidden), w, nil, rope()) }, refused},
-		{"Q8_0 w", func() (bool, error) { return h.b.FusedQKVRoPE(x, h.t(backend.Q8_0, width, hidden), nil, rope()) }, refused},
+		{"F32 x", func() (bool, error) { return h.b.fusedQKVRoPE(h.t(f32, n, hidden), w, nil, rope()) }, refused},
+		{"Q8_0 w", func() (bool, error) { return h.b.fusedQKVRoPE(x, h.t(backend.Q8_0, width, hidden), nil, rope()) }, refused},
 		{"F32 QKV and Q", func() (bool, error) {
 			a := rope()
 			a.QKV, a.Q = h.t(f32, n, width), h.t(f32, n, heads*hd)
-			return h.b.FusedQKVRoPE(x, w, nil, a)
+			return h.b.fusedQKVRoPE(x, w, nil, a)
 		}, refused},
-		{"head dim 24", func() (bool, error) { x, w, a := headDim24(); return h.b.FusedQKVRoPE(x, w, nil, a) }, refused},
+		{"head dim 24", func() (bool, error) { x, w, a := headDim24(); return h.b.fusedQKVRoPE(x, w, nil, a) }, refused},
 		{"k not a multiple of 8", func() (bool, error) {
-			return h.b.FusedQKVRoPE(h.t(bf, n, hidden+4), h.t(bf, width, hidden+4), nil, rope())
+			return h.b.fusedQKVRoPE(h.t(bf, n, hidden+4), h.t(bf, width, hidden+4), nil, rope())
 		}, refused},
 		{"x overlaps Q", func() (bool, error) {
 			qt := q.(*tensor)
 			xq := &tensor{b: h.b, dt: bf, shape: []int{n, hidden}, ptr: qt.ptr, bytes: n * hidden * 2}
-			return h.b.FusedQKVRoPE(xq, w, nil, rope())
-		}, refused},
-		{"GEMV off", func() (bool, error) {
-			gemvEnabled = false
-			defer func() { gemvEnabled = true }()
-			return h.b.FusedQKVRoPE(x, w, nil, rope())
+			return h.b.fusedQKVRoPE(xq, w, nil, rope())
 		}, refused},
 
-		{"w rows", func() (bool, error) { return h.b.FusedQKVRoPE(x, h.t(bf, width+16, hidden), nil, rope()) }, bad},
-		{"x inner dim", func() (bool, error) { return h.b.FusedQKVRoPE(h.t(bf, n, hidden+8), w, nil, rope()) }, bad},
-		{"x rows", func() (bool, error) { return h.b.FusedQKVRoPE(h.t(bf, n+1, hidden), w, nil, rope()) }, bad},
-		{"w 3-d", func() (bool, error) { return h.b.FusedQKVRoPE(x, h.t(bf, 1, width, hidden), nil, rope()) }, bad},
-		{"w dtype", func() (bool, error) { return h.b.FusedQKVRoPE(x, h.t(i32, width, hidden), nil, rope()) }, bad},
-		{"nil x", func() (bool, error) { return h.b.FusedQKVRoPE(nil, w, nil, rope()) }, bad},
+		{"w rows", func() (bool, error) { return h.b.fusedQKVRoPE(x, h.t(bf, width+16, hidden), nil, rope()) }, bad},
+		{"x inner dim", func() (bool, error) { return h.b.fusedQKVRoPE(h.t(bf, n, hidden+8), w, nil, rope()) }, bad},
+		{"x rows", func() (bool, error) { return h.b.fusedQKVRoPE(h.t(bf, n+1, hidden), w, nil, rope()) }, bad},
+		{"w 3-d", func() (bool, error) { return h.b.fusedQKVRoPE(x, h.t(bf, 1, width, hidden), nil, rope()) }, bad},
+		{"w dtype", func() (bool, error) { return h.b.fusedQKVRoPE(x, h.t(i32, width, hidden), nil, rope()) }, bad},
+		{"nil x", func() (bool, error) { return h.b.fusedQKVRoPE(nil, w, nil, rope()) }, bad},
 		{"QKV is x", func() (bool, error) {
 			a := rope()
 			a.QKV = h.t(bf, n, width)
-			return h.b.FusedQKVRoPE(a.QKV, h.t(bf, width, width), nil, a)
+			return h.b.fusedQKVRoPE(a.QKV, h.t(bf, width, width), nil, a)
 		}, bad},
-		{"QKV width", func() (bool, error) { a := rope(); a.QKV = h.t(bf, n, heads*hd); return h.b.FusedQKVRoPE(x, w, nil, a) }, bad},
-		{"heads not a multiple", func() (bool, error) { a := rope(); a.NumKVHeads = 3; return h.b.FusedQKVRoPE(x, w, nil, a) }, bad},
-		{"positions length", func() (bool, error) { a := rope(); a.Positions = h.t(i32, n+1); return h.b.FusedQKVRoPE(x, w, nil, a) }, bad},
-		{"slot mapping dtype", func() (bool, error) { a := rope(); a.SlotMapping = h.t(f32, n); return h.b.FusedQKVRoPE(x, w, nil, a) }, bad},
+		{"QKV width", func() (bool, error) { a := rope(); a.QKV = h.t(bf, n, heads*hd); return h.b.fusedQKVRoPE(x, w, nil, a) }, bad},
+		{"heads not a multiple", func() (bool, error) { a := rope(); a.NumKVHeads = 3; return h.b.fusedQKVRoPE(x, w, nil, a) }, bad},
+		{"positions length", func() (bool, error) { a := rope(); a.Positions = h.t(i32, n+1); return h.b.fusedQKVRoPE(x, w, nil, a) }, bad},
+		{"slot mapping dtype", func() (bool, error) { a := rope(); a.SlotMapping = h.t(f32, n); return h.b.fusedQKVRoPE(x, w, nil, a) }, bad},
 		{"cache heads", func() (bool, error) {
 			a := rope()
 			a.KCache = h.t(bf, blocks, kvh+1, bs, hd)
-			return h.b.FusedQKVRoPE(x, w, nil, a)
+			return h.b.fusedQKVRoPE(x, w, nil, a)
 		}, bad},
 		{"V cache dtype", func() (bool, error) {
 			a := rope()
 			a.VCache = h.t(f32, blocks, kvh, bs, hd)
-			return h.b.FusedQKVRoPE(x, w, nil, a)
+			return h.b.fusedQKVRoPE(x, w, nil, a)
 		}, bad},
-		{"inv freq length", func() (bool, error) { a := rope(); a.InvFreq = h.t(f32, hd); return h.b.FusedQKVRoPE(x, w, nil, a) }, bad},
-		{"Q dtype", func() (bool, error) { a := rope(); a.Q = h.t(f32, n, heads*hd); return h.b.FusedQKVRoPE(x, w, nil, a) }, bad},
+		{"inv freq length", func() (bool, error) { a := rope(); a.InvFreq = h.t(f32, hd); return h.b.fusedQKVRoPE(x, w, nil, a) }, bad},
+		{"Q dtype", func() (bool, error) { a := rope(); a.Q = h.t(f32, n, heads*hd); return h.b.fusedQKVRoPE(x, w, nil, a) }, bad},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ok, err := tc.op()
@@ -337,7 +318,7 @@ func (c *qkvCase) unfused() qkvOut {
 func (c *qkvCase) fused() qkvOut {
 	c.p.t.Helper()
 	c.reset()
-	ok, err := c.p.g.FusedQKVRoPE(c.gx, c.gw, c.gbias, c.gpuArgs())
+	ok, err := c.p.g.fusedQKVRoPE(c.gx, c.gw, c.gbias, c.gpuArgs())
 	c.p.must("fused", err)
 	if !ok {
 		c.p.t.Fatal("FusedQKVRoPE returned false for operands it fuses")
@@ -345,13 +326,8 @@ func (c *qkvCase) fused() qkvOut {
 	return c.read()
 }
 
-// withQKVGEMV sets qkvGEMV (the pinned variant of FusedQKVRoPE) for the
-// test.
-func withQKVGEMV(t *testing.T, c gemvConfig) {
-	old := qkvGEMV
-	qkvGEMV = c
-	t.Cleanup(func() { qkvGEMV = old })
-}
+// pinnedTo is the tuning that pins FusedQKVRoPE's GEMV variant to v.
+func pinnedTo(v gemvConfig) Tuning { return Tuning{QKVGEMV: GEMVVariant{Warps: v.nw, Spans: v.ur}} }
 
 // forceGEMV makes the plan of the case's product run GEMV variant v (the
 // zero value: cuBLASLt) and returns what it ran before. The plan must
@@ -419,17 +395,14 @@ func (c *qkvCase) checkCPU(what string, got qkvOut) {
 }
 
 // TestFusedQKVRoPE compares the fused projection + RoPE + KV write with
-// MatMul then RoPEStoreKV on the GEMV path (byte for byte, with every GEMV
-// variant forced in turn) and with the CPU backend (bf16 tolerance), and
-// checks the cuBLASLt fallback the tuner's choice may give; with a QKV
-// bias (Qwen2's) too, at Llama-3-8B's and a small shape.
+// MatMul then RoPEStoreKV on the same GEMV variant (byte for byte) and
+// with the CPU backend (bf16 tolerance), with a QKV bias (Qwen2's) too,
+// at Llama-3-8B's and small shapes. Past qkvGEMVMaxRows rows it follows
+// the plan: every GEMV variant forced in turn, then the cuBLASLt fallback.
+// Up to it the pinned variant runs whatever the plan holds;
+// TestFusedQKVRoPEPinned pins each variant in turn.
 func TestFusedQKVRoPE(t *testing.T) {
-	sharedBackend(t, true)
-	withBulkQKV(t, false)        // the register GEMV's kernel: its bytes are compared
-	withQKVGEMV(t, gemvConfig{}) // the plan's choice, which the cases force
-	if !gemvEnabled {
-		t.Skip("the GEMV is off (TRIGON_CUDA_GEMV=off): nothing fuses")
-	}
+	g := sharedBackend(t, true)
 	type shape struct{ h, kv, hd, k int }
 	type qkvTest struct {
 		shape
@@ -465,6 +438,23 @@ func TestFusedQKVRoPE(t *testing.T) {
 			tuned := c.forceGEMV(gemvConfig{})
 			t.Cleanup(func() { c.forceGEMV(tuned) })
 			t.Logf("tuner's choice: %+v", tuned)
+			if n <= qkvGEMVMaxRows {
+				// The pinned variant, with the plan on cuBLASLt and on
+				// another variant: the pinned variant's bytes either way.
+				pin := g.tune.qkvGEMV
+				c.forceGEMV(pin)
+				want := c.unfused()
+				for _, v := range []gemvConfig{{}, gemvConfigs[0]} {
+					c.forceGEMV(v)
+					got := c.fused()
+					if string(got.qkv) != string(c.qkvPoison) {
+						t.Fatalf("plan %+v: QKV was written: the plan's path ran, not the pinned kernel", v)
+					}
+					sameQKV(t, fmt.Sprintf("pinned %+v, plan %+v", pin, v), got, want)
+					c.checkCPU(fmt.Sprintf("pinned %+v", pin), got)
+				}
+				return
+			}
 			for _, v := range gemvConfigs {
 				c.forceGEMV(v)
 				want, got := c.unfused(), c.fused()
@@ -480,45 +470,60 @@ func TestFusedQKVRoPE(t *testing.T) {
 				t.Fatal("cuBLASLt plan: QKV unwritten, the fallback did not run")
 			}
 			c.checkCPU("fallback", got)
-			// A pinned variant (qkvGEMV) runs up to qkvGEMVMaxRows
-			// rows whatever the plan kept (cuBLASLt here), giving
-			// the bytes of that variant's MatMul + RoPEStoreKV;
-			// more rows keep the plan's fallback.
-			for _, v := range gemvConfigs {
-				c.forceGEMV(v)
-				want := c.unfused()
-				c.forceGEMV(gemvConfig{})
-				qkvGEMV = v
-				got := c.fused()
-				qkvGEMV = gemvConfig{}
-				if n > qkvGEMVMaxRows {
-					if string(got.qkv) == string(c.qkvPoison) {
-						t.Fatalf("pinned %+v at %d rows: QKV unwritten, the pin was used past qkvGEMVMaxRows", v, n)
-					}
-					continue
-				}
-				if string(got.qkv) != string(c.qkvPoison) {
-					t.Fatalf("pinned %+v: QKV was written: the cuBLASLt fallback ran, not the pinned kernel", v)
-				}
-				sameQKV(t, fmt.Sprintf("pinned %+v", v), got, want)
-			}
 		})
+	}
+}
+
+// TestFusedQKVRoPEPinned runs FusedQKVRoPE up to qkvGEMVMaxRows rows with
+// each GEMV variant pinned in turn (Tuning.QKVGEMV) and the plan on
+// cuBLASLt: the fused kernel must run, with the bytes of MatMul on that
+// variant then RoPEStoreKV, and match the CPU within bf16 tolerance; with
+// and without Q/K norms (the pinned GEMV into QKV, then rope_store_kv).
+func TestFusedQKVRoPEPinned(t *testing.T) {
+	sharedBackend(t, true)
+	for _, v := range gemvConfigs {
+		g := backendWith(t, pinnedTo(v), "")
+		for _, s := range []struct{ h, kv, hd, k int }{{8, 2, 64, 1024}, {4, 4, 16, 1000}} {
+			for _, n := range []int{1, 4, 8} {
+				for _, norms := range []bool{false, true} {
+					t.Run(fmt.Sprintf("w%d_s%d_h%d_kv%d_hd%d_k%d_n%d_norms_%v", v.nw, v.ur, s.h, s.kv, s.hd, s.k, n, norms), func(t *testing.T) {
+						p := newPairOn(t, g)
+						c := newQKVCase(p, s.h, s.kv, s.hd, s.k, n)
+						if norms {
+							c.withNorms(backend.BF16, true, true)
+						}
+						p.must("cpu matmul", p.c.MatMul(c.cqkv, c.cx, c.cw, nil))
+						p.must("cpu rope", p.c.RoPEStoreKV(c.cpuArgs()))
+						c.unfused() // makes and tunes the plan
+						tuned := c.forceGEMV(v)
+						t.Cleanup(func() { c.forceGEMV(tuned) })
+						want := c.unfused()
+						c.forceGEMV(gemvConfig{})
+						got := c.fused()
+						sameQKV(t, fmt.Sprintf("pinned %+v", v), got, want)
+						if norms {
+							if string(got.qkv) != string(want.qkv) {
+								t.Fatalf("pinned %+v: the pair's QKV differs from MatMul's", v)
+							}
+						} else if string(got.qkv) != string(c.qkvPoison) {
+							t.Fatalf("pinned %+v: QKV was written: the cuBLASLt fallback ran, not the pinned kernel", v)
+						}
+						c.checkCPU(fmt.Sprintf("pinned %+v", v), got)
+					})
+				}
+			}
+		}
 	}
 }
 
 // TestFusedQKVRoPEQKNorm checks FusedQKVRoPE with Qwen3's Q/K norms (the
 // pinned GEMV into QKV, then rope_store_kv, both under PDL): byte for byte
-// MatMul on the pinned variant then RoPEStoreKV, with every variant
-// pinned in turn, and within bf16 tolerance of the CPU backend; at
-// Qwen3-8B's heads and hidden size, a small shape, head dims 32 and 16,
-// weights F32 and BF16, and the K norm alone.
+// MatMul on the pinned variant then RoPEStoreKV, and within bf16
+// tolerance of the CPU backend; at Qwen3-8B's heads and hidden size, a
+// small shape, head dims 32 and 16, weights F32 and BF16, and the K norm
+// alone. TestFusedQKVRoPEPinned pins the other variants.
 func TestFusedQKVRoPEQKNorm(t *testing.T) {
-	sharedBackend(t, true)
-	withBulkQKV(t, false)
-	withQKVGEMV(t, qkvGEMVDefault)
-	if !gemvEnabled {
-		t.Skip("the GEMV is off (TRIGON_CUDA_GEMV=off): nothing fuses")
-	}
+	g := sharedBackend(t, true)
 	type shape struct{ h, kv, hd, k int }
 	for _, s := range []shape{{32, 8, 128, 4096}, {8, 2, 64, 1024}, {4, 2, 32, 512}, {4, 4, 16, 1000}} {
 		for _, n := range []int{1, 4, 8} {
@@ -537,19 +542,17 @@ func TestFusedQKVRoPEQKNorm(t *testing.T) {
 					p.must("cpu matmul", p.c.MatMul(c.cqkv, c.cx, c.cw, nil))
 					p.must("cpu rope", p.c.RoPEStoreKV(c.cpuArgs()))
 					c.unfused() // makes and tunes the plan
-					tuned := c.forceGEMV(gemvConfig{})
+					pin := g.tune.qkvGEMV
+					tuned := c.forceGEMV(pin)
 					t.Cleanup(func() { c.forceGEMV(tuned) })
-					for _, v := range gemvConfigs {
-						c.forceGEMV(v)
-						want := c.unfused()
-						qkvGEMV = v
-						got := c.fused()
-						sameQKV(t, fmt.Sprintf("pinned %+v", v), got, want)
-						if string(got.qkv) != string(want.qkv) {
-							t.Fatalf("pinned %+v: the pair's QKV differs from MatMul's", v)
-						}
-						c.checkCPU(fmt.Sprintf("pinned %+v", v), got)
+					want := c.unfused()
+					c.forceGEMV(gemvConfig{}) // the pair ignores the plan
+					got := c.fused()
+					sameQKV(t, fmt.Sprintf("pinned %+v", pin), got, want)
+					if string(got.qkv) != string(want.qkv) {
+						t.Fatalf("pinned %+v: the pair's QKV differs from MatMul's", pin)
 					}
+					c.checkCPU(fmt.Sprintf("pinned %+v", pin), got)
 				})
 			}
 		}
@@ -560,18 +563,16 @@ func TestFusedQKVRoPEQKNorm(t *testing.T) {
 // negative position and a slot past the cache at Sync, as rope_store_kv
 // does.
 func TestFusedQKVRoPEDeviceChecks(t *testing.T) {
-	sharedBackend(t, true)
-	withBulkQKV(t, false)        // the register GEMV's kernel: its bytes are compared
-	withQKVGEMV(t, gemvConfig{}) // the plan's choice, which the test forces
-	if !gemvEnabled {
-		t.Skip("the GEMV is off (TRIGON_CUDA_GEMV=off): nothing fuses")
+	for _, n := range []int{4, 9} { // the pinned variant, and the plan's forced to one
+		t.Run(fmt.Sprintf("n%d", n), func(t *testing.T) {
+			p := newPair(t)
+			c := newQKVCase(p, 8, 2, 64, 1024, n)
+			c.unfused() // makes and tunes the plan
+			tuned := c.forceGEMV(gemvConfigs[0])
+			t.Cleanup(func() { c.forceGEMV(tuned) })
+			c.deviceChecks(t)
+		})
 	}
-	p := newPair(t)
-	c := newQKVCase(p, 8, 2, 64, 1024, 4)
-	c.unfused() // makes and tunes the plan
-	tuned := c.forceGEMV(gemvConfigs[0])
-	t.Cleanup(func() { c.forceGEMV(tuned) })
-	c.deviceChecks(t)
 }
 
 // deviceChecks runs FusedQKVRoPE with a negative position and then with a
@@ -594,7 +595,7 @@ func (c *qkvCase) deviceChecks(t *testing.T) {
 			p.must("write positions", p.g.Write(c.gpos, i32Bytes(pos)))
 			p.must("write slots", p.g.Write(c.gslots, i32Bytes(slots)))
 			c.reset()
-			ok, err := p.g.FusedQKVRoPE(c.gx, c.gw, nil, c.gpuArgs())
+			ok, err := p.g.fusedQKVRoPE(c.gx, c.gw, nil, c.gpuArgs())
 			if !ok || err != nil {
 				t.Fatalf("FusedQKVRoPE: %v, %v", ok, err)
 			}
@@ -608,37 +609,38 @@ func (c *qkvCase) deviceChecks(t *testing.T) {
 	p.must("restore slots", p.g.Write(c.gslots, i32Bytes(good)))
 }
 
-// TestFusedQKVRoPEGraph captures FusedQKVRoPE, on the fused kernel and on
-// the cuBLASLt fallback, and replays it three times with fresh x and
+// TestFusedQKVRoPEGraph captures FusedQKVRoPE on the pinned variant (4
+// rows), on a plan's GEMV variant and on its cuBLASLt fallback (9 rows),
+// and as the Q/K-norm pair, and replays it three times with fresh x and
 // positions written between replays: each replay must match an eager run
 // on the same inputs byte for byte.
 func TestFusedQKVRoPEGraph(t *testing.T) {
 	sharedBackend(t, true)
-	withBulkQKV(t, false)        // the register GEMV's kernel: its bytes are compared
-	withQKVGEMV(t, gemvConfig{}) // the plan's choice, which the test forces
-	if !gemvEnabled {
-		t.Skip("the GEMV is off (TRIGON_CUDA_GEMV=off): nothing fuses")
-	}
 	for _, tc := range []struct {
 		name  string
-		v     gemvConfig
-		norms bool // Q/K norms: the pinned GEMV and rope_store_kv under PDL
-	}{{"fused", gemvConfigs[2], false}, {"cuBLASLt", gemvConfig{}, false}, {"Q/K-norm pair", gemvConfigs[2], true}} {
+		n     int
+		v     gemvConfig // the plan's variant
+		norms bool       // Q/K norms: the pinned GEMV and rope_store_kv under PDL
+		fused bool       // the fused kernel runs, leaving QKV unwritten
+	}{
+		{"pinned", 4, gemvConfig{}, false, true},
+		{"fused", 9, gemvConfigs[2], false, true},
+		{"cuBLASLt", 9, gemvConfig{}, false, false},
+		{"Q/K-norm pair", 4, gemvConfig{}, true, false},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newPair(t)
 			g := p.g
-			c := newQKVCase(p, 8, 2, 64, 1024, 4)
+			c := newQKVCase(p, 8, 2, 64, 1024, tc.n)
 			if tc.norms {
 				c.withNorms(backend.F32, true, true)
-				qkvGEMV = tc.v
-				defer func() { qkvGEMV = gemvConfig{} }()
 			}
 			c.unfused() // makes and tunes the plan
 			tuned := c.forceGEMV(tc.v)
 			t.Cleanup(func() { c.forceGEMV(tuned) })
 			c.fused() // loads the kernels before capture
 			step := func() error {
-				ok, err := g.FusedQKVRoPE(c.gx, c.gw, nil, c.gpuArgs())
+				ok, err := g.fusedQKVRoPE(c.gx, c.gw, nil, c.gpuArgs())
 				if err == nil && !ok {
 					err = errors.New("FusedQKVRoPE returned false")
 				}
@@ -657,8 +659,8 @@ func TestFusedQKVRoPEGraph(t *testing.T) {
 				if string(got.q) != string(want.q) || string(got.kc) != string(want.kc) || string(got.vc) != string(want.vc) {
 					t.Fatalf("round %d: the replay differs from the eager run", round)
 				}
-				if fusedKernel := string(got.qkv) == string(c.qkvPoison); fusedKernel != (tc.v.nw > 0 && !tc.norms) {
-					t.Fatalf("round %d: QKV unwritten %v, want %v", round, fusedKernel, tc.v.nw > 0 && !tc.norms)
+				if fusedKernel := string(got.qkv) == string(c.qkvPoison); fusedKernel != tc.fused {
+					t.Fatalf("round %d: QKV unwritten %v, want %v", round, fusedKernel, tc.fused)
 				}
 				if string(want.kc) == string(c.initK) {
 					t.Fatalf("round %d: the K cache was not written", round)

@@ -3,7 +3,6 @@ package cuda
 import (
 	"bytes"
 	"encoding/binary"
-	"fmt"
 	"strings"
 	"testing"
 
@@ -72,62 +71,55 @@ func TestSampleTo(t *testing.T) {
 
 // TestSmallCopies writes random bytes with Write and reads them back with
 // Read and ReadAsync, through copy_words (whole words up to a ring slot)
-// and through the copy engines (smallCopy off; odd sizes; sizes past a
-// ring slot), back to back without a sync between them, so a kernel copy
-// reading a ring slot the host reuses, or a read landing late, shows.
+// and through the copy engines (odd sizes; sizes past a ring slot), back
+// to back without a sync between them, so a kernel copy reading a ring
+// slot the host reuses, or a read landing late, shows.
 func TestSmallCopies(t *testing.T) {
-	sharedBackend(t, true)
-	for _, kernel := range []bool{true, false} {
-		t.Run(fmt.Sprintf("kernel_%v", kernel), func(t *testing.T) {
-			defer func(v bool) { smallCopy = v }(smallCopy)
-			smallCopy = kernel
-			p := newPair(t)
-			type tc struct {
-				dt backend.DType
-				n  int // elements
+	p := newPair(t)
+	type tc struct {
+		dt backend.DType
+		n  int // elements
+	}
+	cases := []tc{{backend.I32, 1}, {backend.BF16, 3}, {backend.I32, 620}, {backend.I32, 16 << 10},
+		{backend.I32, ringSlotBytes / 4}, {backend.I32, ringSlotBytes/4 + 1}, {backend.BF16, 4097}}
+	// Twice the ring: slots are reused while earlier copies may be queued.
+	for round := range 2 * ringSlots / len(cases) {
+		ts, want := make([]backend.Tensor, len(cases)), make([][]byte, len(cases))
+		for i, c := range cases {
+			ts[i] = p.poisoned(c.dt, c.n)
+			size, _ := c.dt.Bytes([]int{c.n})
+			want[i] = make([]byte, size)
+			for j := range want[i] {
+				want[i][j] = byte(p.r.Uint32())
 			}
-			cases := []tc{{backend.I32, 1}, {backend.BF16, 3}, {backend.I32, 620}, {backend.I32, 16 << 10},
-				{backend.I32, ringSlotBytes / 4}, {backend.I32, ringSlotBytes/4 + 1}, {backend.BF16, 4097}}
-			// Twice the ring: slots are reused while earlier copies may be queued.
-			for round := range 2 * ringSlots / len(cases) {
-				ts, want := make([]backend.Tensor, len(cases)), make([][]byte, len(cases))
-				for i, c := range cases {
-					ts[i] = p.poisoned(c.dt, c.n)
-					size, _ := c.dt.Bytes([]int{c.n})
-					want[i] = make([]byte, size)
-					for j := range want[i] {
-						want[i][j] = byte(p.r.Uint32())
-					}
-					p.must("write", p.g.Write(ts[i], want[i]))
-				}
-				var waits []func() error
-				var got [][]byte
-				for i := range cases {
-					if len(want[i]) > backend.MaxAsyncRead || len(waits) == backend.MaxAsyncReads {
-						continue
-					}
-					buf := make([]byte, len(want[i]))
-					w, err := p.g.ReadAsync(ts[i], buf)
-					p.must("read async", err)
-					waits, got = append(waits, w), append(got, buf)
-				}
-				k := 0
-				for i := range cases {
-					if len(want[i]) > backend.MaxAsyncRead || k == len(waits) {
-						continue
-					}
-					p.must("wait", waits[k]())
-					if !bytes.Equal(got[k], want[i]) {
-						t.Errorf("round %d, %v[%d]: ReadAsync differs from what was written", round, cases[i].dt, cases[i].n)
-					}
-					k++
-				}
-				for i := range cases {
-					if b := readBytes(t, p.g, ts[i]); !bytes.Equal(b, want[i]) {
-						t.Errorf("round %d, %v[%d]: Read differs from what was written", round, cases[i].dt, cases[i].n)
-					}
-				}
+			p.must("write", p.g.Write(ts[i], want[i]))
+		}
+		var waits []func() error
+		var got [][]byte
+		for i := range cases {
+			if len(want[i]) > backend.MaxAsyncRead || len(waits) == backend.MaxAsyncReads {
+				continue
 			}
-		})
+			buf := make([]byte, len(want[i]))
+			w, err := p.g.ReadAsync(ts[i], buf)
+			p.must("read async", err)
+			waits, got = append(waits, w), append(got, buf)
+		}
+		k := 0
+		for i := range cases {
+			if len(want[i]) > backend.MaxAsyncRead || k == len(waits) {
+				continue
+			}
+			p.must("wait", waits[k]())
+			if !bytes.Equal(got[k], want[i]) {
+				t.Errorf("round %d, %v[%d]: ReadAsync differs from what was written", round, cases[i].dt, cases[i].n)
+			}
+			k++
+		}
+		for i := range cases {
+			if b := readBytes(t, p.g, ts[i]); !bytes.Equal(b, want[i]) {
+				t.Errorf("round %d, %v[%d]: Read differs from what was written", round, cases[i].dt, cases[i].n)
+			}
+		}
 	}
 }

@@ -3,6 +3,7 @@ package cuda
 import (
 	"errors"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/trigon-llm/trigon/backend"
@@ -18,7 +19,11 @@ type hostOnly struct {
 }
 
 func newHostOnly() *hostOnly {
-	return &hostOnly{b: &Backend{name: "cuda:host-only", cc: 90, sms: 132, tasks: make(chan task, 16)}, next: 1 << 20}
+	tune, err := Tuning{}.resolve()
+	if err != nil {
+		panic(err)
+	}
+	return &hostOnly{b: &Backend{name: "cuda:host-only", cc: 90, sms: 132, tune: tune, tasks: make(chan task, 16)}, next: 1 << 20}
 }
 
 // t makes a tensor of this backend at a fresh address.
@@ -152,28 +157,66 @@ func TestValidationWithoutGPU(t *testing.T) {
 	}
 }
 
-func TestParseGEMVMargin(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want float64
-		ok   bool
-	}{{"0", 0, true}, {"0.10", 0.10, true}, {"0.03", 0.03, true}, {"0.5", 0, false}, {"-0.1", 0, false}, {"NaN", 0, false}, {"", 0, false}, {"10%", 0, false}} {
-		got, err := parseGEMVMargin(tc.in)
-		if (err == nil) != tc.ok || (tc.ok && got != tc.want) {
-			t.Errorf("parseGEMVMargin(%q) = %g, %v; want %g, ok %v", tc.in, got, err, tc.want, tc.ok)
-		}
+// TestTuning checks Options.Tuning's validation and defaults: the zero
+// value is the defaults, each field takes its range, and a value outside
+// it is an error naming the field, so New fails before it touches a
+// device.
+func TestTuning(t *testing.T) {
+	def := tuning{decodeStages: 3, decodeMaxSplits: 32, decodeWaves: 4, decodeUnroll: 2, gemvMargin: 0.03,
+		tuneMaxRows: 64, normPrefetch: 12 << 20, qkvGEMV: gemvConfig{nw: 8, ur: 2}}
+	with := func(f func(*tuning)) tuning {
+		r := def
+		f(&r)
+		return r
 	}
-}
-
-func TestParseTuneMaxRows(t *testing.T) {
 	for _, tc := range []struct {
-		in   string
-		want int
-		ok   bool
-	}{{"64", 64, true}, {"1", 1, true}, {"8192", 8192, true}, {"1048576", 1 << 20, true}, {"0", 0, false}, {"-4", 0, false}, {"1048577", 0, false}, {"", 0, false}, {"2k", 0, false}} {
-		got, err := parseTuneMaxRows(tc.in)
-		if (err == nil) != tc.ok || (tc.ok && got != tc.want) {
-			t.Errorf("parseTuneMaxRows(%q) = %d, %v; want %d, ok %v", tc.in, got, err, tc.want, tc.ok)
-		}
+		name string
+		in   Tuning
+		want tuning
+		bad  string // the field an error names; "" for none
+	}{
+		{name: "defaults", want: def},
+		{name: "stages 2", in: Tuning{DecodeStages: 2}, want: with(func(r *tuning) { r.decodeStages = 2 })},
+		{name: "stages 4", in: Tuning{DecodeStages: 4}, want: with(func(r *tuning) { r.decodeStages = 4 })},
+		{name: "CUDA-core decode", in: Tuning{DecodeStages: -1}, want: with(func(r *tuning) { r.decodeStages = 0 })},
+		{name: "stages 1", in: Tuning{DecodeStages: 1}, bad: "DecodeStages"},
+		{name: "stages 5", in: Tuning{DecodeStages: 5}, bad: "DecodeStages"},
+		{name: "one split", in: Tuning{DecodeMaxSplits: 1}, want: with(func(r *tuning) { r.decodeMaxSplits = 1 })},
+		{name: "33 splits", in: Tuning{DecodeMaxSplits: 33}, bad: "DecodeMaxSplits"},
+		{name: "negative splits", in: Tuning{DecodeMaxSplits: -2}, bad: "DecodeMaxSplits"},
+		{name: "16 waves", in: Tuning{DecodeWaves: 16}, want: with(func(r *tuning) { r.decodeWaves = 16 })},
+		{name: "17 waves", in: Tuning{DecodeWaves: 17}, bad: "DecodeWaves"},
+		{name: "unroll 8", in: Tuning{DecodeUnroll: 8}, want: with(func(r *tuning) { r.decodeUnroll = 8 })},
+		{name: "unroll 3", in: Tuning{DecodeUnroll: 3}, bad: "DecodeUnroll"},
+		{name: "margin 0.1", in: Tuning{GEMVMargin: 0.1}, want: with(func(r *tuning) { r.gemvMargin = 0.1 })},
+		{name: "margin 0.5", in: Tuning{GEMVMargin: 0.5}, bad: "GEMVMargin"},
+		{name: "negative margin", in: Tuning{GEMVMargin: -0.1}, bad: "GEMVMargin"},
+		{name: "NaN margin", in: Tuning{GEMVMargin: math.NaN()}, bad: "GEMVMargin"},
+		{name: "tune 8192 rows", in: Tuning{TuneMaxRows: 8192}, want: with(func(r *tuning) { r.tuneMaxRows = 8192 })},
+		{name: "tune 1<<20+1 rows", in: Tuning{TuneMaxRows: 1<<20 + 1}, bad: "TuneMaxRows"},
+		{name: "tune -1 rows", in: Tuning{TuneMaxRows: -1}, bad: "TuneMaxRows"},
+		{name: "prefetch 4 MiB", in: Tuning{NormPrefetchBytes: 4 << 20}, want: with(func(r *tuning) { r.normPrefetch = 4 << 20 })},
+		{name: "no prefetch", in: Tuning{NormPrefetchBytes: -1}, want: with(func(r *tuning) { r.normPrefetch = 0 })},
+		{name: "prefetch 257 MiB", in: Tuning{NormPrefetchBytes: 257 << 20}, bad: "NormPrefetchBytes"},
+		{name: "prefetch -2", in: Tuning{NormPrefetchBytes: -2}, bad: "NormPrefetchBytes"},
+		{name: "QKV GEMV 4x8", in: Tuning{QKVGEMV: GEMVVariant{4, 8}}, want: with(func(r *tuning) { r.qkvGEMV = gemvConfig{4, 8} })},
+		{name: "QKV GEMV no spans", in: Tuning{QKVGEMV: GEMVVariant{Warps: 8}}, bad: "QKVGEMV"},
+		{name: "QKV GEMV 64 warps", in: Tuning{QKVGEMV: GEMVVariant{64, 2}}, bad: "QKVGEMV"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := tc.in.resolve()
+			if tc.bad != "" {
+				if err == nil || !strings.Contains(err.Error(), "Options.Tuning."+tc.bad+" ") {
+					t.Fatalf("%+v: %v, want an error naming %s", tc.in, err, tc.bad)
+				}
+				if _, nerr := New(Options{Tuning: tc.in}); nerr == nil || nerr.Error() != err.Error() {
+					t.Fatalf("New: %v, want %v", nerr, err)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("%+v: %+v, %v; want %+v", tc.in, got, err, tc.want)
+			}
+		})
 	}
 }

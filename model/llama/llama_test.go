@@ -446,7 +446,7 @@ func TestForwardRejectsBadInput(t *testing.T) {
 			kv := append([]model.LayerKV(nil), h.kv...)
 			kv[1].K = k
 			return kv
-		}, "layer 1 KV cache has shape"},
+		}, "layer 1 KV cache: forward: KCache: shape"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -5,8 +5,8 @@
 // together>.
 //
 // This is the CUDA-core decode kernel: attn_decode.cu's tensor-core one
-// replaces it on sm_80 and newer (attn_decode.go chooses); it stays for
-// older GPUs and as the benchmark's baseline.
+// replaces it wherever that one's ring fits a block's shared memory
+// (attn_decode.go chooses); it runs where it does not.
 //
 // Decode (one query row per sequence) is split-KV flash decoding: a block
 // owns one (sequence, KV head, split) and the GC query heads of the GQA

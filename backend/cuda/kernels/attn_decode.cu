@@ -82,8 +82,8 @@ __device__ __forceinline__ void ldsm_x4_trans(u32& r0, u32& r1, u32& r2, u32& r3
 // domain; NEG_INF: the part saw no key) and sum of exponentials lv[j],
 // into one: it returns the merged unnormalised sum and sets M and lsum to
 // the merged max and sum. Parts are taken in index order, so every merge
-// of the same parts (the block's cross-warp merge, the combine kernel, a
-// cluster's merge) gives the same float.
+// of the same parts (the block's cross-warp merge, the combine kernel)
+// gives the same float.
 template <int N>
 __device__ __forceinline__ float merge_parts(const float (&ov)[N], const float (&mv)[N], const float (&lv)[N],
                                              float& M, float& lsum) {
@@ -119,94 +119,6 @@ __device__ __forceinline__ float warp_merge(const float* obase, const float (&sm
   return merge_parts<NW>(ov, mv, lv, M, lsum);
 }
 
-#define MAX_CL 8  // largest cluster (split count) attn_decode_mma_cl merges
-
-// Thread-block cluster primitives (sm_90): a barrier over every thread of
-// the cluster whose shared-memory writes before it are visible to the
-// others after it, this block's rank, and a load from another block's
-// shared memory at the address local_addr has in this block's.
-__device__ __forceinline__ void cluster_sync() {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");  // release, then acquire: the defaults
-#endif
-}
-
-__device__ __forceinline__ u32 cluster_rank() {
-  u32 r = 0;
-#if __CUDA_ARCH__ >= 900
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-#endif
-  return r;
-}
-
-__device__ __forceinline__ float ld_cluster(u32 local_addr, u32 rank) {
-  float v = 0.f;
-#if __CUDA_ARCH__ >= 900
-  u32 remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local_addr), "r"(rank));
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
-#endif
-  return v;
-}
-
-// cluster_merge ends attn_decode_mma_cl: the block's rows (the warps'
-// outputs at obase and their sm_m, sm_l, merged as attn_decode_mma merges
-// them) go to cp [16][HD+2] in its own shared memory (o, then m and l),
-// the cluster meets, and the block of rank r merges every rank's copies
-// of its share of the rows x HD outputs (items r*NT, r*NT + nsplit*NT,
-// ...; NT the block's threads) into out. A second meeting keeps every
-// block's shared memory alive until the others have read it. h0 is the
-// block's first query head; cp may overlap obase (read before it is
-// written, across a __syncthreads).
-#define CL_IPT ((16 * HD + NW * 32 - 1) / (NW * 32))  // items a thread merges within its block
-__device__ __forceinline__ void cluster_merge(u16* out, const float* obase, const float (&sm_m)[NW][16],
-                                              const float (&sm_l)[NW][16], float* cp, int q0, int H, int h0, int rows,
-                                              int nsplit) {
-  float acc[CL_IPT], lsum[CL_IPT], mx[CL_IPT];
-#pragma unroll
-  for (int it = 0; it < CL_IPT; it++) {
-    const int idx = threadIdx.x + it * NW * 32;
-    acc[it] = lsum[it] = 0.f;
-    mx[it] = NEG_INF;
-    if (idx >= rows * HD) continue;
-    const int g = idx / HD, d = idx - g * HD;
-    acc[it] = warp_merge(obase, sm_m, sm_l, g, d, mx[it], lsum[it]);
-  }
-  __syncthreads();  // every warp is done reading obase, which cp overlaps
-#pragma unroll
-  for (int it = 0; it < CL_IPT; it++) {
-    const int idx = threadIdx.x + it * NW * 32;
-    if (idx >= rows * HD) continue;
-    const int g = idx / HD, d = idx - g * HD;
-    cp[g * (HD + 2) + d] = acc[it];
-    if (d == 0) {
-      cp[g * (HD + 2) + HD] = mx[it];
-      cp[g * (HD + 2) + HD + 1] = lsum[it];
-    }
-  }
-  cluster_sync();
-  const u32 base = smem_u32(cp);
-  for (int idx = (int)cluster_rank() * NW * 32 + threadIdx.x; idx < rows * HD; idx += nsplit * NW * 32) {
-    const int g = idx / HD, d = idx - g * HD;
-    float ov[MAX_CL], mv[MAX_CL], lv[MAX_CL];
-#pragma unroll
-    for (int j = 0; j < MAX_CL; j++) {
-      const bool in = j < nsplit;
-      ov[j] = in ? ld_cluster(base + (u32)(g * (HD + 2) + d) * 4, j) : 0.f;
-      mv[j] = in ? ld_cluster(base + (u32)(g * (HD + 2) + HD) * 4, j) : NEG_INF;
-      lv[j] = in ? ld_cluster(base + (u32)(g * (HD + 2) + HD + 1) * 4, j) : 0.f;
-    }
-    float M, ls;
-    const float o = merge_parts<MAX_CL>(ov, mv, lv, M, ls);
-    out[((i64)q0 * H + h0 + g) * HD + d] = f32_to_bf16(ls > 0.f ? o / ls : 0.f);
-  }
-  cluster_sync();
-}
-
-// attn_decode_body's flags bits.
-#define ATTN_KV_FIRST 1
-#define ATTN_LAUNCH_EARLY 2
-
 // attn_decode_mma: for each sequence with exactly one query row,
 // attention of up to 16 query heads of a GQA group over the split's share
 // of the context.
@@ -222,24 +134,10 @@ __device__ __forceinline__ void cluster_merge(u16* out, const float* obase, cons
 // ERR_QUERY_LEN, reported once per sequence, as does a sequence of
 // several rows when decode_only (no prefill kernel follows); a block id
 // outside the cache raises ERR_BLOCK_ID and its tokens are left out.
-// pf [pf_bytes] (any bytes, pf_bytes may be 0): asked into L2 while the
-// cache streams, a hint that changes no output. flags: bit 0 (ATTN_KV_FIRST)
-// the K/V reads carry an evict_first L2 policy; bit 1 (ATTN_LAUNCH_EARLY)
-// the kernel lets its dependents launch at its start instead of after
-// its K/V stream (they still wait for it to complete).
-//
-// With CL (attn_decode_mma_cl, sm_90), the nsplit blocks of a (sequence,
-// head chunk) are one thread-block cluster along z and merge their splits
-// through distributed shared memory instead of partials in global memory
-// and attn_decode_combine: each leaves its merged (o, m, l) in its own
-// shared memory, the cluster waits at a barrier, and each block merges a
-// 1/nsplit share of the outputs from every block's copy. nsplit is then
-// the cluster size (2..MAX_CL) and part is unused.
-template <bool CL>
 __device__ __forceinline__ void attn_decode_body(
     u16* out, float* part, const u16* q, const u16* kc, const u16* vc, const int* block_tables, int max_blocks,
     const int* seq_lens, const int* qstart, int H, int KV, int G, int nsplit, float scale_log2, int window, int num_blocks,
-    int num_tokens, int max_seq_len, int decode_only, int* err, const char* pf, i64 pf_bytes, int flags) {
+    int num_tokens, int max_seq_len, int decode_only, int* err) {
 #if __CUDA_ARCH__ >= 800
   extern __shared__ __align__(16) u16 dsm[];
   __shared__ float sm_m[NW][16], sm_l[NW][16];
@@ -250,7 +148,6 @@ __device__ __forceinline__ void attn_decode_body(
   const int g0 = (blockIdx.y - kvh * chunks) * 16;  // first query head of the group handled here
   const int rows = min(16, G - g0);                 // valid A rows
   const int split = blockIdx.z;
-  if (flags & ATTN_LAUNCH_EARLY) grid_dep_launch();
   const int q0 = qstart[s], qlen = qstart[s + 1] - q0;
   const int L = seq_lens[s];
   if (!rows_ok(q0, qlen, L, num_tokens, max_seq_len)) {
@@ -277,29 +174,11 @@ __device__ __forceinline__ void attn_decode_body(
   const i64 blk_stride = (i64)KV * BS * HD;
   const int nj = te - tb > warp ? (te - tb - warp + NW - 1) / NW : 0;  // tiles of this warp
 
-  // K/V rows are read once a step: with kv_first they are marked
-  // evict_first in L2, so they do not push out lines that are read again
-  // (the norms' prefetched weights, a prefetched pf).
-  const bool kv_first = flags & ATTN_KV_FIRST;
-  const u64 policy = kv_first ? evict_first_policy() : 0;
-  auto kv_copy = [&](u32 dst, const u16* src, bool ok) {
-    if (kv_first) cp_async16_hint(dst, src, ok, policy);
-    else cp_async16(dst, src, ok);
-  };
-  // The prefetch of pf[0, pf_bytes) into L2 (the O projection's weight,
-  // read by the product after this kernel and its combine; off by
-  // default: on the H200 it slowed batch 4, whose attention does not leave
-  // HBM idle, and sped batch 1 a little): thread i of the grid's nthr asks
-  // for lines i, i + nthr, ..., one after each of its tile issues.
-  const i64 nthr = (i64)gridDim.x * gridDim.y * gridDim.z * blockDim.x;
-  const i64 pf_lines = pf_bytes >> 7;
-  i64 pf_line = ((i64)blockIdx.x + gridDim.x * ((i64)blockIdx.y + (i64)gridDim.y * blockIdx.z)) * blockDim.x + threadIdx.x;
-  auto prefetch_next = [&]() {
-    if (pf_line < pf_lines) {
-      prefetch_l2(pf + (pf_line << 7));
-      pf_line += nthr;
-    }
-  };
+  // K/V rows are read once a step: they are marked evict_first in L2, so
+  // they do not push out lines that are read again (the weights the norms
+  // prefetch for the products after them).
+  const u64 policy = evict_first_policy();
+  auto kv_copy = [&](u32 dst, const u16* src, bool ok) { cp_async16_hint(dst, src, ok, policy); };
 
   // issue starts the copy of tile t (positions 16t..16t+15) into slot sl
   // and records which of its rows are valid keys. Each lane copies the
@@ -441,7 +320,6 @@ __device__ __forceinline__ void attn_decode_body(
       // Slot jn % ST was last read in step j-1, which ended in __syncwarp.
       if (jn < nj) issue(tb + warp + jn * NW, jn % ST, -1);
       cp_async_commit();
-      prefetch_next();
     }
     cp_async_wait<ST - 1>();  // this lane's copies of tile j have landed
     __syncwarp();             // and every other lane's
@@ -522,7 +400,6 @@ __device__ __forceinline__ void attn_decode_body(
     }
     __syncwarp();  // every lane is done with slot sl before it is refilled
   }
-  while (pf_line < pf_lines) prefetch_next();  // what the tiles did not carry
   cp_async_wait<0>();  // only empty groups can remain; the ring is reused below
   __syncwarp();
   grid_dep_launch();  // the K/V stream is done: the next kernel may launch during the merge
@@ -548,23 +425,19 @@ __device__ __forceinline__ void attn_decode_body(
   }
   __syncthreads();
   const float* obase = (const float*)(dsm + TT * KSTR);  // warp w's output at obase + w*ST*2*TILE/2 floats
-  if constexpr (CL) {
-    cluster_merge(out, obase, sm_m, sm_l, (float*)dsm, q0, H, kvh * G + g0, rows, nsplit);
-  } else {
-    for (int idx = threadIdx.x; idx < rows * HD; idx += NW * 32) {
-      const int g = idx / HD, d = idx - g * HD;
-      float M, lsum;
-      const float acc = warp_merge(obase, sm_m, sm_l, g, d, M, lsum);
-      const int h = kvh * G + g0 + g;
-      if (nsplit == 1) {
-        out[((i64)q0 * H + h) * HD + d] = f32_to_bf16(lsum > 0.f ? acc / lsum : 0.f);
-      } else {
-        float* pp = part + (((i64)s * H + h) * nsplit + split) * (HD + 2);
-        pp[d] = acc;
-        if (d == 0) {
-          pp[HD] = M;
-          pp[HD + 1] = lsum;
-        }
+  for (int idx = threadIdx.x; idx < rows * HD; idx += NW * 32) {
+    const int g = idx / HD, d = idx - g * HD;
+    float M, lsum;
+    const float acc = warp_merge(obase, sm_m, sm_l, g, d, M, lsum);
+    const int h = kvh * G + g0 + g;
+    if (nsplit == 1) {
+      out[((i64)q0 * H + h) * HD + d] = f32_to_bf16(lsum > 0.f ? acc / lsum : 0.f);
+    } else {
+      float* pp = part + (((i64)s * H + h) * nsplit + split) * (HD + 2);
+      pp[d] = acc;
+      if (d == 0) {
+        pp[HD] = M;
+        pp[HD + 1] = lsum;
       }
     }
   }
@@ -574,22 +447,9 @@ __device__ __forceinline__ void attn_decode_body(
 extern "C" __global__ void __launch_bounds__(NW * 32, MIN_BLOCKS) attn_decode_mma(
     u16* out, float* part, const u16* q, const u16* kc, const u16* vc, const int* block_tables, int max_blocks,
     const int* seq_lens, const int* qstart, int H, int KV, int G, int nsplit, float scale_log2, int window, int num_blocks,
-    int num_tokens, int max_seq_len, int decode_only, int* err, const char* pf, i64 pf_bytes, int flags) {
-  attn_decode_body<false>(out, part, q, kc, vc, block_tables, max_blocks, seq_lens, qstart, H, KV, G, nsplit, scale_log2,
-                          window, num_blocks, num_tokens, max_seq_len, decode_only, err, pf, pf_bytes, flags);
-}
-
-// attn_decode_mma_cl is attn_decode_mma for a launch whose nsplit blocks
-// of each (sequence, head chunk) form a cluster (1, 1, nsplit); sm_90 and
-// newer only (elsewhere it does nothing: the host never launches it there).
-extern "C" __global__ void __launch_bounds__(NW * 32, MIN_BLOCKS) attn_decode_mma_cl(
-    u16* out, float* part, const u16* q, const u16* kc, const u16* vc, const int* block_tables, int max_blocks,
-    const int* seq_lens, const int* qstart, int H, int KV, int G, int nsplit, float scale_log2, int window, int num_blocks,
-    int num_tokens, int max_seq_len, int decode_only, int* err, const char* pf, i64 pf_bytes, int flags) {
-#if __CUDA_ARCH__ >= 900
-  attn_decode_body<true>(out, part, q, kc, vc, block_tables, max_blocks, seq_lens, qstart, H, KV, G, nsplit, scale_log2,
-                         window, num_blocks, num_tokens, max_seq_len, decode_only, err, pf, pf_bytes, flags);
-#endif
+    int num_tokens, int max_seq_len, int decode_only, int* err) {
+  attn_decode_body(out, part, q, kc, vc, block_tables, max_blocks, seq_lens, qstart, H, KV, G, nsplit, scale_log2, window,
+                   num_blocks, num_tokens, max_seq_len, decode_only, err);
 }
 
 // attn_decode_combine merges the nsplit (<= MAX_SPLITS) partials of each

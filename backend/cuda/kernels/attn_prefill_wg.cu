@@ -4,9 +4,7 @@
 // (whose comment describes the unit loop, the row tiles counted from each
 // sequence's end and the masks, all kept here).
 //
-// Specialised with -DHD=<head dim, 64 or 128> -DBS=<cache block size>
-// -DPN=<N of each P.V wgmma: 64, or 128 when HD is 128> -DABL=<0; an
-// ablation for benchmarks, below>.
+// Specialised with -DHD=<head dim, 64 or 128> -DBS=<cache block size>.
 //
 // Design:
 //   - A block owns 128 query rows (BM) of one head: two warpgroups of 64
@@ -18,9 +16,9 @@
 //     outside the block's keys, as attn_prefill's load_kv); after each
 //     wait the writers fence the async proxy before the barrier. A
 //     thread's block-table loads for a tile are all issued before its
-//     copies (tile_rows): interleaved with them, each copy waited for its
-//     own load (the asm's memory clobber orders them), and the kernel ran
-//     at 204 TFLOP/s against 321 with no copies at all (docs/benchmarks.md).
+//     copies (tile_rows): interleaved with them, each copy would wait for
+//     its own load (the asm's memory clobber orders them), a memory
+//     latency per copy.
 //   - S = Q.K^T: HD/16 wgmma m64n128k16 per warpgroup, both operands from
 //     shared memory (K-major). The 64 f32 scores a thread holds are
 //     mma16816's C layout per 8-key tile, so the online softmax is
@@ -28,7 +26,7 @@
 //   - O += P.V: P rounded to bf16 in registers as the A operand (the C
 //     fragments of two 8-key tiles are the A fragment of 16 keys); V from
 //     shared memory as an MN-major B (the transpose flag), BN/16 steps of
-//     one m64n128k16 (PN 128) or HD/64 m64n64k16 (PN 64).
+//     one m64n128k16 at HD 128, one m64n64k16 at HD 64.
 //   - Two slots of a K and a V tile: tile j+1's copies are in flight
 //     while tile j is computed; one barrier per tile.
 //   - Each tile: S_j is issued first, then tile j+1's block-table loads
@@ -37,12 +35,10 @@
 //     cores idle during a group's softmax unless the other group's
 //     multiplies fill it. Issuing tile j's S before tile j-1's P.V inside
 //     a group, to hide the softmax under it (FA3's intra-warpgroup
-//     pipelining; commit 88fdaec), needed 255 registers with 32 bytes of
-//     spills and ran slower: 277 against 284 TFLOP/s (docs/benchmarks.md).
+//     pipelining), needs more registers than a thread has here: it
+//     spills.
 //     A multiply inside a branch makes ptxas serialise every wgmma
 //     (C7520); TestPrefillWGCompile fails on that warning and on spills.
-//   - ABL (benchmarks only, 0 in use): 1 loads only the first two tiles,
-//     2 skips the softmax arithmetic, to see what bounds the kernel.
 //
 // Shared memory (bytes, from a 1024-aligned base; the host's
 // prefillWGSmem computes the same total plus 1024 of alignment slack):
@@ -63,7 +59,6 @@
 #include "prefill_rows.cuh"  // needs HD and BN
 
 static_assert(HD == 64 || HD == 128, "the wgmma kernel takes head dims 64 and 128");
-static_assert(PN == 64 || (PN == 128 && HD == 128), "P.V steps are 64 columns, or 128 at head dim 128");
 
 // swz is the byte offset of 16-byte unit u (of HD/8) in row r of a
 // swizzled tile of `rows` rows.
@@ -131,7 +126,7 @@ __device__ __forceinline__ void issue_s(float (&sc)[BN / 2], u32 qt, u32 kt) {
 __device__ __forceinline__ void issue_pv(float (&o)[HD / 2], const u32 (&pa4)[BN / 16][4], u32 vt) {
 #pragma unroll
   for (int kc2 = 0; kc2 < BN / 16; kc2++) {
-#if PN == 128
+#if HD == 128
     wgmma_rs_n128(o, pa4[kc2][0], pa4[kc2][1], pa4[kc2][2], pa4[kc2][3], wg_desc(vt + (u32)(kc2 * 16 * 128), BN * 128, 1024));
 #else
 #pragma unroll
@@ -227,7 +222,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) attn_prefill_wg(
       const int k0 = kend - (j + 1) * BN;
       wgmma_fence();
       issue_s(sc, qt, kslot(j));
-      if (j + 1 < ntiles && ((ABL & 1) == 0 || j == 0)) {
+      if (j + 1 < ntiles) {
         tile_rows(off, bt, max_blocks, num_blocks, KV, kvh, kend - (j + 2) * BN, kstart, kend, err);
         load_rows(kslot(j + 1), kc, off);
         load_rows(vslot(j + 1), vc, off);
@@ -235,11 +230,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) attn_prefill_wg(
       cp_async_commit();
       wgmma_wait0();
       fence_regs<BN / 2>(sc);
-#if ABL & 2
-      ala = alb = 1.f;  // ablation: no softmax arithmetic
-#else
       softmax_tile(sc, rw, k0, masked(k0), tq, scale_log2, ala, alb);
-#endif
       scale_o(o, ala, alb);
 #pragma unroll
       for (int kc2 = 0; kc2 < BN / 16; kc2++) p_frag(pa4[kc2], sc, kc2);

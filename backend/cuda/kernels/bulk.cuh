@@ -1,6 +1,6 @@
 // bulk.cuh: the TMA unit's bulk copies and the mbarriers they complete
 // on (sm_90), shared by the kernels that stream weights into shared
-// memory (chain.cu, gemv_bulk.cu).
+// memory (gemv_bulk.cu).
 #pragma once
 #include "mma.cuh"
 

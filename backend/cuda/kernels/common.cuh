@@ -201,9 +201,9 @@ __device__ __forceinline__ float fast_exp2(float x) {
 #define NEG_INF (__int_as_float(0xff800000))
 
 // silu_f is x * sigmoid(x) = x / (1 + e^-x) through the MUFU unit (ex2
-// and rcp, each within a few f32 ulps). With the accurate expf and IEEE
-// division (estimated ~30 instructions an element, not counted in SASS)
-// prefill's silu_mul ran at 1.6 TB/s; with these, 4.3 TB/s (ncu). Large negative x give -0
+// and rcp, each within a few f32 ulps): with the accurate expf and IEEE
+// division, some thirty instructions an element, prefill's silu_mul is
+// bound by its arithmetic rather than by memory. Large negative x give -0
 // (e^-x is inf, its reciprocal 0). Every SiLU of the kernels uses it, so
 // fused and unfused products round the same values.
 __device__ __forceinline__ float silu_f(float x) {
@@ -216,75 +216,4 @@ __device__ __forceinline__ float silu_f(float x) {
 // inside the batch and its context holds them and fits max_seq_len.
 __device__ __forceinline__ bool rows_ok(int q0, int qlen, int L, int num_tokens, int max_seq_len) {
   return q0 >= 0 && qlen >= 0 && q0 + qlen <= num_tokens && L >= qlen && L <= max_seq_len;
-}
-
-// norm8 is 8 bf16 values of a residual row normalised as add_rmsnorm does
-// it: bf16((v * rs) * w), w the 8 matching F32 norm weights (the GEMV and
-// chain kernels that normalise their input).
-__device__ __forceinline__ uint4 norm8(uint4 v, float4 g0, float4 g1, float rs) {
-  const u32* vp = (const u32*)&v;
-  const float w[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
-  uint4 o;
-  u32* op = (u32*)&o;
-#pragma unroll
-  for (int j = 0; j < 4; j++) {
-    float a0 = __uint_as_float(vp[j] << 16), a1 = __uint_as_float(vp[j] & 0xffff0000u);
-    op[j] = (u32)f32_to_bf16((a0 * rs) * w[2 * j]) | ((u32)f32_to_bf16((a1 * rs) * w[2 * j + 1]) << 16);
-  }
-  return o;
-}
-
-// pack_bf16x2_rn is f32_to_bf16(lo) | f32_to_bf16(hi) << 16 (the same
-// bits for every non-NaN input), in one instruction on sm_80 and newer.
-__device__ __forceinline__ u32 pack_bf16x2_rn(float lo, float hi) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  u32 r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-#else
-  return (u32)f32_to_bf16(lo) | ((u32)f32_to_bf16(hi) << 16);
-#endif
-}
-
-// scale8 is 8 bf16 values times their F32 norm weights, rounded to bf16,
-// and adds their squares (before the weights) to ss: the input of a
-// product that applies the RMS norm's scale after it (gemv.cu with NP=1).
-__device__ __forceinline__ uint4 scale8(uint4 v, float4 g0, float4 g1, float& ss) {
-  const u32* vp = (const u32*)&v;
-  const float w[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
-  uint4 o;
-  u32* op = (u32*)&o;
-#pragma unroll
-  for (int j = 0; j < 4; j++) {
-    float a0 = __uint_as_float(vp[j] << 16), a1 = __uint_as_float(vp[j] & 0xffff0000u);
-    ss += a0 * a0 + a1 * a1;
-    op[j] = pack_bf16x2_rn(a0 * w[2 * j], a1 * w[2 * j + 1]);
-  }
-  return o;
-}
-
-// ss_share adds each thread's sums of squares (scale8's ss, one per
-// 8-row x tile t, for x row t*8 + lane/4) over the 4 lanes that share its
-// x row and puts the warp's in ssq[warp], for row_scale after the next
-// barrier of the threads that call it.
-template <int W, int R, int T>
-__device__ __forceinline__ void ss_share(float (&ssq)[W][R], const float (&ss)[T], int warp, int lane) {
-  static_assert(R == 8 * T, "ssq holds 8 rows a tile");
-#pragma unroll
-  for (int t = 0; t < T; t++) {
-    float v = ss[t];
-    v += __shfl_xor_sync(0xffffffffu, v, 1);
-    v += __shfl_xor_sync(0xffffffffu, v, 2);
-    if ((lane & 3) == 0) ssq[warp][t * 8 + (lane >> 2)] = v;
-  }
-}
-
-// row_scale is x row row's RMS-norm scale rsqrt(mean(x^2) + eps) from
-// ss_share's sums, added in warp order.
-template <int W, int R>
-__device__ __forceinline__ float row_scale(const float (&ssq)[W][R], int row, int k, float eps) {
-  float s = 0.f;
-#pragma unroll
-  for (int w = 0; w < W; w++) s += ssq[w][row];
-  return rsqrtf(s / (float)k + eps);
 }

@@ -1,8 +1,8 @@
 // copy.cu: small copies between host-mapped pinned memory and the device,
 // as kernels. A step's input upload and its sampled ids' read-back are a
-// few KB; as copy-engine operations each costs its own few microseconds
-// plus a switch between the engines and the SMs on either side (5-10 us
-// a switch on the H200), where a kernel follows a kernel in ~1.5 us.
+// few KB; as copy-engine operations each would cost its own setup plus a
+// switch between the engines and the SMs on either side, several times
+// the gap between two kernels.
 #include "common.cuh"
 
 // copy_words: dst[i] = src[i] for n 32-bit words; either side may be

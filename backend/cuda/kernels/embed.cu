@@ -18,7 +18,7 @@ extern "C" __global__ void __launch_bounds__(256) embed(void* out, const void* t
   // BF16 rows of whole 16-byte pieces: every thread's loads are issued
   // before its first store. (The loop below waits out one load per
   // element a thread: at 4096 elements and 256 threads, 16 memory
-  // latencies in a row, ~7 us for the first kernel of a decode step.)
+  // latencies in a row, for the first kernel of a decode step.)
   if ((dim & 7) == 0 && ((u64)table & 15) == 0 && (OT != DT_BF16 || ((u64)out & 15) == 0)) {
     const uint4* src = (const uint4*)((const u16*)table + (i64)(ok ? id : 0) * dim);
     const int nv = dim / 8;

@@ -1,9 +1,7 @@
 // gemv.cu: decode-shaped products y = x . W^T for a few rows of x (n <= 8*NT)
 // against a large BF16 weight, on the tensor cores.
 // Specialised with -DNT=<8-row tiles of x> -DNW=<warps per block>
-// -DUR=<32-wide k spans whose loads are issued together> -DOT=<y dtype>
-// -DNP=<1: kernels that normalise x apply the norm's scale after the
-// product (see gemv_steps_t), 0: before>.
+// -DUR=<32-wide k spans whose loads are issued together> -DOT=<y dtype>.
 //
 // Why not a CUDA-core GEMV: at batch 4 a CUDA-core dot product spends ~50
 // instructions (bf16 unpacking, FMAs, shuffles) per 16 bytes of weight,
@@ -78,70 +76,14 @@ __device__ __forceinline__ WRows wrows(const u16* w, int ra, int rb, int m, int 
   return r;
 }
 
-// norm_scales sets rs[t] to the RMS-norm scale rsqrt(mean(x^2) + eps) of
-// x row t*8 + gid (the row this thread feeds the mma as column gid of
-// tile t), for a product whose input is RMSNorm(x). Every block reads the
-// whole of x (a few KiB per row, from L2) and sums it itself, so no
-// kernel before the product has to: the sums are add_rmsnorm's, in
-// another order (the scale can differ from its in the last bit). All the
-// block's threads must call it (one __syncthreads).
-//   x [n, k] bf16, 16-byte aligned, k % 8 == 0;  ssq: shared scratch
-__device__ __forceinline__ void norm_scales(float (&rs)[NT], float (&ssq)[NW][8 * NT], const u16* x, int n, int k,
-                                            float eps, int warp, int lane, int gid) {
-  float ss[8 * NT];
-#pragma unroll
-  for (int r = 0; r < 8 * NT; r++) ss[r] = 0.f;
-  for (int c = threadIdx.x * 8; c < k; c += NW * 32 * 8) {
-#pragma unroll
-    for (int t = 0; t < NT; t++) {
-      uint4 v[8];
-#pragma unroll
-      for (int r = 0; r < 8; r++) v[r] = t * 8 + r < n ? *(const uint4*)(x + (i64)(t * 8 + r) * k + c) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-      for (int r = 0; r < 8; r++) {
-        const u32* p = (const u32*)&v[r];
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-          float a0 = __uint_as_float(p[j] << 16), a1 = __uint_as_float(p[j] & 0xffff0000u);
-          ss[t * 8 + r] += a0 * a0 + a1 * a1;
-        }
-      }
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < 8 * NT; r++) {
-    float v = warp_sum(ss[r]);
-    if (lane == 0) ssq[warp][r] = v;
-  }
-  __syncthreads();
-#pragma unroll
-  for (int t = 0; t < NT; t++) {
-    float s = 0.f;
-#pragma unroll
-    for (int w = 0; w < NW; w++) s += ssq[w][t * 8 + gid];
-    rs[t] = rsqrtf(s / (float)k + eps);
-  }
-}
-
 // gemv_steps accumulates into acc the warp's share of x . W^T for the rows
 // of r: spans warp, warp + NW, ..., UR of them per step. On entry r holds
 // step warp's weights (loaded before grid_dep_wait where allowed). The
 // weight loads of step i+1 are issued before the mmas of step i (two steps
 // of loads in flight per warp).
 //   acc[t]: C fragment of x rows t*8 .. t*8+7
-//
-// With NORM, x is a residual stream and the product's input is its RMS
-// norm, made as the spans are read (g the F32 norm weight [k], 16-byte
-// aligned). NP=0: x row t*8+gid becomes bf16((x * rs[t]) * g[k]),
-// add_rmsnorm's arithmetic, with rs from norm_scales (a pass over x before
-// the product). NP=1: it becomes bf16(x * g[k]) and ss[t] gathers the
-// row's squares as they pass, so the scale is known only after the
-// product, which the kernel then multiplies by it (row_scale): no second
-// pass over x, at the price of rounding x*g rather than x*rs*g to bf16.
-template <bool NORM>
-__device__ __forceinline__ void gemv_steps_t(WRows& r, float (&acc)[NT][4], const u16* x, const float* g,
-                                             const float (&rs)[NT], float (&ss)[NT], int n, int k, int warp, int gid,
-                                             int tq) {
+__device__ __forceinline__ void gemv_steps(WRows& r, float (&acc)[NT][4], const u16* x, int n, int k, int warp, int gid,
+                                           int tq) {
   int spans = (k + 31) >> 5;
   const uint4 zero = make_uint4(0, 0, 0, 0);
   const u16* x_p[NT];
@@ -172,22 +114,6 @@ __device__ __forceinline__ void gemv_steps_t(WRows& r, float (&acc)[NT][4], cons
       cb[u] = r.b[u];
     }
     r.load(s0 + NW * UR, spans, k, tq);  // the next step's weights, in flight during this step's mmas
-    if constexpr (NORM) {
-#pragma unroll
-      for (int u = 0; u < UR; u++) {
-        int kk = (s0 + u * NW) * 32 + tq * 8;
-        if (s0 + u * NW >= spans || kk >= k) continue;  // xv is zero there
-        float4 g0 = *(const float4*)(g + kk), g1 = *(const float4*)(g + kk + 4);
-#pragma unroll
-        for (int t = 0; t < NT; t++) {
-#if NP
-          xv[u][t] = scale8(xv[u][t], g0, g1, ss[t]);
-#else
-          xv[u][t] = norm8(xv[u][t], g0, g1, rs[t]);
-#endif
-        }
-      }
-    }
 #pragma unroll
     for (int u = 0; u < UR; u++) {
 #pragma unroll
@@ -197,14 +123,6 @@ __device__ __forceinline__ void gemv_steps_t(WRows& r, float (&acc)[NT][4], cons
       }
     }
   }
-}
-
-// gemv_steps is gemv_steps_t on x as it is.
-__device__ __forceinline__ void gemv_steps(WRows& r, float (&acc)[NT][4], const u16* x, int n, int k, int warp,
-                                           int gid, int tq) {
-  const float one[NT] = {};
-  float ss[NT] = {};
-  gemv_steps_t<false>(r, acc, x, nullptr, one, ss, n, k, warp, gid, tq);
 }
 
 // gemv_share puts each warp's C fragments where gemv_sum adds them
@@ -268,8 +186,6 @@ extern "C" __global__ void __launch_bounds__(NW * 32) gemv_bf16(void* y, const u
 // never goes to memory and back and one kernel launch fewer runs per layer.
 //   q_out [n, H*hd] bf16;  x [n, k] bf16;  w [(H+2*KV)*hd, k] bf16: Q, K, V rows
 //   pos, slots [n] int32 (slot = block*bs + offset; < 0 skips the K/V write)
-//   g [k] f32 or null: with g, x is a residual stream and the projection's
-//     input is RMSNorm(x) * g with epsilon eps (norm_scales, norm8)
 //   bias [(H+2*KV)*hd] f32 or null: added to the projection as MatMul's
 //     add_bias adds it (to the bf16-rounded product, rounded again)
 //   kc, vc [numBlocks, KV, bs, hd] bf16;  inv_freq [hd/2] f32
@@ -288,23 +204,23 @@ extern "C" __global__ void __launch_bounds__(NW * 32) gemv_bf16(void* y, const u
 // as gemv_bf16 stores it, then rotated with the same expressions. Bad
 // positions and slots are reported as rope_store_kv reports them.
 //
-// early_w: bit 0 as gemv_bf16's early_w; bit 1 (the host's launchEarly)
-// lets the dependent kernel launch at once rather than after the weight
-// stream. The product's blocks leave room on an SM, so decode attention's
-// blocks become resident under its stream and issue their first K/V tiles
-// (every row but the newest, which this kernel writes) before they wait.
+// early_w's bit 0 as gemv_bf16's early_w. Bit 1 (the host's lowering sets
+// it before decode attention) lets the dependent launch at once rather
+// than after the weight stream: the product's blocks leave room on an SM,
+// so decode attention's blocks become resident under its stream and issue
+// their first K/V tiles (every row but the newest, which this kernel
+// writes) before they wait.
 // Epilogue items per thread: a V block's NT*128 C elements over its threads.
 #define EPI ((NT * 128 + NW * 32 - 1) / (NW * 32))
 
 extern "C" __global__ void __launch_bounds__(NW * 32) qkv_rope_bf16(
     u16* q_out, const u16* x, const u16* w, const int* pos, const int* slots, u16* kc, u16* vc,
-    const float* inv_freq, const float* bias, const float* g, float eps, int n, int k, int H, int KV, int hd, int bs,
-    int num_slots, int* err, int early_w) {
-  if (early_w & 2) grid_dep_launch();  // the host's launchEarly: attention's blocks take the room left
+    const float* inv_freq, const float* bias, int n, int k, int H, int KV, int hd, int bs, int num_slots, int* err,
+    int early_w) {
+  if (early_w & 2) grid_dep_launch();  // the lowering's early attribute: attention's blocks take the room left
   early_w &= 1;
   if (!early_w) grid_dep_wait();
   __shared__ float red[NW][NT][32][4];
-  __shared__ float ssq[NW][8 * NT];
   int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   int gid = lane >> 2, tq = lane & 3;
   int half = hd >> 1;
@@ -362,20 +278,10 @@ extern "C" __global__ void __launch_bounds__(NW * 32) qkv_rope_bf16(
   }
 
   float acc[NT][4];
-  float ss[NT] = {};
-  if (g) {
-    float rs[NT] = {};
-    if (!NP) norm_scales(rs, ssq, x, n, k, eps, warp, lane, gid);
-    gemv_steps_t<true>(r, acc, x, g, rs, ss, n, k, warp, gid, tq);
-  } else {
-    gemv_steps(r, acc, x, n, k, warp, gid, tq);
-  }
+  gemv_steps(r, acc, x, n, k, warp, gid, tq);
   grid_dep_launch();  // every weight is read: the next kernel may launch during the epilogue
   gemv_share(red, acc, warp, lane);
-  if (NP && g) ss_share(ssq, ss, warp, lane);
   __syncthreads();
-  // The norm's scale of an x row, applied after the product (NP=1).
-  auto post = [&](int row) { return NP && g ? row_scale(ssq, row, k, eps) : 1.f; };
   if (rotated) {
     // One thread per rotate-half pair: (tile t, lane l, x row parity e).
 #pragma unroll
@@ -385,9 +291,8 @@ extern "C" __global__ void __launch_bounds__(NW * 32) qkv_rope_bf16(
       int t = idx >> 6, l = (idx >> 1) & 31, e = idx & 1;
       int row = t * 8 + (l & 3) * 2 + e;
       if (row >= n) continue;
-      float sc = post(row);
-      float x1 = round_to<DT_BF16>(gemv_sum(red, t, l, e) * sc);
-      float x2 = round_to<DT_BF16>(gemv_sum(red, t, l, e + 2) * sc);
+      float x1 = round_to<DT_BF16>(gemv_sum(red, t, l, e));
+      float x2 = round_to<DT_BF16>(gemv_sum(red, t, l, e + 2));
       if (bias) {
         x1 = round_to<DT_BF16>(x1 + pre_b1[it]);
         x2 = round_to<DT_BF16>(x2 + pre_b2[it]);
@@ -436,7 +341,7 @@ extern "C" __global__ void __launch_bounds__(NW * 32) qkv_rope_bf16(
       if (slot < 0) continue;
       int blk = slot / bs, off = slot - blk * bs;
       int i = v0 + (l >> 2) + (e >> 1) * 8;
-      float v = gemv_sum(red, t, l, e) * post(row);
+      float v = gemv_sum(red, t, l, e);
       if (bias) v = round_to<DT_BF16>(v) + pre_b1[it];
       vc[(((i64)blk * KV + vh) * bs + off) * hd + i] = f32_to_bf16(v);
     }
@@ -473,47 +378,5 @@ extern "C" __global__ void __launch_bounds__(NW * 32) gemv_add_bf16(u16* y, cons
       i64 i = (i64)row * m + feat;
       y[i] = f32_to_bf16(round_to<DT_BF16>(gemv_sum(red, t, l, e)) + bf16_to_f32(y[i]));
     }
-  }
-}
-
-// gemv_norm_silu_bf16: a decode step's MLP input half, one kernel for
-// add_rmsnorm (without the add), the fused gate/up projection and
-// silu_mul: out[t, j] = silu(G[t, j]) * U[t, j] with [G | U] =
-// (RMSNorm(h) * g) . w^T, each rounded to bf16 as the unfused ops round.
-//   out [n, inter] bf16;  h [n, k] bf16 (the residual stream);  g [k] f32
-//   w [2*inter, k] bf16: the gate rows, then the up rows; inter % 8 == 0
-// grid (inter/8), block NW*32: block b's mma A rows 0..7 are gate rows
-// 8b..8b+7 and rows 8..15 the up rows of the same features, so each
-// thread's C fragment holds a feature's gate (c0, c1) and up (c2, c3).
-extern "C" __global__ void __launch_bounds__(NW * 32) gemv_norm_silu_bf16(u16* out, const u16* h, const float* g,
-                                                                        float eps, const u16* w, int n, int inter,
-                                                                        int k, int early_w) {
-  if (!early_w) grid_dep_wait();
-  __shared__ float red[NW][NT][32][4];
-  __shared__ float ssq[NW][8 * NT];
-  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int gid = lane >> 2, tq = lane & 3;
-  int f0 = blockIdx.x * 8;
-  WRows r = wrows(w, f0 + gid, inter + f0 + gid, 2 * inter, k, tq);
-  r.load(warp, (k + 31) >> 5, k, tq);
-  if (early_w) grid_dep_wait();
-
-  float rs[NT] = {}, ss[NT] = {};
-  if (!NP) norm_scales(rs, ssq, h, n, k, eps, warp, lane, gid);
-  float acc[NT][4];
-  gemv_steps_t<true>(r, acc, h, g, rs, ss, n, k, warp, gid, tq);
-  grid_dep_launch();
-  gemv_share(red, acc, warp, lane);
-  if (NP) ss_share(ssq, ss, warp, lane);
-  __syncthreads();
-  // One thread per (tile t, lane l, x row parity e): a gate and its up.
-  for (int idx = threadIdx.x; idx < NT * 64; idx += NW * 32) {
-    int t = idx >> 6, l = (idx >> 1) & 31, e = idx & 1;
-    int row = t * 8 + (l & 3) * 2 + e;
-    if (row >= n) continue;
-    float sc = NP ? row_scale(ssq, row, k, eps) : 1.f;
-    float gt = round_to<DT_BF16>(gemv_sum(red, t, l, e) * sc);
-    float up = round_to<DT_BF16>(gemv_sum(red, t, l, e + 2) * sc);
-    out[(i64)row * inter + f0 + (l >> 2)] = f32_to_bf16(silu_f(gt) * up);
   }
 }

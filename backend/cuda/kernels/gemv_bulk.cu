@@ -2,9 +2,9 @@
 // with the weight streamed into shared memory by the TMA unit (sm_90).
 //
 // Why a second GEMV: gemv.cu's warps load the weight into registers, so
-// the bytes in flight per SM are capped by the register file, and on the
-// H200 its products stream at ~3.7 TB/s where a pure read reaches 4.5
-// (tools/gpu/probes/stream.cu, docs/benchmarks.md). Here one producer
+// the bytes in flight per SM are capped by the register file, and its
+// products stream the weight below what a pure read reaches
+// (tools/gpu/probes/stream.cu). Here one producer
 // thread per block keeps ST stages of the block's weight rows in flight
 // as 1D bulk copies (one per row and stage) completing on mbarriers, and
 // CW consumer warps multiply each stage once it lands (mma.sync, the
@@ -27,10 +27,12 @@
 //
 // Under programmatic dependent launch the producer starts streaming
 // before griddepcontrol.wait when early_w says no kernel of the step
-// writes the weight (gemv.cu's rule); the consumers wait before reading x.
-// early_w's bit 1 (the host's launchEarly) lets the dependent kernel
-// launch at this kernel's start instead of after each block's last tile:
-// its blocks take SM room as this kernel's leave, sooner.
+// writes the weight (gemv.cu's rule, early_w's bit 0); the consumers wait
+// before reading x. early_w's bit 1 (the host's lowering sets it for
+// gemvb_silu_bf16 before the down product) lets the dependent kernel
+// launch at this one's start instead of after each block's last tile: its
+// blocks take SM room as this kernel's leave, sooner, and its producers
+// start streaming.
 // Rounding is gemv.cu's (products rounded to bf16 before the residual add
 // or SiLU); the k split differs, so sums match gemv.cu's to f32 rounding,
 // not bit for bit.
@@ -54,7 +56,6 @@
 #define MODE_PLAIN 0
 #define MODE_ADD 1
 #define MODE_SILU 2
-#define MODE_QKV 3
 
 static_assert(CK % (32 * CW) == 0, "CK must be a multiple of 32*CW");
 
@@ -63,65 +64,34 @@ __device__ __forceinline__ void gemvb_consumers_sync() {
   asm volatile("bar.sync 1, %0;" ::"n"(CW * 32) : "memory");
 }
 
-// QKVEpi is the QKV kernel's epilogue operands (qkv_rope_bf16's): the
-// step's positions and slots, the paged caches, RoPE's inverse
-// frequencies, and the shapes. Other modes pass one unused.
-struct QKVEpi {
-  const int* pos;
-  const int* slots;
-  u16* kc;
-  u16* vc;
-  const float* inv_freq;
-  int* err;
-  int H, KV, hd, bs, num_slots;
-};
-
 // gemvb_row is the weight row that A row r of tile t multiplies, or -1
-// past the end of w (a partial last tile of a plain product). The QKV
-// kernel's tiles are qkv_rope_bf16's blocks: a Q or K head's tile holds
-// its features f0..f0+7 as rows 0..7 and their rotate-half partners
-// f0+hd/2.. as rows 8..15; V tiles hold 16 consecutive features.
+// past the end of w (a partial last tile of a plain product).
 template <int MODE>
-__device__ __forceinline__ int gemvb_row(int t, int r, int m, const QKVEpi& qe) {
+__device__ __forceinline__ int gemvb_row(int t, int r, int m) {
   if (MODE == MODE_SILU) return r < 8 ? t * 8 + r : m + t * 8 + (r - 8);  // m = inter here
-  if (MODE == MODE_QKV) {
-    int hb = qe.hd >> 4, rot = (qe.H + qe.KV) * hb;
-    if (t < rot) {
-      int head = t / hb, f0 = (t - head * hb) * 8;
-      return head * qe.hd + f0 + (r < 8 ? r : (qe.hd >> 1) + r - 8);
-    }
-    return (qe.H + qe.KV) * qe.hd + (t - rot) * 16 + r;
-  }
   int row = t * 16 + r;
   return row < m ? row : -1;
 }
-
-// QKV_EPI is the epilogue items of one consumer thread: a V tile's NT*128
-// C elements over the consumer threads.
-#define QKV_EPI ((NT * 128 + CW * 32 - 1) / (CW * 32))
 
 // gemvb runs the product; MODE picks the epilogue.
 //   PLAIN: y [n, m] OT = x . w^T;  w [m, k]
 //   ADD:   y [n, m] bf16 += bf16(x . w^T);  w [m, k]
 //   SILU:  y [n, m] bf16 = bf16(silu(G) * U), [G | U] = bf16(x . w^T);
 //          w [2m, k] (gate rows, then up rows), m % 8 == 0
-//   QKV:   y = Q [n, H*hd] bf16, K and V into qe's caches: qkv_rope_bf16's
-//          epilogue on bf16(x . w^T); w [(H+2*KV)*hd, k], hd % 16 == 0
 //   x [n, k] bf16
 template <int MODE>
-__device__ __forceinline__ void gemvb(void* y, const u16* x, const u16* w, int n, int m, int k, int early_w,
-                                      const QKVEpi& qe) {
+__device__ __forceinline__ void gemvb(void* y, const u16* x, const u16* w, int n, int m, int k, int early_w) {
 #if __CUDA_ARCH__ < 900
   __trap();  // the host launches these kernels on sm_90 and newer only
 #else
-  if (early_w & 2) grid_dep_launch();  // the host's launchEarly: dependents launch at once
+  if (early_w & 2) grid_dep_launch();  // the lowering's early attribute: the next kernel launches at once
   early_w &= 1;
   extern __shared__ __align__(128) unsigned char ring[];  // ST stage buffers
   __shared__ __align__(8) u64 full[ST], empty[ST];
   __shared__ float red[CW][NT][32][4];
   int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   int gid = lane >> 2, tq = lane & 3;
-  int tiles = MODE == MODE_SILU ? m / 8 : (m + 15) / 16;  // QKV: m % 16 == 0
+  int tiles = MODE == MODE_SILU ? m / 8 : (m + 15) / 16;
   int stages = k / CK;
   if (threadIdx.x == 0) {
     for (int s = 0; s < ST; s++) {
@@ -141,7 +111,7 @@ __device__ __forceinline__ void gemvb(void* y, const u16* x, const u16* w, int n
       u32 bytes = 0;
 #pragma unroll
       for (int r = 0; r < 16; r++) {
-        rows[r] = gemvb_row<MODE>(t, r, m, qe);
+        rows[r] = gemvb_row<MODE>(t, r, m);
         if (rows[r] >= 0) bytes += CK * 2;
       }
       for (int i = 0; i < stages; i++, g++) {
@@ -173,36 +143,6 @@ __device__ __forceinline__ void gemvb(void* y, const u16* x, const u16* w, int n
   const uint4 zero = make_uint4(0, 0, 0, 0);
   int g = 0;
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    // The QKV epilogue's small inputs (position, slot, inverse frequency
-    // of each of this thread's items, numbered as the epilogue numbers
-    // them), loaded now so their latency passes under the stream.
-    int pre_pos[QKV_EPI], pre_slot[QKV_EPI];
-    float pre_invf[QKV_EPI];
-    int head = 0, f0 = 0;
-    bool rotated = false;
-    if (MODE == MODE_QKV) {
-      int hb = qe.hd >> 4, rot = (qe.H + qe.KV) * hb;
-      rotated = tile < rot;
-      if (rotated) {
-        head = tile / hb;
-        f0 = (tile - head * hb) * 8;  // first rotate-half pair of the tile
-      } else {
-        f0 = (tile - rot) * 16;  // first V feature of the tile
-      }
-#pragma unroll
-      for (int it = 0; it < QKV_EPI; it++) {
-        int idx = threadIdx.x + it * CW * 32, row = n;
-        if (rotated) {
-          if (idx < NT * 64) row = (idx >> 6) * 8 + (((idx >> 1) & 31) & 3) * 2 + (idx & 1);
-        } else if (idx < NT * 128) {
-          row = (idx >> 7) * 8 + (((idx >> 2) & 31) & 3) * 2 + (idx & 1);
-        }
-        bool ok = row < n;
-        pre_pos[it] = ok && rotated ? qe.pos[row] : 0;
-        pre_slot[it] = ok && (!rotated || head >= qe.H) ? qe.slots[row] : 0;
-        pre_invf[it] = ok && rotated ? qe.inv_freq[f0 + (((idx >> 1) & 31) >> 2)] : 0.f;
-      }
-    }
     float acc[NT][4];
 #pragma unroll
     for (int t = 0; t < NT; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
@@ -264,63 +204,7 @@ __device__ __forceinline__ void gemvb(void* y, const u16* x, const u16* w, int n
       for (int ww = 0; ww < CW; ww++) v += red[ww][t][l][e];
       return v;
     };
-    if (MODE == MODE_QKV && rotated) {
-      // One thread per rotate-half pair: (x tile t, lane l, row parity e).
-      int half = qe.hd >> 1;
-#pragma unroll
-      for (int it = 0; it < QKV_EPI; it++) {
-        int idx = threadIdx.x + it * CW * 32;
-        if (idx >= NT * 64) break;
-        int t = idx >> 6, l = (idx >> 1) & 31, e = idx & 1;
-        int row = t * 8 + (l & 3) * 2 + e;
-        if (row >= n) continue;
-        float x1 = round_to<DT_BF16>(sum(t, l, e));
-        float x2 = round_to<DT_BF16>(sum(t, l, e + 2));
-        int i = f0 + (l >> 2);
-        int p = pre_pos[it];
-        if (p < 0) {
-          report(qe.err, ERR_POSITION);
-          p = 0;
-        }
-        u16* out = (u16*)y;
-        i64 dst = ((i64)row * qe.H + head) * qe.hd;
-        if (head >= qe.H) {
-          int slot = pre_slot[it];
-          if (slot >= qe.num_slots) {
-            report(qe.err, ERR_SLOT);
-            continue;
-          }
-          if (slot < 0) continue;
-          int blk = slot / qe.bs, off = slot - blk * qe.bs;
-          out = qe.kc;
-          dst = (((i64)blk * qe.KV + (head - qe.H)) * qe.bs + off) * qe.hd;
-        }
-        float sn, cs;
-        sincosf((float)p * pre_invf[it], &sn, &cs);
-        out[dst + i] = f32_to_bf16(x1 * cs - x2 * sn);
-        out[dst + i + half] = f32_to_bf16(x2 * cs + x1 * sn);
-      }
-    } else if (MODE == MODE_QKV) {
-      // V, stored as projected: one thread per C element.
-      int vh = f0 / qe.hd, v0 = f0 - vh * qe.hd;
-#pragma unroll
-      for (int it = 0; it < QKV_EPI; it++) {
-        int idx = threadIdx.x + it * CW * 32;
-        if (idx >= NT * 128) break;
-        int t = idx >> 7, l = (idx >> 2) & 31, e = idx & 3;
-        int row = t * 8 + (l & 3) * 2 + (e & 1);
-        if (row >= n) continue;
-        int slot = pre_slot[it];
-        if (slot >= qe.num_slots) {
-          report(qe.err, ERR_SLOT);
-          continue;
-        }
-        if (slot < 0) continue;
-        int blk = slot / qe.bs, off = slot - blk * qe.bs;
-        int i = v0 + (l >> 2) + (e >> 1) * 8;
-        qe.vc[(((i64)blk * qe.KV + vh) * qe.bs + off) * qe.hd + i] = f32_to_bf16(sum(t, l, e));
-      }
-    } else if (MODE == MODE_SILU) {
+    if (MODE == MODE_SILU) {
       // One thread per (x tile t, lane l, row parity e): a gate and its up.
       for (int idx = threadIdx.x; idx < NT * 64; idx += CW * 32) {
         int t = idx >> 6, l = (idx >> 1) & 31, e = idx & 1;
@@ -355,7 +239,7 @@ __device__ __forceinline__ void gemvb(void* y, const u16* x, const u16* w, int n
 //   y [n, m] OT;  x [n, k] bf16;  w [m, k] bf16
 extern "C" __global__ void __launch_bounds__(GEMVB_THREADS, GEMVB_MINB) gemvb_bf16(void* y, const u16* x, const u16* w, int n,
                                                                      int m, int k, int early_w) {
-  gemvb<MODE_PLAIN>(y, x, w, n, m, k, early_w, QKVEpi{});
+  gemvb<MODE_PLAIN>(y, x, w, n, m, k, early_w);
 }
 
 // gemvb_add_bf16: y[t, o] += bf16(sum_k x[t, k] * w[o, k]), rounded as
@@ -363,7 +247,7 @@ extern "C" __global__ void __launch_bounds__(GEMVB_THREADS, GEMVB_MINB) gemvb_bf
 //   y [n, m] bf16 (read and written);  x [n, k] bf16;  w [m, k] bf16
 extern "C" __global__ void __launch_bounds__(GEMVB_THREADS, GEMVB_MINB) gemvb_add_bf16(u16* y, const u16* x, const u16* w,
                                                                          int n, int m, int k, int early_w) {
-  gemvb<MODE_ADD>(y, x, w, n, m, k, early_w, QKVEpi{});
+  gemvb<MODE_ADD>(y, x, w, n, m, k, early_w);
 }
 
 // gemvb_silu_bf16: out[t, j] = silu(G[t, j]) * U[t, j], [G | U] = x . w^T,
@@ -372,18 +256,5 @@ extern "C" __global__ void __launch_bounds__(GEMVB_THREADS, GEMVB_MINB) gemvb_ad
 //   then up rows);  inter % 8 == 0
 extern "C" __global__ void __launch_bounds__(GEMVB_THREADS, GEMVB_MINB) gemvb_silu_bf16(u16* out, const u16* x, const u16* w,
                                                                           int n, int inter, int k, int early_w) {
-  gemvb<MODE_SILU>(out, x, w, n, inter, k, early_w, QKVEpi{});
-}
-
-// gemvb_qkv_rope_bf16: a decode step's QKV projection with rope_store_kv's
-// work in the epilogue, as qkv_rope_bf16 (gemv.cu) does it (no Q/K norm,
-// bf16 Q and caches; bad positions and slots reported as it reports them),
-// on the bulk-copy stream.
-//   q_out [n, H*hd] bf16;  x [n, k] bf16;  w [(H+2*KV)*hd, k] bf16
-//   pos, slots [n] int32 (slot < 0 skips the K/V write);  inv_freq [hd/2] f32
-//   kc, vc [numBlocks, KV, bs, hd] bf16;  hd % 16 == 0
-extern "C" __global__ void __launch_bounds__(GEMVB_THREADS, GEMVB_MINB) gemvb_qkv_rope_bf16(
-    u16* q_out, const u16* x, const u16* w, const int* pos, const int* slots, u16* kc, u16* vc, const float* inv_freq,
-    int n, int k, int H, int KV, int hd, int bs, int num_slots, int* err, int early_w) {
-  gemvb<MODE_QKV>(q_out, x, w, n, (H + 2 * KV) * hd, k, early_w, QKVEpi{pos, slots, kc, vc, inv_freq, err, H, KV, hd, bs, num_slots});
+  gemvb<MODE_SILU>(out, x, w, n, inter, k, early_w);
 }

@@ -40,7 +40,7 @@ extern "C" __global__ void __launch_bounds__(1024) add_rmsnorm(void* out, const 
     // BF16 rows of up to 16 * blockDim.x elements, BF16 or F32 weights:
     // each thread owns up to two 8-element chunks and moves them with
     // 16-byte loads and stores (prefill rows: 8x fewer memory instructions
-    // than the path below, which reached 1.6 TB/s; the arithmetic is the
+    // than the path below, which is bound by them; the arithmetic is the
     // same, the sum of squares is added in another order).
     u64 addr = (u64)x | (u64)res | (u64)out | (u64)w;
     if ((dim & 7) == 0 && (addr & 15) == 0 && dim <= 16 * nt) {

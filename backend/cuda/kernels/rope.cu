@@ -13,9 +13,8 @@
 #define TPW 2
 // Heads per block, a warp each: the block's TPW x HD/2 rotation angles
 // are computed once, into shared memory, and shared by its heads (with a
-// warp per token and head, every head recomputed its token's precise
-// sincosf pairs, which made prefill's rope_store_kv instruction-bound:
-// 26 us for 50 MB at 2048 tokens of Llama-3-8B).
+// warp per token and head, every head would recompute its token's precise
+// sincosf pairs, which makes prefill's rope_store_kv instruction-bound).
 #define HPB 8
 
 // rope_store_kv: one warp per TPW tokens and a head; heads [0, H) are Q

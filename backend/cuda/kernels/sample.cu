@@ -293,8 +293,8 @@ extern "C" __global__ void __launch_bounds__(NT) sample_rows(const float* logits
 
 // argmax_rows is sample_rows for rows that are all greedy, split over
 // many blocks: sample_rows gives a row one block, which reads its 128k
-// logits at one SM's bandwidth (~20 us a step at batch 4 on the H200),
-// while here every block takes a chunk of a row and the last block of
+// logits at one SM's bandwidth (a long time in a decode step), while here
+// every block takes a chunk of a row and the last block of
 // the row to finish reduces the chunks' results.
 //   logits [n, vocab] f32
 //   part   [n, S] u64 scratch (S = gridDim.x)
