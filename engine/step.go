@@ -19,6 +19,7 @@ type flight struct {
 	picks  []*choice
 	wait   func() ([]int32, error)
 	before sched.Stats
+	label  stepLabel // for the step metrics
 }
 
 func newOutput() sched.StepOutput {
@@ -47,9 +48,12 @@ func (e *Engine) step() error {
 		if stepErr != nil {
 			e.abortPlan(plan, stepErr)
 		}
+		e.timer.deliveredCurrent()
 	} else {
 		// Nothing could run (waiting for blocks): do not spin.
+		t0 := e.timer.now()
 		time.Sleep(time.Millisecond)
+		e.timer.stalled(t0)
 	}
 	return e.update(plan, out, before, stepErr)
 }
@@ -82,7 +86,10 @@ func (e *Engine) land() error {
 		}
 	}
 	out := newOutput()
+	t0 := e.timer.now()
 	ids, err := cur.wait()
+	e.timer.waitedDevice(t0)
+	e.timer.delivered(cur.label)
 	if err == nil && len(ids) != len(cur.picks) {
 		err = fmt.Errorf("engine: %d sampled ids for %d rows", len(ids), len(cur.picks))
 	}
@@ -126,6 +133,8 @@ func (e *Engine) canFollow(fl *flight) bool {
 // on the device, and samples it on the device too.
 func (e *Engine) launchAhead(plan *sched.Plan) (*flight, error) {
 	before := e.sch.Stats()
+	e.timer.beginStep(plan)
+	defer e.timer.dropStep() // a step that failed before its end
 	picks := make([]*choice, len(plan.Seqs))
 	st := runner.Step{Seqs: make([]runner.Seq, len(plan.Seqs)), FedTokens: true}
 	for i, s := range plan.Seqs {
@@ -134,7 +143,9 @@ func (e *Engine) launchAhead(plan *sched.Plan) (*flight, error) {
 		}
 		st.Seqs[i] = runner.Seq{Tokens: s.Tokens, Start: s.Start, BlockTable: blockTable(s.Blocks), WantLogits: true}
 	}
+	t0 := e.timer.now()
 	res, err := e.run.Execute(&st)
+	e.timer.ranBackend(t0)
 	if err != nil {
 		return nil, err
 	}
@@ -149,13 +160,15 @@ func (e *Engine) launchAhead(plan *sched.Plan) (*flight, error) {
 	for row, si := range res.Seq {
 		ordered[row] = picks[si]
 	}
+	t0 = e.timer.now()
 	wait, err := res.SampleNext(rows)
+	e.timer.ranBackend(t0)
 	if err != nil {
 		return nil, err
 	}
 	e.aheadSteps++
 	e.opts.Metrics.AddAheadSteps(1)
-	return &flight{plan: plan, picks: ordered, wait: wait, before: before}, nil
+	return &flight{plan: plan, picks: ordered, wait: wait, before: before, label: e.timer.endStep(res.Graph)}, nil
 }
 
 // update applies a step's output to the scheduler, ends the choices that
@@ -213,6 +226,9 @@ func (e *Engine) markScheduled(plan *sched.Plan) {
 // on the device and returns the step as a flight for land to read;
 // otherwise it samples at once into out.
 func (e *Engine) execute(plan *sched.Plan, out *sched.StepOutput) (*flight, error) {
+	e.timer.beginStep(plan)
+	defer e.timer.dropStep() // a step that failed before its end
+	t0 := e.timer.now()
 	if err := e.copyBlocks(plan); err != nil {
 		return nil, err
 	}
@@ -221,10 +237,12 @@ func (e *Engine) execute(plan *sched.Plan, out *sched.StepOutput) (*flight, erro
 		st.Seqs[i] = runner.Seq{Tokens: s.Tokens, Start: s.Start, BlockTable: blockTable(s.Blocks), WantLogits: s.Sample}
 	}
 	res, err := e.run.Execute(&st)
+	e.timer.ranBackend(t0)
 	if err != nil {
 		return nil, err
 	}
 	if res.Rows == 0 {
+		e.timer.endStep(res.Graph)
 		return nil, nil
 	}
 	// Each logits row is sampled by its sequence and by each of its forks.
@@ -247,6 +265,12 @@ func (e *Engine) execute(plan *sched.Plan, out *sched.StepOutput) (*flight, erro
 		host = host || len(s.Forks) > 0
 	}
 	if host {
+		t0 = e.timer.now()
+		if _, err := res.Logits(0); err != nil { // reads every row
+			return nil, err
+		}
+		e.timer.waitedDevice(t0)
+		e.timer.endStep(res.Graph)
 		for _, p := range picks {
 			logits, err := res.Logits(p.row)
 			if err != nil {
@@ -269,20 +293,25 @@ func (e *Engine) execute(plan *sched.Plan, out *sched.StepOutput) (*flight, erro
 		oneEach = oneEach && p.row == i
 	}
 	if e.opts.QueueAhead && oneEach && res.Rows*4 <= backend.MaxAsyncRead && e.run.CanFeed() {
+		t0 = e.timer.now()
 		wait, err := res.SampleNext(rows)
+		e.timer.ranBackend(t0)
 		if err != nil {
 			return nil, err
 		}
-		fl := &flight{plan: plan, picks: make([]*choice, len(picks)), wait: wait}
+		fl := &flight{plan: plan, picks: make([]*choice, len(picks)), wait: wait, label: e.timer.endStep(res.Graph)}
 		for i, p := range picks {
 			fl.picks[i] = p.c
 		}
 		return fl, nil
 	}
+	t0 = e.timer.now()
 	toks, err := res.Sample(rows)
+	e.timer.waitedDevice(t0)
 	if err != nil {
 		return nil, err
 	}
+	e.timer.endStep(res.Graph)
 	for i, p := range picks {
 		e.accept(p.c, toks[i], nil, out)
 	}
