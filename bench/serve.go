@@ -111,6 +111,10 @@ type ServeResult struct {
 	ITLMS  Summary `json:"itl_ms"`
 	TPOTMS Summary `json:"tpot_ms"`
 	E2EMS  Summary `json:"e2e_ms"`
+
+	// Steps are the server's engine-step times over the run, from its
+	// /metrics before and after (nil where it exports none).
+	Steps *StepStats `json:"steps,omitempty"`
 }
 
 // serveRequest is one planned request and, afterwards, what happened.
@@ -134,6 +138,7 @@ func RunServe(ctx context.Context, o ServeOptions) (*ServeResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	client := o.Client
@@ -151,6 +156,9 @@ func RunServe(ctx context.Context, o ServeOptions) (*ServeResult, error) {
 	}
 	rng := rand.New(rand.NewPCG(o.Seed, 0x7365_7276_65))
 	reqs := planRequests(o, pool, rng)
+	// A server without /metrics (or without trigon's step series) is
+	// measured all the same; its report has no step section.
+	before, beforeErr := fetchMetrics(ctx, client, base, o.APIKey)
 
 	res := &ServeResult{
 		Benchmark: "serve", URL: o.URL, Model: o.Model, RequestRate: Rate(o.Rate), NumPrompts: o.NumPrompts,
@@ -209,6 +217,11 @@ func RunServe(ctx context.Context, o ServeOptions) (*ServeResult, error) {
 	wg.Wait()
 	res.DurationS = time.Since(start).Seconds()
 	summarizeServe(res, reqs)
+	if beforeErr == nil {
+		if after, err := settledMetrics(parent, client, base, o.APIKey); err == nil {
+			res.Steps = stepStats(before, after)
+		}
+	}
 	return res, nil
 }
 
@@ -512,6 +525,7 @@ func (r *ServeResult) WriteText(w io.Writer) error {
 		}
 		p("%-10s %10.2f %10.2f %10.2f %10.2f %10.2f", row.name, row.s.Mean, row.s.P50, row.s.P90, row.s.P99, row.s.Max)
 	}
+	r.Steps.writeText(&b)
 	for _, e := range r.Errors {
 		p("error: %s", e)
 	}
