@@ -52,11 +52,14 @@ func (s *SweepResult) WritePlot(w io.Writer) error {
 	title := fmt.Sprintf("input %s, output %s, %d prompts a rate", first.InputLen, first.OutputLen, first.NumPrompts)
 
 	tput := newRatePlot("Output throughput", "output tokens/s", rates)
-	if err := addLine(tput, "output tok/s", plotBlue, false, series(func(r *ServeResult) (float64, bool) { return r.OutputTokensPerS, true })); err != nil {
+	tokS := series(func(r *ServeResult) (float64, bool) { return r.OutputTokensPerS, true })
+	if err := addLine(tput, "output tok/s", plotBlue, false, tokS); err != nil {
 		return err
 	}
+	headroom(tput, tokS)
 	reqs := newRatePlot("Requests completed per second", "requests/s", rates)
-	if err := addLine(reqs, "request throughput", plotBlue, false, series(func(r *ServeResult) (float64, bool) { return r.RequestsPerS, true })); err != nil {
+	reqS := series(func(r *ServeResult) (float64, bool) { return r.RequestsPerS, true })
+	if err := addLine(reqs, "request throughput", plotBlue, false, reqS); err != nil {
 		return err
 	}
 	if first.GoodputSLOMS != nil {
@@ -76,6 +79,7 @@ func (s *SweepResult) WritePlot(w io.Writer) error {
 	if err := addLine(reqs, "offered rate", color.Gray{Y: 150}, true, offered); err != nil {
 		return err
 	}
+	headroom(reqs, append(reqS, offered...))
 	latency := func(name, slo string, get func(*ServeResult) Summary) (*plot.Plot, error) {
 		p := newRatePlot(name, "ms", rates)
 		p50 := series(func(r *ServeResult) (float64, bool) { s := get(r); return s.P50, s.Count > 0 })
@@ -94,7 +98,9 @@ func (s *SweepResult) WritePlot(w io.Writer) error {
 			}
 			all = append(all, line...)
 		}
-		logScale(p, all)
+		if !logScale(p, all) {
+			headroom(p, all)
+		}
 		return p, nil
 	}
 	ttft, err := latency("Time to first token", SLOTTFT, func(r *ServeResult) Summary { return r.TTFTMS })
@@ -136,6 +142,7 @@ func newRatePlot(title, ylabel string, rates []float64) *plot.Plot {
 	p.X.Label.Text = "request rate (requests/s)"
 	p.Y.Label.Text = ylabel
 	p.Y.Min = 0
+	p.Y.Tick.Marker = niceTicks{}
 	ticks := make([]plot.Tick, len(rates))
 	for i, r := range rates {
 		ticks[i] = plot.Tick{Value: r, Label: strconv.FormatFloat(r, 'g', 4, 64)}
@@ -183,15 +190,60 @@ func addLine(p *plot.Plot, name string, c color.Color, dashed bool, xy plotter.X
 // and span more than 20x: latency under overload grows by orders of
 // magnitude, and on a linear axis the rates the server keeps up with would
 // lie flat at zero.
-func logScale(p *plot.Plot, xy plotter.XYs) {
+func logScale(p *plot.Plot, xy plotter.XYs) bool {
 	lo, hi := math.Inf(1), 0.0
 	for _, v := range xy {
 		lo, hi = min(lo, v.Y), max(hi, v.Y)
 	}
 	if !(lo > 0) || hi < 20*lo {
-		return
+		return false
 	}
-	p.Y.Min = lo / 2
+	p.Y.Min, p.Y.Max = lo/2, hi*6 // the top decade or so for the legend
 	p.Y.Scale = plot.LogScale{}
 	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	return true
+}
+
+// headroom raises a linear y axis a third above the data, so the legend
+// in the top left corner does not cover the first points.
+func headroom(p *plot.Plot, xy plotter.XYs) {
+	hi := 0.0
+	for _, v := range xy {
+		hi = max(hi, v.Y)
+	}
+	if hi > 0 {
+		p.Y.Max = hi * 1.35
+	}
+}
+
+// niceTicks labels a linear axis at 1, 2 or 5 times a power of ten, four
+// to ten of them, printed with the decimals the step needs.
+type niceTicks struct{}
+
+// Ticks implements plot.Ticker.
+func (niceTicks) Ticks(lo, hi float64) []plot.Tick {
+	if !(hi > lo) {
+		return plot.DefaultTicks{}.Ticks(lo, hi)
+	}
+	step := math.Pow(10, math.Floor(math.Log10((hi-lo)/4)))
+	for _, m := range []float64{1, 2, 5, 10} {
+		if (hi-lo)/(step*m) <= 10 {
+			step *= m
+			break
+		}
+	}
+	prec := max(0, int(-math.Floor(math.Log10(step)))) // decimals the step needs
+	first := math.Ceil(lo / step)
+	var ticks []plot.Tick
+	for i := 0.0; ; i++ {
+		v := (first + i) * step
+		if v > hi+step*1e-9 {
+			break
+		}
+		ticks = append(ticks, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'f', prec, 64)})
+		if m := v + step/2; m <= hi { // an unlabelled tick between
+			ticks = append(ticks, plot.Tick{Value: m})
+		}
+	}
+	return ticks
 }

@@ -121,3 +121,25 @@ func TestParseRates(t *testing.T) {
 		}
 	}
 }
+
+func TestNiceTicks(t *testing.T) {
+	for _, tc := range []struct {
+		lo, hi float64
+		want   []string
+	}{
+		{0, 300, []string{"0", "50", "100", "150", "200", "250", "300"}},
+		{0, 1.35, []string{"0.0", "0.2", "0.4", "0.6", "0.8", "1.0", "1.2"}},
+		{0, 12000, []string{"0", "2000", "4000", "6000", "8000", "10000", "12000"}},
+		{0, 8, []string{"0", "1", "2", "3", "4", "5", "6", "7", "8"}},
+	} {
+		var got []string
+		for _, tk := range (niceTicks{}).Ticks(tc.lo, tc.hi) {
+			if tk.Label != "" {
+				got = append(got, tk.Label)
+			}
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("ticks of [%g, %g]: %v, want %v", tc.lo, tc.hi, got, tc.want)
+		}
+	}
+}
