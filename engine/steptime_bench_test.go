@@ -6,9 +6,13 @@ import (
 	"testing"
 
 	"github.com/trigon-llm/trigon/backend/cpu"
+	"github.com/trigon-llm/trigon/backend/cuda"
 	"github.com/trigon-llm/trigon/sched"
 	"github.com/trigon-llm/trigon/telemetry"
 )
+
+// The CUDA backend is the device clock the step metrics read.
+var _ deviceClock = (*cuda.Backend)(nil)
 
 // benchClock is a device clock whose intervals live in one reused slice,
 // so the benchmark measures the timer, not the clock.
