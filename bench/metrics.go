@@ -259,6 +259,14 @@ func (st *StepStats) writeText(b *strings.Builder) {
 		p("%-8s %-6s %8d %10.3f %10.3f %10.3f %10.3f", g.Kind, g.Mode, max(g.HostMS.Count, g.DeviceMS.Count),
 			g.HostMS.P50, g.HostMS.P99, g.DeviceMS.P50, g.DeviceMS.P99)
 	}
+	var host, dev float64
+	for _, g := range st.Groups {
+		host += g.HostMS.Mean * float64(g.HostMS.Count)
+		dev += g.DeviceMS.Mean * float64(g.DeviceMS.Count)
+	}
+	// With steps queued ahead the host's and the device's times overlap:
+	// they need not add up to the run's duration.
+	p("%-28s device %.3f s, host %.3f s, device idle between steps %.3f s", "summed over the run", dev/1e3, host/1e3, st.GapMS.Mean*float64(st.GapMS.Count)/1e3)
 	if g := st.GapMS; g.Count > 0 {
 		p("%-28s p50 %.3f  p99 %.3f  mean %.3f ms (%d gaps)", "device idle between steps", g.P50, g.P99, g.Mean, g.Count)
 	}
