@@ -106,12 +106,20 @@ type StepGroup struct {
 	DeviceMS HistSummary `json:"device_ms"`
 }
 
+// PhaseStat is one phase of the steps' host time, in milliseconds a step.
+type PhaseStat struct {
+	Phase string      `json:"phase"`
+	MS    HistSummary `json:"ms"`
+}
+
 // StepStats are the server's engine-step histograms over the run (the
 // difference of /metrics scrapes before and after it): a trigon server's
 // trigon_step_host_seconds, trigon_step_device_seconds,
 // trigon_step_gap_seconds and trigon_iteration_tokens_total.
 type StepStats struct {
-	Groups        []StepGroup `json:"groups"` // those with steps, decode first
+	Groups []StepGroup `json:"groups"` // those with steps, decode first
+	// HostPhases split the steps' host time (trigon_step_host_phase_seconds).
+	HostPhases    []PhaseStat `json:"host_phases,omitempty"`
 	GapMS         HistSummary `json:"gap_ms"`
 	TokensPerStep HistSummary `json:"tokens_per_step"`
 }
@@ -208,6 +216,12 @@ func stepStats(before, after scrape) *StepStats {
 		GapMS:         summarizeHist(delta(telemetry.StepGapMetric, ""), 1e3),
 		TokensPerStep: summarizeHist(delta(telemetry.StepTokensMetric, ""), 1),
 	}
+	for p := range telemetry.NumStepPhases {
+		key := labelKey([]*dto.LabelPair{{Name: ptr(telemetry.StepPhaseLabel), Value: ptr(p.String())}})
+		if h := delta(telemetry.StepPhaseMetric, key); h.count > 0 {
+			st.HostPhases = append(st.HostPhases, PhaseStat{Phase: p.String(), MS: summarizeHist(h, 1e3)})
+		}
+	}
 	for _, kind := range []string{telemetry.StepDecode.String(), telemetry.StepPrefill.String(), telemetry.StepMixed.String()} {
 		for _, mode := range []string{telemetry.StepModeGraph, telemetry.StepModeEager} {
 			key := labelKey([]*dto.LabelPair{{Name: ptr(telemetry.StepKindLabel), Value: ptr(kind)}, {Name: ptr(telemetry.StepModeLabel), Value: ptr(mode)}})
@@ -269,6 +283,13 @@ func (st *StepStats) writeText(b *strings.Builder) {
 	p("%-28s device %.3f s, host %.3f s, device idle between steps %.3f s", "summed over the run", dev/1e3, host/1e3, st.GapMS.Mean*float64(st.GapMS.Count)/1e3)
 	if g := st.GapMS; g.Count > 0 {
 		p("%-28s p50 %.3f  p99 %.3f  mean %.3f ms (%d gaps)", "device idle between steps", g.P50, g.P99, g.Mean, g.Count)
+	}
+	if len(st.HostPhases) > 0 {
+		parts := make([]string, len(st.HostPhases))
+		for i, ph := range st.HostPhases {
+			parts[i] = fmt.Sprintf("%s %.3f", ph.Phase, ph.MS.Mean)
+		}
+		p("%-28s %s", "host ms a step, by phase", strings.Join(parts, ", "))
 	}
 	if tk := st.TokensPerStep; tk.Count > 0 {
 		p("%-28s p50 %.0f  p99 %.0f  mean %.1f (%d steps)", "tokens per step", tk.P50, tk.P99, tk.Mean, tk.Count)

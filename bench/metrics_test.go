@@ -72,6 +72,8 @@ func TestStepStatsFromExposition(t *testing.T) {
 		m.ObserveStepDevice(telemetry.StepDecode, true, time.Duration(8+i%2)*time.Millisecond) // 8 and 9 ms
 		m.ObserveStepGap(20 * time.Microsecond)
 		m.ObserveIterationTokens(64)
+		m.ObserveStepHostPhase(telemetry.PhaseOutput, 100*time.Microsecond)
+		m.ObserveStepHostPhase(telemetry.PhaseOther, 200*time.Microsecond)
 	}
 	m.ObserveStepDevice(telemetry.StepPrefill, false, 120*time.Millisecond)
 	m.ObserveStepHost(telemetry.StepPrefill, false, 2*time.Millisecond)
@@ -96,9 +98,13 @@ func TestStepStatsFromExposition(t *testing.T) {
 	if st.TokensPerStep.Count != 101 || math.Abs(st.TokensPerStep.Mean-(100*64+2048)/101.0) > 1e-9 {
 		t.Errorf("tokens per step %+v", st.TokensPerStep)
 	}
+	if len(st.HostPhases) != 2 || st.HostPhases[0].Phase != "output" || st.HostPhases[1].Phase != "other" ||
+		math.Abs(st.HostPhases[0].MS.Mean-0.1) > 1e-9 || st.HostPhases[1].MS.Count != 100 {
+		t.Errorf("host phases %+v: want output 0.1 ms and other 0.2 ms, 100 each", st.HostPhases)
+	}
 	var b strings.Builder
 	st.writeText(&b)
-	for _, want := range []string{"decode   graph", "prefill  eager", "device idle between steps", "tokens per step"} {
+	for _, want := range []string{"decode   graph", "prefill  eager", "device idle between steps", "tokens per step", "output 0.100, other 0.200"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("text %q lacks %q", b.String(), want)
 		}

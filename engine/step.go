@@ -9,6 +9,7 @@ import (
 	"github.com/trigon-llm/trigon/kvcache"
 	"github.com/trigon-llm/trigon/runner"
 	"github.com/trigon-llm/trigon/sched"
+	"github.com/trigon-llm/trigon/telemetry"
 )
 
 // flight is a step whose sampled ids are still on the device
@@ -33,11 +34,13 @@ func (e *Engine) step() error {
 		return e.land()
 	}
 	before := e.sch.Stats()
+	t0 := e.timer.now()
 	plan := e.sch.Schedule()
 	out := newOutput()
 	var stepErr error
 	if len(plan.Seqs) > 0 {
 		e.markScheduled(plan)
+		e.timer.phaseSince(telemetry.PhaseSchedule, t0)
 		var fl *flight
 		fl, stepErr = e.execute(plan, &out)
 		if stepErr == nil && fl != nil {
@@ -80,7 +83,10 @@ func (e *Engine) land() error {
 	var aheadPlan *sched.Plan
 	var aheadErr error
 	if e.canFollow(cur) {
-		if p, ok := e.sch.ScheduleAhead(); ok {
+		t0 := e.timer.now()
+		p, ok := e.sch.ScheduleAhead()
+		e.timer.phaseSince(telemetry.PhaseSchedule, t0)
+		if ok {
 			aheadPlan = p
 			next, aheadErr = e.launchAhead(p)
 		}
@@ -94,11 +100,13 @@ func (e *Engine) land() error {
 		err = fmt.Errorf("engine: %d sampled ids for %d rows", len(ids), len(cur.picks))
 	}
 	if err == nil {
+		t0 = e.timer.now()
 		for i, c := range cur.picks {
 			if !c.done && e.choices[c.seq] == c { // not aborted meanwhile
 				e.accept(c, ids[i], nil, &out)
 			}
 		}
+		e.timer.phaseSince(telemetry.PhaseOutput, t0)
 	} else {
 		e.abortPlan(cur.plan, err)
 	}
@@ -174,6 +182,7 @@ func (e *Engine) launchAhead(plan *sched.Plan) (*flight, error) {
 // update applies a step's output to the scheduler, ends the choices that
 // finished, and records the step.
 func (e *Engine) update(plan *sched.Plan, out sched.StepOutput, before sched.Stats, stepErr error) error {
+	defer e.timer.phaseSince(telemetry.PhaseUpdate, e.timer.now())
 	fin, err := e.sch.Update(plan, out)
 	if err != nil {
 		return fmt.Errorf("engine: update: %w", err)
@@ -271,6 +280,8 @@ func (e *Engine) execute(plan *sched.Plan, out *sched.StepOutput) (*flight, erro
 		}
 		e.timer.waitedDevice(t0)
 		e.timer.endStep(res.Graph)
+		t0 = e.timer.now()
+		defer e.timer.phaseSince(telemetry.PhaseSample, t0)
 		for _, p := range picks {
 			logits, err := res.Logits(p.row)
 			if err != nil {
@@ -312,9 +323,11 @@ func (e *Engine) execute(plan *sched.Plan, out *sched.StepOutput) (*flight, erro
 		return nil, err
 	}
 	e.timer.endStep(res.Graph)
+	t0 = e.timer.now()
 	for i, p := range picks {
 		e.accept(p.c, toks[i], nil, out)
 	}
+	e.timer.phaseSince(telemetry.PhaseOutput, t0)
 	return nil, nil
 }
 

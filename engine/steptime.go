@@ -69,7 +69,8 @@ type stepTimer struct {
 	waited    time.Duration // of it, spent waiting on the device (not host work)
 	done      bool          // it delivered a step's results
 	doneLabel stepLabel
-	host      time.Duration // host time since the last delivered step
+	host      time.Duration                          // host time since the last delivered step
+	phases    [telemetry.NumStepPhases]time.Duration // of it, by phase
 
 	// The step under way (between beginStep and endStep).
 	inStep  bool
@@ -121,7 +122,13 @@ func (t *stepTimer) endIter(inFlight bool) {
 	t.host += time.Since(t.iterStart) - t.waited
 	if t.done {
 		t.m.ObserveStepHost(t.doneLabel.kind, t.doneLabel.graph, t.host)
-		t.host = 0
+		other := t.host
+		for p := range telemetry.PhaseOther {
+			t.m.ObserveStepHostPhase(p, t.phases[p])
+			other -= t.phases[p]
+		}
+		t.m.ObserveStepHostPhase(telemetry.PhaseOther, max(other, 0))
+		t.host, t.phases = 0, [telemetry.NumStepPhases]time.Duration{}
 	}
 	if !inFlight && t.nMarked >= harvestSteps {
 		t.harvest()
@@ -135,7 +142,7 @@ func (t *stepTimer) idle() {
 		return
 	}
 	t.harvest()
-	t.host, t.done = 0, false
+	t.host, t.done, t.phases = 0, false, [telemetry.NumStepPhases]time.Duration{}
 	t.lastEnd = time.Time{}
 }
 
@@ -151,13 +158,24 @@ func (t *stepTimer) stalled(t0 time.Time) {
 // (copies, the forward, device sampling). A backend without a device clock
 // computes within it: the time is the device's, not the host's.
 func (t *stepTimer) ranBackend(t0 time.Time) {
-	if t == nil || t.mode != devCalls {
+	if t == nil {
 		return
 	}
 	d := time.Since(t0)
+	if t.mode != devCalls {
+		t.phases[telemetry.PhaseLaunch] += d
+		return
+	}
 	t.waited += d
 	if t.inStep {
 		t.dev += d
+	}
+}
+
+// phaseSince counts the host time since t0 toward phase p.
+func (t *stepTimer) phaseSince(p telemetry.StepPhase, t0 time.Time) {
+	if t != nil {
+		t.phases[p] += time.Since(t0)
 	}
 }
 

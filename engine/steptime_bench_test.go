@@ -54,12 +54,15 @@ func BenchmarkStepTimer(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				t.beginIter()
+				t.phaseSince(telemetry.PhaseSchedule, t.now())
 				t.beginStep(plan)
 				t0 := t.now()
 				t.ranBackend(t0)
 				t0 = t.now()
 				t.waitedDevice(t0)
 				t.endStep(true)
+				t.phaseSince(telemetry.PhaseOutput, t.now())
+				t.phaseSince(telemetry.PhaseUpdate, t.now())
 				t.deliveredCurrent()
 				t.endIter(false)
 			}

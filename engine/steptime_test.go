@@ -26,7 +26,7 @@ func gatherSteps(t *testing.T, m *telemetry.Metrics) map[string]stepSeries {
 	out := map[string]stepSeries{}
 	for _, f := range fams {
 		switch f.GetName() {
-		case telemetry.StepHostMetric, telemetry.StepDeviceMetric, telemetry.StepGapMetric, telemetry.StepTokensMetric:
+		case telemetry.StepHostMetric, telemetry.StepDeviceMetric, telemetry.StepGapMetric, telemetry.StepTokensMetric, telemetry.StepPhaseMetric:
 		default:
 			continue
 		}
@@ -35,7 +35,7 @@ func gatherSteps(t *testing.T, m *telemetry.Metrics) map[string]stepSeries {
 			var key [2]string
 			for _, lp := range m.GetLabel() {
 				switch lp.GetName() {
-				case telemetry.StepKindLabel:
+				case telemetry.StepKindLabel, telemetry.StepPhaseLabel:
 					key[0] = lp.GetValue()
 				case telemetry.StepModeLabel:
 					key[1] = lp.GetValue()
@@ -59,6 +59,9 @@ func (s stepSeries) count(kind, mode string) (n uint64, sum float64) {
 	}
 	return n, sum
 }
+
+// phase is the observations of one host phase.
+func (s stepSeries) phase(name string) (uint64, float64) { return s.count(name, "") }
 
 // fakeClock is the CPU backend with a device clock whose intervals are
 // 5 ms from an even mark to the next and 1 ms from an odd one, so a step
@@ -136,8 +139,28 @@ func TestStepMetrics(t *testing.T) {
 			if n, sum := s[telemetry.StepTokensMetric].count("", ""); n != steps || sum != promptLen+steps-1 {
 				t.Errorf("tokens: %d steps summing to %g, want %d summing to %d", n, sum, steps, promptLen+steps-1)
 			}
-			if n, sum := s[telemetry.StepHostMetric].count("", ""); sum <= 0 {
-				t.Errorf("host time: %d steps of %g s in all", n, sum)
+			n, hostSum := s[telemetry.StepHostMetric].count("", "")
+			if hostSum <= 0 {
+				t.Errorf("host time: %d steps of %g s in all", n, hostSum)
+			}
+			// The phases split each step's host time: as many
+			// observations each, summing to the host time.
+			var phaseSum float64
+			for p := range telemetry.NumStepPhases {
+				n, sum := s[telemetry.StepPhaseMetric].phase(p.String())
+				if n != steps {
+					t.Errorf("phase %s: %d observations, want %d", p, n, steps)
+				}
+				phaseSum += sum
+			}
+			if math.Abs(phaseSum-hostSum) > 1e-6*hostSum+1e-9 {
+				t.Errorf("phases sum to %g s, host time %g s", phaseSum, hostSum)
+			}
+			if n, sum := s[telemetry.StepPhaseMetric].phase("output"); n == 0 || sum <= 0 {
+				t.Errorf("no output phase: %d, %g", n, sum)
+			}
+			if n, sum := s[telemetry.StepPhaseMetric].phase("launch"); tc.clock != (sum > 0) {
+				t.Errorf("launch phase %g s over %d steps: want time only with a device clock", sum, n)
 			}
 			// Every step but the first follows another within the busy period.
 			gaps, gapSum := s[telemetry.StepGapMetric].count("", "")

@@ -9,6 +9,8 @@ import (
 // Names of the engine-step series, for readers of /metrics (bench serve).
 const (
 	StepHostMetric   = "trigon_step_host_seconds"
+	StepPhaseMetric  = "trigon_step_host_phase_seconds"
+	StepPhaseLabel   = "phase"
 	StepDeviceMetric = "trigon_step_device_seconds"
 	StepGapMetric    = "trigon_step_gap_seconds"
 	StepTokensMetric = "trigon_iteration_tokens_total"
@@ -57,12 +59,32 @@ func (k StepKind) String() string {
 	return "unknown"
 }
 
+// StepPhase is a part of a step's host time.
+type StepPhase uint8
+
+// Host phases of a step, the values of the "phase" label.
+const (
+	PhaseSchedule StepPhase = iota // the scheduler's plan (Schedule, ScheduleAhead) and queue-time bookkeeping
+	PhaseLaunch                    // packing the step and queueing its device work (zero without a device clock: device time then)
+	PhaseSample                    // sampling on the host (penalties, logprobs, JSON masks), and those rows' output
+	PhaseOutput                    // device-sampled tokens: detokenizing, stop checks, handing events to the streams
+	PhaseUpdate                    // the scheduler's update, finished requests' final events, gauges
+	PhaseOther                     // the rest of the loop: admitting and reaping requests, building the step
+	NumStepPhases
+)
+
+func (p StepPhase) String() string {
+	return [...]string{"schedule", "launch", "sample", "output", "update", "other", "unknown"}[min(p, NumStepPhases)]
+}
+
 // stepSeries are the engine-step histograms, with the observer of every
 // (kind, mode) pair resolved up front so that a step records without a
 // label lookup or an allocation.
 type stepSeries struct {
 	hostVec, devVec *prometheus.HistogramVec
 	host, dev       [numStepKinds][2]prometheus.Observer // [kind][graph]
+	phaseVec        *prometheus.HistogramVec
+	phase           [NumStepPhases]prometheus.Observer
 	gap             prometheus.Histogram
 	tokens          prometheus.Histogram
 }
@@ -82,6 +104,12 @@ func newStepSeries() *stepSeries {
 				"included); on backends without one (CPU) the time the step loop waited on the backend's calls " +
 				"for the step. By step kind and mode as " + StepHostMetric + ".",
 			Buckets: StepBuckets}, labels),
+		phaseVec: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: StepPhaseMetric,
+			Help: StepHostMetric + " of each step split by phase: schedule, launch (packing the step and queueing " +
+				"its device work; zero on backends without a device clock, where that is device time), sample " +
+				"(host-side sampling), output (detokenizing, stop checks, events), update (scheduler update, " +
+				"final events), other.",
+			Buckets: StepBuckets}, []string{StepPhaseLabel}),
 		gap: prometheus.NewHistogram(prometheus.HistogramOpts{Name: StepGapMetric,
 			Help: "Time the device sat idle between the end of one engine step and the start of the next, " +
 				"while the engine had work (device-clocked where the backend has a clock, else the host time " +
@@ -90,6 +118,9 @@ func newStepSeries() *stepSeries {
 		tokens: prometheus.NewHistogram(prometheus.HistogramOpts{Name: StepTokensMetric,
 			Help:    "Tokens computed per engine step (vLLM's vllm:iteration_tokens_total).",
 			Buckets: IterationTokenBuckets}),
+	}
+	for p := range NumStepPhases {
+		s.phase[p] = s.phaseVec.WithLabelValues(p.String())
 	}
 	for k := range numStepKinds {
 		for g, mode := range []string{StepModeEager, StepModeGraph} {
@@ -101,7 +132,7 @@ func newStepSeries() *stepSeries {
 }
 
 func (s *stepSeries) collectors() []prometheus.Collector {
-	return []prometheus.Collector{s.hostVec, s.devVec, s.gap, s.tokens}
+	return []prometheus.Collector{s.hostVec, s.devVec, s.phaseVec, s.gap, s.tokens}
 }
 
 func b2i(b bool) int {
@@ -116,6 +147,14 @@ func b2i(b bool) int {
 func (m *Metrics) ObserveStepHost(k StepKind, graph bool, d time.Duration) {
 	if m != nil && k < numStepKinds {
 		m.step.host[k][b2i(graph)].Observe(seconds(d))
+	}
+}
+
+// ObserveStepHostPhase records the part of one step's host time spent in
+// phase p.
+func (m *Metrics) ObserveStepHostPhase(p StepPhase, d time.Duration) {
+	if m != nil && p < NumStepPhases {
+		m.step.phase[p].Observe(seconds(d))
 	}
 }
 

@@ -134,3 +134,30 @@ func BenchmarkObserveStep(b *testing.B) {
 		m.ObserveIterationTokens(i & 255)
 	}
 }
+
+func TestStepPhases(t *testing.T) {
+	m := NewMetrics()
+	want := map[string]float64{}
+	for p := range NumStepPhases {
+		for i := range int(p) + 1 {
+			d := time.Duration(i+1) * time.Millisecond
+			m.ObserveStepHostPhase(p, d)
+			want[p.String()] += d.Seconds()
+		}
+	}
+	m.ObserveStepHostPhase(NumStepPhases, time.Second) // dropped
+	fams := scrape(t, m)
+	for p := range NumStepPhases {
+		h := histogramWith(t, fams, StepPhaseMetric, map[string]string{StepPhaseLabel: p.String()})
+		if h.GetSampleCount() != uint64(p)+1 || math.Abs(h.GetSampleSum()-want[p.String()]) > 1e-9 {
+			t.Errorf("phase %s: %d observations summing to %g, want %d and %g", p, h.GetSampleCount(), h.GetSampleSum(), p+1, want[p.String()])
+		}
+	}
+	names := map[string]bool{}
+	for p := range NumStepPhases + 1 {
+		names[p.String()] = true
+	}
+	if len(names) != int(NumStepPhases)+1 || !names["unknown"] {
+		t.Errorf("phase names %v: want distinct names and unknown", names)
+	}
+}
