@@ -16,9 +16,9 @@ import (
 const ArchDefault = "default"
 
 // presets are published architectures, with the values of their Hugging
-// Face config.json files. Only shapes and dtypes matter for speed; the
-// token ids and RoPE settings are kept so the configs validate and read
-// like the real ones.
+// Face config.json files, and ArchTiny. Only shapes and dtypes matter for
+// speed; the token ids and RoPE settings are kept so the configs validate
+// and read like the real ones.
 var presets = map[string]func() model.Config{
 	// Meta-Llama-3.1-8B. Llama-3-8B has the same shapes (it lacks only the
 	// llama3 RoPE scaling and has an 8192 context), so both names map here.
@@ -50,6 +50,14 @@ var presets = map[string]func() model.Config{
 			BOSTokenID: 151643, HasBOS: false, EOSTokenIDs: []int32{151645}, TorchDType: "bfloat16",
 		}
 	},
+	ArchTiny: func() model.Config {
+		return model.Config{
+			Arch: model.ArchLlama, VocabSize: 1024, Hidden: 256, Intermediate: 512,
+			NumLayers: 2, NumHeads: 4, NumKVHeads: 2, HeadDim: 64,
+			RMSNormEps: 1e-5, RopeTheta: 10000, MaxPositions: 2048,
+			BOSTokenID: 1, HasBOS: true, EOSTokenIDs: []int32{2}, TorchDType: "bfloat16",
+		}
+	},
 	// Llama-3.2-1B: head dim 64, LM head tied to the embeddings.
 	"llama-3.2-1b": func() model.Config {
 		return model.Config{
@@ -61,6 +69,11 @@ var presets = map[string]func() model.Config{
 		}
 	},
 }
+
+// ArchTiny is not a published model: a two-layer Llama of 1.7M parameters
+// with a 1,024-token vocabulary, for tests and CPU smoke runs (serve
+// --load-format dummy).
+const ArchTiny = "tiny"
 
 // aliases map other spellings to preset names.
 var aliases = map[string]string{
@@ -97,9 +110,10 @@ func ArchLabel(name string) string {
 }
 
 // Arch returns the architecture called name: a preset ("llama-3-8b",
-// "qwen2.5-7b", "qwen3-8b", "llama-3.2-1b"), "default" (the embedded model's config,
-// read from its GGUF metadata), or the path of a Hugging Face config.json
-// (or of a directory holding one).
+// "qwen2.5-7b", "qwen3-8b", "llama-3.2-1b", "tiny"), "default" (the
+// embedded model's config, read from its GGUF metadata), the path of a
+// Hugging Face config.json (or of a directory holding one), or of a .gguf
+// file (its metadata; the weights are not read).
 func Arch(name string) (model.Config, error) {
 	key := strings.ToLower(strings.TrimSpace(name))
 	if a, ok := aliases[key]; ok {
@@ -114,6 +128,9 @@ func Arch(name string) (model.Config, error) {
 	}
 	if key == ArchDefault {
 		return defaultArch()
+	}
+	if st, err := os.Stat(name); err == nil && !st.IsDir() && strings.HasSuffix(key, ".gguf") {
+		return ggufArch(name)
 	}
 	if st, err := os.Stat(name); err == nil {
 		path := name
@@ -141,14 +158,23 @@ func defaultArch() (model.Config, error) {
 	if err != nil {
 		return model.Config{}, fmt.Errorf("arch default: %w", err)
 	}
-	f, err := gguf.Open(path)
+	cfg, err := ggufArch(path)
 	if err != nil {
 		return model.Config{}, fmt.Errorf("arch default: %w", err)
+	}
+	return cfg, nil
+}
+
+// ggufArch reads a GGUF file's config from its header.
+func ggufArch(path string) (model.Config, error) {
+	f, err := gguf.Open(path)
+	if err != nil {
+		return model.Config{}, fmt.Errorf("arch %s: %w", path, err)
 	}
 	defer f.Close()
 	cfg, err := model.ConfigFromGGUF(f)
 	if err != nil {
-		return model.Config{}, fmt.Errorf("arch default: %s: %w", path, err)
+		return model.Config{}, fmt.Errorf("arch %s: %w", path, err)
 	}
 	return cfg, nil
 }

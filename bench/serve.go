@@ -55,6 +55,9 @@ type ServeOptions struct {
 	Client *http.Client
 	// OnDone, when set, is called after each request finishes (progress).
 	OnDone func()
+	// Goodput, when set, counts the completed requests that meet every
+	// objective and reports them per second (ServeResult.RequestGoodput).
+	Goodput SLOs
 }
 
 // Rate is a request rate that prints +Inf as "inf" in JSON.
@@ -96,14 +99,19 @@ type ServeResult struct {
 	MaxConcurrency int        `json:"max_concurrency"` // 0: no cap
 	Seed           uint64     `json:"seed"`
 
-	Completed        int      `json:"completed"`
-	Failed           int      `json:"failed"`
-	Errors           []string `json:"errors"` // the first few distinct failures
-	DurationS        float64  `json:"duration_s"`
-	PeakInFlight     int      `json:"peak_in_flight"`
-	InputTokens      int64    `json:"input_tokens"`  // of completed requests
-	OutputTokens     int64    `json:"output_tokens"` // of completed requests
-	RequestsPerS     float64  `json:"request_throughput"`
+	Completed    int      `json:"completed"`
+	Failed       int      `json:"failed"`
+	Errors       []string `json:"errors"` // the first few distinct failures
+	DurationS    float64  `json:"duration_s"`
+	PeakInFlight int      `json:"peak_in_flight"`
+	InputTokens  int64    `json:"input_tokens"`  // of completed requests
+	OutputTokens int64    `json:"output_tokens"` // of completed requests
+	RequestsPerS float64  `json:"request_throughput"`
+	// With ServeOptions.Goodput: the objectives, the completed requests
+	// that met them all, and those per second.
+	GoodputSLOMS     SLOs     `json:"goodput_slo_ms,omitempty"`
+	GoodRequests     *int     `json:"good_requests,omitempty"`
+	RequestGoodput   *float64 `json:"request_goodput,omitempty"`
 	OutputTokensPerS float64  `json:"output_token_throughput"`
 	TotalTokensPerS  float64  `json:"total_token_throughput"`
 
@@ -111,6 +119,10 @@ type ServeResult struct {
 	ITLMS  Summary `json:"itl_ms"`
 	TPOTMS Summary `json:"tpot_ms"`
 	E2EMS  Summary `json:"e2e_ms"`
+
+	// Steps are the server's engine-step times over the run, from its
+	// /metrics before and after (nil where it exports none).
+	Steps *StepStats `json:"steps,omitempty"`
 }
 
 // serveRequest is one planned request and, afterwards, what happened.
@@ -134,6 +146,7 @@ func RunServe(ctx context.Context, o ServeOptions) (*ServeResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	client := o.Client
@@ -151,10 +164,14 @@ func RunServe(ctx context.Context, o ServeOptions) (*ServeResult, error) {
 	}
 	rng := rand.New(rand.NewPCG(o.Seed, 0x7365_7276_65))
 	reqs := planRequests(o, pool, rng)
+	// A server without /metrics (or without trigon's step series) is
+	// measured all the same; its report has no step section.
+	before, beforeErr := fetchMetrics(ctx, client, base, o.APIKey)
 
 	res := &ServeResult{
 		Benchmark: "serve", URL: o.URL, Model: o.Model, RequestRate: Rate(o.Rate), NumPrompts: o.NumPrompts,
 		InputLen: o.InputLen, OutputLen: o.OutputLen, MaxConcurrency: o.MaxConcurrency, Seed: o.Seed, Errors: []string{},
+		GoodputSLOMS: o.Goodput,
 	}
 	var sem chan struct{}
 	if o.MaxConcurrency > 0 {
@@ -209,6 +226,11 @@ func RunServe(ctx context.Context, o ServeOptions) (*ServeResult, error) {
 	wg.Wait()
 	res.DurationS = time.Since(start).Seconds()
 	summarizeServe(res, reqs)
+	if beforeErr == nil {
+		if after, err := settledMetrics(parent, client, base, o.APIKey); err == nil {
+			res.Steps = stepStats(before, after)
+		}
+	}
 	return res, nil
 }
 
@@ -444,6 +466,7 @@ func readStream(body io.Reader, start time.Time, rq *serveRequest) error {
 // summarizeServe fills the counts, throughputs and latency summaries.
 func summarizeServe(res *ServeResult, reqs []*serveRequest) {
 	var ttft, itl, tpot, e2e []float64
+	good := 0
 	seen := map[string]bool{}
 	msOf := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	for _, rq := range reqs {
@@ -467,12 +490,22 @@ func summarizeServe(res *ServeResult, reqs []*serveRequest) {
 		if rq.outTokens > 1 {
 			tpot = append(tpot, msOf(rq.e2e-rq.ttft)/float64(rq.outTokens-1))
 		}
+		if res.GoodputSLOMS != nil && res.GoodputSLOMS.meets(rq) {
+			good++
+		}
 	}
 	res.TTFTMS, res.ITLMS, res.TPOTMS, res.E2EMS = Summarize(ttft), Summarize(itl), Summarize(tpot), Summarize(e2e)
 	if res.DurationS > 0 {
 		res.RequestsPerS = float64(res.Completed) / res.DurationS
 		res.OutputTokensPerS = float64(res.OutputTokens) / res.DurationS
 		res.TotalTokensPerS = float64(res.InputTokens+res.OutputTokens) / res.DurationS
+	}
+	if res.GoodputSLOMS != nil {
+		rate := 0.0
+		if res.DurationS > 0 {
+			rate = float64(good) / res.DurationS
+		}
+		res.GoodRequests, res.RequestGoodput = &good, &rate
 	}
 }
 
@@ -498,6 +531,9 @@ func (r *ServeResult) WriteText(w io.Writer) error {
 	p("%-28s %d", "input tokens", r.InputTokens)
 	p("%-28s %d", "output tokens", r.OutputTokens)
 	p("%-28s %.2f", "request throughput (req/s)", r.RequestsPerS)
+	if r.RequestGoodput != nil {
+		p("%-28s %.2f (%d of %d completed met %s)", "request goodput (req/s)", *r.RequestGoodput, *r.GoodRequests, r.Completed, r.GoodputSLOMS)
+	}
 	p("%-28s %.2f", "output throughput (tok/s)", r.OutputTokensPerS)
 	p("%-28s %.2f", "total throughput (tok/s)", r.TotalTokensPerS)
 	p("")
@@ -512,6 +548,7 @@ func (r *ServeResult) WriteText(w io.Writer) error {
 		}
 		p("%-10s %10.2f %10.2f %10.2f %10.2f %10.2f", row.name, row.s.Mean, row.s.P50, row.s.P90, row.s.P99, row.s.Max)
 	}
+	r.Steps.writeText(&b)
 	for _, e := range r.Errors {
 		p("error: %s", e)
 	}

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/trigon-llm/trigon/telemetry"
 )
 
 // fakeServer is a minimal streaming /v1/completions server. It checks
@@ -31,6 +33,9 @@ type fakeServer struct {
 	mu       sync.Mutex
 	prompts  [][]int32
 	maxToks  []int
+	// metrics, when set, is served on /metrics; each token streamed
+	// records one decode step of 1 ms on the host and 10 ms on the device.
+	metrics *telemetry.Metrics
 }
 
 func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -39,6 +44,9 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	switch r.URL.Path {
+	case "/metrics":
+		f.metrics.Handler().ServeHTTP(w, r) // a nil *Metrics serves 404
+		return
 	case "/tokenize":
 		var req struct {
 			Prompt string `json:"prompt"`
@@ -110,6 +118,9 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			<-r.Context().Done()
 			return
 		}
+		f.metrics.ObserveStepHost(telemetry.StepDecode, false, time.Millisecond)
+		f.metrics.ObserveStepDevice(telemetry.StepDecode, false, 10*time.Millisecond)
+		f.metrics.ObserveIterationTokens(1)
 		send(fmt.Sprintf(`{"choices":[{"index":0,"text":"t%d","finish_reason":null}],"usage":null}`, i))
 	}
 	if mode == "no-done" {
@@ -120,7 +131,13 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func TestRunServeFakeServer(t *testing.T) {
-	f := &fakeServer{t: t, gap: 2 * time.Millisecond, vocab: []int32{7, 11, 300, 4001}, apiKey: "k1"}
+	f := &fakeServer{t: t, gap: 2 * time.Millisecond, vocab: []int32{7, 11, 300, 4001}, apiKey: "k1", metrics: telemetry.NewMetrics()}
+	// Steps before the run are not the run's.
+	for range 7 {
+		f.metrics.ObserveStepHost(telemetry.StepDecode, false, time.Second)
+		f.metrics.ObserveStepDevice(telemetry.StepPrefill, true, time.Second)
+		f.metrics.ObserveIterationTokens(100)
+	}
 	hs := httptest.NewServer(f)
 	defer hs.Close()
 	in, _ := ParseLengthDist("uniform:3-9")
@@ -175,8 +192,26 @@ func TestRunServeFakeServer(t *testing.T) {
 	if err != nil || !strings.Contains(string(raw), `"request_rate":400`) {
 		t.Errorf("JSON %s: %v", raw, err)
 	}
+	st := res.Steps
+	if st == nil || len(st.Groups) != 1 {
+		t.Fatalf("step stats %+v: want the run's decode/eager steps only", st)
+	}
+	g := st.Groups[0]
+	if g.Kind != "decode" || g.Mode != "eager" || g.HostMS.Count != uint64(wantOut) || g.DeviceMS.Count != uint64(wantOut) {
+		t.Errorf("step group %+v: want %d decode eager steps", g, wantOut)
+	}
+	if math.Abs(g.DeviceMS.Mean-10) > 1e-9 || math.Abs(g.HostMS.Mean-1) > 1e-9 {
+		t.Errorf("mean device %g ms, host %g ms; want 10 and 1", g.DeviceMS.Mean, g.HostMS.Mean)
+	}
+	// 10 ms sits in the bucket (9, 10] ms, 1 ms in (0.75, 1].
+	if g.DeviceMS.P50 <= 9 || g.DeviceMS.P99 > 10 || g.HostMS.P50 <= 0.75 || g.HostMS.P99 > 1 {
+		t.Errorf("percentiles outside the observations' buckets: %+v", g)
+	}
+	if st.TokensPerStep.Count != uint64(wantOut) || st.TokensPerStep.Mean != 1 {
+		t.Errorf("tokens per step %+v: want %d steps of 1", st.TokensPerStep, wantOut)
+	}
 	var sb strings.Builder
-	if err := res.WriteText(&sb); err != nil || !strings.Contains(sb.String(), "TTFT") {
+	if err := res.WriteText(&sb); err != nil || !strings.Contains(sb.String(), "TTFT") || !strings.Contains(sb.String(), "decode   eager") {
 		t.Errorf("text report %q: %v", sb.String(), err)
 	}
 }

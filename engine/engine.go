@@ -114,6 +114,7 @@ type Engine struct {
 	// queued ahead.
 	flight     *flight
 	aheadSteps uint64
+	timer      *stepTimer // nil without metrics
 	// tokenTexts[id] is the bytes token id adds to the output ("" for
 	// special tokens), built on the first JSON-mode request.
 	tokenTexts []string
@@ -138,6 +139,7 @@ func New(r *runner.Runner, pool *kvcache.Pool, tok *tokenizer.Tokenizer, opts Op
 		active:  map[*request]struct{}{},
 		choices: map[sched.SeqID]*choice{},
 		nextID:  1,
+		timer:   newStepTimer(opts.Metrics, r.Backend(), opts.Logger),
 	}
 	e.publish()
 	e.ready.Store(true)
@@ -224,9 +226,11 @@ func (e *Engine) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		e.timer.beginIter()
 		e.admit()
 		e.reap()
 		if e.flight == nil && e.sch.NumWaiting()+e.sch.NumRunning() == 0 {
+			e.timer.idle() // before Busy reports false: the step metrics are complete then
 			e.publish()
 			e.busy.Store(false)
 			if e.closing.Load() && e.numPending() == 0 {
@@ -249,6 +253,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		if err := e.step(); err != nil {
 			e.log.Error("engine step failed", "err", err)
 		}
+		e.timer.endIter(e.flight != nil)
 	}
 }
 

@@ -22,7 +22,7 @@ import (
 // LoadOptions say what to load and how to size the engine.
 type LoadOptions struct {
 	// Model is an HF directory (config.json, *.safetensors, tokenizer.json)
-	// or a .gguf file.
+	// or a .gguf file; with Weights it only names the model in messages.
 	Model   string
 	Backend backend.Backend
 	// MaxContext caps the context per sequence; 0: the model's.
@@ -53,6 +53,13 @@ type LoadOptions struct {
 	GraphMemory int64
 	// QueueAhead: Options.QueueAhead.
 	QueueAhead bool
+	// Weights, when set, are served with Config instead of reading Model:
+	// random weights of an architecture (trigon serve --load-format
+	// dummy). Tokenizer is then required. Load owns them from the call on.
+	Weights model.Weights
+	Config  model.Config
+	// Tokenizer, when set, replaces Model's tokenizer (--tokenizer).
+	Tokenizer *tokenizer.Tokenizer
 }
 
 // Loaded is a model ready to serve: its engine, tokenizer and configs.
@@ -77,13 +84,11 @@ func (l *Loaded) Close() {
 
 // Load opens a model, uploads it to the backend and builds the engine.
 func Load(opts LoadOptions) (*Loaded, error) {
-	cfg, gen, w, err := model.OpenWeights(opts.Model)
+	cfg, gen, w, tok, err := openModel(opts)
 	if err != nil {
-		return nil, err
-	}
-	tok, err := LoadTokenizer(opts.Model)
-	if err != nil {
-		w.Close()
+		if opts.Weights != nil {
+			opts.Weights.Close()
+		}
 		return nil, err
 	}
 	if tok.VocabSize() > cfg.VocabSize {

@@ -8,6 +8,7 @@ import (
 	"github.com/trigon-llm/trigon/kvcache"
 	"github.com/trigon-llm/trigon/runner"
 	"github.com/trigon-llm/trigon/sched"
+	"github.com/trigon-llm/trigon/telemetry"
 )
 
 // flight is a step whose sampled ids are still on the device
@@ -18,6 +19,7 @@ type flight struct {
 	picks  []*choice
 	wait   func() ([]int32, error)
 	before sched.Stats
+	label  stepLabel // for the step metrics
 }
 
 func newOutput() sched.StepOutput {
@@ -31,11 +33,13 @@ func (e *Engine) step() error {
 		return e.land()
 	}
 	before := e.sch.Stats()
+	t0 := e.timer.now()
 	plan := e.sch.Schedule()
 	out := newOutput()
 	var stepErr error
 	if len(plan.Seqs) > 0 {
 		e.markScheduled(plan)
+		e.timer.phaseSince(telemetry.PhaseSchedule, t0)
 		var fl *flight
 		fl, stepErr = e.execute(plan, &out)
 		if stepErr == nil && fl != nil {
@@ -46,9 +50,12 @@ func (e *Engine) step() error {
 		if stepErr != nil {
 			e.abortPlan(plan, stepErr)
 		}
+		e.timer.deliveredCurrent()
 	} else {
 		// Nothing could run (waiting for blocks): do not spin.
+		t0 := e.timer.now()
 		time.Sleep(time.Millisecond)
+		e.timer.stalled(t0)
 	}
 	return e.update(plan, out, before, stepErr)
 }
@@ -75,22 +82,30 @@ func (e *Engine) land() error {
 	var aheadPlan *sched.Plan
 	var aheadErr error
 	if e.canFollow(cur) {
-		if p, ok := e.sch.ScheduleAhead(); ok {
+		t0 := e.timer.now()
+		p, ok := e.sch.ScheduleAhead()
+		e.timer.phaseSince(telemetry.PhaseSchedule, t0)
+		if ok {
 			aheadPlan = p
 			next, aheadErr = e.launchAhead(p)
 		}
 	}
 	out := newOutput()
+	t0 := e.timer.now()
 	ids, err := cur.wait()
+	e.timer.waitedDevice(t0)
+	e.timer.delivered(cur.label)
 	if err == nil && len(ids) != len(cur.picks) {
 		err = fmt.Errorf("engine: %d sampled ids for %d rows", len(ids), len(cur.picks))
 	}
 	if err == nil {
+		t0 = e.timer.now()
 		for i, c := range cur.picks {
 			if !c.done && e.choices[c.seq] == c { // not aborted meanwhile
 				e.accept(c, ids[i], nil, &out)
 			}
 		}
+		e.timer.phaseSince(telemetry.PhaseOutput, t0)
 	} else {
 		e.abortPlan(cur.plan, err)
 	}
@@ -125,6 +140,8 @@ func (e *Engine) canFollow(fl *flight) bool {
 // on the device, and samples it on the device too.
 func (e *Engine) launchAhead(plan *sched.Plan) (*flight, error) {
 	before := e.sch.Stats()
+	e.timer.beginStep(plan)
+	defer e.timer.dropStep() // a step that failed before its end
 	picks := make([]*choice, len(plan.Seqs))
 	st := runner.Step{Seqs: make([]runner.Seq, len(plan.Seqs)), FedTokens: true}
 	for i, s := range plan.Seqs {
@@ -133,7 +150,9 @@ func (e *Engine) launchAhead(plan *sched.Plan) (*flight, error) {
 		}
 		st.Seqs[i] = runner.Seq{Tokens: s.Tokens, Start: s.Start, BlockTable: blockTable(s.Blocks), WantLogits: true}
 	}
+	t0 := e.timer.now()
 	res, err := e.run.Execute(&st)
+	e.timer.ranBackend(t0)
 	if err != nil {
 		return nil, err
 	}
@@ -148,18 +167,21 @@ func (e *Engine) launchAhead(plan *sched.Plan) (*flight, error) {
 	for row, si := range res.Seq {
 		ordered[row] = picks[si]
 	}
+	t0 = e.timer.now()
 	wait, err := res.SampleNext(rows)
+	e.timer.ranBackend(t0)
 	if err != nil {
 		return nil, err
 	}
 	e.aheadSteps++
 	e.opts.Metrics.AddAheadSteps(1)
-	return &flight{plan: plan, picks: ordered, wait: wait, before: before}, nil
+	return &flight{plan: plan, picks: ordered, wait: wait, before: before, label: e.timer.endStep(res.Graph)}, nil
 }
 
 // update applies a step's output to the scheduler, ends the choices that
 // finished, and records the step.
 func (e *Engine) update(plan *sched.Plan, out sched.StepOutput, before sched.Stats, stepErr error) error {
+	defer e.timer.phaseSince(telemetry.PhaseUpdate, e.timer.now())
 	fin, err := e.sch.Update(plan, out)
 	if err != nil {
 		return fmt.Errorf("engine: update: %w", err)
@@ -212,6 +234,9 @@ func (e *Engine) markScheduled(plan *sched.Plan) {
 // on the device and returns the step as a flight for land to read;
 // otherwise it samples at once into out.
 func (e *Engine) execute(plan *sched.Plan, out *sched.StepOutput) (*flight, error) {
+	e.timer.beginStep(plan)
+	defer e.timer.dropStep() // a step that failed before its end
+	t0 := e.timer.now()
 	if err := e.copyBlocks(plan); err != nil {
 		return nil, err
 	}
@@ -220,10 +245,12 @@ func (e *Engine) execute(plan *sched.Plan, out *sched.StepOutput) (*flight, erro
 		st.Seqs[i] = runner.Seq{Tokens: s.Tokens, Start: s.Start, BlockTable: blockTable(s.Blocks), WantLogits: s.Sample}
 	}
 	res, err := e.run.Execute(&st)
+	e.timer.ranBackend(t0)
 	if err != nil {
 		return nil, err
 	}
 	if res.Rows == 0 {
+		e.timer.endStep(res.Graph)
 		return nil, nil
 	}
 	// Each logits row is sampled by its sequence and by each of its forks.
@@ -246,6 +273,14 @@ func (e *Engine) execute(plan *sched.Plan, out *sched.StepOutput) (*flight, erro
 		host = host || len(s.Forks) > 0
 	}
 	if host {
+		t0 = e.timer.now()
+		if _, err := res.Logits(0); err != nil { // reads every row
+			return nil, err
+		}
+		e.timer.waitedDevice(t0)
+		e.timer.endStep(res.Graph)
+		t0 = e.timer.now()
+		defer e.timer.phaseSince(telemetry.PhaseSample, t0)
 		for _, p := range picks {
 			logits, err := res.Logits(p.row)
 			if err != nil {
@@ -268,23 +303,30 @@ func (e *Engine) execute(plan *sched.Plan, out *sched.StepOutput) (*flight, erro
 		oneEach = oneEach && p.row == i
 	}
 	if e.opts.QueueAhead && oneEach && res.Rows*4 <= backend.MaxAsyncRead && e.run.CanFeed() {
+		t0 = e.timer.now()
 		wait, err := res.SampleNext(rows)
+		e.timer.ranBackend(t0)
 		if err != nil {
 			return nil, err
 		}
-		fl := &flight{plan: plan, picks: make([]*choice, len(picks)), wait: wait}
+		fl := &flight{plan: plan, picks: make([]*choice, len(picks)), wait: wait, label: e.timer.endStep(res.Graph)}
 		for i, p := range picks {
 			fl.picks[i] = p.c
 		}
 		return fl, nil
 	}
+	t0 = e.timer.now()
 	toks, err := res.Sample(rows)
+	e.timer.waitedDevice(t0)
 	if err != nil {
 		return nil, err
 	}
+	e.timer.endStep(res.Graph)
+	t0 = e.timer.now()
 	for i, p := range picks {
 		e.accept(p.c, toks[i], nil, out)
 	}
+	e.timer.phaseSince(telemetry.PhaseOutput, t0)
 	return nil, nil
 }
 

@@ -53,7 +53,7 @@ func TestGraphCacheLRUAndPadding(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	decode := func(n int) *Output {
+	decode := func(n int, graph bool) *Output {
 		t.Helper()
 		st := &Step{}
 		for i := range n {
@@ -63,27 +63,33 @@ func TestGraphCacheLRUAndPadding(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if out.Graph != graph {
+			t.Fatalf("decode of %d: Output.Graph %v, want %v", n, out.Graph, graph)
+		}
 		return out
 	}
-	out := decode(3) // bucket 4, eager
+	out := decode(3, false) // bucket 4, eager
 	if out.Rows != 3 || m.last.NumSeqs != 4 || m.last.MaxSeqLen != 20 {
 		t.Fatalf("3 seqs: %d rows, forward saw %d seqs, MaxSeqLen %d; want 3, 4 (padded), 20", out.Rows, m.last.NumSeqs, m.last.MaxSeqLen)
 	}
 	if lg, err := out.Logits(2); err != nil || len(lg) != 5 {
 		t.Fatalf("logits row 2: %v %v", lg, err)
 	}
-	decode(4) // bucket 4 again: captured and replayed
-	decode(2) // bucket 2: eager
-	decode(2) // captured
-	decode(1) // bucket 1: eager
-	decode(1) // captured: the cache holds 2, so bucket 4 (least recent) goes
+	decode(4, true)  // bucket 4 again: captured and replayed
+	decode(2, false) // bucket 2: eager
+	decode(2, true)  // captured
+	decode(1, false) // bucket 1: eager
+	decode(1, true)  // captured: the cache holds 2, so bucket 4 (least recent) goes
+	decode(1, true)  // replayed from the cache
 	st := r.GraphStats()
 	if st.Captures != 3 || st.Evictions != 1 || st.Cached != 2 || st.EagerDecodes != 3 || cb.closed != 1 {
 		t.Errorf("stats %+v, closed %d; want 3 captures, 1 eviction, 2 cached, 3 eager, 1 closed", st, cb.closed)
 	}
 	// A prefill step never takes the graph path.
-	if _, err := r.Execute(&Step{Seqs: []Seq{{Tokens: []int32{1, 2}, BlockTable: []int32{1}, WantLogits: true}}}); err != nil {
+	if out, err := r.Execute(&Step{Seqs: []Seq{{Tokens: []int32{1, 2}, BlockTable: []int32{1}, WantLogits: true}}}); err != nil {
 		t.Fatal(err)
+	} else if out.Graph {
+		t.Error("prefill step: Output.Graph set")
 	}
 	if m.last.NumSeqs != 1 || m.last.MaxSeqLen != 2 {
 		t.Errorf("prefill step: %d seqs, MaxSeqLen %d", m.last.NumSeqs, m.last.MaxSeqLen)

@@ -225,7 +225,9 @@ type Output struct {
 	logits backend.Tensor // [Rows, vocab] F32
 	Rows   int
 	// Seq[i] is the index in Step.Seqs of logits row i.
-	Seq   []int
+	Seq []int
+	// Graph says the step ran by replaying a captured graph (not eagerly).
+	Graph bool
 	vocab int
 	host  []float32
 }
@@ -337,6 +339,10 @@ func (r *Runner) Execute(step *Step) (*Output, error) {
 		return nil, err
 	}
 	var logits backend.Tensor
+	var replays uint64
+	if r.graphs != nil {
+		replays = r.graphs.stats.Replays
+	}
 	if bucket > 0 {
 		// One MaxSeqLen for every step of a bucket: kernels that size
 		// their grids by it (split-KV decode) must see the captured value.
@@ -348,7 +354,7 @@ func (r *Runner) Execute(step *Step) (*Output, error) {
 	if err != nil {
 		return nil, fmt.Errorf("runner: forward: %w", err)
 	}
-	out := &Output{b: r.b, r: r, Rows: real}
+	out := &Output{b: r.b, r: r, Rows: real, Graph: r.graphs != nil && r.graphs.stats.Replays > replays}
 	if real > 0 {
 		if logits == nil || len(logits.Shape()) != 2 || logits.Shape()[0] != in.NumLogits {
 			return nil, fmt.Errorf("runner: forward returned no [%d, vocab] logits", in.NumLogits)

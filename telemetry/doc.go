@@ -11,8 +11,9 @@
 // time to first token, inter-token latency, end-to-end latency, prompt and
 // generation token counters and finished requests by reason. The engine sees
 // the scheduler, so it records the rest: queue time, running and waiting
-// gauges, KV-cache usage, prefix-cache queries and hits, preemptions and
-// steps queued ahead.
+// gauges, KV-cache usage, prefix-cache queries and hits, preemptions,
+// steps queued ahead, and per engine step its host time, device time, the
+// device's idle gap before it and its token count (step.go).
 // Recording one series from both places would double count it.
 //
 // Tracing is off by default: without a configured endpoint the global

@@ -50,6 +50,7 @@ type Metrics struct {
 	prompt   prometheus.Counter
 	gen      prometheus.Counter
 	finished *prometheus.CounterVec
+	step     *stepSeries
 }
 
 // NewMetrics builds the series and a registry holding them together with
@@ -88,6 +89,7 @@ func NewMetrics() *Metrics {
 			Help: "Generated tokens, summed over choices."}),
 		finished: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trigon_request_success_total",
 			Help: "Finished choices by finish reason (stop, length, abort, error)."}, []string{"finish_reason"}),
+		step: newStepSeries(),
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -95,6 +97,7 @@ func NewMetrics() *Metrics {
 		m.ttft, m.itl, m.e2e, m.queue, m.running, m.waiting, m.kvUsage,
 		m.pcHits, m.pcQuery, m.preempt, m.ahead, m.prompt, m.gen, m.finished,
 	)
+	m.reg.MustRegister(m.step.collectors()...)
 	// Pre-create the usual reasons so dashboards see zeros, not gaps.
 	for _, r := range []string{"stop", "length", "abort", "error"} {
 		m.finished.WithLabelValues(r)

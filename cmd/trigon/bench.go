@@ -10,6 +10,7 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/trigon-llm/trigon/backend"
 	"github.com/trigon-llm/trigon/bench"
@@ -254,7 +255,8 @@ func benchOverlapCmd() *cobra.Command {
 }
 
 func benchServeCmd() *cobra.Command {
-	var serverURL, rate, inputLen, outputLen, modelName, apiKey, tokenIDs string
+	var serverURL, rate, inputLen, outputLen, modelName, apiKey, tokenIDs, plotPath string
+	var goodput []string
 	var numPrompts, maxConc int
 	var seed uint64
 	var timeout time.Duration
@@ -264,13 +266,25 @@ func benchServeCmd() *cobra.Command {
 		Short: "Load-test a running OpenAI-compatible server with streaming completions",
 		Long: "serve sends --num-prompts streaming /v1/completions requests (random token-id prompts,\n" +
 			"ignore_eos, max_tokens from --output-len) with Poisson arrivals at --rate requests/s (inf: all\n" +
-			"at once) and reports TTFT, ITL, TPOT and E2E percentiles and throughput.\n" +
-			"Lengths: N, fixed:N, uniform:LO-HI (inclusive) or normal:MEAN,STDDEV.",
+			"at once) and reports TTFT, ITL, TPOT and E2E percentiles and throughput, and, from a trigon\n" +
+			"server's /metrics, its engine steps' host and device times.\n" +
+			"Lengths: N, fixed:N, uniform:LO-HI (inclusive) or normal:MEAN,STDDEV.\n" +
+			"--goodput ttft:MS,tpot:MS,e2el:MS,itl:MS (any of them; vLLM's objectives, and itl: the request's\n" +
+			"p99 inter-token latency) counts the requests that meet every one, as requests/s.\n" +
+			"--rate 2,4,8,16,32 sweeps: the same prompts at each rate in turn, a table of the curve, and\n" +
+			"with --plot FILE.png its plot (throughput, goodput, TTFT and ITL against the rate).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			r, err := bench.ParseRate(rate)
+			rates, err := bench.ParseRates(rate)
 			if err != nil {
 				return err
+			}
+			slos, err := bench.ParseGoodput(goodput)
+			if err != nil {
+				return fmt.Errorf("--goodput: %w", err)
+			}
+			if plotPath != "" && len(rates) < 2 {
+				return fmt.Errorf("--plot needs a sweep: --rate with two or more rates, e.g. 2,4,8")
 			}
 			in, err := bench.ParseLengthDist(inputLen)
 			if err != nil {
@@ -288,11 +302,12 @@ func benchServeCmd() *cobra.Command {
 				apiKey = os.Getenv("TRIGON_API_KEY")
 			}
 			opts := bench.ServeOptions{
-				URL: serverURL, Model: modelName, APIKey: apiKey, Rate: r, NumPrompts: numPrompts,
+				URL: serverURL, Model: modelName, APIKey: apiKey, Rate: rates[0], NumPrompts: numPrompts,
 				InputLen: in, OutputLen: out, Seed: seed, MaxConcurrency: maxConc, Timeout: timeout, TokenIDs: ids,
+				Goodput: slos,
 			}
 			if showProgress {
-				bar := progressbar.NewOptions(numPrompts,
+				bar := progressbar.NewOptions(numPrompts*len(rates),
 					progressbar.OptionSetWriter(os.Stderr),
 					progressbar.OptionSetDescription("requests"),
 					progressbar.OptionShowCount(),
@@ -300,6 +315,9 @@ func benchServeCmd() *cobra.Command {
 					progressbar.OptionThrottle(100*time.Millisecond))
 				opts.OnDone = func() { _ = bar.Add(1) }
 				defer bar.Finish()
+			}
+			if len(rates) > 1 {
+				return runSweep(cmd, opts, rates, plotPath, asJSON)
 			}
 			res, err := bench.RunServe(cmd.Context(), opts)
 			if err != nil {
@@ -320,7 +338,9 @@ func benchServeCmd() *cobra.Command {
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&serverURL, "url", "http://127.0.0.1:8000", "server base URL")
-	fl.StringVar(&rate, "rate", "inf", "mean request rate in requests/s (Poisson arrivals), or inf")
+	fl.StringVar(&rate, "rate", "inf", "mean request rate in requests/s (Poisson arrivals), or inf; a comma-separated list sweeps (also --request-rate)")
+	fl.StringSliceVar(&goodput, "goodput", nil, "goodput objectives in ms, KEY:MS with KEY ttft, tpot, e2el or itl (comma-separated or repeated)")
+	fl.StringVar(&plotPath, "plot", "", "with a sweep, write its throughput-latency curve to this PNG file")
 	fl.IntVar(&numPrompts, "num-prompts", 100, fmt.Sprintf("requests to send (at most %d)", bench.MaxPrompts))
 	fl.StringVar(&inputLen, "input-len", "fixed:512", "prompt length distribution in tokens")
 	fl.StringVar(&outputLen, "output-len", "fixed:128", "output length distribution in tokens (max_tokens, ignore_eos)")
@@ -331,8 +351,51 @@ func benchServeCmd() *cobra.Command {
 	fl.DurationVar(&timeout, "timeout", 30*time.Minute, "bound on the whole run; requests unfinished by then count as failed")
 	fl.StringVar(&tokenIDs, "token-ids", "auto", "prompt token ids: auto (ask the server's /tokenize) or LO-HI")
 	fl.BoolVar(&showProgress, "progress", true, "draw a progress bar on stderr")
-	fl.BoolVar(&asJSON, "json", false, "print JSON: one object, or an array of two with --cuda-graphs both")
+	fl.BoolVar(&asJSON, "json", false, "print JSON (a sweep: every point)")
+	// vLLM's benchmark spells the rate --request-rate.
+	fl.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+		if name == "request-rate" {
+			name = "rate"
+		}
+		return pflag.NormalizedName(name)
+	})
 	return cmd
+}
+
+// runSweep runs bench serve at each rate and reports the curve; with
+// plotPath it also draws it.
+func runSweep(cmd *cobra.Command, opts bench.ServeOptions, rates []float64, plotPath string, asJSON bool) error {
+	sw, err := bench.RunSweep(cmd.Context(), opts, rates, nil)
+	if err != nil {
+		return err
+	}
+	if plotPath != "" {
+		f, err := os.Create(plotPath)
+		if err != nil {
+			return fmt.Errorf("--plot: %w", err)
+		}
+		if err := sw.WritePlot(f); err != nil {
+			f.Close()
+			return err
+		}
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("--plot: %w", err)
+		}
+	}
+	if asJSON {
+		err = bench.WriteJSON(cmd.OutOrStdout(), sw)
+	} else {
+		err = sw.WriteText(cmd.OutOrStdout())
+	}
+	if err != nil {
+		return err
+	}
+	for _, p := range sw.Points {
+		if p.Completed == 0 {
+			return fmt.Errorf("no request completed at %g requests/s (%d failed)", float64(p.RequestRate), p.Failed)
+		}
+	}
+	return nil
 }
 
 // parseTokenIDs reads --token-ids: "auto" (nil) or an inclusive range

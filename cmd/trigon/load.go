@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/trigon-llm/trigon/backend"
+	"github.com/trigon-llm/trigon/bench"
 	"github.com/trigon-llm/trigon/engine"
 	"github.com/trigon-llm/trigon/models"
 	"github.com/trigon-llm/trigon/telemetry"
@@ -29,6 +31,9 @@ type modelFlags struct {
 	graphMem   int64
 	memUtil    float64
 	queueAhead bool
+	loadFormat string
+	tokenizer  string
+	src        *modelSource // resolved once (source)
 }
 
 func (f *modelFlags) register(cmd *cobra.Command) {
@@ -42,6 +47,9 @@ func (f *modelFlags) register(cmd *cobra.Command) {
 	cmd.Flags().Float64Var(&f.memUtil, "gpu-memory-utilization", 0.9, "share of GPU memory trigon may use; the KV cache gets what the weights leave")
 	cmd.Flags().Int64Var(&f.graphMem, "cuda-graph-memory", 1<<30, "device bytes the cached decode graphs may hold (0: no bound)")
 	cmd.Flags().StringVar(&f.graphs, "cuda-graphs", "auto", "replay decode steps from CUDA graphs: on, off, or auto (on where the backend can capture)")
+	cmd.Flags().StringVar(&f.loadFormat, "load-format", loadAuto, "auto: the checkpoint's weights; dummy: random weights of the architecture --model names "+
+		"(a preset: "+strings.Join(bench.ArchNames(), ", ")+"; an HF directory or config.json; a .gguf; none: the embedded model's), made on the device")
+	cmd.Flags().StringVar(&f.tokenizer, "tokenizer", "", "tokenizer to use instead of the model's: an HF directory (tokenizer.json) or a .gguf file")
 	cmd.Flags().BoolVar(&f.queueAhead, "queue-ahead", true, "queue each decode step on the device, fed the previous step's sampled tokens there, before they reach the host (steady decoding; requests sampled on the host are not; =false turns it off)")
 }
 
@@ -56,7 +64,7 @@ func (f *modelFlags) modelPath() (string, error) {
 // load opens the model on the chosen backend and starts the engine's step
 // loop; stop cancels it.
 func (f *modelFlags) load(ctx context.Context, log *slog.Logger, metrics *telemetry.Metrics) (l *engine.Loaded, stop func(), err error) {
-	path, err := f.modelPath()
+	src, err := f.source(log)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -69,17 +77,28 @@ func (f *modelFlags) load(ctx context.Context, log *slog.Logger, metrics *teleme
 		return nil, nil, err
 	}
 	t0 := time.Now()
-	l, err = engine.Load(engine.LoadOptions{
+	opts := engine.LoadOptions{
 		Graphs: graphs, GraphMemory: f.graphMem, MemoryUtilization: f.memUtil,
-		Model: path, Backend: b, MaxContext: f.maxContext,
+		Model: src.path, Backend: b, MaxContext: f.maxContext,
 		MaxSeqs: f.maxSeqs, MaxBatchedTokens: f.maxTokens, MaxQueue: f.maxQueue, KVBlocks: f.kvBlocks, KVMemory: f.kvMemory,
-		Metrics: metrics, Logger: log, QueueAhead: f.queueAhead,
-		Progress: progress(path),
-	})
+		Metrics: metrics, Logger: log, QueueAhead: f.queueAhead, Tokenizer: src.tok,
+	}
+	if src.dummy {
+		// BF16, as the checkpoints serving benchmarks stand in for;
+		// made on the device where the backend can (model.Filler).
+		w, err := bench.SyntheticWeights(src.cfg, backend.BF16, 0)
+		if err != nil {
+			return nil, nil, err
+		}
+		opts.Model, opts.Weights, opts.Config = src.label, w, src.cfg
+	} else {
+		opts.Progress = progress(src.path)
+	}
+	l, err = engine.Load(opts)
 	if err != nil {
 		return nil, nil, err
 	}
-	log.Info("model loaded", "model", path, "arch", l.Config.Arch, "backend", b.Name(),
+	log.Info("model loaded", "model", src.label, "arch", l.Config.Arch, "backend", b.Name(),
 		"context", l.Context, "kv_blocks", l.KVBlocks, "took", time.Since(t0).Round(time.Millisecond))
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})

@@ -60,6 +60,7 @@ func serveCmd() *cobra.Command {
 			return serve(ctx, ln, serveOptions{
 				name: name, apiKey: apiKey, shutdown: shutdown, maxContext: mf.maxContext, log: log,
 				modelPath: mf.modelPath,
+				describe:  func() (*tokenizer.Tokenizer, int, error) { return mf.describe(log) },
 				load: func(m *telemetry.Metrics) (*engine.Loaded, func(), error) {
 					return mf.load(context.Background(), log, m)
 				},
@@ -86,6 +87,9 @@ type serveOptions struct {
 	maxContext   int
 	log          *slog.Logger
 	modelPath    func() (string, error)
+	// describe, when set, gives the tokenizer and context length instead
+	// of reading them at modelPath (a dummy model has no files).
+	describe func() (*tokenizer.Tokenizer, int, error)
 	// load uploads the model and starts its engine (the slow part).
 	load func(*telemetry.Metrics) (*engine.Loaded, func(), error)
 }
@@ -95,17 +99,9 @@ type serveOptions struct {
 // no new requests, running ones get opts.shutdown to finish, the rest are
 // aborted.
 func serve(ctx context.Context, ln net.Listener, opts serveOptions) error {
-	path, err := opts.modelPath()
-	if err != nil {
-		return err
-	}
 	// The tokenizer and the context length are cheap to read; the HTTP
 	// layer needs them up front.
-	tok, err := engine.LoadTokenizer(path)
-	if err != nil {
-		return err
-	}
-	ctxLen, err := engine.ContextLength(path, opts.maxContext)
+	tok, ctxLen, err := opts.info()
 	if err != nil {
 		return err
 	}
@@ -152,6 +148,26 @@ func serve(ctx context.Context, ln net.Listener, opts serveOptions) error {
 		return err
 	}
 	return nil
+}
+
+// info is describe's, or the tokenizer and context length at modelPath.
+func (o serveOptions) info() (*tokenizer.Tokenizer, int, error) {
+	if o.describe != nil {
+		return o.describe()
+	}
+	path, err := o.modelPath()
+	if err != nil {
+		return nil, 0, err
+	}
+	tok, err := engine.LoadTokenizer(path)
+	if err != nil {
+		return nil, 0, err
+	}
+	ctxLen, err := engine.ContextLength(path, o.maxContext)
+	if err != nil {
+		return nil, 0, err
+	}
+	return tok, ctxLen, nil
 }
 
 func modelName(path string) string {

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"image/png"
+	"io"
+	"log/slog"
+	"math"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/trigon-llm/trigon/api"
+	"github.com/trigon-llm/trigon/backend/cpu"
+	"github.com/trigon-llm/trigon/engine"
+	"github.com/trigon-llm/trigon/telemetry"
+)
+
+// startMetricsServer serves the fixture model over loopback HTTP with one
+// telemetry.Metrics shared by the API and the engine, as trigon serve has.
+func startMetricsServer(t *testing.T, opts engine.LoadOptions) *httptest.Server {
+	t.Helper()
+	m := telemetry.NewMetrics()
+	opts.Model, opts.Backend, opts.Metrics = fixtureModel, cpu.New(cpu.Options{Threads: 2}), m
+	l, err := engine.Load(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); l.Engine.Run(ctx) }()
+	eng := &apiEngine{}
+	eng.l.Store(l)
+	srv, err := api.New(api.Options{Engine: eng, Tokenizer: apiTokenizer{l.Tokenizer},
+		Model: api.ModelInfo{ID: "fixture", MaxContext: l.Context}, Metrics: m, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() { hs.Close(); cancel(); <-done; l.Close() })
+	return hs
+}
+
+// TestBenchServeSweepLoopback sweeps two rates against the real server
+// (vLLM's --request-rate spelling), with goodput objectives every request
+// meets, and checks the JSON of both points, the engine-step section read
+// from /metrics and the plot.
+func TestBenchServeSweepLoopback(t *testing.T) {
+	hs := startMetricsServer(t, engine.LoadOptions{MaxSeqs: 8, MaxBatchedTokens: 256, ChunkSize: 64, QueueAhead: true})
+	plot := filepath.Join(t.TempDir(), "curve.png")
+	out, err := runBench(t, "serve", "--url", hs.URL, "--num-prompts", "6", "--request-rate", "100,400",
+		"--input-len", "uniform:4-40", "--output-len", "fixed:5", "--seed", "3", "--goodput", "ttft:600000,itl:600000",
+		"--goodput", "e2el:600000", "--plot", plot, "--json", "--progress=false")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var sw struct {
+		Benchmark string    `json:"benchmark"`
+		Rates     []float64 `json:"rates"`
+		Points    []struct {
+			RequestRate    float64            `json:"request_rate"`
+			Completed      int                `json:"completed"`
+			OutputTokens   int                `json:"output_tokens"`
+			RequestsPerS   float64            `json:"request_throughput"`
+			GoodRequests   *int               `json:"good_requests"`
+			RequestGoodput *float64           `json:"request_goodput"`
+			SLOs           map[string]float64 `json:"goodput_slo_ms"`
+			Steps          *struct {
+				Groups []struct {
+					Kind     string              `json:"kind"`
+					Mode     string              `json:"mode"`
+					HostMS   struct{ Count int } `json:"host_ms"`
+					DeviceMS struct{ Count int } `json:"device_ms"`
+				} `json:"groups"`
+				Tokens struct {
+					Count int     `json:"count"`
+					Mean  float64 `json:"mean"`
+				} `json:"tokens_per_step"`
+			} `json:"steps"`
+		} `json:"points"`
+	}
+	if err := json.Unmarshal([]byte(out), &sw); err != nil {
+		t.Fatalf("not the sweep JSON: %v\n%s", err, out)
+	}
+	if sw.Benchmark != "serve-sweep" || len(sw.Points) != 2 || sw.Rates[0] != 100 || sw.Rates[1] != 400 {
+		t.Fatalf("sweep %+v", sw)
+	}
+	for _, p := range sw.Points {
+		if p.Completed != 6 || p.OutputTokens != 30 {
+			t.Errorf("rate %g: completed %d with %d tokens, want 6 with 30", p.RequestRate, p.Completed, p.OutputTokens)
+		}
+		if p.GoodRequests == nil || *p.GoodRequests != 6 || math.Abs(*p.RequestGoodput-p.RequestsPerS) > 1e-9 || len(p.SLOs) != 3 {
+			t.Errorf("rate %g: goodput %v of %v, SLOs %v; want every request good", p.RequestRate, p.GoodRequests, p.RequestGoodput, p.SLOs)
+		}
+		if p.Steps == nil || p.Steps.Tokens.Count == 0 {
+			t.Fatalf("rate %g: no engine steps read from /metrics", p.RequestRate)
+		}
+		steps, decode := 0, 0
+		for _, g := range p.Steps.Groups {
+			if g.HostMS.Count != g.DeviceMS.Count {
+				t.Errorf("rate %g, %s %s: %d host and %d device times", p.RequestRate, g.Kind, g.Mode, g.HostMS.Count, g.DeviceMS.Count)
+			}
+			steps += g.DeviceMS.Count
+			if g.Kind == "decode" {
+				decode += g.DeviceMS.Count
+			}
+		}
+		// Each request needs one step with its last prompt chunk and 4
+		// decode steps (shared with the others), so at least 4 decode steps.
+		if steps != p.Steps.Tokens.Count || decode < 4 {
+			t.Errorf("rate %g: %d steps timed (%d decode), %d counted", p.RequestRate, steps, decode, p.Steps.Tokens.Count)
+		}
+	}
+	f, err := os.Open(plot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := png.Decode(f); err != nil {
+		t.Errorf("--plot wrote no PNG: %v", err)
+	}
+}
+
+func TestBenchServeSweepFlagErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--rate", "4", "--plot", "x.png"}, "--plot needs a sweep"},
+		{[]string{"--rate", "2,inf"}, "finite"},
+		{[]string{"--goodput", "latency:5"}, "--goodput"},
+	} {
+		_, err := runBench(t, append([]string{"serve", "--url", "http://127.0.0.1:1", "--progress=false"}, tc.args...)...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want one mentioning %q", tc.args, err, tc.want)
+		}
+	}
+}
