@@ -277,3 +277,10 @@ func (b *Backend) gateUpSiLU(out, x, w backend.Tensor) (bool, error) {
 	}
 	return true, b.post(func() error { return b.runGateUpSiLU(&p, true) })
 }
+
+// kvOf is the format of a test's KV pool: unquantized head-major, the
+// pool's own dtype and block size (the tests build pools directly rather
+// than through a runner).
+func kvOf(pool backend.Tensor) backend.KVSpec {
+	return backend.PlainKV(pool.DType(), pool.Shape()[2])
+}

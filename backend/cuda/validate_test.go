@@ -70,11 +70,11 @@ func TestValidationWithoutGPU(t *testing.T) {
 	invf := h.t(f32, hd/2)
 	bt, sl, qs := h.t(i32, 2, 4), h.t(i32, 2), h.t(i32, 3)
 	rope := func() backend.RoPEArgs {
-		return backend.RoPEArgs{Q: q, QKV: qkv, Positions: pos, SlotMapping: slots, KCache: kc, VCache: vc,
+		return backend.RoPEArgs{Q: q, QKV: qkv, Positions: pos, SlotMapping: slots, KCache: kc, VCache: vc, KV: kvOf(vc),
 			InvFreq: invf, NumHeads: heads, NumKVHeads: kvh, HeadDim: hd}
 	}
 	attn := func() backend.AttentionArgs {
-		return backend.AttentionArgs{Out: h.t(bf, n, heads*hd), Q: q, KCache: kc, VCache: vc, BlockTables: bt,
+		return backend.AttentionArgs{Out: h.t(bf, n, heads*hd), Q: q, KCache: kc, VCache: vc, KV: kvOf(vc), BlockTables: bt,
 			SeqLens: sl, QueryStart: qs, NumSeqs: 2, MaxSeqLen: 64, NumHeads: heads, NumKVHeads: kvh, HeadDim: hd,
 			Scale: 0.125}
 	}
