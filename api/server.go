@@ -258,14 +258,11 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *Erro
 	// connection's own timeouts in charge; nothing else can fail here.
 	_ = rc.SetReadDeadline(time.Now().Add(s.opts.BodyReadTimeout))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
-	_ = rc.SetReadDeadline(time.Time{})
 	if err == nil {
+		_ = rc.SetReadDeadline(time.Time{})
 		return body, nil
 	}
-	// The rest of the body is still on the wire: close the connection after
-	// the error reply. Otherwise net/http would try to drain the body before
-	// sending the reply and, for a stalled client, never send it.
-	w.Header().Set("Connection", "close")
+	closeAfterReply(w)
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		return nil, &Error{Status: http.StatusRequestEntityTooLarge, Type: typeInvalidRequest,
@@ -276,6 +273,24 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *Erro
 			Message: fmt.Sprintf("the request body did not arrive within %s", s.opts.BodyReadTimeout)}
 	}
 	return nil, badRequest("", "reading the request body: %v", err)
+}
+
+// lingerAfterReply bounds how long a connection that closes after an
+// early reply (one sent before its request body was read) stays open:
+// long enough for the reply to reach a client that is still sending, so
+// that closing with its bytes unread does not reset the connection under
+// the reply; short, so that a stalled client cannot hold the socket.
+const lingerAfterReply = 500 * time.Millisecond
+
+// closeAfterReply makes the connection close once the reply is sent,
+// for a reply that leaves (part of) the request body unread. net/http
+// reads what is left of the body after the handler returns, with the
+// connection's read deadline; without a near deadline it would wait for a
+// stalled client indefinitely, holding the socket and the server's drain.
+func closeAfterReply(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close")
+	// ErrNotSupported (a recorder in tests): nothing to hold open.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(lingerAfterReply))
 }
 
 // newID returns prefix + 32 random hex digits.
