@@ -50,6 +50,14 @@ func (s *Server) serveGeneration(w http.ResponseWriter, r *http.Request, spanNam
 	ctx, span := s.tracer.Start(ctx, spanName, trace.WithSpanKind(trace.SpanKindServer))
 	defer span.End()
 
+	// Refused before the body is read: a loading or draining server
+	// answers at once, and closes the connection so that the client's
+	// next request finds a server that can serve it.
+	if e := s.unavailable(); e != nil {
+		closeAfterReply(w)
+		s.fail(w, span, e)
+		return
+	}
 	body, e := s.readBody(w, r)
 	if e != nil {
 		s.fail(w, span, e)
@@ -72,6 +80,12 @@ func (s *Server) serveGeneration(w http.ResponseWriter, r *http.Request, spanNam
 		attribute.Bool("trigon.stream", plan.stream),
 		attribute.Int("gen_ai.usage.input_tokens", len(plan.req.Prompt)),
 	)
+	if !s.beginReply() {
+		closeAfterReply(w)
+		s.fail(w, span, engineError(ErrShuttingDown))
+		return
+	}
+	defer s.endReply(w)
 	if !s.opts.Engine.Ready() {
 		s.fail(w, span, engineError(ErrNotReady))
 		return

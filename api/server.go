@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -13,6 +14,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -75,6 +77,14 @@ type Server struct {
 	// whatever the global propagator is, so traces continue across hops.
 	propagator propagation.TextMapPropagator
 	handler    http.Handler
+
+	// mu guards draining and the count of generation replies in flight
+	// (requests handed to the engine whose reply is not yet written);
+	// idle is closed when that count drops to zero, nil while it is.
+	mu       sync.Mutex
+	draining bool
+	replies  int
+	idle     chan struct{}
 }
 
 // New checks opts, fills defaults and builds the routes.
@@ -145,6 +155,83 @@ func New(opts Options) (*Server, error) {
 
 // Handler returns the HTTP handler for every route.
 func (s *Server) Handler() http.Handler { return s.handler }
+
+// Drain makes the server refuse new generation requests with 503 (in the
+// OpenAI error shape; /health answers 503 "draining" too) while the
+// requests in flight go on. It is the first step of a graceful shutdown:
+// stop the engine next (it ends the requests it still runs), then wait
+// with WaitReplies for their replies to be written, then close the
+// http.Server.
+func (s *Server) Drain() {
+	s.mu.Lock()
+	s.draining = true
+	s.mu.Unlock()
+}
+
+// WaitReplies returns once no generation request is in flight: every
+// request handed to the engine has its reply written and flushed to the
+// connection. Requests still reading their body do not count, so a
+// stalled client cannot hold up a shutdown. It returns ctx's error if ctx
+// ends first.
+func (s *Server) WaitReplies(ctx context.Context) error {
+	s.mu.Lock()
+	idle := s.idle
+	s.mu.Unlock()
+	if idle == nil {
+		return nil
+	}
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// beginReply counts a generation reply in; it is false while draining.
+func (s *Server) beginReply() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.draining {
+		return false
+	}
+	if s.replies == 0 {
+		s.idle = make(chan struct{})
+	}
+	s.replies++
+	return true
+}
+
+// endReply flushes the reply to the connection and counts it out.
+func (s *Server) endReply(w http.ResponseWriter) {
+	// ErrNotSupported (a recorder) or a gone client: nothing to flush.
+	_ = http.NewResponseController(w).Flush()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.replies--
+	if s.replies == 0 {
+		close(s.idle)
+		s.idle = nil
+	}
+}
+
+func (s *Server) isDraining() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.draining
+}
+
+// unavailable is the 503 for a generation request while the model loads
+// or the server drains, or nil.
+func (s *Server) unavailable() *Error {
+	switch {
+	case s.isDraining():
+		return engineError(ErrShuttingDown)
+	case !s.opts.Engine.Ready():
+		return engineError(ErrNotReady)
+	}
+	return nil
+}
 
 // Metrics returns the metrics the server records into, so the engine can
 // record its own series into the same registry.
@@ -301,6 +388,10 @@ func newID(prefix string) string {
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	if s.isDraining() {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining"})
+		return
+	}
 	if !s.opts.Engine.Ready() {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "loading"})
 		return
