@@ -366,22 +366,27 @@ func (s *Server) checkModel(name string) *Error {
 }
 
 // resolveMaxTokens applies the default and checks the context budget:
-// promptLen + maxTokens must fit in the model's context.
+// promptLen + maxTokens must fit in the model's context. promptParam
+// names what holds the prompt ("prompt" or "messages"): the error says it,
+// with the numbers, in the shape of vLLM's.
 //
 // An explicit value over the cap or the context is rejected, not clamped,
 // so the client learns its request cannot be served as asked. A default
 // shrinks to what fits.
 func (s *Server) resolveMaxTokens(explicit *int, param string, def int, promptLen, minTokens int, promptParam string) (int, *Error) {
 	maxCtx := s.opts.Model.MaxContext
-	tooLong := func(completion int) *Error {
-		total := promptLen + completion
-		if completion > math.MaxInt-promptLen {
-			total = math.MaxInt // a huge max_tokens must not wrap around in the message
-		}
-		return &Error{Status: 400, Type: typeInvalidRequest, Param: promptParam, Code: "context_length_exceeded",
-			Message: fmt.Sprintf("This model's maximum context length is %d tokens. However, you requested %d tokens "+
-				"(%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
-				maxCtx, total, promptLen, completion)}
+	// "your prompt has N tokens" / "your messages have N tokens".
+	has := fmt.Sprintf("your prompt has %d tokens", promptLen)
+	if promptParam == "messages" {
+		has = fmt.Sprintf("your messages have %d tokens", promptLen)
+	}
+	tooLong := func(msg string) *Error {
+		return &Error{Status: 400, Type: typeInvalidRequest, Param: promptParam, Code: "context_length_exceeded", Message: msg}
+	}
+	// The prompt alone leaves no room for need completion tokens.
+	noRoom := func(need int) *Error {
+		return tooLong(fmt.Sprintf("This model's maximum context length is %d tokens. However, %s, which leaves %d for the completion (at least %d needed). Please reduce the length of the %s.",
+			maxCtx, has, max(maxCtx-promptLen, 0), need, promptParam))
 	}
 	var mt int
 	if explicit != nil {
@@ -394,12 +399,16 @@ func (s *Server) resolveMaxTokens(explicit *int, param string, def int, promptLe
 		}
 		// Compared as mt > room so a huge mt cannot overflow a sum.
 		if mt > maxCtx-promptLen {
-			return 0, tooLong(mt)
+			if maxCtx-promptLen < 1 {
+				return 0, noRoom(1)
+			}
+			return 0, tooLong(fmt.Sprintf("'%s' is too large: %d. This model's maximum context length is %d tokens and %s (%d > %d - %d). Please reduce the length of the %s or '%s'.",
+				param, mt, maxCtx, has, mt, maxCtx, promptLen, promptParam, param))
 		}
 	} else {
 		room := maxCtx - promptLen
 		if room < 1 {
-			return 0, tooLong(max(1, minTokens))
+			return 0, noRoom(max(1, minTokens))
 		}
 		mt = room
 		if def > 0 {
