@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/trigon-llm/trigon/backend"
 	"github.com/trigon-llm/trigon/format/gguf"
@@ -28,9 +29,15 @@ type LoadOptions struct {
 	// MaxContext caps the context per sequence; 0: the model's.
 	MaxContext int
 	// MaxSeqs caps running sequences (default 64); MaxBatchedTokens is the
-	// per-step token budget (default 2048); ChunkSize caps one sequence's
-	// prefill chunk (default 512).
+	// per-step token budget, decodes first, prefill chunks in the rest;
+	// ChunkSize caps one sequence's prefill chunk (default 512).
+	// MaxBatchedTokens 0 measures the budget at load: prefill steps of
+	// the model are timed on the backend and the budget is the step that
+	// takes about StepTime, at most 2048 and at least MaxSeqs plus a KV
+	// block (see budget.go).
 	MaxSeqs, MaxBatchedTokens, ChunkSize int
+	// StepTime is the step length a measured budget aims at; 0: 150 ms.
+	StepTime time.Duration
 	// KVBlocks sizes the KV pools in 16-token blocks; 0: enough for
 	// MaxSeqs sequences of 2048 tokens, at most KVMemory bytes.
 	KVBlocks int
@@ -63,9 +70,13 @@ type Loaded struct {
 	Gen       model.GenerationConfig
 	Context   int // context length served
 	KVBlocks  int // blocks in the KV pools
-	weights   model.Weights
-	model     *llama.Model
-	runner    *runner.Runner
+	// MaxBatchedTokens is the step token budget in use; BudgetMeasured
+	// says Load measured it (LoadOptions.MaxBatchedTokens was 0).
+	MaxBatchedTokens int
+	BudgetMeasured   bool
+	weights          model.Weights
+	model            *llama.Model
+	runner           *runner.Runner
 }
 
 // Close frees the model's memory. The engine must have stopped.
@@ -96,7 +107,10 @@ func Load(opts LoadOptions) (*Loaded, error) {
 	}
 	ctxLen := contextLength(cfg, opts.MaxContext)
 	setDefault(&opts.MaxSeqs, 64)
-	setDefault(&opts.MaxBatchedTokens, 2048)
+	// A measured budget is at most maxAutoBudget: the model and the runner
+	// are sized for that, and the probe runs in it.
+	measure := opts.MaxBatchedTokens <= 0
+	setDefault(&opts.MaxBatchedTokens, maxAutoBudget)
 	setDefault(&opts.ChunkSize, 512)
 	opts.MaxBatchedTokens = max(opts.MaxBatchedTokens, opts.MaxSeqs)
 	if opts.KVMemory <= 0 {
@@ -134,6 +148,23 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		w.Close()
 		return nil, fmt.Errorf("load %s: %w", opts.Model, err)
 	}
+	budget := opts.MaxBatchedTokens
+	if measure {
+		target := opts.StepTime
+		if target <= 0 {
+			target = defaultStepTime
+		}
+		// At least every decode and a block of prefill, so that prompts
+		// still advance with MaxSeqs streams running.
+		lo := min(opts.MaxSeqs+kvcache.DefaultBlockSize, budget)
+		timeStep, maxN := prefillTimer(r, ctxLen, blocks)
+		if budget, err = fitBudget(timeStep, target, lo, budget, maxN); err != nil {
+			r.Close()
+			m.Close()
+			w.Close()
+			return nil, fmt.Errorf("load %s: %w", opts.Model, err)
+		}
+	}
 	pool, err := kvcache.NewPool(kvcache.Options{NumBlocks: blocks, BlockSize: kvcache.DefaultBlockSize, EnablePrefixCache: true})
 	if err != nil {
 		r.Close()
@@ -142,7 +173,7 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		return nil, err
 	}
 	eng, err := New(r, pool, tok, Options{
-		Sched:      sched.Config{MaxNumSeqs: opts.MaxSeqs, MaxNumBatchedTokens: opts.MaxBatchedTokens, ChunkSize: opts.ChunkSize},
+		Sched:      sched.Config{MaxNumSeqs: opts.MaxSeqs, MaxNumBatchedTokens: budget, ChunkSize: opts.ChunkSize},
 		MaxQueue:   opts.MaxQueue,
 		MaxContext: ctxLen,
 		EOS:        model.StopTokenIDs(cfg, gen),
@@ -156,7 +187,8 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		w.Close()
 		return nil, err
 	}
-	return &Loaded{Engine: eng, Tokenizer: tok, Config: cfg, Gen: gen, Context: ctxLen, KVBlocks: blocks, weights: w, model: m, runner: r}, nil
+	return &Loaded{Engine: eng, Tokenizer: tok, Config: cfg, Gen: gen, Context: ctxLen, KVBlocks: blocks,
+		MaxBatchedTokens: budget, BudgetMeasured: measure, weights: w, model: m, runner: r}, nil
 }
 
 // LoadTokenizer reads the tokenizer of an HF directory or a GGUF file.

@@ -36,7 +36,10 @@ func (f *modelFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVarP(&f.model, "model", "m", "", "model: HF directory or .gguf file (default: the embedded Go-code model)")
 	cmd.Flags().IntVar(&f.maxContext, "max-context", 0, "cap the context length (0: the model's)")
 	cmd.Flags().IntVar(&f.maxSeqs, "max-seqs", 64, "most sequences running at once")
-	cmd.Flags().IntVar(&f.maxTokens, "max-batched-tokens", 2048, "token budget of one engine step")
+	cmd.Flags().IntVar(&f.maxTokens, "max-num-batched-tokens", 0, "token budget of one engine step: decodes first, prefill chunks in the rest (0: measured at load so that a step takes about 150 ms on this backend, at most 2048; also --max-batched-tokens)")
+	// The older spelling still works (hidden).
+	cmd.Flags().IntVar(&f.maxTokens, "max-batched-tokens", 0, "same as --max-num-batched-tokens")
+	_ = cmd.Flags().MarkHidden("max-batched-tokens") // the flag exists: no error
 	cmd.Flags().IntVar(&f.kvBlocks, "kv-blocks", 0, "KV-cache blocks of 16 tokens (0: sized from --kv-memory)")
 	cmd.Flags().Int64Var(&f.kvMemory, "kv-memory", 2<<30, "bytes for the KV cache on the CPU when --kv-blocks is 0")
 	cmd.Flags().Float64Var(&f.memUtil, "gpu-memory-utilization", 0.9, "share of GPU memory trigon may use; the KV cache gets what the weights leave")
@@ -79,8 +82,13 @@ func (f *modelFlags) load(ctx context.Context, log *slog.Logger, metrics *teleme
 	if err != nil {
 		return nil, nil, err
 	}
+	budget := "given"
+	if l.BudgetMeasured {
+		budget = "measured"
+	}
 	log.Info("model loaded", "model", path, "arch", l.Config.Arch, "backend", b.Name(),
-		"context", l.Context, "kv_blocks", l.KVBlocks, "took", time.Since(t0).Round(time.Millisecond))
+		"context", l.Context, "kv_blocks", l.KVBlocks, "max_num_batched_tokens", l.MaxBatchedTokens, "budget", budget,
+		"took", time.Since(t0).Round(time.Millisecond))
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
