@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -62,6 +63,19 @@ type LoadOptions struct {
 	QueueAhead bool
 }
 
+// AttentionChecker is an optional Backend interface, for backends whose
+// kernels take only some attention shapes (the CUDA backend): Load asks
+// it before it uploads any weight, and refuses a model the backend cannot
+// run with an error wrapping ErrUnsupportedModel, so that the model is
+// not served only to fail every request.
+type AttentionChecker interface {
+	CheckAttention(numHeads, numKVHeads, headDim int) error
+}
+
+// ErrUnsupportedModel is wrapped by Load's error when the backend cannot
+// run the model's shapes; another backend (the CPU) may.
+var ErrUnsupportedModel = errors.New("the backend cannot run this model")
+
 // Loaded is a model ready to serve: its engine, tokenizer and configs.
 type Loaded struct {
 	Engine    *Engine
@@ -104,6 +118,21 @@ func Load(opts LoadOptions) (*Loaded, error) {
 	if p := DefaultParams(gen); p.Validate() != nil {
 		w.Close()
 		return nil, fmt.Errorf("load %s: generation_config.json: %w", opts.Model, p.Validate())
+	}
+	if c, ok := opts.Backend.(AttentionChecker); ok {
+		if err := c.CheckAttention(cfg.NumHeads, cfg.NumKVHeads, cfg.HeadDim); err != nil {
+			w.Close()
+			return nil, fmt.Errorf("load %s on %s: %w: %w", opts.Model, opts.Backend.Name(), ErrUnsupportedModel, err)
+		}
+	}
+	if act := opts.Backend.ActDType(); act != backend.F32 && hasF32Matrices(w) {
+		// As vLLM warns when it casts: results differ from an F32 run.
+		log := opts.Logger
+		if log == nil {
+			log = slog.Default()
+		}
+		log.Warn("the checkpoint's weights are F32; this backend computes activations and the KV cache in "+act.String(),
+			"backend", opts.Backend.Name())
 	}
 	ctxLen := contextLength(cfg, opts.MaxContext)
 	setDefault(&opts.MaxSeqs, 64)
@@ -189,6 +218,18 @@ func Load(opts LoadOptions) (*Loaded, error) {
 	}
 	return &Loaded{Engine: eng, Tokenizer: tok, Config: cfg, Gen: gen, Context: ctxLen, KVBlocks: blocks,
 		MaxBatchedTokens: budget, BudgetMeasured: measure, weights: w, model: m, runner: r}, nil
+}
+
+// hasF32Matrices reports whether any weight matrix is stored as F32 (the
+// norms and biases are widened to F32 whatever the checkpoint, so only
+// matrices say what it is).
+func hasF32Matrices(w model.Weights) bool {
+	for _, name := range w.Names() {
+		if t, ok := w.Tensor(name); ok && t.DType == backend.F32 && len(t.Shape) == 2 {
+			return true
+		}
+	}
+	return false
 }
 
 // LoadTokenizer reads the tokenizer of an HF directory or a GGUF file.

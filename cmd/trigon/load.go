@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/trigon-llm/trigon/backend"
+	"github.com/trigon-llm/trigon/backend/cpu"
 	"github.com/trigon-llm/trigon/engine"
 	"github.com/trigon-llm/trigon/models"
 	"github.com/trigon-llm/trigon/telemetry"
@@ -67,14 +69,10 @@ func (f *modelFlags) load(ctx context.Context, log *slog.Logger, metrics *teleme
 	if err != nil {
 		return nil, nil, err
 	}
-	graphs, err := f.useGraphs(b)
-	if err != nil {
-		return nil, nil, err
-	}
 	t0 := time.Now()
-	l, err = engine.Load(engine.LoadOptions{
-		Graphs: graphs, GraphMemory: f.graphMem, MemoryUtilization: f.memUtil,
-		Model: path, Backend: b, MaxContext: f.maxContext,
+	l, b, err = f.loadOn(b, log, engine.LoadOptions{
+		GraphMemory: f.graphMem, MemoryUtilization: f.memUtil,
+		Model: path, MaxContext: f.maxContext,
 		MaxSeqs: f.maxSeqs, MaxBatchedTokens: f.maxTokens, MaxQueue: f.maxQueue, KVBlocks: f.kvBlocks, KVMemory: f.kvMemory,
 		Metrics: metrics, Logger: log, QueueAhead: f.queueAhead,
 		Progress: progress(path),
@@ -98,6 +96,35 @@ func (f *modelFlags) load(ctx context.Context, log *slog.Logger, metrics *teleme
 		}
 	}()
 	return l, func() { cancel(); <-done; l.Close() }, nil
+}
+
+// loadOn loads the model on b. With --device auto, a model b cannot run
+// (engine.ErrUnsupportedModel: a shape the CUDA kernels do not take) is
+// loaded on the CPU instead, with one warning, as auto does when CUDA is
+// not usable at all; with --device cuda the error says so.
+func (f *modelFlags) loadOn(b backend.Backend, log *slog.Logger, opts engine.LoadOptions) (*engine.Loaded, backend.Backend, error) {
+	load := func(b backend.Backend) (*engine.Loaded, error) {
+		graphs, err := f.useGraphs(b)
+		if err != nil {
+			return nil, err
+		}
+		opts.Backend, opts.Graphs = b, graphs
+		return engine.Load(opts)
+	}
+	l, err := load(b)
+	if !errors.Is(err, engine.ErrUnsupportedModel) {
+		return l, b, err
+	}
+	if f.device != "auto" {
+		return nil, b, fmt.Errorf("%w (the CPU backend runs it: --device cpu)", err)
+	}
+	log.Warn("the "+b.Name()+" backend cannot run this model; using the CPU backend", "reason", err.Error())
+	if c, ok := b.(io.Closer); ok {
+		c.Close()
+	}
+	b = cpu.New(cpu.Options{Threads: f.threads})
+	l, err = load(b)
+	return l, b, err
 }
 
 // newLogger logs to w (the command's stderr): warnings, or info with
