@@ -93,6 +93,10 @@ type Engine struct {
 	tok  *tokenizer.Tokenizer
 	opts Options
 	log  *slog.Logger
+	// kvTokens is how many tokens of KV one sequence can hold at most:
+	// every block of the pool but the null block. Read by Submit, so
+	// copied out of the pool, which only the step loop may touch.
+	kvTokens int
 
 	mu      sync.Mutex
 	pending []*request // submitted, not yet handed to the scheduler
@@ -146,12 +150,13 @@ func New(r *runner.Runner, pool *kvcache.Pool, tok *tokenizer.Tokenizer, opts Op
 	}
 	e := &Engine{
 		run: r, sch: sch, pool: pool, tok: tok, opts: opts, log: opts.Logger,
-		wake:    make(chan struct{}, 1),
-		abort:   make(chan struct{}),
-		stopped: make(chan struct{}),
-		active:  map[*request]struct{}{},
-		choices: map[sched.SeqID]*choice{},
-		nextID:  1,
+		kvTokens: (pool.NumBlocks() - 1) * pool.BlockSize(),
+		wake:     make(chan struct{}, 1),
+		abort:    make(chan struct{}),
+		stopped:  make(chan struct{}),
+		active:   map[*request]struct{}{},
+		choices:  map[sched.SeqID]*choice{},
+		nextID:   1,
 	}
 	e.publish()
 	e.ready.Store(true)
@@ -211,6 +216,12 @@ func (e *Engine) validate(req *Request) error {
 	if n := len(req.Prompt) + req.Params.MaxTokens; n > e.opts.MaxContext {
 		return fmt.Errorf("%w: this model's maximum context length is %d tokens, but the request needs %d (%d in the prompt, %d in the completion)",
 			ErrBadRequest, e.opts.MaxContext, n, len(req.Prompt), req.Params.MaxTokens)
+	}
+	// The scheduler would refuse it too, but only once the reply has
+	// begun; the last token's KV is never computed.
+	if n := len(req.Prompt) + req.Params.MaxTokens - 1; n > e.kvTokens {
+		return fmt.Errorf("%w: the request needs up to %d tokens of KV cache (%d in the prompt, %d in the completion), more than the %d the server's KV cache holds for one sequence; reduce the prompt or max_tokens",
+			ErrBadRequest, n+1, len(req.Prompt), req.Params.MaxTokens, e.kvTokens)
 	}
 	for _, id := range req.Prompt {
 		if id < 0 || int(id) >= e.tok.VocabSize() {

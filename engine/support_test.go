@@ -83,3 +83,26 @@ func TestF32CheckpointNote(t *testing.T) {
 		}
 	}
 }
+
+// wildSampler samples an id past the tokenizer's vocabulary, as a model
+// whose vocabulary is padded beyond its tokenizer's can.
+type wildSampler struct{ backend.Backend }
+
+func (w wildSampler) Sample(args backend.SampleArgs) ([]int32, error) {
+	ids := make([]int32, len(args.Rows))
+	for i := range ids {
+		ids[i] = 1 << 20
+	}
+	return ids, nil
+}
+
+// TestUndecodableTokenKeepsItsCause: a sampled id the tokenizer cannot
+// decode ends the choice with FinishError and an error that says so (not
+// an error without a cause, which the api can only call internal).
+func TestUndecodableTokenKeepsItsCause(t *testing.T) {
+	l := start(t, wildSampler{cpu.New(cpu.Options{Threads: 1})}, engine.LoadOptions{MaxBatchedTokens: 64})
+	got := submit(t, l, t.Context(), []int32{5, 6, 7}, 1, greedy(4))[0]
+	if got.final.FinishReason != engine.FinishError || got.final.Err == nil || !strings.Contains(got.final.Err.Error(), "sampled token 1048576 has no text") {
+		t.Errorf("finish %q, err %v; want an error naming the token", got.final.FinishReason, got.final.Err)
+	}
+}

@@ -236,7 +236,7 @@ func (a *apiEngine) Generate(ctx context.Context, r *api.GenerateRequest) (<-cha
 	case errors.Is(err, engine.ErrClosed):
 		return nil, api.ErrShuttingDown
 	case errors.Is(err, engine.ErrBadRequest):
-		return nil, fmt.Errorf("%w: %v", api.ErrBadRequest, err)
+		return nil, clientError(err)
 	case err != nil:
 		return nil, err
 	}
@@ -250,10 +250,23 @@ func (a *apiEngine) Generate(ctx context.Context, r *api.GenerateRequest) (<-cha
 	return out, nil
 }
 
+// clientError turns an engine.ErrBadRequest into the api's, which the
+// api answers 400 with the error's text; the text loses the engine's
+// prefix, which means nothing to a client.
+func clientError(err error) error {
+	msg := strings.TrimPrefix(err.Error(), engine.ErrBadRequest.Error()+": ")
+	return fmt.Errorf("%w: %s", api.ErrBadRequest, msg)
+}
+
 func toAPIEvent(ev engine.Event) api.Event {
 	a := api.Event{
 		Choice: ev.Choice, Text: ev.Text, TokenIDs: ev.TokenIDs, FinishReason: ev.FinishReason,
 		Err: ev.Err, CachedPromptTokens: ev.CachedPromptTokens,
+	}
+	// A request the engine refuses once queued (the scheduler's own
+	// checks) is the client's error, as one refused by Submit is.
+	if errors.Is(ev.Err, engine.ErrBadRequest) {
+		a.Err = clientError(ev.Err)
 	}
 	for _, lp := range ev.Logprobs {
 		t := api.TokenLogprob{ID: lp.ID, Logprob: lp.Logprob}
