@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -48,9 +50,10 @@ type streamEnd struct {
 // and sends SIGTERM. Every stream must end with a final chunk whose
 // finish_reason is the expected one, then [DONE]; the non-streamed
 // request gets its reply; a request sent while draining gets 503 in the
-// OpenAI error shape; the process exits 0 within the timeout plus the
-// step in progress (with slack for a loaded machine), and not before the
-// timeout when streams are still running.
+// OpenAI error shape; a client stalled in its body holds up nothing; the
+// process exits 0 within the timeout plus the step in progress (with
+// slack for a loaded machine), not before the timeout when streams are
+// still running, and well before it when they have ended.
 func TestServeDrainOnSIGTERM(t *testing.T) {
 	cases := []struct {
 		name      string
@@ -148,6 +151,15 @@ func testDrain(t *testing.T, timeout time.Duration, maxTokens int, threads, want
 		}
 	}
 
+	// A client stalled in the middle of its body: it must hold up neither
+	// the drain nor the exit.
+	stalled, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stalled.Close()
+	fmt.Fprintf(stalled, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"prompt\":")
+
 	sent := time.Now()
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -177,6 +189,10 @@ func testDrain(t *testing.T, timeout time.Duration, maxTokens int, threads, want
 	}
 	if !outlast && elapsed >= timeout {
 		t.Errorf("exited %v after SIGTERM: the drain waited for the timeout although the streams had ended", elapsed.Round(time.Millisecond))
+	}
+	stalled.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := stalled.Read(make([]byte, 1)); !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
+		t.Errorf("the stalled client's connection after the exit: read %d bytes, %v; want it closed", n, err)
 	}
 	for i, e := range ends {
 		stream := i < numStreams
