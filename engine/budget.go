@@ -40,6 +40,9 @@ type stepTimer func(n int) (time.Duration, error)
 // GPU's weight reads at small batch). The result lies in [lo, hi]; maxN
 // is the longest step the timer can run.
 func fitBudget(timeStep stepTimer, target time.Duration, lo, hi, maxN int) (int, error) {
+	if maxN < 1 {
+		return lo, nil // no room to probe in: the least
+	}
 	n1 := min(probeTokens, maxN)
 	// The first step pays one-time costs (allocations, kernel compiles):
 	// untimed.

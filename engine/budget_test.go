@@ -33,6 +33,7 @@ func TestFitBudget(t *testing.T) {
 		{"no slope", func(n int) time.Duration { return ms(50 - float64(n)/100) }, ms(150), 80, 2048, 2048, 2048},
 		// A context too short for a second length.
 		{"short context", linear(0, 1), ms(150), 8, 2048, 8, 8},
+		{"no room to probe", linear(0, 1), ms(150), 8, 2048, 0, 8},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
