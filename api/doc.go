@@ -19,10 +19,16 @@
 //     batched prompts are refused with 400 naming the field; unknown fields
 //     (user, metadata, store, ...) are ignored.
 //   - max_tokens follows sample.LengthRule, the engine's rule: an explicit
-//     value that does not fit the context is refused with OpenAI's
-//     context-length message; an omitted one defaults to 16 for completions
+//     value that does not fit the context is refused with a context-length
+//     message in vLLM's shape that names the prompt or the messages and
+//     gives the numbers; an omitted one defaults to 16 for completions
 //     (OpenAI's legacy default) and to the rest of the context for chat,
 //     shrunk to fit.
+//   - Graceful shutdown: Server.Drain answers new generation requests 503
+//     (before their body is read) while the ones in flight go on;
+//     WaitReplies waits for their replies, not for clients still sending a
+//     body. A body that fails (408, 413) closes the connection after the
+//     reply.
 //   - The API key, when set, guards every route except /health and
 //     /metrics.
 //

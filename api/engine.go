@@ -22,7 +22,7 @@ type Engine interface {
 	// ctx.Done() is also fine.
 	//
 	// Errors returned directly map to HTTP statuses: ErrQueueFull -> 429,
-	// ErrNotReady -> 503, anything wrapping ErrBadRequest -> 400 (its text
+	// ErrNotReady and ErrShuttingDown -> 503, anything wrapping ErrBadRequest -> 400 (its text
 	// is shown to the client), anything else -> 500.
 	//
 	// The engine may keep req; the api does not modify it after the call.
@@ -39,8 +39,11 @@ var (
 	// ErrQueueFull rejects a request because the waiting queue is at its
 	// bound; clients should retry later (429).
 	ErrQueueFull = errors.New("the server is at capacity, please retry later")
-	// ErrNotReady rejects a request while the engine loads or drains (503).
+	// ErrNotReady rejects a request while the engine loads (503).
 	ErrNotReady = errors.New("the model is not ready")
+	// ErrShuttingDown rejects a request while the server drains (503):
+	// clients should retry on another replica.
+	ErrShuttingDown = errors.New("the server is shutting down")
 	// ErrBadRequest marks a request the engine cannot serve as asked, for
 	// example one needing more KV blocks than the cache has (400).
 	ErrBadRequest = errors.New("bad request")

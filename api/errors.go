@@ -110,7 +110,7 @@ func engineError(err error) *Error {
 	switch {
 	case errors.Is(err, ErrQueueFull):
 		return &Error{Status: http.StatusTooManyRequests, Type: typeRateLimit, Code: "queue_full", Message: err.Error()}
-	case errors.Is(err, ErrNotReady):
+	case errors.Is(err, ErrNotReady), errors.Is(err, ErrShuttingDown):
 		return &Error{Status: http.StatusServiceUnavailable, Type: typeUnavailable, Message: err.Error()}
 	case errors.Is(err, ErrBadRequest):
 		return &Error{Status: http.StatusBadRequest, Type: typeInvalidRequest, Message: err.Error()}

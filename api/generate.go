@@ -50,6 +50,13 @@ func (s *Server) serveGeneration(w http.ResponseWriter, r *http.Request, spanNam
 	ctx, span := s.tracer.Start(ctx, spanName, trace.WithSpanKind(trace.SpanKindServer))
 	defer span.End()
 
+	// Refused before the body is read: a loading or draining server
+	// answers at once, and closes the connection so that the client's
+	// next request finds a server that can serve it.
+	if e := s.unavailable(); e != nil {
+		s.refuse(w, span, e)
+		return
+	}
 	body, e := s.readBody(w, r)
 	if e != nil {
 		s.fail(w, span, e)
@@ -72,6 +79,11 @@ func (s *Server) serveGeneration(w http.ResponseWriter, r *http.Request, spanNam
 		attribute.Bool("trigon.stream", plan.stream),
 		attribute.Int("gen_ai.usage.input_tokens", len(plan.req.Prompt)),
 	)
+	if !s.beginReply() {
+		s.refuse(w, span, engineError(ErrShuttingDown))
+		return
+	}
+	defer s.endReply(w)
 	if !s.opts.Engine.Ready() {
 		s.fail(w, span, engineError(ErrNotReady))
 		return
@@ -120,6 +132,15 @@ func (s *Server) fail(w http.ResponseWriter, span trace.Span, e *Error) {
 	span.SetAttributes(attribute.Int("http.response.status_code", e.Status))
 	span.SetStatus(codes.Error, e.Message)
 	writeError(w, e)
+}
+
+// refuse answers a request the server cannot take now (503) and closes
+// the connection after the reply, which is flushed at once: the server
+// may be about to close its connections.
+func (s *Server) refuse(w http.ResponseWriter, span trace.Span, e *Error) {
+	closeAfterReply(w)
+	s.fail(w, span, e)
+	_ = http.NewResponseController(w).Flush()
 }
 
 // parseCompletion decodes and validates a /v1/completions body.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"net/http/httptest"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -377,5 +379,14 @@ func TestSlowBodyTimesOut(t *testing.T) {
 	}
 	if e.eng.lastRequest() != nil {
 		t.Error("a partial body reached the engine")
+	}
+	// The rest of the body never comes: the server must close the
+	// connection after the reply instead of waiting to drain the body.
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		t.Fatalf("reading the 408 body: %v", err)
+	}
+	if n, err := conn.Read(make([]byte, 1)); !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
+		t.Errorf("after the 408 the connection stayed open: read %d bytes, err %v; want EOF", n, err)
 	}
 }

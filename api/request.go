@@ -370,8 +370,11 @@ func (s *Server) checkModel(name string) *Error {
 // resolveMaxTokens resolves max_tokens by sample.LengthRule (the one
 // rule of the output length; the engine applies it again to what it is
 // handed) with this endpoint's default and the server's cap, and words its
-// refusals as OpenAI does: an explicit value over the cap or the context
-// is rejected, not clamped; a default shrinks to what fits.
+// refusals as vLLM does: an explicit value over the cap or the context is
+// rejected, not clamped, so the client learns its request cannot be served
+// as asked; a default shrinks to what fits. promptParam names what holds
+// the prompt ("prompt" or "messages"): a context-length error says it,
+// with the numbers.
 func (s *Server) resolveMaxTokens(explicit *int, param string, def int, promptLen, minTokens int, promptParam string) (int, *Error) {
 	rule := sample.LengthRule{Context: s.opts.Model.MaxContext, Default: def, Cap: s.opts.MaxTokensCap}
 	mt, err := rule.MaxTokens(explicit, promptLen, minTokens)
@@ -390,10 +393,22 @@ func (s *Server) resolveMaxTokens(explicit *int, param string, def int, promptLe
 	case sample.MinTokensOverMax:
 		return 0, badRequest("min_tokens", "'min_tokens' (%d) must not exceed the maximum number of tokens (%d)", minTokens, le.MaxTokens)
 	}
-	return 0, &Error{Status: 400, Type: typeInvalidRequest, Param: promptParam, Code: "context_length_exceeded",
-		Message: fmt.Sprintf("This model's maximum context length is %d tokens. However, you requested %d tokens "+
-			"(%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
-			rule.Context, le.Requested(), promptLen, le.MaxTokens)}
+	// The context is exceeded: "your prompt has N tokens" / "your messages
+	// have N tokens".
+	has := fmt.Sprintf("your prompt has %d tokens", promptLen)
+	if promptParam == "messages" {
+		has = fmt.Sprintf("your messages have %d tokens", promptLen)
+	}
+	tooLong := &Error{Status: 400, Type: typeInvalidRequest, Param: promptParam, Code: "context_length_exceeded"}
+	if room := rule.Context - promptLen; explicit != nil && room >= 1 {
+		tooLong.Message = fmt.Sprintf("'%s' is too large: %d. This model's maximum context length is %d tokens and %s (%d > %d - %d). Please reduce the length of the %s or '%s'.",
+			param, le.MaxTokens, rule.Context, has, le.MaxTokens, rule.Context, promptLen, promptParam, param)
+		return 0, tooLong
+	}
+	// The prompt alone leaves no room for the least completion.
+	tooLong.Message = fmt.Sprintf("This model's maximum context length is %d tokens. However, %s, which leaves %d for the completion (at least %d needed). Please reduce the length of the %s.",
+		rule.Context, has, max(rule.Context-promptLen, 0), max(1, minTokens), promptParam)
+	return 0, tooLong
 }
 
 // chatMessages validates messages and flattens their content to text.

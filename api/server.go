@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -13,6 +14,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -75,6 +77,14 @@ type Server struct {
 	// whatever the global propagator is, so traces continue across hops.
 	propagator propagation.TextMapPropagator
 	handler    http.Handler
+
+	// mu guards draining and the count of generation replies in flight
+	// (requests handed to the engine whose reply is not yet written);
+	// idle is closed when that count drops to zero, nil while it is.
+	mu       sync.Mutex
+	draining bool
+	replies  int
+	idle     chan struct{}
 }
 
 // New checks opts, fills defaults and builds the routes.
@@ -145,6 +155,83 @@ func New(opts Options) (*Server, error) {
 
 // Handler returns the HTTP handler for every route.
 func (s *Server) Handler() http.Handler { return s.handler }
+
+// Drain makes the server refuse new generation requests with 503 (in the
+// OpenAI error shape; /health answers 503 "draining" too) while the
+// requests in flight go on. It is the first step of a graceful shutdown:
+// stop the engine next (it ends the requests it still runs), then wait
+// with WaitReplies for their replies to be written, then close the
+// http.Server.
+func (s *Server) Drain() {
+	s.mu.Lock()
+	s.draining = true
+	s.mu.Unlock()
+}
+
+// WaitReplies returns once no generation request is in flight: every
+// request handed to the engine has its reply written and flushed to the
+// connection. Requests still reading their body do not count, so a
+// stalled client cannot hold up a shutdown. It returns ctx's error if ctx
+// ends first.
+func (s *Server) WaitReplies(ctx context.Context) error {
+	s.mu.Lock()
+	idle := s.idle
+	s.mu.Unlock()
+	if idle == nil {
+		return nil
+	}
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// beginReply counts a generation reply in; it is false while draining.
+func (s *Server) beginReply() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.draining {
+		return false
+	}
+	if s.replies == 0 {
+		s.idle = make(chan struct{})
+	}
+	s.replies++
+	return true
+}
+
+// endReply flushes the reply to the connection and counts it out.
+func (s *Server) endReply(w http.ResponseWriter) {
+	// ErrNotSupported (a recorder) or a gone client: nothing to flush.
+	_ = http.NewResponseController(w).Flush()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.replies--
+	if s.replies == 0 {
+		close(s.idle)
+		s.idle = nil
+	}
+}
+
+func (s *Server) isDraining() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.draining
+}
+
+// unavailable is the 503 for a generation request while the model loads
+// or the server drains, or nil.
+func (s *Server) unavailable() *Error {
+	switch {
+	case s.isDraining():
+		return engineError(ErrShuttingDown)
+	case !s.opts.Engine.Ready():
+		return engineError(ErrNotReady)
+	}
+	return nil
+}
 
 // Metrics returns the metrics the server records into, so the engine can
 // record its own series into the same registry.
@@ -258,14 +345,11 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *Erro
 	// connection's own timeouts in charge; nothing else can fail here.
 	_ = rc.SetReadDeadline(time.Now().Add(s.opts.BodyReadTimeout))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
-	_ = rc.SetReadDeadline(time.Time{})
 	if err == nil {
+		_ = rc.SetReadDeadline(time.Time{})
 		return body, nil
 	}
-	// The rest of the body is still on the wire: close the connection after
-	// the error reply. Otherwise net/http would try to drain the body before
-	// sending the reply and, for a stalled client, never send it.
-	w.Header().Set("Connection", "close")
+	closeAfterReply(w)
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		return nil, &Error{Status: http.StatusRequestEntityTooLarge, Type: typeInvalidRequest,
@@ -278,6 +362,24 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *Erro
 	return nil, badRequest("", "reading the request body: %v", err)
 }
 
+// lingerAfterReply bounds how long a connection that closes after an
+// early reply (one sent before its request body was read) stays open:
+// long enough for the reply to reach a client that is still sending, so
+// that closing with its bytes unread does not reset the connection under
+// the reply; short, so that a stalled client cannot hold the socket.
+const lingerAfterReply = 500 * time.Millisecond
+
+// closeAfterReply makes the connection close once the reply is sent,
+// for a reply that leaves (part of) the request body unread. net/http
+// reads what is left of the body after the handler returns, with the
+// connection's read deadline; without a near deadline it would wait for a
+// stalled client indefinitely, holding the socket and the server's drain.
+func closeAfterReply(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close")
+	// ErrNotSupported (a recorder in tests): nothing to hold open.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(lingerAfterReply))
+}
+
 // newID returns prefix + 32 random hex digits.
 func newID(prefix string) string {
 	var b [16]byte
@@ -286,6 +388,10 @@ func newID(prefix string) string {
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	if s.isDraining() {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining"})
+		return
+	}
 	if !s.opts.Engine.Ready() {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "loading"})
 		return

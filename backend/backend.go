@@ -90,12 +90,6 @@ type Backend interface {
 
 	// Sample picks one token per row of logits.
 	Sample(args SampleArgs) ([]int32, error)
-
-	// Run queues a forward program's ops in order. A backend may lower
-	// runs of ops into fused kernels that compute the same tensors; one
-	// that fuses nothing runs RunOps(b, p). The ops' errors come back
-	// labelled with the op (Op.Label).
-	Run(p *Program) error
 }
 
 // RoPEArgs are the operands of Backend.RoPEStoreKV.

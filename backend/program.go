@@ -176,8 +176,25 @@ func RunOp(b Backend, op *Op) error {
 	return nil
 }
 
-// RunOps runs p's ops one by one as written: the Run of a backend that
-// fuses nothing.
+// Lowerer is an optional Backend interface: a backend that rewrites runs
+// of a program's ops into fused kernels computing the same tensors
+// (backend/cuda's lowering rules) before queuing them. Errors come back
+// labelled with the op (Op.Label).
+type Lowerer interface {
+	Run(p *Program) error
+}
+
+// Run queues p on b: through b's lowering where b is a Lowerer, else op
+// by op as written (RunOps). The model calls this, never the op methods,
+// so a program has one path whatever the backend.
+func Run(b Backend, p *Program) error {
+	if l, ok := b.(Lowerer); ok {
+		return l.Run(p)
+	}
+	return RunOps(b, p)
+}
+
+// RunOps runs p's ops one by one as written, through b's op methods.
 func RunOps(b Backend, p *Program) error {
 	for i := range p.Ops {
 		if err := RunOp(b, &p.Ops[i]); err != nil {

@@ -24,7 +24,14 @@
 // context aborts it within one step and frees its KV blocks at once. A
 // backend error fails the requests of that step (FinishError) and the loop
 // goes on serving the rest. Drain stops admitting; Run returns when the
-// last request ends.
+// last request ends. Shutdown(ctx) drains until ctx ends, then aborts what
+// is left (every choice gets a final FinishAbort event) after the step in
+// progress.
+//
+// The step's token budget (LoadOptions.MaxBatchedTokens) bounds how long a
+// step, and so every stream's next token, takes while prompts are
+// prefilled; left 0, Load measures the model on the backend and picks the
+// budget whose step takes about LoadOptions.StepTime (budget.go).
 //
 // Usage:
 //

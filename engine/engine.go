@@ -92,13 +92,26 @@ type Engine struct {
 	tok  *tokenizer.Tokenizer
 	opts Options
 	log  *slog.Logger
+	// kvTokens is how many tokens of KV one sequence can hold at most:
+	// every block of the pool but the null block. Read by Submit, so
+	// copied out of the pool, which only the step loop may touch.
+	kvTokens int
 
 	mu      sync.Mutex
 	pending []*request // submitted, not yet handed to the scheduler
 	wake    chan struct{}
 	queued  atomic.Int64 // requests submitted and not yet scheduled
+	// closing is set (under mu, so that no Submit slips past it) by Drain
+	// and when Run returns; Submit fails from then on.
 	closing atomic.Bool
 	ready   atomic.Bool
+	// abort, closed by Shutdown at its deadline, makes Run abort every
+	// request and return after the step in progress. stopped is closed
+	// when Run has returned; started guards against a second Run.
+	abort     chan struct{}
+	abortOnce sync.Once
+	stopped   chan struct{}
+	started   atomic.Bool
 	// busy is set while the scheduler holds sequences; stats is what the
 	// loop published last. Both are safe to read from any goroutine.
 	busy    atomic.Bool
@@ -135,11 +148,14 @@ func New(r *runner.Runner, pool *kvcache.Pool, tok *tokenizer.Tokenizer, opts Op
 	}
 	e := &Engine{
 		run: r, sch: sch, pool: pool, tok: tok, opts: opts, log: opts.Logger,
-		wake:    make(chan struct{}, 1),
-		active:  map[*request]struct{}{},
-		choices: map[sched.SeqID]*choice{},
-		nextID:  1,
-		timer:   newStepTimer(opts.Metrics, r.Backend(), opts.Logger),
+		kvTokens: (pool.NumBlocks() - 1) * pool.BlockSize(),
+		wake:     make(chan struct{}, 1),
+		abort:    make(chan struct{}),
+		stopped:  make(chan struct{}),
+		active:   map[*request]struct{}{},
+		choices:  map[sched.SeqID]*choice{},
+		nextID:   1,
+		timer:    newStepTimer(opts.Metrics, r.Backend(), opts.Logger),
 	}
 	e.publish()
 	e.ready.Store(true)
@@ -159,14 +175,20 @@ func (e *Engine) Submit(ctx context.Context, req *Request) (<-chan Event, error)
 	if err := e.validate(req); err != nil {
 		return nil, err
 	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	// Checked again under mu: Drain sets closing under mu, and Run's last
+	// look at pending is after that, so a request queued here is never
+	// left behind by a loop that has stopped.
+	if e.closing.Load() {
+		return nil, ErrClosed
+	}
 	if e.queued.Add(1) > int64(e.opts.MaxQueue) {
 		e.queued.Add(-1)
 		return nil, ErrQueueFull
 	}
 	r := newRequest(ctx, req)
-	e.mu.Lock()
 	e.pending = append(e.pending, r)
-	e.mu.Unlock()
 	e.signal()
 	return r.out, nil
 }
@@ -195,6 +217,12 @@ func (e *Engine) validate(req *Request) error {
 		return fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
 	req.Params.MaxTokens = mt
+	// The scheduler would refuse it too, but only once the reply has
+	// begun; the last token's KV is never computed.
+	if n := len(req.Prompt) + req.Params.MaxTokens - 1; n > e.kvTokens {
+		return fmt.Errorf("%w: the request needs up to %d tokens of KV cache (%d in the prompt, %d in the completion), more than the %d the server's KV cache holds for one sequence; reduce the prompt or max_tokens",
+			ErrBadRequest, n+1, len(req.Prompt), req.Params.MaxTokens, e.kvTokens)
+	}
 	for _, id := range req.Prompt {
 		if id < 0 || int(id) >= e.tok.VocabSize() {
 			return fmt.Errorf("%w: prompt token id %d is outside the vocabulary [0, %d)", ErrBadRequest, id, e.tok.VocabSize())
@@ -210,20 +238,34 @@ func (e *Engine) signal() {
 	}
 }
 
-// Run is the step loop. It returns when ctx is cancelled (after aborting
-// every request) or after Drain finished the last request.
+// Run is the step loop. It returns when ctx is cancelled or Shutdown's
+// deadline passes (after the step in progress, aborting every request:
+// each choice gets its final event, FinishAbort) or after Drain finished
+// the last request. Submit fails with ErrClosed once Run has returned. Run
+// may be called once.
 func (e *Engine) Run(ctx context.Context) error {
+	if !e.started.CompareAndSwap(false, true) {
+		return errors.New("engine: Run called twice")
+	}
+	// Deferred in reverse: land the step in flight, refuse new requests,
+	// abort the rest, then tell Shutdown.
+	defer close(e.stopped)
 	defer e.abortAll(FinishAbort, ErrClosed)
 	defer func() {
+		e.mu.Lock()
+		e.closing.Store(true)
+		e.mu.Unlock()
+	}()
+	defer func() {
 		// A step in flight finishes on the device before the engine stops
-		// (its requests are aborted above).
+		// (its requests are aborted after).
 		if e.flight != nil {
 			_, _ = e.flight.wait()
 			e.flight = nil
 		}
 	}()
 	for {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || e.aborting() {
 			return nil
 		}
 		e.timer.beginIter()
@@ -245,6 +287,8 @@ func (e *Engine) Run(ctx context.Context) error {
 			select {
 			case <-ctx.Done():
 				return nil
+			case <-e.abort:
+				return nil
 			case <-e.wake:
 			}
 			continue
@@ -257,11 +301,41 @@ func (e *Engine) Run(ctx context.Context) error {
 	}
 }
 
-// Drain stops admitting new requests; Run returns once the running and
-// queued ones have finished.
+// Drain stops admitting new requests (Submit returns ErrClosed, Ready
+// false); Run returns once the running and queued ones have finished.
 func (e *Engine) Drain() {
+	e.mu.Lock()
 	e.closing.Store(true)
+	e.mu.Unlock()
 	e.signal()
+}
+
+// Shutdown drains the engine (Drain) and waits for the requests running
+// or queued to finish, until ctx ends; then it aborts the rest, each
+// choice ending with a final FinishAbort event after at most the step in
+// progress. It returns once Run has returned: nil when every request
+// finished on its own, ctx's error when some were aborted. Run must have
+// been started (Shutdown waits for it).
+func (e *Engine) Shutdown(ctx context.Context) error {
+	e.Drain()
+	select {
+	case <-e.stopped:
+		return nil
+	case <-ctx.Done():
+	}
+	e.abortOnce.Do(func() { close(e.abort) })
+	<-e.stopped
+	return ctx.Err()
+}
+
+// aborting reports whether Shutdown's deadline has passed.
+func (e *Engine) aborting() bool {
+	select {
+	case <-e.abort:
+		return true
+	default:
+		return false
+	}
 }
 
 func (e *Engine) numPending() int {

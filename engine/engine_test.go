@@ -265,7 +265,9 @@ func TestStopAndLogprobs(t *testing.T) {
 
 // TestBadRequests are refused with ErrBadRequest and the engine keeps serving.
 func TestBadRequests(t *testing.T) {
-	l := start(t, nil, engine.LoadOptions{MaxContext: 128})
+	// 6 blocks of 16 (and the null block) hold 96 tokens of one sequence,
+	// fewer than the 128-token context.
+	l := start(t, nil, engine.LoadOptions{MaxContext: 128, KVBlocks: 7, MaxSeqs: 2})
 	for name, req := range map[string]*engine.Request{
 		"empty prompt":   {Prompt: nil, N: 1, Params: greedy(4)},
 		"past context":   {Prompt: make([]int32, 200), N: 1, Params: greedy(4)},
@@ -275,6 +277,10 @@ func TestBadRequests(t *testing.T) {
 		"min over max":   {Prompt: []int32{5}, N: 1, Params: sample.Params{TopP: 1, RepetitionPenalty: 1, MaxTokens: 3, MinTokens: 4}},
 		"token id range": {Prompt: []int32{5, 1 << 20}, N: 1, Params: greedy(4)},
 		"bad top_p":      {Prompt: []int32{5}, N: 1, Params: sample.Params{TopP: 2, MaxTokens: 3}},
+		"n over seqs":    {Prompt: []int32{5}, N: 3, Params: greedy(4)},
+		// Fits the context, not the KV cache: refused by Submit, not by
+		// the scheduler after the request was accepted.
+		"past the KV cache": {Prompt: make([]int32, 90), N: 1, Params: greedy(8)},
 	} {
 		if _, err := l.Engine.Submit(context.Background(), req); !errors.Is(err, engine.ErrBadRequest) {
 			t.Errorf("%s: err %v, want ErrBadRequest", name, err)
@@ -321,9 +327,6 @@ func (f *failing) MatMul(out, x, w, bias backend.Tensor) error {
 	}
 	return f.Backend.MatMul(out, x, w, bias)
 }
-
-// Run runs the program's ops through f, so the armed MatMul fails.
-func (f *failing) Run(p *backend.Program) error { return backend.RunOps(f, p) }
 
 // TestBackendErrorReachesClient: a failing step ends its requests with an
 // error event (no hang), and the engine serves the next request.

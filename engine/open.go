@@ -1,12 +1,14 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/trigon-llm/trigon/backend"
 	"github.com/trigon-llm/trigon/format/gguf"
@@ -28,9 +30,15 @@ type LoadOptions struct {
 	// MaxContext caps the context per sequence; 0: the model's.
 	MaxContext int
 	// MaxSeqs caps running sequences (default 64); MaxBatchedTokens is the
-	// per-step token budget (default 2048); ChunkSize caps one sequence's
-	// prefill chunk (default 512).
+	// per-step token budget, decodes first, prefill chunks in the rest;
+	// ChunkSize caps one sequence's prefill chunk (default 512).
+	// MaxBatchedTokens 0 measures the budget at load: prefill steps of
+	// the model are timed on the backend and the budget is the step that
+	// takes about StepTime, at most 2048 and at least MaxSeqs plus a KV
+	// block (see budget.go).
 	MaxSeqs, MaxBatchedTokens, ChunkSize int
+	// StepTime is the step length a measured budget aims at; 0: 150 ms.
+	StepTime time.Duration
 	// KVBlocks sizes the KV pools in 16-token blocks; 0: enough for
 	// MaxSeqs sequences of 2048 tokens, at most KVMemory bytes.
 	KVBlocks int
@@ -62,6 +70,19 @@ type LoadOptions struct {
 	Tokenizer *tokenizer.Tokenizer
 }
 
+// AttentionChecker is an optional Backend interface, for backends whose
+// kernels take only some attention shapes (the CUDA backend): Load asks
+// it before it uploads any weight, and refuses a model the backend cannot
+// run with an error wrapping ErrUnsupportedModel, so that the model is
+// not served only to fail every request.
+type AttentionChecker interface {
+	CheckAttention(numHeads, numKVHeads, headDim int) error
+}
+
+// ErrUnsupportedModel is wrapped by Load's error when the backend cannot
+// run the model's shapes; another backend (the CPU) may.
+var ErrUnsupportedModel = errors.New("the backend cannot run this model")
+
 // Loaded is a model ready to serve: its engine, tokenizer and configs.
 type Loaded struct {
 	Engine    *Engine
@@ -70,9 +91,13 @@ type Loaded struct {
 	Gen       model.GenerationConfig
 	Context   int // context length served
 	KVBlocks  int // blocks in the KV pools
-	weights   model.Weights
-	model     model.Model
-	runner    *runner.Runner
+	// MaxBatchedTokens is the step token budget in use; BudgetMeasured
+	// says Load measured it (LoadOptions.MaxBatchedTokens was 0).
+	MaxBatchedTokens int
+	BudgetMeasured   bool
+	weights          model.Weights
+	model            model.Model
+	runner           *runner.Runner
 }
 
 // Close frees the model's memory. The engine must have stopped.
@@ -99,9 +124,27 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		w.Close()
 		return nil, fmt.Errorf("load %s: generation_config.json: %w", opts.Model, p.Validate())
 	}
+	if c, ok := opts.Backend.(AttentionChecker); ok {
+		if err := c.CheckAttention(cfg.NumHeads, cfg.NumKVHeads, cfg.HeadDim); err != nil {
+			w.Close()
+			return nil, fmt.Errorf("load %s on %s: %w: %w", opts.Model, opts.Backend.Name(), ErrUnsupportedModel, err)
+		}
+	}
+	if act := opts.Backend.ActDType(); act != backend.F32 && hasF32Matrices(w) {
+		// As vLLM warns when it casts: results differ from an F32 run.
+		log := opts.Logger
+		if log == nil {
+			log = slog.Default()
+		}
+		log.Warn("the checkpoint's weights are F32; this backend computes activations and the KV cache in "+act.String(),
+			"backend", opts.Backend.Name())
+	}
 	ctxLen := contextLength(cfg, opts.MaxContext)
 	setDefault(&opts.MaxSeqs, 64)
-	setDefault(&opts.MaxBatchedTokens, 2048)
+	// A measured budget is at most maxAutoBudget: the model and the runner
+	// are sized for that, and the probe runs in it.
+	measure := opts.MaxBatchedTokens <= 0
+	setDefault(&opts.MaxBatchedTokens, maxAutoBudget)
 	setDefault(&opts.ChunkSize, 512)
 	opts.MaxBatchedTokens = max(opts.MaxBatchedTokens, opts.MaxSeqs)
 	if opts.KVMemory <= 0 {
@@ -139,6 +182,23 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		w.Close()
 		return nil, fmt.Errorf("load %s: %w", opts.Model, err)
 	}
+	budget := opts.MaxBatchedTokens
+	if measure {
+		target := opts.StepTime
+		if target <= 0 {
+			target = defaultStepTime
+		}
+		// At least every decode and a block of prefill, so that prompts
+		// still advance with MaxSeqs streams running.
+		lo := min(opts.MaxSeqs+kvcache.DefaultBlockSize, budget)
+		timeStep, maxN := prefillTimer(r, ctxLen, blocks)
+		if budget, err = fitBudget(timeStep, target, lo, budget, maxN); err != nil {
+			r.Close()
+			m.Close()
+			w.Close()
+			return nil, fmt.Errorf("load %s: %w", opts.Model, err)
+		}
+	}
 	pool, err := kvcache.NewPool(kvcache.Options{NumBlocks: blocks, BlockSize: kvcache.DefaultBlockSize, EnablePrefixCache: true})
 	if err != nil {
 		r.Close()
@@ -147,7 +207,7 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		return nil, err
 	}
 	eng, err := New(r, pool, tok, Options{
-		Sched:      sched.Config{MaxNumSeqs: opts.MaxSeqs, MaxNumBatchedTokens: opts.MaxBatchedTokens, ChunkSize: opts.ChunkSize},
+		Sched:      sched.Config{MaxNumSeqs: opts.MaxSeqs, MaxNumBatchedTokens: budget, ChunkSize: opts.ChunkSize},
 		MaxQueue:   opts.MaxQueue,
 		MaxContext: ctxLen,
 		EOS:        model.StopTokenIDs(cfg, gen),
@@ -161,7 +221,20 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		w.Close()
 		return nil, err
 	}
-	return &Loaded{Engine: eng, Tokenizer: tok, Config: cfg, Gen: gen, Context: ctxLen, KVBlocks: blocks, weights: w, model: m, runner: r}, nil
+	return &Loaded{Engine: eng, Tokenizer: tok, Config: cfg, Gen: gen, Context: ctxLen, KVBlocks: blocks,
+		MaxBatchedTokens: budget, BudgetMeasured: measure, weights: w, model: m, runner: r}, nil
+}
+
+// hasF32Matrices reports whether any weight matrix is stored as F32 (the
+// norms and biases are widened to F32 whatever the checkpoint, so only
+// matrices say what it is).
+func hasF32Matrices(w model.Weights) bool {
+	for _, name := range w.Names() {
+		if t, ok := w.Tensor(name); ok && t.DType == backend.F32 && len(t.Shape) == 2 {
+			return true
+		}
+	}
+	return false
 }
 
 // LoadTokenizer reads the tokenizer of an HF directory or a GGUF file.

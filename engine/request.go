@@ -99,6 +99,7 @@ type choice struct {
 
 	generated []int32
 	reason    string // finish reason decided by the engine (stop conditions)
+	err       error  // why, when reason is FinishError
 	done      bool
 	stopped   bool                   // a stop string or EOS ended it: nothing held back is shown
 	json      *sample.JSONConstraint // nil unless the request is in JSON mode
@@ -176,6 +177,9 @@ func (c *choice) onToken(tok int32, lp *TokenLogprob) string {
 	}
 	text, err := c.dec.Add(tok)
 	if err != nil {
+		// A model whose vocabulary is wider than its tokenizer's can
+		// sample an id that has no text.
+		c.err = fmt.Errorf("engine: sampled token %d has no text: %w", tok, err)
 		c.req.send(ev, false)
 		return FinishError
 	}

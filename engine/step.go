@@ -203,7 +203,11 @@ func (e *Engine) update(plan *sched.Plan, out sched.StepOutput, before sched.Sta
 		default:
 			reason = FinishError
 		}
-		c.finish(reason, f.Err)
+		err := f.Err
+		if err == nil {
+			err = c.err // the engine's own reason (FinishError)
+		}
+		c.finish(reason, err)
 		if c.req.remaining == 0 {
 			delete(e.active, c.req)
 		}

@@ -321,7 +321,3 @@ func floatVector(t *tensor) []float32 {
 	_ = backend.DequantizeRow(t.dt, t.data, out)
 	return out
 }
-
-// Run implements backend.Backend: the CPU fuses nothing and runs the
-// program's ops as written.
-func (b *Backend) Run(p *backend.Program) error { return backend.RunOps(b, p) }

@@ -163,7 +163,10 @@ type Backend struct {
 	captureFree  map[int][]uint64
 }
 
-var _ backend.Backend = (*Backend)(nil)
+var (
+	_ backend.Backend = (*Backend)(nil)
+	_ backend.Lowerer = (*Backend)(nil)
+)
 
 // New starts the CUDA thread on device opts.Device and returns the backend.
 func New(opts Options) (*Backend, error) {

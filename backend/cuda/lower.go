@@ -75,7 +75,7 @@ var rules = [...]rule{
 	{"gateup_silu", lowerGateUpSiLU},
 }
 
-// Run implements backend.Backend: it lowers p (rules above) and queues
+// Run implements backend.Lowerer: it lowers p (rules above) and queues
 // the lowered ops in order.
 func (b *Backend) Run(p *backend.Program) error {
 	lowered, err := b.lower(p, b.lowered[:0])

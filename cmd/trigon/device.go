@@ -9,7 +9,11 @@ import (
 	"github.com/trigon-llm/trigon/backend"
 	"github.com/trigon-llm/trigon/backend/cpu"
 	"github.com/trigon-llm/trigon/backend/cuda"
+	"github.com/trigon-llm/trigon/engine"
 )
+
+// The CUDA backend tells engine.Load which models it cannot run.
+var _ engine.AttentionChecker = (*cuda.Backend)(nil)
 
 // deviceFlags are the flags that choose and size the backend.
 type deviceFlags struct {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/trigon-llm/trigon/backend"
+	"github.com/trigon-llm/trigon/backend/cpu"
 	"github.com/trigon-llm/trigon/bench"
 	"github.com/trigon-llm/trigon/engine"
 	"github.com/trigon-llm/trigon/models"
@@ -41,7 +43,10 @@ func (f *modelFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVarP(&f.model, "model", "m", "", "model: HF directory or .gguf file (default: the embedded Go-code model)")
 	cmd.Flags().IntVar(&f.maxContext, "max-context", 0, "cap the context length (0: the model's)")
 	cmd.Flags().IntVar(&f.maxSeqs, "max-seqs", 64, "most sequences running at once")
-	cmd.Flags().IntVar(&f.maxTokens, "max-batched-tokens", 2048, "token budget of one engine step")
+	cmd.Flags().IntVar(&f.maxTokens, "max-num-batched-tokens", 0, "token budget of one engine step: decodes first, prefill chunks in the rest (0: measured at load so that a step takes about 150 ms on this backend, at most 2048; also --max-batched-tokens)")
+	// The older spelling still works (hidden).
+	cmd.Flags().IntVar(&f.maxTokens, "max-batched-tokens", 0, "same as --max-num-batched-tokens")
+	_ = cmd.Flags().MarkHidden("max-batched-tokens") // the flag exists: no error
 	cmd.Flags().IntVar(&f.kvBlocks, "kv-blocks", 0, "KV-cache blocks of 16 tokens (0: sized from --kv-memory)")
 	cmd.Flags().Int64Var(&f.kvMemory, "kv-memory", 2<<30, "bytes for the KV cache on the CPU when --kv-blocks is 0")
 	cmd.Flags().Float64Var(&f.memUtil, "gpu-memory-utilization", 0.9, "share of GPU memory trigon may use; the KV cache gets what the weights leave")
@@ -72,14 +77,10 @@ func (f *modelFlags) load(ctx context.Context, log *slog.Logger, metrics *teleme
 	if err != nil {
 		return nil, nil, err
 	}
-	graphs, err := f.useGraphs(b)
-	if err != nil {
-		return nil, nil, err
-	}
 	t0 := time.Now()
 	opts := engine.LoadOptions{
-		Graphs: graphs, GraphMemory: f.graphMem, MemoryUtilization: f.memUtil,
-		Model: src.path, Backend: b, MaxContext: f.maxContext,
+		GraphMemory: f.graphMem, MemoryUtilization: f.memUtil,
+		Model: src.path, MaxContext: f.maxContext,
 		MaxSeqs: f.maxSeqs, MaxBatchedTokens: f.maxTokens, MaxQueue: f.maxQueue, KVBlocks: f.kvBlocks, KVMemory: f.kvMemory,
 		Metrics: metrics, Logger: log, QueueAhead: f.queueAhead, Tokenizer: src.tok,
 	}
@@ -94,12 +95,16 @@ func (f *modelFlags) load(ctx context.Context, log *slog.Logger, metrics *teleme
 	} else {
 		opts.Progress = progress(src.path)
 	}
-	l, err = engine.Load(opts)
-	if err != nil {
+	if l, b, err = f.loadOn(b, log, opts); err != nil {
 		return nil, nil, err
 	}
+	budget := "given"
+	if l.BudgetMeasured {
+		budget = "measured"
+	}
 	log.Info("model loaded", "model", src.label, "arch", l.Config.Arch, "backend", b.Name(),
-		"context", l.Context, "kv_blocks", l.KVBlocks, "took", time.Since(t0).Round(time.Millisecond))
+		"context", l.Context, "kv_blocks", l.KVBlocks, "max_num_batched_tokens", l.MaxBatchedTokens, "budget", budget,
+		"took", time.Since(t0).Round(time.Millisecond))
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -109,6 +114,35 @@ func (f *modelFlags) load(ctx context.Context, log *slog.Logger, metrics *teleme
 		}
 	}()
 	return l, func() { cancel(); <-done; l.Close() }, nil
+}
+
+// loadOn loads the model on b. With --device auto, a model b cannot run
+// (engine.ErrUnsupportedModel: a shape the CUDA kernels do not take) is
+// loaded on the CPU instead, with one warning, as auto does when CUDA is
+// not usable at all; with --device cuda the error says so.
+func (f *modelFlags) loadOn(b backend.Backend, log *slog.Logger, opts engine.LoadOptions) (*engine.Loaded, backend.Backend, error) {
+	load := func(b backend.Backend) (*engine.Loaded, error) {
+		graphs, err := f.useGraphs(b)
+		if err != nil {
+			return nil, err
+		}
+		opts.Backend, opts.Graphs = b, graphs
+		return engine.Load(opts)
+	}
+	l, err := load(b)
+	if !errors.Is(err, engine.ErrUnsupportedModel) {
+		return l, b, err
+	}
+	if f.device != "auto" {
+		return nil, b, fmt.Errorf("%w (the CPU backend runs it: --device cpu)", err)
+	}
+	log.Warn("the "+b.Name()+" backend cannot run this model; using the CPU backend", "reason", err.Error())
+	if c, ok := b.(io.Closer); ok {
+		c.Close()
+	}
+	b = cpu.New(cpu.Options{Threads: f.threads})
+	l, err = load(b)
+	return l, b, err
 }
 
 // newLogger logs to w (the command's stderr): warnings, or info with

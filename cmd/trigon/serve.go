@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -35,7 +36,9 @@ func serveCmd() *cobra.Command {
 		Short: "Serve a model over an OpenAI-compatible HTTP API",
 		Long: "serve loads a model (default: the embedded Go-code model) and serves /v1/completions,\n" +
 			"/v1/chat/completions, /v1/models, /tokenize, /detokenize, /health and /metrics.\n" +
-			"SIGTERM or SIGINT stops admitting requests, drains for --shutdown-timeout, then aborts the rest.",
+			"SIGTERM or SIGINT stops admitting requests (they get 503), lets the running ones finish for\n" +
+			"--shutdown-timeout, then ends the rest with finish_reason \"abort\" and exits; a second signal\n" +
+			"exits at once.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if apiKey == "" {
@@ -44,11 +47,20 @@ func serveCmd() *cobra.Command {
 			log := newLogger(cmd.ErrOrStderr(), true)
 			ctx, stopSignals := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, os.Interrupt)
 			defer stopSignals()
+			// After the first signal the default action is back: a second
+			// one ends the process without waiting for the drain.
+			go func() { <-ctx.Done(); stopSignals() }()
 			shutdownTracing, err := telemetry.Tracing(ctx, telemetry.TracingOptions{Endpoint: otlp})
 			if err != nil {
 				return err
 			}
-			defer shutdownTracing(context.Background())
+			defer func() {
+				// Spans still buffered get a bounded time to leave: an
+				// unreachable collector must not hold the exit.
+				fctx, cancel := context.WithTimeout(context.Background(), tracingFlushTimeout)
+				defer cancel()
+				shutdownTracing(fctx)
+			}()
 			mf.maxQueue = maxQueue
 			if name == "" {
 				name = modelName(mf.model)
@@ -80,6 +92,15 @@ func serveCmd() *cobra.Command {
 	return cmd
 }
 
+// writeGrace bounds the wait, once the engine has stopped, for the last
+// replies (each stream's final chunk and [DONE]) to be written: clients
+// that read get them at once; a connection whose client does not read is
+// closed after this.
+const writeGrace = time.Second
+
+// tracingFlushTimeout bounds the export of buffered spans at exit.
+const tracingFlushTimeout = 2 * time.Second
+
 // serveOptions are what serve needs besides the listener.
 type serveOptions struct {
 	name, apiKey string
@@ -95,9 +116,8 @@ type serveOptions struct {
 }
 
 // serve answers HTTP on ln at once (/health says 503 until the model is
-// loaded), loads the model, and serves until ctx ends; then it drains:
-// no new requests, running ones get opts.shutdown to finish, the rest are
-// aborted.
+// loaded), loads the model, and serves until ctx ends; then it drains
+// (drain) and returns.
 func serve(ctx context.Context, ln net.Listener, opts serveOptions) error {
 	// The tokenizer and the context length are cheap to read; the HTTP
 	// layer needs them up front.
@@ -140,13 +160,7 @@ func serve(ctx context.Context, ln net.Listener, opts serveOptions) error {
 		return err
 	case <-ctx.Done():
 	}
-	opts.log.Info("draining", "timeout", opts.shutdown)
-	l.Engine.Drain()
-	sctx, cancel := context.WithTimeout(context.Background(), opts.shutdown)
-	defer cancel()
-	if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
+	drain(srv, hs, l.Engine, opts.shutdown, opts.log)
 	return nil
 }
 
@@ -168,6 +182,34 @@ func (o serveOptions) info() (*tokenizer.Tokenizer, int, error) {
 		return nil, 0, err
 	}
 	return tok, ctxLen, nil
+}
+
+// drain shuts the server down gracefully. The listener stays open, so
+// that requests arriving meanwhile get a 503 (not a refused connection)
+// and clients retry elsewhere; keep-alive is off, so connections close
+// after their reply. The engine runs what it has for up to timeout, then
+// aborts the rest after the step in progress: every stream then ends
+// with a final chunk, finish_reason "abort", and [DONE], and a
+// non-streamed request gets its reply, finish_reason "abort". Once those
+// replies are written (writeGrace at most), every connection is closed,
+// including those of clients still sending a body.
+func drain(srv *api.Server, hs *http.Server, eng *engine.Engine, timeout time.Duration, log *slog.Logger) {
+	start := time.Now()
+	log.Info("draining: new requests get 503; a second signal exits at once", "timeout", timeout)
+	srv.Drain()
+	hs.SetKeepAlivesEnabled(false)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := eng.Shutdown(ctx); err != nil {
+		log.Warn("shutdown timeout reached: aborted the requests still running", "timeout", timeout)
+	}
+	wctx, wcancel := context.WithTimeout(context.Background(), writeGrace)
+	defer wcancel()
+	if err := srv.WaitReplies(wctx); err != nil {
+		log.Warn("closing connections whose clients did not read their last reply", "grace", writeGrace)
+	}
+	hs.Close()
+	log.Info("stopped", "drained_for", time.Since(start).Round(time.Millisecond))
 }
 
 func modelName(path string) string {
@@ -208,9 +250,9 @@ func (a *apiEngine) Generate(ctx context.Context, r *api.GenerateRequest) (<-cha
 	case errors.Is(err, engine.ErrQueueFull):
 		return nil, api.ErrQueueFull
 	case errors.Is(err, engine.ErrClosed):
-		return nil, api.ErrNotReady
+		return nil, api.ErrShuttingDown
 	case errors.Is(err, engine.ErrBadRequest):
-		return nil, fmt.Errorf("%w: %v", api.ErrBadRequest, err)
+		return nil, clientError(err)
 	case err != nil:
 		return nil, err
 	}
@@ -224,10 +266,23 @@ func (a *apiEngine) Generate(ctx context.Context, r *api.GenerateRequest) (<-cha
 	return out, nil
 }
 
+// clientError turns an engine.ErrBadRequest into the api's, which the
+// api answers 400 with the error's text; the text loses the engine's
+// prefix, which means nothing to a client.
+func clientError(err error) error {
+	msg := strings.TrimPrefix(err.Error(), engine.ErrBadRequest.Error()+": ")
+	return fmt.Errorf("%w: %s", api.ErrBadRequest, msg)
+}
+
 func toAPIEvent(ev engine.Event) api.Event {
 	a := api.Event{
 		Choice: ev.Choice, Text: ev.Text, TokenIDs: ev.TokenIDs, FinishReason: ev.FinishReason,
 		Err: ev.Err, CachedPromptTokens: ev.CachedPromptTokens,
+	}
+	// A request the engine refuses once queued (the scheduler's own
+	// checks) is the client's error, as one refused by Submit is.
+	if errors.Is(ev.Err, engine.ErrBadRequest) {
+		a.Err = clientError(ev.Err)
 	}
 	for _, lp := range ev.Logprobs {
 		t := api.TokenLogprob{ID: lp.ID, Logprob: lp.Logprob}

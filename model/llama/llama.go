@@ -380,7 +380,7 @@ func (m *Model) forward(in *model.DeviceBatch, kv []model.LayerKV) (backend.Tens
 	if err := m.program(&m.prog, in, kv, &logits); err != nil {
 		return nil, err
 	}
-	if err := b.Run(&m.prog); err != nil {
+	if err := backend.Run(b, &m.prog); err != nil {
 		return nil, err
 	}
 	return logits, nil

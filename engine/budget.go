@@ -1,0 +1,114 @@
+package engine
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/trigon-llm/trigon/kvcache"
+	"github.com/trigon-llm/trigon/runner"
+)
+
+// Step token budget, where LoadOptions.MaxBatchedTokens is 0.
+//
+// The scheduler fills each step as vLLM's chunked prefill does: running
+// decodes first, one token each, then prefill chunks with what is left of
+// the budget. A step's length grows with its tokens, so the budget bounds
+// the inter-token latency of every running stream while prompts arrive.
+// A fixed budget fits one kind of device only: the 2048 tokens a GPU runs
+// in a few tens of milliseconds stall a CPU for seconds. So Load times
+// prefill steps of the model on the backend and picks the budget whose
+// step takes about LoadOptions.StepTime.
+const (
+	// maxAutoBudget caps a measured budget: vLLM's default for online
+	// serving, and a step a GPU runs well within StepTime.
+	maxAutoBudget = 2048
+	// defaultStepTime is the step length a measured budget aims at when
+	// LoadOptions.StepTime is 0: streams then advance a few times a
+	// second on a small CPU while prompts are prefilled beside them.
+	defaultStepTime = 150 * time.Millisecond
+	// probeTokens is the first probe's length: small, so that even a model
+	// far too slow for StepTime is probed quickly.
+	probeTokens = 8
+)
+
+// prefillStepTimer times one prefill step of n tokens on the loaded model.
+type prefillStepTimer func(n int) (time.Duration, error)
+
+// fitBudget picks the token budget whose step takes about target, from
+// steps timed at two lengths, as t(n) = fixed + n*perToken (fixed being
+// what a step costs however few its tokens: launches, the LM head, a
+// GPU's weight reads at small batch). The result lies in [lo, hi]; maxN
+// is the longest step the timer can run.
+func fitBudget(timeStep prefillStepTimer, target time.Duration, lo, hi, maxN int) (int, error) {
+	if maxN < 1 {
+		return lo, nil // no room to probe in: the least
+	}
+	n1 := min(probeTokens, maxN)
+	// The first step pays one-time costs (allocations, kernel compiles):
+	// untimed.
+	if _, err := timeStep(n1); err != nil {
+		return 0, err
+	}
+	t1, err := timeStep(n1)
+	if err != nil {
+		return 0, err
+	}
+	if t1 >= target {
+		return lo, nil // even a short step is over the target: the least
+	}
+	// Second length: where n1's rate per token would take half the
+	// target, so that the slope is measured over a step the target allows.
+	n2 := maxN
+	if t1 > 0 {
+		n2 = int(min(float64(n1)*float64(target)/(2*float64(t1)), float64(maxN)))
+	}
+	n2 = min(max(n2, 4*n1), hi, maxN)
+	if n2 <= n1 {
+		return lo, nil // too short a context to measure: the least
+	}
+	t2, err := timeStep(n2)
+	if err != nil {
+		return 0, err
+	}
+	perToken := float64(t2-t1) / float64(n2-n1)
+	if perToken <= 0 {
+		return hi, nil // no growth measurable: the step cost is all fixed
+	}
+	fixed := max(float64(t1)-perToken*float64(n1), 0)
+	n := (float64(target) - fixed) / perToken
+	return int(min(max(n, float64(lo)), float64(hi))), nil
+}
+
+// prefillTimer times prefill steps of one sequence on r: n tokens at the
+// middle of the context, the average place of a long prompt's chunks
+// (attention's share of a token grows with its position). The sequence
+// writes KV into blocks 1.. of the pools, which no sequence holds yet;
+// the step reads only garbage KV, which only the timing sees.
+func prefillTimer(r *runner.Runner, ctxLen, numBlocks int) (prefillStepTimer, int) {
+	bs := kvcache.DefaultBlockSize
+	// Blocks 1..numBlocks-1 are usable (0 is the null block).
+	room := min(ctxLen, (numBlocks-1)*bs)
+	start := (room / 2) / bs * bs
+	maxN := min(room-start, maxAutoBudget)
+	return func(n int) (time.Duration, error) {
+		if n > maxN {
+			return 0, fmt.Errorf("engine: budget probe of %d tokens over %d", n, maxN)
+		}
+		table := make([]int32, (start+n+bs-1)/bs)
+		for i := range table {
+			table[i] = int32(i + 1)
+		}
+		t0 := time.Now()
+		out, err := r.Execute(&runner.Step{Seqs: []runner.Seq{{
+			Tokens: make([]int32, n), Start: start, BlockTable: table, WantLogits: true,
+		}}})
+		if err != nil {
+			return 0, fmt.Errorf("engine: budget probe: %w", err)
+		}
+		// Reading the logits waits for the device.
+		if _, err := out.Logits(0); err != nil {
+			return 0, fmt.Errorf("engine: budget probe: %w", err)
+		}
+		return time.Since(t0), nil
+	}, maxN
+}
