@@ -226,7 +226,7 @@ func benchDecodeAttention(b *testing.B, g *Backend, seqs, ctx int) {
 			g.Free(t)
 		}
 	}()
-	args := backend.AttentionArgs{Out: out, Q: q, BlockTables: bt, SeqLens: sl, QueryStart: qs, NumSeqs: seqs,
+	args := backend.AttentionArgs{Out: out, Q: q, KV: kvOf(ks[0]), BlockTables: bt, SeqLens: sl, QueryStart: qs, NumSeqs: seqs,
 		MaxSeqLen: ctx, MaxQueryLen: 1, NumHeads: h, NumKVHeads: kv, HeadDim: d, Scale: float32(1 / math.Sqrt(d))}
 	next := 0
 	timeGraphOps(b, g, float64(kvBytes), 4*copies, func() error {
@@ -297,7 +297,7 @@ func BenchmarkAttentionPrefill(b *testing.B) {
 					g.Free(t)
 				}
 			}()
-			args := backend.AttentionArgs{Out: out, Q: q, KCache: k, VCache: v, BlockTables: bt, SeqLens: sl, QueryStart: qs,
+			args := backend.AttentionArgs{Out: out, Q: q, KCache: k, VCache: v, KV: kvOf(k), BlockTables: bt, SeqLens: sl, QueryStart: qs,
 				NumSeqs: c.seqs, MaxSeqLen: c.len, MaxQueryLen: c.len, NumHeads: h, NumKVHeads: kv, HeadDim: d,
 				Scale: float32(1 / math.Sqrt(d))}
 			const reps = 4
