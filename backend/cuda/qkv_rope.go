@@ -116,7 +116,7 @@ func (b *Backend) qkvRoPEOperands(x, w backend.Tensor, a backend.RoPEArgs) (xt, 
 	}
 	bf := backend.BF16
 	fuse = r.n <= gemvMaxRows && gemvFits(r.n, k, xt.ptr, wt.ptr) &&
-		xt.dt == bf && wt.dt == bf && r.qkv.dt == bf && r.kc.dt == bf &&
+		xt.dt == bf && wt.dt == bf && r.qkv.dt == bf && r.kv.DType == bf &&
 		(r.qn == nil && r.kn == nil || r.n <= qkvGEMVMaxRows) && r.d%16 == 0 &&
 		// The kernel reads x and w while other blocks write Q and the
 		// caches; the unfused pair would not mind, so neither may overlap.
@@ -188,6 +188,7 @@ type ropeOps struct {
 	q, qkv, pos, slots, kc, vc, invf *tensor
 	qn, kn                           *tensor // nil: no norm
 	nt                               backend.DType
+	kv                               backend.KVSpec // the caches' format (dtype, block size)
 	eps                              float32
 	h, kvh, d                        int
 	n                                int // token rows
@@ -251,7 +252,7 @@ func (b *Backend) ropeOperands(a backend.RoPEArgs) (ropeOps, error) {
 	}
 	r.eps = a.NormEps
 	numBlocks := dims.NumBlocks
-	r.blockSize = dims.BlockSize
+	r.kv, r.blockSize = a.KV, dims.BlockSize
 	if numBlocks > maxInt32/r.blockSize || r.n > maxInt32 {
 		return r, backend.ShapeError("cuda: "+op, "KCache", "%v slots exceed int32", r.kc.shape)
 	}
@@ -267,7 +268,7 @@ func (b *Backend) ropeStore(r ropeOps) error { return b.ropeStorePDL(r, false) }
 // ropeStorePDL is ropeStore, launched with launchPDL when site is set.
 // CUDA thread only.
 func (b *Backend) ropeStorePDL(r ropeOps, site bool) error {
-	f, err := b.fn(fnKey{modSpec{file: "rope", p: [6]int{r.d, r.blockSize, int(r.qkv.dt), int(r.kc.dt), int(r.nt)}}, "rope_store_kv"})
+	f, err := b.fn(fnKey{modSpec{file: "rope", p: [6]int{r.d, r.kv.BlockSize, int(r.qkv.dt), int(r.kv.DType), int(r.nt)}}, "rope_store_kv"})
 	if err != nil {
 		return err
 	}
