@@ -139,14 +139,10 @@ type MatMulDims struct {
 //	bias [outFeatures] F32, F16 or BF16, or nil
 func CheckMatMul(out, x, w, bias Tensor) (MatMulDims, error) {
 	const op = "matmul"
-	if err := checkOperand(op, "w", w, weightDTypes, -1, -1); err != nil {
+	d, err := CheckProduct(op, x, w, -1)
+	if err != nil {
 		return MatMulDims{}, err
 	}
-	d := MatMulDims{Out: w.Shape()[0], In: w.Shape()[1]}
-	if err := checkOperand(op, "x", x, floatDTypes, -1, d.In); err != nil {
-		return MatMulDims{}, err
-	}
-	d.N = x.Shape()[0]
 	if err := checkOperand(op, "out", out, floatDTypes, d.N, d.Out); err != nil {
 		return MatMulDims{}, err
 	}
@@ -156,6 +152,32 @@ func CheckMatMul(out, x, w, bias Tensor) (MatMulDims, error) {
 		}
 	}
 	return d, nil
+}
+
+// CheckProduct checks, under op, the x and w of a product x . w^T of
+// outFeatures columns (-1: any) as CheckMatMul checks them. It is for
+// fused ops whose product never lands in a MatMul output of its own; the
+// caller checks where the product goes.
+//
+//	x [n, inFeatures] F32, F16 or BF16
+//	w [outFeatures, inFeatures] F32, F16, BF16, Q8_0 or Q4_0
+func CheckProduct(op string, x, w Tensor, outFeatures int) (MatMulDims, error) {
+	if err := checkOperand(op, "w", w, weightDTypes, outFeatures, -1); err != nil {
+		return MatMulDims{}, err
+	}
+	d := MatMulDims{Out: w.Shape()[0], In: w.Shape()[1]}
+	if err := checkOperand(op, "x", x, floatDTypes, -1, d.In); err != nil {
+		return MatMulDims{}, err
+	}
+	d.N = x.Shape()[0]
+	return d, nil
+}
+
+// CheckActivation returns an ErrShape error naming op and operand unless
+// t is an activation of the contract's float dtypes (F32, F16 or BF16)
+// whose shape is want (as CheckShape).
+func CheckActivation(op, operand string, t Tensor, want ...int) error {
+	return checkOperand(op, operand, t, floatDTypes, want...)
 }
 
 // checkHeads checks the head counts of RoPEStoreKV and Attention.

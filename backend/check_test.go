@@ -167,6 +167,16 @@ func TestOperandChecks(t *testing.T) {
 		{"sample", "rows for other logits", func() (any, error) {
 			return CheckSample(SampleArgs{Logits: ft(F32, 2, 1000), Rows: make([]SampleRow, 3)})
 		}, nil, "Logits"},
+		{"product", "valid", func() (any, error) { return CheckProduct("product", ft(BF16, 3, 64), ft(Q4_0, 32, 64), 32) },
+			MatMulDims{N: 3, In: 64, Out: 32}, ""},
+		{"product", "any width", func() (any, error) { return CheckProduct("product", ft(F32, 2, 8), ft(BF16, 5, 8), -1) },
+			MatMulDims{N: 2, In: 8, Out: 5}, ""},
+		{"product", "weight rows", func() (any, error) { return CheckProduct("product", ft(BF16, 3, 64), ft(BF16, 31, 64), 32) }, nil, "w"},
+		{"product", "x inner dim", func() (any, error) { return CheckProduct("product", ft(BF16, 3, 63), ft(BF16, 32, 64), 32) }, nil, "x"},
+		{"product", "quantized x", func() (any, error) { return CheckProduct("product", ft(Q8_0, 3, 64), ft(BF16, 32, 64), 32) }, nil, "x"},
+		{"activation", "valid", func() (any, error) { return nil, CheckActivation("activation", "t", ft(F16, 2, 8), -1, 8) }, nil, ""},
+		{"activation", "ids", func() (any, error) { return nil, CheckActivation("activation", "t", ft(I32, 2, 8), -1, 8) }, nil, "t"},
+		{"activation", "width", func() (any, error) { return nil, CheckActivation("activation", "t", ft(F32, 2, 4), -1, 8) }, nil, "t"},
 		{"sample", "nil logits", func() (any, error) { return CheckSample(SampleArgs{Rows: make([]SampleRow, 1)}) }, nil, "Logits"},
 	}
 	for _, c := range cases {

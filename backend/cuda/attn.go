@@ -16,7 +16,7 @@ import (
 //
 //	Q        [numTokens, numHeads*headDim], the dtype of QKV
 //	QKV      [numTokens, (numHeads+2*numKVHeads)*headDim] F32, F16 or BF16
-//	KCache   [numBlocks, numKVHeads, blockSize, headDim] F32, F16 or BF16 (VCache alike)
+//	KCache   [numBlocks, numKVHeads, blockSize, headDim] as a.KV says (VCache alike)
 //	InvFreq  [headDim/2] F32
 //	QNorm, KNorm [headDim] or nil, one float dtype
 func (b *Backend) RoPEStoreKV(a backend.RoPEArgs) error {
@@ -38,7 +38,7 @@ func (b *Backend) RoPEStoreKV(a backend.RoPEArgs) error {
 // attnHeadDims.
 //
 //	Out, Q      [numTokens, numHeads*headDim] BF16
-//	KCache      [numBlocks, numKVHeads, blockSize, headDim] BF16 (VCache alike)
+//	KCache      [numBlocks, numKVHeads, blockSize, headDim] as a.KV says, BF16 (VCache alike)
 //	BlockTables [numSeqs, maxBlocksPerSeq] I32
 //	SeqLens     [numSeqs] I32; QueryStart [numSeqs+1] I32
 func (b *Backend) Attention(a backend.AttentionArgs) error {
@@ -71,58 +71,42 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 	if err != nil {
 		return err
 	}
-	h, kvh, d, s := a.NumHeads, a.NumKVHeads, a.HeadDim, a.NumSeqs
-	if h <= 0 || kvh <= 0 || h%kvh != 0 || h > 65535 || !attnHeadDims[d] {
-		return backend.ShapeError("cuda: "+op, "heads", "NumHeads %d, NumKVHeads %d, HeadDim %d: want NumHeads a multiple of NumKVHeads and HeadDim 16, 32, 64, 128 or 256", h, kvh, d)
+	checked := a
+	checked.Out, checked.Q, checked.KCache, checked.VCache = out, q, kc, vc
+	checked.BlockTables, checked.SeqLens, checked.QueryStart = bt, sl, qs
+	dims, err := backend.CheckAttention(checked)
+	if err != nil {
+		return opErr(err)
 	}
-	if s <= 0 || s > 65535 || a.MaxSeqLen <= 0 || a.MaxSeqLen > maxInt32 || a.SlidingWindow < 0 || a.SlidingWindow > maxInt32 ||
-		math.IsNaN(float64(a.Scale)) || math.IsInf(float64(a.Scale), 0) {
-		return backend.ShapeError("cuda: "+op, "args", "NumSeqs %d, MaxSeqLen %d, SlidingWindow %d, Scale %v", s, a.MaxSeqLen, a.SlidingWindow, a.Scale)
+	h, kvh, d, s, n := a.NumHeads, a.NumKVHeads, a.HeadDim, a.NumSeqs, dims.NumTokens
+	// The kernels' own limits: heads and sequences index grid dimensions,
+	// HeadDim is one the kernels are built for, and the grid and the split
+	// plan need a positive context bound.
+	if h > 65535 || !attnHeadDims[d] {
+		return backend.ShapeError("cuda: "+op, "heads", "NumHeads %d, HeadDim %d: want at most 65535 heads and HeadDim 16, 32, 64, 128 or 256", h, d)
 	}
-	if err := checkDType(op, "Q", q, backend.BF16); err != nil {
-		return err
+	if s > 65535 || a.MaxSeqLen <= 0 || a.MaxSeqLen > maxInt32 || a.SlidingWindow > maxInt32 {
+		return backend.ShapeError("cuda: "+op, "args", "NumSeqs %d, MaxSeqLen %d, SlidingWindow %d: want at most 65535 sequences and 0 < MaxSeqLen <= 2^31-1", s, a.MaxSeqLen, a.SlidingWindow)
 	}
-	if err := checkShape(op, "Q", q, -1, h*d); err != nil {
-		return err
-	}
-	n := q.shape[0]
-	if err := checkDType(op, "Out", out, backend.BF16); err != nil {
-		return err
-	}
-	if err := checkShape(op, "Out", out, n, h*d); err != nil {
-		return err
-	}
-	if overlaps(out, q) && out.ptr != q.ptr {
-		return backend.ShapeError("cuda: "+op, "Out", "partially overlaps Q")
-	}
-	if err := checkDType(op, "KCache", kc, backend.BF16); err != nil {
-		return err
-	}
-	if err := checkShape(op, "KCache", kc, -1, kvh, -1, d); err != nil {
-		return err
-	}
-	if err := checkDType(op, "VCache", vc, backend.BF16); err != nil {
-		return err
-	}
-	if err := checkShape(op, "VCache", vc, kc.shape...); err != nil {
-		return err
+	// The kernels read a BF16 cache and BF16 Q and write BF16 Out.
+	if a.KV.DType != backend.BF16 {
+		return backend.ShapeError("cuda: "+op, "KV", "%v: the attention kernels read BF16 caches only", a.KV)
 	}
 	for _, c := range []struct {
 		name string
 		t    *tensor
-		want []int
-	}{{"BlockTables", bt, []int{s, -1}}, {"SeqLens", sl, []int{s}}, {"QueryStart", qs, []int{s + 1}}} {
-		if err := checkDType(op, c.name, c.t, backend.I32); err != nil {
+	}{{"Q", q}, {"Out", out}} {
+		if err := opErr(backend.CheckDType(op, c.name, c.t, backend.BF16)); err != nil {
 			return err
 		}
-		if err := checkShape(op, c.name, c.t, c.want...); err != nil {
-			return err
-		}
+	}
+	if overlaps(out, q) && out.ptr != q.ptr {
+		return backend.ShapeError("cuda: "+op, "Out", "partially overlaps Q")
 	}
 	if n > maxInt32 {
 		return backend.ShapeError("cuda: "+op, "Q", "%d rows exceed int32", n)
 	}
-	numBlocks, blockSize, maxBlocks := kc.shape[0], kc.shape[2], bt.shape[1]
+	numBlocks, blockSize, maxBlocks := dims.NumBlocks, dims.BlockSize, dims.MaxBlocksPerSeq
 	dp := b.planDecode(s, h, kvh, d, blockSize, a.MaxSeqLen)
 	scale := f32bits(a.Scale * math.Log2E)
 	// A sequence has at most min(MaxSeqLen, n) query rows. When there are
@@ -247,16 +231,13 @@ func (b *Backend) sampleOperands(op string, a backend.SampleArgs) (*tensor, []by
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := checkDType(op, "Logits", lt, backend.F32); err != nil {
-		return nil, nil, err
+	checked := a
+	checked.Logits = lt
+	d, err := backend.CheckSample(checked)
+	if err != nil {
+		return nil, nil, opErr(err)
 	}
-	if err := checkShape(op, "Logits", lt, -1, -1); err != nil {
-		return nil, nil, err
-	}
-	n, vocab := lt.shape[0], lt.shape[1]
-	if len(a.Rows) != n {
-		return nil, nil, backend.ShapeError("cuda: "+op, "Rows", "%d rules for %d logits rows", len(a.Rows), n)
-	}
+	n, vocab := d.N, d.Vocab
 	if vocab > maxInt32 || n > maxInt32 {
 		return nil, nil, backend.ShapeError("cuda: "+op, "Logits", "%v exceeds int32", lt.shape)
 	}

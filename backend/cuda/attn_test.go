@@ -69,7 +69,7 @@ func TestRoPEStoreKV(t *testing.T) {
 			}
 			cq, gq := p.cpuOut(n, tc.h*tc.d), p.poisoned(backend.BF16, n, tc.h*tc.d)
 			args := func(q, qkv, pos, slot, k, v, f, qn, kn backend.Tensor) backend.RoPEArgs {
-				return backend.RoPEArgs{Q: q, QKV: qkv, Positions: pos, SlotMapping: slot, KCache: k, VCache: v, KV: kvOf(v), InvFreq: f,
+				return backend.RoPEArgs{Q: q, QKV: qkv, Positions: pos, SlotMapping: slot, KCache: k, VCache: v, KV: kvOf(k), InvFreq: f,
 					QNorm: qn, KNorm: kn, NormEps: 1e-6, NumHeads: tc.h, NumKVHeads: tc.kv, HeadDim: tc.d}
 			}
 			p.must("cpu", p.c.RoPEStoreKV(args(cq, cqkv, cpos, cslot, ck, cv, cf, cqn, ckn)))
@@ -111,7 +111,7 @@ func TestRoPEStoreKV(t *testing.T) {
 		v := p.poisoned(backend.BF16, numBlocks, 1, blockSize, 64)
 		_, f := p.same(backend.F32, []int{32}, encode(backend.F32, invFreq(64)))
 		q := p.poisoned(backend.BF16, 1, 64)
-		p.must("call", p.g.RoPEStoreKV(backend.RoPEArgs{Q: q, QKV: qkv, Positions: pos, SlotMapping: slot, KCache: k, VCache: v, KV: kvOf(v),
+		p.must("call", p.g.RoPEStoreKV(backend.RoPEArgs{Q: q, QKV: qkv, Positions: pos, SlotMapping: slot, KCache: k, VCache: v, KV: kvOf(k),
 			InvFreq: f, NumHeads: 1, NumKVHeads: 1, HeadDim: 64}))
 		if err := p.g.Sync(); !errors.Is(err, backend.ErrShape) {
 			t.Fatalf("Sync: %v, want ErrShape", err)
@@ -238,7 +238,7 @@ func TestAttention(t *testing.T) {
 			_, sl := p.same(backend.I32, []int{2}, i32Bytes([]int32{5, 9}))
 			_, qs := p.same(backend.I32, []int{3}, i32Bytes([]int32{0, 1, 3}))
 			out := p.poisoned(backend.BF16, 3, 64)
-			p.must("call", p.g.Attention(backend.AttentionArgs{Out: out, Q: q, KCache: k, VCache: v, KV: kvOf(v), BlockTables: bt, SeqLens: sl,
+			p.must("call", p.g.Attention(backend.AttentionArgs{Out: out, Q: q, KCache: k, VCache: v, KV: kvOf(k), BlockTables: bt, SeqLens: sl,
 				QueryStart: qs, NumSeqs: 2, MaxSeqLen: 9, MaxQueryLen: 1, NumHeads: 1, NumKVHeads: 1, HeadDim: 64, Scale: 0.125}))
 			if err := p.g.Sync(); !errors.Is(err, backend.ErrShape) {
 				t.Fatalf("Sync: %v, want ErrShape", err)
@@ -257,7 +257,7 @@ func TestAttention(t *testing.T) {
 				_, sl := p.same(backend.I32, []int{1}, i32Bytes([]int32{20}))
 				_, qs := p.same(backend.I32, []int{2}, i32Bytes([]int32{0, 1}))
 				out := p.poisoned(backend.BF16, 1, 64)
-				p.must("call", p.g.Attention(backend.AttentionArgs{Out: out, Q: q, KCache: k, VCache: v, KV: kvOf(v), BlockTables: bt, SeqLens: sl,
+				p.must("call", p.g.Attention(backend.AttentionArgs{Out: out, Q: q, KCache: k, VCache: v, KV: kvOf(k), BlockTables: bt, SeqLens: sl,
 					QueryStart: qs, NumSeqs: 1, MaxSeqLen: 20, NumHeads: 1, NumKVHeads: 1, HeadDim: 64, Scale: 0.125}))
 				if err := p.g.Sync(); !errors.Is(err, backend.ErrShape) {
 					t.Fatalf("Sync: %v, want ErrShape", err)
@@ -489,7 +489,7 @@ func testAttentionCase(t *testing.T, tc attnCase) {
 				cqs, gqs := p.same(backend.I32, []int{ns + 1}, i32Bytes(starts))
 				co, gout := p.cpuOut(n, tc.h*tc.d), p.poisoned(backend.BF16, n, tc.h*tc.d)
 				args := func(out, q, k, v, bt, sl, qs backend.Tensor) backend.AttentionArgs {
-					return backend.AttentionArgs{Out: out, Q: q, KCache: k, VCache: v, KV: kvOf(v), BlockTables: bt, SeqLens: sl, QueryStart: qs,
+					return backend.AttentionArgs{Out: out, Q: q, KCache: k, VCache: v, KV: kvOf(k), BlockTables: bt, SeqLens: sl, QueryStart: qs,
 						NumSeqs: ns, MaxSeqLen: maxLen, MaxQueryLen: maxQ, NumHeads: tc.h, NumKVHeads: tc.kv, HeadDim: tc.d,
 						Scale: float32(1 / math.Sqrt(float64(tc.d))), SlidingWindow: tc.window}
 				}

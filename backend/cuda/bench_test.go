@@ -297,7 +297,7 @@ func BenchmarkAttentionPrefill(b *testing.B) {
 					g.Free(t)
 				}
 			}()
-			args := backend.AttentionArgs{Out: out, Q: q, KCache: k, VCache: v, KV: kvOf(v), BlockTables: bt, SeqLens: sl, QueryStart: qs,
+			args := backend.AttentionArgs{Out: out, Q: q, KCache: k, VCache: v, KV: kvOf(k), BlockTables: bt, SeqLens: sl, QueryStart: qs,
 				NumSeqs: c.seqs, MaxSeqLen: c.len, MaxQueryLen: c.len, NumHeads: h, NumKVHeads: kv, HeadDim: d,
 				Scale: float32(1 / math.Sqrt(d))}
 			const reps = 4

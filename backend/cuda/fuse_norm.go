@@ -47,20 +47,11 @@ func (b *Backend) product(op string, x, w backend.Tensor, m int) (xt, wt *tensor
 	if wt, err = b.tensorOf(op, "w", w); err != nil {
 		return nil, nil, false, err
 	}
-	if err := checkDType(op, "w", wt, weightDTypes...); err != nil {
-		return nil, nil, false, err
+	d, err := backend.CheckProduct(op, xt, wt, m)
+	if err != nil {
+		return nil, nil, false, opErr(err)
 	}
-	if err := checkShape(op, "w", wt, m, -1); err != nil {
-		return nil, nil, false, err
-	}
-	k := wt.shape[1]
-	if err := checkDType(op, "x", xt, floatDTypes...); err != nil {
-		return nil, nil, false, err
-	}
-	if err := checkShape(op, "x", xt, -1, k); err != nil {
-		return nil, nil, false, err
-	}
-	n := xt.shape[0]
+	n, k := d.N, d.In
 	if n > maxInt32 || m > maxInt32 || k > maxInt32 {
 		return nil, nil, false, backend.ShapeError("cuda: "+op, "w", "%v x %v exceeds int32", xt.shape, wt.shape)
 	}
@@ -157,10 +148,8 @@ func (b *Backend) addOperands(resid, x, w backend.Tensor) (rt, xt, wt *tensor, o
 	if rt, err = b.tensorOf(op, "resid", resid); err != nil {
 		return nil, nil, nil, false, err
 	}
-	if err := checkDType(op, "resid", rt, floatDTypes...); err != nil {
-		return nil, nil, nil, false, err
-	}
-	if err := checkShape(op, "resid", rt, -1, -1); err != nil {
+	// AddRMSNorm's residual: a float activation (backend.CheckAddRMSNorm).
+	if err := opErr(backend.CheckActivation(op, "resid", rt, -1, -1)); err != nil {
 		return nil, nil, nil, false, err
 	}
 	m := rt.shape[1]
@@ -168,7 +157,7 @@ func (b *Backend) addOperands(resid, x, w backend.Tensor) (rt, xt, wt *tensor, o
 	if err != nil {
 		return nil, nil, nil, false, err
 	}
-	if err := checkShape(op, "resid", rt, xt.shape[0], m); err != nil {
+	if err := opErr(backend.CheckShape(op, "resid", rt, xt.shape[0], m)); err != nil {
 		return nil, nil, nil, false, err
 	}
 	if overlaps(rt, xt) || overlaps(rt, wt) {

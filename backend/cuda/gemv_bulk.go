@@ -194,8 +194,9 @@ func (b *Backend) planGateUpSiLU(out, x, w backend.Tensor) (siluPlan, bool, erro
 	if err != nil {
 		return siluPlan{}, false, err
 	}
-	if len(ot.shape) != 2 {
-		return siluPlan{}, false, backend.ShapeError("cuda: "+op, "out", "shape %v, want [n, inter]", ot.shape)
+	// SiLUMul's out: a float activation (backend.CheckSiLUMul).
+	if err := opErr(backend.CheckActivation(op, "out", ot, -1, -1)); err != nil {
+		return siluPlan{}, false, err
 	}
 	inter := ot.shape[1]
 	xt, wt, ok, err := b.product(op, x, w, 2*inter)
@@ -203,7 +204,7 @@ func (b *Backend) planGateUpSiLU(out, x, w backend.Tensor) (siluPlan, bool, erro
 		return siluPlan{}, false, err
 	}
 	n, k := xt.shape[0], wt.shape[1]
-	if err := checkShape(op, "out", ot, n, inter); err != nil {
+	if err := opErr(backend.CheckShape(op, "out", ot, n, inter)); err != nil {
 		return siluPlan{}, false, err
 	}
 	if !ok || ot.dt != backend.BF16 || inter%8 != 0 || b.cc < 90 {

@@ -48,7 +48,7 @@ func TestGraph(t *testing.T) {
 		if err := g.SiLUMul(act, gu); err != nil {
 			return err
 		}
-		return g.Attention(backend.AttentionArgs{Out: ao, Q: q, KCache: kc, VCache: vc, KV: kvOf(vc), BlockTables: bt, SeqLens: sl, QueryStart: qs,
+		return g.Attention(backend.AttentionArgs{Out: ao, Q: q, KCache: kc, VCache: vc, KV: kvOf(kc), BlockTables: bt, SeqLens: sl, QueryStart: qs,
 			NumSeqs: n, MaxSeqLen: ctx, NumHeads: h, NumKVHeads: kv, HeadDim: d, Scale: float32(1 / math.Sqrt(d))})
 	}
 	setInputs := func() {
@@ -123,7 +123,7 @@ func TestGraphManyLayers(t *testing.T) {
 	}
 	step := func() error {
 		for _, o := range outs {
-			if err := g.Attention(backend.AttentionArgs{Out: o, Q: q, KCache: kc, VCache: vc, KV: kvOf(vc), BlockTables: bt, SeqLens: sl, QueryStart: qs,
+			if err := g.Attention(backend.AttentionArgs{Out: o, Q: q, KCache: kc, VCache: vc, KV: kvOf(kc), BlockTables: bt, SeqLens: sl, QueryStart: qs,
 				NumSeqs: n, MaxSeqLen: ctx, NumHeads: h, NumKVHeads: kv, HeadDim: d, Scale: float32(1 / math.Sqrt(d))}); err != nil {
 				return err
 			}

@@ -49,7 +49,7 @@ func newPairOn(t *testing.T, g *Backend) *pair {
 func (p *pair) normal(n int, scale float32) []float32 {
 	v := make([]float32, n)
 	for i := range v {
-		v[i] = cpu.BF16ToF32(cpu.F32ToBF16(float32(p.r.NormFloat64()) * scale))
+		v[i] = backend.BF16ToF32(backend.F32ToBF16(float32(p.r.NormFloat64()) * scale))
 	}
 	return v
 }
@@ -65,21 +65,21 @@ func encode(dt backend.DType, v []float32) []byte {
 	case backend.BF16, backend.F16:
 		b := make([]byte, 2*len(v))
 		for i, x := range v {
-			h := cpu.F32ToBF16(x)
+			h := backend.F32ToBF16(x)
 			if dt == backend.F16 {
-				h = cpu.F32ToF16(x)
+				h = backend.F32ToF16(x)
 			}
 			binary.LittleEndian.PutUint16(b[2*i:], h)
 		}
 		return b
 	case backend.Q8_0:
-		b, err := cpu.QuantizeQ8_0(v)
+		b, err := backend.QuantizeQ8_0(v)
 		if err != nil {
 			panic(err)
 		}
 		return b
 	case backend.Q4_0:
-		b, err := cpu.QuantizeQ4_0(v)
+		b, err := backend.QuantizeQ4_0(v)
 		if err != nil {
 			panic(err)
 		}
@@ -109,9 +109,9 @@ func decode(dt backend.DType, b []byte) []float32 {
 		for i := range v {
 			h := binary.LittleEndian.Uint16(b[2*i:])
 			if dt == backend.F16 {
-				v[i] = cpu.F16ToF32(h)
+				v[i] = backend.F16ToF32(h)
 			} else {
-				v[i] = cpu.BF16ToF32(h)
+				v[i] = backend.BF16ToF32(h)
 			}
 		}
 		return v
@@ -278,9 +278,8 @@ func (b *Backend) gateUpSiLU(out, x, w backend.Tensor) (bool, error) {
 	return true, b.post(func() error { return b.runGateUpSiLU(&p, true) })
 }
 
-// kvOf is the format of a test's KV pool: unquantized head-major, the
-// pool's own dtype and block size (the tests build pools directly rather
-// than through a runner).
-func kvOf(pool backend.Tensor) backend.KVSpec {
-	return backend.PlainKV(pool.DType(), pool.Shape()[2])
+// kvOf is the spec of the plain head-major cache k is a pool of: its
+// dtype, and its block size from its shape [blocks, heads, blockSize, dim].
+func kvOf(k backend.Tensor) backend.KVSpec {
+	return backend.PlainKV(k.DType(), k.Shape()[2])
 }

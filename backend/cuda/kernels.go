@@ -22,7 +22,7 @@ var fileParams = map[string][]string{
 	"embed":           {"TT", "OT"},
 	"norm":            {"XT", "OT", "WT"},
 	"act":             {"IT", "OT"},
-	"rope":            {"HD", "BS", "QT", "CT", "NT"},
+	"rope":            {"HD", "BS", "QT", "KV_DT", "NT"},
 	"attention":       {"HD", "BS", "GC", "UR"},
 	"attn_prefill":    {"HD", "BS", "BM", "BN", "NW", "QR"},
 	"attn_prefill_wg": {"HD", "BS"},

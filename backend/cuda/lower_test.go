@@ -291,6 +291,7 @@ func (h *lowerHarness) parseOp(line string) (backend.Op, error) {
 			kc := a.KCache.Shape()
 			a.NumKVHeads, a.HeadDim = kc[1], kc[3]
 			a.NumHeads = a.Q.Shape()[1] / a.HeadDim
+			a.KV = backend.PlainKV(a.KCache.DType(), kc[2])
 		}
 	case "attention":
 		op.Kind = backend.OpAttention
@@ -307,6 +308,7 @@ func (h *lowerHarness) parseOp(line string) (backend.Op, error) {
 			kc := a.KCache.Shape()
 			a.NumKVHeads, a.HeadDim = kc[1], kc[3]
 			a.NumHeads = a.Q.Shape()[1] / a.HeadDim
+			a.KV = backend.PlainKV(a.KCache.DType(), kc[2])
 			a.NumSeqs = a.SeqLens.Shape()[0]
 			a.MaxSeqLen, a.Scale = 2048, 1/float32(a.HeadDim)
 		}

@@ -50,39 +50,18 @@ func (b *Backend) MatMul(out, x, w, bias backend.Tensor) error {
 	if err != nil {
 		return err
 	}
-	var bt *tensor
-	if bias != nil {
-		if bt, err = b.tensorOf(op, "bias", bias); err != nil {
-			return err
-		}
-	}
-	if err := checkDType(op, "w", wt, weightDTypes...); err != nil {
+	bt, err := b.optTensorOf(op, "bias", bias)
+	if err != nil {
 		return err
 	}
-	if err := checkShape(op, "w", wt, -1, -1); err != nil {
-		return err
+	d, err := backend.CheckMatMul(o, xt, wt, orNil(bt))
+	if err != nil {
+		return opErr(err)
 	}
-	m, k := wt.shape[0], wt.shape[1]
-	if err := checkDType(op, "x", xt, floatDTypes...); err != nil {
+	n, m, k := d.N, d.Out, d.In
+	// cuBLASLt and the GEMVs write BF16 or F32 only.
+	if err := opErr(backend.CheckDType(op, "out", o, backend.BF16, backend.F32)); err != nil {
 		return err
-	}
-	if err := checkShape(op, "x", xt, -1, k); err != nil {
-		return err
-	}
-	n := xt.shape[0]
-	if err := checkDType(op, "out", o, backend.BF16, backend.F32); err != nil {
-		return err
-	}
-	if err := checkShape(op, "out", o, n, m); err != nil {
-		return err
-	}
-	if bt != nil {
-		if err := checkDType(op, "bias", bt, floatDTypes...); err != nil {
-			return err
-		}
-		if err := checkShape(op, "bias", bt, m); err != nil {
-			return err
-		}
 	}
 	if overlaps(o, xt) || overlaps(o, wt) {
 		return backend.ShapeError("cuda: "+op, "out", "overlaps x or w")

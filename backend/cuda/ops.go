@@ -12,30 +12,31 @@ import (
 // thread. Index checks that need the device's data (ids, slots, block
 // tables) run in the kernels and surface at Sync.
 
-func checkDType(op, name string, t *tensor, dts ...backend.DType) error {
-	for _, d := range dts {
-		if t.dt == d {
-			return nil
-		}
+// opErr puts the backend's name on an operand error of package backend's
+// checks (nil stays nil), so the message reads "cuda: op: operand: ...".
+func opErr(err error) error {
+	if err == nil {
+		return nil
 	}
-	return backend.ShapeError("cuda: "+op, name, "dtype %v, want one of %v", t.dt, dts)
+	return fmt.Errorf("cuda: %w", err)
 }
 
-// checkShape compares t's shape with want; -1 matches any size.
-func checkShape(op, name string, t *tensor, want ...int) error {
-	if len(t.shape) != len(want) {
-		return backend.ShapeError("cuda: "+op, name, "shape %v, want %d dimensions", t.shape, len(want))
+// optTensorOf resolves an optional operand: an absent one is nil.
+func (b *Backend) optTensorOf(op, name string, t backend.Tensor) (*tensor, error) {
+	if t == nil {
+		return nil, nil
 	}
-	for i, w := range want {
-		if w >= 0 && t.shape[i] != w {
-			return backend.ShapeError("cuda: "+op, name, "shape %v, want %v", t.shape, want)
-		}
-	}
-	return nil
+	return b.tensorOf(op, name, t)
 }
 
-var floatDTypes = []backend.DType{backend.F32, backend.F16, backend.BF16}
-var weightDTypes = []backend.DType{backend.F32, backend.F16, backend.BF16, backend.Q8_0, backend.Q4_0}
+// orNil is t as an operand of package backend's checks: an absent operand
+// must be a nil interface there, never a nil *tensor in one.
+func orNil(t *tensor) backend.Tensor {
+	if t == nil {
+		return nil
+	}
+	return t
+}
 
 const maxInt32 = math.MaxInt32
 
@@ -75,25 +76,11 @@ func (b *Backend) Embed(out, table, ids backend.Tensor) error {
 	if err != nil {
 		return err
 	}
-	if err := checkDType(op, "out", o, floatDTypes...); err != nil {
-		return err
+	d, err := backend.CheckEmbed(o, tt, it)
+	if err != nil {
+		return opErr(err)
 	}
-	if err := checkDType(op, "table", tt, weightDTypes...); err != nil {
-		return err
-	}
-	if err := checkDType(op, "ids", it, backend.I32); err != nil {
-		return err
-	}
-	if err := checkShape(op, "table", tt, -1, -1); err != nil {
-		return err
-	}
-	if err := checkShape(op, "ids", it, -1); err != nil {
-		return err
-	}
-	rows, dim, n := tt.shape[0], tt.shape[1], it.shape[0]
-	if err := checkShape(op, "out", o, n, dim); err != nil {
-		return err
-	}
+	rows, dim, n := d.Rows, d.Dim, d.N
 	if rows > maxInt32 || dim > maxInt32 {
 		return backend.ShapeError("cuda: "+op, "table", "%v exceeds int32 indexing", tt.shape)
 	}
@@ -148,48 +135,21 @@ func (b *Backend) addRMSNormOp(out, x, residual, weight backend.Tensor, eps floa
 	if err != nil {
 		return err
 	}
-	var rt *tensor
-	if residual != nil {
-		if rt, err = b.tensorOf(op, "residual", residual); err != nil {
-			return err
-		}
+	rt, err := b.optTensorOf(op, "residual", residual)
+	if err != nil {
+		return err
 	}
 	wt, err := b.tensorOf(op, "weight", weight)
 	if err != nil {
 		return err
 	}
-	if err := checkDType(op, "x", xt, floatDTypes...); err != nil {
-		return err
+	d, err := backend.CheckAddRMSNorm(o, xt, orNil(rt), wt, eps)
+	if err != nil {
+		return opErr(err)
 	}
-	if err := checkShape(op, "x", xt, -1, -1); err != nil {
-		return err
-	}
-	rows, dim := xt.shape[0], xt.shape[1]
-	if err := checkDType(op, "out", o, floatDTypes...); err != nil {
-		return err
-	}
-	if err := checkShape(op, "out", o, rows, dim); err != nil {
-		return err
-	}
-	if rt != nil {
-		if err := checkDType(op, "residual", rt, xt.dt); err != nil {
-			return err
-		}
-		if err := checkShape(op, "residual", rt, rows, dim); err != nil {
-			return err
-		}
-		if overlaps(rt, xt) || overlaps(rt, o) {
-			return backend.ShapeError("cuda: "+op, "residual", "overlaps x or out")
-		}
-	}
-	if err := checkDType(op, "weight", wt, floatDTypes...); err != nil {
-		return err
-	}
-	if err := checkShape(op, "weight", wt, dim); err != nil {
-		return err
-	}
-	if !(eps >= 0) || math.IsInf(float64(eps), 0) {
-		return backend.ShapeError("cuda: "+op, "eps", "%v is not a finite non-negative number", eps)
+	rows, dim := d.Rows, d.Dim
+	if rt != nil && (overlaps(rt, xt) || overlaps(rt, o)) {
+		return backend.ShapeError("cuda: "+op, "residual", "overlaps x or out")
 	}
 	if dim > maxInt32 {
 		return backend.ShapeError("cuda: "+op, "x", "dim %d exceeds int32", dim)
@@ -263,19 +223,11 @@ func (b *Backend) SiLUMul(out, gateUp backend.Tensor) error {
 	if err != nil {
 		return err
 	}
-	if err := checkDType(op, "out", o, floatDTypes...); err != nil {
-		return err
+	d, err := backend.CheckSiLUMul(o, g)
+	if err != nil {
+		return opErr(err)
 	}
-	if err := checkDType(op, "gateUp", g, floatDTypes...); err != nil {
-		return err
-	}
-	if err := checkShape(op, "out", o, -1, -1); err != nil {
-		return err
-	}
-	n, inter := o.shape[0], o.shape[1]
-	if err := checkShape(op, "gateUp", g, n, 2*inter); err != nil {
-		return err
-	}
+	n, inter := d.N, d.Inter
 	if overlaps(o, g) {
 		return backend.ShapeError("cuda: "+op, "out", "overlaps gateUp")
 	}
@@ -324,7 +276,8 @@ func (b *Backend) FillNormal(t backend.Tensor, seed uint64, mean, std float32) e
 	if err != nil {
 		return err
 	}
-	if err := checkDType(op, "t", x, backend.F32, backend.BF16); err != nil {
+	// The fill kernel writes F32 and BF16 only.
+	if err := opErr(backend.CheckDType(op, "t", x, backend.F32, backend.BF16)); err != nil {
 		return err
 	}
 	n, err := backend.NumElements(x.shape)

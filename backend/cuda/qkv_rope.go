@@ -1,8 +1,6 @@
 package cuda
 
 import (
-	"math"
-
 	"github.com/trigon-llm/trigon/backend"
 )
 
@@ -59,11 +57,8 @@ func (b *Backend) planQKVRoPE(x, w, bias backend.Tensor, a backend.RoPEArgs) (qk
 		if bt, err = b.tensorOf("matmul", "bias", bias); err != nil {
 			return qkvPlan{}, false, err
 		}
-		if err := checkDType("matmul", "bias", bt, floatDTypes...); err != nil {
-			return qkvPlan{}, false, err
-		}
-		if err := checkShape("matmul", "bias", bt, r.qkv.shape[1]); err != nil {
-			return qkvPlan{}, false, err
+		if _, err := backend.CheckMatMul(r.qkv, xt, wt, bt); err != nil {
+			return qkvPlan{}, false, opErr(err)
 		}
 		// The Q/K-norm pair takes no bias (no model has both).
 		if bt.dt != backend.F32 || overlaps(bt, r.q) || overlaps(bt, r.kc) || overlaps(bt, r.vc) || r.qn != nil || r.kn != nil {
@@ -104,21 +99,13 @@ func (b *Backend) qkvRoPEOperands(x, w backend.Tensor, a backend.RoPEArgs) (xt, 
 	if wt, err = b.tensorOf(op, "w", w); err != nil {
 		return nil, nil, r, false, err
 	}
-	if err := checkDType(op, "w", wt, weightDTypes...); err != nil {
-		return nil, nil, r, false, err
+	md, err := backend.CheckMatMul(r.qkv, xt, wt, nil)
+	if err != nil {
+		return nil, nil, r, false, opErr(err)
 	}
-	m := r.qkv.shape[1]
-	if err := checkShape(op, "w", wt, m, -1); err != nil {
-		return nil, nil, r, false, err
-	}
-	k := wt.shape[1]
-	if err := checkDType(op, "x", xt, floatDTypes...); err != nil {
-		return nil, nil, r, false, err
-	}
-	if err := checkShape(op, "x", xt, r.n, k); err != nil {
-		return nil, nil, r, false, err
-	}
-	if err := checkDType(op, "out", r.qkv, backend.BF16, backend.F32); err != nil {
+	m, k := md.Out, md.In
+	// cuBLASLt and the GEMVs write BF16 or F32 only (as MatMul).
+	if err := opErr(backend.CheckDType(op, "out", r.qkv, backend.BF16, backend.F32)); err != nil {
 		return nil, nil, r, false, err
 	}
 	if overlaps(r.qkv, xt) || overlaps(r.qkv, wt) {
@@ -129,7 +116,7 @@ func (b *Backend) qkvRoPEOperands(x, w backend.Tensor, a backend.RoPEArgs) (xt, 
 	}
 	bf := backend.BF16
 	fuse = r.n <= gemvMaxRows && gemvFits(r.n, k, xt.ptr, wt.ptr) &&
-		xt.dt == bf && wt.dt == bf && r.qkv.dt == bf && r.kc.dt == bf &&
+		xt.dt == bf && wt.dt == bf && r.qkv.dt == bf && r.kv.DType == bf &&
 		(r.qn == nil && r.kn == nil || r.n <= qkvGEMVMaxRows) && r.d%16 == 0 &&
 		// The kernel reads x and w while other blocks write Q and the
 		// caches; the unfused pair would not mind, so neither may overlap.
@@ -201,14 +188,15 @@ type ropeOps struct {
 	q, qkv, pos, slots, kc, vc, invf *tensor
 	qn, kn                           *tensor // nil: no norm
 	nt                               backend.DType
+	kv                               backend.KVSpec // the caches' format (dtype, block size)
 	eps                              float32
 	h, kvh, d                        int
 	n                                int // token rows
 	blockSize, numSlots              int // numSlots = numBlocks*blockSize
 }
 
-// ropeOperands checks a as RoPEStoreKV does (the same errors), on the
-// caller's goroutine.
+// ropeOperands checks a as RoPEStoreKV does (backend.CheckRoPEStoreKV,
+// then rope_store_kv's own limits), on the caller's goroutine.
 func (b *Backend) ropeOperands(a backend.RoPEArgs) (ropeOps, error) {
 	const op = "ropestorekv"
 	var r ropeOps
@@ -223,91 +211,48 @@ func (b *Backend) ropeOperands(a backend.RoPEArgs) (ropeOps, error) {
 			return r, err
 		}
 	}
-	if a.QNorm != nil {
-		if r.qn, err = b.tensorOf(op, "QNorm", a.QNorm); err != nil {
-			return r, err
-		}
+	if r.qn, err = b.optTensorOf(op, "QNorm", a.QNorm); err != nil {
+		return r, err
 	}
-	if a.KNorm != nil {
-		if r.kn, err = b.tensorOf(op, "KNorm", a.KNorm); err != nil {
-			return r, err
-		}
+	if r.kn, err = b.optTensorOf(op, "KNorm", a.KNorm); err != nil {
+		return r, err
+	}
+	checked := a
+	checked.Q, checked.QKV, checked.Positions, checked.SlotMapping = r.q, r.qkv, r.pos, r.slots
+	checked.KCache, checked.VCache, checked.InvFreq = r.kc, r.vc, r.invf
+	checked.QNorm, checked.KNorm = orNil(r.qn), orNil(r.kn)
+	dims, err := backend.CheckRoPEStoreKV(checked)
+	if err != nil {
+		return r, opErr(err)
 	}
 	h, kvh, d := a.NumHeads, a.NumKVHeads, a.HeadDim
-	if h <= 0 || kvh <= 0 || d <= 0 || d%2 != 0 || d > 1024 || h%kvh != 0 || h+kvh > 65535*4 {
-		return r, backend.ShapeError("cuda: "+op, "heads", "NumHeads %d, NumKVHeads %d, HeadDim %d: want positive counts, NumHeads a multiple of NumKVHeads and an even HeadDim <= 1024", h, kvh, d)
+	// rope_store_kv's limits: a warp's lanes cover a head of at most 1024
+	// dims, and the heads of a token index the grid's y dimension in
+	// blocks of eight.
+	if d > 1024 || h+kvh > 65535*4 {
+		return r, backend.ShapeError("cuda: "+op, "heads", "NumHeads %d, NumKVHeads %d, HeadDim %d: want HeadDim <= 1024 and at most %d heads", h, kvh, d, 65535*4)
 	}
-	r.h, r.kvh, r.d = h, kvh, d
-	if err := checkDType(op, "QKV", r.qkv, floatDTypes...); err != nil {
-		return r, err
-	}
-	if err := checkShape(op, "QKV", r.qkv, -1, (h+2*kvh)*d); err != nil {
-		return r, err
-	}
-	r.n = r.qkv.shape[0]
-	if err := checkDType(op, "Q", r.q, r.qkv.dt); err != nil {
-		return r, err
-	}
-	if err := checkShape(op, "Q", r.q, r.n, h*d); err != nil {
+	r.h, r.kvh, r.d, r.n = h, kvh, d, dims.NumTokens
+	// The kernel is specialised on one activation dtype (Q and QKV) and
+	// one norm-weight dtype (QNorm and KNorm).
+	if err := opErr(backend.CheckDType(op, "Q", r.q, r.qkv.dt)); err != nil {
 		return r, err
 	}
 	if overlaps(r.q, r.qkv) {
 		return r, backend.ShapeError("cuda: "+op, "Q", "overlaps QKV")
 	}
-	for _, c := range []struct {
-		name string
-		t    *tensor
-	}{{"Positions", r.pos}, {"SlotMapping", r.slots}} {
-		if err := checkDType(op, c.name, c.t, backend.I32); err != nil {
-			return r, err
-		}
-		if err := checkShape(op, c.name, c.t, r.n); err != nil {
-			return r, err
-		}
-	}
-	if err := checkDType(op, "KCache", r.kc, floatDTypes...); err != nil {
-		return r, err
-	}
-	if err := checkShape(op, "KCache", r.kc, -1, kvh, -1, d); err != nil {
-		return r, err
-	}
-	if err := checkDType(op, "VCache", r.vc, r.kc.dt); err != nil {
-		return r, err
-	}
-	if err := checkShape(op, "VCache", r.vc, r.kc.shape...); err != nil {
-		return r, err
-	}
-	if err := checkDType(op, "InvFreq", r.invf, backend.F32); err != nil {
-		return r, err
-	}
-	if err := checkShape(op, "InvFreq", r.invf, d/2); err != nil {
-		return r, err
-	}
 	r.nt = backend.BF16
-	for _, c := range []struct {
-		name string
-		t    *tensor
-	}{{"QNorm", r.qn}, {"KNorm", r.kn}} {
-		if c.t == nil {
-			continue
+	for _, t := range []*tensor{r.qn, r.kn} {
+		if t != nil {
+			r.nt = t.dt
 		}
-		if err := checkDType(op, c.name, c.t, floatDTypes...); err != nil {
-			return r, err
-		}
-		if err := checkShape(op, c.name, c.t, d); err != nil {
-			return r, err
-		}
-		r.nt = c.t.dt
 	}
 	if r.qn != nil && r.kn != nil && r.qn.dt != r.kn.dt {
 		return r, backend.ShapeError("cuda: "+op, "KNorm", "dtype %v differs from QNorm's %v", r.kn.dt, r.qn.dt)
 	}
-	if (r.qn != nil || r.kn != nil) && (!(a.NormEps >= 0) || math.IsInf(float64(a.NormEps), 0)) {
-		return r, backend.ShapeError("cuda: "+op, "NormEps", "%v is not a finite non-negative number", a.NormEps)
-	}
 	r.eps = a.NormEps
-	numBlocks := r.kc.shape[0]
-	r.blockSize = r.kc.shape[2]
+	numBlocks := dims.NumBlocks
+	r.kv, r.blockSize = a.KV, dims.BlockSize
 	if numBlocks > maxInt32/r.blockSize || r.n > maxInt32 {
 		return r, backend.ShapeError("cuda: "+op, "KCache", "%v slots exceed int32", r.kc.shape)
 	}
@@ -323,7 +268,7 @@ func (b *Backend) ropeStore(r ropeOps) error { return b.ropeStorePDL(r, false) }
 // ropeStorePDL is ropeStore, launched with launchPDL when site is set.
 // CUDA thread only.
 func (b *Backend) ropeStorePDL(r ropeOps, site bool) error {
-	f, err := b.fn(fnKey{modSpec{file: "rope", p: [6]int{r.d, r.blockSize, int(r.qkv.dt), int(r.kc.dt), int(r.nt)}}, "rope_store_kv"})
+	f, err := b.fn(fnKey{modSpec{file: "rope", p: [6]int{r.d, r.kv.BlockSize, int(r.qkv.dt), int(r.kv.DType), int(r.nt)}}, "rope_store_kv"})
 	if err != nil {
 		return err
 	}

@@ -58,7 +58,7 @@ func TestFusedQKVRoPERefusals(t *testing.T) {
 	kc, vc := h.t(bf, blocks, kvh, bs, hd), h.t(bf, blocks, kvh, bs, hd)
 	invf := h.t(f32, hd/2)
 	rope := func() backend.RoPEArgs {
-		return backend.RoPEArgs{Q: q, QKV: qkv, Positions: pos, SlotMapping: slots, KCache: kc, VCache: vc, KV: kvOf(vc),
+		return backend.RoPEArgs{Q: q, QKV: qkv, Positions: pos, SlotMapping: slots, KCache: kc, VCache: vc, KV: kvOf(kc),
 			InvFreq: invf, NumHeads: heads, NumKVHeads: kvh, HeadDim: hd}
 	}
 	// rows returns operands of the same step with r token rows.
@@ -76,7 +76,7 @@ func TestFusedQKVRoPERefusals(t *testing.T) {
 	headDim24 := func() (backend.Tensor, backend.Tensor, backend.RoPEArgs) {
 		const d = 24
 		a := backend.RoPEArgs{Q: h.t(bf, n, heads*d), QKV: h.t(bf, n, (heads+2*kvh)*d), Positions: pos, SlotMapping: slots,
-			KCache: h.t(bf, blocks, kvh, bs, d), VCache: h.t(bf, blocks, kvh, bs, d), KV: kvOf(h.t(bf, blocks, kvh, bs, d)), InvFreq: h.t(f32, d/2),
+			KCache: h.t(bf, blocks, kvh, bs, d), VCache: h.t(bf, blocks, kvh, bs, d), KV: backend.PlainKV(bf, bs), InvFreq: h.t(f32, d/2),
 			NumHeads: heads, NumKVHeads: kvh, HeadDim: d}
 		return x, h.t(bf, (heads+2*kvh)*d, hidden), a
 	}
@@ -112,7 +112,7 @@ func TestFusedQKVRoPERefusals(t *testing.T) {
 		}, bad},
 		{"F32 caches", func() (bool, error) {
 			a := rope()
-			a.KCache, a.VCache = h.t(f32, blocks, kvh, bs, hd), h.t(f32, blocks, kvh, bs, hd)
+			a.KCache, a.VCache, a.KV = h.t(f32, blocks, kvh, bs, hd), h.t(f32, blocks, kvh, bs, hd), backend.PlainKV(f32, bs)
 			return h.b.fusedQKVRoPE(x, w, nil, a)
 		}, refused},
 		{"F32 x", func() (bool, error) { return h.b.fusedQKVRoPE(h.t(f32, n, hidden), w, nil, rope()) }, refused},
@@ -264,12 +264,12 @@ func (c *qkvCase) positions() []int32 {
 }
 
 func (c *qkvCase) cpuArgs() backend.RoPEArgs {
-	return backend.RoPEArgs{Q: c.cq, QKV: c.cqkv, Positions: c.cpos, SlotMapping: c.cslots, KCache: c.ckc, VCache: c.cvc, KV: kvOf(c.cvc),
+	return backend.RoPEArgs{Q: c.cq, QKV: c.cqkv, Positions: c.cpos, SlotMapping: c.cslots, KCache: c.ckc, VCache: c.cvc, KV: kvOf(c.ckc),
 		InvFreq: c.cinvf, NumHeads: c.h, NumKVHeads: c.kv, HeadDim: c.hd, QNorm: c.cqn, KNorm: c.ckn, NormEps: qkNormEps}
 }
 
 func (c *qkvCase) gpuArgs() backend.RoPEArgs {
-	return backend.RoPEArgs{Q: c.gq, QKV: c.gqkv, Positions: c.gpos, SlotMapping: c.gslots, KCache: c.gkc, VCache: c.gvc, KV: kvOf(c.gvc),
+	return backend.RoPEArgs{Q: c.gq, QKV: c.gqkv, Positions: c.gpos, SlotMapping: c.gslots, KCache: c.gkc, VCache: c.gvc, KV: kvOf(c.gkc),
 		InvFreq: c.ginvf, NumHeads: c.h, NumKVHeads: c.kv, HeadDim: c.hd, QNorm: c.gqn, KNorm: c.gkn, NormEps: qkNormEps}
 }
 

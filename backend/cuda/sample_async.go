@@ -23,10 +23,10 @@ func (b *Backend) SampleTo(ids backend.Tensor, a backend.SampleArgs) error {
 	if err != nil {
 		return err
 	}
-	if err := checkDType(op, "ids", it, backend.I32); err != nil {
+	if err := opErr(backend.CheckDType(op, "ids", it, backend.I32)); err != nil {
 		return err
 	}
-	if err := checkShape(op, "ids", it, lt.shape[0]); err != nil {
+	if err := opErr(backend.CheckShape(op, "ids", it, lt.shape[0])); err != nil {
 		return err
 	}
 	return b.post(func() error { return b.sampleLaunch(lt, params, it.ptr) })

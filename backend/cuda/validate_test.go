@@ -70,11 +70,11 @@ func TestValidationWithoutGPU(t *testing.T) {
 	invf := h.t(f32, hd/2)
 	bt, sl, qs := h.t(i32, 2, 4), h.t(i32, 2), h.t(i32, 3)
 	rope := func() backend.RoPEArgs {
-		return backend.RoPEArgs{Q: q, QKV: qkv, Positions: pos, SlotMapping: slots, KCache: kc, VCache: vc, KV: kvOf(vc),
+		return backend.RoPEArgs{Q: q, QKV: qkv, Positions: pos, SlotMapping: slots, KCache: kc, VCache: vc, KV: backend.PlainKV(bf, bs),
 			InvFreq: invf, NumHeads: heads, NumKVHeads: kvh, HeadDim: hd}
 	}
 	attn := func() backend.AttentionArgs {
-		return backend.AttentionArgs{Out: h.t(bf, n, heads*hd), Q: q, KCache: kc, VCache: vc, KV: kvOf(vc), BlockTables: bt,
+		return backend.AttentionArgs{Out: h.t(bf, n, heads*hd), Q: q, KCache: kc, VCache: vc, KV: backend.PlainKV(bf, bs), BlockTables: bt,
 			SeqLens: sl, QueryStart: qs, NumSeqs: 2, MaxSeqLen: 64, NumHeads: heads, NumKVHeads: kvh, HeadDim: hd,
 			Scale: 0.125}
 	}
@@ -119,6 +119,9 @@ func TestValidationWithoutGPU(t *testing.T) {
 		{"rope qkv width", func() error { a := rope(); a.QKV = h.t(bf, n, heads*hd); return h.b.RoPEStoreKV(a) }, false},
 		{"rope positions length", func() error { a := rope(); a.Positions = h.t(i32, n+1); return h.b.RoPEStoreKV(a) }, false},
 		{"rope cache heads", func() error { a := rope(); a.KCache = h.t(bf, blocks, kvh+1, bs, hd); return h.b.RoPEStoreKV(a) }, false},
+		{"rope no KV spec", func() error { a := rope(); a.KV = backend.KVSpec{}; return h.b.RoPEStoreKV(a) }, false},
+		{"rope KV block size", func() error { a := rope(); a.KV = backend.PlainKV(bf, 2*bs); return h.b.RoPEStoreKV(a) }, false},
+		{"rope Q dtype differs from QKV", func() error { a := rope(); a.Q = h.t(f32, n, heads*hd); return h.b.RoPEStoreKV(a) }, false},
 		{"rope inv freq length", func() error { a := rope(); a.InvFreq = h.t(f32, hd); return h.b.RoPEStoreKV(a) }, false},
 
 		{"attention valid", func() error { return h.b.Attention(attn()) }, true},
@@ -128,6 +131,12 @@ func TestValidationWithoutGPU(t *testing.T) {
 		{"attention negative window", func() error { a := attn(); a.SlidingWindow = -1; return h.b.Attention(a) }, false},
 		{"attention no sequences", func() error { a := attn(); a.NumSeqs = 0; return h.b.Attention(a) }, false},
 		{"attention F32 cache", func() error { a := attn(); a.KCache = h.t(f32, blocks, kvh, bs, hd); return h.b.Attention(a) }, false},
+		{"attention F32 KV spec", func() error {
+			a := attn()
+			a.KCache, a.VCache, a.KV = h.t(f32, blocks, kvh, bs, hd), h.t(f32, blocks, kvh, bs, hd), backend.PlainKV(f32, bs)
+			return h.b.Attention(a)
+		}, false},
+		{"attention no context bound", func() error { a := attn(); a.MaxSeqLen = 0; return h.b.Attention(a) }, false},
 		{"attention V shape", func() error { a := attn(); a.VCache = h.t(bf, blocks+1, kvh, bs, hd); return h.b.Attention(a) }, false},
 		{"attention block tables rows", func() error { a := attn(); a.BlockTables = h.t(i32, 3, 4); return h.b.Attention(a) }, false},
 		{"attention query starts", func() error { a := attn(); a.QueryStart = h.t(i32, 2); return h.b.Attention(a) }, false},

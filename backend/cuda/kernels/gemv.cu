@@ -32,6 +32,10 @@
 // epilogue. Both share the code below up to the reduction, so a feature's
 // sum is the same float in both.
 #include "mma.cuh"
+// qkv_rope_bf16 writes a bf16 cache only (the host fuses for a BF16 KV
+// spec alone), so the module's KV format is fixed rather than a -D constant.
+#define KV_DT DT_BF16
+#include "kv.cuh"
 
 // Weights are read once per product: keep them out of L1.
 __device__ __forceinline__ uint4 ld_stream(const u16* p) {
@@ -188,7 +192,7 @@ extern "C" __global__ void __launch_bounds__(NW * 32) gemv_bf16(void* y, const u
 //   pos, slots [n] int32 (slot = block*bs + offset; < 0 skips the K/V write)
 //   bias [(H+2*KV)*hd] f32 or null: added to the projection as MatMul's
 //     add_bias adds it (to the bf16-rounded product, rounded again)
-//   kc, vc [numBlocks, KV, bs, hd] bf16;  inv_freq [hd/2] f32
+//   kc, vc [numBlocks, KV, bs, hd] bf16 in kv.cuh's format;  inv_freq [hd/2] f32
 // hd % 16 == 0, k % 8 == 0, x and w 16-byte aligned.
 // grid ((H+2*KV)*hd/16), block NW*32.
 //
@@ -312,14 +316,17 @@ extern "C" __global__ void __launch_bounds__(NW * 32) qkv_rope_bf16(
           continue;
         }
         if (slot < 0) continue;
-        int blk = slot / bs, off = slot - blk * bs;
+        int blk, off;
+        kv_split(slot, bs, blk, off);
         out = kc;
-        dst = (((i64)blk * KV + (head - H)) * bs + off) * hd;
+        dst = kv_at(blk, KV, head - H, bs, off, hd);
       }
       float s, c;
       sincosf((float)p * pre_invf[it], &s, &c);
       float y1 = x1 * c - x2 * s;
       float y2 = x2 * c + x1 * s;
+      // Q and K rows share this store: the cache is bf16 as Q is (KV_DT
+      // above), so for a K row it is kv_store's.
       out[dst + i] = f32_to_bf16(y1);
       out[dst + i + half] = f32_to_bf16(y2);
     }
@@ -339,11 +346,12 @@ extern "C" __global__ void __launch_bounds__(NW * 32) qkv_rope_bf16(
         continue;
       }
       if (slot < 0) continue;
-      int blk = slot / bs, off = slot - blk * bs;
+      int blk, off;
+      kv_split(slot, bs, blk, off);
       int i = v0 + (l >> 2) + (e >> 1) * 8;
       float v = gemv_sum(red, t, l, e);
       if (bias) v = round_to<DT_BF16>(v) + pre_b1[it];
-      vc[(((i64)blk * KV + vh) * bs + off) * hd + i] = f32_to_bf16(v);
+      kv_store(vc, kv_at(blk, KV, vh, bs, off, hd) + i, v);
     }
   }
 }

@@ -1,8 +1,9 @@
 // rope.cu: split the fused QKV projection, optional per-head Q/K RMS norm
 // (Qwen3), rotate-half RoPE, and the paged KV-cache write, in one pass.
 // Specialised with -DHD=<head dim> -DBS=<cache block size>
-// -DQT=<qkv and q dtype> -DCT=<cache dtype> -DNT=<norm weight dtype>.
+// -DQT=<qkv and q dtype> -DKV_DT=<cache dtype> -DNT=<norm weight dtype>.
 #include "common.cuh"
+#include "kv.cuh"
 
 #define HALF (HD / 2)
 #define PAIRS ((HALF + 31) / 32)
@@ -22,7 +23,7 @@
 //   q_out  [T, H*HD]
 //   qkv    [T, (H+2*KV)*HD]: Q, K, V
 //   pos    [T] int32; slots [T] int32 (block*BS + offset; < 0 skips)
-//   kc, vc [numBlocks, KV, BS, HD]
+//   kc, vc [numBlocks, KV, BS, HD] in kv.cuh's format
 //   inv_freq [HD/2] f32; qn, kn [HD] or null
 // grid (ceil(T/TPW), ceil((H+KV)/HPB)), block HPB*32.
 extern "C" __global__ void __launch_bounds__(HPB * 32) rope_store_kv(
@@ -103,8 +104,9 @@ extern "C" __global__ void __launch_bounds__(HPB * 32) rope_store_kv(
     }
     i64 dst = 0;
     if (!is_q && slot[u] >= 0) {
-      int blk = slot[u] / BS, off = slot[u] - blk * BS;
-      dst = (((i64)blk * KV + (head - H)) * BS + off) * HD;
+      int blk, off;
+      kv_split(slot[u], BS, blk, off);
+      dst = kv_at(blk, KV, head - H, BS, off, HD);
     }
 #pragma unroll
     for (int k = 0; k < PAIRS; k++) {
@@ -118,15 +120,15 @@ extern "C" __global__ void __launch_bounds__(HPB * 32) rope_store_kv(
         store_f<QT>(q_out, o + i, y1);
         store_f<QT>(q_out, o + i + HALF, y2);
       } else if (slot[u] >= 0) {
-        store_f<CT>(kc, dst + i, y1);
-        store_f<CT>(kc, dst + i + HALF, y2);
+        kv_store(kc, dst + i, y1);
+        kv_store(kc, dst + i + HALF, y2);
       }
     }
     if (!is_q && slot[u] >= 0) {
 #pragma unroll
       for (int k = 0; k < VPL; k++) {
         int i = lane + 32 * k;
-        if (i < HD) store_f<CT>(vc, dst + i, vrow[u][k]);
+        if (i < HD) kv_store(vc, dst + i, vrow[u][k]);
       }
     }
   }
