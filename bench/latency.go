@@ -78,9 +78,9 @@ type LatencyOptions struct {
 	NoQueueAhead bool
 	// SustainedProbe > 0 also runs the GEMM probe back to back for this
 	// long and reports the rate over its second half: the rate the device
-	// holds once its power limit bites (on the H200 prefill's GEMMs drive
-	// it to the limit and the SM clock drops by a fifth within a fraction
-	// of a second), where the burst probe measures the boost clock.
+	// holds once its power limit bites (a long prefill's GEMMs can drive a
+	// GPU to its power limit, where its SM clock drops), where the burst
+	// probe measures the boost clock.
 	SustainedProbe time.Duration
 	// ProfileSteps > 0 brackets, in the last iteration, the prefill and
 	// the first ProfileSteps decode steps with the backend's Profiler

@@ -79,8 +79,8 @@ type Options struct {
 	// that sample every running sequence: sched.ScheduleAhead), so the host's
 	// work for a step overlaps the device's. A sequence that stops (EOS, a
 	// stop string) has its ahead token dropped. trigon serve and run turn
-	// it on by default (on the H200 it raised the default model's serving
-	// throughput 21-25%, docs/benchmarks.md).
+	// it on by default: the host's per-step work then hides behind the
+	// device's step instead of adding to it.
 	QueueAhead bool
 }
 
