@@ -26,11 +26,13 @@
 // own tensor-core GEMVs, a register one and on sm_90 one fed by the TMA
 // unit, where a per-shape tuner timed them faster than cuBLASLt.
 //
-// Fusions for decode batches: FusedQKVRoPE (the QKV product with RoPE, the
-// Q/K norms and the paged KV write), MatMulAdd (a product added into the
-// residual; cuBLASLt with beta 1 for prefill), GateUpSiLU (gate/up with
-// SiLU x mul in the epilogue) and AddRMSNormPrefetch (the norm pulls the
-// next weight into L2). Options.Tuning holds the tuned values.
+// Fusions: Run (backend.Lowerer, lower.go) rewrites a model's program of
+// unfused ops with rules - the QKV product with RoPE and the KV write
+// (qkv_rope), a product added into the residual (matmul_add; cuBLASLt
+// with beta 1 for prefill), gate/up with SiLU x mul (gateup_silu) - then
+// marks norms that prefetch the next weight into L2 and kernels that let
+// their successor launch early. A rule whose planner declines leaves the
+// ops as written. Options.Tuning holds the tuned values.
 //
 //	if err := cuda.Available(); err != nil {
 //		log.Printf("GPU unavailable, using the CPU: %v", err)
