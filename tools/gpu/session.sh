@@ -329,6 +329,36 @@ for (arch, batch, out), by in sorted(runs.items()):
 PY
 }
 
+# serve_load: issue #28's loads on random Llama-3-8B weights made on the
+# device (serve --load-format dummy): 128/128 with 256 in flight, then
+# 1024/128 at 8 requests/s, each with the server's step-time histograms;
+# beside them bench latency's decode at batch 256 (192-token prompts), the
+# runner's speed the server is held to.
+serve_load() {
+latency "$OUT/latency-256.json" --arch llama-3-8b --batch 256 --input-len 192 --output-len 128 --cuda-graphs on
+log "trigon serve --load-format dummy --model llama-3-8b --max-seqs 256 --max-num-batched-tokens 8192"
+.gpu/trigon serve --device cuda --port 8013 --load-format dummy --model llama-3-8b --max-seqs 256 \
+  --max-num-batched-tokens 8192 >"$OUT/serve-load.log" 2>&1 &
+local pid=$! i
+for i in $(seq 600); do curl -sf localhost:8013/health >/dev/null && break; sleep 0.2; done
+grep -m1 'model loaded' "$OUT/serve-load.log" | say
+for load in "inf 256 1000 128" "8 0 200 1024"; do
+  read -r rate conc n in <<<"$load"
+  log "bench serve --rate $rate --max-concurrency $conc --num-prompts $n --input-len fixed:$in --output-len fixed:128"
+  .gpu/trigon bench serve --url http://127.0.0.1:8013 --rate "$rate" --max-concurrency "$conc" --num-prompts "$n" \
+    --input-len "fixed:$in" --output-len fixed:128 --token-ids 100-100000 --progress=false --json \
+    >"$OUT/serve-load-$rate.json" 2>>"$OUT/serve-load.err" || tail -3 "$OUT/serve-load.err" | say
+  $PY - "$OUT/serve-load-$rate.json" <<'PY' 2>&1 | say
+import json, sys
+d = json.load(open(sys.argv[1]))
+d = d[0] if isinstance(d, list) else d
+print({k: d.get(k) for k in ("completed", "failed", "output_token_throughput", "ttft_ms", "itl_ms")})
+print(json.dumps(d.get("steps"))[:3000])
+PY
+done
+kill -TERM "$pid"; wait "$pid"; echo "serve exit=$?" | say
+}
+
 # final: correctness of the build that is measured (stopping there on a
 # failure), then the peers, the batch 1 and 64 rows and the server: what
 # the latest figures of docs/benchmarks.md ran.
