@@ -13,10 +13,11 @@ import (
 // A step qualifies when every sequence feeds one token and wants its
 // logits (pure decode). It is padded to the next bucket with padding rows
 // (slot -1, so no KV write; a one-token context in the null block; their
-// logits are dropped) and run with MaxSeqLen fixed at the runner's
-// context, so one graph per bucket serves every step of that size: the
+// logits are dropped) and run with MaxSeqLen fixed at what its block
+// tables can hold (their width, a power of two of blocks: Runner.tableWidth),
+// so one graph per (bucket, width) serves every step of that size: the
 // kernels read lengths and block tables from the step's device buffers,
-// which keep their addresses. A bucket's first step runs eagerly (loading
+// which keep their addresses. A graph's first step runs eagerly (loading
 // kernels, warming the memory pool), its second is captured and replayed,
 // later ones replay.
 type GraphOptions struct {
@@ -40,6 +41,7 @@ type GraphKey struct {
 	AdapterVersion uint64 // the loaded adapter set (0: none)
 	KV             backend.KVSpec
 	Bucket         int
+	Width          int // block-table width: blocks per sequence
 }
 
 // DefaultBuckets are the decode batch sizes graphs are captured for, up to
@@ -67,12 +69,19 @@ type graphCache struct {
 	bytes   int64 // held by cached graphs
 	key     GraphKey
 	graphs  map[GraphKey]*graphEntry
-	warm    map[int]bool // buckets that ran eagerly once (kernels loaded)
+	warm    map[graphShape]bool // shapes whose step ran eagerly once (kernels loaded)
+	// width is the table width of each bucket's latest step: what
+	// Precapture captures it at.
+	width map[int]int
 	clock   uint64
 	hist    map[int]uint64 // decode steps per bucket
 	steps   uint64
 	stats   GraphStats
 }
+
+// graphShape is what a decode graph's kernels are specialised on: its
+// padded batch and its block-table width (whatever the weights version).
+type graphShape struct{ bucket, width int }
 
 type graphEntry struct {
 	g       backend.Graph
@@ -108,7 +117,7 @@ func newGraphCache(b backend.Backend, o GraphOptions, maxSeqs int) (*graphCache,
 		max = len(buckets)
 	}
 	return &graphCache{capture: cp, buckets: buckets, max: max, budget: o.MemoryBudget,
-		graphs: map[GraphKey]*graphEntry{}, warm: map[int]bool{}, hist: map[int]uint64{}}, nil
+		graphs: map[GraphKey]*graphEntry{}, warm: map[graphShape]bool{}, width: map[int]int{}, hist: map[int]uint64{}}, nil
 }
 
 // bucket is the smallest bucket holding n sequences, or 0.
@@ -141,7 +150,7 @@ func (r *Runner) padDecode(bucket int) {
 		r.hSeqLens = append(r.hSeqLens, 1)
 		r.hLogitsRows = append(r.hLogitsRows, int32(len(r.hTokens)-1))
 		row := len(r.hTables)
-		r.hTables = r.hTables[:row+r.maxBlocksPerSeq]
+		r.hTables = r.hTables[:row+r.width]
 		clear(r.hTables[row:]) // the null block
 	}
 }
@@ -153,7 +162,9 @@ func (r *Runner) forwardGraph(in *model.DeviceBatch, bucket int) (backend.Tensor
 	c.clock++
 	c.steps++
 	c.hist[bucket]++
-	if e := c.graphs[c.keyFor(bucket)]; e != nil {
+	c.width[bucket] = r.width
+	key := c.keyFor(bucket, r.width)
+	if e := c.graphs[key]; e != nil {
 		e.lastUse = c.clock
 		c.stats.Replays++
 		if err := e.g.Launch(); err != nil {
@@ -161,8 +172,8 @@ func (r *Runner) forwardGraph(in *model.DeviceBatch, bucket int) (backend.Tensor
 		}
 		return e.logits, nil
 	}
-	if !c.warm[bucket] {
-		c.warm[bucket] = true
+	if sh := (graphShape{bucket, r.width}); !c.warm[sh] {
+		c.warm[sh] = true
 		c.stats.EagerDecodes++
 		return r.m.Forward(in, r.kv)
 	}
@@ -196,15 +207,16 @@ func (r *Runner) captureBucket(in *model.DeviceBatch, bucket int) (*graphEntry, 
 	for len(c.graphs) > 0 && (len(c.graphs) >= c.max || c.budget > 0 && c.bytes+e.bytes > c.budget) {
 		c.evictLRU()
 	}
-	c.graphs[c.keyFor(bucket)] = e
+	c.graphs[c.keyFor(bucket, r.width)] = e
 	c.bytes += e.bytes
 	return e, nil
 }
 
-// keyFor is the cache key of bucket under the current versions.
-func (c *graphCache) keyFor(bucket int) GraphKey {
+// keyFor is the cache key of a (bucket, table width) graph under the
+// current versions.
+func (c *graphCache) keyFor(bucket, width int) GraphKey {
 	k := c.key
-	k.Bucket = bucket
+	k.Bucket, k.Width = bucket, width
 	return k
 }
 
@@ -273,19 +285,25 @@ func (r *Runner) Precapture() error {
 	}
 	defer func() { clear(c.hist); c.steps = 0 }()
 	for _, b := range c.buckets {
-		if c.hist[b]*10 < c.steps || c.graphs[c.keyFor(b)] != nil {
+		w, seen := c.width[b]
+		if !seen {
+			w = r.tableWidth(1)
+		}
+		key := c.keyFor(b, w)
+		if c.hist[b]*10 < c.steps || c.graphs[key] != nil {
 			continue
 		}
 		r.resetHost()
+		r.width = w
 		r.padDecode(b)
 		r.fed = 0 // the padding tokens overwrite any fed ones
 		in, err := r.upload(0)
 		if err != nil {
 			return err
 		}
-		in.MaxSeqLen = r.opts.MaxSeqLen
-		if !c.warm[b] {
-			c.warm[b] = true
+		in.MaxSeqLen = r.graphSeqLen()
+		if sh := (graphShape{b, w}); !c.warm[sh] {
+			c.warm[sh] = true
 			if _, err := r.m.Forward(in, r.kv); err != nil {
 				return fmt.Errorf("runner: precapture bucket %d: %w", b, err)
 			}

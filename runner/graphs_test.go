@@ -155,3 +155,55 @@ func TestGraphMemoryBudgetAndVersions(t *testing.T) {
 		t.Errorf("after recapture: %+v", st)
 	}
 }
+
+// TestTableWidthFollowsContexts: a step's block tables are as wide as its
+// longest context needs (a power of two of blocks, at least 16), not the
+// model's context, and decode graphs are keyed by that width: a context
+// that outgrows it gets a new graph (eager once, then captured), with
+// MaxSeqLen what the new width holds.
+func TestTableWidthFollowsContexts(t *testing.T) {
+	cb := &capturing{Backend: cpu.New(cpu.Options{Threads: 1})}
+	m := &nopModel{b: cb}
+	const bs = 4
+	r, err := New(cb, m, Options{NumBlocks: 64, BlockSize: bs, MaxTokens: 16, MaxSeqs: 4, MaxSeqLen: 1024,
+		NumLayers: 1, NumKVHeads: 1, HeadDim: 8, Graphs: GraphOptions{Enabled: true, Buckets: []int{2, 4}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	decode := func(start int) {
+		t.Helper()
+		table := make([]int32, start/bs+1)
+		for i := range table {
+			table[i] = int32(i%60 + 1)
+		}
+		st := &Step{Seqs: []Seq{
+			{Tokens: []int32{1}, Start: start, BlockTable: table, WantLogits: true},
+			{Tokens: []int32{2}, Start: 3, BlockTable: []int32{61}, WantLogits: true},
+		}}
+		if _, err := r.Execute(st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		start, width, maxSeqLen int
+		captures, eager         uint64
+	}{
+		{10, 16, 64, 0, 1},  // eager: kernels load
+		{11, 16, 64, 1, 1},  // captured
+		{63, 16, 64, 1, 1},  // replayed: still within 16 blocks
+		{64, 32, 128, 1, 2}, // the 17th block: a wider table, eager once
+		{65, 32, 128, 2, 2}, // captured at the new width
+	} {
+		decode(c.start)
+		if got := m.last.BlockTables.Shape(); got[0] != 2 || got[1] != c.width {
+			t.Errorf("context %d: block tables %v, want [2 %d]", c.start+1, got, c.width)
+		}
+		if m.last.MaxSeqLen != c.maxSeqLen {
+			t.Errorf("context %d: MaxSeqLen %d, want %d", c.start+1, m.last.MaxSeqLen, c.maxSeqLen)
+		}
+		if st := r.GraphStats(); st.Captures != c.captures || st.EagerDecodes != c.eager {
+			t.Errorf("context %d: %+v, want %d captures and %d eager decodes", c.start+1, st, c.captures, c.eager)
+		}
+	}
+}

@@ -78,6 +78,11 @@ type Runner struct {
 	kv   []model.LayerKV
 
 	maxBlocksPerSeq int
+	// width is the current step's block-table width (tableWidth of the
+	// most blocks any of its sequences needs): the tables the host packs
+	// and copies grow with the contexts in the step, not with the model's
+	// context.
+	width int
 
 	// Device step inputs: one I32 buffer, allocated once at its largest,
 	// that each step fills with a single copy (stepLayout places the
@@ -344,9 +349,9 @@ func (r *Runner) Execute(step *Step) (*Output, error) {
 		replays = r.graphs.stats.Replays
 	}
 	if bucket > 0 {
-		// One MaxSeqLen for every step of a bucket: kernels that size
+		// One MaxSeqLen for every step of a graph: kernels that size
 		// their grids by it (split-KV decode) must see the captured value.
-		in.MaxSeqLen = r.opts.MaxSeqLen
+		in.MaxSeqLen = r.graphSeqLen()
 		logits, err = r.forwardGraph(in, bucket)
 	} else {
 		logits, err = r.m.Forward(in, r.kv)
@@ -386,7 +391,7 @@ func (r *Runner) Execute(step *Step) (*Output, error) {
 func (r *Runner) upload(fed int) (*model.DeviceBatch, error) {
 	nt, ns, nl := len(r.hTokens), len(r.hSeqLens), len(r.hLogitsRows)
 	in := &model.DeviceBatch{NumTokens: nt, NumSeqs: ns, NumLogits: nl}
-	l := layoutStep(nt, ns, nl, r.maxBlocksPerSeq)
+	l := layoutStep(nt, ns, nl, r.width)
 	if l.end > len(r.hIn) {
 		return nil, fmt.Errorf("runner: a step of %d tokens, %d sequences and %d logits rows exceeds the step buffers (MaxTokens %d, MaxSeqs %d)",
 			nt, ns, nl, r.opts.MaxTokens, r.opts.MaxSeqs)
@@ -421,8 +426,8 @@ func (r *Runner) upload(fed int) (*model.DeviceBatch, error) {
 	in.SlotMapping = view(l.slots, nt)
 	in.QueryStart = view(l.queryStart, ns+1)
 	in.SeqLens = view(l.seqLens, ns)
-	if tables := view(l.tables, ns*r.maxBlocksPerSeq); err == nil {
-		in.BlockTables, err = r.b.Reshape(tables, ns, r.maxBlocksPerSeq)
+	if tables := view(l.tables, ns*r.width); err == nil {
+		in.BlockTables, err = r.b.Reshape(tables, ns, r.width)
 	}
 	if nl > 0 {
 		in.LogitsRows = view(l.logitsRows, nl)
@@ -441,6 +446,26 @@ func (r *Runner) upload(fed int) (*model.DeviceBatch, error) {
 		in.MaxQueryLen = max(in.MaxQueryLen, int(r.hQueryStart[s+1]-r.hQueryStart[s]))
 	}
 	return in, nil
+}
+
+// graphSeqLen is the MaxSeqLen a decode graph of the current table width
+// runs with: every context its tables can hold.
+func (r *Runner) graphSeqLen() int { return min(r.width*r.opts.BlockSize, r.opts.MaxSeqLen) }
+
+// minTableWidth is the narrowest block table a step packs (256 tokens at
+// blocks of 16).
+const minTableWidth = 16
+
+// tableWidth is the block-table width of a step whose sequences need at
+// most need blocks: the next power of two from minTableWidth, at most
+// maxBlocksPerSeq. Powers of two keep the decode graphs, one per (bucket,
+// width), few as contexts grow.
+func (r *Runner) tableWidth(need int) int {
+	w := minTableWidth
+	for w < need {
+		w *= 2
+	}
+	return min(w, r.maxBlocksPerSeq)
 }
 
 // resetHost empties the host staging rows.
@@ -463,6 +488,11 @@ func (r *Runner) pack(step *Step) error {
 		return fmt.Errorf("runner: %d sequences in a step, at most %d", len(step.Seqs), o.MaxSeqs)
 	}
 	r.resetHost()
+	need := 1
+	for _, s := range step.Seqs {
+		need = max(need, (s.Start+len(s.Tokens)+o.BlockSize-1)/o.BlockSize)
+	}
+	r.width = r.tableWidth(need)
 	for i, s := range step.Seqs {
 		n := len(s.Tokens)
 		end := s.Start + n
@@ -499,9 +529,9 @@ func (r *Runner) pack(step *Step) error {
 			r.hLogitsRows = append(r.hLogitsRows, int32(len(r.hTokens)-1))
 		}
 		row := len(r.hTables)
-		r.hTables = r.hTables[:row+r.maxBlocksPerSeq] // capacity reserved below
+		r.hTables = r.hTables[:row+r.width] // capacity reserved by resetHost
 		clear(r.hTables[row:])
-		nb := min(len(s.BlockTable), r.maxBlocksPerSeq)
+		nb := min(len(s.BlockTable), r.width)
 		for j := 0; j < nb; j++ {
 			b := s.BlockTable[j]
 			if b < 0 || int(b) >= o.NumBlocks {
