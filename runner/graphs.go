@@ -73,10 +73,10 @@ type graphCache struct {
 	// width is the table width of each bucket's latest step: what
 	// Precapture captures it at.
 	width map[int]int
-	clock   uint64
-	hist    map[int]uint64 // decode steps per bucket
-	steps   uint64
-	stats   GraphStats
+	clock uint64
+	hist  map[int]uint64 // decode steps per bucket
+	steps uint64
+	stats GraphStats
 }
 
 // graphShape is what a decode graph's kernels are specialised on: its
