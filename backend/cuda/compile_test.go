@@ -99,6 +99,35 @@ func TestKernelsCompile(t *testing.T) {
 	}
 }
 
+// TestKVReadersRefuseOtherFormats builds every reader module for an F32
+// cache and expects kv.cuh's static check to refuse it (the kernels
+// read BF16 caches only), and the writer (rope) to build for one.
+func TestKVReadersRefuseOtherFormats(t *testing.T) {
+	c := testCompiler(t, "")
+	f32 := backend.PlainKV(backend.F32, 16)
+	for _, tc := range []struct {
+		s      modSpec
+		refuse bool
+	}{
+		{decodeCoreModule(64, f32, 1, 2), true},
+		{decodeMMAModule(64, f32, 2), true},
+		{prefillTiling(64).spec(64, f32), true},
+		{prefillWGModule(64, f32), true},
+		{modSpec{file: "rope", p: [7]int{64, f32.BlockSize, dtBF16, int(f32.DType), dtBF16}}, false},
+	} {
+		t.Run(tc.s.String(), func(t *testing.T) {
+			t.Parallel()
+			_, _, err := c.build(tc.s, true)
+			switch {
+			case tc.refuse && (err == nil || !strings.Contains(err.Error(), "reads BF16 KV caches only")):
+				t.Errorf("err %v, want kv.cuh's BF16-only error", err)
+			case !tc.refuse && err != nil:
+				t.Errorf("%v", err)
+			}
+		})
+	}
+}
+
 // TestKernelCacheCorrupt damages a cache entry in each way load checks and
 // expects a recompile that rewrites a valid entry.
 func TestKernelCacheCorrupt(t *testing.T) {
