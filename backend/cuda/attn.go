@@ -106,8 +106,10 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 	if n > maxInt32 {
 		return backend.ShapeError("cuda: "+op, "Q", "%d rows exceed int32", n)
 	}
-	numBlocks, blockSize, maxBlocks := dims.NumBlocks, dims.BlockSize, dims.MaxBlocksPerSeq
-	dp := b.planDecode(s, h, kvh, d, blockSize, a.MaxSeqLen)
+	numBlocks, maxBlocks := dims.NumBlocks, dims.MaxBlocksPerSeq
+	// The modules are specialised on the KV format (kernels/kv.cuh): the
+	// spec, which CheckAttention matched against the pools, names it.
+	dp := b.planDecode(s, h, kvh, d, a.KV, a.MaxSeqLen)
 	scale := f32bits(a.Scale * math.Log2E)
 	// A sequence has at most min(MaxSeqLen, n) query rows. When there are
 	// no more rows than sequences, almost surely every one is a decode row:
@@ -122,8 +124,8 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 	// are dispatched first; a sequence with more tiles than the grid has
 	// loops over the rest in the kernel.
 	pc := prefillTiling(d)
-	preMod, preFn, preSmem, preThreads := pc.spec(d, blockSize), "attn_prefill", pc.smem(d), pc.warps*32
-	if wg, ok := b.prefillWGSpec(d, blockSize); ok {
+	preMod, preFn, preSmem, preThreads := pc.spec(d, a.KV), "attn_prefill", pc.smem(d), pc.warps*32
+	if wg, ok := b.prefillWGSpec(d, a.KV); ok {
 		pc = prefillConfig{rows: prefillWGRows}
 		preMod, preFn, preSmem, preThreads = wg, "attn_prefill_wg", prefillWGSmem(d), prefillWGThreads
 	}
@@ -370,13 +372,14 @@ func prefillTiling(d int) prefillConfig {
 	return prefillConfig{rows: 128, keys: 64, warps: 8, qInRegs: true}
 }
 
-// spec is the module of the tiling for head dim d and cache block size bs.
-func (c prefillConfig) spec(d, bs int) modSpec {
+// spec is the module of the tiling for head dim d over caches of format
+// kv (its block size and dtype).
+func (c prefillConfig) spec(d int, kv backend.KVSpec) modSpec {
 	qr := 0
 	if c.qInRegs {
 		qr = 1
 	}
-	return modSpec{file: "attn_prefill", p: [6]int{d, bs, c.rows, c.keys, c.warps, qr}}
+	return modSpec{file: "attn_prefill", p: [7]int{d, kv.BlockSize, int(kv.DType), c.rows, c.keys, c.warps, qr}}
 }
 
 // smem is the dynamic shared memory of the tiling for head dim d, as
@@ -402,15 +405,22 @@ const (
 	prefillWGThreads = 256
 )
 
-// prefillWGSpec is the wgmma prefill module for head dim d and cache
-// block size bs, where the target allows it: wgmma needs sm_90a SASS, and
-// the kernel takes head dims 64 and 128. Elsewhere prefill runs
+// prefillWGSpec is the wgmma prefill module for head dim d over caches of
+// format kv, where the target allows it: wgmma needs sm_90a SASS, and the
+// kernel takes head dims 64 and 128. Elsewhere prefill runs
 // attn_prefill's mma.sync kernel.
-func (b *Backend) prefillWGSpec(d, bs int) (modSpec, bool) {
+func (b *Backend) prefillWGSpec(d int, kv backend.KVSpec) (modSpec, bool) {
 	if b.comp == nil || b.comp.arch != "sm_90a" || (d != 64 && d != 128) {
 		return modSpec{}, false
 	}
-	return modSpec{file: "attn_prefill_wg", p: [6]int{d, bs}}, true
+	return prefillWGModule(d, kv), true
+}
+
+// prefillWGModule is the wgmma prefill module for head dim d over caches
+// of format kv, whatever the target (the warm list compiles it for every
+// one: below sm_90a its kernel traps).
+func prefillWGModule(d int, kv backend.KVSpec) modSpec {
+	return modSpec{file: "attn_prefill_wg", p: [7]int{d, kv.BlockSize, int(kv.DType)}}
 }
 
 // prefillWGSmem is the wgmma kernel's dynamic shared memory at head dim

@@ -1,5 +1,7 @@
 package cuda
 
+import "github.com/trigon-llm/trigon/backend"
+
 // Decode attention (sequences with one query row) has two kernels:
 //
 //   - attn_decode_mma (kernels/attn_decode.cu), on the tensor cores: a
@@ -30,16 +32,16 @@ type decodePlan struct {
 }
 
 // planDecode picks the decode kernel, its grid and split count for s
-// sequences of h query and kvh KV heads of d dims, cache blocks of
-// blockSize tokens and contexts up to maxSeqLen.
-func (b *Backend) planDecode(s, h, kvh, d, blockSize, maxSeqLen int) decodePlan {
+// sequences of h query and kvh KV heads of d dims, caches of format kv and
+// contexts up to maxSeqLen.
+func (b *Backend) planDecode(s, h, kvh, d int, kv backend.KVSpec, maxSeqLen int) decodePlan {
 	g := h / kvh
 	if st, ok := decodeMMAStages(b.cc, d, b.tune.decodeStages); ok {
 		chunks := (g + 15) / 16 // blocks per KV head: 16 query heads each
 		units := s * kvh * chunks
 		n := b.decodeMMASplits(units, maxSeqLen, decodeMMAPerSM(b.cc, d, st))
 		return decodePlan{
-			mod:    modSpec{file: "attn_decode", p: [6]int{d, blockSize, st}},
+			mod:    decodeMMAModule(d, kv, st),
 			decode: "attn_decode_mma", combine: "attn_decode_combine",
 			grid: [3]int{s, kvh * chunks, n}, smem: decodeMMASmem(d, st), nsplit: n,
 		}
@@ -55,10 +57,23 @@ func (b *Backend) planDecode(s, h, kvh, d, blockSize, maxSeqLen int) decodePlan 
 	}
 	n := b.decodeSplits(s, kvh*(g/gc), maxSeqLen)
 	return decodePlan{
-		mod:    modSpec{file: "attention", p: [6]int{d, blockSize, gc, b.tune.decodeUnroll}},
+		mod:    decodeCoreModule(d, kv, gc, b.tune.decodeUnroll),
 		decode: "attn_decode", combine: "attn_combine",
 		grid: [3]int{s, kvh * (g / gc), n}, nsplit: n,
 	}
+}
+
+// decodeMMAModule is attn_decode_mma's module for head dim d over caches
+// of format kv with an st-slot ring.
+func decodeMMAModule(d int, kv backend.KVSpec, st int) modSpec {
+	return modSpec{file: "attn_decode", p: [7]int{d, kv.BlockSize, int(kv.DType), st}}
+}
+
+// decodeCoreModule is the CUDA-core decode module (attention.cu) for head
+// dim d over caches of format kv, gc query heads a block and ur warp steps
+// whose loads are issued together.
+func decodeCoreModule(d int, kv backend.KVSpec, gc, ur int) modSpec {
+	return modSpec{file: "attention", p: [7]int{d, kv.BlockSize, int(kv.DType), gc, ur}}
 }
 
 // decodeMMASmem is attn_decode_mma's dynamic shared memory for head dim d

@@ -277,7 +277,7 @@ func TestAttentionPrefillWG(t *testing.T) {
 	b := sharedBackend(t, true)
 	if b.comp.arch == "sm_90a" {
 		for _, d := range []int{64, 128} {
-			if _, ok := b.prefillWGSpec(d, 16); !ok {
+			if _, ok := b.prefillWGSpec(d, backend.PlainKV(backend.BF16, 16)); !ok {
 				t.Fatalf("sm_90a, head dim %d: the wgmma prefill kernel is not selected", d)
 			}
 		}
@@ -327,11 +327,11 @@ func TestPrefillWGSelect(t *testing.T) {
 		{"sm_90a", 32, false},
 	} {
 		b := &Backend{comp: &compiler{arch: tc.arch}}
-		spec, ok := b.prefillWGSpec(tc.d, 16)
+		spec, ok := b.prefillWGSpec(tc.d, backend.PlainKV(backend.BF16, 32))
 		if ok != tc.want {
 			t.Errorf("%s d=%d: wgmma kernel %v, want %v", tc.arch, tc.d, ok, tc.want)
 		}
-		if ok && (spec.file != "attn_prefill_wg" || spec.p != [6]int{tc.d, 16} || len(spec.defines()) != 2) {
+		if ok && (spec.file != "attn_prefill_wg" || spec.p != [7]int{tc.d, 32, dtBF16} || len(spec.defines()) != 3) {
 			t.Errorf("%s d=%d: module %v", tc.arch, tc.d, spec)
 		}
 	}
@@ -385,7 +385,7 @@ func TestPrefillTiling(t *testing.T) {
 		if want := 2*stage + c.rows*(d+8)*2; !c.qInRegs && smem != want {
 			t.Errorf("d=%d: %d bytes, want %d", d, smem, want)
 		}
-		if s := c.spec(d, 16); s.file != "attn_prefill" || len(s.defines()) != 6 {
+		if s := c.spec(d, backend.PlainKV(backend.BF16, 32)); s.file != "attn_prefill" || len(s.defines()) != 7 || s.p[1] != 32 || s.p[2] != dtBF16 {
 			t.Errorf("d=%d: module %v", d, s)
 		}
 	}
@@ -675,8 +675,14 @@ func TestDecodePlan(t *testing.T) {
 				t.Fatal(err)
 			}
 			b := &Backend{cc: tc.cc, sms: tc.sms, tune: tune}
-			p := b.planDecode(tc.seqs, tc.h, tc.kv, tc.d, 16, tc.maxLen)
+			kv := backend.PlainKV(backend.BF16, 16)
+			p := b.planDecode(tc.seqs, tc.h, tc.kv, tc.d, kv, tc.maxLen)
 			t.Logf("%+v", p)
+			// Both kernels are specialised on the KV format: block size
+			// and dtype after the head dim (fileParams).
+			if p.mod.p[0] != tc.d || p.mod.p[1] != kv.BlockSize || p.mod.p[2] != int(kv.DType) {
+				t.Errorf("module %v, want head dim %d and the format %v", p.mod, tc.d, kv)
+			}
 			if mma := p.decode == "attn_decode_mma"; mma != tc.wantMMA {
 				t.Fatalf("kernel %s, want tensor cores %v", p.decode, tc.wantMMA)
 			}
@@ -690,8 +696,8 @@ func TestDecodePlan(t *testing.T) {
 			if want := tc.kv * ((g + 15) / 16); p.grid[1] != want {
 				t.Errorf("grid y %d, want %d (16 query heads per block)", p.grid[1], want)
 			}
-			st := p.mod.p[2]
-			if st < 2 || st > tc.stages || p.mod.file != "attn_decode" || p.mod.p[0] != tc.d {
+			st := p.mod.p[3]
+			if st < 2 || st > tc.stages || p.mod.file != "attn_decode" {
 				t.Errorf("module %v", p.mod)
 			}
 			_, perBlock := smemLimits(tc.cc)

@@ -276,7 +276,7 @@ func BenchmarkAttentionPrefill(b *testing.B) {
 	g := benchBackend(b)
 	const h, kv, d, bs = 32, 8, 128, 16
 	kernel := "mma"
-	if _, ok := g.prefillWGSpec(d, bs); ok {
+	if _, ok := g.prefillWGSpec(d, backend.PlainKV(backend.BF16, bs)); ok {
 		kernel = "wg"
 	}
 	for _, c := range []struct{ seqs, len int }{{4, 2048}, {1, 8192}} {
@@ -436,7 +436,7 @@ func normPrefetch(g *Backend, out, x, res, w, pf backend.Tensor, pfBytes int) er
 		}
 	}
 	rows, dim := ts[1].shape[0], ts[1].shape[1]
-	k := fnKey{modSpec{file: "norm", p: [6]int{dtBF16, dtBF16, dtBF16}}, "add_rmsnorm"}
+	k := fnKey{modSpec{file: "norm", p: [7]int{dtBF16, dtBF16, dtBF16}}, "add_rmsnorm"}
 	pfBytes = min(pfBytes, ts[4].bytes)
 	return g.post(func() error {
 		return g.addRMSNorm(k, rows, normThreads(dim, rows), ts[0], ts[1], ts[2], ts[3], dim, 1e-5, 1, ts[4].ptr, pfBytes)

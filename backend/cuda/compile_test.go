@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/trigon-llm/trigon/backend"
 )
 
 // testCompiler returns a compiler for the device's architecture when a GPU
@@ -37,6 +39,25 @@ func testCompiler(t *testing.T, dir string) *compiler {
 	return c
 }
 
+// TestFileParams checks every kernel file has an entry in fileParams and
+// that no entry names more constants than modSpec holds (defines would
+// index past p).
+func TestFileParams(t *testing.T) {
+	files, err := fs.Glob(kernelFS, "kernels/*.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		name := strings.TrimSuffix(strings.TrimPrefix(f, "kernels/"), ".cu")
+		params, ok := fileParams[name]
+		if !ok {
+			t.Errorf("%s: no fileParams entry", f)
+		} else if len(params) > len(modSpec{}.p) {
+			t.Errorf("%s: %d constants, modSpec holds %d", f, len(params), len(modSpec{}.p))
+		}
+	}
+}
+
 // TestKernelsCompile builds one module of every kernel file (all of
 // WarmKernels' set when a GPU is present) and checks the cache serves the
 // second build.
@@ -55,8 +76,8 @@ func TestKernelsCompile(t *testing.T) {
 		// than sm_90a since WarmKernels builds it for every target, are
 		// the ones a change breaks unseen otherwise);
 		// TRIGON_TEST_ALL_KERNELS=1 compiles every one.
-		specs = []modSpec{{file: "embed", p: [6]int{dtBF16, dtBF16}}, {file: "rope", p: [6]int{64, 16, dtBF16, dtBF16, dtBF16}},
-			bulkConfigs[0].spec(1, dtBF16), {file: "attn_prefill_wg", p: [6]int{128, 16}}}
+		specs = []modSpec{{file: "embed", p: [7]int{dtBF16, dtBF16}}, {file: "rope", p: [7]int{64, 16, dtBF16, dtBF16, dtBF16}},
+			bulkConfigs[0].spec(1, dtBF16), prefillWGModule(128, backend.PlainKV(backend.BF16, 16))}
 	}
 	for _, s := range specs {
 		t.Run(s.String(), func(t *testing.T) {
@@ -78,12 +99,41 @@ func TestKernelsCompile(t *testing.T) {
 	}
 }
 
+// TestKVReadersRefuseOtherFormats builds every reader module for an F32
+// cache and expects kv.cuh's static check to refuse it (the kernels
+// read BF16 caches only), and the writer (rope) to build for one.
+func TestKVReadersRefuseOtherFormats(t *testing.T) {
+	c := testCompiler(t, "")
+	f32 := backend.PlainKV(backend.F32, 16)
+	for _, tc := range []struct {
+		s      modSpec
+		refuse bool
+	}{
+		{decodeCoreModule(64, f32, 1, 2), true},
+		{decodeMMAModule(64, f32, 2), true},
+		{prefillTiling(64).spec(64, f32), true},
+		{prefillWGModule(64, f32), true},
+		{modSpec{file: "rope", p: [7]int{64, f32.BlockSize, dtBF16, int(f32.DType), dtBF16}}, false},
+	} {
+		t.Run(tc.s.String(), func(t *testing.T) {
+			t.Parallel()
+			_, _, err := c.build(tc.s, true)
+			switch {
+			case tc.refuse && (err == nil || !strings.Contains(err.Error(), "reads BF16 KV caches only")):
+				t.Errorf("err %v, want kv.cuh's BF16-only error", err)
+			case !tc.refuse && err != nil:
+				t.Errorf("%v", err)
+			}
+		})
+	}
+}
+
 // TestKernelCacheCorrupt damages a cache entry in each way load checks and
 // expects a recompile that rewrites a valid entry.
 func TestKernelCacheCorrupt(t *testing.T) {
 	dir := t.TempDir()
 	c := testCompiler(t, dir)
-	s := modSpec{file: "embed", p: [6]int{dtBF16, dtBF16}}
+	s := modSpec{file: "embed", p: [7]int{dtBF16, dtBF16}}
 	want, _, err := c.build(s, false)
 	if err != nil {
 		t.Fatal(err)
@@ -338,8 +388,8 @@ func TestPrefillWGCompile(t *testing.T) {
 	if b.comp.arch != "sm_90a" {
 		t.Skipf("%s: the wgmma kernel is compiled for sm_90a only", b.comp.arch)
 	}
-	for _, p := range [][6]int{{128, 16}, {64, 16}} {
-		s := modSpec{file: "attn_prefill_wg", p: p}
+	for _, d := range []int{128, 64} {
+		s := prefillWGModule(d, backend.PlainKV(backend.BF16, 16))
 		src, hs, err := source(s.file)
 		if err != nil {
 			t.Fatal(err)

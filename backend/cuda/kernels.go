@@ -11,22 +11,26 @@ import (
 	"sync"
 	"time"
 	"unsafe"
+
+	"github.com/trigon-llm/trigon/backend"
 )
 
 //go:embed kernels/*.cu kernels/*.cuh
 var kernelFS embed.FS
 
 // fileParams names, per kernel file, the -D constants a module of that
-// file is specialised with, in the order of modSpec.p.
+// file is specialised with, in the order of modSpec.p. The files that
+// include kernels/kv.cuh take the KV format's dtype as KV_DT and its
+// block size as BS (both from the backend.KVSpec of the call).
 var fileParams = map[string][]string{
 	"embed":           {"TT", "OT"},
 	"norm":            {"XT", "OT", "WT"},
 	"act":             {"IT", "OT"},
 	"rope":            {"HD", "BS", "QT", "KV_DT", "NT"},
-	"attention":       {"HD", "BS", "GC", "UR"},
-	"attn_prefill":    {"HD", "BS", "BM", "BN", "NW", "QR"},
-	"attn_prefill_wg": {"HD", "BS"},
-	"attn_decode":     {"HD", "BS", "ST"},
+	"attention":       {"HD", "BS", "KV_DT", "GC", "UR"},
+	"attn_prefill":    {"HD", "BS", "KV_DT", "BM", "BN", "NW", "QR"},
+	"attn_prefill_wg": {"HD", "BS", "KV_DT"},
+	"attn_decode":     {"HD", "BS", "KV_DT", "ST"},
 	"sample":          {},
 	"copy":            {},
 	"quant":           {"WT", "OT"},
@@ -36,10 +40,14 @@ var fileParams = map[string][]string{
 
 // modSpec identifies one compiled module: a kernel file and the values of
 // its specialisation constants. It is comparable, so launchers look
-// functions up without building strings.
+// functions up without building strings. p holds as many constants as
+// the longest list in fileParams; a file's module uses the first
+// len(fileParams[file]) of them and leaves the rest zero, so the -D
+// options (and with them the cache key, see compiler.key) name exactly
+// the file's constants.
 type modSpec struct {
 	file string
-	p    [6]int
+	p    [7]int
 }
 
 func (s modSpec) defines() []string {
@@ -253,32 +261,35 @@ func (b *Backend) fnSmem(k fnKey, smem int) (uintptr, error) {
 }
 
 // warmSpecs lists the modules a typical BF16 model uses with tuning t:
-// head dims 64 and 128, block size 16, the GQA group sizes 1..8, and the
-// weight dtypes.
+// head dims 64 and 128, the BF16 cache of 16-token blocks the runner
+// allocates by default, the GQA group sizes 1..8, and the weight dtypes.
+// The KV modules are built by the functions the ops fetch them with, so
+// the list names the modules a launch looks up.
 func warmSpecs(t tuning) []modSpec {
 	bf, f32 := int(dtBF16), int(dtF32)
+	kv := backend.PlainKV(backend.BF16, 16)
 	specs := []modSpec{
-		{file: "embed", p: [6]int{bf, bf}},
-		{file: "embed", p: [6]int{int(dtQ8_0), bf}},
-		{file: "embed", p: [6]int{int(dtQ4_0), bf}},
-		{file: "norm", p: [6]int{bf, bf, bf}},
-		{file: "norm", p: [6]int{bf, bf, f32}},
-		{file: "act", p: [6]int{bf, bf}},
-		{file: "act", p: [6]int{f32, bf}},
-		{file: "act", p: [6]int{bf, f32}},
+		{file: "embed", p: [7]int{bf, bf}},
+		{file: "embed", p: [7]int{int(dtQ8_0), bf}},
+		{file: "embed", p: [7]int{int(dtQ4_0), bf}},
+		{file: "norm", p: [7]int{bf, bf, bf}},
+		{file: "norm", p: [7]int{bf, bf, f32}},
+		{file: "act", p: [7]int{bf, bf}},
+		{file: "act", p: [7]int{f32, bf}},
+		{file: "act", p: [7]int{bf, f32}},
 		{file: "sample"},
 		{file: "copy"},
-		{file: "quant", p: [6]int{int(dtQ8_0), bf}},
-		{file: "quant", p: [6]int{int(dtQ4_0), bf}},
-		{file: "quant", p: [6]int{int(dtQ8_0), f32}},
+		{file: "quant", p: [7]int{int(dtQ8_0), bf}},
+		{file: "quant", p: [7]int{int(dtQ4_0), bf}},
+		{file: "quant", p: [7]int{int(dtQ8_0), f32}},
 	}
 	// The GEMV variants the decode tuner times: one and two 8-row tiles,
 	// BF16 out; one tile with F32 out (logits).
 	for _, c := range gemvConfigs {
 		specs = append(specs,
-			modSpec{file: "gemv", p: [6]int{1, c.nw, c.ur, bf}},
-			modSpec{file: "gemv", p: [6]int{2, c.nw, c.ur, bf}},
-			modSpec{file: "gemv", p: [6]int{1, c.nw, c.ur, f32}})
+			modSpec{file: "gemv", p: [7]int{1, c.nw, c.ur, bf}},
+			modSpec{file: "gemv", p: [7]int{2, c.nw, c.ur, bf}},
+			modSpec{file: "gemv", p: [7]int{1, c.nw, c.ur, f32}})
 	}
 	// The bulk-copy GEMV variants (sm_90 kernels, compiled for every
 	// architecture: their bodies trap below sm_90, where no launch goes).
@@ -287,14 +298,14 @@ func warmSpecs(t tuning) []modSpec {
 	}
 	for _, hd := range []int{64, 128} {
 		specs = append(specs,
-			modSpec{file: "rope", p: [6]int{hd, 16, bf, bf, bf}},
-			modSpec{file: "rope", p: [6]int{hd, 16, bf, bf, f32}})
+			modSpec{file: "rope", p: [7]int{hd, kv.BlockSize, bf, int(kv.DType), bf}},
+			modSpec{file: "rope", p: [7]int{hd, kv.BlockSize, bf, int(kv.DType), f32}})
 		for _, gc := range []int{1, 2, 4, 8} {
-			specs = append(specs, modSpec{file: "attention", p: [6]int{hd, 16, gc, t.decodeUnroll}})
+			specs = append(specs, decodeCoreModule(hd, kv, gc, t.decodeUnroll))
 		}
-		specs = append(specs, prefillTiling(hd).spec(hd, 16), modSpec{file: "attn_prefill_wg", p: [6]int{hd, 16}})
+		specs = append(specs, prefillTiling(hd).spec(hd, kv), prefillWGModule(hd, kv))
 		if st, ok := decodeMMAStages(90, hd, t.decodeStages); ok {
-			specs = append(specs, modSpec{file: "attn_decode", p: [6]int{hd, 16, st}})
+			specs = append(specs, decodeMMAModule(hd, kv, st))
 		}
 	}
 	return specs

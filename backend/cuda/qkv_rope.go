@@ -155,7 +155,7 @@ func (b *Backend) qkvRoPE(xt, wt, bt *tensor, r ropeOps, k int, earlyW, early bo
 			return err
 		}
 		if bt != nil {
-			f, err := b.fn(fnKey{modSpec{file: "act", p: [6]int{int(backend.F32), int(backend.BF16)}}, "add_bias"})
+			f, err := b.fn(fnKey{modSpec{file: "act", p: [7]int{int(backend.F32), int(backend.BF16)}}, "add_bias"})
 			if err != nil {
 				return err
 			}
@@ -172,7 +172,7 @@ func (b *Backend) qkvRoPE(xt, wt, bt *tensor, r ropeOps, k int, earlyW, early bo
 // (F32 [m], else 0) it is added to the projection. early: the next kernel
 // may launch at this one's start. CUDA thread only.
 func (b *Backend) qkvRoPECall(c gemvConfig, x, w uint64, r ropeOps, k int, earlyW, early bool, bias uint64) error {
-	f, err := b.fn(fnKey{modSpec{file: "gemv", p: [6]int{(r.n + 7) / 8, c.nw, c.ur, dtBF16}}, "qkv_rope_bf16"})
+	f, err := b.fn(fnKey{modSpec{file: "gemv", p: [7]int{(r.n + 7) / 8, c.nw, c.ur, dtBF16}}, "qkv_rope_bf16"})
 	if err != nil {
 		return err
 	}
@@ -268,7 +268,7 @@ func (b *Backend) ropeStore(r ropeOps) error { return b.ropeStorePDL(r, false) }
 // ropeStorePDL is ropeStore, launched with launchPDL when site is set.
 // CUDA thread only.
 func (b *Backend) ropeStorePDL(r ropeOps, site bool) error {
-	f, err := b.fn(fnKey{modSpec{file: "rope", p: [6]int{r.d, r.kv.BlockSize, int(r.qkv.dt), int(r.kv.DType), int(r.nt)}}, "rope_store_kv"})
+	f, err := b.fn(fnKey{modSpec{file: "rope", p: [7]int{r.d, r.kv.BlockSize, int(r.qkv.dt), int(r.kv.DType), int(r.nt)}}, "rope_store_kv"})
 	if err != nil {
 		return err
 	}

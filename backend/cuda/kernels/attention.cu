@@ -1,8 +1,7 @@
-// attention.cu: paged causal attention over BF16 KV caches laid out
-// [numBlocks, numKVHeads, BS, HD].
-// Specialised with -DHD=<head dim> -DBS=<cache block size> -DGC=<query
-// heads per decode block> -DUR=<decode warp steps whose loads are issued
-// together>.
+// attention.cu: paged causal attention over BF16 KV caches in kv.cuh's
+// format. Specialised with -DHD=<head dim> -DBS=<cache block size>
+// -DKV_DT=<cache dtype, DT_BF16> -DGC=<query heads per decode block>
+// -DUR=<decode warp steps whose loads are issued together>.
 //
 // This is the CUDA-core decode kernel: attn_decode.cu's tensor-core one
 // replaces it wherever that one's ring fits a block's shared memory
@@ -15,14 +14,15 @@
 // (sequences with two or more query rows) is attn_prefill.cu's. Decode
 // reads the block table directly. Scores are kept in the log2 domain:
 // scale_log2 is scale * log2(e), so exp becomes one ex2.
-#include "common.cuh"
+#define KV_BF16_ONLY  // unpack8 takes a 16-byte chunk as 8 bf16
+#include "kv.cuh"
 
 // ---------------------------------------------------------------- decode
 
-#define TPT (HD / 8)    // threads per token: each holds 8 dims (one 16-byte load)
-#define TPW (32 / TPT)  // tokens per warp step
-#define NW 4            // warps per block
-#define UNROLL UR       // warp steps whose loads are issued together
+#define TPT kv_row_chunks(HD)  // threads per token: each holds one 16-byte chunk (8 dims)
+#define TPW (32 / TPT)         // tokens per warp step
+#define NW 4                   // warps per block
+#define UNROLL UR              // warp steps whose loads are issued together
 
 __device__ __forceinline__ void unpack8(uint4 v, float* f) {
   f[0] = __uint_as_float(v.x << 16); f[1] = __uint_as_float(v.x & 0xffff0000u);
@@ -41,7 +41,7 @@ __device__ __forceinline__ void unpack8(uint4 v, float* f) {
 // ERR_QUERY_LEN, reported once per sequence by this kernel, as does a
 // sequence of several rows when decode_only (no prefill kernel follows).
 extern "C" __global__ void __launch_bounds__(128) attn_decode(
-    u16* out, float* part, const u16* q, const u16* kc, const u16* vc,
+    u16* out, float* part, const u16* q, const kv_t* kc, const kv_t* vc,
     const int* block_tables, int max_blocks, const int* seq_lens, const int* qstart,
     int H, int KV, int G, int nsplit, float scale_log2, int window, int num_blocks, int num_tokens,
     int max_seq_len, int decode_only, int* err) {
@@ -71,7 +71,7 @@ extern "C" __global__ void __launch_bounds__(128) attn_decode(
   int c0 = lo + split * chunk, c1 = min(L, c0 + chunk);
 
   int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int grp = lane / TPT, sub = lane % TPT, d0 = sub * 8;
+  int grp = lane / TPT, sub = lane % TPT, d0 = kv_chunk(sub);  // this lane's 8 dims of Q, K, V and O
 
   float qf[GC][8];
 #pragma unroll
@@ -101,13 +101,13 @@ extern "C" __global__ void __launch_bounds__(128) attn_decode(
       kv[u] = make_uint4(0, 0, 0, 0);
       vv[u] = make_uint4(0, 0, 0, 0);
       if (valid[u]) {
-        int bi = p / BS;
+        int bi = kv_index(p, BS);
         int blk = bi < max_blocks ? bt[bi] : -1;
         if (blk < 0 || blk >= num_blocks) {
           report(err, ERR_BLOCK_ID);
           valid[u] = false;
         } else {
-          i64 off = (((i64)blk * KV + kvh) * BS + (p - bi * BS)) * HD + d0;
+          i64 off = kv_at_pos(blk, KV, kvh, BS, p, bi, HD) + d0;
           kv[u] = *(const uint4*)(kc + off);
           vv[u] = *(const uint4*)(vc + off);
         }

@@ -1,7 +1,7 @@
 // attn_decode.cu: paged decode attention (one query row per sequence) on
-// the tensor cores, over BF16 KV caches laid out [numBlocks, numKVHeads,
-// BS, HD]. Specialised with -DHD=<head dim> -DBS=<cache block size>
-// -DST=<cp.async pipeline stages per warp>.
+// the tensor cores, over BF16 KV caches in kv.cuh's format. Specialised
+// with -DHD=<head dim> -DBS=<cache block size> -DKV_DT=<cache dtype,
+// DT_BF16> -DST=<cp.async pipeline stages per warp>.
 //
 // Why tensor cores for a memory-bound op: the CUDA-core kernel
 // (attention.cu's attn_decode) spends about one instruction per KV byte
@@ -20,6 +20,8 @@
 // attn_decode_combine merges; the split count depends only on the batch
 // shape, so a captured graph stays valid as contexts grow.
 #include "mma.cuh"
+#define KV_BF16_ONLY  // the ring's tiles are the cache rows, bf16 mma operands
+#include "kv.cuh"
 
 #define NW 4                    // warps per block
 #define TT 16                   // tokens per tile: the k of one P.V mma
@@ -48,7 +50,7 @@
 
 // ld_cg loads 16 bytes through L2 only (never a line L1 may hold from
 // before the predecessor kernel wrote it).
-__device__ __forceinline__ uint4 ld_cg(const u16* p) {
+__device__ __forceinline__ uint4 ld_cg(const kv_t* p) {
   uint4 v;
   asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
   return v;
@@ -125,7 +127,7 @@ __device__ __forceinline__ float warp_merge(const float* obase, const float (&sm
 //   out   [T, H*HD] bf16 (written when nsplit == 1)
 //   part  [S, H, nsplit, HD+2] f32: unnormalised o, then max m, then sum l
 //   q     [T, H*HD] bf16
-//   kc, vc [num_blocks, KV, BS, HD] bf16
+//   kc, vc [num_blocks, KV, BS, HD] bf16 (kv.cuh)
 //   block_tables [S, max_blocks]; seq_lens [S]; qstart [S+1]
 // grid (S, KV * ceil(G/16), nsplit), block NW*32, dynamic shared memory as
 // above. The context [lo, L) is cut into 16-token tiles aligned to
@@ -135,7 +137,7 @@ __device__ __forceinline__ float warp_merge(const float* obase, const float (&sm
 // several rows when decode_only (no prefill kernel follows); a block id
 // outside the cache raises ERR_BLOCK_ID and its tokens are left out.
 __device__ __forceinline__ void attn_decode_body(
-    u16* out, float* part, const u16* q, const u16* kc, const u16* vc, const int* block_tables, int max_blocks,
+    u16* out, float* part, const u16* q, const kv_t* kc, const kv_t* vc, const int* block_tables, int max_blocks,
     const int* seq_lens, const int* qstart, int H, int KV, int G, int nsplit, float scale_log2, int window, int num_blocks,
     int num_tokens, int max_seq_len, int decode_only, int* err) {
 #if __CUDA_ARCH__ >= 800
@@ -170,29 +172,29 @@ __device__ __forceinline__ void attn_decode_body(
   u16* qs = dsm;
   u16* ring = dsm + TT * KSTR + warp * (ST * 2 * TILE);
   const int* bt = block_tables + (i64)s * max_blocks;
-  const i64 head_off = (i64)kvh * BS * HD;  // this KV head's slice of a cache block
-  const i64 blk_stride = (i64)KV * BS * HD;
+  const kv_head kh = kv_head_of(KV, kvh, BS, HD);  // this KV head's tile of each cache block
   const int nj = te - tb > warp ? (te - tb - warp + NW - 1) / NW : 0;  // tiles of this warp
 
   // K/V rows are read once a step: they are marked evict_first in L2, so
   // they do not push out lines that are read again (the weights the norms
   // prefetch for the products after them).
   const u64 policy = evict_first_policy();
-  auto kv_copy = [&](u32 dst, const u16* src, bool ok) { cp_async16_hint(dst, src, ok, policy); };
+  auto kv_copy = [&](u32 dst, const kv_t* src, bool ok) { cp_async16_hint(dst, src, ok, policy); };
 
   // issue starts the copy of tile t (positions 16t..16t+15) into slot sl
   // and records which of its rows are valid keys. Each lane copies the
   // 16-byte chunks c = lane + 32i of the K and V tiles (row c/(HD/8),
-  // column 8*(c%(HD/8))). Rows outside [lo, L) or in a bad block are
-  // zero-filled and masked, never read. Row skip (-1: none) is valid but
-  // not copied: the caller fills it.
+  // chunk c%(HD/8) of the row; a slot's rows are the cache rows, so the
+  // element column is the same in both). Rows outside [lo, L) or in a
+  // bad block are zero-filled and masked, never read. Row skip (-1: none)
+  // is valid but not copied: the caller fills it.
   auto issue = [&](int t, int sl, int skip) {
     u16* ks = ring + sl * 2 * TILE;
     u16* vs = ks + TILE;
     const int p0 = t * TT;
 #if BS % TT == 0
     // The tile lies inside one cache block: one lookup, contiguous rows.
-    const int bi = p0 / BS;
+    const int bi = kv_index(p0, BS);
     const int rlo = max(0, lo - p0), rhi = min(TT, L - p0);  // 0 <= rlo < rhi <= 16
     u32 mask = ((1u << rhi) - 1u) & ~((1u << rlo) - 1u);
     int blk = bi < max_blocks ? bt[bi] : -1;
@@ -201,13 +203,13 @@ __device__ __forceinline__ void attn_decode_body(
       mask = 0;
       blk = 0;
     }
-    const i64 base = (i64)blk * blk_stride + head_off + (i64)(p0 - bi * BS) * HD;
+    const i64 base = kv_tile(kh, blk) + kv_row(kv_offset(p0, bi, BS), HD);
 #pragma unroll
     for (int i = 0; i < HD / 16; i++) {
       const int c = lane + 32 * i;
-      const int r = c / (HD / 8), col = (c % (HD / 8)) * 8;
+      const int r = c / kv_row_chunks(HD), col = kv_chunk(c % kv_row_chunks(HD));
       const bool ok = (mask >> r) & 1u;
-      const i64 off = base + (i64)r * HD + col;
+      const i64 off = base + kv_row(r, HD) + col;
       if (r == skip) continue;
       kv_copy(smem_u32(ks + r * KSTR + col), kc + off, ok);
       kv_copy(smem_u32(vs + r * KSTR + col), vc + off, ok);
@@ -219,7 +221,7 @@ __device__ __forceinline__ void attn_decode_body(
     int myblk = 0;
     bool myok = false;
     if (p >= lo && p < L) {
-      const int bi = p / BS;
+      const int bi = kv_index(p, BS);
       const int b = bi < max_blocks ? bt[bi] : -1;
       if (b < 0 || b >= num_blocks) {
         report(err, ERR_BLOCK_ID);
@@ -232,11 +234,11 @@ __device__ __forceinline__ void attn_decode_body(
 #pragma unroll
     for (int i = 0; i < HD / 16; i++) {
       const int c = lane + 32 * i;
-      const int r = c / (HD / 8), col = (c % (HD / 8)) * 8;
+      const int r = c / kv_row_chunks(HD), col = kv_chunk(c % kv_row_chunks(HD));
       const int b = __shfl_sync(0xffffffffu, myblk, r);
       const bool ok = (mask >> r) & 1u;
       const int pr = p0 + r;
-      const i64 off = (i64)b * blk_stride + head_off + (i64)(pr % BS) * HD + col;
+      const i64 off = kv_tile(kh, b) + kv_row(kv_offset(pr, BS), HD) + col;
       if (r == skip) continue;
       kv_copy(smem_u32(ks + r * KSTR + col), kc + off, ok);
       kv_copy(smem_u32(vs + r * KSTR + col), vc + off, ok);
@@ -268,14 +270,14 @@ __device__ __forceinline__ void attn_decode_body(
   grid_dep_wait();  // Q and the newest K/V row come from the kernels before this one
   if (late_slot >= 0) {
     // Row (L-1) % TT of the slot: 16-byte chunks of its K then V row.
-    const int p = L - 1, bi = p / BS;
+    const int p = L - 1, bi = kv_index(p, BS);
     const int b = bi < max_blocks ? bt[bi] : -1;
     if (b >= 0 && b < num_blocks) {  // else issue masked the row and reported it
-      const i64 off = (i64)b * blk_stride + head_off + (i64)(p % BS) * HD;
+      const i64 off = kv_tile(kh, b) + kv_row(kv_offset(p, BS), HD);
       u16* ks = ring + late_slot * 2 * TILE + (p - last_tile * TT) * KSTR;
-      for (int c = lane; c < HD / 4; c += 32) {
-        const int col = (c % (HD / 8)) * 8;
-        *(uint4*)(ks + (c < HD / 8 ? 0 : TILE) + col) = ld_cg((c < HD / 8 ? kc : vc) + off + col);
+      for (int c = lane; c < 2 * kv_row_chunks(HD); c += 32) {
+        const int col = kv_chunk(c % kv_row_chunks(HD));
+        *(uint4*)(ks + (c < kv_row_chunks(HD) ? 0 : TILE) + col) = ld_cg((c < kv_row_chunks(HD) ? kc : vc) + off + col);
       }
     }
   }
@@ -445,7 +447,7 @@ __device__ __forceinline__ void attn_decode_body(
 }
 
 extern "C" __global__ void __launch_bounds__(NW * 32, MIN_BLOCKS) attn_decode_mma(
-    u16* out, float* part, const u16* q, const u16* kc, const u16* vc, const int* block_tables, int max_blocks,
+    u16* out, float* part, const u16* q, const kv_t* kc, const kv_t* vc, const int* block_tables, int max_blocks,
     const int* seq_lens, const int* qstart, int H, int KV, int G, int nsplit, float scale_log2, int window, int num_blocks,
     int num_tokens, int max_seq_len, int decode_only, int* err) {
   attn_decode_body(out, part, q, kc, vc, block_tables, max_blocks, seq_lens, qstart, H, KV, G, nsplit, scale_log2, window,

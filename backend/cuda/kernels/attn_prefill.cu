@@ -1,11 +1,12 @@
 // attn_prefill.cu: causal prefill attention (sequences with two or more
-// query rows) over paged BF16 KV caches laid out [numBlocks, numKVHeads,
-// BS, HD], FlashAttention-2 style on the tensor cores (mma.sync m16n8k16,
-// bf16 in, f32 accumulate).
+// query rows) over paged BF16 KV caches in kv.cuh's format,
+// FlashAttention-2 style on the tensor cores (mma.sync m16n8k16, bf16 in,
+// f32 accumulate).
 //
-// Specialised with -DHD=<head dim> -DBS=<cache block size> -DBM=<query rows
-// per block> -DBN=<keys per tile> -DNW=<warps per block, BM/16> -DQR=<1: Q
-// fragments live in registers, 0: re-read from shared memory every tile>.
+// Specialised with -DHD=<head dim> -DBS=<cache block size> -DKV_DT=<cache
+// dtype, DT_BF16> -DBM=<query rows per block> -DBN=<keys per tile>
+// -DNW=<warps per block, BM/16> -DQR=<1: Q fragments live in registers,
+// 0: re-read from shared memory every tile>.
 // The host (prefillTiling in attn.go) picks them per head dim and sizes the
 // dynamic shared memory with the same layout formula as below.
 //
@@ -32,11 +33,13 @@
 //     are likewise counted back from the last row's position, so the
 //     diagonal of the block falls on tile boundaries.
 #include "mma.cuh"
+#define KV_BF16_ONLY  // the shared K/V tiles are the cache rows, bf16 mma operands
+#include "kv.cuh"
 
 #define NT (NW * 32)               // threads per block
 #define KSTRIDE (HD + 8)           // shared row stride in elements (16 bytes of pad)
 #define ROWB (KSTRIDE * 2)         // ... in bytes
-#define CPR (HD / 8)               // 16-byte chunks per row
+#define CPR kv_row_chunks(HD)      // 16-byte chunks per row (of Q and of the cache: both bf16)
 #define STAGE (2 * BN * KSTRIDE)   // elements of one pipeline stage: K tile, then V tile
 #define Q_ALIASED (QR && BM <= 2 * BN)
 
@@ -90,7 +93,7 @@ __device__ __forceinline__ void ldsm_x4_t(u32 addr, u32& r0, u32& r1, u32& r2, u
 // thread's block-table loads are all issued before its copies: the copies'
 // memory clobber would otherwise hold each load until the copy before it
 // is issued, one load latency per copy.
-__device__ __forceinline__ void load_kv(u32 st, const u16* kc, const u16* vc, const int* bt, int max_blocks, int num_blocks,
+__device__ __forceinline__ void load_kv(u32 st, const kv_t* kc, const kv_t* vc, const int* bt, int max_blocks, int num_blocks,
                                         int KV, int kvh, int k0, int klo, int khi, int* err) {
   constexpr int NL = (BN * CPR + NT - 1) / NT;
   int blk[NL];
@@ -98,7 +101,7 @@ __device__ __forceinline__ void load_kv(u32 st, const u16* kc, const u16* vc, co
   for (int i = 0; i < NL; i++) {
     int c = threadIdx.x + i * NT;
     int p = k0 + c / CPR;
-    int bi = p / BS;
+    int bi = kv_index(p, BS);
     bool live = ((BN * CPR) % NT == 0 || c < BN * CPR) && p >= klo && p < khi;
     blk[i] = live && bi < max_blocks ? bt[bi] : -2;  // -2: no key of the sequence (or no unit)
   }
@@ -106,15 +109,15 @@ __device__ __forceinline__ void load_kv(u32 st, const u16* kc, const u16* vc, co
   for (int i = 0; i < NL; i++) {
     int c = threadIdx.x + i * NT;
     if ((BN * CPR) % NT != 0 && c >= BN * CPR) break;
-    int r = c / CPR, col = (c - r * CPR) * 8;
+    int r = c / CPR, col = kv_chunk(c - r * CPR);
     int p = k0 + r;
-    const u16* ks = kc;
-    const u16* vs = vc;
+    const kv_t* ks = kc;
+    const kv_t* vs = vc;
     bool ok = false;
     if (p >= klo && p < khi) {
-      int bi = p / BS;
+      int bi = kv_index(p, BS);
       if (blk[i] >= 0 && blk[i] < num_blocks) {
-        i64 off = (((i64)blk[i] * KV + kvh) * BS + (p - bi * BS)) * HD + col;
+        i64 off = kv_at_pos(blk[i], KV, kvh, BS, p, bi, HD) + col;
         ks = kc + off;
         vs = vc + off;
         ok = true;
@@ -132,7 +135,7 @@ __device__ __forceinline__ void load_kv(u32 st, const u16* kc, const u16* vc, co
 // (optionally sliding-window) attention of every query row over the
 // sequence's context, earlier cached tokens included.
 //   out  [T, H*HD] bf16; q [T, H*HD] bf16
-//   kc, vc [num_blocks, KV, BS, HD] bf16
+//   kc, vc [num_blocks, KV, BS, HD] bf16 (kv.cuh)
 //   block_tables [S, max_blocks]; seq_lens [S]; qstart [S+1]
 // grid (H, S, Z), block NT, dynamic shared memory per the layout above.
 // Block (x, y, z) takes units x + H*z, x + H*(z + Z), ... of sequence y,
@@ -142,7 +145,7 @@ __device__ __forceinline__ void load_kv(u32 st, const u16* kc, const u16* vc, co
 // Sequences of fewer than two rows are attn_decode's, which also reports
 // bad metadata.
 extern "C" __global__ void __launch_bounds__(NT, MINB) attn_prefill(
-    u16* out, const u16* q, const u16* kc, const u16* vc, const int* block_tables, int max_blocks,
+    u16* out, const u16* q, const kv_t* kc, const kv_t* vc, const int* block_tables, int max_blocks,
     const int* seq_lens, const int* qstart, int H, int KV, float scale_log2, int window, int num_blocks,
     int num_tokens, int max_seq_len, int* err) {
   grid_dep_sync();

@@ -1,10 +1,11 @@
 // attn_prefill_wg.cu: causal prefill attention on Hopper's warpgroup
-// matrix multiply (wgmma, sm_90a), over the same paged BF16 KV caches and
-// with the same arguments, grid and results contract as attn_prefill.cu
-// (whose comment describes the unit loop, the row tiles counted from each
-// sequence's end and the masks, all kept here).
+// matrix multiply (wgmma, sm_90a), over the same paged BF16 KV caches
+// (kv.cuh) and with the same arguments, grid and results contract as
+// attn_prefill.cu (whose comment describes the unit loop, the row tiles
+// counted from each sequence's end and the masks, all kept here).
 //
-// Specialised with -DHD=<head dim, 64 or 128> -DBS=<cache block size>.
+// Specialised with -DHD=<head dim, 64 or 128> -DBS=<cache block size>
+// -DKV_DT=<cache dtype, DT_BF16>.
 //
 // Design:
 //   - A block owns 128 query rows (BM) of one head: two warpgroups of 64
@@ -47,6 +48,8 @@
 //   [QB + 2*TB, QB + 4*TB) V slots 0 and 1, alike
 #include "mma.cuh"
 #include "wgmma.cuh"
+#define KV_BF16_ONLY  // the swizzled K/V tiles are the cache rows, bf16 wgmma operands
+#include "kv.cuh"
 
 #define BM 128
 #define BN 128
@@ -68,8 +71,8 @@ __device__ __forceinline__ u32 swz(int rows, int r, int u) {
 
 // A thread copies the same 16-byte column unit of NI rows of every tile:
 // rows threadIdx.x / (HD/8) + i * RS, unit threadIdx.x % (HD/8).
-#define NI (BN * (HD / 8) / NT)
-#define RS (NT / (HD / 8))
+#define NI (BN * kv_row_chunks(HD) / NT)
+#define RS (NT / kv_row_chunks(HD))
 
 // tile_rows finds where this thread's NI keys of the tile [k0, k0+BN)
 // live in the caches (element offsets; -1: zero-fill). Every block-table
@@ -78,12 +81,12 @@ __device__ __forceinline__ u32 swz(int rows, int r, int u) {
 // khi) are zero-filled, and so are bad block ids (reported).
 __device__ __forceinline__ void tile_rows(i64 (&off)[NI], const int* bt, int max_blocks, int num_blocks, int KV, int kvh,
                                           int k0, int klo, int khi, int* err) {
-  const int r0 = threadIdx.x / (HD / 8), u = threadIdx.x % (HD / 8);
+  const int r0 = threadIdx.x / kv_row_chunks(HD), u = threadIdx.x % kv_row_chunks(HD);
   int blk[NI];
 #pragma unroll
   for (int i = 0; i < NI; i++) {
     int p = k0 + r0 + i * RS;
-    int bi = p / BS;
+    int bi = kv_index(p, BS);
     blk[i] = p >= klo && p < khi && bi < max_blocks ? bt[bi] : -2;  // -2: not a key of the sequence
   }
 #pragma unroll
@@ -91,7 +94,7 @@ __device__ __forceinline__ void tile_rows(i64 (&off)[NI], const int* bt, int max
     int p = k0 + r0 + i * RS;
     off[i] = -1;
     if (blk[i] >= 0 && blk[i] < num_blocks) {
-      off[i] = (((i64)blk[i] * KV + kvh) * BS + (p - p / BS * BS)) * HD + u * 8;
+      off[i] = kv_at_pos(blk[i], KV, kvh, BS, p, kv_index(p, BS), HD) + kv_chunk(u);
     } else if (blk[i] != -2 || (p >= klo && p < khi)) {
       report(err, ERR_BLOCK_ID);
     }
@@ -100,8 +103,8 @@ __device__ __forceinline__ void tile_rows(i64 (&off)[NI], const int* bt, int max
 
 // load_rows starts the copies of this thread's units of one tile from
 // cache c into the tile at shared address st.
-__device__ __forceinline__ void load_rows(u32 st, const u16* c, const i64 (&off)[NI]) {
-  const int r0 = threadIdx.x / (HD / 8), u = threadIdx.x % (HD / 8);
+__device__ __forceinline__ void load_rows(u32 st, const kv_t* c, const i64 (&off)[NI]) {
+  const int r0 = threadIdx.x / kv_row_chunks(HD), u = threadIdx.x % kv_row_chunks(HD);
 #pragma unroll
   for (int i = 0; i < NI; i++) cp_async16(st + swz(BN, r0 + i * RS, u), off[i] >= 0 ? c + off[i] : c, off[i] >= 0);
 }
@@ -143,7 +146,7 @@ __device__ __forceinline__ void issue_pv(float (&o)[HD / 2], const u32 (&pa4)[BN
 // attn_prefill_wg: attn_prefill's contract (see attn_prefill.cu), grid
 // (H, S, Z), NT threads, SMEM_BYTES + 1024 of dynamic shared memory.
 extern "C" __global__ void __launch_bounds__(NT, 1) attn_prefill_wg(
-    u16* out, const u16* q, const u16* kc, const u16* vc, const int* block_tables, int max_blocks,
+    u16* out, const u16* q, const kv_t* kc, const kv_t* vc, const int* block_tables, int max_blocks,
     const int* seq_lens, const int* qstart, int H, int KV, float scale_log2, int window, int num_blocks,
     int num_tokens, int max_seq_len, int* err) {
   grid_dep_sync();
