@@ -155,6 +155,9 @@ var kvDTypes = []DType{F32, F16, BF16}
 // that do not go together, a group size or window the format does not
 // take.
 func (s KVSpec) Validate() error {
+	if !slices.Contains(kvDTypes, s.DType) && s.DType != F8E4M3 && s.DType != I8 && s.DType != U4 {
+		return fmt.Errorf("kv spec: dtype %v, want one of %v, or F8_E4M3, I8, U4 with their scales", s.DType, kvDTypes)
+	}
 	if s.BlockSize <= 0 {
 		return fmt.Errorf("kv spec: block size %d is not positive", s.BlockSize)
 	}
