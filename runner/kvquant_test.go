@@ -116,7 +116,9 @@ func TestWindowPoolReuse(t *testing.T) {
 	spec := backend.Int4KV(4, 8, 4)
 	w := newWindowPool(spec, 10, 3)
 	step := func(seqs ...Seq) error { return w.prepare(seqs) }
-	seq := func(start, n int, table ...int32) Seq { return Seq{Tokens: make([]int32, n), Start: start, BlockTable: table} }
+	seq := func(start, n int, table ...int32) Seq {
+		return Seq{Tokens: make([]int32, n), Start: start, BlockTable: table}
+	}
 	if err := step(seq(0, 4, 1), seq(0, 2, 2)); err != nil { // block 1 full, block 2 partial
 		t.Fatal(err)
 	}
