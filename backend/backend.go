@@ -105,6 +105,7 @@ type RoPEArgs struct {
 	KCache      Tensor  // [numBlocks, numKVHeads, blockSize, headDim]
 	VCache      Tensor  // [numBlocks, numKVHeads, blockSize, headDim]
 	KV          KVSpec  // the caches' format
+	KVAux       KVAux   // the caches' scales and window, as KV says
 	InvFreq     Tensor  // [headDim/2] F32: per-pair inverse frequency, scaling already applied
 	QNorm       Tensor  // [headDim] or nil: per-head RMS norm of Q before rotation (Qwen3)
 	KNorm       Tensor  // [headDim] or nil
@@ -128,6 +129,7 @@ type AttentionArgs struct {
 	KCache      Tensor // [numBlocks, numKVHeads, blockSize, headDim]
 	VCache      Tensor // [numBlocks, numKVHeads, blockSize, headDim]
 	KV          KVSpec // the caches' format
+	KVAux       KVAux  // the caches' scales and window, as KV says
 	BlockTables Tensor // [numSeqs, maxBlocksPerSeq] I32
 	SeqLens     Tensor // [numSeqs] I32
 	QueryStart  Tensor // [numSeqs+1] I32, QueryStart[0] = 0

@@ -192,12 +192,10 @@ func checkHeads(op string, h, kvh, d int, evenDim bool) error {
 	return nil
 }
 
-// checkKV checks a pair of paged caches: K of kvh KV heads of head dim d,
-// V of K's shape.
-// checkKV checks a layer's K and V pools against the format spec says
-// for kvh heads of d.
-func checkKV(op string, spec KVSpec, k, v Tensor, kvh, d int) error {
-	_, err := spec.CheckPools(op, k, v, kvh, d)
+// checkKV checks a layer's K and V pools and their side tensors against
+// the format spec says for kvh heads of d.
+func checkKV(op string, spec KVSpec, k, v Tensor, aux KVAux, kvh, d int) error {
+	_, err := spec.CheckPools(op, k, v, aux, kvh, d)
 	return err
 }
 
@@ -238,7 +236,7 @@ func CheckRoPEStoreKV(a RoPEArgs) (RoPEDims, error) {
 	if err := checkOperand(op, "SlotMapping", a.SlotMapping, i32DTypes, n); err != nil {
 		return RoPEDims{}, err
 	}
-	if err := checkKV(op, a.KV, a.KCache, a.VCache, kvh, d); err != nil {
+	if err := checkKV(op, a.KV, a.KCache, a.VCache, a.KVAux, kvh, d); err != nil {
 		return RoPEDims{}, err
 	}
 	if err := checkOperand(op, "InvFreq", a.InvFreq, f32DTypes, d/2); err != nil {
@@ -302,7 +300,7 @@ func CheckAttention(a AttentionArgs) (AttentionDims, error) {
 	if err := checkOperand(op, "Out", a.Out, floatDTypes, n, h*d); err != nil {
 		return AttentionDims{}, err
 	}
-	if err := checkKV(op, a.KV, a.KCache, a.VCache, kvh, d); err != nil {
+	if err := checkKV(op, a.KV, a.KCache, a.VCache, a.KVAux, kvh, d); err != nil {
 		return AttentionDims{}, err
 	}
 	if err := checkOperand(op, "BlockTables", a.BlockTables, i32DTypes, ns, -1); err != nil {

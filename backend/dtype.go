@@ -7,6 +7,13 @@ import "fmt"
 // scale*q; Q4_0 is blocks of 32 as {f16 scale; uint8 qs[16]} (18 bytes),
 // where qs[j] holds value j in its low nibble and value j+16 in its high
 // nibble, value = scale*(nibble-8).
+//
+// F8E4M3, I8 and U4 are the element types of quantized KV caches (see
+// KVSpec): their values mean nothing without the scales the spec names.
+// F8E4M3 is OCP e4m3fn (1 sign, 4 exponent bits biased by 7, 3 mantissa
+// bits; no infinities, 0x7F and 0xFF are NaN, largest finite 448); I8 a
+// two's-complement byte; U4 unsigned 4-bit values packed two to a byte,
+// element 2i in the low nibble of byte i and 2i+1 in the high one.
 type DType uint8
 
 const (
@@ -16,9 +23,12 @@ const (
 	Q8_0
 	Q4_0
 	I32
+	F8E4M3
+	I8
+	U4
 )
 
-var dtypeNames = map[DType]string{F32: "F32", F16: "F16", BF16: "BF16", Q8_0: "Q8_0", Q4_0: "Q4_0", I32: "I32"}
+var dtypeNames = map[DType]string{F32: "F32", F16: "F16", BF16: "BF16", Q8_0: "Q8_0", Q4_0: "Q4_0", I32: "I32", F8E4M3: "F8_E4M3", I8: "I8", U4: "U4"}
 
 func (d DType) String() string {
 	if s, ok := dtypeNames[d]; ok {
@@ -32,6 +42,8 @@ func (d DType) BlockSize() int {
 	switch d {
 	case Q8_0, Q4_0:
 		return 32
+	case U4:
+		return 2
 	}
 	return 1
 }
@@ -43,6 +55,8 @@ func (d DType) BlockBytes() int {
 		return 4
 	case F16, BF16:
 		return 2
+	case F8E4M3, I8, U4:
+		return 1
 	case Q8_0:
 		return 34
 	case Q4_0:
@@ -52,7 +66,8 @@ func (d DType) BlockBytes() int {
 }
 
 // Quantized reports whether d is a block-quantized type.
-func (d DType) Quantized() bool { return d.BlockSize() > 1 }
+// U4, packed but not block-scaled, is not.
+func (d DType) Quantized() bool { return d == Q8_0 || d == Q4_0 }
 
 // RowBytes is the byte size of a row of n elements, an error when n is not a
 // whole number of blocks or d is unknown.

@@ -88,11 +88,11 @@ func (op *Op) Reads(t Tensor) bool {
 	case OpRoPEStoreKV:
 		a := &op.RoPE
 		return a.QKV == t || a.Positions == t || a.SlotMapping == t || a.InvFreq == t ||
-			a.QNorm == t || a.KNorm == t || a.KCache == t || a.VCache == t
+			a.QNorm == t || a.KNorm == t || a.KCache == t || a.VCache == t || a.KVAux.has(t)
 	case OpAttention:
 		a := &op.Attn
 		return a.Q == t || a.KCache == t || a.VCache == t || a.BlockTables == t ||
-			a.SeqLens == t || a.QueryStart == t
+			a.SeqLens == t || a.QueryStart == t || a.KVAux.has(t)
 	}
 	return false
 }
@@ -109,7 +109,8 @@ func (op *Op) Writes(t Tensor) bool {
 	case OpAddRMSNorm:
 		return op.Out == t || op.Residual == t
 	case OpRoPEStoreKV:
-		return op.RoPE.Q == t || op.RoPE.KCache == t || op.RoPE.VCache == t
+		// The scales: a dynamic FP8 cache's first write sets them.
+		return op.RoPE.Q == t || op.RoPE.KCache == t || op.RoPE.VCache == t || op.RoPE.KVAux.writes(t)
 	case OpAttention:
 		return op.Attn.Out == t
 	}
@@ -265,4 +266,14 @@ func FormatOp(op *Op, name func(Tensor) string) string {
 		add(&ins, "v=", a.VCache)
 	}
 	return fmt.Sprintf("%s: %s %s <- %s", op.Label(), op.Kind, strings.Join(outs, " "), strings.Join(ins, " "))
+}
+
+// has reports whether t is one of the side tensors.
+func (x *KVAux) has(t Tensor) bool {
+	return x.KScale == t || x.VScale == t || x.KWindow == t || x.VWindow == t || x.WindowMap == t
+}
+
+// writes reports whether RoPEStoreKV may write t: all but the window map.
+func (x *KVAux) writes(t Tensor) bool {
+	return x.KScale == t || x.VScale == t || x.KWindow == t || x.VWindow == t
 }

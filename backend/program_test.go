@@ -173,7 +173,7 @@ func TestKVSpec(t *testing.T) {
 		{"nil v", plain, pool(backend.BF16, 10, 8, 16, 128), nil, 0, "VCache: nil"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			n, err := c.spec.CheckPools("op", c.k, c.v, 8, 128)
+			n, err := c.spec.CheckPools("op", c.k, c.v, backend.KVAux{}, 8, 128)
 			if c.err == "" {
 				if err != nil || n != c.blocks {
 					t.Fatalf("CheckPools = %d, %v; want %d, nil", n, err, c.blocks)

@@ -63,6 +63,9 @@ type LatencyOptions struct {
 	Iters        int // timed iterations (>= 1)
 	Seed         uint64
 
+	// KV is the KV cache's format (zero: the backend's activation dtype).
+	KV backend.KVSpec
+
 	// CUDAGraphs replays decode steps from the runner's captured graphs
 	// (one bucket: the batch); the backend must implement
 	// backend.GraphCapturer.
@@ -336,7 +339,7 @@ func (run *latencyRun) setup() error {
 	}
 	r, err := runner.New(run.b, m, runner.Options{
 		NumBlocks: blocks + 1, BlockSize: bs, MaxTokens: maxTokens, MaxSeqs: o.Batch, MaxSeqLen: seqLen,
-		NumLayers: c.NumLayers, NumKVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
+		NumLayers: c.NumLayers, NumKVHeads: c.NumKVHeads, HeadDim: c.HeadDim, KV: o.KV,
 		// The runner's decode graphs, as serving uses them: one bucket, the
 		// batch. Its first decode step runs eagerly, the second captures.
 		Graphs: runner.GraphOptions{Enabled: o.CUDAGraphs, Buckets: []int{o.Batch}},
@@ -636,11 +639,12 @@ func (run *latencyRun) queuedStepTime() (float64, error) {
 	return time.Since(t0).Seconds() * 1e3 / queuedSteps, nil
 }
 
-// kvBytesPerToken is the K and V bytes one token takes over all layers.
+// kvBytesPerToken is the K and V bytes one token takes over all layers,
+// scales included (a quantized cache's block-indexed side tensors).
 func (run *latencyRun) kvBytesPerToken() int64 {
 	c := run.cfg
-	dt := run.r.Options().KVDType
-	return int64(c.NumLayers) * 2 * int64(c.NumKVHeads) * int64(c.HeadDim) * int64(dt.BlockBytes())
+	spec := run.r.KVSpec()
+	return int64(c.NumLayers) * int64(spec.LayerBlockBytes(c.NumKVHeads, c.HeadDim)) / int64(spec.BlockSize)
 }
 
 // newResult fills the run's description and the static byte counts.
@@ -648,7 +652,7 @@ func (run *latencyRun) newResult() *LatencyResult {
 	o, c := run.opts, run.cfg
 	res := &LatencyResult{
 		Benchmark: "latency", Engine: "trigon", Arch: o.Arch, Weights: o.WeightsSource,
-		KVDType: run.r.Options().KVDType.String(), Backend: run.b.Name(),
+		KVDType: run.r.KVSpec().Name(), Backend: run.b.Name(),
 		Batch: o.Batch, InputLen: o.InputLen, OutputLen: o.OutputLen, PrefillChunk: o.PrefillChunk,
 		Warmup: o.Warmup, Iters: o.Iters, CUDAGraphs: "off", Notes: []string{},
 		KVPoolBytes: run.r.KVBytes(),

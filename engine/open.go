@@ -68,6 +68,11 @@ type LoadOptions struct {
 	Config  model.Config
 	// Tokenizer, when set, replaces Model's tokenizer (--tokenizer).
 	Tokenizer *tokenizer.Tokenizer
+	// KVCacheDType is the KV cache's format (--kv-cache-dtype: auto,
+	// bf16, fp8, int8, int4; "" is auto, the backend's activation dtype);
+	// KVWindow the int4 cache's bf16 window in tokens (0: the default).
+	KVCacheDType string
+	KVWindow     int
 }
 
 // AttentionChecker is an optional Backend interface, for backends whose
@@ -151,12 +156,13 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		opts.KVMemory = 2 << 30
 	}
 	b := opts.Backend
-	blockBytes, err := b.ActDType().Bytes([]int{cfg.NumKVHeads, kvcache.DefaultBlockSize, cfg.HeadDim})
+	spec, kvScales, err := kvFormat(opts, b, cfg, w)
 	if err != nil {
 		w.Close()
-		return nil, err
+		return nil, fmt.Errorf("load %s on %s: %w", opts.Model, b.Name(), err)
 	}
-	perBlock := int64(blockBytes) * 2 * int64(cfg.NumLayers)
+	perBlock := spec.CacheBlockBytes(cfg.NumLayers, cfg.NumKVHeads, cfg.HeadDim)
+	fixed := spec.FixedBytes(cfg.NumLayers, cfg.NumKVHeads, cfg.HeadDim, spec.WindowBlocks(opts.MaxSeqs, opts.MaxBatchedTokens))
 	if opts.Progress != nil {
 		prefetch(w, opts.Progress)
 	}
@@ -165,7 +171,7 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		w.Close()
 		return nil, fmt.Errorf("load %s: %w", opts.Model, err)
 	}
-	blocks, err := kvBlocks(opts, b, perBlock, ctxLen)
+	blocks, err := kvBlocks(opts, b, perBlock, fixed, ctxLen)
 	if err != nil {
 		m.Close()
 		w.Close()
@@ -175,6 +181,7 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		NumBlocks: blocks, BlockSize: kvcache.DefaultBlockSize,
 		MaxTokens: opts.MaxBatchedTokens, MaxSeqs: opts.MaxSeqs, MaxSeqLen: ctxLen,
 		NumLayers: cfg.NumLayers, NumKVHeads: cfg.NumKVHeads, HeadDim: cfg.HeadDim,
+		KV: spec, KVScales: kvScales,
 		Graphs: runner.GraphOptions{Enabled: opts.Graphs, MemoryBudget: opts.GraphMemory},
 	})
 	if err != nil {
@@ -182,6 +189,7 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		w.Close()
 		return nil, fmt.Errorf("load %s: %w", opts.Model, err)
 	}
+	opts.Metrics.SetKVCache(spec.Name(), r.CapacityTokens())
 	budget := opts.MaxBatchedTokens
 	if measure {
 		target := opts.StepTime
@@ -319,11 +327,38 @@ func contextLength(cfg model.Config, maxContext int) int {
 	return cfg.MaxPositions
 }
 
+// kvFormat is the KV cache format opts ask for and, for FP8, the
+// checkpoint's scales; a format the backend has no kernels for is an
+// error here, before any weight is uploaded.
+func kvFormat(opts LoadOptions, b backend.Backend, cfg model.Config, w model.Weights) (backend.KVSpec, []model.KVScales, error) {
+	spec, err := backend.ParseKVCacheDType(opts.KVCacheDType, b.ActDType(), kvcache.DefaultBlockSize)
+	if err != nil {
+		return spec, nil, err
+	}
+	if spec.Scales == backend.KVScaleKIVI && opts.KVWindow > 0 {
+		spec.Window = opts.KVWindow
+	}
+	if err := spec.CheckModel(cfg.NumKVHeads, cfg.HeadDim); err != nil {
+		return spec, nil, err
+	}
+	if c, ok := b.(backend.KVSpecChecker); ok {
+		if err := c.CheckKVSpec(spec); err != nil {
+			return spec, nil, err
+		}
+	}
+	if spec.Scales != backend.KVScalePerHead {
+		return spec, nil, nil
+	}
+	scales, err := model.ReadKVScales(w, cfg.NumLayers)
+	return spec, scales, err
+}
+
 // kvBlocks sizes the KV pools: KVBlocks when given; on a backend that
 // reports its memory, what MemoryUtilization leaves after the weights; else
 // MaxSeqs sequences of up to 2048 tokens within KVMemory. Always at least
-// one sequence of the whole context.
-func kvBlocks(opts LoadOptions, b backend.Backend, perBlock int64, ctxLen int) (int, error) {
+// one sequence of the whole context. perBlock is a block's bytes over all
+// layers (scales included), fixed what the cache takes besides its blocks.
+func kvBlocks(opts LoadOptions, b backend.Backend, perBlock, fixed int64, ctxLen int) (int, error) {
 	oneSeq := (ctxLen+kvcache.DefaultBlockSize-1)/kvcache.DefaultBlockSize + 1
 	if opts.KVBlocks > 0 {
 		return opts.KVBlocks, nil
@@ -337,7 +372,7 @@ func kvBlocks(opts LoadOptions, b backend.Backend, perBlock int64, ctxLen int) (
 		if err != nil {
 			return 0, err
 		}
-		budget := free - int64((1-util)*float64(total))
+		budget := free - int64((1-util)*float64(total)) - fixed
 		// Device pools round allocations up to a size class (at most 12.5%
 		// over), so count each block at 9/8 of its bytes.
 		blocks := budget / (perBlock + perBlock/8)
@@ -348,6 +383,6 @@ func kvBlocks(opts LoadOptions, b backend.Backend, perBlock int64, ctxLen int) (
 		return int(min(blocks, 1<<30)), nil
 	}
 	want := opts.MaxSeqs*((min(ctxLen, 2048)+kvcache.DefaultBlockSize-1)/kvcache.DefaultBlockSize) + 1
-	blocks := int(min(int64(want), opts.KVMemory/perBlock))
+	blocks := int(min(int64(want), max(opts.KVMemory-fixed, 0)/perBlock))
 	return max(blocks, oneSeq), nil
 }

@@ -21,6 +21,12 @@ type Options struct {
 	Window int
 	// Chunk is the tokens per forward step (default 256).
 	Chunk int
+	// KVCacheDType is the KV cache's format (--kv-cache-dtype; "": auto)
+	// and KVWindow the int4 window (0: the default).
+	KVCacheDType string
+	KVWindow     int
+	// KVGroup is the int8/int4 cache's channels per scale (0: the default).
+	KVGroup int
 }
 
 // Result of a perplexity run.
@@ -60,9 +66,26 @@ func Perplexity(b backend.Backend, path string, tokens []int32, opts Options) (R
 	defer m.Close()
 	const blockSize = 16
 	nBlocks := (opts.Window + blockSize - 1) / blockSize
+	spec, err := backend.ParseKVCacheDType(opts.KVCacheDType, b.ActDType(), blockSize)
+	if err != nil {
+		return Result{}, fmt.Errorf("perplexity: %w", err)
+	}
+	if spec.Scales == backend.KVScaleKIVI && opts.KVWindow > 0 {
+		spec.Window = opts.KVWindow
+	}
+	if spec.GroupSize > 0 && opts.KVGroup > 0 {
+		spec.GroupSize = opts.KVGroup
+	}
+	var scales []model.KVScales
+	if spec.Scales == backend.KVScalePerHead {
+		if scales, err = model.ReadKVScales(w, cfg.NumLayers); err != nil {
+			return Result{}, fmt.Errorf("perplexity: %w", err)
+		}
+	}
 	r, err := runner.New(b, m, runner.Options{
 		NumBlocks: nBlocks + 1, BlockSize: blockSize, MaxTokens: opts.Chunk, MaxSeqs: 1,
 		MaxSeqLen: opts.Window, NumLayers: cfg.NumLayers, NumKVHeads: cfg.NumKVHeads, HeadDim: cfg.HeadDim,
+		KV: spec, KVScales: scales,
 	})
 	if err != nil {
 		return Result{}, err

@@ -18,10 +18,17 @@
 //	  | garbage   |    | head 1: t0 t1 .. t15  |   | ...
 //	  +-----------+    +-----------------------+   +-----
 //
-// Quantized KV dtypes keep their scales in a parallel pool indexed by the
-// same ids, [NumBlocks][numKVHeads][BlockSize/groupSize] per layer (INT8
-// and INT4 group scales; FP8 a single per-head scale per block), so a
-// BlockCopy or an eviction moves values and scales together.
+// Quantized KV caches (backend.KVSpec has the byte layouts) keep their
+// scales and zero points in side tensors whose first dimension is the
+// block id too: int8 a scale per (block, head, token, channel group),
+// int4 per (block, head, channel) for K and per (block, head, token,
+// group) for V. So a BlockCopy moves values and scales together, and a
+// cached full block keeps its quantized form and its scales for every
+// later prefix hit. FP8's scales are per (layer, head), fixed for the
+// cache's life. The int4 cache's bf16 window lives in a separate, smaller
+// pool that the runner assigns to blocks (a block's last, partial block
+// and the newest tokens); nothing here changes for it: the ids handed out
+// here stay the only names of the blocks.
 //
 // Token position p of a sequence lives at slot
 //

@@ -39,4 +39,12 @@ type LayerKV struct {
 	K    backend.Tensor // [numBlocks, numKVHeads, blockSize, headDim]
 	V    backend.Tensor // [numBlocks, numKVHeads, blockSize, headDim]
 	Spec backend.KVSpec
+	Aux  backend.KVAux // scales and window of a quantized Spec
+}
+
+// KVScales are one layer's FP8 KV cache scales from a checkpoint (the
+// k_scale and v_scale tensors): one value for the layer, or one per KV
+// head.
+type KVScales struct {
+	K, V []float32
 }

@@ -149,8 +149,78 @@ func ExpectedWeights(c Config) []WeightSpec {
 
 // ignorable reports tensors some checkpoints carry that no forward pass
 // reads: rotary tables saved by old transformers versions.
+// The FP8 KV cache scales (k_scale, v_scale) are read by the cache, not
+// the forward pass (ReadKVScales).
 func ignorable(name string) bool {
+	if _, _, ok := kvScaleName(name); ok {
+		return true
+	}
 	return strings.HasSuffix(name, "rotary_emb.inv_freq")
+}
+
+// kvScaleName reports a layer's FP8 KV cache scale tensor under the names
+// vLLM and compressed-tensors write: self_attn.k_scale / v_scale, or the
+// older self_attn.k_proj.k_scale / v_proj.v_scale.
+func kvScaleName(name string) (layer int, isK, ok bool) {
+	l, suffix, ok := splitLayerName(name)
+	if !ok {
+		return 0, false, false
+	}
+	switch suffix {
+	case "self_attn.k_scale", "self_attn.k_proj.k_scale":
+		return l, true, true
+	case "self_attn.v_scale", "self_attn.v_proj.v_scale":
+		return l, false, true
+	}
+	return 0, false, false
+}
+
+// ReadKVScales returns a checkpoint's FP8 KV cache scales, per layer
+// (x = e4m3 * scale), or nil when it has none. A checkpoint that has
+// some must have both for every layer: a scalar or one per KV head, F32,
+// F16 or BF16.
+func ReadKVScales(w Weights, numLayers int) ([]KVScales, error) {
+	out := make([]KVScales, numLayers)
+	found := 0
+	for _, name := range w.Names() {
+		l, isK, ok := kvScaleName(name)
+		if !ok {
+			continue
+		}
+		if l < 0 || l >= numLayers {
+			return nil, fmt.Errorf("kv scale %s: layer %d of %d", name, l, numLayers)
+		}
+		t, ok := w.Tensor(name)
+		if !ok {
+			return nil, fmt.Errorf("kv scale %s: not readable", name)
+		}
+		n, err := backend.NumElements(t.Shape)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("kv scale %s: shape %v", name, t.Shape)
+		}
+		v := make([]float32, n)
+		if err := backend.DequantizeRow(t.DType, t.Data, v); err != nil {
+			return nil, fmt.Errorf("kv scale %s: %w", name, err)
+		}
+		dst := &out[l].V
+		if isK {
+			dst = &out[l].K
+		}
+		if *dst != nil {
+			return nil, fmt.Errorf("kv scale %s: layer %d has two", name, l)
+		}
+		*dst = v
+		found++
+	}
+	if found == 0 {
+		return nil, nil
+	}
+	for l, s := range out {
+		if s.K == nil || s.V == nil {
+			return nil, fmt.Errorf("kv scales: layer %d lacks k_scale or v_scale", l)
+		}
+	}
+	return out, nil
 }
 
 // ValidateWeights checks that w holds every tensor c needs, with the right

@@ -18,7 +18,9 @@ type BlockCopy struct {
 // a step that forks a partially filled block calls CopyBlocks before its
 // Execute: the fork's writes land in its own copy.
 //
-// The Backend contract has no copy op: a copy is two gathers (Embed), the
+// A quantized cache's blocks move with their scales and window block,
+// through the host (copyQuantized). For a plain cache, as the Backend
+// contract has no copy op, a copy is two gathers (Embed), the
 // source block into a one-block scratch and the scratch into the
 // destination, each pool viewed as [numBlocks, blockElems] (Embed's out
 // may not overlap its table, so the scratch is needed).
@@ -30,6 +32,14 @@ func (r *Runner) CopyBlocks(copies []BlockCopy) error {
 		if c.Src <= 0 || int(c.Src) >= r.opts.NumBlocks || c.Dst <= 0 || int(c.Dst) >= r.opts.NumBlocks {
 			return fmt.Errorf("runner: copy block %d to %d: ids outside [1, %d)", c.Src, c.Dst, r.opts.NumBlocks)
 		}
+	}
+	if r.spec.Scales != backend.KVNoScales {
+		for _, c := range copies {
+			if err := r.copyQuantized(c); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	b := r.b
 	if r.copyIDs == nil {

@@ -31,12 +31,18 @@ type Model interface {
 
 // Options size the runner's device state.
 type Options struct {
-	NumBlocks  int           // KV blocks per layer pool, block 0 (the null block) included
-	BlockSize  int           // tokens per KV block
-	MaxTokens  int           // most tokens one step may carry
-	MaxSeqs    int           // most sequences one step may carry
-	MaxSeqLen  int           // longest context a sequence may reach (the model's context)
-	KVDType    backend.DType // 0: the backend's activation dtype
+	NumBlocks int           // KV blocks per layer pool, block 0 (the null block) included
+	BlockSize int           // tokens per KV block
+	MaxTokens int           // most tokens one step may carry
+	MaxSeqs   int           // most sequences one step may carry
+	MaxSeqLen int           // longest context a sequence may reach (the model's context)
+	KVDType   backend.DType // 0: the backend's activation dtype (a plain cache; see KV)
+	// KV is the cache's format; its zero value is a plain cache of
+	// KVDType. Its BlockSize, when set, must be BlockSize.
+	KV backend.KVSpec
+	// KVScales are an FP8 cache's checkpoint scales, per layer (nil:
+	// computed from the first tokens written; see backend.KVSpec).
+	KVScales   []model.KVScales
 	NumLayers  int
 	NumKVHeads int
 	HeadDim    int
@@ -76,6 +82,10 @@ type Runner struct {
 	// it and hands it with them to the model.
 	spec backend.KVSpec
 	kv   []model.LayerKV
+	// win assigns a KIVI cache's window blocks (nil for other formats);
+	// winMap is its device image, shared by every layer's KVAux.
+	win    *windowPool
+	winMap backend.Tensor
 
 	maxBlocksPerSeq int
 	// width is the current step's block-table width (tableWidth of the
@@ -146,28 +156,36 @@ func New(b backend.Backend, m Model, opts Options) (*Runner, error) {
 	if opts.NumLayers <= 0 || opts.NumKVHeads <= 0 || opts.HeadDim <= 0 {
 		return nil, fmt.Errorf("runner: invalid model shape in options %+v", opts)
 	}
-	if opts.KVDType == 0 {
-		opts.KVDType = b.ActDType()
+	spec := opts.KV
+	if spec.DType == 0 {
+		if opts.KVDType == 0 {
+			opts.KVDType = b.ActDType()
+		}
+		spec = backend.PlainKV(opts.KVDType, opts.BlockSize)
 	}
-	r := &Runner{b: b, m: m, opts: opts, spec: backend.PlainKV(opts.KVDType, opts.BlockSize)}
-	if err := r.spec.Validate(); err != nil {
+	opts.KVDType, opts.KV = spec.DType, spec
+	r := &Runner{b: b, m: m, opts: opts, spec: spec}
+	if err := spec.Validate(); err != nil {
 		return nil, fmt.Errorf("runner: %w", err)
 	}
+	if spec.BlockSize != opts.BlockSize {
+		return nil, fmt.Errorf("runner: KV spec of %d-token blocks for blocks of %d", spec.BlockSize, opts.BlockSize)
+	}
+	if err := spec.CheckModel(opts.NumKVHeads, opts.HeadDim); err != nil {
+		return nil, fmt.Errorf("runner: %w", err)
+	}
+	if c, ok := b.(backend.KVSpecChecker); ok {
+		if err := c.CheckKVSpec(spec); err != nil {
+			return nil, fmt.Errorf("runner: %w", err)
+		}
+	}
+	if opts.KVScales != nil && (spec.Scales != backend.KVScalePerHead || len(opts.KVScales) != opts.NumLayers) {
+		return nil, fmt.Errorf("runner: %d layers of KV scales for a %v cache of %d layers", len(opts.KVScales), spec, opts.NumLayers)
+	}
 	r.maxBlocksPerSeq = (opts.MaxSeqLen + opts.BlockSize - 1) / opts.BlockSize
-	shape := r.spec.PoolShape(opts.NumBlocks, opts.NumKVHeads, opts.HeadDim)
-	for l := 0; l < opts.NumLayers; l++ {
-		k, err := b.Alloc(r.spec.DType, shape...)
-		if err != nil {
-			r.Close()
-			return nil, fmt.Errorf("runner: allocate K pool of layer %d (%d blocks): %w", l, opts.NumBlocks, err)
-		}
-		v, err := b.Alloc(r.spec.DType, shape...)
-		if err != nil {
-			b.Free(k)
-			r.Close()
-			return nil, fmt.Errorf("runner: allocate V pool of layer %d (%d blocks): %w", l, opts.NumBlocks, err)
-		}
-		r.kv = append(r.kv, model.LayerKV{K: k, V: v, Spec: r.spec})
+	if err := r.allocKV(); err != nil {
+		r.Close()
+		return nil, err
 	}
 	// The largest layout: every count at its maximum (a step has at most
 	// MaxTokens logits rows and min(MaxSeqs, MaxTokens) sequences).
@@ -191,11 +209,17 @@ func New(b backend.Backend, m Model, opts Options) (*Runner, error) {
 	return r, nil
 }
 
-// KVBytes is the device memory the KV pools take.
+// KVBytes is the device memory the KV cache takes: pools, scales and
+// window.
 func (r *Runner) KVBytes() int64 {
-	per := r.spec.BlockBytes(r.opts.NumKVHeads, r.opts.HeadDim)
-	return int64(per) * int64(r.opts.NumBlocks) * 2 * int64(r.opts.NumLayers)
+	o := r.opts
+	return r.spec.CacheBlockBytes(o.NumLayers, o.NumKVHeads, o.HeadDim)*int64(o.NumBlocks) +
+		r.spec.FixedBytes(o.NumLayers, o.NumKVHeads, o.HeadDim, r.spec.WindowBlocks(o.MaxSeqs, o.MaxTokens))
 }
+
+// CapacityTokens is how many tokens the KV cache holds (the null block
+// aside).
+func (r *Runner) CapacityTokens() int { return (r.opts.NumBlocks - 1) * r.opts.BlockSize }
 
 // Options returns the options the runner was made with (KVDType resolved).
 func (r *Runner) Options() Options { return r.opts }
@@ -206,10 +230,17 @@ func (r *Runner) Close() {
 		r.graphs.close()
 	}
 	for _, kv := range r.kv {
-		r.b.Free(kv.K)
-		r.b.Free(kv.V)
+		for _, t := range []backend.Tensor{kv.K, kv.V, kv.Aux.KScale, kv.Aux.VScale, kv.Aux.KWindow, kv.Aux.VWindow} {
+			if t != nil {
+				r.b.Free(t)
+			}
+		}
 	}
 	r.kv = nil
+	if r.winMap != nil {
+		r.b.Free(r.winMap)
+		r.winMap = nil
+	}
 	for _, t := range []backend.Tensor{r.copyIDs, r.copyScratch} {
 		if t != nil {
 			r.b.Free(t)
@@ -332,6 +363,14 @@ func (r *Runner) Execute(step *Step) (*Output, error) {
 	}
 	if err := r.pack(step); err != nil {
 		return nil, err
+	}
+	if r.win != nil {
+		if err := r.win.prepare(step.Seqs); err != nil {
+			return nil, err
+		}
+		if err := r.syncWindowMap(); err != nil {
+			return nil, err
+		}
 	}
 	real := len(r.hLogitsRows)
 	bucket := 0

@@ -36,21 +36,22 @@ var (
 type Metrics struct {
 	reg *prometheus.Registry
 
-	ttft     prometheus.Histogram
-	itl      prometheus.Histogram
-	e2e      prometheus.Histogram
-	queue    prometheus.Histogram
-	running  prometheus.Gauge
-	waiting  prometheus.Gauge
-	kvUsage  prometheus.Gauge
-	pcHits   prometheus.Counter
-	pcQuery  prometheus.Counter
-	preempt  prometheus.Counter
-	ahead    prometheus.Counter
-	prompt   prometheus.Counter
-	gen      prometheus.Counter
-	finished *prometheus.CounterVec
-	step     *stepSeries
+	ttft       prometheus.Histogram
+	itl        prometheus.Histogram
+	e2e        prometheus.Histogram
+	queue      prometheus.Histogram
+	running    prometheus.Gauge
+	waiting    prometheus.Gauge
+	kvUsage    prometheus.Gauge
+	kvCapacity *prometheus.GaugeVec
+	pcHits     prometheus.Counter
+	pcQuery    prometheus.Counter
+	preempt    prometheus.Counter
+	ahead      prometheus.Counter
+	prompt     prometheus.Counter
+	gen        prometheus.Counter
+	finished   *prometheus.CounterVec
+	step       *stepSeries
 }
 
 // NewMetrics builds the series and a registry holding them together with
@@ -75,6 +76,8 @@ func NewMetrics() *Metrics {
 			Help: "Sequences waiting in the scheduler queue."}),
 		kvUsage: prometheus.NewGauge(prometheus.GaugeOpts{Name: "trigon_kv_cache_usage_ratio",
 			Help: "Fraction of KV-cache blocks in use, 0 to 1."}),
+		kvCapacity: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "trigon_kv_cache_capacity_tokens",
+			Help: "Tokens the KV cache holds, labelled by its dtype (--kv-cache-dtype)."}, []string{"dtype"}),
 		pcHits: prometheus.NewCounter(prometheus.CounterOpts{Name: "trigon_prefix_cache_hits_total",
 			Help: "Prompt tokens found in the prefix cache."}),
 		pcQuery: prometheus.NewCounter(prometheus.CounterOpts{Name: "trigon_prefix_cache_queries_total",
@@ -94,7 +97,7 @@ func NewMetrics() *Metrics {
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.ttft, m.itl, m.e2e, m.queue, m.running, m.waiting, m.kvUsage,
+		m.ttft, m.itl, m.e2e, m.queue, m.running, m.waiting, m.kvUsage, m.kvCapacity,
 		m.pcHits, m.pcQuery, m.preempt, m.ahead, m.prompt, m.gen, m.finished,
 	)
 	m.reg.MustRegister(m.step.collectors()...)
@@ -171,6 +174,15 @@ func (m *Metrics) SetRequestsWaiting(n int) {
 	if m != nil {
 		m.waiting.Set(float64(max(n, 0)))
 	}
+}
+
+// SetKVCache states the KV cache's dtype and capacity in tokens.
+func (m *Metrics) SetKVCache(dtype string, capacityTokens int) {
+	if m == nil {
+		return
+	}
+	m.kvCapacity.Reset()
+	m.kvCapacity.WithLabelValues(dtype).Set(float64(capacityTokens))
 }
 
 // SetKVCacheUsage sets the fraction of KV blocks in use; values outside

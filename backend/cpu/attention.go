@@ -20,8 +20,13 @@ import (
 //
 //	Out         [numTokens, numHeads*headDim] F32 (may be Q itself)
 //	Q           [numTokens, numHeads*headDim] F32
-//	KCache      [numBlocks, numKVHeads, blockSize, headDim] F32, BF16 or F16
-//	VCache      same shape as KCache, F32, BF16 or F16
+//	KCache      [numBlocks, numKVHeads, blockSize, headDim] in KV's format
+//	VCache      same shape as KCache
+//	KVAux       the scales and window KV names
+//
+// Quantized caches are decoded to f32 on the gather (backend.KVSpec
+// says how); everything after it is the same for every format.
+//
 //	BlockTables [numSeqs, maxBlocksPerSeq] I32
 //	SeqLens     [numSeqs] I32
 //	QueryStart  [numSeqs+1] I32
@@ -86,15 +91,23 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 			return backend.ShapeError("cpu: "+op, "BlockTables", "SeqLens[%d] = %d needs %d blocks, tables hold %d", s, seqLen, (seqLen+blockSize-1)/blockSize, maxBlocks)
 		}
 		for j := range (seqLen + blockSize - 1) / blockSize {
-			if id := tables[s*maxBlocks+j]; id < 0 || int(id) >= numBlocks {
+			id := tables[s*maxBlocks+j]
+			if id < 0 || int(id) >= numBlocks {
 				return backend.ShapeError("cpu: "+op, "BlockTables", "BlockTables[%d][%d] = %d outside %d blocks", s, j, id, numBlocks)
+			}
+			if a.KV.Scales == backend.KVScaleKIVI {
+				// A block that is not full has no int4 K: it must be in the window pool.
+				w, nw := a.KVAux.WindowMap.(*tensor).i32()[id], a.KVAux.KWindow.Shape()[0]
+				if int(w) >= nw || (w < 0 && (j+1)*blockSize > seqLen) {
+					return backend.ShapeError("cpu: "+op, "WindowMap", "block %d (sequence %d, block %d of %d tokens) has window block %d of %d", id, s, j, seqLen, w, nw)
+				}
 			}
 		}
 	}
 
 	qv, ov := q.f32(), o.f32()
 	group := h / kvh
-	kp, vp := newKVPool(kc, a.KV, kvh, d), newKVPool(vc, a.KV, kvh, d)
+	kp, vp := newKVPool(kc, a.KV, a.KVAux, true, kvh, d), newKVPool(vc, a.KV, a.KVAux, false, kvh, d)
 	window := a.SlidingWindow
 	b.parallel(ns*h, 1, func(w, lo, hi int) {
 		for unit := lo; unit < hi; unit++ {
@@ -114,8 +127,8 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 			ks, vs, scores := buf[:nk*d], buf[nk*d:2*nk*d], buf[2*nk*d:]
 			table := tables[s*maxBlocks : (s+1)*maxBlocks]
 			for p := first; p < seqLen; p++ {
-				kp.load(table, p, kvHead, ks[(p-first)*d:(p-first+1)*d])
-				vp.load(table, p, kvHead, vs[(p-first)*d:(p-first+1)*d])
+				kp.load(table, p, seqLen, kvHead, ks[(p-first)*d:(p-first+1)*d])
+				vp.load(table, p, seqLen, kvHead, vs[(p-first)*d:(p-first+1)*d])
 			}
 			for i := range qLen {
 				t := int(starts[s]) + i

@@ -85,7 +85,7 @@ func (t *tensor) f32() []float32 { return bytesAs[float32](t.data) }
 // i32 views t's bytes as int32s.
 func (t *tensor) i32() []int32 { return bytesAs[int32](t.data) }
 
-func bytesAs[T float32 | int32 | uint16](b []byte) []T {
+func bytesAs[T float32 | int32 | uint16 | int8](b []byte) []T {
 	var zero T
 	size := int(unsafe.Sizeof(zero))
 	if len(b) < size {
@@ -105,7 +105,7 @@ func elemSize(dt backend.DType) int {
 
 func validDType(dt backend.DType) bool {
 	switch dt {
-	case backend.F32, backend.F16, backend.BF16, backend.Q8_0, backend.Q4_0, backend.I32:
+	case backend.F32, backend.F16, backend.BF16, backend.Q8_0, backend.Q4_0, backend.I32, backend.F8E4M3, backend.I8, backend.U4:
 		return true
 	}
 	return false

@@ -90,7 +90,35 @@ func (b *Backend) RoPEStoreKV(a backend.RoPEArgs) error {
 	freq := invf.f32()
 	xs, qs := qkv.f32(), q.f32()
 	half := d / 2
-	kp, vp := newKVPool(kc, a.KV, kvh, d), newKVPool(vc, a.KV, kvh, d)
+	kp, vp := newKVPool(kc, a.KV, a.KVAux, true, kvh, d), newKVPool(vc, a.KV, a.KVAux, false, kvh, d)
+	if a.KV.Scales == backend.KVScaleKIVI {
+		for t := range n {
+			if slot := int(sv[t]); slot >= 0 {
+				if w := kp.winMap[slot/blockSize]; w < 0 || int(w) >= a.KVAux.KWindow.Shape()[0] {
+					return backend.ShapeError("cpu: "+op, "WindowMap", "block %d of SlotMapping[%d] has window block %d of %d", slot/blockSize, t, w, a.KVAux.KWindow.Shape()[0])
+				}
+			}
+		}
+	}
+	// kRow is token t's K of head j, normed and rotated, in dst; cos
+	// and sin are scratch of half.
+	kRow := func(t, j int, dst, cos, sin []float32) {
+		p := float32(pv[t])
+		for i, f := range freq {
+			ang := float64(p * f) // f32 product, as HF computes it
+			cos[i] = float32(math.Cos(ang))
+			sin[i] = float32(math.Sin(ang))
+		}
+		k := xs[(t*(h+2*kvh)+h+j)*d : (t*(h+2*kvh)+h+j+1)*d]
+		if kw != nil {
+			rmsNorm(dst, k, kw, a.NormEps)
+			k = dst
+		}
+		rotate(dst, k, cos, sin)
+	}
+	if a.KV.Scales == backend.KVScalePerHead {
+		setFP8Scales(kp.perHead, vp.perHead, n, kvh, d, sv, xs[:], h, kRow)
+	}
 	b.parallel(n, b.grainFor(n, 1), func(w, lo, hi int) {
 		buf := b.floatScratch(w, 2*half+d)
 		cos, sin, tmp := buf[:half], buf[half:2*half], buf[2*half:]
@@ -127,7 +155,61 @@ func (b *Backend) RoPEStoreKV(a backend.RoPEArgs) error {
 			}
 		}
 	})
+	if a.KV.Scales == backend.KVScaleKIVI {
+		// K blocks this call filled, quantized per channel now that all
+		// their tokens are in the window pool.
+		var full []int
+		for t := range n {
+			if slot := int(sv[t]); slot >= 0 && slot%blockSize == blockSize-1 {
+				full = append(full, slot/blockSize)
+			}
+		}
+		b.parallel(len(full)*kvh, 1, func(w, lo, hi int) {
+			buf := b.floatScratch(w, 2*blockSize)
+			for u := lo; u < hi; u++ {
+				kp.quantizeBlock(full[u/kvh], u%kvh, buf)
+			}
+		})
+	}
 	return nil
+}
+
+// setFP8Scales sets the per-head FP8 scales that are still 0 (not set)
+// from the tokens of this call with a slot: max|x| / KVFP8DynamicTarget
+// over the head's K (normed and rotated, by kRow) or V values. A head
+// whose values are all 0 stays unset.
+func setFP8Scales(ks, vs []float32, n, kvh, d int, slots []int32, xs []float32, h int, kRow func(t, j int, dst, cos, sin []float32)) {
+	unset := false
+	for j := range kvh {
+		unset = unset || ks[j] == 0 || vs[j] == 0
+	}
+	if !unset {
+		return
+	}
+	kmax, vmax := make([]float32, kvh), make([]float32, kvh)
+	tmp, cs := make([]float32, d), make([]float32, d)
+	for t := range n {
+		if slots[t] < 0 {
+			continue
+		}
+		for j := range kvh {
+			kRow(t, j, tmp, cs[:d/2], cs[d/2:])
+			for _, x := range tmp {
+				kmax[j] = max(kmax[j], float32(math.Abs(float64(x))))
+			}
+			for _, x := range xs[(t*(h+2*kvh)+h+kvh+j)*d : (t*(h+2*kvh)+h+kvh+j+1)*d] {
+				vmax[j] = max(vmax[j], float32(math.Abs(float64(x))))
+			}
+		}
+	}
+	for j := range kvh {
+		if ks[j] == 0 {
+			ks[j] = kmax[j] / backend.KVFP8DynamicTarget
+		}
+		if vs[j] == 0 {
+			vs[j] = vmax[j] / backend.KVFP8DynamicTarget
+		}
+	}
 }
 
 // rotate applies the rotate-half rotation of src into dst; dst may alias

@@ -14,6 +14,7 @@ import (
 
 	"github.com/trigon-llm/trigon/backend"
 	"github.com/trigon-llm/trigon/bench"
+	"github.com/trigon-llm/trigon/kvcache"
 	"github.com/trigon-llm/trigon/model"
 )
 
@@ -64,6 +65,8 @@ func benchLatencyCmd() *cobra.Command {
 	var seed uint64
 	var peakGBps float64
 	var asJSON, verbose, onDevice, queueAhead bool
+	var kvDType string
+	var kvWindow int
 	cmd := &cobra.Command{
 		Use:   "latency",
 		Short: "Time prefill and decode steps of one batch",
@@ -106,6 +109,13 @@ func benchLatencyCmd() *cobra.Command {
 			if c, ok := b.(interface{ Close() error }); ok {
 				defer c.Close()
 			}
+			kvSpec, err := backend.ParseKVCacheDType(kvDType, b.ActDType(), kvcache.DefaultBlockSize)
+			if err != nil {
+				return fmt.Errorf("--kv-cache-dtype: %w", err)
+			}
+			if kvSpec.Scales == backend.KVScaleKIVI {
+				kvSpec.Window = kvWindow
+			}
 			// auto: both rows where the backend can capture graphs, else off.
 			_, canCapture := b.(backend.GraphCapturer)
 			modes := map[string][]bool{"on": {true}, "off": {false}, "both": {false, true}}[graphs]
@@ -121,8 +131,8 @@ func benchLatencyCmd() *cobra.Command {
 					Backend: b, Config: cfg, Weights: w, Arch: arch, WeightsSource: source,
 					Batch: batch, InputLen: inputLen, OutputLen: outputLen, PrefillChunk: chunk,
 					Warmup: warmup, Iters: iters, Seed: seed, CUDAGraphs: useGraphs, PeakBandwidth: peakGBps * 1e9,
-					SustainedProbe: sustained,
-					ProfileSteps:   profileSteps, NoQueueAhead: !queueAhead, StepTrace: stepTrace,
+					SustainedProbe: sustained, KV: kvSpec,
+					ProfileSteps: profileSteps, NoQueueAhead: !queueAhead, StepTrace: stepTrace,
 				})
 				if err != nil {
 					return err
@@ -166,6 +176,7 @@ func benchLatencyCmd() *cobra.Command {
 	fl.BoolVar(&queueAhead, "queue-ahead", true, "queue each decode step on the device's sampled ids before the host reads them (where the backend can)")
 	fl.DurationVar(&sustained, "sustained-probe", 1500*time.Millisecond, "also run the prefill GEMM probe back to back this long and report the rate over its second half, under the device's power limit (0: off)")
 	fl.BoolVar(&stepTrace, "step-trace", false, "report every decode step's ITL in order (JSON) and, where the backend can, the device-timed interval between steps (device_step_ms), to tell the device's time from the host's")
+	registerKVFlags(cmd, &kvDType, &kvWindow)
 	fl.IntVar(&profileSteps, "profile-steps", 0, "in the last iteration, bracket the prefill and this many decode steps for a profiler run with collection off (ncu --profile-from-start off)")
 	return cmd
 }

@@ -21,7 +21,8 @@ func evalCmd() *cobra.Command {
 func perplexityCmd() *cobra.Command {
 	var df deviceFlags
 	var modelPath string
-	var window, chunk int
+	var window, chunk, kvWindow, kvGroup int
+	var kvDType string
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "perplexity [--model M] FILE",
@@ -50,14 +51,14 @@ func perplexityCmd() *cobra.Command {
 				return err
 			}
 			t0 := time.Now()
-			res, err := eval.Perplexity(b, path, ids, eval.Options{Window: window, Chunk: chunk})
+			res, err := eval.Perplexity(b, path, ids, eval.Options{Window: window, Chunk: chunk, KVCacheDType: kvDType, KVWindow: kvWindow, KVGroup: kvGroup})
 			if err != nil {
 				return err
 			}
 			if asJSON {
 				return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{
 					"file": args[0], "model": path, "tokens": res.Tokens, "predicted": res.Predicted,
-					"window": window, "nll": res.NLL, "ppl": res.PPL, "backend": b.Name(),
+					"window": window, "nll": res.NLL, "ppl": res.PPL, "backend": b.Name(), "kv_cache_dtype": kvDType,
 				})
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: %d tokens, %d predicted, window %d: nll %.4f, perplexity %.4f (%s, %.1fs)\n",
@@ -70,5 +71,7 @@ func perplexityCmd() *cobra.Command {
 	cmd.Flags().IntVar(&window, "window", 1024, "tokens per scored window")
 	cmd.Flags().IntVar(&chunk, "chunk", 256, "tokens per forward step")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	registerKVFlags(cmd, &kvDType, &kvWindow)
+	cmd.Flags().IntVar(&kvGroup, "kv-cache-group", 0, "int8 and int4 KV caches: channels per scale, 8, 16, 32 or 128 (0: the default)")
 	return cmd
 }

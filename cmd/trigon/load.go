@@ -35,6 +35,8 @@ type modelFlags struct {
 	queueAhead bool
 	loadFormat string
 	tokenizer  string
+	kvDType    string
+	kvWindow   int
 	src        *modelSource // resolved once (source)
 }
 
@@ -55,6 +57,7 @@ func (f *modelFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.loadFormat, "load-format", loadAuto, "auto: the checkpoint's weights; dummy: random weights of the architecture --model names "+
 		"(a preset: "+strings.Join(bench.ArchNames(), ", ")+"; an HF directory or config.json; a .gguf; none: the embedded model's), made on the device")
 	cmd.Flags().StringVar(&f.tokenizer, "tokenizer", "", "tokenizer to use instead of the model's: an HF directory (tokenizer.json) or a .gguf file")
+	registerKVFlags(cmd, &f.kvDType, &f.kvWindow)
 	cmd.Flags().BoolVar(&f.queueAhead, "queue-ahead", true, "queue each decode step on the device, fed the previous step's sampled tokens there, before they reach the host (steady decoding; requests sampled on the host are not; =false turns it off)")
 }
 
@@ -83,6 +86,7 @@ func (f *modelFlags) load(ctx context.Context, log *slog.Logger, metrics *teleme
 		Model: src.path, MaxContext: f.maxContext,
 		MaxSeqs: f.maxSeqs, MaxBatchedTokens: f.maxTokens, MaxQueue: f.maxQueue, KVBlocks: f.kvBlocks, KVMemory: f.kvMemory,
 		Metrics: metrics, Logger: log, QueueAhead: f.queueAhead, Tokenizer: src.tok,
+		KVCacheDType: f.kvDType, KVWindow: f.kvWindow,
 	}
 	if src.dummy {
 		// BF16, as the checkpoints serving benchmarks stand in for;
@@ -103,7 +107,8 @@ func (f *modelFlags) load(ctx context.Context, log *slog.Logger, metrics *teleme
 		budget = "measured"
 	}
 	log.Info("model loaded", "model", src.label, "arch", l.Config.Arch, "backend", b.Name(),
-		"context", l.Context, "kv_blocks", l.KVBlocks, "max_num_batched_tokens", l.MaxBatchedTokens, "budget", budget,
+		"context", l.Context, "kv_cache_dtype", engine.RunnerOf(l).KVSpec().Name(),
+		"kv_capacity_tokens", engine.RunnerOf(l).CapacityTokens(), "kv_blocks", l.KVBlocks, "max_num_batched_tokens", l.MaxBatchedTokens, "budget", budget,
 		"took", time.Since(t0).Round(time.Millisecond))
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -170,4 +175,11 @@ func (f *modelFlags) useGraphs(b backend.Backend) (bool, error) {
 		return true, nil
 	}
 	return false, fmt.Errorf("--cuda-graphs %q: want on, off or auto", f.graphs)
+}
+
+// registerKVFlags adds --kv-cache-dtype and --kv-cache-window.
+func registerKVFlags(cmd *cobra.Command, dtype *string, window *int) {
+	cmd.Flags().StringVar(dtype, "kv-cache-dtype", "auto", "KV cache format: auto (the backend's activation dtype), bf16, fp8 (e4m3, a scale per layer and KV head), "+
+		"int8 (a scale per 32 channels) or int4 (KIVI, the newest --kv-cache-window tokens in bf16); see docs/kv-cache.md")
+	cmd.Flags().IntVar(window, "kv-cache-window", backend.DefaultKVWindow, "int4 KV cache: the newest tokens of each sequence kept in bf16")
 }

@@ -445,12 +445,12 @@ func (m *Model) program(p *backend.Program, in *model.DeviceBatch, kv []model.La
 		matmul(l, "qkv", qkv, normed, ly.qkv, ly.qkvBias)
 		p.Add(backend.Op{Kind: backend.OpRoPEStoreKV, Layer: l, Name: "rope", RoPE: backend.RoPEArgs{
 			Q: q, QKV: qkv, Positions: in.Positions, SlotMapping: in.SlotMapping,
-			KCache: kv[l].K, VCache: kv[l].V, KV: kv[l].Spec, InvFreq: m.invFreq,
+			KCache: kv[l].K, VCache: kv[l].V, KV: kv[l].Spec, KVAux: kv[l].Aux, InvFreq: m.invFreq,
 			QNorm: ly.qNorm, KNorm: ly.kNorm, NormEps: c.RMSNormEps,
 			NumHeads: c.NumHeads, NumKVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
 		}})
 		p.Add(backend.Op{Kind: backend.OpAttention, Layer: l, Name: "attention", Attn: backend.AttentionArgs{
-			Out: attnOut, Q: q, KCache: kv[l].K, VCache: kv[l].V, KV: kv[l].Spec,
+			Out: attnOut, Q: q, KCache: kv[l].K, VCache: kv[l].V, KV: kv[l].Spec, KVAux: kv[l].Aux,
 			BlockTables: in.BlockTables, SeqLens: in.SeqLens, QueryStart: in.QueryStart,
 			NumSeqs: in.NumSeqs, MaxSeqLen: in.MaxSeqLen, MaxQueryLen: in.MaxQueryLen,
 			NumHeads: c.NumHeads, NumKVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
@@ -549,7 +549,7 @@ func (m *Model) checkInput(in *model.DeviceBatch, kv []model.LayerKV) error {
 		return fmt.Errorf("%d KV layers for a %d-layer model", len(kv), m.cfg.NumLayers)
 	}
 	for l, p := range kv {
-		if _, err := p.Spec.CheckPools("forward", p.K, p.V, m.cfg.NumKVHeads, m.cfg.HeadDim); err != nil {
+		if _, err := p.Spec.CheckPools("forward", p.K, p.V, p.Aux, m.cfg.NumKVHeads, m.cfg.HeadDim); err != nil {
 			return fmt.Errorf("layer %d KV cache: %w", l, err)
 		}
 	}
