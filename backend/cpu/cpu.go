@@ -41,6 +41,9 @@ type Backend struct {
 	scratch [][]float32
 	// samplers[w] is worker w's reusable sampling scratch.
 	samplers []samplerule.Scratch
+	// pool runs the parallel parts of ops on threads-1 persistent
+	// goroutines beside the caller.
+	pool *pool
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -51,11 +54,14 @@ func New(opts Options) *Backend {
 	if n <= 0 {
 		n = runtime.GOMAXPROCS(0)
 	}
-	return &Backend{
+	b := &Backend{
 		threads:  n,
 		scratch:  make([][]float32, n),
 		samplers: make([]samplerule.Scratch, n),
+		pool:     newPool(n),
 	}
+	stopPoolWhenUnreachable(b)
+	return b
 }
 
 // Name implements backend.Backend.

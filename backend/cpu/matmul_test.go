@@ -156,18 +156,22 @@ type fakeTensor struct{}
 func (fakeTensor) DType() backend.DType { return backend.F32 }
 func (fakeTensor) Shape() []int         { return []int{3, 64} }
 
+// BenchmarkMatMul times decode (n=1) and prefill (n=512) products at the
+// default model's shapes (320 hidden, 864 intermediate) and a 4096-square
+// one, for every weight dtype.
 func BenchmarkMatMul(bm *testing.B) {
 	r := newRand(bm)
-	const in, out = 4096, 4096
-	w := randFloats(r, out*in, 0.02)
-	for _, dt := range weightDTypes {
-		wb := encode(bm, dt, w)
-		for _, n := range []int{1, 16} {
-			bm.Run(fmt.Sprintf("%v/n=%d/%dx%d", dt, n, out, in), func(bm *testing.B) {
+	for _, sh := range []struct{ n, in, out int }{
+		{1, 320, 864}, {512, 320, 864}, {512, 864, 320}, {1, 4096, 4096}, {64, 4096, 4096},
+	} {
+		w := randFloats(r, sh.out*sh.in, 0.02)
+		for _, dt := range weightDTypes {
+			wb := encode(bm, dt, w)
+			bm.Run(fmt.Sprintf("%v/n=%d/%dx%d", dt, sh.n, sh.out, sh.in), func(bm *testing.B) {
 				b := New(Options{})
-				wt := upload(bm, b, dt, []int{out, in}, wb)
-				xt := uploadF32(bm, b, randFloats(r, n*in, 1), n, in)
-				ot := alloc(bm, b, backend.F32, n, out)
+				wt := upload(bm, b, dt, []int{sh.out, sh.in}, wb)
+				xt := uploadF32(bm, b, randFloats(r, sh.n*sh.in, 1), sh.n, sh.in)
+				ot := alloc(bm, b, backend.F32, sh.n, sh.out)
 				bm.ReportAllocs()
 				for bm.Loop() {
 					if err := b.MatMul(ot, xt, wt, nil); err != nil {
@@ -176,7 +180,7 @@ func BenchmarkMatMul(bm *testing.B) {
 				}
 				sec := bm.Elapsed().Seconds()
 				bm.ReportMetric(float64(len(wb))*float64(bm.N)/sec/1e9, "weightGB/s")
-				bm.ReportMetric(2*float64(n)*in*out*float64(bm.N)/sec/1e9, "GFLOP/s")
+				bm.ReportMetric(2*float64(sh.n*sh.in*sh.out)*float64(bm.N)/sec/1e9, "GFLOP/s")
 			})
 		}
 	}
