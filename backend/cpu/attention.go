@@ -268,20 +268,9 @@ func (b *Backend) attentionGEMM(j attnJob, ns int) {
 					}
 					srow := sc[(r-i0)*width : (r-i0+1)*width]
 					keyLo, keyHi := lo-first-kLo, pos+1-first-kLo
-					m := float32(math.Inf(-1))
-					for c := keyLo; c < keyHi; c++ {
-						srow[c] *= j.scale
-						m = max(m, srow[c])
-					}
-					var sum float32
 					clear(srow[:keyLo])
-					for c := keyLo; c < keyHi; c++ {
-						e := float32(math.Exp(float64(srow[c] - m)))
-						srow[c] = e
-						sum += e
-					}
 					clear(srow[keyHi:])
-					inv[r-i0] = 1 / sum
+					inv[r-i0] = b.k.softmaxRow(srow[keyLo:keyHi], j.scale)
 				}
 				for r := i0; r < i1; r += mr {
 					m := min(mr, i1-r)

@@ -37,6 +37,35 @@ type kernels struct {
 	// 32-element block (quantizeQ8), as llama.cpp computes quantized
 	// products.
 	dotQ8, dotQ4 quantDot
+	// expSum sets x[i] = exp(scale*(x[i]-m)) for n (a multiple of lanes)
+	// elements and returns their sum, within a few f32 ulps of math.Exp.
+	expSum func(x *float32, n int, m, scale float32) float32
+}
+
+// softmaxRow sets row[i] = exp(scale*(row[i]-max(row))) and returns
+// 1/sum of them: the unnormalised probabilities of one attention row
+// (scale > 0, so the largest scaled score comes from the largest score).
+func (k *kernels) softmaxRow(row []float32, scale float32) float32 {
+	m := float32(math.Inf(-1))
+	for _, v := range row {
+		if v > m {
+			m = v
+		}
+	}
+	var sum float32
+	vec := 0
+	if k.expSum != nil {
+		vec = len(row) / k.lanes * k.lanes
+		if vec > 0 {
+			sum = k.expSum(&row[0], vec, m, scale)
+		}
+	}
+	for i := vec; i < len(row); i++ {
+		e := float32(math.Exp(float64(scale * (row[i] - m))))
+		row[i] = e
+		sum += e
+	}
+	return 1 / sum
 }
 
 // quantizeQ8 writes x, whose length is a multiple of 32, as int8 values q

@@ -36,6 +36,8 @@ func dotF32Y(x *float32, w unsafe.Pointer, n int) float32
 func dotF16Y(x *float32, w unsafe.Pointer, n int) float32
 func dotBF16Y(x *float32, w unsafe.Pointer, n int) float32
 
+func expSumZ(x *float32, n int, m, scale float32) float32
+
 func dotQ8VNNI(xq *int8, xs *float32, w *byte, nb int) float32
 func dotQ4VNNI(xq *int8, xs *float32, w *byte, nb int) float32
 func dotQ8AVX2(xq *int8, xs *float32, w *byte, nb int) float32
@@ -57,6 +59,7 @@ func kernelSets() []kernels {
 			nr:   32, lanes: 16,
 			dotF32: dotF32Z, dotF16: dotF16Z, dotBF16: dotBF16Z,
 			dotQ8: dotQ8VNNI, dotQ4: dotQ4VNNI,
+			expSum: expSumZ,
 		})
 	}
 	if avx2 {

@@ -46,6 +46,7 @@ func main() {
 		g.dotFloat(v, "F16")
 		g.dotFloat(v, "BF16")
 	}
+	g.expSum()
 	for _, vnni := range []bool{true, false} {
 		g.dotQ(8, vnni)
 		g.dotQ(4, vnni)
@@ -283,6 +284,72 @@ func (g *gen) dotQ(bits int, vnni bool) {
 	g.p("\tVHADDPS X0, X0, X0")
 	g.p("\tVHADDPS X0, X0, X0")
 	g.p("\tVMOVSS X0, ret+32(FP)")
+	g.p("\tVZEROUPPER")
+	g.p("\tRET")
+}
+
+// expSum writes expSumZ: x[i] = exp(scale*(x[i] - m)) for n elements (a multiple
+// of 16), returning their sum. exp(t) = 2^k * e^f with k = round(t*log2 e)
+// and f = t - k*ln 2 in [-ln2/2, ln2/2] (ln 2 in two parts, so f is exact
+// to f32 rounding); e^f is its degree-6 Taylor polynomial (truncation
+// under 1.3e-7 relative) and vscalefps applies 2^k, giving 0 for t far
+// below the f32 range.
+func (g *gen) expSum() {
+	name := "expSumZ"
+	g.p("")
+	g.p("// func %s(x *float32, n int, m, scale float32) float32", name)
+	g.p("TEXT ·%s(SB), NOSPLIT, $0-28", name)
+	g.p("\tMOVQ x+0(FP), SI")
+	g.p("\tMOVQ n+8(FP), CX")
+	g.p("\tVBROADCASTSS m+16(FP), Z20")
+	g.p("\tVBROADCASTSS scale+20(FP), Z19")
+	consts := []struct {
+		reg  int
+		bits uint32
+	}{
+		{21, 0x3FB8AA3B}, // log2 e
+		{22, 0x3F318000}, // ln 2, high part
+		{23, 0xB95E8083}, // ln 2, low part (negative)
+		{24, 0x3AB60B61}, // 1/720
+		{25, 0x3C088889}, // 1/120
+		{26, 0x3D2AAAAB}, // 1/24
+		{27, 0x3E2AAAAB}, // 1/6
+		{28, 0x3F000000}, // 1/2
+		{29, 0x3F800000}, // 1
+	}
+	for _, c := range consts {
+		g.p("\tMOVL $0x%08x, AX", c.bits)
+		g.p("\tVPBROADCASTD AX, Z%d", c.reg)
+	}
+	g.p("\tVXORPS Z0, Z0, Z0")
+	g.p("\tTESTQ CX, CX")
+	g.p("\tJZ %sdone", name)
+	g.p("%sloop:", name)
+	g.p("\tVMOVUPS (SI), Z1")
+	g.p("\tVSUBPS Z20, Z1, Z1")       // x - m
+	g.p("\tVMULPS Z19, Z1, Z1")       // t = scale*(x - m)
+	g.p("\tVMULPS Z21, Z1, Z2")       // t*log2e
+	g.p("\tVRNDSCALEPS $0, Z2, Z2")   // k = round to nearest
+	g.p("\tVFNMADD231PS Z22, Z2, Z1") // f = t - k*ln2hi
+	g.p("\tVFNMADD231PS Z23, Z2, Z1") // f -= k*ln2lo
+	g.p("\tVMOVAPS Z24, Z3")
+	for _, c := range []int{25, 26, 27, 28, 29, 29} {
+		g.p("\tVFMADD213PS Z%d, Z1, Z3", c) // p = p*f + c
+	}
+	g.p("\tVSCALEFPS Z2, Z3, Z3") // p * 2^k
+	g.p("\tVMOVUPS Z3, (SI)")
+	g.p("\tVADDPS Z3, Z0, Z0")
+	g.p("\tADDQ $64, SI")
+	g.p("\tSUBQ $16, CX")
+	g.p("\tJNZ %sloop", name)
+	g.p("%sdone:", name)
+	g.p("\tVEXTRACTF64X4 $1, Z0, Y1")
+	g.p("\tVADDPS Y1, Y0, Y0")
+	g.p("\tVEXTRACTF128 $1, Y0, X1")
+	g.p("\tVADDPS X1, X0, X0")
+	g.p("\tVHADDPS X0, X0, X0")
+	g.p("\tVHADDPS X0, X0, X0")
+	g.p("\tVMOVSS X0, ret+24(FP)")
 	g.p("\tVZEROUPPER")
 	g.p("\tRET")
 }
