@@ -109,6 +109,20 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 	group := h / kvh
 	kp, vp := newKVPool(kc, a.KV, a.KVAux, true, kvh, d), newKVPool(vc, a.KV, a.KVAux, false, kvh, d)
 	window := a.SlidingWindow
+	maxQ := 0
+	for s := range ns {
+		maxQ = max(maxQ, int(starts[s+1])-int(starts[s]))
+	}
+	// Decode steps (a query row or a few per sequence) gain nothing from
+	// packing K and V into panels; prefill chunks do.
+	if b.k.gemm != nil && d%b.k.nr == 0 && maxQ >= attnGEMMMinRows {
+		b.attentionGEMM(attnJob{
+			q: qv, out: ov, tables: tables, lens: lens, starts: starts,
+			kp: kp, vp: vp, h: h, group: group, d: d, maxBlocks: maxBlocks,
+			window: window, scale: a.Scale,
+		}, ns)
+		return nil
+	}
 	b.parallel(ns*h, 1, func(w, lo, hi int) {
 		for unit := lo; unit < hi; unit++ {
 			s, head := unit/h, unit%h
@@ -167,4 +181,124 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 		}
 	})
 	return nil
+}
+
+// attnJob is what attentionGEMM needs of one Attention call.
+type attnJob struct {
+	q, out               []float32
+	tables, lens, starts []int32
+	kp, vp               kvPool
+	h, group, d          int
+	maxBlocks, window    int
+	scale                float32
+}
+
+// attnGEMMMinRows is the longest query of a batch below which Attention
+// runs the plain loops.
+const attnGEMMMinRows = 8
+
+// attnQueryBlock is how many query rows share one pass over the keys.
+const attnQueryBlock = 48
+
+// attentionGEMM is Attention through the GEMM micro-kernels, for head
+// sizes that are whole panels (d % nr == 0). Per (sequence, head) it
+// gathers K packed as panels of nr keys (panel[c*nr+j] = K[j][c]) and V
+// as panels of nr channels (V itself, cut by columns), then for each
+// block of query rows computes the scores Q.K^T of the keys any row of
+// the block sees, masks and exponentiates them row by row, and multiplies
+// the probabilities by V straight into Out. Out may be Q: a block's Q
+// rows of this head are read only before its output rows are written.
+func (b *Backend) attentionGEMM(j attnJob, ns int) {
+	nr, mr := b.k.nr, len(b.k.gemm)
+	h, d := j.h, j.d
+	b.parallel(ns*h, 1, func(w, lo, hi int) {
+		for unit := lo; unit < hi; unit++ {
+			s, head := unit/h, unit%h
+			qLen, seqLen := int(j.starts[s+1])-int(j.starts[s]), int(j.lens[s])
+			if qLen == 0 {
+				continue
+			}
+			kvHead := head / j.group
+			first := 0
+			if j.window > 0 {
+				first = max(0, seqLen-qLen-j.window+1)
+			}
+			nk := seqLen - first
+			nkPad := (nk + nr - 1) / nr * nr
+			qb := min(qLen, attnQueryBlock)
+			buf := b.floatScratch(w, 2*nkPad*d+qb*nkPad+d+qb)
+			kpan, vpan := buf[:nkPad*d], buf[nkPad*d:2*nkPad*d]
+			sc := buf[2*nkPad*d : 2*nkPad*d+qb*nkPad]
+			row, inv := buf[2*nkPad*d+qb*nkPad:][:d], buf[2*nkPad*d+qb*nkPad+d:][:qb]
+			table := j.tables[s*j.maxBlocks : (s+1)*j.maxBlocks]
+			for p := range nkPad {
+				kb := kpan[(p/nr)*nr*d:]
+				if p >= nk {
+					for cb := 0; cb < d; cb += nr {
+						clear(vpan[cb*nkPad+p*nr : cb*nkPad+(p+1)*nr])
+					}
+					for c := range d {
+						kb[c*nr+p%nr] = 0
+					}
+					continue
+				}
+				j.kp.load(table, first+p, kvHead, row[:d])
+				for c, v := range row[:d] {
+					kb[c*nr+p%nr] = v
+				}
+				// V panel cb/nr holds channels cb.. of every key, nr per key.
+				j.vp.load(table, first+p, kvHead, row[:d])
+				for cb := 0; cb < d; cb += nr {
+					copy(vpan[cb*nkPad+p*nr:cb*nkPad+(p+1)*nr], row[cb:cb+nr])
+				}
+			}
+			ld := uintptr(4 * h * d)
+			for i0 := 0; i0 < qLen; i0 += qb {
+				i1 := min(qLen, i0+qb)
+				t0 := int(j.starts[s]) + i0
+				// Keys [kLo, kHi) relative to first cover every row of the block.
+				kHi := seqLen - qLen + i1 - first
+				kLo := 0
+				if j.window > 0 {
+					kLo = max(0, seqLen-qLen+i0-j.window+1-first)
+				}
+				kLo = kLo / nr * nr
+				kHiPad := (kHi + nr - 1) / nr * nr
+				width := kHiPad - kLo
+				ldc := uintptr(4 * width)
+				for r := i0; r < i1; r += mr {
+					m := min(mr, i1-r)
+					a := &j.q[((t0+r-i0)*h+head)*d]
+					for pb := kLo; pb < kHiPad; pb += nr {
+						b.k.gemm[m-1](a, ld, &kpan[pb*d], &sc[(r-i0)*width+pb-kLo], ldc, d)
+					}
+				}
+				for r := i0; r < i1; r++ {
+					pos := seqLen - qLen + r
+					lo := first
+					if j.window > 0 {
+						lo = max(first, pos-j.window+1)
+					}
+					srow := sc[(r-i0)*width : (r-i0+1)*width]
+					keyLo, keyHi := lo-first-kLo, pos+1-first-kLo
+					clear(srow[:keyLo])
+					clear(srow[keyHi:])
+					inv[r-i0] = b.k.softmaxRow(srow[keyLo:keyHi], j.scale)
+				}
+				for r := i0; r < i1; r += mr {
+					m := min(mr, i1-r)
+					for cb := 0; cb < d; cb += nr {
+						c := &j.out[((t0+r-i0)*h+head)*d+cb]
+						b.k.gemm[m-1](&sc[(r-i0)*width], ldc, &vpan[cb*nkPad+kLo*nr], c, ld, width)
+					}
+				}
+				for r := i0; r < i1; r++ {
+					orow := j.out[((t0+r-i0)*h+head)*d : ((t0+r-i0)*h+head+1)*d]
+					for c := range orow {
+						orow[c] *= inv[r-i0]
+					}
+				}
+			}
+		}
+	})
 }

@@ -173,28 +173,33 @@ func TestAttention(t *testing.T) {
 		{seqs: []seqSpec{{300, 129}, {129, 1}, {200, 200}}, heads: 4, kvHeads: 1, headDim: 128, blockSize: 16, cacheDT: backend.BF16, window: 64},
 		{seqs: []seqSpec{{1, 1}}, heads: 1, kvHeads: 1, headDim: 1, blockSize: 1, cacheDT: backend.F32},
 	}
-	for _, c := range cases {
-		name := fmt.Sprintf("seqs=%v/H=%d/KV=%d/D=%d/bs=%d/%v/window=%d", c.seqs, c.heads, c.kvHeads, c.headDim, c.blockSize, c.cacheDT, c.window)
-		t.Run(name, func(t *testing.T) {
-			b := New(Options{Threads: 3})
+	// A 16-wide head (D=16, D=32, D=128 are whole panels of some set) runs
+	// the GEMM path where the set has one; the others the pure-Go loop.
+	cases = append(cases, attnCase{seqs: []seqSpec{{90, 90}, {7, 2}}, heads: 2, kvHeads: 1, headDim: 16, blockSize: 8, cacheDT: backend.F16, window: 20})
+	for _, set := range kernelSets() {
+		for _, c := range cases {
+			name := fmt.Sprintf("%s/seqs=%v/H=%d/KV=%d/D=%d/bs=%d/%v/window=%d", set.name, c.seqs, c.heads, c.kvHeads, c.headDim, c.blockSize, c.cacheDT, c.window)
+			t.Run(name, func(t *testing.T) {
+				b := newWithKernels(Options{Threads: 3}, set)
+				f := newAttnFixture(t, r, b, c)
+				if err := b.Attention(f.args); err != nil {
+					t.Fatal(err)
+				}
+				checkAttention(t, readF32(t, b, f.args.Out), refAttention(c, f))
+			})
+		}
+		t.Run(set.name+"/out is Q", func(t *testing.T) {
+			c := cases[1]
+			c.padRows = 0
+			b := newWithKernels(Options{Threads: 2}, set)
 			f := newAttnFixture(t, r, b, c)
+			f.args.Out = f.args.Q
 			if err := b.Attention(f.args); err != nil {
 				t.Fatal(err)
 			}
-			checkAttention(t, readF32(t, b, f.args.Out), refAttention(c, f))
+			checkAttention(t, readF32(t, b, f.args.Q), refAttention(c, f))
 		})
 	}
-	t.Run("out is Q", func(t *testing.T) {
-		c := cases[1]
-		c.padRows = 0
-		b := New(Options{Threads: 2})
-		f := newAttnFixture(t, r, b, c)
-		f.args.Out = f.args.Q
-		if err := b.Attention(f.args); err != nil {
-			t.Fatal(err)
-		}
-		checkAttention(t, readF32(t, b, f.args.Q), refAttention(c, f))
-	})
 }
 
 func TestAttentionErrors(t *testing.T) {

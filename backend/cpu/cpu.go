@@ -41,21 +41,39 @@ type Backend struct {
 	scratch [][]float32
 	// samplers[w] is worker w's reusable sampling scratch.
 	samplers []samplerule.Scratch
+	// pool runs the parallel parts of ops on threads-1 persistent
+	// goroutines beside the caller.
+	pool *pool
+	// k holds the vector kernels chosen for this CPU.
+	k kernels
+	// xq and xs hold x quantized to int8 blocks for the quantized decode
+	// products (grown on demand).
+	xq []int8
+	xs []float32
 }
 
 var _ backend.Backend = (*Backend)(nil)
 
-// New returns a CPU backend.
-func New(opts Options) *Backend {
+// New returns a CPU backend that runs the best vector kernels this CPU
+// has.
+func New(opts Options) *Backend { return newWithKernels(opts, kernelSets()[0]) }
+
+// newWithKernels returns a CPU backend that runs kernel set k (tests run
+// every set the CPU has against the pure-Go one).
+func newWithKernels(opts Options, k kernels) *Backend {
 	n := opts.Threads
 	if n <= 0 {
 		n = runtime.GOMAXPROCS(0)
 	}
-	return &Backend{
+	b := &Backend{
 		threads:  n,
 		scratch:  make([][]float32, n),
 		samplers: make([]samplerule.Scratch, n),
+		pool:     newPool(n),
+		k:        k,
 	}
+	stopPoolWhenUnreachable(b)
+	return b
 }
 
 // Name implements backend.Backend.
@@ -63,6 +81,10 @@ func (b *Backend) Name() string { return "cpu" }
 
 // ActDType implements backend.Backend: the CPU computes activations in F32.
 func (b *Backend) ActDType() backend.DType { return backend.F32 }
+
+// Kernels names the vector kernel set the backend runs (avx512, avx2, or
+// go for the pure-Go code).
+func (b *Backend) Kernels() string { return b.k.name }
 
 // Threads reports the number of goroutines ops may use.
 func (b *Backend) Threads() int { return b.threads }

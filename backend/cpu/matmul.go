@@ -73,15 +73,20 @@ func (b *Backend) MatMul(out, x, w, bias backend.Tensor) error {
 	if n < fusedMaxRows {
 		// Decode: each weight row meets at most a few x rows, so converting
 		// it to f32 first would cost as much as the dot products.
-		dotRow := fusedDot(wt.dt)
+		dotRow := b.decodeDot(wt.dt, xs, n, inF)
 		b.parallel(outF, b.grainFor(outF, minWork/(n*inF)), func(_, lo, hi int) {
 			for r := lo; r < hi; r++ {
 				wrow := wt.data[r*rowBytes : (r+1)*rowBytes]
 				for i := range n {
-					os[i*outF+r] = dotRow(xs[i*inF:(i+1)*inF], wrow)
+					os[i*outF+r] = dotRow(i, wrow)
 				}
 			}
 		})
+		addBias(os, bv, n, outF)
+		return nil
+	}
+	if b.k.gemm != nil {
+		b.gemm(os, xs, wt, n, inF, outF)
 		addBias(os, bv, n, outF)
 		return nil
 	}

@@ -342,7 +342,11 @@ func TestGGUF(t *testing.T) {
 					}
 					twin := run(cfg, dequantized(t, w))
 					for i, p := range prompts {
-						checkLogits(t, fmt.Sprintf("%d-token prompt vs dequantized twin", len(p.IDs)), got[i], twin[i], 1e-5)
+						// The CPU backend's Q8_0/Q4_0 decode products quantize x to
+						// int8 per 32-block (as llama.cpp does): up to max|x|/254 per
+						// element, up to about 1% of these small fixtures' logits; the f32
+						// twin does not.
+						checkLogits(t, fmt.Sprintf("%d-token prompt vs dequantized twin", len(p.IDs)), got[i], twin[i], 3e-2)
 						e := checkLogits(t, fmt.Sprintf("%d-token prompt vs reference", len(p.IDs)), got[i], p.LastLogits, v.tol)
 						t.Logf("%d-token prompt: quantization error %.3g", len(p.IDs), e)
 					}

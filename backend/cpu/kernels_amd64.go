@@ -1,0 +1,75 @@
+//go:build amd64 && !purego
+
+package cpu
+
+import (
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+)
+
+// The assembly kernels of kernels_amd64.s (written by internal/asmgen).
+
+func gemmZ1(a *float32, lda uintptr, b *float32, c *float32, ldc uintptr, k int)
+func gemmZ2(a *float32, lda uintptr, b *float32, c *float32, ldc uintptr, k int)
+func gemmZ3(a *float32, lda uintptr, b *float32, c *float32, ldc uintptr, k int)
+func gemmZ4(a *float32, lda uintptr, b *float32, c *float32, ldc uintptr, k int)
+func gemmZ5(a *float32, lda uintptr, b *float32, c *float32, ldc uintptr, k int)
+func gemmZ6(a *float32, lda uintptr, b *float32, c *float32, ldc uintptr, k int)
+func gemmZ7(a *float32, lda uintptr, b *float32, c *float32, ldc uintptr, k int)
+func gemmZ8(a *float32, lda uintptr, b *float32, c *float32, ldc uintptr, k int)
+func gemmZ9(a *float32, lda uintptr, b *float32, c *float32, ldc uintptr, k int)
+func gemmZ10(a *float32, lda uintptr, b *float32, c *float32, ldc uintptr, k int)
+func gemmZ11(a *float32, lda uintptr, b *float32, c *float32, ldc uintptr, k int)
+func gemmZ12(a *float32, lda uintptr, b *float32, c *float32, ldc uintptr, k int)
+func gemmY1(a *float32, lda uintptr, b *float32, c *float32, ldc uintptr, k int)
+func gemmY2(a *float32, lda uintptr, b *float32, c *float32, ldc uintptr, k int)
+func gemmY3(a *float32, lda uintptr, b *float32, c *float32, ldc uintptr, k int)
+func gemmY4(a *float32, lda uintptr, b *float32, c *float32, ldc uintptr, k int)
+func gemmY5(a *float32, lda uintptr, b *float32, c *float32, ldc uintptr, k int)
+func gemmY6(a *float32, lda uintptr, b *float32, c *float32, ldc uintptr, k int)
+
+func dotF32Z(x *float32, w unsafe.Pointer, n int) float32
+func dotF16Z(x *float32, w unsafe.Pointer, n int) float32
+func dotBF16Z(x *float32, w unsafe.Pointer, n int) float32
+func dotF32Y(x *float32, w unsafe.Pointer, n int) float32
+func dotF16Y(x *float32, w unsafe.Pointer, n int) float32
+func dotBF16Y(x *float32, w unsafe.Pointer, n int) float32
+
+func expSumZ(x *float32, n int, m, scale float32) float32
+
+func dotQ8VNNI(xq *int8, xs *float32, w *byte, nb int) float32
+func dotQ4VNNI(xq *int8, xs *float32, w *byte, nb int) float32
+func dotQ8AVX2(xq *int8, xs *float32, w *byte, nb int) float32
+func dotQ4AVX2(xq *int8, xs *float32, w *byte, nb int) float32
+
+// kernelSets lists the vector kernel sets this CPU can run, best first,
+// and the pure-Go set last.
+func kernelSets() []kernels {
+	x := cpu.X86
+	var sets []kernels
+	avx2 := x.HasAVX2 && x.HasFMA && x.HasF16C
+	// The AVX-512 set needs F (zmm, masks) and VL+VNNI for vpdpbusd on ymm;
+	// BW and DQ come with every such CPU and are checked for the
+	// assembler's encodings of the byte and conversion instructions.
+	if avx2 && x.HasAVX512F && x.HasAVX512BW && x.HasAVX512DQ && x.HasAVX512VL && x.HasAVX512VNNI {
+		sets = append(sets, kernels{
+			name: "avx512",
+			gemm: []gemmKernel{gemmZ1, gemmZ2, gemmZ3, gemmZ4, gemmZ5, gemmZ6, gemmZ7, gemmZ8, gemmZ9, gemmZ10, gemmZ11, gemmZ12},
+			nr:   32, lanes: 16,
+			dotF32: dotF32Z, dotF16: dotF16Z, dotBF16: dotBF16Z,
+			dotQ8: dotQ8VNNI, dotQ4: dotQ4VNNI,
+			expSum: expSumZ,
+		})
+	}
+	if avx2 {
+		sets = append(sets, kernels{
+			name: "avx2",
+			gemm: []gemmKernel{gemmY1, gemmY2, gemmY3, gemmY4, gemmY5, gemmY6},
+			nr:   16, lanes: 8,
+			dotF32: dotF32Y, dotF16: dotF16Y, dotBF16: dotBF16Y,
+			dotQ8: dotQ8AVX2, dotQ4: dotQ4AVX2,
+		})
+	}
+	return append(sets, kernels{name: "go"})
+}
