@@ -242,12 +242,12 @@ func (b *Backend) attentionGEMM(j attnJob, ns int) {
 					}
 					continue
 				}
-				j.kp.load(table, first+p, kvHead, row[:d])
+				j.kp.load(table, first+p, seqLen, kvHead, row[:d])
 				for c, v := range row[:d] {
 					kb[c*nr+p%nr] = v
 				}
 				// V panel cb/nr holds channels cb.. of every key, nr per key.
-				j.vp.load(table, first+p, kvHead, row[:d])
+				j.vp.load(table, first+p, seqLen, kvHead, row[:d])
 				for cb := 0; cb < d; cb += nr {
 					copy(vpan[cb*nkPad+p*nr:cb*nkPad+(p+1)*nr], row[cb:cb+nr])
 				}
