@@ -359,6 +359,23 @@ done
 kill -TERM "$pid"; wait "$pid"; echo "serve exit=$?" | say
 }
 
+# serve_sweep: issue #28's rate sweep at 1024/128 on dummy Llama-3-8B
+# weights: 2, 4, 8, 16 and 32 requests/s, goodput at TTFT <= 1 s and ITL
+# p99 <= 85 ms, the curve as JSON and PNG ($OUT/sweep.png).
+serve_sweep() {
+log "trigon serve --load-format dummy --model llama-3-8b --max-seqs 256; bench serve --rate ${SWEEP:-2,4,8,16,32}"
+.gpu/trigon serve --device cuda --port 8014 --load-format dummy --model llama-3-8b --max-seqs 256 \
+  >"$OUT/serve-sweep.log" 2>&1 &
+local pid=$! i
+for i in $(seq 600); do curl -sf localhost:8014/health >/dev/null && break; sleep 0.2; done
+grep -m1 'model loaded' "$OUT/serve-sweep.log" | say
+.gpu/trigon bench serve --url http://127.0.0.1:8014 --rate "${SWEEP:-2,4,8,16,32}" --num-prompts "${SWEEP_N:-100}" \
+  --input-len fixed:1024 --output-len fixed:128 --token-ids 100-100000 --goodput ttft:1000,itl:85 \
+  --plot "$OUT/sweep.png" --progress=false >"$OUT/sweep.txt" 2>>"$OUT/serve-sweep.err" || tail -3 "$OUT/serve-sweep.err" | say
+say <"$OUT/sweep.txt"
+kill -TERM "$pid"; wait "$pid"; echo "serve exit=$?" | say
+}
+
 # final: correctness of the build that is measured (stopping there on a
 # failure), then the peers, the batch 1 and 64 rows and the server: what
 # the latest figures of docs/benchmarks.md ran.
