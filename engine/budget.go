@@ -29,6 +29,8 @@ const (
 	// probeTokens is the first probe's length: small, so that even a model
 	// far too slow for StepTime is probed quickly.
 	probeTokens = 8
+	// probeStart bounds where the probes' tokens sit in their context.
+	probeStart = 4096
 )
 
 // prefillStepTimer times one prefill step of n tokens on the loaded model.
@@ -66,6 +68,11 @@ func fitBudget(timeStep prefillStepTimer, target time.Duration, lo, hi, maxN int
 	if n2 <= n1 {
 		return lo, nil // too short a context to measure: the least
 	}
+	// A new step length pays its own one-time costs on some backends (a
+	// GPU's per-shape kernel compiles and GEMM tuning): untimed too.
+	if _, err := timeStep(n2); err != nil {
+		return 0, err
+	}
 	t2, err := timeStep(n2)
 	if err != nil {
 		return 0, err
@@ -81,14 +88,17 @@ func fitBudget(timeStep prefillStepTimer, target time.Duration, lo, hi, maxN int
 
 // prefillTimer times prefill steps of one sequence on r: n tokens at the
 // middle of the context, the average place of a long prompt's chunks
-// (attention's share of a token grows with its position). The sequence
+// (attention's share of a token grows with its position), but at most
+// probeStart tokens in: a model's context can be far longer than the
+// prompts its steps mostly carry, and a budget fitted to chunks deep in a
+// 128k context would cut every ordinary prompt into small pieces. The sequence
 // writes KV into blocks 1.. of the pools, which no sequence holds yet;
 // the step reads only garbage KV, which only the timing sees.
 func prefillTimer(r *runner.Runner, ctxLen, numBlocks int) (prefillStepTimer, int) {
 	bs := kvcache.DefaultBlockSize
 	// Blocks 1..numBlocks-1 are usable (0 is the null block).
 	room := min(ctxLen, (numBlocks-1)*bs)
-	start := (room / 2) / bs * bs
+	start := min(room/2, probeStart) / bs * bs
 	maxN := min(room-start, maxAutoBudget)
 	return func(n int) (time.Duration, error) {
 		if n > maxN {
