@@ -70,6 +70,8 @@ type graphCache struct {
 	key     GraphKey
 	graphs  map[GraphKey]*graphEntry
 	warm    map[graphShape]bool // shapes whose step ran eagerly once (kernels loaded)
+	// uncapturable are shapes whose capture failed: they run eagerly.
+	uncapturable map[graphShape]bool
 	// width is the table width of each bucket's latest step: what
 	// Precapture captures it at.
 	width map[int]int
@@ -92,9 +94,9 @@ type graphEntry struct {
 
 // GraphStats count what the graph path did.
 type GraphStats struct {
-	Captures, Replays, Evictions, EagerDecodes uint64
-	Cached                                     int
-	Bytes                                      int64 // device bytes the cached graphs hold
+	Captures, Replays, Evictions, EagerDecodes, CaptureFailures uint64
+	Cached                                                      int
+	Bytes                                                       int64 // device bytes the cached graphs hold
 }
 
 func newGraphCache(b backend.Backend, o GraphOptions, maxSeqs int) (*graphCache, error) {
@@ -117,7 +119,7 @@ func newGraphCache(b backend.Backend, o GraphOptions, maxSeqs int) (*graphCache,
 		max = len(buckets)
 	}
 	return &graphCache{capture: cp, buckets: buckets, max: max, budget: o.MemoryBudget,
-		graphs: map[GraphKey]*graphEntry{}, warm: map[graphShape]bool{}, width: map[int]int{}, hist: map[int]uint64{}}, nil
+		graphs: map[GraphKey]*graphEntry{}, warm: map[graphShape]bool{}, uncapturable: map[graphShape]bool{}, width: map[int]int{}, hist: map[int]uint64{}}, nil
 }
 
 // bucket is the smallest bucket holding n sequences, or 0.
@@ -172,14 +174,25 @@ func (r *Runner) forwardGraph(in *model.DeviceBatch, bucket int) (backend.Tensor
 		}
 		return e.logits, nil
 	}
-	if sh := (graphShape{bucket, r.width}); !c.warm[sh] {
+	sh := graphShape{bucket, r.width}
+	if !c.warm[sh] {
 		c.warm[sh] = true
+		c.stats.EagerDecodes++
+		return r.m.Forward(in, r.kv)
+	}
+	if c.uncapturable[sh] {
 		c.stats.EagerDecodes++
 		return r.m.Forward(in, r.kv)
 	}
 	e, err := r.captureBucket(in, bucket)
 	if err != nil {
-		return nil, err
+		// A capture that fails (the device short of memory for the
+		// graph's temporaries, say) queued nothing: the step runs eagerly,
+		// and so do later steps of this shape, rather than fail requests.
+		c.uncapturable[sh] = true
+		c.stats.CaptureFailures++
+		c.stats.EagerDecodes++
+		return r.m.Forward(in, r.kv)
 	}
 	c.stats.Replays++
 	if err := e.g.Launch(); err != nil {

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"errors"
 	"slices"
 	"testing"
 
@@ -205,5 +206,44 @@ func TestTableWidthFollowsContexts(t *testing.T) {
 		if st := r.GraphStats(); st.Captures != c.captures || st.EagerDecodes != c.eager {
 			t.Errorf("context %d: %+v, want %d captures and %d eager decodes", c.start+1, st, c.captures, c.eager)
 		}
+	}
+}
+
+// failingCapture refuses every capture, as a device short of memory for a
+// graph's temporaries does.
+type failingCapture struct {
+	backend.Backend
+	tries int
+}
+
+func (f *failingCapture) CaptureGraph(func() error) (backend.Graph, error) {
+	f.tries++
+	return nil, errors.New("capture refused")
+}
+
+// TestCaptureFailureRunsEagerly: a decode step whose graph cannot be
+// captured runs eagerly instead of failing, and later steps of that shape
+// do not try again.
+func TestCaptureFailureRunsEagerly(t *testing.T) {
+	fb := &failingCapture{Backend: cpu.New(cpu.Options{Threads: 1})}
+	m := &nopModel{b: fb}
+	r, err := New(fb, m, Options{NumBlocks: 16, BlockSize: 4, MaxTokens: 16, MaxSeqs: 4, MaxSeqLen: 20,
+		NumLayers: 1, NumKVHeads: 1, HeadDim: 8, Graphs: GraphOptions{Enabled: true, Buckets: []int{2, 4}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for i := range 4 {
+		st := &Step{Seqs: []Seq{{Tokens: []int32{1}, Start: i, BlockTable: []int32{1, 2}, WantLogits: true}}}
+		out, err := r.Execute(st)
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if out.Rows != 1 || out.Graph {
+			t.Fatalf("step %d: %d rows, graph %v; want 1 eager row", i, out.Rows, out.Graph)
+		}
+	}
+	if st := r.GraphStats(); fb.tries != 1 || st.CaptureFailures != 1 || st.EagerDecodes != 4 || st.Captures != 0 {
+		t.Errorf("%d capture tries, %+v; want 1 try, 1 failure, 4 eager decodes", fb.tries, st)
 	}
 }

@@ -20,7 +20,12 @@ const (
 	cuStreamNonBlocking  = 0x1
 	cuEventDisableTiming = 0x2
 
-	cuStreamCaptureModeThreadLocal = 1
+	// cuStreamCaptureModeRelaxed lets the CUDA thread allocate an op's
+	// temporary (cuMemAlloc, when the pool has no free block of its size)
+	// while it records: the graph keeps the block. Every call that waits on
+	// the device is refused on the caller's side before it reaches the
+	// CUDA thread (errCapturing), which the stricter modes would enforce.
+	cuStreamCaptureModeRelaxed = 2
 )
 
 // CUDAError is a failed driver, NVRTC or cuBLASLt call. The message names

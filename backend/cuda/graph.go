@@ -88,7 +88,7 @@ func (b *Backend) Capture(fn func() error) (*Graph, error) {
 		return nil, fmt.Errorf("cuda: capture: pending error: %w", err)
 	}
 	if err := b.call(func() error {
-		if err := b.d.check("cuStreamBeginCapture", b.d.call(b.d.cuStreamBeginCapture, b.stream, cuStreamCaptureModeThreadLocal)); err != nil {
+		if err := b.d.check("cuStreamBeginCapture", b.d.call(b.d.cuStreamBeginCapture, b.stream, cuStreamCaptureModeRelaxed)); err != nil {
 			return err
 		}
 		b.capturing = true
