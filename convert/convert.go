@@ -2,6 +2,10 @@
 // architecture metadata, the tokenizer, and every tensor under its GGUF name,
 // converted to the requested type.
 //
+// The tokenizer's pre-tokenizer is written under llama.cpp's name for it
+// where llama.cpp has one; a split llama.cpp does not know keeps trigon's
+// name, and the Report says llama.cpp will not load the file.
+//
 // Norm weights and biases (1-D tensors) stay F32 as llama.cpp keeps them;
 // matrices are written in the target type. Quantized targets (Q8_0, Q4_0)
 // need inner dimensions that are multiples of 32; a matrix that is not is
@@ -51,6 +55,29 @@ type Report struct {
 	Tensors  int
 	Bytes    int64
 	Fallback []string // matrices written in a wider type than asked
+	// NotLlamaCpp says why llama.cpp will refuse the file (a tokenizer it
+	// has no name for), "" when it should load it. trigon reads the file
+	// either way.
+	NotLlamaCpp string
+}
+
+// TensorCount is the number of tensors Write puts in a GGUF file of
+// (cfg, w): every weight, plus rope_freqs.weight when cfg has Llama 3.1
+// scaling, which a GGUF file stores as a tensor and an HF checkpoint as
+// config.
+func TensorCount(cfg model.Config, w model.Weights) (int, error) {
+	n := 0
+	if _, ok, err := cfg.RopeFreqsTensor(); err != nil {
+		return 0, err
+	} else if ok {
+		n++
+	}
+	for _, name := range w.Names() {
+		if _, ok := w.Tensor(name); ok {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // File converts the model at src (HF directory or GGUF) with tokenizer tok
@@ -113,6 +140,9 @@ func Write(out io.Writer, cfg model.Config, w model.Weights, tok *tokenizer.Toke
 		gw.AddKV(kv.Key, kv.Value)
 	}
 	var rep Report
+	if err := spec.LlamaCppLoads(); err != nil {
+		rep.NotLlamaCpp = err.Error()
+	}
 	if rf, ok, err := cfg.RopeFreqsTensor(); err != nil {
 		return rep, err
 	} else if ok {

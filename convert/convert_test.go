@@ -10,6 +10,7 @@ import (
 	"github.com/trigon-llm/trigon/backend"
 	"github.com/trigon-llm/trigon/convert"
 	"github.com/trigon-llm/trigon/engine"
+	"github.com/trigon-llm/trigon/format/gguf"
 	"github.com/trigon-llm/trigon/model"
 	"github.com/trigon-llm/trigon/tokenizer"
 )
@@ -135,5 +136,62 @@ func TestConvertRefusesUnnamedPreTokenizer(t *testing.T) {
 	var sink strings.Builder
 	if _, err := convert.Write(&sink, cfg, w, tok, convert.Options{Type: backend.F16}); err == nil || !strings.Contains(err.Error(), "pre-tokenizer") {
 		t.Errorf("unnamed pre-tokenizer: %v, want a refusal", err)
+	}
+}
+
+// TestConvertTensorCountAndLlamaCpp: TensorCount agrees with what Write
+// reports and with the tensors in the file (rope_freqs.weight included for
+// Llama 3.1 scaling, also when the source is itself a GGUF file), and the
+// report says whether llama.cpp will load the file.
+func TestConvertTensorCountAndLlamaCpp(t *testing.T) {
+	dir := t.TempDir()
+	fromGGUF := filepath.Join(dir, "llama3.gguf")
+	cases := []struct {
+		name, src, dst string
+		ropeFreqs      bool
+		notLlamaCpp    bool
+	}{
+		{"llama3 scaling", "../testdata/models/llama3", fromGGUF, true, false},
+		{"llama3 scaling from GGUF", fromGGUF, filepath.Join(dir, "again.gguf"), true, false}, // needs the case above
+		{"plain rope", "../testdata/models/qwen2", filepath.Join(dir, "qwen2.gguf"), false, false},
+		{"default model", "../models/default/hf", filepath.Join(dir, "default.gguf"), false, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tok, err := engine.LoadTokenizer(c.src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, _, src, err := model.OpenWeights(c.src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer src.Close()
+			want, err := convert.TensorCount(cfg, src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep, err := convert.File(c.src, c.dst, tok, convert.Options{Type: backend.F16})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Tensors != want {
+				t.Errorf("Write reports %d tensors, TensorCount %d", rep.Tensors, want)
+			}
+			f, err := gguf.Open(c.dst)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if len(f.Tensors) != want {
+				t.Errorf("file has %d tensors, TensorCount %d", len(f.Tensors), want)
+			}
+			if _, ok := f.Tensor("rope_freqs.weight"); ok != c.ropeFreqs {
+				t.Errorf("rope_freqs.weight present %v, want %v", ok, c.ropeFreqs)
+			}
+			if (rep.NotLlamaCpp != "") != c.notLlamaCpp {
+				t.Errorf("NotLlamaCpp = %q, want set %v", rep.NotLlamaCpp, c.notLlamaCpp)
+			}
+		})
 	}
 }

@@ -287,14 +287,19 @@ func (c Config) GGUFMetadata() ([]gguf.KV, error) {
 }
 
 // RopeFreqsTensor returns the rope_freqs.weight tensor a GGUF file of c
-// needs, ok false when c has no llama3 scaling.
+// needs, ok false when c has neither llama3 scaling nor frequency factors.
+// A config read from GGUF carries the factors themselves (RopeFreqFactors,
+// no RopeScaling); they are written back as read, so a GGUF-to-GGUF
+// conversion keeps the scaling.
 func (c Config) RopeFreqsTensor() (t GGUFTensor, ok bool, err error) {
-	if c.RopeScaling == nil || c.RopeScaling.Type != RopeLlama3 {
-		return GGUFTensor{}, false, nil
-	}
-	f, err := c.Llama3FreqFactors()
-	if err != nil {
-		return GGUFTensor{}, false, err
+	f := c.RopeFreqFactors
+	if len(f) == 0 {
+		if c.RopeScaling == nil || c.RopeScaling.Type != RopeLlama3 {
+			return GGUFTensor{}, false, nil
+		}
+		if f, err = c.Llama3FreqFactors(); err != nil {
+			return GGUFTensor{}, false, err
+		}
 	}
 	data := make([]byte, 4*len(f))
 	for i, v := range f {

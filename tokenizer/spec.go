@@ -25,8 +25,11 @@ type Spec struct {
 	// (SentencePiece BPE).
 	Model string
 	// Pre is tokenizer.ggml.pre and selects the pre-tokenizer for "gpt2":
-	// "gpt-2" (also "default" or ""), "llama-bpe" (Llama 3: its regex and
-	// whole-word lookup before merging) or "qwen2" (its regex and NFC).
+	// "gpt-2" (also "gpt2", "default" or ""), "llama-bpe" (Llama 3: its
+	// regex and whole-word lookup before merging; also "llama3",
+	// "llama-v3"), "smaug-bpe" (the Llama 3 regex alone; also "dbrx"),
+	// "qwen2" (its regex and NFC) or trigon's own "trigon-go". All but
+	// "trigon-go" are llama.cpp's names: see LlamaCppLoads.
 	Pre string
 
 	Tokens []string  // tokenizer.ggml.tokens, indexed by id
@@ -153,14 +156,13 @@ func describeForSpec(b *builder) (pre, prefix string) {
 			return "gpt-2", ""
 		case ok && split != nil && bl.re == nil && !bl.addPrefixSpace:
 			pat := patternOf(split)
-			if pat == llama3Pattern && b.normalizer == nil && b.m.ignoreMerges {
-				return "llama-bpe", ""
-			}
-			if u, isNFC := b.normalizer.(normUnicode); pat == qwen2Pattern && isNFC && u.form == norm.NFC && !b.m.ignoreMerges {
-				return "qwen2", ""
-			}
-			if pat == trigonGoPattern && b.normalizer == nil && !b.m.ignoreMerges {
-				return "trigon-go", ""
+			u, isNFC := b.normalizer.(normUnicode)
+			isNFC = isNFC && u.form == norm.NFC
+			for _, p := range bytePres()[1:] {
+				if pat == p.pattern && b.m.ignoreMerges == p.ignoreMerges &&
+					((p.nfc && isNFC) || (!p.nfc && b.normalizer == nil)) {
+					return p.name, ""
+				}
 			}
 		}
 		return "", ""
@@ -330,21 +332,16 @@ func FromSpec(s Spec) (*Tokenizer, error) {
 		if err := b.setMerges(pairs); err != nil {
 			return nil, fmt.Errorf("tokenizer spec: %w", err)
 		}
-		var pattern string
-		switch s.Pre {
-		case "gpt-2", "gpt2", "default", "":
-			pattern, specPre = gpt2Pattern, "gpt-2"
-		case "llama-bpe", "llama3":
-			pattern, specPre = llama3Pattern, "llama-bpe"
-			b.m.ignoreMerges = true
-		case "qwen2":
-			pattern, specPre = qwen2Pattern, "qwen2"
-			b.normalizer = nfc()
-		case "trigon-go":
-			pattern, specPre = trigonGoPattern, "trigon-go"
-		default:
+		p, ok := lookupBytePre(s.Pre)
+		if !ok {
 			return nil, fmt.Errorf("tokenizer spec: pre-tokenizer %q is not supported", s.Pre)
 		}
+		specPre = p.name
+		b.m.ignoreMerges = p.ignoreMerges
+		if p.nfc {
+			b.normalizer = nfc()
+		}
+		pattern := p.pattern
 		m, err := newMatcher(pattern)
 		if err != nil {
 			return nil, err

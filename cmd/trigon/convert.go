@@ -30,6 +30,9 @@ func convertCmd() *cobra.Command {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: %d tensors, %.1f MiB of tensor data (%s)\n", args[1], rep.Tensors, float64(rep.Bytes)/(1<<20), strings.ToLower(typ))
+			if rep.NotLlamaCpp != "" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: llama.cpp will not load %s: %s (trigon reads it)\n", args[1], rep.NotLlamaCpp)
+			}
 			if len(rep.Fallback) > 0 {
 				fmt.Fprintf(cmd.ErrOrStderr(), "kept %d tensors in F16 (inner dimension not a multiple of 32): %s\n", len(rep.Fallback), strings.Join(rep.Fallback, ", "))
 			}

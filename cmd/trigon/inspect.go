@@ -2,12 +2,14 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/trigon-llm/trigon/backend"
+	"github.com/trigon-llm/trigon/convert"
 	"github.com/trigon-llm/trigon/engine"
 	"github.com/trigon-llm/trigon/model"
 )
@@ -61,18 +63,18 @@ func inspectCmd() *cobra.Command {
 			row("model", path)
 			row("architecture", cfg.Arch)
 			row("parameters", fmt.Sprintf("%s (%d)", human(params), params))
-			row("weights", fmt.Sprintf("%.1f MiB in %d tensors", float64(bytes)/(1<<20), len(w.Names())))
+			tensors, err := convert.TensorCount(cfg, w)
+			if err != nil {
+				return err
+			}
+			row("weights", fmt.Sprintf("%.1f MiB in %d tensors", float64(bytes)/(1<<20), tensors))
 			row("dtypes", strings.Join(dts, ", "))
 			row("context", cfg.MaxPositions)
 			row("layers", cfg.NumLayers)
 			row("hidden", cfg.Hidden)
 			row("intermediate", cfg.Intermediate)
 			row("heads", fmt.Sprintf("%d query, %d key/value, head dim %d", cfg.NumHeads, cfg.NumKVHeads, cfg.HeadDim))
-			rope := fmt.Sprintf("theta %g", cfg.RopeTheta)
-			if cfg.RopeScaling != nil {
-				rope += fmt.Sprintf(", %s scaling x%g", cfg.RopeScaling.Type, cfg.RopeScaling.Factor)
-			}
-			row("rope", rope)
+			row("rope", ropeSummary(cfg))
 			var feats []string
 			if cfg.TieEmbeddings {
 				feats = append(feats, "tied embeddings")
@@ -95,6 +97,26 @@ func inspectCmd() *cobra.Command {
 			return nil
 		},
 	}
+}
+
+// ropeSummary describes cfg's RoPE: theta and any scaling. A GGUF file
+// stores Llama 3.1 scaling as per-pair frequency divisors
+// (rope_freqs.weight) without the parameters that made them, so for one
+// read from GGUF the divisors' range is shown instead.
+func ropeSummary(cfg model.Config) string {
+	rope := fmt.Sprintf("theta %g", cfg.RopeTheta)
+	switch s := cfg.RopeScaling; {
+	case s != nil && s.Type == model.RopeLlama3:
+		rope += fmt.Sprintf(", llama3 scaling x%g (low freq factor %g, high freq factor %g, original context %d)",
+			s.Factor, s.LowFreqFactor, s.HighFreqFactor, s.OriginalMaxPositions)
+	case s != nil:
+		rope += fmt.Sprintf(", %s scaling x%g", s.Type, s.Factor)
+	}
+	if f := cfg.RopeFreqFactors; len(f) > 0 {
+		lo, hi := slices.Min(f), slices.Max(f)
+		rope += fmt.Sprintf(", llama3 frequency factors (rope_freqs.weight: %d pairs, %g to %g)", len(f), lo, hi)
+	}
+	return rope
 }
 
 // human prints a count as 1.2K / 3.4M / 8.0B.
