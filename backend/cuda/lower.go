@@ -98,7 +98,7 @@ func (b *Backend) lower(p *backend.Program, out []lop) ([]lop, error) {
 		for _, r := range rules {
 			var err error
 			if out, n, err = r.apply(b, p, i, out); err != nil {
-				return out, fmt.Errorf("%s: %w", p.Ops[i].Label(), err)
+				return out, fmt.Errorf("%s (lowering rule %s): %w", p.Ops[i].Label(), r.name, err)
 			}
 			if n > 0 {
 				break
