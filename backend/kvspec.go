@@ -143,6 +143,34 @@ const (
 	DefaultKVWindow    = 128
 )
 
+// KVNoWindow is the window option (WithWindowOption) of an int4 cache
+// with no bf16 window: only each sequence's partial block is read in
+// bf16 (KVSpec.Window 0). The option's 0 is the default window instead,
+// so that options structs left zero keep DefaultKVWindow.
+const KVNoWindow = -1
+
+// WithWindowOption is s with the int4 window an options struct's KVWindow
+// field asks for (engine.LoadOptions, eval.Options): 0 keeps s's window
+// (DefaultKVWindow from ParseKVCacheDType), KVNoWindow sets none, n > 0
+// sets n tokens. Other formats have no window and ignore the option (the
+// --kv-cache-window flag is set, to its default, whatever the dtype);
+// below KVNoWindow is an error.
+func (s KVSpec) WithWindowOption(n int) (KVSpec, error) {
+	if n < KVNoWindow {
+		return s, fmt.Errorf("kv cache window %d: want a token count, 0 for the default or %d for none", n, KVNoWindow)
+	}
+	if s.Scales != KVScaleKIVI {
+		return s, nil
+	}
+	switch {
+	case n == KVNoWindow:
+		s.Window = 0
+	case n > 0:
+		s.Window = n
+	}
+	return s, nil
+}
+
 // KVGroupSizes are the channel group sizes KVScaleGroups and KVScaleKIVI
 // support.
 var KVGroupSizes = []int{8, 16, 32, 128}

@@ -70,7 +70,8 @@ type LoadOptions struct {
 	Tokenizer *tokenizer.Tokenizer
 	// KVCacheDType is the KV cache's format (--kv-cache-dtype: auto,
 	// bf16, fp8, int8, int4; "" is auto, the backend's activation dtype);
-	// KVWindow the int4 cache's bf16 window in tokens (0: the default).
+	// KVWindow the int4 cache's bf16 window in tokens (0: the default,
+	// backend.KVNoWindow: none; see KVSpec.WithWindowOption).
 	KVCacheDType string
 	KVWindow     int
 }
@@ -335,8 +336,8 @@ func kvFormat(opts LoadOptions, b backend.Backend, cfg model.Config, w model.Wei
 	if err != nil {
 		return spec, nil, err
 	}
-	if spec.Scales == backend.KVScaleKIVI && opts.KVWindow > 0 {
-		spec.Window = opts.KVWindow
+	if spec, err = spec.WithWindowOption(opts.KVWindow); err != nil {
+		return spec, nil, err
 	}
 	if err := spec.CheckModel(cfg.NumKVHeads, cfg.HeadDim); err != nil {
 		return spec, nil, err

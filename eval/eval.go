@@ -22,7 +22,8 @@ type Options struct {
 	// Chunk is the tokens per forward step (default 256).
 	Chunk int
 	// KVCacheDType is the KV cache's format (--kv-cache-dtype; "": auto)
-	// and KVWindow the int4 window (0: the default).
+	// and KVWindow the int4 window in tokens (0: the default,
+	// backend.KVNoWindow: none; see KVSpec.WithWindowOption).
 	KVCacheDType string
 	KVWindow     int
 	// KVGroup is the int8/int4 cache's channels per scale (0: the default).
@@ -66,21 +67,9 @@ func Perplexity(b backend.Backend, path string, tokens []int32, opts Options) (R
 	defer m.Close()
 	const blockSize = 16
 	nBlocks := (opts.Window + blockSize - 1) / blockSize
-	spec, err := backend.ParseKVCacheDType(opts.KVCacheDType, b.ActDType(), blockSize)
+	spec, scales, err := kvFormat(b, opts.KVCacheDType, opts.KVWindow, opts.KVGroup, blockSize, cfg.NumLayers, w)
 	if err != nil {
 		return Result{}, fmt.Errorf("perplexity: %w", err)
-	}
-	if spec.Scales == backend.KVScaleKIVI && opts.KVWindow > 0 {
-		spec.Window = opts.KVWindow
-	}
-	if spec.GroupSize > 0 && opts.KVGroup > 0 {
-		spec.GroupSize = opts.KVGroup
-	}
-	var scales []model.KVScales
-	if spec.Scales == backend.KVScalePerHead {
-		if scales, err = model.ReadKVScales(w, cfg.NumLayers); err != nil {
-			return Result{}, fmt.Errorf("perplexity: %w", err)
-		}
 	}
 	r, err := runner.New(b, m, runner.Options{
 		NumBlocks: nBlocks + 1, BlockSize: blockSize, MaxTokens: opts.Chunk, MaxSeqs: 1,
@@ -122,6 +111,27 @@ func Perplexity(b backend.Backend, path string, tokens []int32, opts Options) (R
 	res.NLL = sum / float64(res.Predicted)
 	res.PPL = math.Exp(res.NLL)
 	return res, nil
+}
+
+// kvFormat is the cache format of the options --kv-cache-dtype,
+// --kv-cache-window and --kv-cache-group set, and an FP8 cache's
+// checkpoint scales (nil: dynamic).
+func kvFormat(b backend.Backend, dtype string, window, group, blockSize, numLayers int, w model.Weights) (backend.KVSpec, []model.KVScales, error) {
+	spec, err := backend.ParseKVCacheDType(dtype, b.ActDType(), blockSize)
+	if err != nil {
+		return spec, nil, err
+	}
+	if spec, err = spec.WithWindowOption(window); err != nil {
+		return spec, nil, err
+	}
+	if spec.GroupSize > 0 && group > 0 {
+		spec.GroupSize = group
+	}
+	if spec.Scales != backend.KVScalePerHead {
+		return spec, nil, nil
+	}
+	scales, err := model.ReadKVScales(w, numLayers)
+	return spec, scales, err
 }
 
 // logSoftmaxAt is log(softmax(logits)[id]) in float64.

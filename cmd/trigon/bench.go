@@ -113,8 +113,12 @@ func benchLatencyCmd() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("--kv-cache-dtype: %w", err)
 			}
-			if kvSpec.Scales == backend.KVScaleKIVI {
-				kvSpec.Window = kvWindow
+			win, err := kvWindowOption(kvWindow)
+			if err != nil {
+				return err
+			}
+			if kvSpec, err = kvSpec.WithWindowOption(win); err != nil {
+				return err
 			}
 			// auto: both rows where the backend can capture graphs, else off.
 			_, canCapture := b.(backend.GraphCapturer)

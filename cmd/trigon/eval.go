@@ -8,13 +8,14 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/trigon-llm/trigon/backend"
 	"github.com/trigon-llm/trigon/engine"
 	"github.com/trigon-llm/trigon/eval"
 )
 
 func evalCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "eval", Short: "Measure model quality"}
-	cmd.AddCommand(perplexityCmd())
+	cmd.AddCommand(perplexityCmd(), greedyCmd())
 	return cmd
 }
 
@@ -50,8 +51,12 @@ func perplexityCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			win, err := kvWindowOption(kvWindow)
+			if err != nil {
+				return err
+			}
 			t0 := time.Now()
-			res, err := eval.Perplexity(b, path, ids, eval.Options{Window: window, Chunk: chunk, KVCacheDType: kvDType, KVWindow: kvWindow, KVGroup: kvGroup})
+			res, err := eval.Perplexity(b, path, ids, eval.Options{Window: window, Chunk: chunk, KVCacheDType: kvDType, KVWindow: win, KVGroup: kvGroup})
 			if err != nil {
 				return err
 			}
@@ -73,5 +78,111 @@ func perplexityCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	registerKVFlags(cmd, &kvDType, &kvWindow)
 	cmd.Flags().IntVar(&kvGroup, "kv-cache-group", 0, "int8 and int4 KV caches: channels per scale, 8, 16, 32 or 128 (0: the default)")
+	return cmd
+}
+
+func greedyCmd() *cobra.Command {
+	var df deviceFlags
+	var modelPath, baseline string
+	var dtypes []string
+	var prompts, promptLen, tokens, kvWindow int
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "greedy [--model M] FILE",
+		Short: "Greedy agreement of KV cache formats against a baseline format",
+		Long: "greedy cuts --prompts prompts of --prompt-len tokens from FILE at evenly spaced offsets,\n" +
+			"continues each by --tokens greedy tokens (all prompts in one batch) with the --baseline KV\n" +
+			"cache and with each --kv-cache-dtype, and prints per format the mean share of positions\n" +
+			"before the first divergence from the baseline, the mean share of equal positions, and the\n" +
+			"prompts that never diverge.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			mf := modelFlags{model: modelPath}
+			path, err := mf.modelPath()
+			if err != nil {
+				return err
+			}
+			win, err := kvWindowOption(kvWindow)
+			if err != nil {
+				return err
+			}
+			text, err := os.ReadFile(args[0])
+			if err != nil {
+				return err
+			}
+			tok, err := engine.LoadTokenizer(path)
+			if err != nil {
+				return err
+			}
+			ids, err := tok.Encode(string(text), false)
+			if err != nil {
+				return err
+			}
+			ps, err := eval.Slices(ids, prompts, promptLen)
+			if err != nil {
+				return fmt.Errorf("%s: %w", args[0], err)
+			}
+			b, err := df.open(newLogger(cmd.ErrOrStderr(), false))
+			if err != nil {
+				return err
+			}
+			run := func(dtype string) ([][]int32, error) {
+				out, err := eval.Greedy(b, path, ps, eval.GreedyOptions{Tokens: tokens, KVCacheDType: dtype, KVWindow: win})
+				if err != nil {
+					return nil, fmt.Errorf("--kv-cache-dtype %s: %w", dtype, err)
+				}
+				return out, nil
+			}
+			base, err := run(baseline)
+			if err != nil {
+				return err
+			}
+			type row struct {
+				DType     string  `json:"kv_cache_dtype"`
+				Prefix    float64 `json:"prefix"`
+				Overall   float64 `json:"overall"`
+				Identical int     `json:"identical"`
+				Seconds   float64 `json:"seconds"`
+			}
+			var rows []row
+			if !asJSON {
+				fmt.Fprintf(cmd.OutOrStdout(), "%d prompts of %d tokens from %s, %d greedy tokens each, against %s (%s):\n", prompts, promptLen, args[0], tokens, baseline, b.Name())
+			}
+			for _, dt := range dtypes {
+				t0 := time.Now()
+				got, err := run(dt)
+				if err != nil {
+					return err
+				}
+				a, err := eval.Compare(base, got)
+				if err != nil {
+					return err
+				}
+				r := row{DType: dt, Prefix: a.Prefix, Overall: a.Overall, Identical: a.Identical, Seconds: time.Since(t0).Seconds()}
+				rows = append(rows, r)
+				if !asJSON {
+					fmt.Fprintf(cmd.OutOrStdout(), "%-6s before first divergence %6.2f%%, overall %6.2f%%, identical %d/%d (%.1fs)\n",
+						dt, 100*r.Prefix, 100*r.Overall, r.Identical, a.Prompts, r.Seconds)
+				}
+			}
+			if asJSON {
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{
+					"file": args[0], "model": path, "prompts": prompts, "prompt_len": promptLen, "tokens": tokens,
+					"baseline": baseline, "kv_cache_window": kvWindow, "backend": b.Name(), "results": rows,
+				})
+			}
+			return nil
+		},
+	}
+	df.register(cmd)
+	cmd.Flags().StringVarP(&modelPath, "model", "m", "", "model (default: the embedded Go-code model)")
+	cmd.Flags().IntVar(&prompts, "prompts", 20, "prompts cut from FILE")
+	cmd.Flags().IntVar(&promptLen, "prompt-len", 64, "tokens per prompt")
+	cmd.Flags().IntVar(&tokens, "tokens", 256, "greedy tokens per prompt")
+	cmd.Flags().StringVar(&baseline, "baseline", "bf16", "the KV cache format compared against")
+	cmd.Flags().StringSliceVar(&dtypes, "kv-cache-dtype", []string{"fp8", "int8", "int4"}, "KV cache formats to compare (see eval perplexity)")
+	cmd.Flags().IntVar(&kvWindow, "kv-cache-window", backend.DefaultKVWindow, "int4 KV cache: the newest tokens of each sequence kept in bf16; "+
+		"0 keeps none (only each sequence's last, partial block)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }

@@ -72,6 +72,10 @@ func (f *modelFlags) modelPath() (string, error) {
 // load opens the model on the chosen backend and starts the engine's step
 // loop; stop cancels it.
 func (f *modelFlags) load(ctx context.Context, log *slog.Logger, metrics *telemetry.Metrics) (l *engine.Loaded, stop func(), err error) {
+	kvWindow, err := kvWindowOption(f.kvWindow)
+	if err != nil {
+		return nil, nil, err
+	}
 	src, err := f.source(log)
 	if err != nil {
 		return nil, nil, err
@@ -86,7 +90,7 @@ func (f *modelFlags) load(ctx context.Context, log *slog.Logger, metrics *teleme
 		Model: src.path, MaxContext: f.maxContext,
 		MaxSeqs: f.maxSeqs, MaxBatchedTokens: f.maxTokens, MaxQueue: f.maxQueue, KVBlocks: f.kvBlocks, KVMemory: f.kvMemory,
 		Metrics: metrics, Logger: log, QueueAhead: f.queueAhead, Tokenizer: src.tok,
-		KVCacheDType: f.kvDType, KVWindow: f.kvWindow,
+		KVCacheDType: f.kvDType, KVWindow: kvWindow,
 	}
 	if src.dummy {
 		// BF16, as the checkpoints serving benchmarks stand in for;
@@ -181,5 +185,19 @@ func (f *modelFlags) useGraphs(b backend.Backend) (bool, error) {
 func registerKVFlags(cmd *cobra.Command, dtype *string, window *int) {
 	cmd.Flags().StringVar(dtype, "kv-cache-dtype", "auto", "KV cache format: auto (the backend's activation dtype), bf16, fp8 (e4m3, a scale per layer and KV head), "+
 		"int8 (a scale per 32 channels) or int4 (KIVI, the newest --kv-cache-window tokens in bf16); see docs/kv-cache.md")
-	cmd.Flags().IntVar(window, "kv-cache-window", backend.DefaultKVWindow, "int4 KV cache: the newest tokens of each sequence kept in bf16")
+	cmd.Flags().IntVar(window, "kv-cache-window", backend.DefaultKVWindow, "int4 KV cache: the newest tokens of each sequence kept in bf16; "+
+		"0 keeps none (only each sequence's last, partial block); other dtypes ignore it")
+}
+
+// kvWindowOption is the KVWindow option (backend.KVSpec.WithWindowOption)
+// of a --kv-cache-window value: the flag's 0 is no window, where the
+// option's 0 is the default, so it maps to backend.KVNoWindow.
+func kvWindowOption(flag int) (int, error) {
+	switch {
+	case flag < 0:
+		return 0, fmt.Errorf("--kv-cache-window %d: want a token count, or 0 for no bf16 window", flag)
+	case flag == 0:
+		return backend.KVNoWindow, nil
+	}
+	return flag, nil
 }
