@@ -73,7 +73,7 @@ func TensorCount(cfg model.Config, w model.Weights) (int, error) {
 		n++
 	}
 	for _, name := range w.Names() {
-		if _, ok := w.Tensor(name); ok {
+		if _, ok := w.Tensor(name); ok && !model.IsKVScale(name) {
 			n++
 		}
 	}
@@ -153,7 +153,7 @@ func Write(out io.Writer, cfg model.Config, w model.Weights, tok *tokenizer.Toke
 	}
 	for _, name := range w.Names() {
 		src, ok := w.Tensor(name)
-		if !ok {
+		if !ok || model.IsKVScale(name) { // GGUF has no name for FP8 KV scales
 			continue
 		}
 		target := opts.Type

@@ -3,6 +3,7 @@ package eval
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/trigon-llm/trigon/backend/cpu"
@@ -50,6 +51,131 @@ func TestPerplexityKVDTypes(t *testing.T) {
 	}{{"fp8", 0, 0.01}, {"int8", 0, 0.01}, {"int4", 16, 0.05}, {"int4", 160, 1e-3}} {
 		if got := score(c.dtype, c.window); !(got/base-1 <= c.tol && got/base-1 >= -c.tol) {
 			t.Errorf("%s (window %d): perplexity %.4f against bf16's %.4f: %+.2f%%, want within %.1f%%", c.dtype, c.window, got, base, 100*(got/base-1), 100*c.tol)
+		}
+	}
+}
+
+func TestCompare(t *testing.T) {
+	for _, c := range []struct {
+		name            string
+		base, got       [][]int32
+		prefix, overall float64
+		identical       int
+		err             bool
+	}{
+		{name: "equal", base: [][]int32{{1, 2, 3, 4}}, got: [][]int32{{1, 2, 3, 4}}, prefix: 1, overall: 1, identical: 1},
+		{name: "diverge then rejoin", base: [][]int32{{1, 2, 3, 4}}, got: [][]int32{{1, 9, 3, 4}}, prefix: 0.25, overall: 0.75},
+		{name: "first token", base: [][]int32{{1, 2}}, got: [][]int32{{5, 6}}, prefix: 0, overall: 0},
+		{name: "mean over prompts", base: [][]int32{{1, 2, 3, 4}, {5, 6, 7, 8}}, got: [][]int32{{1, 2, 3, 4}, {5, 6, 0, 0}},
+			prefix: (1 + 0.5) / 2, overall: (1 + 0.5) / 2, identical: 1},
+		{name: "count mismatch", base: [][]int32{{1}}, got: [][]int32{{1}, {2}}, err: true},
+		{name: "length mismatch", base: [][]int32{{1, 2}}, got: [][]int32{{1}}, err: true},
+		{name: "empty", err: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a, err := Compare(c.base, c.got)
+			if (err != nil) != c.err {
+				t.Fatalf("error %v, want error %v", err, c.err)
+			}
+			if err != nil {
+				return
+			}
+			if a.Prefix != c.prefix || a.Overall != c.overall || a.Identical != c.identical || a.Prompts != len(c.base) {
+				t.Errorf("got %+v, want prefix %v overall %v identical %d of %d", a, c.prefix, c.overall, c.identical, len(c.base))
+			}
+		})
+	}
+}
+
+func TestSlices(t *testing.T) {
+	toks := make([]int32, 100)
+	for i := range toks {
+		toks[i] = int32(i)
+	}
+	for _, c := range []struct {
+		count, length int
+		starts        []int32
+		err           bool
+	}{
+		{count: 4, length: 20, starts: []int32{0, 20, 40, 60}},
+		{count: 3, length: 10, starts: []int32{0, 30, 60}},
+		{count: 1, length: 100, starts: []int32{0}},
+		{count: 2, length: 101, err: true},
+		{count: 0, length: 10, err: true},
+	} {
+		got, err := Slices(toks, c.count, c.length)
+		if (err != nil) != c.err {
+			t.Fatalf("%d x %d: error %v, want error %v", c.count, c.length, err, c.err)
+		}
+		for i, s := range got {
+			if len(s) != c.length || s[0] != c.starts[i] || s[len(s)-1] != c.starts[i]+int32(c.length)-1 {
+				t.Errorf("%d x %d: prompt %d is [%d..%d] of %d, want from %d", c.count, c.length, i, s[0], s[len(s)-1], len(s), c.starts[i])
+			}
+		}
+	}
+}
+
+// TestGreedy decodes three held-out prompts: batched, the continuations
+// must equal each prompt decoded alone (the batch changes nothing a
+// sequence computes), and an int4 cache whose window covers the whole
+// sequence must agree with bf16 from the first token to the last, while
+// the quantized formats must agree for most of the prefix.
+func TestGreedy(t *testing.T) {
+	path, err := models.DefaultPath()
+	if err != nil {
+		t.Skip("no default model:", err)
+	}
+	text, err := os.ReadFile(filepath.Join("..", "models", "default", "heldout.go.txt"))
+	if err != nil {
+		t.Skip("no held-out text:", err)
+	}
+	tok, err := engine.LoadTokenizer(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := tok.Encode(string(text[:6000]), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompts, err := Slices(ids, 3, 40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := cpu.New(cpu.Options{Threads: 2})
+	const n = 24
+	run := func(ps [][]int32, dtype string, window int) [][]int32 {
+		t.Helper()
+		out, err := Greedy(b, path, ps, GreedyOptions{Tokens: n, KVCacheDType: dtype, KVWindow: window})
+		if err != nil {
+			t.Fatalf("%s: %v", dtype, err)
+		}
+		if len(out) != len(ps) {
+			t.Fatalf("%s: %d continuations of %d prompts", dtype, len(out), len(ps))
+		}
+		for i, o := range out {
+			if len(o) != n {
+				t.Fatalf("%s: prompt %d continued by %d tokens, want %d", dtype, i, len(o), n)
+			}
+		}
+		return out
+	}
+	base := run(prompts, "bf16", 0)
+	for i, p := range prompts {
+		if alone := run([][]int32{p}, "bf16", 0); !slices.Equal(alone[0], base[i]) {
+			t.Errorf("prompt %d: alone %v, in the batch %v", i, alone[0], base[i])
+		}
+	}
+	for _, c := range []struct {
+		dtype     string
+		window    int
+		minPrefix float64
+	}{{"int4", 64, 1}, {"fp8", 0, 0.5}, {"int8", 0, 0.5}} {
+		a, err := Compare(base, run(prompts, c.dtype, c.window))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Prefix < c.minPrefix {
+			t.Errorf("%s (window %d): %+v, want a prefix share of at least %v", c.dtype, c.window, a, c.minPrefix)
 		}
 	}
 }

@@ -158,6 +158,13 @@ func ignorable(name string) bool {
 	return strings.HasSuffix(name, "rotary_emb.inv_freq")
 }
 
+// IsKVScale reports a tensor ReadKVScales reads: an FP8 KV cache scale,
+// which no forward pass reads and GGUF has no name for.
+func IsKVScale(name string) bool {
+	_, _, ok := kvScaleName(name)
+	return ok
+}
+
 // kvScaleName reports a layer's FP8 KV cache scale tensor under the names
 // vLLM and compressed-tensors write: self_attn.k_scale / v_scale, or the
 // older self_attn.k_proj.k_scale / v_proj.v_scale.
@@ -411,7 +418,8 @@ func newMapWeights(byName map[string]Weight, closer io.Closer) *mapWeights {
 func newSafetensorsWeights(set *safetensors.Set) (*mapWeights, error) {
 	byName := map[string]Weight{}
 	for _, name := range set.Names() {
-		if ignorable(name) {
+		// The KV cache scales stay: ReadKVScales reads them from here.
+		if _, _, isScale := kvScaleName(name); ignorable(name) && !isScale {
 			continue
 		}
 		t, ok := set.Tensor(name)

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/trigon-llm/trigon/backend"
+)
+
+func TestKVWindowOption(t *testing.T) {
+	for _, c := range []struct {
+		flag, want int
+		err        bool
+	}{
+		{flag: backend.DefaultKVWindow, want: backend.DefaultKVWindow},
+		{flag: 16, want: 16},
+		{flag: 0, want: backend.KVNoWindow}, // the flag's 0 is none, not the default
+		{flag: -1, err: true},
+	} {
+		got, err := kvWindowOption(c.flag)
+		if (err != nil) != c.err || (err == nil && got != c.want) {
+			t.Errorf("kvWindowOption(%d) = %d, %v; want %d (error %v)", c.flag, got, err, c.want, c.err)
+		}
+	}
+}
+
+// TestEvalGreedy runs `eval greedy` on the fixture model: a format
+// compared with itself agrees everywhere, and a negative
+// --kv-cache-window is refused, on eval as on serve, run and bench.
+func TestEvalGreedy(t *testing.T) {
+	text := filepath.Join(t.TempDir(), "text.txt")
+	if err := os.WriteFile(text, []byte(strings.Repeat("func main() { fmt.Println(\"hello, world\") }\n", 20)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, err := execute(t, "", "eval", "greedy", "--model", fixtureModel, "--device", "cpu", "--prompts", "2", "--prompt-len", "8",
+		"--tokens", "6", "--baseline", "bf16", "--kv-cache-dtype", "bf16,fp8", "--kv-cache-window", "0", "--json", text)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, errOut)
+	}
+	var res struct {
+		Results []struct {
+			DType     string  `json:"kv_cache_dtype"`
+			Prefix    float64 `json:"prefix"`
+			Overall   float64 `json:"overall"`
+			Identical int     `json:"identical"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("%v: %q", err, out)
+	}
+	if len(res.Results) != 2 || res.Results[0].DType != "bf16" || res.Results[1].DType != "fp8" {
+		t.Fatalf("results %+v, want bf16 and fp8", res.Results)
+	}
+	if r := res.Results[0]; r.Prefix != 1 || r.Overall != 1 || r.Identical != 2 {
+		t.Errorf("bf16 against itself: %+v, want full agreement", r)
+	}
+	for _, cmd := range [][]string{
+		{"eval", "greedy", "--model", fixtureModel, "--device", "cpu", "--kv-cache-window", "-1", text},
+		{"eval", "perplexity", "--model", fixtureModel, "--device", "cpu", "--kv-cache-window", "-1", text},
+		{"run", "--model", fixtureModel, "--device", "cpu", "--kv-cache-window", "-1", "hello"},
+	} {
+		if _, _, err := execute(t, "", cmd...); err == nil || !strings.Contains(err.Error(), "--kv-cache-window -1") {
+			t.Errorf("%s %s --kv-cache-window -1: %v, want an error naming the flag", cmd[0], cmd[1], err)
+		}
+	}
+}
