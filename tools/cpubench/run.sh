@@ -12,7 +12,8 @@
 #              over the default model's tokenizer), converted to q8_0, q4_0
 #              and f16; 256 prompt tokens, 64 generated.
 # TYPES and THREADS (space-separated) pick rows of the set; RUNS, INPUT_LEN
-# and OUTPUT_LEN override its defaults.
+# and OUTPUT_LEN override its defaults. Each row starts once the CPUs are
+# idle (QUIET_WAIT below) and prints the load average on stderr.
 #
 # Needs node and npm: llama.cpp's prebuilt CPU build comes from the npm
 # package node-llama-cpp@3.21.1, installed into SCRATCH (outside the repo).
@@ -59,11 +60,28 @@ for t in $types; do
 	go run ./tools/cpubench/setpre "$f" "${f%.gguf}.llama.gguf" llama-bpe >/dev/null
 done
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+# quiet waits (at most QUIET_WAIT seconds, default 180) until the CPUs
+# were at least 90% idle over 3 s, so that a row does not start in the
+# middle of another process's build on a shared machine; 0 skips it.
+quiet() {
+	local lim=${QUIET_WAIT:-180} start=$SECONDS idle a b
+	[ "$lim" -gt 0 ] && [ -r /proc/stat ] || return 0
+	while :; do
+		read -ra a < /proc/stat; sleep 3; read -ra b < /proc/stat
+		local tot=0
+		for i in 1 2 3 4 5 6 7 8; do tot=$((tot + b[i] - a[i])); done
+		idle=$((100 * (b[4] - a[4]) / (tot > 0 ? tot : 1)))
+		[ "$idle" -ge 90 ] && return 0
+		[ $((SECONDS - start)) -ge "$lim" ] && { echo "run.sh: CPUs still busy (${idle}% idle), measuring anyway" >&2; return 0; }
+	done
+}
 echo "| model | threads | trigon prompt tok/s | llama.cpp | trigon generation tok/s | llama.cpp |"
 echo "|---|---|---|---|---|---|"
 for t in $types; do
 	for th in $threads; do
 		f=models/$prefix$t
+		quiet
+		echo "load average before the row: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)" >&2
 		tr=$(for _ in $(seq "$runs"); do
 			"$scratch/trigon" bench latency --device cpu -m "$scratch/$f.gguf" --input-len "$in" --output-len "$out" \
 				--threads "$th" --iters 1 --warmup 1 --sustained-probe 0 --json 2>/dev/null
