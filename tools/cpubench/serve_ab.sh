@@ -33,14 +33,15 @@ declare -A load=(
 )
 url=http://127.0.0.1:$port
 run() { # round build load
-	local tag=$scratch/out/$1-$2-$3 pid i
+	local tag=$scratch/out/$1-$2-$3 pid up=
 	"$scratch/trigon-$2" serve --device cpu --host 127.0.0.1 --port "$port" >"$tag.log" 2>&1 &
 	pid=$!
-	for i in $(seq 300); do
-		curl -fs "$url/health" >/dev/null 2>&1 && break
+	for _ in $(seq 300); do
+		curl -fs "$url/health" >/dev/null 2>&1 && { up=1; break; }
 		kill -0 "$pid" 2>/dev/null || { echo "serve_ab: $2 server exited, see $tag.log" >&2; return 1; }
 		sleep 0.2
 	done
+	[ -n "$up" ] || { kill -TERM "$pid"; echo "serve_ab: $2 server not healthy in 60 s, see $tag.log" >&2; return 1; }
 	uptime >"$tag.uptime"
 	# shellcheck disable=SC2086 # the load's flags are words
 	"$scratch/trigon-new" bench serve --url "$url" ${load[$3]} --progress=false --json >"$tag.json"
