@@ -50,6 +50,9 @@ type Backend struct {
 	// products (grown on demand).
 	xq []int8
 	xs []float32
+	// xm holds, per x row and block, the scale and offset correction of
+	// the quantized prefill products (quantizeRows).
+	xm []uint32
 }
 
 var _ backend.Backend = (*Backend)(nil)

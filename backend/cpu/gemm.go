@@ -1,6 +1,8 @@
 package cpu
 
 import (
+	"encoding/binary"
+	"math"
 	"unsafe"
 
 	"github.com/trigon-llm/trigon/backend"
@@ -20,14 +22,7 @@ const gemmMinRowsPerJob = 48
 // panels to keep every worker busy; each job packs its own panel.
 func (b *Backend) gemm(out, x []float32, w *tensor, n, inF, outF int) {
 	nr, mr := b.k.nr, len(b.k.gemm)
-	panels := (outF + nr - 1) / nr
-	rowBlocks := 1
-	if panels < 4*b.threads {
-		rowBlocks = max(1, min((4*b.threads+panels-1)/panels, n/gemmMinRowsPerJob))
-	}
-	rowsPer := (n + rowBlocks - 1) / rowBlocks
-	rowsPer = (rowsPer + mr - 1) / mr * mr
-	rowBlocks = (n + rowsPer - 1) / rowsPer
+	panels, rowBlocks, rowsPer := b.gemmJobs(n, outF, nr, mr)
 	rowBytes := w.rowBytes()
 	b.parallel(panels*rowBlocks, 1, func(worker, lo, hi int) {
 		buf := b.floatScratch(worker, inF*nr+inF+mr*nr)
@@ -56,6 +51,22 @@ func (b *Backend) gemm(out, x []float32, w *tensor, n, inF, outF int) {
 			}
 		}
 	})
+}
+
+// gemmJobs cuts a product of n rows and outF features into jobs of one
+// panel of nr features times a block of rowsPer rows (a multiple of the
+// kernel's mr): panels*rowBlocks jobs, with row blocks only when there are
+// too few panels to keep every worker busy.
+func (b *Backend) gemmJobs(n, outF, nr, mr int) (panels, rowBlocks, rowsPer int) {
+	panels = (outF + nr - 1) / nr
+	rowBlocks = 1
+	if panels < 4*b.threads {
+		rowBlocks = max(1, min((4*b.threads+panels-1)/panels, n/gemmMinRowsPerJob))
+	}
+	rowsPer = (n + rowBlocks - 1) / rowBlocks
+	rowsPer = (rowsPer + mr - 1) / mr * mr
+	rowBlocks = (n + rowsPer - 1) / rowsPer
+	return panels, rowBlocks, rowsPer
 }
 
 // packPanel writes weight rows o0..o0+cols-1 as f32 into panel k-major:
@@ -130,5 +141,134 @@ func (b *Backend) decodeDot(dt backend.DType, x []float32, n, inF int) func(i in
 			s += ref(xr[vec:], w[vec*el:])
 		}
 		return s
+	}
+}
+
+// qPanelBlockBytes is the size of one block of a packed int8 panel per
+// feature: 32 weights and an f32 scale.
+const qPanelBlockBytes = qk + 4
+
+// gemmQ computes out = x . w^T for Q8_0 and Q4_0 weights as llama.cpp
+// does: the x rows are quantized to int8 per 32-element block once, each
+// panel of nr weight rows is repacked as int8 (packQPanel), and the
+// integer micro-kernels sum each block exactly in int32 and apply both
+// block scales in f32. The result differs from the f32 product by at most
+// sum over blocks of d_x/2 * sum|w| (quantizeQ8). Jobs are cut as in gemm.
+func (b *Backend) gemmQ(out, x []float32, w *tensor, n, inF, outF int) {
+	nr, mr := b.k.nr, len(b.k.gemmQ)
+	nb := inF / qk
+	xq, xm := b.quantizeRows(x, n, inF)
+	panels, rowBlocks, rowsPer := b.gemmJobs(n, outF, nr, mr)
+	rowBytes := w.rowBytes()
+	panelFloats := nb * nr * qPanelBlockBytes / 4
+	b.parallel(panels*rowBlocks, 1, func(worker, lo, hi int) {
+		buf := b.floatScratch(worker, panelFloats+mr*nr)
+		panel := unsafe.Slice((*byte)(unsafe.Pointer(&buf[0])), 4*panelFloats)
+		edge := buf[panelFloats:]
+		packed := -1
+		for job := lo; job < hi; job++ {
+			p, rb := job/rowBlocks, job%rowBlocks
+			o0 := p * nr
+			cols := min(nr, outF-o0)
+			if p != packed {
+				packQPanel(panel, w, rowBytes, o0, cols, nr, nb)
+				packed = p
+			}
+			i0, i1 := rb*rowsPer, min(n, (rb+1)*rowsPer)
+			for i := i0; i < i1; i += mr {
+				m := min(mr, i1-i)
+				a, meta := &xq[i*inF], &xm[2*i*nb]
+				if cols == nr {
+					b.k.gemmQ[m-1](a, uintptr(inF), meta, uintptr(8*nb), &panel[0], &out[i*outF+o0], uintptr(4*outF), nb)
+					continue
+				}
+				b.k.gemmQ[m-1](a, uintptr(inF), meta, uintptr(8*nb), &panel[0], &edge[0], uintptr(4*nr), nb)
+				for r := range m {
+					copy(out[(i+r)*outF+o0:(i+r)*outF+o0+cols], edge[r*nr:r*nr+cols])
+				}
+			}
+		}
+	})
+}
+
+// quantizeRows quantizes the n rows of x (inF a multiple of 32) as
+// quantizeQ8 does (through the set's kernel where it has one), spread
+// over the workers, into b.xq, and writes b.xm: per row and
+// block the scale's f32 bits and -128 times the block's sum of q, the
+// correction for the kernels' unsigned weights (w+128).
+func (b *Backend) quantizeRows(x []float32, n, inF int) ([]int8, []uint32) {
+	nb := inF / qk
+	if cap(b.xq) < n*inF {
+		b.xq = make([]int8, n*inF)
+	}
+	if cap(b.xs) < n*nb {
+		b.xs = make([]float32, n*nb)
+	}
+	if cap(b.xm) < 2*n*nb {
+		b.xm = make([]uint32, 2*n*nb)
+	}
+	xq, xs, xm := b.xq[:n*inF], b.xs[:n*nb], b.xm[:2*n*nb]
+	b.parallel(n, b.grainFor(n, minWork/(64*inF)), func(_, lo, hi int) {
+		if b.k.quantRows != nil {
+			b.k.quantRows(&x[lo*inF], &xq[lo*inF], &xm[2*lo*nb], (hi-lo)*nb)
+			return
+		}
+		quantizeQ8(x[lo*inF:hi*inF], xq[lo*inF:hi*inF], xs[lo*nb:hi*nb])
+		for blk := lo * nb; blk < hi*nb; blk++ {
+			var sum int32
+			for _, v := range xq[blk*qk : blk*qk+qk] {
+				sum += int32(v)
+			}
+			xm[2*blk] = math.Float32bits(xs[blk])
+			xm[2*blk+1] = uint32(-128 * sum)
+		}
+	})
+	return xq, xm
+}
+
+// packQPanel writes weight rows o0..o0+cols-1 (Q8_0 or Q4_0, nb blocks)
+// into panel for the int8 kernels: per block, 8 groups of nr features x 4
+// consecutive weights as w+128, then the nr block scales as f32. Features
+// from cols to nr get zero scales, so they contribute nothing.
+func packQPanel(panel []byte, w *tensor, rowBytes, o0, cols, nr, nb int) {
+	f16 := backend.F16Table()
+	blkBytes := w.dt.BlockBytes()
+	stride := nr * qPanelBlockBytes
+	var u [qk]byte
+	for j := range nr {
+		if j >= cols {
+			for blk := range nb {
+				base := blk * stride
+				for grp := range 8 {
+					binary.LittleEndian.PutUint32(panel[base+grp*4*nr+4*j:], 0)
+				}
+				binary.LittleEndian.PutUint32(panel[base+qk*nr+4*j:], 0)
+			}
+			continue
+		}
+		row := w.data[(o0+j)*rowBytes : (o0+j+1)*rowBytes]
+		for blk := range nb {
+			src := row[blk*blkBytes : (blk+1)*blkBytes]
+			d := f16[binary.LittleEndian.Uint16(src)]
+			q := src[2:]
+			if w.dt == backend.Q8_0 {
+				copy(u[:], q[:qk])
+				for k := range u {
+					u[k] ^= 0x80
+				}
+			} else {
+				// Byte t holds weights t (low nibble) and t+16, each
+				// stored plus 8: w+128 is the nibble plus 120.
+				for t := range qk / 2 {
+					u[t] = q[t]&15 + 120
+					u[t+qk/2] = q[t]>>4 + 120
+				}
+			}
+			base := blk * stride
+			for grp := range 8 {
+				copy(panel[base+grp*4*nr+4*j:base+grp*4*nr+4*j+4], u[4*grp:4*grp+4])
+			}
+			binary.LittleEndian.PutUint32(panel[base+qk*nr+4*j:], math.Float32bits(d))
+		}
 	}
 }

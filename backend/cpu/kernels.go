@@ -12,6 +12,12 @@ import (
 // strides lda and ldc bytes, b is a packed panel of k rows of nr floats.
 type gemmKernel func(a *float32, lda uintptr, b *float32, c *float32, ldc uintptr, k int)
 
+// quantGemmKernel computes c[i][j] for the kernel's row count i and nr
+// features j over nb blocks of int8 x rows (stride lda bytes) against a
+// panel packed by packQPanel; meta holds each x row's per-block scale
+// and offset correction (quantizeRows), stride ldm bytes.
+type quantGemmKernel func(x *int8, lda uintptr, meta *uint32, ldm uintptr, panel *byte, c *float32, ldc uintptr, nb int)
+
 // floatDot returns the dot product of n f32 x values with n weights in
 // the kernel's encoding at w; n is a multiple of the set's lanes.
 type floatDot func(x *float32, w unsafe.Pointer, n int) float32
@@ -29,6 +35,12 @@ type kernels struct {
 	// gemm[m-1] handles m rows against a panel of nr output features.
 	gemm []gemmKernel
 	nr   int
+	// gemmQ[m-1] handles m int8 x rows against a Q8_0/Q4_0 panel of nr
+	// features (nil: quantized prefill goes through the f32 gemm).
+	gemmQ []quantGemmKernel
+	// quantRows quantizes nb blocks of x as quantizeQ8 does (ties may
+	// round to even) and writes quantizeRows' meta (nil: the Go code).
+	quantRows func(x *float32, q *int8, meta *uint32, nb int)
 	// lanes is the element multiple the float dots take; the caller adds
 	// the rest of a row in Go.
 	lanes                   int

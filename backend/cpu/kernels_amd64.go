@@ -29,6 +29,14 @@ func gemmY4(a *float32, lda uintptr, b *float32, c *float32, ldc uintptr, k int)
 func gemmY5(a *float32, lda uintptr, b *float32, c *float32, ldc uintptr, k int)
 func gemmY6(a *float32, lda uintptr, b *float32, c *float32, ldc uintptr, k int)
 
+func gemmQZ1(x *int8, lda uintptr, meta *uint32, ldm uintptr, panel *byte, c *float32, ldc uintptr, nb int)
+func gemmQZ2(x *int8, lda uintptr, meta *uint32, ldm uintptr, panel *byte, c *float32, ldc uintptr, nb int)
+func gemmQZ3(x *int8, lda uintptr, meta *uint32, ldm uintptr, panel *byte, c *float32, ldc uintptr, nb int)
+func gemmQZ4(x *int8, lda uintptr, meta *uint32, ldm uintptr, panel *byte, c *float32, ldc uintptr, nb int)
+func gemmQZ5(x *int8, lda uintptr, meta *uint32, ldm uintptr, panel *byte, c *float32, ldc uintptr, nb int)
+func gemmQZ6(x *int8, lda uintptr, meta *uint32, ldm uintptr, panel *byte, c *float32, ldc uintptr, nb int)
+func quantQ8Z(x *float32, q *int8, meta *uint32, nb int)
+
 func dotF32Z(x *float32, w unsafe.Pointer, n int) float32
 func dotF16Z(x *float32, w unsafe.Pointer, n int) float32
 func dotBF16Z(x *float32, w unsafe.Pointer, n int) float32
@@ -54,9 +62,11 @@ func kernelSets() []kernels {
 	// assembler's encodings of the byte and conversion instructions.
 	if avx2 && x.HasAVX512F && x.HasAVX512BW && x.HasAVX512DQ && x.HasAVX512VL && x.HasAVX512VNNI {
 		sets = append(sets, kernels{
-			name: "avx512",
-			gemm: []gemmKernel{gemmZ1, gemmZ2, gemmZ3, gemmZ4, gemmZ5, gemmZ6, gemmZ7, gemmZ8, gemmZ9, gemmZ10, gemmZ11, gemmZ12},
-			nr:   32, lanes: 16,
+			name:      "avx512",
+			gemm:      []gemmKernel{gemmZ1, gemmZ2, gemmZ3, gemmZ4, gemmZ5, gemmZ6, gemmZ7, gemmZ8, gemmZ9, gemmZ10, gemmZ11, gemmZ12},
+			gemmQ:     []quantGemmKernel{gemmQZ1, gemmQZ2, gemmQZ3, gemmQZ4, gemmQZ5, gemmQZ6},
+			quantRows: quantQ8Z,
+			nr:        32, lanes: 16,
 			dotF32: dotF32Z, dotF16: dotF16Z, dotBF16: dotBF16Z,
 			dotQ8: dotQ8VNNI, dotQ4: dotQ4VNNI,
 			expSum: expSumZ,

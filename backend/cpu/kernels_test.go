@@ -35,3 +35,52 @@ func TestSoftmaxRow(t *testing.T) {
 		}
 	}
 }
+
+// TestQuantRows checks every kernel set's row quantizer against
+// quantizeQ8 on fresh random blocks of several magnitudes and a zero
+// block: the same scales, the same int8 values except that a tie may
+// round to even, and the offset correction -128*sum(q) of each block.
+func TestQuantRows(t *testing.T) {
+	r := newRand(t)
+	for _, set := range kernelSets() {
+		if set.quantRows == nil {
+			continue
+		}
+		t.Run(set.name, func(t *testing.T) {
+			const nb = 40
+			x := make([]float32, 0, nb*qk)
+			for blk := range nb {
+				scale := math.Pow(10, float64(blk%7-3))
+				if blk == 5 {
+					scale = 0
+				}
+				x = append(x, randFloats(r, qk, scale)...)
+			}
+			// An exact tie: 0.5 steps of a block whose max is 127 steps.
+			x[qk*7], x[qk*7+1] = 127, 0.5
+			wantQ, wantS := make([]int8, nb*qk), make([]float32, nb)
+			quantizeQ8(x, wantQ, wantS)
+			q, meta := make([]int8, nb*qk), make([]uint32, 2*nb)
+			set.quantRows(&x[0], &q[0], &meta[0], nb)
+			for blk := range nb {
+				if got := math.Float32frombits(meta[2*blk]); got != wantS[blk] {
+					t.Errorf("block %d: scale %v, want %v", blk, got, wantS[blk])
+				}
+				var sum int32
+				for k := blk * qk; k < (blk+1)*qk; k++ {
+					sum += int32(q[k])
+					if q[k] == wantQ[k] {
+						continue
+					}
+					v := float64(x[k] * (1 / wantS[blk]))
+					if v-math.Floor(v) != 0.5 || math.Abs(float64(q[k])-float64(wantQ[k])) != 1 {
+						t.Errorf("x[%d] = %v: q %d, want %d", k, x[k], q[k], wantQ[k])
+					}
+				}
+				if got := int32(meta[2*blk+1]); got != -128*sum {
+					t.Errorf("block %d: correction %d, want %d", blk, got, -128*sum)
+				}
+			}
+		})
+	}
+}

@@ -25,10 +25,13 @@ const xBlockBytes = 256 << 10
 
 // MatMul implements backend.Backend: out = x . w^T (+ bias), f32 accumulate.
 //
-// Output features are split across workers. Each worker converts tileRows
-// weight rows at a time to f32 (F32 weights are used in place) and runs them
-// against blocks of x rows, so the expensive weight read is amortised over
-// every row of the batch.
+// Under fusedMaxRows rows it dots x against the stored encoding
+// (decodeDot); above, Q8_0/Q4_0 weights go through the int8 GEMM (gemmQ)
+// and the rest through the f32 GEMM (gemm) where the kernel set has
+// them. Without vector kernels, output features are split across
+// workers: each converts tileRows weight rows at a time to f32 (F32
+// weights are used in place) and runs them against blocks of x rows, so
+// the expensive weight read is amortised over every row of the batch.
 //
 //	out  [n, outFeatures] F32
 //	x    [n, inFeatures] F32
@@ -82,6 +85,11 @@ func (b *Backend) MatMul(out, x, w, bias backend.Tensor) error {
 				}
 			}
 		})
+		addBias(os, bv, n, outF)
+		return nil
+	}
+	if b.k.gemmQ != nil && (wt.dt == backend.Q8_0 || wt.dt == backend.Q4_0) {
+		b.gemmQ(os, xs, wt, n, inF, outF)
 		addBias(os, bv, n, outF)
 		return nil
 	}

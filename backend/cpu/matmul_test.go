@@ -35,6 +35,9 @@ func TestMatMul(t *testing.T) {
 	shapes := []struct{ n, in, out int }{
 		{1, 32, 1}, {1, 64, 7}, {2, 96, 5}, {3, 32, 4}, {4, 128, 8}, {5, 160, 13},
 		{7, 64, 9}, {17, 256, 33}, {9, 1024, 70}, {70, 96, 11}, {1, 512, 300}, {3, 256, 530},
+		// Prefill tails: rows past the int8 kernels' 6, features past a
+		// 32-wide panel, a single block of k.
+		{13, 32, 65}, {50, 224, 97},
 		// Rows that are not whole quantization blocks: plain dtypes only.
 		{1, 7, 3}, {2, 33, 5}, {6, 45, 6}, {3, 1, 2},
 	}
@@ -66,7 +69,9 @@ func TestMatMul(t *testing.T) {
 							}
 							wref := decodeRef(t, dt, wb, sh.out*sh.in)
 							want, scale := refMatMul(widen(x), wref, bias, sh.n, sh.in, sh.out)
-							if sh.n < fusedMaxRows && dt.Quantized() && set.dotQ8 != nil {
+							decodeQ := sh.n < fusedMaxRows && set.dotQ8 != nil
+							prefillQ := sh.n >= fusedMaxRows && set.gemmQ != nil
+							if dt.Quantized() && (decodeQ || prefillQ) {
 								// x quantized to int8 blocks: allow the rounding bound on top.
 								q := quantBound(x, wref, sh.n, sh.in, sh.out)
 								for i := range scale {
@@ -134,6 +139,12 @@ func TestMatMulViews(t *testing.T) {
 	}
 	wref := decodeRef(t, backend.Q8_0, wb, (out+2)*in)[in : (out+1)*in]
 	want, scale := refMatMul(widen(x[2*in:(n+2)*in]), wref, nil, n, in, out)
+	if b.k.gemmQ != nil {
+		// x quantized to int8 blocks: allow the rounding bound on top.
+		for i, q := range quantBound(x[2*in:(n+2)*in], wref, n, in, out) {
+			scale[i] += q / 1e-5
+		}
+	}
 	got := readF32(t, b, ot)
 	checkClose(t, "view out", got[3*out:(n+3)*out], want, scale, 1e-5, 1e-30)
 	for i, v := range append(got[:3*out:3*out], got[(n+3)*out:]...) {

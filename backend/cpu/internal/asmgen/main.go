@@ -20,6 +20,10 @@ import (
 const (
 	maxRowsZ = 12
 	maxRowsY = 6
+	// An AVX-512 int8 kernel keeps 2*mr int32 block accumulators and 2*mr
+	// f32 accumulators, up to 6 rows (24 registers; the panel and the
+	// weight scales take four more).
+	maxRowsQZ = 6
 )
 
 type gen struct{ bytes.Buffer }
@@ -51,6 +55,10 @@ func main() {
 		g.dotQ(8, vnni)
 		g.dotQ(4, vnni)
 	}
+	for m := 1; m <= maxRowsQZ; m++ {
+		g.gemmQ(m)
+	}
+	g.quantZ()
 	if err := os.WriteFile(*out, g.Bytes(), 0o644); err != nil {
 		log.Fatal(err)
 	}
@@ -350,6 +358,165 @@ func (g *gen) expSum() {
 	g.p("\tVHADDPS X0, X0, X0")
 	g.p("\tVHADDPS X0, X0, X0")
 	g.p("\tVMOVSS X0, ret+24(FP)")
+	g.p("\tVZEROUPPER")
+	g.p("\tRET")
+}
+
+// gemmQ writes gemmQZ<m>: c[i][j] = sum over blocks of d_x[i] * d_w[j] *
+// (sum_k x[i][k] * w[j][k]) for i < m and j < 32, from int8 x blocks and
+// a packed int8 weight panel (packQPanel). Per 32-element block the panel
+// holds 8 groups of 32 features x 4 bytes, stored as w+128 (unsigned),
+// then the 32 features' f32 scales; vpdpbusd multiplies them by each x
+// row's 4 bytes broadcast from memory (signed). meta holds, per x row and
+// block, d_x (f32) and -128*sum(x) (int32), the offset correction that
+// starts each block's accumulators, so the int32 sum is exactly
+// sum x*w (|sum| <= 32*127*128, no overflow). Scales are applied in f32.
+func (g *gen) gemmQ(m int) {
+	name := fmt.Sprintf("gemmQZ%d", m)
+	g.p("")
+	g.p("// func %s(x *int8, lda uintptr, meta *uint32, ldm uintptr, panel *byte, c *float32, ldc uintptr, nb int)", name)
+	g.p("TEXT ·%s(SB), NOSPLIT, $0-64", name)
+	g.p("\tMOVQ x+0(FP), SI")
+	g.p("\tMOVQ lda+8(FP), R8")
+	g.p("\tMOVQ meta+16(FP), R11")
+	g.p("\tMOVQ ldm+24(FP), R13")
+	g.p("\tMOVQ panel+32(FP), BX")
+	g.p("\tMOVQ c+40(FP), DI")
+	g.p("\tMOVQ ldc+48(FP), R10")
+	g.p("\tMOVQ nb+56(FP), CX")
+	g.p("\tLEAQ (R8)(R8*2), R9")
+	g.p("\tLEAQ (SI)(R8*4), DX")
+	g.p("\tLEAQ (R13)(R13*2), AX")
+	g.p("\tLEAQ (R11)(R13*4), R12")
+	xb := []string{"SI", "DX"}
+	mb := []string{"R11", "R12"}
+	ia := func(i, h int) int { return 2*i + h }
+	fa := func(i, h int) int { return 12 + 2*i + h }
+	for i := range m {
+		for h := range 2 {
+			g.p("\tVPXORD Z%d, Z%d, Z%d", fa(i, h), fa(i, h), fa(i, h))
+		}
+	}
+	g.p("%sloop:", name)
+	for i := range m {
+		for h := range 2 {
+			g.p("\tVPBROADCASTD 4%s, Z%d", rowAddr(i, mb, "R13", "AX"), ia(i, h))
+		}
+	}
+	for grp := range 8 {
+		g.p("\tVMOVDQU32 %d(BX), Z30", grp*128)
+		g.p("\tVMOVDQU32 %d(BX), Z31", grp*128+64)
+		for i := range m {
+			for h := range 2 {
+				g.p("\tVPDPBUSD.BCST %d%s, Z%d, Z%d", grp*4, rowAddr(i, xb, "R8", "R9"), 30+h, ia(i, h))
+			}
+		}
+	}
+	g.p("\tVMOVUPS 1024(BX), Z28")
+	g.p("\tVMOVUPS 1088(BX), Z29")
+	for i := range m {
+		for h := range 2 {
+			r := ia(i, h)
+			g.p("\tVCVTDQ2PS Z%d, Z%d", r, r)
+			g.p("\tVMULPS.BCST %s, Z%d, Z%d", rowAddr(i, mb, "R13", "AX"), r, r)
+			g.p("\tVFMADD231PS Z%d, Z%d, Z%d", 28+h, r, fa(i, h))
+		}
+	}
+	g.p("\tADDQ $1152, BX")
+	for gi := range (m + 3) / 4 {
+		g.p("\tADDQ $32, %s", xb[gi])
+		g.p("\tADDQ $8, %s", mb[gi])
+	}
+	g.p("\tDECQ CX")
+	g.p("\tJNZ %sloop", name)
+	g.p("\tLEAQ (R10)(R10*2), R12")
+	for i := range m {
+		if i > 0 && i%4 == 0 {
+			g.p("\tLEAQ (DI)(R10*4), DI")
+		}
+		addr := rowAddr(i%4, []string{"DI"}, "R10", "R12")
+		g.p("\tVMOVUPS Z%d, %s", fa(i, 0), addr)
+		g.p("\tVMOVUPS Z%d, 64%s", fa(i, 1), addr)
+	}
+	g.p("\tVZEROUPPER")
+	g.p("\tRET")
+}
+
+// quantZ writes quantQ8Z: nb blocks of 32 f32 x as int8 q and, per
+// block, meta = (d, -128*sum q) with d = max|x|/127 and q = x*(1/d)
+// rounded to nearest (even on ties), all in f32 as quantizeQ8 computes
+// them, so |x - d*q| <= d/2 and q lies in [-127, 127]. A block of zeros
+// gets d = 0 and q = 0.
+func (g *gen) quantZ() {
+	name := "quantQ8Z"
+	g.p("")
+	g.p("// func %s(x *float32, q *int8, meta *uint32, nb int)", name)
+	g.p("TEXT ·%s(SB), NOSPLIT, $0-32", name)
+	g.p("\tMOVQ x+0(FP), SI")
+	g.p("\tMOVQ q+8(FP), DI")
+	g.p("\tMOVQ meta+16(FP), DX")
+	g.p("\tMOVQ nb+24(FP), CX")
+	g.p("\tMOVL $0x7fffffff, AX")
+	g.p("\tVPBROADCASTD AX, Z31")
+	g.p("\tMOVL $0x42fe0000, AX") // 127
+	g.p("\tVMOVD AX, X30")
+	g.p("\tMOVL $0x3f800000, AX") // 1
+	g.p("\tVMOVD AX, X29")
+	g.p("\tVXORPS X28, X28, X28")
+	g.p("\tTESTQ CX, CX")
+	g.p("\tJZ %sdone", name)
+	g.p("%sloop:", name)
+	g.p("\tVMOVUPS (SI), Z0")
+	g.p("\tVMOVUPS 64(SI), Z1")
+	g.p("\tVPANDD Z31, Z0, Z2")
+	g.p("\tVPANDD Z31, Z1, Z3")
+	g.p("\tVMAXPS Z3, Z2, Z2")
+	g.p("\tVEXTRACTF64X4 $1, Z2, Y3")
+	g.p("\tVMAXPS Y3, Y2, Y2")
+	g.p("\tVEXTRACTF128 $1, Y2, X3")
+	g.p("\tVMAXPS X3, X2, X2")
+	g.p("\tVPERMILPS $0x4e, X2, X3")
+	g.p("\tVMAXPS X3, X2, X2")
+	g.p("\tVPERMILPS $0xb1, X2, X3")
+	g.p("\tVMAXPS X3, X2, X2")
+	g.p("\tVDIVSS X30, X2, X4") // d = amax/127
+	g.p("\tVMOVSS X4, (DX)")
+	g.p("\tVUCOMISS X28, X4")
+	g.p("\tJEQ %szero", name)
+	g.p("\tVDIVSS X4, X29, X6") // 1/d
+	g.p("\tVBROADCASTSS X6, Z6")
+	g.p("\tVMULPS Z6, Z0, Z0")
+	g.p("\tVMULPS Z6, Z1, Z1")
+	g.p("\tVCVTPS2DQ Z0, Z0")
+	g.p("\tVCVTPS2DQ Z1, Z1")
+	g.p("\tVPMOVSDB Z0, (DI)")
+	g.p("\tVPMOVSDB Z1, 16(DI)")
+	g.p("\tVPADDD Z1, Z0, Z0")
+	g.p("\tVEXTRACTI64X4 $1, Z0, Y1")
+	g.p("\tVPADDD Y1, Y0, Y0")
+	g.p("\tVEXTRACTI128 $1, Y0, X1")
+	g.p("\tVPADDD X1, X0, X0")
+	g.p("\tVPSHUFD $0x4e, X0, X1")
+	g.p("\tVPADDD X1, X0, X0")
+	g.p("\tVPSHUFD $0xb1, X0, X1")
+	g.p("\tVPADDD X1, X0, X0")
+	g.p("\tVMOVD X0, AX")
+	g.p("\tNEGL AX")
+	g.p("\tSHLL $7, AX")
+	g.p("\tMOVL AX, 4(DX)")
+	g.p("\tJMP %snext", name)
+	g.p("%szero:", name)
+	g.p("\tVPXOR X0, X0, X0")
+	g.p("\tVMOVDQU X0, (DI)")
+	g.p("\tVMOVDQU X0, 16(DI)")
+	g.p("\tMOVL $0, 4(DX)")
+	g.p("%snext:", name)
+	g.p("\tADDQ $128, SI")
+	g.p("\tADDQ $32, DI")
+	g.p("\tADDQ $8, DX")
+	g.p("\tDECQ CX")
+	g.p("\tJNZ %sloop", name)
+	g.p("%sdone:", name)
 	g.p("\tVZEROUPPER")
 	g.p("\tRET")
 }
