@@ -155,7 +155,7 @@ const qPanelBlockBytes = qk + 4
 // block scales in f32. The result differs from the f32 product by at most
 // sum over blocks of d_x/2 * sum|w| (quantizeQ8). Jobs are cut as in gemm.
 func (b *Backend) gemmQ(out, x []float32, w *tensor, n, inF, outF int) {
-	nr, mr := b.k.nr, len(b.k.gemmQ)
+	nr, mr := b.k.nrQ, len(b.k.gemmQ)
 	nb := inF / qk
 	xq, xm := b.quantizeRows(x, n, inF)
 	panels, rowBlocks, rowsPer := b.gemmJobs(n, outF, nr, mr)
@@ -171,7 +171,7 @@ func (b *Backend) gemmQ(out, x []float32, w *tensor, n, inF, outF int) {
 			o0 := p * nr
 			cols := min(nr, outF-o0)
 			if p != packed {
-				packQPanel(panel, w, rowBytes, o0, cols, nr, nb)
+				packQPanel(panel, w, rowBytes, o0, cols, nr, nb, b.k.qFlip)
 				packed = p
 			}
 			i0, i1 := rb*rowsPer, min(n, (rb+1)*rowsPer)
@@ -228,9 +228,10 @@ func (b *Backend) quantizeRows(x []float32, n, inF int) ([]int8, []uint32) {
 
 // packQPanel writes weight rows o0..o0+cols-1 (Q8_0 or Q4_0, nb blocks)
 // into panel for the int8 kernels: per block, 8 groups of nr features x 4
-// consecutive weights as w+128, then the nr block scales as f32. Features
-// from cols to nr get zero scales, so they contribute nothing.
-func packQPanel(panel []byte, w *tensor, rowBytes, o0, cols, nr, nb int) {
+// consecutive weights as the byte w+flip (0x80: unsigned w+128 for
+// vpdpbusd; 0: signed), then the nr block scales as f32. Features from
+// cols to nr get zero scales, so they contribute nothing.
+func packQPanel(panel []byte, w *tensor, rowBytes, o0, cols, nr, nb int, flip byte) {
 	f16 := backend.F16Table()
 	blkBytes := w.dt.BlockBytes()
 	stride := nr * qPanelBlockBytes
@@ -254,14 +255,14 @@ func packQPanel(panel []byte, w *tensor, rowBytes, o0, cols, nr, nb int) {
 			if w.dt == backend.Q8_0 {
 				copy(u[:], q[:qk])
 				for k := range u {
-					u[k] ^= 0x80
+					u[k] ^= flip
 				}
 			} else {
 				// Byte t holds weights t (low nibble) and t+16, each
-				// stored plus 8: w+128 is the nibble plus 120.
+				// stored plus 8.
 				for t := range qk / 2 {
-					u[t] = q[t]&15 + 120
-					u[t+qk/2] = q[t]>>4 + 120
+					u[t] = q[t]&15 - 8 + flip
+					u[t+qk/2] = q[t]>>4 - 8 + flip
 				}
 			}
 			base := blk * stride

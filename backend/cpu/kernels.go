@@ -35,9 +35,12 @@ type kernels struct {
 	// gemm[m-1] handles m rows against a panel of nr output features.
 	gemm []gemmKernel
 	nr   int
-	// gemmQ[m-1] handles m int8 x rows against a Q8_0/Q4_0 panel of nr
-	// features (nil: quantized prefill goes through the f32 gemm).
+	// gemmQ[m-1] handles m int8 x rows against a Q8_0/Q4_0 panel of nrQ
+	// features (nil: quantized prefill goes through the f32 gemm), whose
+	// weights are stored plus qFlip (packQPanel).
 	gemmQ []quantGemmKernel
+	nrQ   int
+	qFlip byte
 	// quantRows quantizes nb blocks of x as quantizeQ8 does (ties may
 	// round to even) and writes quantizeRows' meta (nil: the Go code).
 	quantRows func(x *float32, q *int8, meta *uint32, nb int)

@@ -35,7 +35,13 @@ func gemmQZ3(x *int8, lda uintptr, meta *uint32, ldm uintptr, panel *byte, c *fl
 func gemmQZ4(x *int8, lda uintptr, meta *uint32, ldm uintptr, panel *byte, c *float32, ldc uintptr, nb int)
 func gemmQZ5(x *int8, lda uintptr, meta *uint32, ldm uintptr, panel *byte, c *float32, ldc uintptr, nb int)
 func gemmQZ6(x *int8, lda uintptr, meta *uint32, ldm uintptr, panel *byte, c *float32, ldc uintptr, nb int)
+func gemmQY1(x *int8, lda uintptr, meta *uint32, ldm uintptr, panel *byte, c *float32, ldc uintptr, nb int)
+func gemmQY2(x *int8, lda uintptr, meta *uint32, ldm uintptr, panel *byte, c *float32, ldc uintptr, nb int)
+func gemmQY3(x *int8, lda uintptr, meta *uint32, ldm uintptr, panel *byte, c *float32, ldc uintptr, nb int)
+func gemmQY4(x *int8, lda uintptr, meta *uint32, ldm uintptr, panel *byte, c *float32, ldc uintptr, nb int)
+func gemmQY5(x *int8, lda uintptr, meta *uint32, ldm uintptr, panel *byte, c *float32, ldc uintptr, nb int)
 func quantQ8Z(x *float32, q *int8, meta *uint32, nb int)
+func quantQ8Y(x *float32, q *int8, meta *uint32, nb int)
 
 func dotF32Z(x *float32, w unsafe.Pointer, n int) float32
 func dotF16Z(x *float32, w unsafe.Pointer, n int) float32
@@ -62,9 +68,10 @@ func kernelSets() []kernels {
 	// assembler's encodings of the byte and conversion instructions.
 	if avx2 && x.HasAVX512F && x.HasAVX512BW && x.HasAVX512DQ && x.HasAVX512VL && x.HasAVX512VNNI {
 		sets = append(sets, kernels{
-			name:      "avx512",
-			gemm:      []gemmKernel{gemmZ1, gemmZ2, gemmZ3, gemmZ4, gemmZ5, gemmZ6, gemmZ7, gemmZ8, gemmZ9, gemmZ10, gemmZ11, gemmZ12},
-			gemmQ:     []quantGemmKernel{gemmQZ1, gemmQZ2, gemmQZ3, gemmQZ4, gemmQZ5, gemmQZ6},
+			name:  "avx512",
+			gemm:  []gemmKernel{gemmZ1, gemmZ2, gemmZ3, gemmZ4, gemmZ5, gemmZ6, gemmZ7, gemmZ8, gemmZ9, gemmZ10, gemmZ11, gemmZ12},
+			gemmQ: []quantGemmKernel{gemmQZ1, gemmQZ2, gemmQZ3, gemmQZ4, gemmQZ5, gemmQZ6},
+			nrQ:   32, qFlip: 0x80,
 			quantRows: quantQ8Z,
 			nr:        32, lanes: 16,
 			dotF32: dotF32Z, dotF16: dotF16Z, dotBF16: dotBF16Z,
@@ -79,6 +86,9 @@ func kernelSets() []kernels {
 			nr:   16, lanes: 8,
 			dotF32: dotF32Y, dotF16: dotF16Y, dotBF16: dotBF16Y,
 			dotQ8: dotQ8AVX2, dotQ4: dotQ4AVX2,
+			gemmQ:     []quantGemmKernel{gemmQY1, gemmQY2, gemmQY3, gemmQY4, gemmQY5},
+			nrQ:       8,
+			quantRows: quantQ8Y,
 		})
 	}
 	return append(sets, kernels{name: "go"})

@@ -24,6 +24,11 @@ const (
 	// f32 accumulators, up to 6 rows (24 registers; the panel and the
 	// weight scales take four more).
 	maxRowsQZ = 6
+	// An AVX2 int8 kernel keeps mr int32 and mr f32 accumulators of 8
+	// features, up to 5 rows (10 of the 16 registers; the panel, its
+	// absolute values, two temporaries, the int16 ones and a scale take
+	// the rest).
+	maxRowsQY = 5
 )
 
 type gen struct{ bytes.Buffer }
@@ -58,7 +63,11 @@ func main() {
 	for m := 1; m <= maxRowsQZ; m++ {
 		g.gemmQ(m)
 	}
+	for m := 1; m <= maxRowsQY; m++ {
+		g.gemmQY(m)
+	}
 	g.quantZ()
+	g.quantY()
 	if err := os.WriteFile(*out, g.Bytes(), 0o644); err != nil {
 		log.Fatal(err)
 	}
@@ -509,6 +518,164 @@ func (g *gen) quantZ() {
 	g.p("\tVPXOR X0, X0, X0")
 	g.p("\tVMOVDQU X0, (DI)")
 	g.p("\tVMOVDQU X0, 16(DI)")
+	g.p("\tMOVL $0, 4(DX)")
+	g.p("%snext:", name)
+	g.p("\tADDQ $128, SI")
+	g.p("\tADDQ $32, DI")
+	g.p("\tADDQ $8, DX")
+	g.p("\tDECQ CX")
+	g.p("\tJNZ %sloop", name)
+	g.p("%sdone:", name)
+	g.p("\tVZEROUPPER")
+	g.p("\tRET")
+}
+
+// gemmQY writes gemmQY<m>, gemmQZ's AVX2 counterpart for 8 features:
+// the panel (packQPanel with nr 8) holds signed weights, and each block
+// sums |w| times x*sign(w) through vpmaddubsw (pairs fit int16:
+// 2*128*127 < 32768) and vpmaddwd, the decode kernel's trick, so meta's
+// offset correction is not used.
+func (g *gen) gemmQY(m int) {
+	name := fmt.Sprintf("gemmQY%d", m)
+	g.p("")
+	g.p("// func %s(x *int8, lda uintptr, meta *uint32, ldm uintptr, panel *byte, c *float32, ldc uintptr, nb int)", name)
+	g.p("TEXT ·%s(SB), NOSPLIT, $0-64", name)
+	g.p("\tMOVQ x+0(FP), SI")
+	g.p("\tMOVQ lda+8(FP), R8")
+	g.p("\tMOVQ meta+16(FP), R11")
+	g.p("\tMOVQ ldm+24(FP), R13")
+	g.p("\tMOVQ panel+32(FP), BX")
+	g.p("\tMOVQ c+40(FP), DI")
+	g.p("\tMOVQ ldc+48(FP), R10")
+	g.p("\tMOVQ nb+56(FP), CX")
+	g.p("\tMOVL $0x00010001, AX")
+	g.p("\tVMOVD AX, X14")
+	g.p("\tVPBROADCASTD X14, Y14")
+	g.p("\tLEAQ (R8)(R8*2), R9")
+	g.p("\tLEAQ (SI)(R8*4), DX")
+	g.p("\tLEAQ (R13)(R13*2), AX")
+	g.p("\tLEAQ (R11)(R13*4), R12")
+	xb := []string{"SI", "DX"}
+	mb := []string{"R11", "R12"}
+	for i := range m {
+		g.p("\tVPXOR Y%d, Y%d, Y%d", 5+i, 5+i, 5+i)
+	}
+	g.p("%sloop:", name)
+	for grp := range 8 {
+		g.p("\tVMOVDQU %d(BX), Y10", grp*32)
+		g.p("\tVPABSB Y10, Y11")
+		for i := range m {
+			t := 12 + i%2
+			g.p("\tVPBROADCASTD %d%s, Y%d", grp*4, rowAddr(i, xb, "R8", "R9"), t)
+			g.p("\tVPSIGNB Y10, Y%d, Y%d", t, t)
+			g.p("\tVPMADDUBSW Y%d, Y11, Y%d", t, t)
+			if grp == 0 {
+				g.p("\tVPMADDWD Y14, Y%d, Y%d", t, i)
+				continue
+			}
+			g.p("\tVPMADDWD Y14, Y%d, Y%d", t, t)
+			g.p("\tVPADDD Y%d, Y%d, Y%d", t, i, i)
+		}
+	}
+	for i := range m {
+		g.p("\tVCVTDQ2PS Y%d, Y%d", i, i)
+		g.p("\tVBROADCASTSS %s, Y15", rowAddr(i, mb, "R13", "AX"))
+		g.p("\tVMULPS Y15, Y%d, Y%d", i, i)
+		g.p("\tVFMADD231PS 256(BX), Y%d, Y%d", i, 5+i)
+	}
+	g.p("\tADDQ $288, BX")
+	for gi := range (m + 3) / 4 {
+		g.p("\tADDQ $32, %s", xb[gi])
+		g.p("\tADDQ $8, %s", mb[gi])
+	}
+	g.p("\tDECQ CX")
+	g.p("\tJNZ %sloop", name)
+	g.p("\tLEAQ (R10)(R10*2), R12")
+	for i := range m {
+		if i > 0 && i%4 == 0 {
+			g.p("\tLEAQ (DI)(R10*4), DI")
+		}
+		g.p("\tVMOVUPS Y%d, %s", 5+i, rowAddr(i%4, []string{"DI"}, "R10", "R12"))
+	}
+	g.p("\tVZEROUPPER")
+	g.p("\tRET")
+}
+
+// quantY writes quantQ8Y, quantQ8Z in ymm: the int32 values are packed
+// to bytes by vpackssdw and vpacksswb, which interleave the four vectors
+// by 128-bit lane, and vpermd (permQ8Y) puts the dwords back in order.
+func (g *gen) quantY() {
+	name := "quantQ8Y"
+	g.p("")
+	for i, v := range []int{0, 4, 1, 5, 2, 6, 3, 7} {
+		g.p("DATA permQ8Y<>+%d(SB)/4, $%d", 4*i, v)
+	}
+	g.p("GLOBL permQ8Y<>(SB), RODATA|NOPTR, $32")
+	g.p("")
+	g.p("// func %s(x *float32, q *int8, meta *uint32, nb int)", name)
+	g.p("TEXT ·%s(SB), NOSPLIT, $0-32", name)
+	g.p("\tMOVQ x+0(FP), SI")
+	g.p("\tMOVQ q+8(FP), DI")
+	g.p("\tMOVQ meta+16(FP), DX")
+	g.p("\tMOVQ nb+24(FP), CX")
+	g.p("\tMOVL $0x7fffffff, AX")
+	g.p("\tVMOVD AX, X15")
+	g.p("\tVPBROADCASTD X15, Y15")
+	g.p("\tMOVL $0x42fe0000, AX") // 127
+	g.p("\tVMOVD AX, X14")
+	g.p("\tMOVL $0x3f800000, AX") // 1
+	g.p("\tVMOVD AX, X13")
+	g.p("\tVXORPS X12, X12, X12")
+	g.p("\tVMOVDQU permQ8Y<>(SB), Y11")
+	g.p("\tTESTQ CX, CX")
+	g.p("\tJZ %sdone", name)
+	g.p("%sloop:", name)
+	for r := range 4 {
+		g.p("\tVMOVUPS %d(SI), Y%d", 32*r, r)
+	}
+	g.p("\tVANDPS Y15, Y0, Y4")
+	for r := 1; r < 4; r++ {
+		g.p("\tVANDPS Y15, Y%d, Y5", r)
+		g.p("\tVMAXPS Y5, Y4, Y4")
+	}
+	g.p("\tVEXTRACTF128 $1, Y4, X5")
+	g.p("\tVMAXPS X5, X4, X4")
+	g.p("\tVPERMILPS $0x4e, X4, X5")
+	g.p("\tVMAXPS X5, X4, X4")
+	g.p("\tVPERMILPS $0xb1, X4, X5")
+	g.p("\tVMAXPS X5, X4, X4")
+	g.p("\tVDIVSS X14, X4, X6") // d = amax/127
+	g.p("\tVMOVSS X6, (DX)")
+	g.p("\tVUCOMISS X12, X6")
+	g.p("\tJEQ %szero", name)
+	g.p("\tVDIVSS X6, X13, X7") // 1/d
+	g.p("\tVBROADCASTSS X7, Y7")
+	for r := range 4 {
+		g.p("\tVMULPS Y7, Y%d, Y%d", r, r)
+		g.p("\tVCVTPS2DQ Y%d, Y%d", r, r)
+	}
+	g.p("\tVPADDD Y1, Y0, Y8")
+	g.p("\tVPADDD Y3, Y2, Y9")
+	g.p("\tVPADDD Y9, Y8, Y8")
+	g.p("\tVEXTRACTI128 $1, Y8, X9")
+	g.p("\tVPADDD X9, X8, X8")
+	g.p("\tVPSHUFD $0x4e, X8, X9")
+	g.p("\tVPADDD X9, X8, X8")
+	g.p("\tVPSHUFD $0xb1, X8, X9")
+	g.p("\tVPADDD X9, X8, X8")
+	g.p("\tVMOVD X8, AX")
+	g.p("\tNEGL AX")
+	g.p("\tSHLL $7, AX")
+	g.p("\tMOVL AX, 4(DX)")
+	g.p("\tVPACKSSDW Y1, Y0, Y0")
+	g.p("\tVPACKSSDW Y3, Y2, Y2")
+	g.p("\tVPACKSSWB Y2, Y0, Y0")
+	g.p("\tVPERMD Y0, Y11, Y0")
+	g.p("\tVMOVDQU Y0, (DI)")
+	g.p("\tJMP %snext", name)
+	g.p("%szero:", name)
+	g.p("\tVPXOR Y0, Y0, Y0")
+	g.p("\tVMOVDQU Y0, (DI)")
 	g.p("\tMOVL $0, 4(DX)")
 	g.p("%snext:", name)
 	g.p("\tADDQ $128, SI")
