@@ -235,41 +235,42 @@ func packQPanel(panel []byte, w *tensor, rowBytes, o0, cols, nr, nb int, flip by
 	f16 := backend.F16Table()
 	blkBytes := w.dt.BlockBytes()
 	stride := nr * qPanelBlockBytes
-	var u [qk]byte
+	// Four weights at a time as one little-endian word; a Q4_0 nibble n
+	// becomes n+0x78 = (n-8)+128 in each byte (no carry between bytes),
+	// and xoring bit 7 then removes the 128 where flip is 0.
+	flip32 := uint32(flip) * 0x01010101
+	q4fix := flip32 ^ 0x80808080
+	le := binary.LittleEndian
 	for j := range nr {
 		if j >= cols {
 			for blk := range nb {
-				base := blk * stride
+				base := blk*stride + 4*j
 				for grp := range 8 {
-					binary.LittleEndian.PutUint32(panel[base+grp*4*nr+4*j:], 0)
+					le.PutUint32(panel[base+grp*4*nr:], 0)
 				}
-				binary.LittleEndian.PutUint32(panel[base+qk*nr+4*j:], 0)
+				le.PutUint32(panel[base+qk*nr:], 0)
 			}
 			continue
 		}
 		row := w.data[(o0+j)*rowBytes : (o0+j+1)*rowBytes]
 		for blk := range nb {
 			src := row[blk*blkBytes : (blk+1)*blkBytes]
-			d := f16[binary.LittleEndian.Uint16(src)]
+			d := f16[le.Uint16(src)]
 			q := src[2:]
+			base := blk*stride + 4*j
 			if w.dt == backend.Q8_0 {
-				copy(u[:], q[:qk])
-				for k := range u {
-					u[k] ^= flip
+				for grp := range 8 {
+					le.PutUint32(panel[base+grp*4*nr:], le.Uint32(q[4*grp:])^flip32)
 				}
 			} else {
-				// Byte t holds weights t (low nibble) and t+16, each
-				// stored plus 8.
-				for t := range qk / 2 {
-					u[t] = q[t]&15 - 8 + flip
-					u[t+qk/2] = q[t]>>4 - 8 + flip
+				// Byte t holds weights t (low nibble) and t+16.
+				for grp := range 4 {
+					v := le.Uint32(q[4*grp:])
+					le.PutUint32(panel[base+grp*4*nr:], (v&0x0f0f0f0f+0x78787878)^q4fix)
+					le.PutUint32(panel[base+(grp+4)*4*nr:], (v>>4&0x0f0f0f0f+0x78787878)^q4fix)
 				}
 			}
-			base := blk * stride
-			for grp := range 8 {
-				copy(panel[base+grp*4*nr+4*j:base+grp*4*nr+4*j+4], u[4*grp:4*grp+4])
-			}
-			binary.LittleEndian.PutUint32(panel[base+qk*nr+4*j:], math.Float32bits(d))
+			le.PutUint32(panel[base+qk*nr:], math.Float32bits(d))
 		}
 	}
 }
