@@ -41,8 +41,8 @@ type kernels struct {
 	gemmQ []quantGemmKernel
 	nrQ   int
 	qFlip byte
-	// quantRows quantizes nb blocks of x as quantizeQ8 does (ties may
-	// round to even) and writes quantizeRows' meta (nil: the Go code).
+	// quantRows quantizes nb blocks of x exactly as quantizeQ8 does and
+	// writes quantizeRows' meta (nil: the Go code).
 	quantRows func(x *float32, q *int8, meta *uint32, nb int)
 	// lanes is the element multiple the float dots take; the caller adds
 	// the rest of a row in Go.

@@ -453,9 +453,10 @@ func (g *gen) gemmQ(m int) {
 
 // quantZ writes quantQ8Z: nb blocks of 32 f32 x as int8 q and, per
 // block, meta = (d, -128*sum q) with d = max|x|/127 and q = x*(1/d)
-// rounded to nearest (even on ties), all in f32 as quantizeQ8 computes
-// them, so |x - d*q| <= d/2 and q lies in [-127, 127]. A block of zeros
-// gets d = 0 and q = 0.
+// rounded half away from zero, all in f32 exactly as quantizeQ8
+// computes them (prefill and decode then quantize a row alike), so
+// |x - d*q| <= d/2 and q lies in [-127, 127]. A block of zeros gets
+// d = 0 and q = 0.
 func (g *gen) quantZ() {
 	name := "quantQ8Z"
 	g.p("")
@@ -471,6 +472,11 @@ func (g *gen) quantZ() {
 	g.p("\tVMOVD AX, X30")
 	g.p("\tMOVL $0x3f800000, AX") // 1
 	g.p("\tVMOVD AX, X29")
+	g.p("\tVBROADCASTSS X29, Z29")
+	g.p("\tMOVL $0x3f000000, AX") // 1/2
+	g.p("\tVPBROADCASTD AX, Z27")
+	g.p("\tMOVL $0x80000000, AX") // sign bit
+	g.p("\tVPBROADCASTD AX, Z26")
 	g.p("\tVXORPS X28, X28, X28")
 	g.p("\tTESTQ CX, CX")
 	g.p("\tJZ %sdone", name)
@@ -494,10 +500,19 @@ func (g *gen) quantZ() {
 	g.p("\tJEQ %szero", name)
 	g.p("\tVDIVSS X4, X29, X6") // 1/d
 	g.p("\tVBROADCASTSS X6, Z6")
-	g.p("\tVMULPS Z6, Z0, Z0")
-	g.p("\tVMULPS Z6, Z1, Z1")
-	g.p("\tVCVTPS2DQ Z0, Z0")
-	g.p("\tVCVTPS2DQ Z1, Z1")
+	for r := range 2 {
+		// Round half away from zero, as math.Round: trunc(|t|), plus one
+		// where the exact fraction is at least 1/2, with t's sign.
+		g.p("\tVMULPS Z6, Z%d, Z%d", r, r)
+		g.p("\tVPANDD Z31, Z%d, Z8", r)
+		g.p("\tVRNDSCALEPS $3, Z8, Z9")
+		g.p("\tVSUBPS Z9, Z8, Z8")
+		g.p("\tVCMPPS $0x0d, Z27, Z8, K1")
+		g.p("\tVADDPS Z29, Z9, K1, Z9")
+		g.p("\tVPANDD Z26, Z%d, Z8", r)
+		g.p("\tVPORD Z8, Z9, Z%d", r)
+		g.p("\tVCVTPS2DQ Z%d, Z%d", r, r)
+	}
 	g.p("\tVPMOVSDB Z0, (DI)")
 	g.p("\tVPMOVSDB Z1, 16(DI)")
 	g.p("\tVPADDD Z1, Z0, Z0")
@@ -625,6 +640,10 @@ func (g *gen) quantY() {
 	g.p("\tVMOVD AX, X14")
 	g.p("\tMOVL $0x3f800000, AX") // 1
 	g.p("\tVMOVD AX, X13")
+	g.p("\tVBROADCASTSS X13, Y13")
+	g.p("\tMOVL $0x3f000000, AX") // 1/2
+	g.p("\tVMOVD AX, X10")
+	g.p("\tVBROADCASTSS X10, Y10")
 	g.p("\tVXORPS X12, X12, X12")
 	g.p("\tVMOVDQU permQ8Y<>(SB), Y11")
 	g.p("\tTESTQ CX, CX")
@@ -651,7 +670,16 @@ func (g *gen) quantY() {
 	g.p("\tVDIVSS X6, X13, X7") // 1/d
 	g.p("\tVBROADCASTSS X7, Y7")
 	for r := range 4 {
+		// Round half away from zero, as quantZ does.
 		g.p("\tVMULPS Y7, Y%d, Y%d", r, r)
+		g.p("\tVANDPS Y15, Y%d, Y4", r)
+		g.p("\tVROUNDPS $3, Y4, Y5")
+		g.p("\tVSUBPS Y5, Y4, Y4")
+		g.p("\tVCMPPS $0x0d, Y10, Y4, Y4")
+		g.p("\tVANDPS Y13, Y4, Y4")
+		g.p("\tVADDPS Y4, Y5, Y5")
+		g.p("\tVANDNPS Y%d, Y15, Y4", r)
+		g.p("\tVORPS Y4, Y5, Y%d", r)
 		g.p("\tVCVTPS2DQ Y%d, Y%d", r, r)
 	}
 	g.p("\tVPADDD Y1, Y0, Y8")
