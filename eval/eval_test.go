@@ -19,22 +19,7 @@ import (
 // within 1%, int4 within 5%), and int4 with a window as long as the
 // scoring window equal to bf16 up to rounding.
 func TestPerplexityKVDTypes(t *testing.T) {
-	path, err := models.DefaultPath()
-	if err != nil {
-		t.Skip("no default model:", err)
-	}
-	text, err := os.ReadFile(filepath.Join("..", "models", "default", "heldout.go.txt"))
-	if err != nil {
-		t.Skip("no held-out text:", err)
-	}
-	tok, err := engine.LoadTokenizer(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids, err := tok.Encode(string(text[:1000]), false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	path, ids := heldout(t, 1000)
 	b := cpu.New(cpu.Options{Threads: 2})
 	score := func(dtype string, window int) float64 {
 		res, err := Perplexity(b, path, ids, Options{Window: 160, Chunk: 48, KVCacheDType: dtype, KVWindow: window})
@@ -121,22 +106,7 @@ func TestSlices(t *testing.T) {
 // sequence must agree with bf16 from the first token to the last, while
 // the quantized formats must agree for most of the prefix.
 func TestGreedy(t *testing.T) {
-	path, err := models.DefaultPath()
-	if err != nil {
-		t.Skip("no default model:", err)
-	}
-	text, err := os.ReadFile(filepath.Join("..", "models", "default", "heldout.go.txt"))
-	if err != nil {
-		t.Skip("no held-out text:", err)
-	}
-	tok, err := engine.LoadTokenizer(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids, err := tok.Encode(string(text[:6000]), false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	path, ids := heldout(t, 6000)
 	prompts, err := Slices(ids, 3, 40)
 	if err != nil {
 		t.Fatal(err)
@@ -178,4 +148,28 @@ func TestGreedy(t *testing.T) {
 			t.Errorf("%s (window %d): %+v, want a prefix share of at least %v", c.dtype, c.window, a, c.minPrefix)
 		}
 	}
+}
+
+// heldout returns the embedded default model's path and the token ids of
+// the first n bytes of its held-out text, skipping the test where either
+// is missing.
+func heldout(t *testing.T, n int) (string, []int32) {
+	t.Helper()
+	path, err := models.DefaultPath()
+	if err != nil {
+		t.Skip("no default model:", err)
+	}
+	text, err := os.ReadFile(filepath.Join("..", "models", "default", "heldout.go.txt"))
+	if err != nil {
+		t.Skip("no held-out text:", err)
+	}
+	tok, err := engine.LoadTokenizer(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := tok.Encode(string(text[:n]), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path, ids
 }

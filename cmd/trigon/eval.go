@@ -30,20 +30,7 @@ func perplexityCmd() *cobra.Command {
 		Short: "Perplexity of a text file: consecutive non-overlapping windows, mean token NLL",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			mf := modelFlags{model: modelPath}
-			path, err := mf.modelPath()
-			if err != nil {
-				return err
-			}
-			text, err := os.ReadFile(args[0])
-			if err != nil {
-				return err
-			}
-			tok, err := engine.LoadTokenizer(path)
-			if err != nil {
-				return err
-			}
-			ids, err := tok.Encode(string(text), false)
+			path, ids, err := evalText(modelPath, args[0])
 			if err != nil {
 				return err
 			}
@@ -97,24 +84,11 @@ func greedyCmd() *cobra.Command {
 			"prompts that never diverge.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			mf := modelFlags{model: modelPath}
-			path, err := mf.modelPath()
-			if err != nil {
-				return err
-			}
 			win, err := kvWindowOption(kvWindow)
 			if err != nil {
 				return err
 			}
-			text, err := os.ReadFile(args[0])
-			if err != nil {
-				return err
-			}
-			tok, err := engine.LoadTokenizer(path)
-			if err != nil {
-				return err
-			}
-			ids, err := tok.Encode(string(text), false)
+			path, ids, err := evalText(modelPath, args[0])
 			if err != nil {
 				return err
 			}
@@ -185,4 +159,26 @@ func greedyCmd() *cobra.Command {
 		"0 keeps none (only each sequence's last, partial block)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// evalText resolves --model (the embedded default when empty) and returns
+// its path with the token ids of the text file at file, in the model's
+// tokenizer.
+func evalText(modelPath, file string) (path string, ids []int32, err error) {
+	mf := modelFlags{model: modelPath}
+	if path, err = mf.modelPath(); err != nil {
+		return "", nil, err
+	}
+	text, err := os.ReadFile(file)
+	if err != nil {
+		return "", nil, err
+	}
+	tok, err := engine.LoadTokenizer(path)
+	if err != nil {
+		return "", nil, err
+	}
+	if ids, err = tok.Encode(string(text), false); err != nil {
+		return "", nil, fmt.Errorf("%s: %w", file, err)
+	}
+	return path, ids, nil
 }
