@@ -22,7 +22,7 @@ import (
 // Dtype sets of the contract.
 var (
 	floatDTypes  = []DType{F32, F16, BF16}
-	weightDTypes = []DType{F32, F16, BF16, Q8_0, Q4_0}
+	weightDTypes = []DType{F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K}
 	i32DTypes    = []DType{I32}
 	f32DTypes    = []DType{F32}
 )

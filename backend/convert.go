@@ -172,7 +172,7 @@ func QuantizeQ4_0(src []float32) ([]byte, error) {
 }
 
 // DequantizeRow decodes len(dst) values of dtype dt from src into dst.
-// dt may be F32, F16, BF16, Q8_0 or Q4_0; src must hold exactly that many
+// dt may be F32, F16, BF16, Q8_0, Q4_0 or a K-quant; src must hold exactly that many
 // values' encoding.
 func DequantizeRow(dt DType, src []byte, dst []float32) error {
 	want, err := dt.RowBytes(len(dst))
@@ -200,6 +200,10 @@ func DequantizeRow(dt DType, src []byte, dst []float32) error {
 		dequantQ8(src, dst)
 	case Q4_0:
 		dequantQ4(src, dst)
+	case Q4_K, Q5_K:
+		dequantKMin(dt, src, dst)
+	case Q6_K:
+		dequantQ6K(src, dst)
 	default:
 		return fmt.Errorf("dequantize: dtype %v is not a float or weight type", dt)
 	}

@@ -6,7 +6,8 @@ import "fmt"
 // Q8_0 is blocks of 32 values as {f16 scale; int8 q[32]} (34 bytes), value =
 // scale*q; Q4_0 is blocks of 32 as {f16 scale; uint8 qs[16]} (18 bytes),
 // where qs[j] holds value j in its low nibble and value j+16 in its high
-// nibble, value = scale*(nibble-8).
+// nibble, value = scale*(nibble-8). Q4_K, Q5_K and Q6_K are GGML's
+// K-quants, super-blocks of 256 values (kquant.go).
 //
 // F8E4M3, I8 and U4 are the element types of quantized KV caches (see
 // KVSpec): their values mean nothing without the scales the spec names.
@@ -34,6 +35,9 @@ func (d DType) String() string {
 	if s, ok := dtypeNames[d]; ok {
 		return s
 	}
+	if d.kQuant() {
+		return d.kName()
+	}
 	return fmt.Sprintf("DType(%d)", uint8(d))
 }
 
@@ -44,6 +48,8 @@ func (d DType) BlockSize() int {
 		return 32
 	case U4:
 		return 2
+	case Q4_K, Q5_K, Q6_K:
+		return QK_K
 	}
 	return 1
 }
@@ -61,13 +67,15 @@ func (d DType) BlockBytes() int {
 		return 34
 	case Q4_0:
 		return 18
+	case Q4_K, Q5_K, Q6_K:
+		return d.kBlockBytes()
 	}
 	return 0
 }
 
 // Quantized reports whether d is a block-quantized type.
 // U4, packed but not block-scaled, is not.
-func (d DType) Quantized() bool { return d == Q8_0 || d == Q4_0 }
+func (d DType) Quantized() bool { return d == Q8_0 || d == Q4_0 || d.kQuant() }
 
 // RowBytes is the byte size of a row of n elements, an error when n is not a
 // whole number of blocks or d is unknown.

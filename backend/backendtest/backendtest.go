@@ -60,8 +60,8 @@ func RefF16(h uint16) float64 {
 }
 
 // DecodeRef decodes the bytes of n values of the dtype named dt (its
-// String: F32, F16, BF16, Q8_0, Q4_0) straight from the documented
-// layouts, in f64.
+// String: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) straight from the
+// documented layouts, in f64, element by element.
 func DecodeRef(t testing.TB, dt string, b []byte, n int) []float64 {
 	t.Helper()
 	out := make([]float64, n)
@@ -95,6 +95,8 @@ func DecodeRef(t testing.TB, dt string, b []byte, n int) []float64 {
 				out[blk*32+j+16] = d * float64(int(p[2+j]>>4)-8)
 			}
 		}
+	case "Q4_K", "Q5_K", "Q6_K":
+		decodeKRef(dt, b, out)
 	default:
 		t.Fatalf("DecodeRef: dtype %s", dt)
 	}
@@ -144,4 +146,52 @@ func RelNorm(got []float32, want []float64) float64 {
 		den += w * w
 	}
 	return math.Sqrt(num / den)
+}
+
+// decodeKRef decodes K-quant super-blocks of 256 values, computing each
+// element's position in the block from the layout's description.
+func decodeKRef(dt string, b []byte, out []float64) {
+	le := binary.LittleEndian
+	for blk := 0; blk < len(out)/256; blk++ {
+		o := out[blk*256 : blk*256+256]
+		if dt == "Q6_K" {
+			p := b[blk*210:]
+			ql, qh, sc := p[:128], p[128:192], p[192:208]
+			d := RefF16(le.Uint16(p[208:]))
+			for i := range o {
+				h, g, l := i/128, i%128/32, i%32
+				lowByte := ql[64*h+32*(g%2)+l]
+				low := int(lowByte & 15)
+				if g >= 2 {
+					low = int(lowByte >> 4)
+				}
+				high := int(qh[32*h+l]>>(2*g)) & 3
+				o[i] = d * float64(int8(sc[i/16])) * float64(low|high<<4-32)
+			}
+			continue
+		}
+		size, qsAt := 144, 16
+		if dt == "Q5_K" {
+			size, qsAt = 176, 48
+		}
+		p := b[blk*size:]
+		d, dmin := RefF16(le.Uint16(p)), RefF16(le.Uint16(p[2:]))
+		s := p[4:16]
+		for i := range o {
+			c, upper, l := i/64, i%64/32, i%32
+			j := 2*c + upper
+			var sc, m int
+			if j < 4 {
+				sc, m = int(s[j]&63), int(s[j+4]&63)
+			} else {
+				sc = int(s[j+4]&15) | int(s[j-4]>>6)<<4
+				m = int(s[j+4]>>4) | int(s[j]>>6)<<4
+			}
+			q := int(p[qsAt+32*c+l]>>(4*upper)) & 15
+			if dt == "Q5_K" {
+				q += 16 * (int(p[16+l]>>j) & 1)
+			}
+			o[i] = d*float64(sc)*float64(q) - dmin*float64(m)
+		}
+	}
 }
