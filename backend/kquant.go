@@ -361,3 +361,21 @@ func dequantQ6K(src []byte, dst []float32) {
 		}
 	}
 }
+
+// Quantize encodes src in the block-quantized dtype dt (Q8_0, Q4_0 or a
+// K-quant); len(src) must be a whole number of dt's blocks.
+func Quantize(dt DType, src []float32) ([]byte, error) {
+	switch dt {
+	case Q8_0:
+		return QuantizeQ8_0(src)
+	case Q4_0:
+		return QuantizeQ4_0(src)
+	case Q4_K:
+		return QuantizeQ4_K(src)
+	case Q5_K:
+		return QuantizeQ5_K(src)
+	case Q6_K:
+		return QuantizeQ6_K(src)
+	}
+	return nil, fmt.Errorf("quantize: %v is not a block-quantized dtype", dt)
+}

@@ -7,9 +7,12 @@
 // name, and the Report says llama.cpp will not load the file.
 //
 // Norm weights and biases (1-D tensors) stay F32 as llama.cpp keeps them;
-// matrices are written in the target type. Quantized targets (Q8_0, Q4_0)
-// need inner dimensions that are multiples of 32; a matrix that is not is
-// written F16 (F32 for F32 targets) and reported.
+// matrices are written in the target type. Quantized targets need inner
+// dimensions that are whole blocks (32 values for Q8_0 and Q4_0, 256 for
+// the K-quants); a matrix that is not is written in a fallback type (see
+// kquant.go for the K-quants; F16 otherwise, F32 for F32 targets) and
+// reported. The q4_k_m and q5_k_m targets mix types per tensor as
+// llama.cpp's Q4_K_M and Q5_K_M do (Options.KMix).
 package convert
 
 import (
@@ -40,21 +43,30 @@ func ParseType(s string) (backend.DType, error) {
 		return backend.Q8_0, nil
 	case "q4_0":
 		return backend.Q4_0, nil
+	case "q4_k":
+		return backend.Q4_K, nil
+	case "q5_k":
+		return backend.Q5_K, nil
+	case "q6_k":
+		return backend.Q6_K, nil
 	}
-	return 0, fmt.Errorf("unknown type %q: want f32, f16, bf16, q8_0 or q4_0", s)
+	return 0, fmt.Errorf("unknown type %q: want f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, q4_k_m or q5_k_m", s)
 }
 
 // Options of a conversion.
 type Options struct {
 	Type backend.DType // target type of matrices
-	Name string        // general.name; default: the source's base name
+	// KMix raises some matrices of a Q4_K or Q5_K target to Q6_K by
+	// llama.cpp's rule for its _M files (kmixType).
+	KMix bool
+	Name string // general.name; default: the source's base name
 }
 
 // Report says what a conversion wrote.
 type Report struct {
 	Tensors  int
 	Bytes    int64
-	Fallback []string // matrices written in a wider type than asked
+	Fallback []string // matrices written in a fallback type: their rows are not whole blocks
 	// NotLlamaCpp says why llama.cpp will refuse the file (a tokenizer it
 	// has no name for), "" when it should load it. trigon reads the file
 	// either way.
@@ -117,7 +129,7 @@ func File(src, dst string, tok *tokenizer.Tokenizer, opts Options) (Report, erro
 
 // Write streams the GGUF form of (cfg, w, tok) to out.
 func Write(out io.Writer, cfg model.Config, w model.Weights, tok *tokenizer.Tokenizer, opts Options) (Report, error) {
-	ft, err := fileType(opts.Type)
+	ft, err := fileType(opts.Type, opts.KMix)
 	if err != nil {
 		return Report{}, err
 	}
@@ -156,11 +168,14 @@ func Write(out io.Writer, cfg model.Config, w model.Weights, tok *tokenizer.Toke
 		if !ok || model.IsKVScale(name) { // GGUF has no name for FP8 KV scales
 			continue
 		}
-		target := opts.Type
+		target, err := tensorType(cfg, name, src.Shape, opts)
+		if err != nil {
+			return rep, err
+		}
 		if len(src.Shape) == 1 {
 			target = backend.F32
-		} else if target.Quantized() && src.Shape[len(src.Shape)-1]%target.BlockSize() != 0 {
-			target = backend.F16
+		} else if inner := src.Shape[len(src.Shape)-1]; target.Quantized() && inner%target.BlockSize() != 0 {
+			target = fallbackType(target, inner)
 			rep.Fallback = append(rep.Fallback, name)
 		}
 		conv, err := recode(src, target)
@@ -183,9 +198,24 @@ func Write(out io.Writer, cfg model.Config, w model.Weights, tok *tokenizer.Toke
 	return rep, nil
 }
 
-// fileType is llama.cpp's general.file_type for a target type.
-func fileType(dt backend.DType) (uint32, error) {
+// fileType is llama.cpp's general.file_type (llama_ftype) for a target.
+func fileType(dt backend.DType, kmix bool) (uint32, error) {
+	if kmix {
+		switch dt {
+		case backend.Q4_K:
+			return 15, nil // MOSTLY_Q4_K_M
+		case backend.Q5_K:
+			return 17, nil // MOSTLY_Q5_K_M
+		}
+		return 0, fmt.Errorf("convert: the _M mix is for Q4_K and Q5_K targets, not %v", dt)
+	}
 	switch dt {
+	case backend.Q4_K:
+		return 14, nil // MOSTLY_Q4_K_S, the nearest llama.cpp name for all-Q4_K
+	case backend.Q5_K:
+		return 16, nil // MOSTLY_Q5_K_S
+	case backend.Q6_K:
+		return 18, nil
 	case backend.F32:
 		return 0, nil
 	case backend.F16:
@@ -234,11 +264,8 @@ func recode(w model.Weight, dt backend.DType) (model.Weight, error) {
 }
 
 func encodeRow(f []float32, dt backend.DType) ([]byte, error) {
-	switch dt {
-	case backend.Q8_0:
-		return backend.QuantizeQ8_0(f)
-	case backend.Q4_0:
-		return backend.QuantizeQ4_0(f)
+	if dt.Quantized() {
+		return backend.Quantize(dt, f)
 	}
 	size := dt.BlockBytes()
 	b := make([]byte, len(f)*size)

@@ -112,8 +112,14 @@ func DTypeFromGGML(t gguf.GGMLType) (backend.DType, error) {
 		return backend.Q8_0, nil
 	case gguf.TypeQ4_0:
 		return backend.Q4_0, nil
+	case gguf.TypeQ4_K:
+		return backend.Q4_K, nil
+	case gguf.TypeQ5_K:
+		return backend.Q5_K, nil
+	case gguf.TypeQ6_K:
+		return backend.Q6_K, nil
 	}
-	return 0, fmt.Errorf("GGML type %v is not supported (supported: F32, F16, BF16, Q8_0, Q4_0)", t)
+	return 0, fmt.Errorf("GGML type %v is not supported (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K)", t)
 }
 
 // GGMLFromDType maps a backend weight dtype to its GGML type.
@@ -129,6 +135,12 @@ func GGMLFromDType(dt backend.DType) (gguf.GGMLType, error) {
 		return gguf.TypeQ8_0, nil
 	case backend.Q4_0:
 		return gguf.TypeQ4_0, nil
+	case backend.Q4_K:
+		return gguf.TypeQ4_K, nil
+	case backend.Q5_K:
+		return gguf.TypeQ5_K, nil
+	case backend.Q6_K:
+		return gguf.TypeQ6_K, nil
 	}
 	return 0, fmt.Errorf("dtype %v has no GGML type", dt)
 }

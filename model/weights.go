@@ -260,7 +260,7 @@ func ValidateWeights(c Config, w Weights) error {
 		}
 		switch t.DType {
 		case backend.F32, backend.F16, backend.BF16:
-		case backend.Q8_0, backend.Q4_0:
+		case backend.Q8_0, backend.Q4_0, backend.Q4_K, backend.Q5_K, backend.Q6_K:
 			if !s.Matrix {
 				return fmt.Errorf("weights: tensor %s is %v; norms and biases must be F32, F16 or BF16", s.Name, t.DType)
 			}

@@ -375,13 +375,13 @@ func TestOpenGGUFErrors(t *testing.T) {
 		{"unsupported tensor type", func(k []gguf.KV, ts []model.GGUFTensor) ([]gguf.KV, []model.GGUFTensor) {
 			ts = slices.Clone(ts)
 			for i, tt := range ts {
-				if tt.Name == "blk.0.ffn_up.weight" { // [32, 32]: one Q4_K super-block needs 256 per row
-					ts[i] = model.GGUFTensor{Name: tt.Name, Type: gguf.TypeQ4_K, Dims: []uint64{256, 32},
-						Data: make([]byte, 32*gguf.TypeQ4_K.TypeSize())}
+				if tt.Name == "blk.0.ffn_up.weight" { // [32, 32]: one Q2_K super-block needs 256 per row
+					ts[i] = model.GGUFTensor{Name: tt.Name, Type: gguf.TypeQ2_K, Dims: []uint64{256, 32},
+						Data: make([]byte, 32*gguf.TypeQ2_K.TypeSize())}
 				}
 			}
 			return k, ts
-		}, "Q4_K is not supported"},
+		}, "Q2_K is not supported"},
 		{"unknown tensor", func(k []gguf.KV, ts []model.GGUFTensor) ([]gguf.KV, []model.GGUFTensor) {
 			return k, append(slices.Clone(ts), model.GGUFTensor{Name: "blk.0.ffn_gate_exps.weight", Type: gguf.TypeF32, Dims: []uint64{1}, Data: make([]byte, 4)})
 		}, "unexpected tensor blk.0.ffn_gate_exps.weight"},

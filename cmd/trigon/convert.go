@@ -14,10 +14,10 @@ func convertCmd() *cobra.Command {
 	var typ, name string
 	cmd := &cobra.Command{
 		Use:   "convert SRC OUT.gguf",
-		Short: "Convert an HF model directory (or a GGUF file) to GGUF (f32, f16, bf16, q8_0, q4_0)",
+		Short: "Convert an HF model directory (or a GGUF file) to GGUF (f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, q4_k_m, q5_k_m)",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			dt, err := convert.ParseType(typ)
+			dt, kmix, err := convert.ParseTarget(typ)
 			if err != nil {
 				return err
 			}
@@ -25,7 +25,7 @@ func convertCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			rep, err := convert.File(args[0], args[1], tok, convert.Options{Type: dt, Name: name})
+			rep, err := convert.File(args[0], args[1], tok, convert.Options{Type: dt, KMix: kmix, Name: name})
 			if err != nil {
 				return err
 			}
@@ -34,12 +34,12 @@ func convertCmd() *cobra.Command {
 				fmt.Fprintf(cmd.ErrOrStderr(), "warning: llama.cpp will not load %s: %s (trigon reads it)\n", args[1], rep.NotLlamaCpp)
 			}
 			if len(rep.Fallback) > 0 {
-				fmt.Fprintf(cmd.ErrOrStderr(), "kept %d tensors in F16 (inner dimension not a multiple of 32): %s\n", len(rep.Fallback), strings.Join(rep.Fallback, ", "))
+				fmt.Fprintf(cmd.ErrOrStderr(), "kept %d tensors in a fallback type (rows not whole %s blocks; Q8_0 for the K-quants, else F16): %s\n", len(rep.Fallback), strings.ToLower(typ), strings.Join(rep.Fallback, ", "))
 			}
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&typ, "type", "q8_0", "tensor type of matrices: f32, f16, bf16, q8_0 or q4_0")
+	cmd.Flags().StringVar(&typ, "type", "q8_0", "tensor type of matrices: f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, or the mixes q4_k_m and q5_k_m (llama.cpp's rule: Q6_K for the LM head and some V and down projections)")
 	cmd.Flags().StringVar(&name, "name", "", "general.name (default: the source's base name)")
 	return cmd
 }

@@ -208,10 +208,8 @@ func convertWeight(w model.Weight, dt backend.DType) (model.Weight, error) {
 			}
 			data[2*i], data[2*i+1] = byte(h), byte(h>>8)
 		}
-	case backend.Q8_0:
-		data, err = backend.QuantizeQ8_0(vals)
-	case backend.Q4_0:
-		data, err = backend.QuantizeQ4_0(vals)
+	case backend.Q8_0, backend.Q4_0, backend.Q4_K, backend.Q5_K, backend.Q6_K:
+		data, err = backend.Quantize(dt, vals)
 	default:
 		err = fmt.Errorf("cannot convert to %v", dt)
 	}
