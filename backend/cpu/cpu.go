@@ -53,6 +53,9 @@ type Backend struct {
 	// xm holds, per x row and block, the scale and offset correction of
 	// the quantized prefill products (quantizeRows).
 	xm []uint32
+	// xk holds the per-16 sums of x quantized for the K-quant products
+	// (quantizeQ8K; xq and xs hold its values and scales).
+	xk []int16
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -131,6 +134,8 @@ func elemSize(dt backend.DType) int {
 func validDType(dt backend.DType) bool {
 	switch dt {
 	case backend.F32, backend.F16, backend.BF16, backend.Q8_0, backend.Q4_0, backend.I32, backend.F8E4M3, backend.I8, backend.U4:
+		return true
+	case backend.Q4_K, backend.Q5_K, backend.Q6_K:
 		return true
 	}
 	return false

@@ -104,6 +104,8 @@ func (b *Backend) decodeDot(dt backend.DType, x []float32, n, inF int) func(i in
 	k := b.k
 	var fd floatDot
 	switch dt {
+	case backend.Q4_K, backend.Q5_K, backend.Q6_K:
+		return b.kquantDot(dt, x, n, inF)
 	case backend.Q8_0, backend.Q4_0:
 		qd := k.dotQ8
 		if dt == backend.Q4_0 {

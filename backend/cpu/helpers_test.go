@@ -54,6 +54,12 @@ func encode(t testing.TB, dt backend.DType, v []float32) []byte {
 			t.Fatal(err)
 		}
 		return b
+	case backend.Q4_K, backend.Q5_K, backend.Q6_K:
+		b, err := backend.Quantize(dt, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
 	}
 	t.Fatalf("encode: dtype %v", dt)
 	return nil

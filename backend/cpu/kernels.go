@@ -52,6 +52,9 @@ type kernels struct {
 	// 32-element block (quantizeQ8), as llama.cpp computes quantized
 	// products.
 	dotQ8, dotQ4 quantDot
+	// dotQ4K, dotQ5K and dotQ6K read K-quant weights against activations
+	// quantized per 256-value block (quantizeQ8K); nil: the Go kernels.
+	dotQ4K, dotQ5K, dotQ6K kDot
 	// expSum sets x[i] = exp(scale*(x[i]-m)) for n (a multiple of lanes)
 	// elements and returns their sum, within a few f32 ulps of math.Exp.
 	expSum func(x *float32, n int, m, scale float32) float32
