@@ -256,9 +256,16 @@ func (m *Model) upload(w model.Weight) (backend.Tensor, error) {
 	return t, nil
 }
 
-// uploadRows stacks 2-D weights of one dtype and row width into a single
-// [sum of rows, width] tensor, so one MatMul computes all of them.
+// uploadRows stacks 2-D weights of one row width into a single [sum of
+// rows, width] tensor, so one MatMul computes all of them. Parts of
+// different dtypes (GGUF mixes such as Q4_K_M store some V projections in
+// Q6_K beside Q4_K Q and K) are first re-encoded in the dtype of the part
+// that takes the most bytes per value (sameDType).
 func (m *Model) uploadRows(ws ...model.Weight) (backend.Tensor, error) {
+	ws, err := sameDType(ws)
+	if err != nil {
+		return nil, err
+	}
 	rows, size := 0, 0
 	for _, w := range ws {
 		if w.DType != ws[0].DType || w.Shape[1] != ws[0].Shape[1] {
@@ -277,6 +284,66 @@ func (m *Model) uploadRows(ws ...model.Weight) (backend.Tensor, error) {
 		return nil, fmt.Errorf("fused %s..: %w", ws[0].Name, err)
 	}
 	return t, nil
+}
+
+// sameDType returns ws with every part in the widest part's dtype: the
+// narrower parts are decoded to f32 and encoded again, so their values
+// gain the wider format's rounding (a Q4_K part re-encoded as Q6_K: that
+// format's error on values already on Q4_K's coarser grid). Backends take
+// one dtype per tensor, and a fused product beats three.
+func sameDType(ws []model.Weight) ([]model.Weight, error) {
+	widest := ws[0]
+	mixed := false
+	for _, w := range ws {
+		mixed = mixed || w.DType != widest.DType
+		if bytesPerValue(w.DType) > bytesPerValue(widest.DType) {
+			widest = w
+		}
+	}
+	if !mixed {
+		return ws, nil
+	}
+	out := make([]model.Weight, len(ws))
+	for i, w := range ws {
+		out[i] = w
+		if w.DType == widest.DType {
+			continue
+		}
+		n, err := backend.NumElements(w.Shape)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", w.Name, err)
+		}
+		vals := make([]float32, n)
+		if err := backend.DequantizeRow(w.DType, w.Data, vals); err != nil {
+			return nil, fmt.Errorf("%s: %w", w.Name, err)
+		}
+		var data []byte
+		switch dt := widest.DType; {
+		case dt.Quantized():
+			data, err = backend.Quantize(dt, vals)
+		case dt == backend.F32:
+			data = f32Bytes(vals)
+		default:
+			data = make([]byte, 2*n)
+			for j, v := range vals {
+				h := backend.F32ToBF16(v)
+				if dt == backend.F16 {
+					h = backend.F32ToF16(v)
+				}
+				binary.LittleEndian.PutUint16(data[2*j:], h)
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: re-encode as %v to fuse with %s: %w", w.Name, widest.DType, widest.Name, err)
+		}
+		out[i] = model.Weight{Name: w.Name, DType: widest.DType, Shape: w.Shape, Data: data}
+	}
+	return out, nil
+}
+
+// bytesPerValue is dt's storage per value (a block's bytes over its size).
+func bytesPerValue(dt backend.DType) float64 {
+	return float64(dt.BlockBytes()) / float64(dt.BlockSize())
 }
 
 // uploadF32 widens small float vectors (norm weights, biases) to F32 and
