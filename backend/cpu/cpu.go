@@ -7,8 +7,8 @@
 // their stored dtype (quantized rows are dequantized tile by tile as they are
 // read), so mmapped weights are never copied or expanded in memory.
 //
-// Activations, logits and Q are F32. Weights may be F32, F16, BF16, Q8_0 or
-// Q4_0; KV caches F32, BF16 or F16. The dtype conversions it uses live with
+// Activations, logits and Q are F32. Weights may be F32, F16, BF16, Q8_0,
+// Q4_0 or the K-quants Q4_K, Q5_K and Q6_K; KV caches F32, BF16 or F16. The dtype conversions it uses live with
 // the dtypes in package backend.
 //
 // The package assumes a little-endian host (amd64, arm64): tensor bytes are

@@ -26,7 +26,8 @@ const xBlockBytes = 256 << 10
 // MatMul implements backend.Backend: out = x . w^T (+ bias), f32 accumulate.
 //
 // Under fusedMaxRows rows it dots x against the stored encoding
-// (decodeDot); above, Q8_0/Q4_0 weights go through the int8 GEMM (gemmQ)
+// (decodeDot; K-quant weights against x quantized as llama.cpp's Q8_K,
+// kquant.go); above, Q8_0/Q4_0 weights go through the int8 GEMM (gemmQ)
 // and the rest through the f32 GEMM (gemm) where the kernel set has
 // them. Without vector kernels, output features are split across
 // workers: each converts tileRows weight rows at a time to f32 (F32
@@ -35,7 +36,7 @@ const xBlockBytes = 256 << 10
 //
 //	out  [n, outFeatures] F32
 //	x    [n, inFeatures] F32
-//	w    [outFeatures, inFeatures] F32, F16, BF16, Q8_0 or Q4_0
+//	w    [outFeatures, inFeatures] F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K or Q6_K
 //	bias [outFeatures] F32, F16 or BF16, or nil
 func (b *Backend) MatMul(out, x, w, bias backend.Tensor) error {
 	const op = "matmul"

@@ -21,7 +21,8 @@
 // write, so launches may use programmatic dependent launch (launch.go).
 //
 // Dtypes: activations BF16 with f32 accumulation; weights BF16, F32 or F16
-// (a BF16 copy made on first use), Q8_0 or Q4_0 (own kernels); KV caches
+// (a BF16 copy made on first use), Q8_0, Q4_0 or the K-quants Q4_K, Q5_K,
+// Q6_K (own kernels); KV caches
 // BF16 for Attention. Decode-shaped products (at most 16 rows) may run on
 // own tensor-core GEMVs, a register one and on sm_90 one fed by the TMA
 // unit, where a per-shape tuner timed them faster than cuBLASLt.

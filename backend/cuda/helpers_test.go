@@ -84,6 +84,12 @@ func encode(dt backend.DType, v []float32) []byte {
 			panic(err)
 		}
 		return b
+	case backend.Q4_K, backend.Q5_K, backend.Q6_K:
+		b, err := backend.Quantize(dt, v)
+		if err != nil {
+			panic(err)
+		}
+		return b
 	}
 	panic(fmt.Sprintf("encode %v", dt))
 }

@@ -34,6 +34,7 @@ var fileParams = map[string][]string{
 	"sample":          {},
 	"copy":            {},
 	"quant":           {"WT", "OT"},
+	"kquant":          {"WT", "OT"},
 	"gemv":            {"NT", "NW", "UR", "OT"},
 	"gemv_bulk":       {"NT", "CW", "CK", "ST", "OT", "MB"},
 }
@@ -282,6 +283,12 @@ func warmSpecs(t tuning) []modSpec {
 		{file: "quant", p: [7]int{int(dtQ8_0), bf}},
 		{file: "quant", p: [7]int{int(dtQ4_0), bf}},
 		{file: "quant", p: [7]int{int(dtQ8_0), f32}},
+		// Q4_K_M files: Q4_K matrices, a Q6_K LM head (or embedding).
+		{file: "kquant", p: [7]int{int(backend.Q4_K), bf}},
+		{file: "kquant", p: [7]int{int(backend.Q6_K), bf}},
+		{file: "kquant", p: [7]int{int(backend.Q6_K), f32}},
+		{file: "embed", p: [7]int{int(backend.Q4_K), bf}},
+		{file: "embed", p: [7]int{int(backend.Q6_K), bf}},
 	}
 	// The GEMV variants the decode tuner times: one and two 8-row tiles,
 	// BF16 out; one tile with F32 out (logits).

@@ -27,14 +27,15 @@ type shadowKey struct {
 // TRANSA=T). F32 and F16 weights are converted once, on first use, to a
 // BF16 copy on the device that lives as long as the weight (cuBLASLt has
 // no mixed-precision F32 x BF16 product; the copy costs half or all of the
-// weight's size again). Q8_0/Q4_0 weights stay quantized: batches of up to
-// 8 rows use a dequantizing GEMV kernel, larger ones dequantize into a
-// pooled BF16 temporary for cuBLASLt. x of another float dtype is converted
+// weight's size again). Q8_0/Q4_0 and K-quant weights stay quantized:
+// batches of up to 8 rows use a dequantizing GEMV kernel (quant.cu,
+// kquant.cu), larger ones dequantize into a pooled BF16 temporary for
+// cuBLASLt. x of another float dtype is converted
 // to BF16 in a temporary. The bias is added by a small kernel.
 //
 //	out  [n, outFeatures] BF16 or F32
 //	x    [n, inFeatures] BF16 (F32, F16 converted)
-//	w    [outFeatures, inFeatures] F32, F16, BF16, Q8_0, Q4_0
+//	w    [outFeatures, inFeatures] F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K
 //	bias [outFeatures] F32, F16, BF16, or nil
 func (b *Backend) MatMul(out, x, w, bias backend.Tensor) error {
 	const op = "matmul"
@@ -115,9 +116,13 @@ func (b *Backend) matmul(o, xt, wt, bt *tensor, n, m, k int, pristine bool) erro
 		if err := b.gemm(o.ptr, yt, xptr, sh, n, m, k, pristine && !fresh); err != nil {
 			return err
 		}
-	case backend.Q8_0, backend.Q4_0:
+	case backend.Q8_0, backend.Q4_0, backend.Q4_K, backend.Q5_K, backend.Q6_K:
+		file, gemv, dequant := "quant", "qgemv", "dequant"
+		if wt.dt.BlockSize() == backend.QK_K {
+			file, gemv, dequant = "kquant", "kgemv", "kdequant"
+		}
 		if n <= qgemvMaxRows {
-			f, err := b.fn(fnKey{modSpec{file: "quant", p: [7]int{int(wt.dt), int(o.dt)}}, "qgemv"})
+			f, err := b.fn(fnKey{modSpec{file: file, p: [7]int{int(wt.dt), int(o.dt)}}, gemv})
 			if err != nil {
 				return err
 			}
@@ -130,11 +135,15 @@ func (b *Backend) matmul(o, xt, wt, bt *tensor, n, m, k int, pristine bool) erro
 				return err
 			}
 			defer b.tmpPut(tmp)
-			f, err := b.fn(fnKey{modSpec{file: "quant", p: [7]int{int(wt.dt), int(o.dt)}}, "dequant"})
+			f, err := b.fn(fnKey{modSpec{file: file, p: [7]int{int(wt.dt), int(o.dt)}}, dequant})
 			if err != nil {
 				return err
 			}
-			if err := b.launch(f, [3]int{b.gridFor(m * k), 1, 1}, 256, 0, tmp, wt.ptr, i32(m), i32(k)); err != nil {
+			threads := m * k // one a value; kdequant takes one a 32-value piece
+			if file == "kquant" {
+				threads /= 32
+			}
+			if err := b.launch(f, [3]int{b.gridFor(threads), 1, 1}, 256, 0, tmp, wt.ptr, i32(m), i32(k)); err != nil {
 				return err
 			}
 			if err := b.gemm(o.ptr, yt, xptr, tmp, n, m, k, false); err != nil {

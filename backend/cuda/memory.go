@@ -144,6 +144,8 @@ func validDType(dt backend.DType) bool {
 	switch dt {
 	case backend.F32, backend.F16, backend.BF16, backend.Q8_0, backend.Q4_0, backend.I32:
 		return true
+	case backend.Q4_K, backend.Q5_K, backend.Q6_K:
+		return true
 	}
 	return false
 }

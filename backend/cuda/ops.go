@@ -60,7 +60,7 @@ func (b *Backend) gridFor(n int) int {
 // Embed implements backend.Backend.
 //
 //	out   [n, dim] F32, F16 or BF16
-//	table [rows, dim] F32, F16, BF16, Q8_0 or Q4_0
+//	table [rows, dim] F32, F16, BF16, Q8_0, Q4_0 or a K-quant
 //	ids   [n] I32
 func (b *Backend) Embed(out, table, ids backend.Tensor) error {
 	const op = "embed"

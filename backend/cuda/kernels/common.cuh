@@ -11,6 +11,10 @@
 #define DT_Q8_0 4
 #define DT_Q4_0 5
 #define DT_I32 6
+// GGML's K-quants (backend/kquant.go): super-blocks of 256 values.
+#define DT_Q4_K 32
+#define DT_Q5_K 33
+#define DT_Q6_K 34
 
 // Device-side input checks report through a flag in host-mapped memory
 // that Backend.Sync reads; codes are bits so several can be seen at once.
@@ -144,17 +148,98 @@ template <> __device__ __forceinline__ float load_q<DT_Q4_0>(const unsigned char
   return d * (float)(q - 8);
 }
 
+// K-quant blocks (backend/kquant.go has the layouts): Q4_K {f16 d, dmin;
+// u8 scales[12]; u8 qs[128]} (144 bytes), Q5_K the same with u8 qh[32]
+// before qs (176), Q6_K {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}
+// (210). Every block size is even, so the f16 fields are 2-byte aligned.
+#define KQ_BYTES(DT) ((DT) == DT_Q4_K ? 144 : (DT) == DT_Q5_K ? 176 : 210)
+
+// k_scale_min unpacks sub-block j's 6-bit scale and min (j < 8) from a
+// Q4_K/Q5_K block's 12 packed bytes s.
+__device__ __forceinline__ void k_scale_min(const unsigned char* s, int j, int* sc, int* m) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *m = s[j + 4] & 63;
+  } else {
+    *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+    *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
+// k_sub32 dequantizes the 32 values 32j..32j+31 (j < 8) of one K-quant
+// block into w. Q4_K/Q5_K: sub-block j, value d*sc*q - dmin*m; its
+// nibbles are the low (j even) or high (j odd) halves of qs[32(j/2)+l],
+// Q5_K's fifth bit bit j of qh[l]. Q6_K: half h = j/4, group g = j%4:
+// the low 4 bits are a nibble of ql[64h+32(g%2)+l] (high for g >= 2), the
+// top 2 bits bits 2g..2g+1 of qh[32h+l], value d*scales[8h+2g+l/16]*(q-32).
+template <int DT> __device__ __forceinline__ void k_sub32(const unsigned char* blk, int j, float* w) {
+  if constexpr (DT == DT_Q6_K) {
+    float d = f16_to_f32(*(const u16*)(blk + 208));
+    int h = j >> 2, g = j & 3;
+    const unsigned char* ql = blk + 64 * h + 32 * (g & 1);
+    const unsigned char* qh = blk + 128 + 32 * h;
+    const signed char* sc = (const signed char*)(blk + 192 + 8 * h + 2 * g);
+    int ls = (g >> 1) * 4, hs = 2 * g;
+    float d0 = d * (float)sc[0], d1 = d * (float)sc[1];
+#pragma unroll
+    for (int l = 0; l < 32; l++) {
+      int q = ((ql[l] >> ls) & 15) | (((qh[l] >> hs) & 3) << 4);
+      w[l] = (l < 16 ? d0 : d1) * (float)(q - 32);
+    }
+  } else {
+    float d = f16_to_f32(*(const u16*)blk), dmin = f16_to_f32(*(const u16*)(blk + 2));
+    int sc, m;
+    k_scale_min(blk + 4, j, &sc, &m);
+    float dl = d * (float)sc, ml = dmin * (float)m;
+    const unsigned char* qs = blk + (DT == DT_Q5_K ? 48 : 16) + 32 * (j >> 1);
+    int s = (j & 1) * 4;
+#pragma unroll
+    for (int l = 0; l < 32; l++) {
+      int q = (qs[l] >> s) & 15;
+      if (DT == DT_Q5_K) q |= ((blk[16 + l] >> j) & 1) << 4;
+      w[l] = dl * (float)q - ml;
+    }
+  }
+}
+
+// Element j of a row of K-quant blocks (one value: embedding rows and the
+// dequantizing copy; the GEMV decodes 32 at a time with k_sub32).
+template <int DT> __device__ __forceinline__ float load_k(const unsigned char* row, int j) {
+  const unsigned char* blk = row + (i64)(j >> 8) * KQ_BYTES(DT);
+  int i = j & 255, sub = i >> 5, l = i & 31;
+  if constexpr (DT == DT_Q6_K) {
+    float d = f16_to_f32(*(const u16*)(blk + 208));
+    int h = sub >> 2, g = sub & 3;
+    int lo = (blk[64 * h + 32 * (g & 1) + l] >> ((g >> 1) * 4)) & 15;
+    int hi = (blk[128 + 32 * h + l] >> (2 * g)) & 3;
+    int sc = ((const signed char*)blk)[192 + 8 * h + 2 * g + (l >> 4)];
+    return d * (float)sc * (float)((lo | (hi << 4)) - 32);
+  } else {
+    float d = f16_to_f32(*(const u16*)blk), dmin = f16_to_f32(*(const u16*)(blk + 2));
+    int sc, m;
+    k_scale_min(blk + 4, sub, &sc, &m);
+    int q = (blk[(DT == DT_Q5_K ? 48 : 16) + 32 * (sub >> 1) + l] >> ((sub & 1) * 4)) & 15;
+    if (DT == DT_Q5_K) q |= ((blk[16 + l] >> sub) & 1) << 4;
+    return d * (float)sc * (float)q - dmin * (float)m;
+  }
+}
+
+#define IS_KQ(DT) ((DT) == DT_Q4_K || (DT) == DT_Q5_K || (DT) == DT_Q6_K)
+
 // Bytes of one row of dim elements of dtype DT.
 template <int DT> __device__ __forceinline__ i64 row_bytes(int dim) {
   if (DT == DT_F32) return (i64)dim * 4;
   if (DT == DT_Q8_0) return (i64)(dim >> 5) * 34;
   if (DT == DT_Q4_0) return (i64)(dim >> 5) * 18;
+  if (IS_KQ(DT)) return (i64)(dim >> 8) * KQ_BYTES(DT);
   return (i64)dim * 2;
 }
 
 // Element j of row r of a [rows, dim] tensor of any dtype.
 template <int DT> __device__ __forceinline__ float load_row(const void* base, i64 r, int dim, int j) {
-  if constexpr (DT == DT_Q8_0 || DT == DT_Q4_0) {
+  if constexpr (IS_KQ(DT)) {
+    return load_k<DT>((const unsigned char*)base + r * row_bytes<DT>(dim), j);
+  } else if constexpr (DT == DT_Q8_0 || DT == DT_Q4_0) {
     return load_q<DT>((const unsigned char*)base + r * row_bytes<DT>(dim), j);
   } else {
     return load_f<DT>(base, r * dim + j);
