@@ -57,6 +57,11 @@ func dotQ4VNNI(xq *int8, xs *float32, w *byte, nb int) float32
 func dotQ8AVX2(xq *int8, xs *float32, w *byte, nb int) float32
 func dotQ4AVX2(xq *int8, xs *float32, w *byte, nb int) float32
 
+// The K-quant dots (AVX2, also in the AVX-512 set).
+func dotQ4KAVX2(w *byte, xq *int8, xd *float32, xs *int16, nb int) float32
+func dotQ5KAVX2(w *byte, xq *int8, xd *float32, xs *int16, nb int) float32
+func dotQ6KAVX2(w *byte, xq *int8, xd *float32, xs *int16, nb int) float32
+
 // kernelSets lists the vector kernel sets this CPU can run, best first,
 // and the pure-Go set last.
 func kernelSets() []kernels {
@@ -76,6 +81,7 @@ func kernelSets() []kernels {
 			nr:        32, lanes: 16,
 			dotF32: dotF32Z, dotF16: dotF16Z, dotBF16: dotBF16Z,
 			dotQ8: dotQ8VNNI, dotQ4: dotQ4VNNI,
+			dotQ4K: dotQ4KAVX2, dotQ5K: dotQ5KAVX2, dotQ6K: dotQ6KAVX2,
 			expSum: expSumZ,
 		})
 	}
@@ -86,6 +92,7 @@ func kernelSets() []kernels {
 			nr:   16, lanes: 8,
 			dotF32: dotF32Y, dotF16: dotF16Y, dotBF16: dotBF16Y,
 			dotQ8: dotQ8AVX2, dotQ4: dotQ4AVX2,
+			dotQ4K: dotQ4KAVX2, dotQ5K: dotQ5KAVX2, dotQ6K: dotQ6KAVX2,
 			gemmQ:     []quantGemmKernel{gemmQY1, gemmQY2, gemmQY3, gemmQY4, gemmQY5},
 			nrQ:       8,
 			quantRows: quantQ8Y,

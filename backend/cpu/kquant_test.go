@@ -75,15 +75,36 @@ func TestQuantizeQ8K(t *testing.T) {
 // TestKDot checks every kernel set's K-quant dot products against the
 // exact product of the decoded weights with the decoded Q8_K activations
 // (f64): the integer sums leave only f32 rounding of the scaled block
-// sums.
+// sums. The weights are quantized random values, or random bytes (any
+// scale and value codes, Q6_K's scale -128 included) with the f16 block
+// scales kept small and finite.
 func TestKDot(t *testing.T) {
 	r := newRand(t)
 	for _, set := range kernelSets() {
 		for _, dt := range kDTypes {
-			for _, nb := range []int{1, 3, 16} {
-				t.Run(fmt.Sprintf("%s/%v/nb=%d", set.name, dt, nb), func(t *testing.T) {
+			for _, c := range []struct {
+				nb  int
+				raw bool
+			}{{1, false}, {3, false}, {16, false}, {2, true}, {5, true}} {
+				t.Run(fmt.Sprintf("%s/%v/nb=%d/raw=%v", set.name, dt, c.nb, c.raw), func(t *testing.T) {
+					nb := c.nb
 					n := nb * qkK
 					w := encode(t, dt, randFloats(r, n, 0.5))
+					if c.raw {
+						for i := range w {
+							w[i] = byte(r.Uint32())
+						}
+						bb := dt.BlockBytes()
+						for blk := range nb {
+							// f16 exponent field 0..15: magnitudes under 2.
+							if dt == backend.Q6_K {
+								w[blk*bb+209] &= 0xbb
+							} else {
+								w[blk*bb+1] &= 0xbb
+								w[blk*bb+3] &= 0xbb
+							}
+						}
+					}
 					x := randFloats(r, n, 1)
 					q, d, s := make([]int8, n), make([]float32, nb), make([]int16, nb*16)
 					quantizeQ8K(x, q, d, s)

@@ -68,6 +68,9 @@ func main() {
 	}
 	g.quantZ()
 	g.quantY()
+	g.dotKMin(false)
+	g.dotKMin(true)
+	g.dotQ6K()
 	if err := os.WriteFile(*out, g.Bytes(), 0o644); err != nil {
 		log.Fatal(err)
 	}
