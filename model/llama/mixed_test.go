@@ -1,6 +1,8 @@
 package llama
 
 import (
+	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -97,5 +99,94 @@ func TestSameDType(t *testing.T) {
 	same, err := sameDType([]model.Weight{a, a})
 	if err != nil || &same[0].Data[0] != &q4[0] {
 		t.Errorf("one dtype: parts re-encoded (%v)", err)
+	}
+}
+
+// TestKQuantModel runs a model of K-quant weights (widths of whole
+// 256-value super-blocks; the 64-wide attention output stays F32) whose
+// first layer's V projection is Q6_K beside Q4_K Q and K, as llama.cpp's
+// Q4_K_M stores it, and the LM head Q6_K: prefill and two decode steps
+// (the CPU's Q8_K decode products) against a twin holding the decoded
+// values in F32 (Q and K of the first layer as the fused group holds
+// them: re-encoded as Q6_K). The tolerance is for the Q8_K rounding of
+// the decode products (the LM head's in every step): max|x|/254 per
+// element over 256-value blocks, about 2% of these random logits after
+// two layers, where a wrong layout gives errors of order 1.
+func TestKQuantModel(t *testing.T) {
+	f := loadFixtures(t)[0]
+	cfg := f.cfg
+	cfg.Hidden, cfg.Intermediate, cfg.NumLayers, cfg.TieEmbeddings = 256, 512, 2, false
+	r := rand.New(rand.NewPCG(8, 8))
+	kq, twin := memWeights{}, memWeights{}
+	for _, s := range model.ExpectedWeights(cfg) {
+		n, err := backend.NumElements(s.Shape)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vals := make([]float32, n)
+		for i := range vals {
+			if s.Matrix {
+				vals[i] = float32(r.NormFloat64() / math.Sqrt(float64(s.Shape[len(s.Shape)-1])))
+			} else {
+				vals[i] = 1 + float32(r.NormFloat64()*0.1)
+			}
+		}
+		w := model.Weight{Name: s.Name, DType: backend.F32, Shape: s.Shape, Data: f32Bytes(vals)}
+		twin[s.Name] = w
+		dt := backend.Q4_K
+		if s.Name == model.NameLMHead || s.Name == model.LayerName(0, model.SuffixV) {
+			dt = backend.Q6_K
+		}
+		if !s.Matrix || s.Shape[len(s.Shape)-1]%backend.QK_K != 0 {
+			kq[s.Name] = w
+			continue
+		}
+		q, err := backend.Quantize(dt, vals)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kq[s.Name] = model.Weight{Name: s.Name, DType: dt, Shape: s.Shape, Data: q}
+		if err := backend.DequantizeRow(dt, q, vals); err != nil {
+			t.Fatal(err)
+		}
+		twin[s.Name] = model.Weight{Name: s.Name, DType: backend.F32, Shape: s.Shape, Data: f32Bytes(vals)}
+	}
+	// The fused first-layer group holds Q and K re-encoded as Q6_K.
+	for _, suffix := range []string{model.SuffixQ, model.SuffixK} {
+		name := model.LayerName(0, suffix)
+		w := twin[name]
+		vals := make([]float32, len(w.Data)/4)
+		if err := backend.DequantizeRow(backend.F32, w.Data, vals); err != nil {
+			t.Fatal(err)
+		}
+		q, err := backend.Quantize(backend.Q6_K, vals)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := backend.DequantizeRow(backend.Q6_K, q, vals); err != nil {
+			t.Fatal(err)
+		}
+		twin[name] = model.Weight{Name: name, DType: backend.F32, Shape: w.Shape, Data: f32Bytes(vals)}
+	}
+	b := cpu.New(cpu.Options{})
+	prompt := make([]int32, 40)
+	for i := range prompt {
+		prompt[i] = int32(r.IntN(cfg.VocabSize))
+	}
+	run := func(w model.Weights) [][]float32 {
+		m := newModel(t, b, cfg, w)
+		defer m.Close()
+		h := newHarness(t, b, m, b.ActDType(), blockSize, numBlocks, rand.New(rand.NewPCG(9, 9)))
+		defer h.close()
+		s := &seq{tokens: append(append([]int32(nil), prompt...), 7, 11)}
+		out := [][]float32{h.step([]work{{s: s, n: len(prompt)}})[0][0]}
+		for range 2 {
+			out = append(out, h.step([]work{{s: s, n: 1}})[0][0])
+		}
+		return out
+	}
+	got, want := run(kq), run(twin)
+	for i := range want {
+		t.Logf("step %d: relative error %.3g", i, checkLogits(t, fmt.Sprintf("step %d", i), got[i], want[i], 5e-2))
 	}
 }
