@@ -56,6 +56,9 @@ type Backend struct {
 	// xk holds the per-16 sums of x quantized for the K-quant products
 	// (quantizeQ8K; xq and xs hold its values and scales).
 	xk []int16
+	// kMins and kSums are gemmK's scratch: the weight's sub-block mins,
+	// x's scaled block sums and their product.
+	kMins, kSums []float32
 }
 
 var _ backend.Backend = (*Backend)(nil)

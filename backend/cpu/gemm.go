@@ -234,6 +234,10 @@ func (b *Backend) quantizeRows(x []float32, n, inF int) ([]int8, []uint32) {
 // vpdpbusd; 0: signed), then the nr block scales as f32. Features from
 // cols to nr get zero scales, so they contribute nothing.
 func packQPanel(panel []byte, w *tensor, rowBytes, o0, cols, nr, nb int, flip byte) {
+	if w.dt == backend.Q4_K || w.dt == backend.Q5_K {
+		packKPanel(panel, w, rowBytes, o0, cols, nr, nb, flip)
+		return
+	}
 	f16 := backend.F16Table()
 	blkBytes := w.dt.BlockBytes()
 	stride := nr * qPanelBlockBytes

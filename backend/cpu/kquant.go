@@ -212,3 +212,97 @@ func dotQ6K(w *byte, xq *int8, xd *float32, xs *int16, nb int) float32 {
 	}
 	return sum
 }
+
+// gemmK computes out = x . w^T for Q4_K and Q5_K weights through the int8
+// GEMM: a sub-block j of 32 values is d*sc_j*q - dmin*m_j with q unsigned,
+// so x . w is the int8 product of x (quantized per 32 values, as for
+// Q8_0) with the codes q at block scale d*sc_j (gemmQ, whose panels
+// packKPanel fills), minus sum_j dmin*m_j * xsum_j, where xsum_j is the
+// sum of x's quantized block j times its scale: a product 32 times
+// smaller, [n, inF/32] . [outF, inF/32]^T, run through the f32 GEMM. The
+// result differs from the f32 product by the quantization of x, at most
+// sum over 32-value blocks of d_x/2 * sum|w|.
+func (b *Backend) gemmK(out, x []float32, w *tensor, n, inF, outF int) {
+	b.gemmQ(out, x, w, n, inF, outF)
+	nb := inF / qk
+	if cap(b.kMins) < outF*nb {
+		b.kMins = make([]float32, outF*nb)
+	}
+	if cap(b.kSums) < n*nb+n*outF {
+		b.kSums = make([]float32, n*nb+n*outF)
+	}
+	mins, sums, minus := b.kMins[:outF*nb], b.kSums[:n*nb], b.kSums[n*nb:n*nb+n*outF]
+	rowBytes := w.rowBytes()
+	bb := w.dt.BlockBytes()
+	f16 := backend.F16Table()
+	b.parallel(outF, b.grainFor(outF, minWork/(8*nb)), func(_, lo, hi int) {
+		for o := lo; o < hi; o++ {
+			row := w.data[o*rowBytes : (o+1)*rowBytes]
+			for blk := range inF / qkK {
+				src := row[blk*bb : (blk+1)*bb]
+				dmin := f16[binary.LittleEndian.Uint16(src[2:])]
+				for j := range 8 {
+					_, m := backend.KScaleMin(src[4:16], j)
+					mins[o*nb+blk*8+j] = dmin * float32(m)
+				}
+			}
+		}
+	})
+	// quantizeRows left each block's scale and -128 times its sum of q in b.xm.
+	xm := b.xm[:2*n*nb]
+	for i := range sums {
+		sums[i] = math.Float32frombits(xm[2*i]) * float32(-int32(xm[2*i+1])/128)
+	}
+	mt := &tensor{dt: backend.F32, shape: []int{outF, nb}, data: unsafe.Slice((*byte)(unsafe.Pointer(&mins[0])), 4*len(mins))}
+	b.gemm(minus, sums, mt, n, nb, outF)
+	for i, v := range minus {
+		out[i] -= v
+	}
+}
+
+// packKPanel is packQPanel for Q4_K and Q5_K rows: each 32-value
+// sub-block j becomes a block of the unsigned codes q (plus flip, which
+// cannot carry: q < 32) at scale d*sc_j; the mins are gemmK's.
+func packKPanel(panel []byte, w *tensor, rowBytes, o0, cols, nr, nb int, flip byte) {
+	f16 := backend.F16Table()
+	bb := w.dt.BlockBytes()
+	five := w.dt == backend.Q5_K
+	stride := nr * qPanelBlockBytes
+	flip32 := uint32(flip) * 0x01010101
+	le := binary.LittleEndian
+	for j := range nr {
+		if j >= cols {
+			for blk := range nb {
+				base := blk*stride + 4*j
+				for grp := range 8 {
+					le.PutUint32(panel[base+grp*4*nr:], 0)
+				}
+				le.PutUint32(panel[base+qk*nr:], 0)
+			}
+			continue
+		}
+		row := w.data[(o0+j)*rowBytes : (o0+j+1)*rowBytes]
+		for sb := range nb / 8 {
+			src := row[sb*bb : (sb+1)*bb]
+			d := f16[le.Uint16(src)]
+			qs, qh := src[16:144], []byte(nil)
+			if five {
+				qh, qs = src[16:48], src[48:176]
+			}
+			for s := range 8 {
+				sc, _ := backend.KScaleMin(src[4:16], s)
+				q := qs[32*(s/2) : 32*(s/2)+32]
+				shift := uint(4 * (s & 1))
+				base := (sb*8+s)*stride + 4*j
+				for grp := range 8 {
+					v := le.Uint32(q[4*grp:]) >> shift & 0x0f0f0f0f
+					if five {
+						v |= (le.Uint32(qh[4*grp:]) >> uint(s) & 0x01010101) << 4
+					}
+					le.PutUint32(panel[base+grp*4*nr:], v|flip32)
+				}
+				le.PutUint32(panel[base+qk*nr:], math.Float32bits(d*float32(sc)))
+			}
+		}
+	}
+}

@@ -124,9 +124,10 @@ func TestKDot(t *testing.T) {
 }
 
 // TestMatMulKQuant runs MatMul with K-quant weights on fresh random
-// inputs through every kernel set, decode (Q8_K activations: the f64
-// product of the decoded weights plus the rounding bound) and prefill
-// shapes, against the f64 product of x with the decoded weights.
+// inputs through every kernel set, decode (Q8_K activations) and prefill
+// shapes (Q4_K/Q5_K through the int8 GEMM, gemmK, where the set has it;
+// Q6_K dequantizing into the f32 GEMM), against the f64 product of x with
+// the decoded weights plus the bound of x's quantization.
 func TestMatMulKQuant(t *testing.T) {
 	r := newRand(t)
 	shapes := []struct{ n, in, out int }{
@@ -151,11 +152,15 @@ func TestMatMulKQuant(t *testing.T) {
 						}
 						wref := decodeRef(t, dt, wb, sh.out*sh.in)
 						want, scale := refMatMul(widen(x), wref, decodeRef(t, backend.F32, bb, sh.out), sh.n, sh.in, sh.out)
-						if sh.n < fusedMaxRows {
-							q := quantBoundK(x, wref, sh.n, sh.in, sh.out)
-							for i := range scale {
-								scale[i] += q[i] / 1e-5
-							}
+						var q []float64
+						switch {
+						case sh.n < fusedMaxRows:
+							q = quantBoundK(x, wref, sh.n, sh.in, sh.out)
+						case set.gemmQ != nil && set.gemm != nil && (dt == backend.Q4_K || dt == backend.Q5_K):
+							q = quantBound(x, wref, sh.n, sh.in, sh.out) // gemmK: x per 32 values
+						}
+						for i := range q {
+							scale[i] += q[i] / 1e-5
 						}
 						checkClose(t, "out", readF32(t, b, ot), want, scale, 1e-5, 1e-30)
 					})
@@ -205,6 +210,34 @@ func BenchmarkKDot(b *testing.B) {
 				for b.Loop() {
 					kd(&w[0], &q[0], &d[0], &s[0], nb)
 				}
+			})
+		}
+	}
+}
+
+// BenchmarkMatMulKQuant times K-quant decode (Q8_K integer dots) and
+// prefill (dequantized panels through the f32 GEMM) products beside
+// Q8_0 and Q4_0 (the int8 GEMM) at one 4096-square shape.
+func BenchmarkMatMulKQuant(bm *testing.B) {
+	r := newRand(bm)
+	for _, sh := range []struct{ n, in, out int }{{1, 4096, 4096}, {64, 4096, 4096}} {
+		w := randFloats(r, sh.out*sh.in, 0.02)
+		for _, dt := range append([]backend.DType{backend.Q8_0, backend.Q4_0}, kDTypes...) {
+			wb := encode(bm, dt, w)
+			bm.Run(fmt.Sprintf("%v/n=%d/%dx%d", dt, sh.n, sh.out, sh.in), func(bm *testing.B) {
+				b := New(Options{})
+				wt := upload(bm, b, dt, []int{sh.out, sh.in}, wb)
+				xt := uploadF32(bm, b, randFloats(r, sh.n*sh.in, 1), sh.n, sh.in)
+				ot := alloc(bm, b, backend.F32, sh.n, sh.out)
+				bm.ReportAllocs()
+				for bm.Loop() {
+					if err := b.MatMul(ot, xt, wt, nil); err != nil {
+						bm.Fatal(err)
+					}
+				}
+				sec := bm.Elapsed().Seconds()
+				bm.ReportMetric(float64(len(wb))*float64(bm.N)/sec/1e9, "weightGB/s")
+				bm.ReportMetric(2*float64(sh.n*sh.in*sh.out)*float64(bm.N)/sec/1e9, "GFLOP/s")
 			})
 		}
 	}

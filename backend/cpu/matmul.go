@@ -89,6 +89,11 @@ func (b *Backend) MatMul(out, x, w, bias backend.Tensor) error {
 		addBias(os, bv, n, outF)
 		return nil
 	}
+	if b.k.gemmQ != nil && b.k.gemm != nil && (wt.dt == backend.Q4_K || wt.dt == backend.Q5_K) {
+		b.gemmK(os, xs, wt, n, inF, outF)
+		addBias(os, bv, n, outF)
+		return nil
+	}
 	if b.k.gemmQ != nil && (wt.dt == backend.Q8_0 || wt.dt == backend.Q4_0) {
 		b.gemmQ(os, xs, wt, n, inF, outF)
 		addBias(os, bv, n, outF)
