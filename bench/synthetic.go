@@ -18,15 +18,15 @@ import (
 // chunkElems is the unit of parallel generation: each chunk of a tensor
 // draws from its own generator seeded by (tensor, chunk index), so the bytes
 // do not depend on how many goroutines made them. A multiple of the
-// quantization block (32).
+// quantization blocks (32, and the K-quants' 256).
 const chunkElems = 1 << 16
 
 // SyntheticWeights returns deterministic random weights of cfg's shapes,
 // generated on first use of each tensor (Tensor) and kept until Close, so a
 // benchmark needs no checkpoint and no download.
 //
-// Projections and embeddings are stored in dt (BF16, F16, F32, Q8_0 or
-// Q4_0) with roughly normal values of standard deviation 1/sqrt(fan_in),
+// Projections and embeddings are stored in dt (BF16, F16, F32, Q8_0,
+// Q4_0 or a K-quant) with roughly normal values of standard deviation 1/sqrt(fan_in),
 // which keeps activations of every layer at unit scale; norm weights are
 // 1 + N(0, 0.05^2) and biases N(0, 0.02^2), stored as BF16 (F32/F16 when dt
 // is). The same (cfg, dt, seed) gives the same bytes on every machine.
@@ -68,12 +68,12 @@ func newSynthetic(cfg model.Config, dt backend.DType, seed uint64, workers int) 
 	}
 	var small backend.DType // dtype of norms and biases
 	switch dt {
-	case backend.BF16, backend.Q8_0, backend.Q4_0:
+	case backend.BF16, backend.Q8_0, backend.Q4_0, backend.Q4_K, backend.Q5_K, backend.Q6_K:
 		small = backend.BF16
 	case backend.F32, backend.F16:
 		small = dt
 	default:
-		return nil, fmt.Errorf("synthetic weights: dtype %v not supported (BF16, F16, F32, Q8_0, Q4_0)", dt)
+		return nil, fmt.Errorf("synthetic weights: dtype %v not supported (BF16, F16, F32, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K)", dt)
 	}
 	w := &synthWeights{seed: seed, workers: max(1, workers), tensors: map[string]*synthTensor{}}
 	for _, s := range model.ExpectedWeights(cfg) {
@@ -248,14 +248,8 @@ func encodeChunk(data []byte, dt backend.DType, lo int, vals []float32) error {
 		for i, v := range vals {
 			le.PutUint16(data[2*(lo+i):], backend.F32ToF16(v))
 		}
-	case backend.Q8_0, backend.Q4_0:
-		var q []byte
-		var err error
-		if dt == backend.Q8_0 {
-			q, err = backend.QuantizeQ8_0(vals)
-		} else {
-			q, err = backend.QuantizeQ4_0(vals)
-		}
+	case backend.Q8_0, backend.Q4_0, backend.Q4_K, backend.Q5_K, backend.Q6_K:
+		q, err := backend.Quantize(dt, vals)
 		if err != nil {
 			return err
 		}

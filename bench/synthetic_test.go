@@ -76,8 +76,15 @@ func TestSyntheticDeterministic(t *testing.T) {
 func TestSyntheticEncodings(t *testing.T) {
 	cfg := tinyConfig(false, false)
 	cfg.Intermediate = 2176
-	ref := mustSynthetic(t, cfg, backend.F32, 3)
-	for _, dt := range []backend.DType{backend.BF16, backend.F16, backend.Q8_0, backend.Q4_0} {
+	// The K-quants need rows of whole 256-value blocks: every width 256.
+	kcfg := tinyConfig(false, false)
+	kcfg.Hidden, kcfg.Intermediate, kcfg.NumHeads, kcfg.NumKVHeads, kcfg.HeadDim = 256, 512, 4, 4, 64
+	for _, dt := range []backend.DType{backend.BF16, backend.F16, backend.Q8_0, backend.Q4_0, backend.Q4_K, backend.Q5_K, backend.Q6_K} {
+		cfg := cfg
+		if dt.BlockSize() == backend.QK_K {
+			cfg = kcfg
+		}
+		ref := mustSynthetic(t, cfg, backend.F32, 3)
 		t.Run(dt.String(), func(t *testing.T) {
 			w := mustSynthetic(t, cfg, dt, 3)
 			for _, spec := range model.ExpectedWeights(cfg) {
@@ -105,6 +112,8 @@ func TestSyntheticEncodings(t *testing.T) {
 					want, _ = backend.QuantizeQ8_0(vals)
 				case backend.Q4_0:
 					want, _ = backend.QuantizeQ4_0(vals)
+				default:
+					want, _ = backend.Quantize(dt, vals)
 				}
 				if got.DType != dt || !bytes.Equal(got.Data, want) {
 					t.Errorf("%s (%v): bytes differ from the reference encoding of the F32 weights", spec.Name, got.DType)

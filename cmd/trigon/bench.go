@@ -33,6 +33,7 @@ func benchCmd() *cobra.Command {
 // weightDTypes are the --dtype values of bench latency.
 var weightDTypes = map[string]backend.DType{
 	"bf16": backend.BF16, "f16": backend.F16, "f32": backend.F32, "q8_0": backend.Q8_0, "q4_0": backend.Q4_0,
+	"q4_k": backend.Q4_K, "q5_k": backend.Q5_K, "q6_k": backend.Q6_K,
 }
 
 // syntheticWeights makes the --arch, --dtype, --seed weights of a
@@ -40,7 +41,7 @@ var weightDTypes = map[string]backend.DType{
 func syntheticWeights(arch, dtype string, seed uint64, onDevice bool) (model.Config, model.Weights, error) {
 	dt, ok := weightDTypes[strings.ToLower(dtype)]
 	if !ok {
-		return model.Config{}, nil, fmt.Errorf("--dtype %q: want bf16, f16, f32, q8_0 or q4_0", dtype)
+		return model.Config{}, nil, fmt.Errorf("--dtype %q: want bf16, f16, f32, q8_0, q4_0, q4_k, q5_k or q6_k", dtype)
 	}
 	cfg, err := bench.Arch(arch)
 	if err != nil {
@@ -164,7 +165,7 @@ func benchLatencyCmd() *cobra.Command {
 	fl := cmd.Flags()
 	fl.StringVar(&arch, "arch", bench.ArchDefault, "architecture of the synthetic weights: a preset name or a config.json path")
 	fl.StringVarP(&modelPath, "model", "m", "", "time this checkpoint (HF directory or .gguf) instead of synthetic weights")
-	fl.StringVar(&dtype, "dtype", "bf16", "synthetic weight dtype: bf16, f16, f32, q8_0 or q4_0 (not with --model)")
+	fl.StringVar(&dtype, "dtype", "bf16", "synthetic weight dtype: bf16, f16, f32, q8_0, q4_0, q4_k, q5_k or q6_k (not with --model)")
 	fl.IntVar(&batch, "batch", 1, "sequences decoded together")
 	fl.IntVar(&inputLen, "input-len", 512, "prompt tokens per sequence")
 	fl.IntVar(&outputLen, "output-len", 128, "generated tokens per sequence, the prefill's included")
@@ -253,7 +254,7 @@ func benchOverlapCmd() *cobra.Command {
 	df.register(cmd)
 	fl := cmd.Flags()
 	fl.StringVar(&arch, "arch", bench.ArchDefault, "architecture of the synthetic weights: a preset name or a config.json path")
-	fl.StringVar(&dtype, "dtype", "bf16", "synthetic weight dtype: bf16, f16, f32, q8_0 or q4_0")
+	fl.StringVar(&dtype, "dtype", "bf16", "synthetic weight dtype: bf16, f16, f32, q8_0, q4_0, q4_k, q5_k or q6_k")
 	fl.IntVar(&batch, "batch", 4, "sequences decoding when the prompt arrives")
 	fl.IntVar(&contextLen, "context", 2048, "their context in tokens")
 	fl.IntVar(&promptLen, "prompt-len", 2048, "tokens of the arriving prompt")
