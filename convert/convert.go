@@ -50,14 +50,14 @@ func ParseType(s string) (backend.DType, error) {
 	case "q6_k":
 		return backend.Q6_K, nil
 	}
-	return 0, fmt.Errorf("unknown type %q: want f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, q4_k_m or q5_k_m", s)
+	return 0, fmt.Errorf("unknown type %q: want f32, f16, bf16, q8_0, q4_0, q4_k, q5_k or q6_k", s)
 }
 
 // Options of a conversion.
 type Options struct {
 	Type backend.DType // target type of matrices
 	// KMix raises some matrices of a Q4_K or Q5_K target to Q6_K by
-	// llama.cpp's rule for its _M files (kmixType).
+	// llama.cpp's rule for its _M files (tensorType).
 	KMix bool
 	Name string // general.name; default: the source's base name
 }
@@ -168,7 +168,7 @@ func Write(out io.Writer, cfg model.Config, w model.Weights, tok *tokenizer.Toke
 		if !ok || model.IsKVScale(name) { // GGUF has no name for FP8 KV scales
 			continue
 		}
-		target, err := tensorType(cfg, name, src.Shape, opts)
+		target, err := tensorType(cfg, name, opts)
 		if err != nil {
 			return rep, err
 		}

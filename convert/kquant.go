@@ -19,7 +19,10 @@ func ParseTarget(s string) (backend.DType, bool, error) {
 		return backend.Q5_K, true, nil
 	}
 	dt, err := ParseType(s)
-	return dt, false, err
+	if err != nil {
+		return 0, false, fmt.Errorf("unknown type %q: want f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, q4_k_m or q5_k_m", s)
+	}
+	return dt, false, nil
 }
 
 // tensorType is the type Write stores matrix name (an HF tensor name) in,
@@ -28,7 +31,7 @@ func ParseTarget(s string) (backend.DType, bool, error) {
 // head (the embedding when the head is tied to it, as llama.cpp gives the
 // tensor that serves as output), and for the V projection and the MLP
 // down projection of the layers kmixMoreBits picks; opts.Type elsewhere.
-func tensorType(cfg model.Config, name string, shape []int, opts Options) (backend.DType, error) {
+func tensorType(cfg model.Config, name string, opts Options) (backend.DType, error) {
 	if !opts.KMix {
 		return opts.Type, nil
 	}
