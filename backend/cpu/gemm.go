@@ -115,8 +115,12 @@ func (b *Backend) decodeDot(dt backend.DType, x []float32, n, inF int) func(i in
 			break
 		}
 		nb := inF / qk
+		// Grown apart: the K-quant products keep fewer scales (kquantDot).
 		if cap(b.xq) < n*inF {
-			b.xq, b.xs = make([]int8, n*inF), make([]float32, n*nb)
+			b.xq = make([]int8, n*inF)
+		}
+		if cap(b.xs) < n*nb {
+			b.xs = make([]float32, n*nb)
 		}
 		xq, xs := b.xq[:n*inF], b.xs[:n*nb]
 		quantizeQ8(x[:n*inF], xq, xs)

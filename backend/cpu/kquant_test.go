@@ -242,3 +242,34 @@ func BenchmarkMatMulKQuant(bm *testing.B) {
 		}
 	}
 }
+
+// TestMatMulKQuantThenQ8 runs decode products of K-quant and then Q8_0
+// and Q4_0 weights on one Backend (GGUF mixes fall back to Q8_0 where rows
+// are not whole super-blocks): the activation scratch the K-quant path
+// sized per 256 values must serve the per-32 paths too.
+func TestMatMulKQuantThenQ8(t *testing.T) {
+	r := newRand(t)
+	for _, set := range kernelSets() {
+		t.Run(set.name, func(t *testing.T) {
+			b := newWithKernels(Options{Threads: 2}, set)
+			const n, in, out = 2, 512, 16
+			x := randFloats(r, n*in, 1)
+			xt := uploadF32(t, b, x, n, in)
+			for _, dt := range []backend.DType{backend.Q4_K, backend.Q8_0, backend.Q6_K, backend.Q4_0} {
+				wb := encode(t, dt, randFloats(r, out*in, 0.5))
+				wt := upload(t, b, dt, []int{out, in}, wb)
+				ot := alloc(t, b, backend.F32, n, out)
+				if err := b.MatMul(ot, xt, wt, nil); err != nil {
+					t.Fatal(err)
+				}
+				wref := decodeRef(t, dt, wb, out*in)
+				want, scale := refMatMul(widen(x), wref, nil, n, in, out)
+				q := quantBoundK(x, wref, n, in, out)
+				for i := range scale {
+					scale[i] += q[i] / 1e-5
+				}
+				checkClose(t, dt.String(), readF32(t, b, ot), want, scale, 1e-5, 1e-30)
+			}
+		})
+	}
+}
