@@ -191,13 +191,21 @@ template <int DT> __device__ __forceinline__ void k_sub32(const unsigned char* b
     int sc, m;
     k_scale_min(blk + 4, j, &sc, &m);
     float dl = d * (float)sc, ml = dmin * (float)m;
-    const unsigned char* qs = blk + (DT == DT_Q5_K ? 48 : 16) + 32 * (j >> 1);
+    // Word loads: Q4_K/Q5_K blocks (144, 176 bytes) keep qs and qh 4-byte
+    // aligned wherever the row starts are (the tensor's base, rows of
+    // whole blocks).
+    const u32* qs = (const u32*)(blk + (DT == DT_Q5_K ? 48 : 16) + 32 * (j >> 1));
+    const u32* qh = (const u32*)(blk + 16);
     int s = (j & 1) * 4;
 #pragma unroll
-    for (int l = 0; l < 32; l++) {
-      int q = (qs[l] >> s) & 15;
-      if (DT == DT_Q5_K) q |= ((blk[16 + l] >> j) & 1) << 4;
-      w[l] = dl * (float)q - ml;
+    for (int c = 0; c < 8; c++) {
+      u32 v = qs[c] >> s;
+      u32 hb = DT == DT_Q5_K ? qh[c] >> j : 0u;
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        int q = (int)((v >> (8 * e)) & 15u) | (int)(((hb >> (8 * e)) & 1u) << 4);
+        w[4 * c + e] = dl * (float)q - ml;
+      }
     }
   }
 }
