@@ -1,8 +1,11 @@
 package backend
 
 import (
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"math"
+	"os"
 	"testing"
 )
 
@@ -183,5 +186,60 @@ func TestKQuantDType(t *testing.T) {
 		if _, err := c.dt.RowBytes(320); err == nil {
 			t.Errorf("%v: a row of 320 has no error", c.dt)
 		}
+	}
+}
+
+// TestKQuantLlamaCpp decodes blocks that llama.cpp's reference quantizers
+// wrote (testdata/kquant-llamacpp.json, from
+// tools/cpubench/llama_kquant_fixture.py) and expects the values
+// llama.cpp's dequantizers gave, bit for bit (both compute d*sc*q - dmin*m
+// and d*scale*(q-32) in the same f32 steps); and quantizes the same
+// input, expecting an error near that of llama.cpp's reference quantizer
+// (within a third more; measured about equal).
+func TestKQuantLlamaCpp(t *testing.T) {
+	raw, err := os.ReadFile("testdata/kquant-llamacpp.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fx map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fx); err != nil {
+		t.Fatal(err)
+	}
+	var input []float32
+	if err := json.Unmarshal(fx["input"], &input); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range kQuants {
+		t.Run(c.dt.String(), func(t *testing.T) {
+			var ref struct {
+				Blocks string    `json:"blocks"`
+				Values []float32 `json:"values"`
+			}
+			if err := json.Unmarshal(fx[c.dt.String()], &ref); err != nil {
+				t.Fatal(err)
+			}
+			blocks, err := hex.DecodeString(ref.Blocks)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make([]float32, len(ref.Values))
+			if err := DequantizeRow(c.dt, blocks, got); err != nil {
+				t.Fatal(err)
+			}
+			checkClose(t, "llama.cpp's blocks", got, widen(ref.Values), nil, 0, 0)
+			ours, err := c.quantize(input)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dq := make([]float32, len(input))
+			if err := DequantizeRow(c.dt, ours, dq); err != nil {
+				t.Fatal(err)
+			}
+			e, el := relNorm(dq, widen(input)), relNorm(ref.Values, widen(input))
+			t.Logf("relative error: trigon %.4f, llama.cpp %.4f", e, el)
+			if e > el*4/3 {
+				t.Errorf("relative error %.4f, llama.cpp's %.4f", e, el)
+			}
+		})
 	}
 }
