@@ -224,47 +224,58 @@ const scaleSearchSteps = 8
 // fitScaleMin fits x by scale*q - min with q integers in [0, nmax] and
 // min >= 0 (the lowest value, or 0 when every value is positive): for a
 // few grids around the one spanning [min(x,0), max(x)] it rounds x to the
-// grid, fits scale and min to those q by least squares, and keeps the
-// pair of smallest squared error.
+// grid, fits scale and min to those q by weighted least squares, and keeps
+// the pair of smallest weighted squared error. Value l weighs rms(x) +
+// |x_l|: large weights matter more to a layer's output than their share
+// of the plain squared error says (this weighting is llama.cpp's, and
+// measurably lowers the perplexity of a quantized model).
 func fitScaleMin(x []float32, nmax int) (scale, minv float32) {
 	lo, hi := x[0], x[0]
+	var sumSq float64
 	for _, v := range x {
 		lo, hi = min(lo, v), max(hi, v)
+		sumSq += float64(v) * float64(v)
 	}
 	lo = min(lo, 0)
 	if hi == lo {
 		return 0, -lo
 	}
-	n := float64(len(x))
+	rms := math.Sqrt(sumSq / float64(len(x)))
+	var wt [QK_K]float64
+	for l, v := range x {
+		wt[l] = rms + math.Abs(float64(v))
+	}
 	bestErr := math.Inf(1)
 	scale, minv = (hi-lo)/float32(nmax), -lo
 	for s := -scaleSearchSteps; s <= scaleSearchSteps; s++ {
 		iscale := (float64(nmax) + 0.1*float64(s)) / float64(hi-lo)
-		var sq, sqq, sx, sxq float64
-		for _, v := range x {
+		var sw, swq, swqq, swx, swxq float64
+		for l, v := range x {
 			q := math.Max(0, math.Min(float64(nmax), math.Round(iscale*float64(v-lo))))
-			sq += q
-			sqq += q * q
-			sx += float64(v)
-			sxq += float64(v) * q
+			w := wt[l]
+			sw += w
+			swq += w * q
+			swqq += w * q * q
+			swx += w * float64(v)
+			swxq += w * float64(v) * q
 		}
-		den := n*sqq - sq*sq
+		den := sw*swqq - swq*swq
 		if den <= 0 {
 			continue
 		}
-		a := (n*sxq - sx*sq) / den
-		b := (sx - a*sq) / n // x ~ a*q + b
+		a := (sw*swxq - swx*swq) / den
+		b := (swx - a*swq) / sw // x ~ a*q + b
 		if b > 0 {
-			b, a = 0, sxq/sqq
+			b, a = 0, swxq/swqq
 		}
 		if a <= 0 {
 			continue
 		}
 		var e float64
-		for _, v := range x {
+		for l, v := range x {
 			q := math.Max(0, math.Min(float64(nmax), math.Round((float64(v)-b)/a)))
 			r := a*q + b - float64(v)
-			e += r * r
+			e += wt[l] * r * r
 		}
 		if e < bestErr {
 			bestErr, scale, minv = e, float32(a), float32(-b)
@@ -276,7 +287,8 @@ func fitScaleMin(x []float32, nmax int) (scale, minv float32) {
 // fitScale fits x by scale*q with q integers in [-nmax, nmax-1]: the value
 // of largest magnitude sets the sign of scale so that it maps to -nmax
 // (the wider side), and a few grids around that one are rounded to and
-// refitted by least squares, the best kept.
+// refitted by least squares weighted by x^2 (as llama.cpp weighs Q6_K's
+// values), the best kept.
 func fitScale(x []float32, nmax int) float32 {
 	var m float32
 	for _, v := range x {
@@ -293,11 +305,12 @@ func fitScale(x []float32, nmax int) float32 {
 		var sxq, sqq float64
 		for _, v := range x {
 			q := math.Max(-float64(nmax), math.Min(float64(nmax-1), math.Round(iscale*float64(v))))
-			sxq += float64(v) * q
-			sqq += q * q
+			w := float64(v) * float64(v)
+			sxq += w * float64(v) * q
+			sqq += w * q * q
 		}
-		// The squared error of the least-squares scale sxq/sqq is
-		// sum(x^2) - sxq^2/sqq: the larger sxq^2/sqq, the better.
+		// The weighted squared error of the least-squares scale sxq/sqq
+		// is sum(w x^2) - sxq^2/sqq: the larger sxq^2/sqq, the better.
 		if sqq > 0 && sxq*sxq/sqq > bestFit {
 			bestFit, best = sxq*sxq/sqq, float32(sxq/sqq)
 		}
