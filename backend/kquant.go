@@ -153,9 +153,11 @@ func quantizeKMin(dt DType, src []float32) ([]byte, error) {
 }
 
 // QuantizeQ6_K encodes src (a multiple of 256 values) as Q6_K blocks: each
-// sub-block of 16 gets the scale of fitScale, the super-block scale d is
-// the largest magnitude over 127, and the values are quantized against
-// the int8 scales as stored.
+// sub-block of 16 gets the scale of fitScale; the super-block scale d is
+// minus the sub-block scale of largest magnitude over 128, so that one's
+// code is -128, the int8 range's wider end (llama.cpp's choice, which its
+// integer products reproduce more closely than a positive d's); the
+// values are quantized against the int8 scales as stored.
 func QuantizeQ6_K(src []float32) ([]byte, error) {
 	if len(src)%QK_K != 0 {
 		return nil, fmt.Errorf("quantize Q6_K: %d values are not a whole number of %d-value blocks", len(src), QK_K)
@@ -166,12 +168,14 @@ func QuantizeQ6_K(src []float32) ([]byte, error) {
 		x := src[blk*QK_K : (blk+1)*QK_K]
 		o := out[blk*210 : (blk+1)*210]
 		var scale [16]float32
-		var amax float32
+		var ms float32 // the sub-block scale of largest magnitude, signed
 		for j := range 16 {
 			scale[j] = fitScale(x[16*j:16*j+16], 32)
-			amax = max(amax, abs32(scale[j]))
+			if abs32(scale[j]) > abs32(ms) {
+				ms = scale[j]
+			}
 		}
-		dh := F32ToF16(amax / 127)
+		dh := F32ToF16(-ms / 128)
 		d := F16ToF32(dh)
 		for j := range 16 {
 			var sc int8
