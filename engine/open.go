@@ -378,7 +378,7 @@ func kvBlocks(opts LoadOptions, b backend.Backend, perBlock, fixed int64, ctxLen
 		// over), so count each block at 9/8 of its bytes.
 		blocks := budget / (perBlock + perBlock/8)
 		if blocks < int64(oneSeq) {
-			return 0, fmt.Errorf("%.1f GiB of device memory left for the KV cache holds %d blocks, fewer than one %d-token sequence needs (%d): lower --max-context or raise the memory utilization",
+			return 0, fmt.Errorf("%.1f GiB of device memory left for the KV cache holds %d blocks, fewer than one %d-token sequence needs (%d): lower --max-model-len or raise --gpu-memory-utilization",
 				float64(max(budget, 0))/(1<<30), max(blocks, 0), ctxLen, oneSeq)
 		}
 		return int(min(blocks, 1<<30)), nil
