@@ -1,0 +1,67 @@
+package specdec
+
+import "fmt"
+
+// NGram is prompt lookup (vLLM's "ngram" method): the sequence's last n
+// tokens, for n from PromptLookupMax down to PromptLookupMin, are searched
+// for earlier in its tokens (prompt and output alike), and the tokens that
+// followed the latest earlier occurrence of the longest matching n-gram are
+// proposed. It pays where the output copies the input (editing code,
+// quoting a document) and costs nothing to run on the device. It keeps no
+// state.
+type NGram struct {
+	min, max int
+}
+
+// NewNGram returns the proposer of an "ngram" config.
+func NewNGram(c Config) (*NGram, error) {
+	if c.Method != MethodNGram {
+		return nil, fmt.Errorf("specdec: ngram proposer for method %q", c.Method)
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &NGram{min: c.PromptLookupMin, max: c.PromptLookupMax}, nil
+}
+
+// Propose implements Proposer.
+func (g *NGram) Propose(seqs []Seq) ([][]int32, error) {
+	out := make([][]int32, len(seqs))
+	for i, s := range seqs {
+		out[i] = Lookup(s.Tokens, g.min, g.max, s.K)
+	}
+	return out, nil
+}
+
+// Forget implements Proposer; prompt lookup keeps nothing.
+func (g *NGram) Forget(int64) {}
+
+// Close implements Proposer.
+func (g *NGram) Close() {}
+
+// Lookup is prompt lookup over tokens: for n from maxN down to minN, the
+// latest j < len(tokens)-n with tokens[j:j+n] equal to the last n tokens
+// gives up to k tokens after it, tokens[j+n:j+n+k] (fewer where tokens
+// end). The latest occurrence is the one nearest the text being written,
+// so in an edit it is the copy most likely still being followed. It returns
+// nil when no n-gram matches.
+func Lookup(tokens []int32, minN, maxN, k int) []int32 {
+	l := len(tokens)
+	if k < 1 || minN < 1 {
+		return nil
+	}
+	for n := min(maxN, l-1); n >= minN; n-- {
+		suffix := tokens[l-n:]
+	search:
+		for j := l - n - 1; j >= 0; j-- {
+			for t := range n {
+				if tokens[j+t] != suffix[t] {
+					continue search
+				}
+			}
+			end := min(j+n+k, l)
+			return append([]int32(nil), tokens[j+n:end]...)
+		}
+	}
+	return nil
+}
