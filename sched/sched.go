@@ -133,12 +133,12 @@ type Scheduler struct {
 	waiting   []*sequence         // sorted by s.before
 	running   []*sequence         // in admission order
 
-	pending     *Plan      // scheduled, not yet updated
-	ahead       *Plan      // scheduled by ScheduleAhead behind pending
-	deferred    []Finished // finished during Schedule, returned by Update
+	pending  *Plan      // scheduled, not yet updated
+	ahead    *Plan      // scheduled by ScheduleAhead behind pending
+	deferred []Finished // finished during Schedule, returned by Update
 	// drafts are the proposals SetDraft gave for the next Schedule, which
 	// consumes them.
-	drafts map[SeqID][]int32
+	drafts      map[SeqID][]int32
 	step        uint64
 	nextArrival uint64
 	preemptions uint64
