@@ -1,0 +1,183 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/trigon-llm/trigon/backend/cpu"
+	"github.com/trigon-llm/trigon/engine"
+	"github.com/trigon-llm/trigon/format/gguf"
+	"github.com/trigon-llm/trigon/sample"
+	"github.com/trigon-llm/trigon/specdec"
+)
+
+// The default model: its embedded Q8_0 file, and the bf16 checkpoint it
+// was made from. The tests' target is the bf16 one: on the CPU its rows
+// come out bit for bit the same whatever the batch (a verify step's rows
+// go through the GEMM, a decode's through the dot products), where the
+// Q8_0 products quantize activations differently by row count and so let
+// batching, and speculation with it, flip near-tied argmaxes.
+const (
+	defaultModel   = "../models/default/trigon-go.q8_0.gguf"
+	defaultModelHF = "../models/default/hf"
+)
+
+// startDefault loads the default model (bf16) on the CPU with spec (zero:
+// off) and runs its engine until the test ends.
+func startDefault(t *testing.T, spec specdec.Config) *engine.Loaded {
+	t.Helper()
+	l, err := engine.Load(engine.LoadOptions{Model: defaultModelHF, Backend: cpu.New(cpu.Options{Threads: 2}),
+		MaxSeqs: 16, MaxBatchedTokens: 256, ChunkSize: 128, Speculative: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); l.Engine.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done; l.Close() })
+	return l
+}
+
+// heldoutPrompts cuts n prompts of 24 to 71 tokens from the default
+// model's held-out Go text (code repeats itself, so prompt lookup finds
+// matches in it).
+func heldoutPrompts(t *testing.T, n int) [][]int32 {
+	t.Helper()
+	raw, err := os.ReadFile("../models/default/heldout.ids.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []int32
+	for _, f := range strings.Fields(string(raw)) {
+		v, err := strconv.Atoi(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, int32(v))
+	}
+	prompts := make([][]int32, n)
+	for i := range prompts {
+		at := (i * 397) % (len(ids) - 100)
+		prompts[i] = ids[at : at+24+(i*13)%48]
+	}
+	return prompts
+}
+
+// truncatedDraft writes a copy of the default model with only its first
+// layers: a draft with the target's vocabulary whose guesses often differ,
+// so that verify steps reject.
+func truncatedDraft(t *testing.T, layers int) string {
+	t.Helper()
+	f, err := gguf.Open(defaultModel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	w := gguf.NewWriter()
+	for _, kv := range f.KVs {
+		if strings.HasSuffix(kv.Key, ".block_count") {
+			w.AddKV(kv.Key, gguf.Uint32Value(uint32(layers)))
+			continue
+		}
+		w.AddKV(kv.Key, kv.Value)
+	}
+	for _, ti := range f.Tensors {
+		var blk int
+		if _, err := fmt.Sscanf(ti.Name, "blk.%d.", &blk); err == nil && blk >= layers {
+			continue
+		}
+		if err := w.AddTensor(ti.Name, ti.Type, ti.Dims, ti.Data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "draft.gguf")
+	out, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.WriteTo(out); err != nil {
+		t.Fatal(err)
+	}
+	if err := out.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// generate runs every prompt at once and returns each one's tokens.
+func generate(t *testing.T, l *engine.Loaded, prompts [][]int32, p sample.Params) []result {
+	t.Helper()
+	out := make([]result, len(prompts))
+	var wg sync.WaitGroup
+	for i, prompt := range prompts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ch, err := l.Engine.Submit(context.Background(), &engine.Request{Prompt: prompt, N: 1, Params: p})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			out[i] = collect(t, ch, 1)[0]
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// TestSpeculativeGreedyMatches: with either proposer, greedy output is
+// token for token what plain decoding gives, on 50 prompts run together;
+// drafts are proposed and accepted: every one with the model as its own
+// draft (its KV cache follows each sequence through rollbacks exactly),
+// most with its Q8_0 file, and a truncated draft is also rejected; every
+// KV block comes back.
+func TestSpeculativeGreedyMatches(t *testing.T) {
+	prompts := heldoutPrompts(t, 50)
+	params := greedy(20)
+	want := generate(t, startDefault(t, specdec.Config{}), prompts, params)
+	for _, tc := range []struct {
+		name string
+		cfg  specdec.Config
+		// minRate bounds the acceptance rate from below, maxRate from
+		// above (1: may accept every token).
+		minRate, maxRate float64
+	}{
+		{"ngram", specdec.Config{Method: specdec.MethodNGram, NumSpeculativeTokens: 4, PromptLookupMin: 1, PromptLookupMax: 3}, 0.05, 1},
+		{"self draft", specdec.Config{Method: specdec.MethodDraftModel, NumSpeculativeTokens: 3, Model: defaultModelHF}, 1, 1},
+		{"q8_0 draft", specdec.Config{Method: specdec.MethodDraftModel, NumSpeculativeTokens: 5, Model: defaultModel}, 0.9, 1},
+		{"truncated draft", specdec.Config{Method: specdec.MethodDraftModel, NumSpeculativeTokens: 3, Model: truncatedDraft(t, 3)}, 0.05, 0.95},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := startDefault(t, tc.cfg)
+			free := l.Engine.Stats().FreeBlocks
+			got := generate(t, l, prompts, params)
+			for i := range prompts {
+				if fmt.Sprint(got[i].tokens) != fmt.Sprint(want[i].tokens) || got[i].text != want[i].text || got[i].final.FinishReason != want[i].final.FinishReason {
+					t.Errorf("prompt %d: %v %q (%s), plain decoding gives %v %q (%s)", i, got[i].tokens, got[i].text, got[i].final.FinishReason,
+						want[i].tokens, want[i].text, want[i].final.FinishReason)
+				}
+			}
+			waitIdle(t, l)
+			st := l.Engine.Stats()
+			rate := float64(st.Spec.Accepted) / float64(max(st.Spec.DraftTokens, 1))
+			t.Logf("%d drafts, %d tokens proposed, %d accepted (%.2f), by position %v", st.Spec.Drafts, st.Spec.DraftTokens, st.Spec.Accepted, rate, st.Spec.AcceptedAt)
+			if st.Spec.Drafts == 0 || rate < tc.minRate || rate > tc.maxRate {
+				t.Errorf("acceptance %.2f over %d drafts, want %.2f to %.2f", rate, st.Spec.Drafts, tc.minRate, tc.maxRate)
+			}
+			for i := 1; i < len(st.Spec.AcceptedAt); i++ {
+				if st.Spec.AcceptedAt[i] > st.Spec.AcceptedAt[i-1] {
+					t.Errorf("accepted by position %v: a later position more often than an earlier one", st.Spec.AcceptedAt)
+				}
+			}
+			if st.FreeBlocks != free {
+				t.Errorf("free KV blocks: %d after, %d before", st.FreeBlocks, free)
+			}
+		})
+	}
+}
