@@ -30,10 +30,14 @@ const (
 
 // startDefault loads the default model (bf16) on the CPU with spec (zero:
 // off) and runs its engine until the test ends.
-func startDefault(t *testing.T, spec specdec.Config) *engine.Loaded {
+func startDefault(t *testing.T, spec specdec.Config, kvBlocks ...int) *engine.Loaded {
 	t.Helper()
-	l, err := engine.Load(engine.LoadOptions{Model: defaultModelHF, Backend: cpu.New(cpu.Options{Threads: 2}),
-		MaxSeqs: 16, MaxBatchedTokens: 256, ChunkSize: 128, Speculative: spec})
+	opts := engine.LoadOptions{Model: defaultModelHF, Backend: cpu.New(cpu.Options{Threads: 2}),
+		MaxSeqs: 16, MaxBatchedTokens: 256, ChunkSize: 128, Speculative: spec}
+	if len(kvBlocks) > 0 {
+		opts.KVBlocks = kvBlocks[0]
+	}
+	l, err := engine.Load(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,5 +183,141 @@ func TestSpeculativeGreedyMatches(t *testing.T) {
 				t.Errorf("free KV blocks: %d after, %d before", st.FreeBlocks, free)
 			}
 		})
+	}
+}
+
+// TestSpeculativeStopsExact: with several tokens arriving per step (the
+// model as its own draft accepts every guess), stop strings, stop token
+// ids, EOS and max_tokens end each request exactly where plain decoding
+// does, with the same text; requests sampled on the host (logprobs,
+// penalties) share the verify steps; a pool too small for the batch
+// preempts and recomputes; cancelled requests give every block back.
+func TestSpeculativeStopsExact(t *testing.T) {
+	prompts := heldoutPrompts(t, 24)
+	base := generate(t, startDefault(t, specdec.Config{}), prompts, greedy(24))
+	type job struct {
+		p        sample.Params
+		logprobs bool
+	}
+	jobs := make([]job, len(prompts))
+	for i := range prompts {
+		p := greedy(1 + (i*7)%24)
+		switch i % 6 {
+		case 0, 3:
+			// A stop string from the middle of the plain output.
+			if text := base[i].text; len(text) > 12 {
+				p.Stop = []string{text[6+i%5 : 9+i%5]}
+			}
+		case 1:
+			p.StopTokenIDs = []int32{base[i].tokens[min(5, len(base[i].tokens)-1)]}
+		case 2:
+			p.IgnoreEOS = false
+			p.MaxTokens = 24
+		case 4:
+			p.RepetitionPenalty = 1.3
+		case 5:
+			jobs[i].logprobs = true
+		}
+		jobs[i].p = p
+	}
+	run := func(l *engine.Loaded) []result {
+		out := make([]result, len(prompts))
+		var wg sync.WaitGroup
+		for i, j := range jobs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ch, err := l.Engine.Submit(context.Background(), &engine.Request{Prompt: prompts[i], N: 1, Params: j.p, Logprobs: j.logprobs})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				out[i] = collect(t, ch, 1)[0]
+			}()
+		}
+		wg.Wait()
+		return out
+	}
+	self := specdec.Config{Method: specdec.MethodDraftModel, NumSpeculativeTokens: 4, Model: defaultModelHF}
+	want := run(startDefault(t, specdec.Config{}))
+	for _, tc := range []struct {
+		name     string
+		l        *engine.Loaded
+		preempts bool
+	}{
+		{"self draft", startDefault(t, self), false},
+		{"ngram", startDefault(t, specdec.Config{Method: specdec.MethodNGram, NumSpeculativeTokens: 4, PromptLookupMin: 1, PromptLookupMax: 2}), false},
+		{"self draft, small pool", startDefault(t, self, 24), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			free := tc.l.Engine.Stats().FreeBlocks
+			got := run(tc.l)
+			for i := range prompts {
+				w, g := want[i], got[i]
+				if fmt.Sprint(g.tokens) != fmt.Sprint(w.tokens) || g.text != w.text || g.final.FinishReason != w.final.FinishReason ||
+					g.final.CompletionTokens != w.final.CompletionTokens {
+					t.Errorf("job %d (%+v): %v %q (%s, %d tokens), plain decoding gives %v %q (%s, %d tokens)", i, jobs[i].p,
+						g.tokens, g.text, g.final.FinishReason, g.final.CompletionTokens, w.tokens, w.text, w.final.FinishReason, w.final.CompletionTokens)
+				}
+			}
+			waitIdle(t, tc.l)
+			st := tc.l.Engine.Stats()
+			if st.Spec.Accepted == 0 {
+				t.Error("no draft token accepted")
+			}
+			if tc.preempts && st.Preemptions == 0 {
+				t.Error("the small pool preempted nothing")
+			}
+			// Cancelled mid-stream: every block comes back.
+			var wg sync.WaitGroup
+			for _, prompt := range prompts[:8] {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ctx, cancel := context.WithCancel(context.Background())
+					defer cancel()
+					ch, err := tc.l.Engine.Submit(ctx, &engine.Request{Prompt: prompt, N: 1, Params: greedy(40)})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					n := 0
+					for ev := range ch {
+						if n += len(ev.TokenIDs); n >= 6 {
+							cancel()
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			waitIdle(t, tc.l)
+			if st := tc.l.Engine.Stats(); st.FreeBlocks != free {
+				t.Errorf("free KV blocks: %d after, %d before", st.FreeBlocks, free)
+			}
+		})
+	}
+}
+
+// TestSpeculativeSampling: seeded sampled requests with drafts (judged on
+// the host by the acceptance rule) run to their length, reproduce with the
+// same seed, and accept draft tokens.
+func TestSpeculativeSampling(t *testing.T) {
+	l := startDefault(t, specdec.Config{Method: specdec.MethodDraftModel, NumSpeculativeTokens: 3, Model: defaultModel})
+	prompts := heldoutPrompts(t, 8)
+	seed := uint64(42)
+	p := sample.Params{Temperature: 0.8, TopP: 0.95, TopK: 40, RepetitionPenalty: 1, MaxTokens: 16, IgnoreEOS: true, Seed: &seed}
+	a := generate(t, l, prompts, p)
+	waitIdle(t, l)
+	b := generate(t, l, prompts, p)
+	for i := range prompts {
+		if len(a[i].tokens) != 16 || a[i].final.FinishReason != engine.FinishLength {
+			t.Errorf("prompt %d: %d tokens (%s %v), want 16", i, len(a[i].tokens), a[i].final.FinishReason, a[i].final.Err)
+		}
+		if fmt.Sprint(a[i].tokens) != fmt.Sprint(b[i].tokens) {
+			t.Errorf("prompt %d: seed %d gave %v, then %v", i, seed, a[i].tokens, b[i].tokens)
+		}
+	}
+	if st := l.Engine.Stats(); st.Spec.Accepted == 0 || st.Spec.Accepted == st.Spec.DraftTokens {
+		t.Errorf("sampled: %d of %d draft tokens accepted, want some but not all", st.Spec.Accepted, st.Spec.DraftTokens)
 	}
 }
