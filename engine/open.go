@@ -209,7 +209,8 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		MaxTokens: opts.MaxBatchedTokens, MaxSeqs: opts.MaxSeqs, MaxSeqLen: ctxLen,
 		NumLayers: cfg.NumLayers, NumKVHeads: cfg.NumKVHeads, HeadDim: cfg.HeadDim,
 		KV: spec, KVScales: kvScales,
-		Graphs: runner.GraphOptions{Enabled: opts.Graphs, MemoryBudget: opts.GraphMemory},
+		Graphs: runner.GraphOptions{Enabled: opts.Graphs, MemoryBudget: opts.GraphMemory,
+			VerifyTokens: opts.Speculative.NumSpeculativeTokens}, // the model takes MaxSeqs x (1+K) logits rows (maxLogits)
 	})
 	if err != nil {
 		m.Close()

@@ -32,11 +32,17 @@ const (
 // off) and runs its engine until the test ends.
 func startDefault(t *testing.T, spec specdec.Config, kvBlocks ...int) *engine.Loaded {
 	t.Helper()
-	opts := engine.LoadOptions{Model: defaultModelHF, Backend: cpu.New(cpu.Options{Threads: 2}),
-		MaxSeqs: 16, MaxBatchedTokens: 256, ChunkSize: 128, Speculative: spec}
+	opts := engine.LoadOptions{Backend: cpu.New(cpu.Options{Threads: 2}), Speculative: spec}
 	if len(kvBlocks) > 0 {
 		opts.KVBlocks = kvBlocks[0]
 	}
+	return startDefaultWith(t, opts)
+}
+
+// startDefaultWith is startDefault with opts (Backend set).
+func startDefaultWith(t *testing.T, opts engine.LoadOptions) *engine.Loaded {
+	t.Helper()
+	opts.Model, opts.MaxSeqs, opts.MaxBatchedTokens, opts.ChunkSize = defaultModelHF, 16, 256, 128
 	l, err := engine.Load(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -320,4 +326,35 @@ func TestSpeculativeSampling(t *testing.T) {
 	if st := l.Engine.Stats(); st.Spec.Accepted == 0 || st.Spec.Accepted == st.Spec.DraftTokens {
 		t.Errorf("sampled: %d of %d draft tokens accepted, want some but not all", st.Spec.Accepted, st.Spec.DraftTokens)
 	}
+}
+
+// TestSpeculativeGraphs: with graphs on (the CPU replayer standing in for
+// CUDA graphs), verify steps whose sequences carry drafts of one length
+// replay a graph per (bucket, 1+k), the draft model's decode steps replay
+// theirs, and greedy output stays that of plain eager decoding.
+func TestSpeculativeGraphs(t *testing.T) {
+	prompts := heldoutPrompts(t, 6)
+	want := generate(t, startDefault(t, specdec.Config{}), prompts, greedy(16))
+	rb := &replayer{Backend: cpu.New(cpu.Options{Threads: 2})}
+	l := startDefaultWith(t, engine.LoadOptions{Backend: rb, Graphs: true,
+		Speculative: specdec.Config{Method: specdec.MethodDraftModel, NumSpeculativeTokens: 3, Model: defaultModelHF}})
+	// One at a time (batch 1: every verify step carries 3 draft tokens,
+	// but near max_tokens), then all together.
+	for i, p := range prompts {
+		got := generate(t, l, [][]int32{p}, greedy(16))[0]
+		if fmt.Sprint(got.tokens) != fmt.Sprint(want[i].tokens) {
+			t.Errorf("prompt %d alone: %v, plain eager decoding gives %v", i, got.tokens, want[i].tokens)
+		}
+	}
+	waitIdle(t, l)
+	if st := l.Engine.Stats().Graphs; st.Replays == 0 {
+		t.Errorf("no verify step replayed at batch 1: %+v", st)
+	}
+	got := generate(t, l, prompts, greedy(16))
+	for i := range prompts {
+		if fmt.Sprint(got[i].tokens) != fmt.Sprint(want[i].tokens) {
+			t.Errorf("prompt %d together: %v, plain eager decoding gives %v", i, got[i].tokens, want[i].tokens)
+		}
+	}
+	t.Logf("target graphs %+v, %d captures in all", l.Engine.Stats().Graphs, rb.captures)
 }
