@@ -1,6 +1,7 @@
 package specdec_test
 
 import (
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -120,5 +121,59 @@ func TestNGramProposer(t *testing.T) {
 	}
 	if _, err := specdec.NewNGram(specdec.Config{Method: "draft_model", Model: "x", NumSpeculativeTokens: 1}); err == nil {
 		t.Error("NewNGram took a draft_model config")
+	}
+}
+
+// lookupRef is Lookup as its doc states it, n by n.
+func lookupRef(tokens []int32, minN, maxN, k int) []int32 {
+	l := len(tokens)
+	for n := min(maxN, l-1); n >= minN && k >= 1; n-- {
+		suffix := tokens[l-n:]
+	search:
+		for j := l - n - 1; j >= 0; j-- {
+			for t := range n {
+				if tokens[j+t] != suffix[t] {
+					continue search
+				}
+			}
+			return tokens[j+n : min(j+n+k, l)]
+		}
+	}
+	return nil
+}
+
+// TestLookupMatchesDefinition compares Lookup's one-pass scan with the
+// n-by-n definition on random token strings over small vocabularies
+// (many repeats).
+func TestLookupMatchesDefinition(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 20000 {
+		n := rng.IntN(40)
+		vocab := int32(2 + rng.IntN(5))
+		tokens := make([]int32, n)
+		for j := range tokens {
+			tokens[j] = rng.Int32N(vocab)
+		}
+		minN := 1 + rng.IntN(4)
+		maxN := minN + rng.IntN(4)
+		k := 1 + rng.IntN(5)
+		got, want := specdec.Lookup(tokens, minN, maxN, k), lookupRef(tokens, minN, maxN, k)
+		if !slicesEqual(got, want) {
+			t.Fatalf("case %d: Lookup(%v, %d, %d, %d) = %v, the definition gives %v", i, tokens, minN, maxN, k, got, want)
+		}
+	}
+}
+
+// BenchmarkLookup: prompt lookup over an 8192-token context with no
+// match of the longest n-gram (the whole scan runs).
+func BenchmarkLookup(b *testing.B) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	tokens := make([]int32, 8192)
+	for i := range tokens {
+		tokens[i] = rng.Int32N(32000)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		specdec.Lookup(tokens, 1, 5, 4)
 	}
 }

@@ -47,21 +47,34 @@ func (g *NGram) Close() {}
 // nil when no n-gram matches.
 func Lookup(tokens []int32, minN, maxN, k int) []int32 {
 	l := len(tokens)
-	if k < 1 || minN < 1 {
+	if k < 1 || minN < 1 || maxN < minN || l < 2 {
 		return nil
 	}
-	for n := min(maxN, l-1); n >= minN; n-- {
-		suffix := tokens[l-n:]
-	search:
-		for j := l - n - 1; j >= 0; j-- {
-			for t := range n {
-				if tokens[j+t] != suffix[t] {
-					continue search
-				}
+	// One backward scan over the candidate ends e (an occurrence must end
+	// before the last token): m is how many tokens before and at e match
+	// the sequence's end. The first e seen with the longest m is the
+	// latest occurrence of the longest n-gram, so this is the longest n
+	// first, latest occurrence for it, in one pass.
+	best, bestM := -1, 0
+	last := tokens[l-1]
+	for e := l - 2; e >= 0; e-- {
+		if tokens[e] != last {
+			continue
+		}
+		m := 1
+		for m < maxN && m <= e && tokens[e-m] == tokens[l-1-m] {
+			m++
+		}
+		if m > bestM {
+			best, bestM = e, m
+			if m == maxN {
+				break // nothing later in the scan is longer or later
 			}
-			end := min(j+n+k, l)
-			return append([]int32(nil), tokens[j+n:end]...)
 		}
 	}
-	return nil
+	if bestM < minN {
+		return nil
+	}
+	end := min(best+1+k, l)
+	return append([]int32(nil), tokens[best+1:end]...)
 }
