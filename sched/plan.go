@@ -137,7 +137,7 @@ func (s *Scheduler) Schedule() *Plan {
 			if !s.allocRunning(q, q.numComputed+n, plan, &budget) {
 				continue
 			}
-			if decode && len(s.drafts) > 0 {
+			if decode && len(s.drafts) > 0 && len(q.forks) == 0 {
 				decodes--
 				if d := s.fitDraft(q, s.drafts[q.id], budget-1-decodes); len(d) > 0 {
 					s.addDraftEntry(plan, q, d)

@@ -372,7 +372,9 @@ type DraftSeq struct {
 func (s *Scheduler) DraftCandidates() []DraftSeq {
 	var out []DraftSeq
 	for _, q := range s.running {
-		if len(q.tokens)-q.numComputed != 1 || q.ahead {
+		// Pending forks are created from the step that samples after the
+		// prompt, from one logits row: that step verifies no draft.
+		if len(q.tokens)-q.numComputed != 1 || q.ahead || len(q.forks) > 0 {
 			continue
 		}
 		if k := min(s.cfg.ChunkSize-1, q.maxTokens-q.numOutput()-1); k >= 1 {
@@ -388,14 +390,15 @@ func (s *Scheduler) DraftCandidates() []DraftSeq {
 // one step and marks the entry with NumDraft. Update then rolls back what
 // the engine did not accept. Drafts not scheduled by the next Schedule are
 // dropped. It fails, changing nothing, for a sequence that is not a draft
-// candidate, while a plan is outstanding, and for a negative token id.
+// candidate (forks still to create included), while a plan is
+// outstanding, and for a negative token id.
 func (s *Scheduler) SetDraft(id SeqID, draft []int32) error {
 	if s.pending != nil {
 		return fmt.Errorf("sched: draft for sequence %d while plan %d is outstanding", id, s.pending.Step)
 	}
 	q := s.seqs[id]
-	if q == nil || !q.running || len(q.tokens)-q.numComputed != 1 {
-		return fmt.Errorf("sched: draft for sequence %d, which does not decode next", id)
+	if q == nil || !q.running || len(q.tokens)-q.numComputed != 1 || q.ahead || len(q.forks) > 0 {
+		return fmt.Errorf("sched: draft for sequence %d, which does not decode next (or has forks to create)", id)
 	}
 	for _, t := range draft {
 		if t < 0 {
