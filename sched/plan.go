@@ -112,13 +112,24 @@ func (s *Scheduler) Schedule() *Plan {
 	budget := s.cfg.MaxNumBatchedTokens
 
 	running := slices.Clone(s.running)
-	// Decodes still to schedule: a draft leaves each of them its token.
-	decodes := 0
+	// A draft takes only the budget the step's other work leaves: the
+	// token of every decode still to schedule (decodes), and reserve, the
+	// chunks of the running prefills and of the queue's head when it could
+	// be admitted, so that drafts never hold back a prompt.
+	decodes, reserve := 0, 0
 	if len(s.drafts) > 0 {
+		slots := 0
 		for _, q := range running {
-			if len(q.tokens)-q.numComputed == 1 {
+			switch r := len(q.tokens) - q.numComputed; {
+			case r == 1:
 				decodes++
+			case r > 1:
+				reserve += min(r, s.cfg.ChunkSize)
 			}
+			slots += q.slots()
+		}
+		if len(s.waiting) > 0 && slots+s.waiting[0].slots() <= s.cfg.MaxNumSeqs {
+			reserve += min(len(s.waiting[0].tokens), s.cfg.ChunkSize)
 		}
 	}
 	for _, decode := range []bool{true, false} {
@@ -139,7 +150,7 @@ func (s *Scheduler) Schedule() *Plan {
 			}
 			if decode && len(s.drafts) > 0 && len(q.forks) == 0 {
 				decodes--
-				if d := s.fitDraft(q, s.drafts[q.id], budget-1-decodes); len(d) > 0 {
+				if d := s.fitDraft(q, s.drafts[q.id], budget-1-decodes-reserve); len(d) > 0 {
 					s.addDraftEntry(plan, q, d)
 					budget -= 1 + len(d)
 					continue
@@ -261,7 +272,8 @@ func (s *Scheduler) unschedule(q *sequence, plan *Plan, budget *int) {
 }
 
 // fitDraft cuts q's draft to what its step can verify: room in the token
-// budget (room, after every other decode's token), ChunkSize, MaxTokens
+// budget (room, after every other decode's token and the prompt chunks
+// reserved), ChunkSize, MaxTokens
 // (the step yields up to 1+len(draft) tokens) and the blocks: those q
 // holds, and free ones only while nothing waits, never by preempting (a
 // draft is never worth a preemption or a delayed admission). q's table
