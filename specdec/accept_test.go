@@ -96,7 +96,7 @@ func TestRejectionSamplingKeepsDistribution(t *testing.T) {
 	qFull := Dist{{ID: 4, Prob: 0.3}, {ID: 0, Prob: 0.1}, {ID: 1, Prob: 0.25}, {ID: 6, Prob: 0.05}, {ID: 3, Prob: 0.3}}
 	const n = 40000
 	seed := uint64(1)
-	check := func(name string, p, q Dist, accept func(p, q Dist, tok int32, u float64) bool, residual residualRule) (float64, int, bool) {
+	check := func(p, q Dist, accept func(p, q Dist, tok int32, u float64) bool, residual residualRule) (float64, int, bool) {
 		seed++
 		rng := rand.New(rand.NewPCG(seed, 7))
 		counts := map[int32]int{}
@@ -118,7 +118,7 @@ func TestRejectionSamplingKeepsDistribution(t *testing.T) {
 			}{"point mass " + string(rune('0'+tok)), PointMass(tok)})
 		}
 		for _, q := range qs {
-			stat, df, outside := check(r.name, p, q.q, Accept, Residual)
+			stat, df, outside := check(p, q.q, Accept, Residual)
 			if outside || df > 0 && stat > chi2Crit[df] {
 				t.Errorf("%s, %s: chi-square %.1f (df %d, critical %.1f), outside the support %v", r.name, q.name, stat, df, chi2Crit[df], outside)
 			}
@@ -139,7 +139,7 @@ func TestRejectionSamplingKeepsDistribution(t *testing.T) {
 			{"residual from p, draft distribution", qFull, Accept, fromP},
 			{"acceptance ignoring q", qFull, acceptP, Residual},
 		} {
-			stat, df, outside := check(r.name, p, bad.q, bad.accept, bad.residual)
+			stat, df, outside := check(p, bad.q, bad.accept, bad.residual)
 			if !outside && stat <= chi2Crit[df] {
 				t.Errorf("%s: the wrong rule %q passed: chi-square %.1f (df %d, critical %.1f)", r.name, bad.name, stat, df, chi2Crit[df])
 			}
