@@ -83,7 +83,7 @@ func TestGraphVerifyAttention(t *testing.T) {
 		cargs := backend.AttentionArgs{Out: co, Q: cq, KCache: ck, VCache: cv, KV: kvOf(ck),
 			BlockTables: p.cpuT(backend.I32, []int{n, width}, i32Bytes(tables)), SeqLens: p.cpuT(backend.I32, []int{n}, i32Bytes(lens)),
 			QueryStart: p.cpuT(backend.I32, []int{n + 1}, i32Bytes(starts)),
-			NumSeqs: n, MaxSeqLen: int(realMax), MaxQueryLen: q, NumHeads: h, NumKVHeads: kv, HeadDim: d, Scale: args.Scale}
+			NumSeqs:    n, MaxSeqLen: int(realMax), MaxQueryLen: q, NumHeads: h, NumKVHeads: kv, HeadDim: d, Scale: args.Scale}
 		p.must("cpu attention", p.c.Attention(cargs))
 		p.expectClose("verify attention", read(t, g, out), read(t, p.c, co), bf16Tol)
 	}
