@@ -160,7 +160,9 @@ func (s *Scheduler) Schedule() *Plan {
 			budget -= n
 		}
 	}
-	clear(s.drafts)
+	if len(s.drafts) > 0 {
+		clear(s.drafts)
+	}
 
 	if len(plan.Preempted) == 0 {
 		s.admit(plan, &budget)
