@@ -3,6 +3,7 @@ package specdec
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/trigon-llm/trigon/backend"
 	"github.com/trigon-llm/trigon/kvcache"
@@ -15,7 +16,9 @@ import (
 // sequence: Propose first feeds the draft what it has not seen of the
 // sequence's tokens (the whole prompt the first time, chunked; afterwards
 // the tokens the target accepted and added since), then decodes K-1 more
-// tokens, batching every sequence in each step. Its guesses are point
+// tokens, batching every sequence in each step; where the backend can,
+// each step's guesses feed the next on the device and the host reads them
+// once at the end (runner.Step.FedTokens). Its guesses are point
 // masses (greedy), so the engine accepts each with the target's probability
 // of it.
 //
@@ -89,8 +92,50 @@ func (d *Draft) Propose(seqs []Seq) ([][]int32, error) {
 		}
 		ws = append(ws, &draftWork{i: i, st: st, feed: s.Tokens[valid:], k: k})
 	}
-	// Catch up: feed each sequence's unseen tokens, chunked to the step's
-	// token bound; the chunk that ends them gives the first guess.
+	if err := d.draft(ws); err != nil {
+		d.reset(ws)
+		return nil, err
+	}
+	for _, w := range ws {
+		out[w.i] = w.draft
+		if len(w.draft) > 0 {
+			// The decode steps fed every guess but the last.
+			w.st.fed = append(w.st.fed, w.draft[:len(w.draft)-1]...)
+		}
+	}
+	return out, nil
+}
+
+// draftWork is one sequence's share of a Propose.
+type draftWork struct {
+	i     int // index in seqs
+	st    *draftSeq
+	feed  []int32 // tokens still to feed before the first guess
+	k     int
+	n     int     // guesses made, those still on the device included
+	draft []int32 // guesses on the host
+}
+
+// pendingIDs are a step's sampled ids on their way to the host
+// (Output.SampleNext): one per row, for rows[i] in order.
+type pendingIDs struct {
+	rows []*draftWork
+	wait func() ([]int32, error)
+}
+
+// draft runs the draft model's steps for ws: first the catch-up (each
+// sequence's unseen tokens, chunked to the step's token bound; the chunk
+// that ends them gives the first guess), then one decode step per further
+// guess, every sequence still short of its k in each. Where the backend
+// can (runner.CanFeed), a step's guesses stay on the device and feed the
+// next step directly (Step.FedTokens) when that step decodes exactly the
+// same sequences, so the host waits for the ids once at the end rather
+// than once a step; at most backend.MaxAsyncReads reads are pending.
+func (d *Draft) draft(ws []*draftWork) error {
+	var pend []pendingIDs
+	// prev are the rows of the step just run when its ids were left on
+	// the device (nil otherwise): the only step a fed step may follow.
+	var prev []*draftWork
 	for {
 		var step runner.Step
 		var rows []*draftWork
@@ -112,71 +157,108 @@ func (d *Draft) Propose(seqs []Seq) ([][]int32, error) {
 		if len(step.Seqs) == 0 {
 			break
 		}
-		if err := d.run(&step, rows); err != nil {
-			d.reset(ws)
-			return nil, err
+		var err error
+		if prev, err = d.run(&step, rows, &pend); err != nil {
+			return err
 		}
 	}
-	// Decode the rest of each draft, one token per sequence a step.
 	for {
-		var step runner.Step
 		var rows []*draftWork
 		for _, w := range ws {
-			if len(w.draft) == 0 || len(w.draft) >= w.k {
-				continue
+			if w.n > 0 && w.n < w.k {
+				rows = append(rows, w)
 			}
-			tok := w.draft[len(w.draft)-1]
-			step.Seqs = append(step.Seqs, runner.Seq{Tokens: []int32{tok}, Start: len(w.st.fed), BlockTable: ids(w.st.table), WantLogits: true})
-			w.st.fed = append(w.st.fed, tok)
-			rows = append(rows, w)
 		}
-		if len(step.Seqs) == 0 {
+		if len(rows) == 0 {
 			break
 		}
-		if err := d.run(&step, rows); err != nil {
-			d.reset(ws)
-			return nil, err
+		fed := prev != nil && slices.Equal(rows, prev)
+		if !fed {
+			if err := resolve(&pend, len(pend)); err != nil {
+				return err
+			}
+		}
+		step := runner.Step{Seqs: make([]runner.Seq, len(rows)), FedTokens: fed}
+		for i, w := range rows {
+			tok := []int32{0} // fed: the device has it
+			if !fed {
+				tok = w.draft[len(w.draft)-1:]
+			}
+			// Position: the catch-up's tokens, then one guess a step.
+			step.Seqs[i] = runner.Seq{Tokens: tok, Start: len(w.st.fed) + w.n - 1, BlockTable: ids(w.st.table), WantLogits: true}
+		}
+		var err error
+		if prev, err = d.run(&step, rows, &pend); err != nil {
+			return err
 		}
 	}
-	for _, w := range ws {
-		out[w.i] = w.draft
-	}
-	return out, nil
+	return resolve(&pend, len(pend))
 }
 
-// draftWork is one sequence's share of a Propose.
-type draftWork struct {
-	i     int // index in seqs
-	st    *draftSeq
-	feed  []int32 // tokens still to feed before the first guess
-	k     int
-	draft []int32
-}
-
-// run executes one draft step and appends each row's argmax to its
-// sequence's draft (rows are in step order, one per WantLogits seq).
-func (d *Draft) run(step *runner.Step, rows []*draftWork) error {
+// run executes one draft step and samples each row's argmax for rows (in
+// step order, one per WantLogits seq): left on the device where the
+// backend can, else read at once. It returns rows when their ids are on
+// the device for the next step.
+func (d *Draft) run(step *runner.Step, rows []*draftWork, pend *[]pendingIDs) ([]*draftWork, error) {
 	res, err := d.r.Execute(step)
 	if err != nil {
-		return fmt.Errorf("specdec: draft step: %w", err)
+		return nil, fmt.Errorf("specdec: draft step: %w", err)
 	}
 	if res.Rows != len(rows) {
-		return fmt.Errorf("specdec: draft step: %d logits rows for %d guesses", res.Rows, len(rows))
+		return nil, fmt.Errorf("specdec: draft step: %d logits rows for %d guesses", res.Rows, len(rows))
 	}
 	if len(rows) == 0 {
-		return nil
+		return nil, nil
 	}
 	rules := make([]backend.SampleRow, len(rows))
 	for i := range rules {
 		rules[i] = backend.SampleRow{Temperature: 0, TopP: 1} // greedy: the argmax
 	}
+	for _, w := range rows {
+		w.n++
+	}
+	if d.r.CanFeed() && 4*len(rows) <= backend.MaxAsyncRead {
+		if len(*pend) == backend.MaxAsyncReads {
+			if err := resolve(pend, 1); err != nil {
+				return nil, err
+			}
+		}
+		wait, err := res.SampleNext(rules)
+		if err != nil {
+			return nil, fmt.Errorf("specdec: draft step: %w", err)
+		}
+		*pend = append(*pend, pendingIDs{rows: rows, wait: wait})
+		return rows, nil
+	}
+	if err := resolve(pend, len(*pend)); err != nil { // earlier guesses first
+		return nil, err
+	}
 	toks, err := res.Sample(rules)
 	if err != nil {
-		return fmt.Errorf("specdec: draft step: %w", err)
+		return nil, fmt.Errorf("specdec: draft step: %w", err)
 	}
 	for i, w := range rows {
 		w.draft = append(w.draft, toks[i])
 	}
+	return nil, nil
+}
+
+// resolve waits for the oldest n pending reads, in order, and appends
+// their ids to their sequences' drafts.
+func resolve(pend *[]pendingIDs, n int) error {
+	for _, p := range (*pend)[:n] {
+		ids, err := p.wait()
+		if err != nil {
+			return fmt.Errorf("specdec: draft ids: %w", err)
+		}
+		if len(ids) != len(p.rows) {
+			return fmt.Errorf("specdec: draft ids: %d for %d rows", len(ids), len(p.rows))
+		}
+		for i, w := range p.rows {
+			w.draft = append(w.draft, ids[i])
+		}
+	}
+	*pend = (*pend)[n:]
 	return nil
 }
 
