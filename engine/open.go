@@ -17,6 +17,7 @@ import (
 	"github.com/trigon-llm/trigon/model/arch"
 	"github.com/trigon-llm/trigon/runner"
 	"github.com/trigon-llm/trigon/sched"
+	"github.com/trigon-llm/trigon/specdec"
 	"github.com/trigon-llm/trigon/telemetry"
 	"github.com/trigon-llm/trigon/tokenizer"
 )
@@ -74,6 +75,9 @@ type LoadOptions struct {
 	// backend.KVNoWindow: none; see KVSpec.WithWindowOption).
 	KVCacheDType string
 	KVWindow     int
+	// Speculative is --speculative-config (zero: off). A draft model is
+	// loaded on Backend beside the target, with its own KV cache.
+	Speculative specdec.Config
 }
 
 // AttentionChecker is an optional Backend interface, for backends whose
@@ -104,10 +108,14 @@ type Loaded struct {
 	weights          model.Weights
 	model            model.Model
 	runner           *runner.Runner
+	proposer         specdec.Proposer // nil: no speculation
 }
 
 // Close frees the model's memory. The engine must have stopped.
 func (l *Loaded) Close() {
+	if l.proposer != nil {
+		l.proposer.Close()
+	}
 	l.runner.Close()
 	l.model.Close()
 	l.weights.Close()
@@ -167,13 +175,31 @@ func Load(opts LoadOptions) (*Loaded, error) {
 	if opts.Progress != nil {
 		prefetch(w, opts.Progress)
 	}
-	m, err := arch.New(b, cfg, w, model.Options{MaxTokens: opts.MaxBatchedTokens, MaxLogits: opts.MaxSeqs})
+	// A verify step wants the logits of each decoding sequence's draft
+	// tokens too.
+	maxLogits := opts.MaxSeqs
+	if k := opts.Speculative.NumSpeculativeTokens; opts.Speculative.Enabled() {
+		maxLogits = min(opts.MaxSeqs*(1+k), opts.MaxBatchedTokens)
+	}
+	m, err := arch.New(b, cfg, w, model.Options{MaxTokens: opts.MaxBatchedTokens, MaxLogits: maxLogits})
 	if err != nil {
 		w.Close()
 		return nil, fmt.Errorf("load %s: %w", opts.Model, err)
 	}
+	proposer, err := newProposer(opts, b, cfg, tok, ctxLen)
+	if err != nil {
+		m.Close()
+		w.Close()
+		return nil, fmt.Errorf("load %s: %w", opts.Model, err)
+	}
+	closeProposer := func() {
+		if proposer != nil {
+			proposer.Close()
+		}
+	}
 	blocks, err := kvBlocks(opts, b, perBlock, fixed, ctxLen)
 	if err != nil {
+		closeProposer()
 		m.Close()
 		w.Close()
 		return nil, fmt.Errorf("load %s: %w", opts.Model, err)
@@ -183,11 +209,13 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		MaxTokens: opts.MaxBatchedTokens, MaxSeqs: opts.MaxSeqs, MaxSeqLen: ctxLen,
 		NumLayers: cfg.NumLayers, NumKVHeads: cfg.NumKVHeads, HeadDim: cfg.HeadDim,
 		KV: spec, KVScales: kvScales,
-		Graphs: runner.GraphOptions{Enabled: opts.Graphs, MemoryBudget: opts.GraphMemory},
+		Graphs: runner.GraphOptions{Enabled: opts.Graphs, MemoryBudget: opts.GraphMemory,
+			VerifyTokens: opts.Speculative.NumSpeculativeTokens}, // the model takes MaxSeqs x (1+K) logits rows (maxLogits)
 	})
 	if err != nil {
 		m.Close()
 		w.Close()
+		closeProposer()
 		return nil, fmt.Errorf("load %s: %w", opts.Model, err)
 	}
 	opts.Metrics.SetKVCache(spec.Name(), r.CapacityTokens())
@@ -205,6 +233,7 @@ func Load(opts LoadOptions) (*Loaded, error) {
 			r.Close()
 			m.Close()
 			w.Close()
+			closeProposer()
 			return nil, fmt.Errorf("load %s: %w", opts.Model, err)
 		}
 	}
@@ -213,6 +242,7 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		r.Close()
 		m.Close()
 		w.Close()
+		closeProposer()
 		return nil, err
 	}
 	eng, err := New(r, pool, tok, Options{
@@ -223,15 +253,17 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		Metrics:    opts.Metrics,
 		Logger:     opts.Logger,
 		QueueAhead: opts.QueueAhead,
+		Spec:       SpecOptions{Proposer: proposer, Tokens: opts.Speculative.NumSpeculativeTokens},
 	})
 	if err != nil {
 		r.Close()
 		m.Close()
 		w.Close()
+		closeProposer()
 		return nil, err
 	}
 	return &Loaded{Engine: eng, Tokenizer: tok, Config: cfg, Gen: gen, Context: ctxLen, KVBlocks: blocks,
-		MaxBatchedTokens: budget, BudgetMeasured: measure, weights: w, model: m, runner: r}, nil
+		MaxBatchedTokens: budget, BudgetMeasured: measure, weights: w, model: m, runner: r, proposer: proposer}, nil
 }
 
 // hasF32Matrices reports whether any weight matrix is stored as F32 (the

@@ -158,6 +158,10 @@ func attentionCases() []attnCase {
 		{"mixed_gqa2_d16", 4, 2, 16, []seqSpec{{70, 1}, {102, 40}, {5, 5}}, 0, 0, 0},
 		{"mixed_gqa4_d256", 8, 2, 256, []seqSpec{{300, 1}, {129, 65}}, 0, 0, 0},
 		{"decode_many_seqs", 16, 8, 128, []seqSpec{{3, 1}, {700, 1}, {1, 1}, {64, 1}, {65, 1}, {1500, 1}, {999, 1}, {2, 1}, {128, 1}}, 0, 0, 0},
+		// Speculative decoding's verify steps: every sequence 1+k rows
+		// over a cached context, k even or not.
+		{"verify_k4_gqa4_d128", 32, 8, 128, []seqSpec{{1000, 5}, {300, 5}, {6, 5}, {2049, 5}}, 0, 0, 0},
+		{"verify_uneven_gqa2_d32", 10, 5, 32, []seqSpec{{500, 5}, {40, 2}, {129, 4}, {7, 1}}, 0, 0, 0},
 		// attn_prefill: row counts that are not multiples of its tiles
 		// (128 rows, 64 at d=256) and span several, cached prefixes
 		// (ctx > q), windows narrower and wider than a key tile, d 16 to

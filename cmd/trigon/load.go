@@ -37,6 +37,7 @@ type modelFlags struct {
 	tokenizer  string
 	kvDType    string
 	kvWindow   int
+	spec       specFlag
 	src        *modelSource // resolved once (source)
 }
 
@@ -59,6 +60,7 @@ func (f *modelFlags) register(cmd *cobra.Command) {
 		"(a preset: "+strings.Join(bench.ArchNames(), ", ")+"; an HF directory or config.json; a .gguf; none: the embedded model's), made on the device")
 	cmd.Flags().StringVar(&f.tokenizer, "tokenizer", "", "tokenizer to use instead of the model's: an HF directory (tokenizer.json) or a .gguf file")
 	registerKVFlags(cmd, &f.kvDType, &f.kvWindow)
+	registerSpecFlag(cmd, &f.spec, "off when not given (with it, --queue-ahead is off)")
 	cmd.Flags().BoolVar(&f.queueAhead, "queue-ahead", true, "queue each decode step on the device, fed the previous step's sampled tokens there, before they reach the host (steady decoding; requests sampled on the host are not; =false turns it off)")
 }
 
@@ -91,7 +93,7 @@ func (f *modelFlags) load(ctx context.Context, log *slog.Logger, metrics *teleme
 		Model: src.path, MaxContext: f.maxContext,
 		MaxSeqs: f.maxSeqs, MaxBatchedTokens: f.maxTokens, MaxQueue: f.maxQueue, KVBlocks: f.kvBlocks, KVMemory: f.kvMemory,
 		Metrics: metrics, Logger: log, QueueAhead: f.queueAhead, Tokenizer: src.tok,
-		KVCacheDType: f.kvDType, KVWindow: kvWindow,
+		KVCacheDType: f.kvDType, KVWindow: kvWindow, Speculative: f.spec.cfg,
 	}
 	if src.dummy {
 		// BF16, as the checkpoints serving benchmarks stand in for;
@@ -110,6 +112,9 @@ func (f *modelFlags) load(ctx context.Context, log *slog.Logger, metrics *teleme
 	budget := "given"
 	if l.BudgetMeasured {
 		budget = "measured"
+	}
+	if f.spec.cfg.Enabled() {
+		log.Info("speculative decoding", "config", f.spec.cfg.String())
 	}
 	log.Info("model loaded", "model", src.label, "arch", l.Config.Arch, "backend", b.Name(),
 		"context", l.Context, "kv_cache_dtype", engine.RunnerOf(l).KVSpec().Name(),
