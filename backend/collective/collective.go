@@ -101,6 +101,14 @@ func (g *Group) Abort(err error) {
 	g.mu.Unlock()
 }
 
+// Reset clears an Abort, once every rank has returned from its
+// collectives (none may be waiting): the group is then as new.
+func (g *Group) Reset() {
+	g.mu.Lock()
+	g.aborted, g.arrived = nil, 0
+	g.mu.Unlock()
+}
+
 // wait is the group's barrier: it returns once every rank has called it
 // (the same number of times), or with the abort error.
 func (g *Group) wait() error {
