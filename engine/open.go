@@ -170,7 +170,8 @@ func Load(opts LoadOptions) (*Loaded, error) {
 	if opts.Progress != nil {
 		prefetch(w, opts.Progress)
 	}
-	m, err := loadRanks(opts, cfg, w, shards, model.Options{MaxTokens: opts.MaxBatchedTokens, MaxLogits: opts.MaxSeqs})
+	ms, shards, err := loadRanks(opts, cfg, w, model.Options{MaxTokens: opts.MaxBatchedTokens, MaxLogits: opts.MaxSeqs})
+	m := rankModels(ms)
 	if err != nil {
 		w.Close()
 		return nil, fmt.Errorf("load %s: %w", opts.Model, err)

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/trigon-llm/trigon/backend"
@@ -24,14 +23,6 @@ type TensorParallel struct {
 	Abort runner.Aborter
 }
 
-// ranks is the number of ranks of tp (1 without tensor parallelism).
-func (tp *TensorParallel) ranks() int {
-	if tp == nil {
-		return 1
-	}
-	return len(tp.Backends)
-}
-
 func (tp *TensorParallel) check(b backend.Backend) error {
 	if tp == nil {
 		return nil
@@ -48,14 +39,6 @@ func (tp *TensorParallel) check(b backend.Backend) error {
 	return nil
 }
 
-// backendOf is rank r's backend.
-func (tp *TensorParallel) backendOf(b backend.Backend, r int) backend.Backend {
-	if tp == nil {
-		return b
-	}
-	return tp.Backends[r]
-}
-
 // rankModels holds every rank's model; rank 0's first.
 type rankModels []model.Model
 
@@ -66,21 +49,43 @@ func (ms rankModels) Close() {
 	}
 }
 
+// backends is every rank's backend (b alone without tensor parallelism).
+func (tp *TensorParallel) backends(b backend.Backend) []backend.Backend {
+	if tp == nil {
+		return []backend.Backend{b}
+	}
+	return tp.Backends
+}
+
+func (tp *TensorParallel) comms() []backend.Communicator {
+	if tp == nil {
+		return nil
+	}
+	return tp.Comms
+}
+
+func (tp *TensorParallel) aborter() runner.Aborter {
+	if tp == nil {
+		return nil
+	}
+	return tp.Abort
+}
+
 // planShards cuts cfg for opts' ranks, and asks each rank's backend
 // whether it runs its shard's attention shape.
 func planShards(opts LoadOptions, cfg model.Config, w model.Weights) ([]model.Shard, error) {
 	if err := opts.TensorParallel.check(opts.Backend); err != nil {
 		return nil, err
 	}
-	shards, err := model.PlanShards(cfg, w, opts.TensorParallel.ranks())
+	bs := opts.TensorParallel.backends(opts.Backend)
+	shards, err := model.PlanShards(cfg, w, len(bs))
 	if err != nil {
 		return nil, err
 	}
 	for r, s := range shards {
-		b := opts.TensorParallel.backendOf(opts.Backend, r)
-		if c, ok := b.(AttentionChecker); ok {
+		if c, ok := bs[r].(AttentionChecker); ok {
 			if err := c.CheckAttention(s.NumHeads, s.NumKVHeads, cfg.HeadDim); err != nil {
-				return nil, fmt.Errorf("on %s: %w: %w", b.Name(), ErrUnsupportedModel, err)
+				return nil, fmt.Errorf("on %s: %w: %w", bs[r].Name(), ErrUnsupportedModel, err)
 			}
 		}
 	}
@@ -98,62 +103,16 @@ func maxKVHeads(shards []model.Shard) int {
 
 // loadRanks loads every rank's shard of the model (the whole model on one
 // rank).
-func loadRanks(opts LoadOptions, cfg model.Config, w model.Weights, shards []model.Shard, mo model.Options) (rankModels, error) {
-	var ms rankModels
-	for r, s := range shards {
-		o := mo
-		if len(shards) > 1 {
-			o.Shard, o.Comm = s, opts.TensorParallel.Comms[r]
-		}
-		m, err := arch.New(opts.TensorParallel.backendOf(opts.Backend, r), cfg, w, o)
-		if err != nil {
-			ms.Close()
-			if len(shards) > 1 {
-				err = fmt.Errorf("rank %d: %w", r, err)
-			}
-			return nil, err
-		}
-		ms = append(ms, m)
-	}
-	return ms, nil
+func loadRanks(opts LoadOptions, cfg model.Config, w model.Weights, mo model.Options) (rankModels, []model.Shard, error) {
+	ms, shards, err := arch.NewSharded(opts.TensorParallel.backends(opts.Backend), opts.TensorParallel.comms(), cfg, w, mo)
+	return ms, shards, err
 }
 
-// newRankRunners makes every rank's runner over its pools (ro, with the
-// rank's KV heads and FP8 scales) and groups them.
+// newRankRunners makes every rank's runner over its pools and groups them.
 func newRankRunners(opts LoadOptions, ms rankModels, shards []model.Shard, ro runner.Options) (*runner.Runner, error) {
-	if len(ms) == 1 {
-		return runner.New(opts.Backend, ms[0], ro)
+	rm := make([]runner.Model, len(ms))
+	for i, m := range ms {
+		rm[i] = m
 	}
-	var rs []*runner.Runner
-	closeAll := func() {
-		for _, r := range rs {
-			r.Close()
-		}
-	}
-	for i, s := range shards {
-		o := ro
-		o.NumKVHeads = s.NumKVHeads
-		if ro.KVScales != nil {
-			o.KVScales = make([]model.KVScales, len(ro.KVScales))
-			for l, sc := range ro.KVScales {
-				if len(sc.K) < s.KVHead+s.NumKVHeads || len(sc.V) < s.KVHead+s.NumKVHeads {
-					closeAll()
-					return nil, errors.New("KV scales fewer than the KV heads")
-				}
-				o.KVScales[l] = model.KVScales{K: sc.K[s.KVHead : s.KVHead+s.NumKVHeads], V: sc.V[s.KVHead : s.KVHead+s.NumKVHeads]}
-			}
-		}
-		r, err := runner.New(opts.TensorParallel.Backends[i], ms[i], o)
-		if err != nil {
-			closeAll()
-			return nil, fmt.Errorf("rank %d: %w", i, err)
-		}
-		rs = append(rs, r)
-	}
-	g, err := runner.NewGroup(rs, opts.TensorParallel.Abort)
-	if err != nil {
-		closeAll()
-		return nil, err
-	}
-	return g, nil
+	return runner.NewSharded(opts.TensorParallel.backends(opts.Backend), rm, shards, ro, opts.TensorParallel.aborter())
 }

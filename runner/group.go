@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/trigon-llm/trigon/backend"
+	"github.com/trigon-llm/trigon/model"
 )
 
 // Aborter is the part of a communicator group a runner group needs when a
@@ -154,4 +155,50 @@ func (o *Output) sampleNextGroup(rows []backend.SampleRow) (func() ([]int32, err
 		}
 		return ids, first
 	}, nil
+}
+
+// NewSharded makes the runners of a tensor-parallel group, rank r's over
+// models[r] on bs[r] with the pools of its shard's KV heads (and its
+// heads' FP8 scales), and groups them (NewGroup). opts are the whole
+// model's; one rank is runner.New.
+func NewSharded(bs []backend.Backend, models []Model, shards []model.Shard, opts Options, abort Aborter) (*Runner, error) {
+	if len(bs) != len(models) || len(bs) != len(shards) || len(bs) == 0 {
+		return nil, fmt.Errorf("runner: %d backends, %d models and %d shards", len(bs), len(models), len(shards))
+	}
+	if len(bs) == 1 {
+		return New(bs[0], models[0], opts)
+	}
+	var rs []*Runner
+	closeAll := func() {
+		for _, r := range rs {
+			r.Close()
+		}
+	}
+	for i, s := range shards {
+		o := opts
+		o.NumKVHeads = s.NumKVHeads
+		if opts.KVScales != nil {
+			o.KVScales = make([]model.KVScales, len(opts.KVScales))
+			for l, sc := range opts.KVScales {
+				end := s.KVHead + s.NumKVHeads
+				if len(sc.K) < end || len(sc.V) < end {
+					closeAll()
+					return nil, fmt.Errorf("runner: layer %d has KV scales for %d heads, rank %d needs %d", l, len(sc.K), i, end)
+				}
+				o.KVScales[l] = model.KVScales{K: sc.K[s.KVHead:end], V: sc.V[s.KVHead:end]}
+			}
+		}
+		r, err := New(bs[i], models[i], o)
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("runner: rank %d: %w", i, err)
+		}
+		rs = append(rs, r)
+	}
+	g, err := NewGroup(rs, abort)
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	return g, nil
 }
