@@ -1,0 +1,192 @@
+package cuda
+
+import (
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"unsafe"
+
+	"github.com/trigon-llm/trigon/backend"
+	"github.com/trigon-llm/trigon/backend/collective"
+)
+
+// ncclRanks returns a backend on each of up to 4 GPUs (at least 2) and
+// their NCCL communicators, or skips the test.
+func ncclRanks(t *testing.T) ([]*Backend, []*NCCLComm) {
+	t.Helper()
+	if err := Available(); err != nil {
+		t.Skipf("CUDA backend unavailable, multi-GPU test skipped: %v", err)
+	}
+	d, _ := loadDriver()
+	var n int32
+	if err := d.check("cuDeviceGetCount", d.call(d.cuDeviceGetCount, uintptr(unsafe.Pointer(&n)))); err != nil {
+		t.Fatal(err)
+	}
+	if n < 2 {
+		t.Skipf("%d GPU: the NCCL tests need at least 2", n)
+	}
+	if err := NCCLAvailable(); err != nil {
+		t.Fatalf("%d GPUs but no NCCL: %v", n, err)
+	}
+	var bs []*Backend
+	for r := range min(int(n), 4) {
+		b, err := New(Options{Device: r})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		bs = append(bs, b)
+	}
+	comms, err := NewNCCLGroup(bs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	})
+	return bs, comms
+}
+
+// oracle is the in-process group over the same backends.
+func oracle(t *testing.T, bs []*Backend) []*collective.Comm {
+	t.Helper()
+	var gb []backend.Backend
+	for _, b := range bs {
+		gb = append(gb, b)
+	}
+	cs, err := collective.New(gb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// onEach runs fn for every rank at once.
+func onEach(t *testing.T, n int, fn func(r int) error) {
+	t.Helper()
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[r] = fn(r) }()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+}
+
+func upload(t *testing.T, b *Backend, dt backend.DType, shape []int, v []float32) backend.Tensor {
+	t.Helper()
+	x, err := b.Upload(dt, shape, encode(dt, v))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return x
+}
+
+// TestNCCLAllReduce: NCCL's sum over the GPUs against the in-process one,
+// for the dtypes activations take; in place, eagerly and replayed from a
+// captured graph.
+func TestNCCLAllReduce(t *testing.T) {
+	bs, comms := ncclRanks(t)
+	ref := oracle(t, bs)
+	n := len(bs)
+	rng := rand.New(rand.NewPCG(1, uint64(n)))
+	for _, dt := range []backend.DType{backend.F32, backend.BF16} {
+		for _, graph := range []bool{false, true} {
+			shape := []int{7, 4096}
+			ins := make([][]float32, n)
+			got, want := make([]backend.Tensor, n), make([]backend.Tensor, n)
+			for r := range n {
+				ins[r] = make([]float32, shape[0]*shape[1])
+				for i := range ins[r] {
+					ins[r][i] = float32(rng.NormFloat64())
+				}
+				got[r], want[r] = upload(t, bs[r], dt, shape, ins[r]), upload(t, bs[r], dt, shape, ins[r])
+			}
+			if graph {
+				graphs := make([]backend.Graph, n)
+				for r := range n {
+					g, err := bs[r].CaptureGraph(func() error { return comms[r].AllReduce(got[r]) })
+					if err != nil {
+						t.Fatalf("capture rank %d: %v", r, err)
+					}
+					defer g.Close()
+					graphs[r] = g
+				}
+				for r := range n {
+					if err := graphs[r].Launch(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			} else {
+				for r := range n {
+					if err := comms[r].AllReduce(got[r]); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			onEach(t, n, func(r int) error { return bs[r].Sync() })
+			onEach(t, n, func(r int) error { return ref[r].AllReduce(want[r]) })
+			tol := 1e-6
+			if dt == backend.BF16 {
+				tol = 8e-3 // NCCL may round the bf16 partial sums of its ring
+			}
+			for r := range n {
+				e, err := relErr(read(t, bs[r], got[r]), read(t, bs[r], want[r]))
+				if err != nil || e > tol {
+					t.Errorf("%v graph=%v rank %d: relative error %.3g (%v), want <= %.0e", dt, graph, r, e, err, tol)
+				}
+			}
+		}
+	}
+}
+
+// TestNCCLAllGather: the logits' gather over uneven vocabulary widths
+// equals the in-process one exactly.
+func TestNCCLAllGather(t *testing.T) {
+	bs, comms := ncclRanks(t)
+	ref := oracle(t, bs)
+	n := len(bs)
+	widths := make([]int, n)
+	total := 0
+	for r := range widths {
+		widths[r] = 1000 + 3*r // uneven, like a vocabulary that does not divide
+		total += widths[r]
+	}
+	const rows = 5
+	rng := rand.New(rand.NewPCG(2, uint64(n)))
+	xs, got, want := make([]backend.Tensor, n), make([]backend.Tensor, n), make([]backend.Tensor, n)
+	for r := range n {
+		v := make([]float32, rows*widths[r])
+		for i := range v {
+			v[i] = float32(rng.NormFloat64())
+		}
+		xs[r] = upload(t, bs[r], backend.F32, []int{rows, widths[r]}, v)
+		var err error
+		if got[r], err = bs[r].Alloc(backend.F32, rows, total); err != nil {
+			t.Fatal(err)
+		}
+		if want[r], err = bs[r].Alloc(backend.F32, rows, total); err != nil {
+			t.Fatal(err)
+		}
+		if err := comms[r].AllGather(got[r], xs[r], widths); err != nil {
+			t.Fatal(err)
+		}
+	}
+	onEach(t, n, func(r int) error { return bs[r].Sync() })
+	onEach(t, n, func(r int) error { return ref[r].AllGather(want[r], xs[r], widths) })
+	for r := range n {
+		g, w := read(t, bs[r], got[r]), read(t, bs[r], want[r])
+		for i := range w {
+			if g[i] != w[i] {
+				t.Fatalf("rank %d element %d: %v, want %v", r, i, g[i], w[i])
+			}
+		}
+	}
+}
