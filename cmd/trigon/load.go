@@ -42,6 +42,7 @@ type modelFlags struct {
 
 func (f *modelFlags) register(cmd *cobra.Command) {
 	f.deviceFlags.register(cmd)
+	f.deviceFlags.registerTP(cmd)
 	cmd.Flags().StringVarP(&f.model, "model", "m", "", "model: HF directory or .gguf file (default: the embedded Go-code model)")
 	cmd.Flags().IntVar(&f.maxContext, "max-context", 0, "cap the context length (0: the model's)")
 	cmd.Flags().IntVar(&f.maxSeqs, "max-seqs", 64, "most sequences running at once")
@@ -80,7 +81,7 @@ func (f *modelFlags) load(ctx context.Context, log *slog.Logger, metrics *teleme
 	if err != nil {
 		return nil, nil, err
 	}
-	b, err := f.open(log)
+	b, tp, err := f.openRanks(log)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -90,7 +91,7 @@ func (f *modelFlags) load(ctx context.Context, log *slog.Logger, metrics *teleme
 		Model: src.path, MaxContext: f.maxContext,
 		MaxSeqs: f.maxSeqs, MaxBatchedTokens: f.maxTokens, MaxQueue: f.maxQueue, KVBlocks: f.kvBlocks, KVMemory: f.kvMemory,
 		Metrics: metrics, Logger: log, QueueAhead: f.queueAhead, Tokenizer: src.tok,
-		KVCacheDType: f.kvDType, KVWindow: kvWindow,
+		KVCacheDType: f.kvDType, KVWindow: kvWindow, TensorParallel: tp,
 	}
 	if src.dummy {
 		// BF16, as the checkpoints serving benchmarks stand in for;
@@ -139,7 +140,7 @@ func (f *modelFlags) loadOn(b backend.Backend, log *slog.Logger, opts engine.Loa
 		return engine.Load(opts)
 	}
 	l, err := load(b)
-	if !errors.Is(err, engine.ErrUnsupportedModel) {
+	if !errors.Is(err, engine.ErrUnsupportedModel) || opts.TensorParallel != nil {
 		return l, b, err
 	}
 	if f.device != "auto" {
