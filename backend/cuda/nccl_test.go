@@ -190,3 +190,41 @@ func TestNCCLAllGather(t *testing.T) {
 		}
 	}
 }
+
+// TestNCCLOneRank: a communicator of one rank on one GPU: the all-reduce
+// leaves its tensor as it was, the all-gather copies x into out. Runs on
+// one GPU where NCCL is installed.
+func TestNCCLOneRank(t *testing.T) {
+	g := sharedBackend(t, true)
+	if err := NCCLAvailable(); err != nil {
+		t.Skipf("no NCCL: %v", err)
+	}
+	comms, err := NewNCCLGroup([]*Backend{g})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer comms[0].Close()
+	rng := rand.New(rand.NewPCG(3, 4))
+	v := make([]float32, 3*256)
+	for i := range v {
+		v[i] = float32(rng.NormFloat64())
+	}
+	x := upload(t, g, backend.F32, []int{3, 256}, v)
+	out, err := g.Alloc(backend.F32, 3, 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := comms[0].AllReduce(x); err != nil {
+		t.Fatal(err)
+	}
+	if err := comms[0].AllGather(out, x, []int{256}); err != nil {
+		t.Fatal(err)
+	}
+	for name, tt := range map[string]backend.Tensor{"all_reduce": x, "all_gather": out} {
+		for i, got := range read(t, g, tt) {
+			if got != v[i] {
+				t.Fatalf("%s: element %d = %v, want %v", name, i, got, v[i])
+			}
+		}
+	}
+}

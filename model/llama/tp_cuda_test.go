@@ -1,0 +1,136 @@
+package llama_test
+
+import (
+	"math"
+	"testing"
+
+	"github.com/trigon-llm/trigon/backend"
+	"github.com/trigon-llm/trigon/backend/collective"
+	"github.com/trigon-llm/trigon/backend/cuda"
+	"github.com/trigon-llm/trigon/engine"
+	"github.com/trigon-llm/trigon/models"
+	"github.com/trigon-llm/trigon/runner"
+)
+
+// gpuRanks makes n CUDA backends on device 0 (each its own thread and
+// stream) or skips the test.
+func gpuRanks(t *testing.T, n int) []*cuda.Backend {
+	t.Helper()
+	if err := cuda.Available(); err != nil {
+		t.Skipf("no CUDA GPU: %v", err)
+	}
+	var bs []*cuda.Backend
+	for range n {
+		b, err := cuda.New(cuda.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		bs = append(bs, b)
+	}
+	return bs
+}
+
+// tpLogits loads path with tp (nil: no tensor parallelism) on b and
+// returns the last-token logits of prompt's prefill.
+func tpLogits(t *testing.T, path string, b backend.Backend, tp *engine.TensorParallel, prompt []int32) []float32 {
+	t.Helper()
+	l, err := engine.Load(engine.LoadOptions{Model: path, Backend: b, MaxSeqs: 2, MaxBatchedTokens: 128, KVBlocks: 32, TensorParallel: tp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	table := make([]int32, (len(prompt)+15)/16)
+	for i := range table {
+		table[i] = int32(i + 1)
+	}
+	out, err := engine.RunnerOf(l).Execute(&runner.Step{Seqs: []runner.Seq{{Tokens: prompt, BlockTable: table, WantLogits: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lg, err := out.Logits(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append([]float32(nil), lg...)
+}
+
+func prompt40() []int32 {
+	p := make([]int32, 40)
+	for i := range p {
+		p[i] = int32(3 + (i*37)%400)
+	}
+	return p
+}
+
+func relDiff(got, want []float32) float64 {
+	var d, m float64
+	for i := range want {
+		d = math.Max(d, math.Abs(float64(got[i]-want[i])))
+		m = math.Max(m, math.Abs(float64(want[i])))
+	}
+	return d / m
+}
+
+// TestTensorParallelCUDATP1: one rank through the tensor-parallel path
+// (engine.TensorParallel of one backend, an NCCL communicator of one
+// rank where NCCL is installed) runs the program of a plain load: the
+// same logits bit for bit. Runs on one GPU.
+func TestTensorParallelCUDATP1(t *testing.T) {
+	bs := gpuRanks(t, 1)
+	def, err := models.DefaultPath()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp := &engine.TensorParallel{Backends: []backend.Backend{bs[0]}}
+	if cuda.NCCLAvailable() == nil {
+		comms, err := cuda.NewNCCLGroup(bs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer comms[0].Close()
+		tp.Comms = []backend.Communicator{comms[0]}
+	} else {
+		cs, _ := collective.New([]backend.Backend{bs[0]})
+		tp.Comms = []backend.Communicator{cs[0]}
+		t.Logf("no NCCL (%v): one rank of the in-process group", cuda.NCCLAvailable())
+	}
+	for _, path := range []string{def, "../../testdata/models/llama3"} {
+		want := tpLogits(t, path, bs[0], nil, prompt40())
+		got := tpLogits(t, path, bs[0], tp, prompt40())
+		for i := range want {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("%s: logit %d = %v through the TP=1 path, %v plain", path, i, got[i], want[i])
+			}
+		}
+	}
+}
+
+// TestTensorParallelCUDAOneGPU: the sharded program on CUDA (two ranks'
+// backends on one GPU, joined by the in-process group; the embedding
+// replicated, as the CUDA backend has no EmbedShard) gives the whole
+// model's logits within bf16 rounding: each rank's partial sums are
+// rounded to bf16 before they are added. Runs on one GPU.
+func TestTensorParallelCUDAOneGPU(t *testing.T) {
+	one := gpuRanks(t, 1)
+	def, err := models.DefaultPath()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{def, "../../testdata/models/llama3", "../../testdata/models/qwen2"} {
+		want := tpLogits(t, path, one[0], nil, prompt40())
+		bs := gpuRanks(t, 2)
+		gb := []backend.Backend{bs[0], bs[1]}
+		cs, err := collective.New(gb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tp := &engine.TensorParallel{Backends: gb, Comms: []backend.Communicator{cs[0], cs[1]}, Abort: cs[0].Group()}
+		got := tpLogits(t, path, bs[0], tp, prompt40())
+		if e := relDiff(got, want); e > 3e-2 || math.IsNaN(e) {
+			t.Errorf("%s: TP=2 on one GPU: relative logits error %.3g against TP=1, want <= 3e-2", path, e)
+		} else {
+			t.Logf("%s: TP=2 on one GPU: relative logits error %.3g", path, e)
+		}
+	}
+}
