@@ -107,8 +107,8 @@ func TestTensorParallelCUDATP1(t *testing.T) {
 }
 
 // TestTensorParallelCUDAOneGPU: the sharded program on CUDA (two ranks'
-// backends on one GPU, joined by the in-process group; the embedding
-// replicated, as the CUDA backend has no EmbedShard) gives the whole
+// backends on one GPU, joined by the in-process group; the embedding over
+// vocabulary shards, the logits gathered) gives the whole
 // model's logits within bf16 rounding: each rank's partial sums are
 // rounded to bf16 before they are added. Runs on one GPU.
 func TestTensorParallelCUDAOneGPU(t *testing.T) {
