@@ -142,6 +142,18 @@ func blockOf(w Weights, name string) (int, error) {
 	return 1, nil
 }
 
+// ShardFiller is an optional Weights interface beside Filler, for weights
+// made on the device (bench's synthetic ones): FillShard makes the piece
+// of tensor name that starts at row row0 and column col0 and has dst's
+// shape (a tensor-parallel rank's rows or columns), in dst. The values
+// have the tensor's distribution and are the same wherever the same
+// piece is filled (ranks that replicate a KV head agree); the piece at
+// (0, 0) of the whole shape is what Filler.Fill makes. It reports false,
+// having done nothing, where it cannot.
+type ShardFiller interface {
+	FillShard(b backend.Backend, name string, dst backend.Tensor, row0, col0 int) (bool, error)
+}
+
 // SliceRows is rows [start, start+n) of a 2-D weight, sharing its bytes
 // (rows are contiguous in every dtype, quantized ones included).
 func SliceRows(w Weight, start, n int) (Weight, error) {

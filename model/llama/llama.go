@@ -293,6 +293,13 @@ func (m *Model) matrix(w model.Weights, parts ...part) (backend.Tensor, error) {
 			return t, err
 		}
 	}
+	if sf, ok := w.(model.ShardFiller); ok && !whole {
+		fl, _ := w.(model.Filler)
+		t, filled, err := m.fillShards(fl, sf, parts)
+		if err != nil || filled {
+			return t, err
+		}
+	}
 	var ws []model.Weight
 	for _, p := range parts {
 		t, _ := w.Tensor(p.name) // presence checked by ValidateWeights
@@ -343,6 +350,57 @@ func (m *Model) fill(f model.Filler, names []string) (t backend.Tensor, filled b
 			m.b.Free(full)
 			if err != nil {
 				err = fmt.Errorf("%s: %w", name, err)
+			}
+			return nil, false, err
+		}
+		start += shapes[i][0]
+	}
+	m.owned = append(m.owned, full)
+	return full, true, nil
+}
+
+// fillShards is fill for a rank's pieces of the weights (their rows or
+// columns), made by sf where it can.
+func (m *Model) fillShards(f model.Filler, sf model.ShardFiller, parts []part) (t backend.Tensor, filled bool, err error) {
+	if f == nil {
+		return nil, false, nil
+	}
+	var dt backend.DType
+	shapes := make([][]int, len(parts))
+	rows := 0
+	for i, p := range parts {
+		d, shape, ok := f.Spec(p.name)
+		if !ok || len(shape) != 2 || (i > 0 && d != dt) {
+			return nil, false, nil // the host path reports what is wrong
+		}
+		dt = d
+		r, c := shape[0], shape[1]
+		if !p.rows.all() {
+			r = p.rows.n
+		}
+		if !p.cols.all() {
+			c = p.cols.n
+		}
+		if i > 0 && c != shapes[0][1] {
+			return nil, false, nil
+		}
+		shapes[i] = []int{r, c}
+		rows += r
+	}
+	full, err := m.b.Alloc(dt, rows, shapes[0][1])
+	if err != nil {
+		return nil, false, fmt.Errorf("%s: %w", parts[0].name, err)
+	}
+	start := 0
+	for i, p := range parts {
+		piece, err := m.b.View(full, start, shapes[i][0])
+		if err == nil {
+			filled, err = sf.FillShard(m.b, p.name, piece, p.rows.start, p.cols.start)
+		}
+		if err != nil || !filled {
+			m.b.Free(full)
+			if err != nil {
+				err = fmt.Errorf("%s: %w", p.name, err)
 			}
 			return nil, false, err
 		}
