@@ -1,9 +1,11 @@
 package cuda
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/trigon-llm/trigon/backend"
@@ -12,7 +14,7 @@ import (
 
 // ncclRanks returns a backend on each of up to 4 GPUs (at least 2) and
 // their NCCL communicators, or skips the test.
-func ncclRanks(t *testing.T) ([]*Backend, []*NCCLComm) {
+func ncclRanks(t testing.TB) ([]*Backend, []*NCCLComm) {
 	t.Helper()
 	if err := Available(); err != nil {
 		t.Skipf("CUDA backend unavailable, multi-GPU test skipped: %v", err)
@@ -226,5 +228,56 @@ func TestNCCLOneRank(t *testing.T) {
 				t.Fatalf("%s: element %d = %v, want %v", name, i, got, v[i])
 			}
 		}
+	}
+}
+
+// BenchmarkNCCLAllReduce times the all-reduce over the GPUs (up to 4) at
+// the shapes tensor parallelism sums after each row-parallel product of a
+// decode step (batch x hidden, bf16) and at a large size, reporting NCCL's
+// bus bandwidth (algorithm bandwidth x 2(n-1)/n, as nccl-tests does).
+// Iterations are queued back to back and the ranks synced once.
+func BenchmarkNCCLAllReduce(b *testing.B) {
+	bs, comms := ncclRanks(b)
+	n := len(bs)
+	for _, sh := range [][2]int{{1, 4096}, {4, 4096}, {64, 4096}, {4, 8192}, {2048, 4096}, {8192, 4096}} {
+		b.Run(fmt.Sprintf("bf16_%dx%d_ranks%d", sh[0], sh[1], n), func(b *testing.B) {
+			ts := make([]backend.Tensor, n)
+			for r := range n {
+				var err error
+				if ts[r], err = bs[r].Alloc(backend.BF16, sh[0], sh[1]); err != nil {
+					b.Fatal(err)
+				}
+				if err := bs[r].FillNormal(ts[r], uint64(r), 0, 1e-3); err != nil {
+					b.Fatal(err)
+				}
+			}
+			syncAll := func() {
+				for r := range n {
+					if err := bs[r].Sync(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			for r := range n { // NCCL's first call sets up its channels
+				if err := comms[r].AllReduce(ts[r]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			syncAll()
+			b.ResetTimer()
+			start := time.Now()
+			for b.Loop() {
+				for r := range n {
+					if err := comms[r].AllReduce(ts[r]); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			syncAll()
+			per := time.Since(start).Seconds() / float64(b.N)
+			bytes := float64(2 * sh[0] * sh[1])
+			b.ReportMetric(per*1e6, "us/allreduce")
+			b.ReportMetric(bytes/per*2*float64(n-1)/float64(n)/1e9, "busGB/s")
+		})
 	}
 }
