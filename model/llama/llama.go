@@ -133,7 +133,7 @@ func (m *Model) load(w model.Weights) error {
 		return t
 	}
 	sh, whole := m.sh, m.sh.Whole()
-	vocab := rowRange(sh.Vocab, sh.VocabRows)
+	vocab := span{sh.Vocab, sh.VocabRows}
 	if m.embedShard {
 		m.embed, err = m.matrix(w, part{name: model.NameEmbed, rows: vocab})
 	} else {
@@ -176,8 +176,8 @@ func (m *Model) load(w model.Weights) error {
 		// (its intermediate rows); row-parallel O and down (the same
 		// ranges of their input columns), summed over the ranks after.
 		hd := c.HeadDim
-		q, kv := rowRange(sh.QHead*hd, sh.NumHeads*hd), rowRange(sh.KVHead*hd, sh.NumKVHeads*hd)
-		inter := rowRange(sh.Inter, sh.Intermed)
+		q, kv := span{sh.QHead * hd, sh.NumHeads * hd}, span{sh.KVHead * hd, sh.NumKVHeads * hd}
+		inter := span{sh.Inter, sh.Intermed}
 		if whole {
 			// The whole model loads whole weights (Filler's device path).
 			q, kv, inter = span{}, span{}, span{}
@@ -248,9 +248,6 @@ func (m *Model) setShard(w model.Weights) error {
 	return nil
 }
 
-// Shard is the part of the model m holds.
-func (m *Model) Shard() model.Shard { return m.sh }
-
 func (m *Model) uploadRaw(dt backend.DType, shape []int, data []byte) (backend.Tensor, error) {
 	t, err := m.b.Upload(dt, shape, data)
 	if err != nil {
@@ -263,8 +260,6 @@ func (m *Model) uploadRaw(dt backend.DType, shape []int, data []byte) (backend.T
 // span is a range [start, start+n) of a weight's rows or columns; the
 // zero span is all of them.
 type span struct{ start, n int }
-
-func rowRange(start, n int) span { return span{start, n} }
 
 func (s span) all() bool { return s.n == 0 }
 
@@ -466,7 +461,7 @@ type vecPart struct {
 	s span
 }
 
-// uploadF32Parts is uploadF32 of the ranges parts name.
+// uploadF32Parts is uploadF32 of the ranges of vectors that parts name.
 func (m *Model) uploadF32Parts(parts ...vecPart) (backend.Tensor, error) {
 	var vals []float32
 	for _, p := range parts {
