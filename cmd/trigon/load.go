@@ -111,7 +111,7 @@ func (f *modelFlags) load(ctx context.Context, log *slog.Logger, metrics *teleme
 	if l.BudgetMeasured {
 		budget = "measured"
 	}
-	log.Info("model loaded", "model", src.label, "arch", l.Config.Arch, "backend", b.Name(),
+	log.Info("model loaded", "model", src.label, "arch", l.Config.Arch, "backend", b.Name(), "tensor_parallel_size", engine.RunnerOf(l).Ranks(),
 		"context", l.Context, "kv_cache_dtype", engine.RunnerOf(l).KVSpec().Name(),
 		"kv_capacity_tokens", engine.RunnerOf(l).CapacityTokens(), "kv_blocks", l.KVBlocks, "max_num_batched_tokens", l.MaxBatchedTokens, "budget", budget,
 		"took", time.Since(t0).Round(time.Millisecond))
