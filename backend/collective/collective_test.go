@@ -3,6 +3,7 @@ package collective_test
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"sync"
@@ -206,5 +207,43 @@ func TestAbort(t *testing.T) {
 	comms[0].Group().Abort(errors.New("rank 1 failed"))
 	if err := <-done; !errors.Is(err, collective.ErrAborted) {
 		t.Fatalf("AllReduce after Abort: %v, want ErrAborted", err)
+	}
+}
+
+// BenchmarkAllReduce: the in-process sum over 2 and 4 CPU ranks at a
+// decode step's shape (batch x hidden, f32) and a prefill chunk's.
+func BenchmarkAllReduce(b *testing.B) {
+	for _, ranks := range []int{2, 4} {
+		for _, rows := range []int{4, 512} {
+			b.Run(fmt.Sprintf("ranks%d_%dx4096", ranks, rows), func(b *testing.B) {
+				bs := make([]backend.Backend, ranks)
+				for i := range bs {
+					bs[i] = cpu.New(cpu.Options{Threads: 1})
+				}
+				comms, err := collective.New(bs)
+				if err != nil {
+					b.Fatal(err)
+				}
+				ts := make([]backend.Tensor, ranks)
+				for r := range ranks {
+					if ts[r], err = bs[r].Alloc(backend.F32, rows, 4096); err != nil {
+						b.Fatal(err)
+					}
+					if err := bs[r].Write(ts[r], make([]byte, 4*rows*4096)); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportAllocs()
+				b.SetBytes(int64(4 * rows * 4096))
+				for b.Loop() {
+					errs := each(ranks, func(r int) error { return comms[r].AllReduce(ts[r]) })
+					for _, err := range errs {
+						if err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+			})
+		}
 	}
 }
