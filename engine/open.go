@@ -135,7 +135,7 @@ func Load(opts LoadOptions) (*Loaded, error) {
 	shards, err := planShards(opts, cfg, w)
 	if err != nil {
 		w.Close()
-		return nil, fmt.Errorf("load %s: %w", opts.Model, err)
+		return nil, err
 	}
 	if act := opts.Backend.ActDType(); act != backend.F32 && hasF32Matrices(w) {
 		// As vLLM warns when it casts: results differ from an F32 run.

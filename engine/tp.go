@@ -72,20 +72,20 @@ func (tp *TensorParallel) aborter() runner.Aborter {
 }
 
 // planShards cuts cfg for opts' ranks, and asks each rank's backend
-// whether it runs its shard's attention shape.
+// whether it runs its shard's attention shape. Its errors are Load's.
 func planShards(opts LoadOptions, cfg model.Config, w model.Weights) ([]model.Shard, error) {
 	if err := opts.TensorParallel.check(opts.Backend); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("load %s: %w", opts.Model, err)
 	}
 	bs := opts.TensorParallel.backends(opts.Backend)
 	shards, err := model.PlanShards(cfg, w, len(bs))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("load %s: %w", opts.Model, err)
 	}
 	for r, s := range shards {
 		if c, ok := bs[r].(AttentionChecker); ok {
 			if err := c.CheckAttention(s.NumHeads, s.NumKVHeads, cfg.HeadDim); err != nil {
-				return nil, fmt.Errorf("on %s: %w: %w", bs[r].Name(), ErrUnsupportedModel, err)
+				return nil, fmt.Errorf("load %s on %s: %w: %w", opts.Model, bs[r].Name(), ErrUnsupportedModel, err)
 			}
 		}
 	}
