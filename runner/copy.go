@@ -26,7 +26,7 @@ type BlockCopy struct {
 // may not overlap its table, so the scratch is needed).
 func (r *Runner) CopyBlocks(copies []BlockCopy) error {
 	if r.peers != nil {
-		return r.eachRank(func(q *Runner) error { return q.copyBlocks(copies) })
+		return r.eachRank(func(_ int, q *Runner) error { return q.copyBlocks(copies) })
 	}
 	return r.copyBlocks(copies)
 }

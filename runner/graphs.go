@@ -296,7 +296,7 @@ func (r *Runner) GraphStats() GraphStats {
 // that do not feed.
 func (r *Runner) Precapture() error {
 	if r.peers != nil {
-		return r.eachRank((*Runner).precapture)
+		return r.eachRank(func(_ int, q *Runner) error { return q.precapture() })
 	}
 	return r.precapture()
 }

@@ -60,7 +60,7 @@ func (r *Runner) Ranks() int { return 1 + len(r.peers) }
 // goroutine) and returns the first error in rank order. A failure aborts
 // the group's collectives, so the other ranks return too, and resets them
 // once all have.
-func (r *Runner) eachRank(fn func(*Runner) error) error {
+func (r *Runner) eachRank(fn func(rank int, q *Runner) error) error {
 	errs := make([]error, len(r.peers)+1)
 	var once sync.Once
 	fail := func(err error) {
@@ -73,12 +73,12 @@ func (r *Runner) eachRank(fn func(*Runner) error) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if errs[i+1] = fn(p); errs[i+1] != nil {
+			if errs[i+1] = fn(i+1, p); errs[i+1] != nil {
 				fail(fmt.Errorf("rank %d: %w", i+1, errs[i+1]))
 			}
 		}()
 	}
-	if errs[0] = fn(r); errs[0] != nil {
+	if errs[0] = fn(0, r); errs[0] != nil {
 		fail(fmt.Errorf("rank 0: %w", errs[0]))
 	}
 	wg.Wait()
@@ -100,14 +100,9 @@ func (r *Runner) eachRank(fn func(*Runner) error) error {
 // the others' for SampleNext.
 func (r *Runner) executeGroup(step *Step) (*Output, error) {
 	outs := make([]*Output, len(r.peers)+1)
-	ranks := append([]*Runner{r}, r.peers...)
-	idx := make(map[*Runner]int, len(ranks))
-	for i, q := range ranks {
-		idx[q] = i
-	}
-	err := r.eachRank(func(q *Runner) error {
-		out, err := q.execute(step)
-		outs[idx[q]] = out
+	err := r.eachRank(func(i int, q *Runner) error {
+		var err error
+		outs[i], err = q.execute(step)
 		return err
 	})
 	if err != nil {
