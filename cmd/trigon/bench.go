@@ -116,6 +116,11 @@ func benchLatencyCmd() *cobra.Command {
 					defer c.Close()
 				}
 			}
+			for _, c := range lo.Comms { // destroyed before their backends (defers run last first)
+				if c, ok := c.(interface{ Close() error }); ok {
+					defer c.Close()
+				}
+			}
 			kvSpec, err := backend.ParseKVCacheDType(kvDType, b.ActDType(), kvcache.DefaultBlockSize)
 			if err != nil {
 				return fmt.Errorf("--kv-cache-dtype: %w", err)
