@@ -288,3 +288,16 @@ func (c *NCCLComm) AllGather(out, x backend.Tensor, widths []int) error {
 		return nil
 	})
 }
+
+// DeviceCount is the number of CUDA devices the driver sees.
+func DeviceCount() (int, error) {
+	d, err := loadDriver()
+	if err != nil {
+		return 0, fmt.Errorf("%w: %v", errNoGPU, err)
+	}
+	var n int32
+	if err := d.check("cuDeviceGetCount", d.call(d.cuDeviceGetCount, uintptr(unsafe.Pointer(&n)))); err != nil {
+		return 0, err
+	}
+	return int(n), nil
+}

@@ -6,7 +6,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/trigon-llm/trigon/backend"
 	"github.com/trigon-llm/trigon/backend/collective"
@@ -19,9 +18,8 @@ func ncclRanks(t testing.TB) ([]*Backend, []*NCCLComm) {
 	if err := Available(); err != nil {
 		t.Skipf("CUDA backend unavailable, multi-GPU test skipped: %v", err)
 	}
-	d, _ := loadDriver()
-	var n int32
-	if err := d.check("cuDeviceGetCount", d.call(d.cuDeviceGetCount, uintptr(unsafe.Pointer(&n)))); err != nil {
+	n, err := DeviceCount()
+	if err != nil {
 		t.Fatal(err)
 	}
 	if n < 2 {
@@ -31,7 +29,7 @@ func ncclRanks(t testing.TB) ([]*Backend, []*NCCLComm) {
 		t.Fatalf("%d GPUs but no NCCL: %v", n, err)
 	}
 	var bs []*Backend
-	for r := range min(int(n), 4) {
+	for r := range min(n, 4) {
 		b, err := New(Options{Device: r})
 		if err != nil {
 			t.Fatal(err)

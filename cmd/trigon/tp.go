@@ -33,21 +33,29 @@ func (f *deviceFlags) openRanks(log *slog.Logger) (backend.Backend, *engine.Tens
 		return b, nil, err
 	}
 	n := f.tp
+	// gpuErr says why the ranks cannot be GPUs --gpu.., or nil.
+	gpuErr := func() error {
+		if err := cuda.Available(); err != nil {
+			return err
+		}
+		if err := cuda.NCCLAvailable(); err != nil {
+			return err
+		}
+		count, err := cuda.DeviceCount()
+		if err == nil && f.gpu+n > count {
+			err = fmt.Errorf("%d ranks from GPU %d need %d GPUs; the driver sees %d", n, f.gpu, f.gpu+n, count)
+		}
+		return err
+	}
 	useCUDA := false
 	switch f.device {
 	case "cuda":
-		if err := cuda.Available(); err != nil {
-			return nil, nil, fmt.Errorf("--device cuda: %w", err)
-		}
-		if err := cuda.NCCLAvailable(); err != nil {
-			return nil, nil, fmt.Errorf("--tensor-parallel-size %d on CUDA: %w", n, err)
+		if err := gpuErr(); err != nil {
+			return nil, nil, fmt.Errorf("--device cuda --tensor-parallel-size %d: %w", n, err)
 		}
 		useCUDA = true
 	case "auto":
-		err := cuda.Available()
-		if err == nil {
-			err = cuda.NCCLAvailable()
-		}
+		err := gpuErr()
 		if err != nil {
 			log.Warn("using the CPU backend for every rank", "reason", err.Error())
 		}
