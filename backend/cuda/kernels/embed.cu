@@ -14,9 +14,11 @@
 extern "C" __global__ void __launch_bounds__(256) embed(void* out, const void* table, const int* ids, int dim, int rows, int* err, int base, int shard) {
   grid_dep_sync();
   int i = blockIdx.x;
-  int id = ids[i] - base;
-  bool ok = id >= 0 && id < rows;
-  if (!ok && (!shard || ids[i] < 0) && threadIdx.x == 0) report(err, ERR_EMBED_ID);
+  const int raw = ids[i];
+  // raw - base is taken only where it cannot overflow (raw >= base >= 0).
+  bool ok = raw >= base && raw - base < rows;
+  int id = ok ? raw - base : 0;
+  if (!ok && (!shard || raw < 0) && threadIdx.x == 0) report(err, ERR_EMBED_ID);
 #if TT == DT_BF16
   // BF16 rows of whole 16-byte pieces: every thread's loads are issued
   // before its first store. (The loop below waits out one load per
