@@ -100,28 +100,37 @@ type LatencyOptions struct {
 	// sampled, against a plain decode step timed the same way (each step
 	// sampled and read back before the next is queued).
 	VerifyTokens int
+	// Ranks, for tensor parallelism, are every rank's backend (Ranks[0]
+	// is Backend, which the timings sync) and Comms their communicators
+	// (arch.NewSharded); Abort releases ranks waiting for a failed one.
+	// Nil: the whole model on Backend.
+	Ranks []backend.Backend
+	Comms []backend.Communicator
+	Abort runner.Aborter
 }
 
 // LatencyResult is what `trigon bench latency` reports. Durations are in
 // milliseconds, rates per second; pointer fields are null (n/a) when they
 // cannot be known on this backend or run.
 type LatencyResult struct {
-	Benchmark    string   `json:"benchmark"` // "latency"
-	Engine       string   `json:"engine"`    // "trigon"
-	Arch         string   `json:"arch"`
-	Weights      string   `json:"weights"`
-	WeightDType  string   `json:"weight_dtype"`
-	KVDType      string   `json:"kv_dtype"`
-	Backend      string   `json:"backend"`
-	Device       string   `json:"device,omitempty"`
-	Batch        int      `json:"batch"`
-	InputLen     int      `json:"input_len"`
-	OutputLen    int      `json:"output_len"`
-	PrefillChunk int      `json:"prefill_chunk"`
-	Warmup       int      `json:"warmup"`
-	Iters        int      `json:"iters"`
-	CUDAGraphs   string   `json:"cuda_graphs"` // "on" or "off"
-	Notes        []string `json:"notes"`
+	Benchmark    string `json:"benchmark"` // "latency"
+	Engine       string `json:"engine"`    // "trigon"
+	Arch         string `json:"arch"`
+	Weights      string `json:"weights"`
+	WeightDType  string `json:"weight_dtype"`
+	KVDType      string `json:"kv_dtype"`
+	Backend      string `json:"backend"`
+	Device       string `json:"device,omitempty"`
+	Batch        int    `json:"batch"`
+	InputLen     int    `json:"input_len"`
+	OutputLen    int    `json:"output_len"`
+	PrefillChunk int    `json:"prefill_chunk"`
+	Warmup       int    `json:"warmup"`
+	Iters        int    `json:"iters"`
+	CUDAGraphs   string `json:"cuda_graphs"` // "on" or "off"
+	// TensorParallel is the ranks the model is split over (1: none).
+	TensorParallel int      `json:"tensor_parallel_size"`
+	Notes          []string `json:"notes"`
 
 	Params      int64 `json:"params"`       // every weight element
 	WeightBytes int64 `json:"weight_bytes"` // as stored on the device
@@ -214,7 +223,8 @@ type latencyRun struct {
 	opts    LatencyOptions
 	b       backend.Backend
 	cfg     model.Config
-	m       model.Model
+	m       model.Model   // rank 0's
+	ms      []model.Model // every rank's
 	r       *runner.Runner
 	prompts [][]int32 // [batch][inputLen]
 	tables  [][]int32 // [batch][blocksPerSeq]
@@ -352,11 +362,19 @@ func (run *latencyRun) setup() error {
 	o, c := run.opts, run.cfg
 	rows := o.Batch * (1 + o.VerifyTokens) // a verify step's logits rows
 	maxTokens := max(o.PrefillChunk, rows)
-	m, err := arch.New(run.b, c, o.Weights, model.Options{MaxTokens: maxTokens, MaxLogits: rows})
+	ranks := o.Ranks
+	if len(ranks) == 0 {
+		ranks = []backend.Backend{run.b}
+	}
+	ms, shards, err := arch.NewSharded(ranks, o.Comms, c, o.Weights, model.Options{MaxTokens: maxTokens, MaxLogits: rows})
 	if err != nil {
 		return fmt.Errorf("bench latency: %w", err)
 	}
-	run.m = m
+	run.ms, run.m = ms, ms[0]
+	rm := make([]runner.Model, len(ms))
+	for i, m := range ms {
+		rm[i] = m
+	}
 	bs := kvcache.DefaultBlockSize
 	seqLen := o.InputLen + o.OutputLen + o.VerifyTokens
 	perSeq := (seqLen + bs - 1) / bs
@@ -364,13 +382,13 @@ func (run *latencyRun) setup() error {
 	if err != nil {
 		return fmt.Errorf("bench latency: %w", err)
 	}
-	r, err := runner.New(run.b, m, runner.Options{
+	r, err := runner.NewSharded(ranks, rm, shards, runner.Options{
 		NumBlocks: blocks + 1, BlockSize: bs, MaxTokens: maxTokens, MaxSeqs: o.Batch, MaxSeqLen: seqLen,
 		NumLayers: c.NumLayers, NumKVHeads: c.NumKVHeads, HeadDim: c.HeadDim, KV: o.KV,
 		// The runner's decode graphs, as serving uses them: one bucket, the
 		// batch. Its first decode step runs eagerly, the second captures.
 		Graphs: runner.GraphOptions{Enabled: o.CUDAGraphs, Buckets: []int{o.Batch}},
-	})
+	}, o.Abort)
 	if err != nil {
 		return fmt.Errorf("bench latency: %w", err)
 	}
@@ -397,8 +415,8 @@ func (run *latencyRun) close() {
 	if run.r != nil {
 		run.r.Close()
 	}
-	if run.m != nil {
-		run.m.Close()
+	for _, m := range run.ms {
+		m.Close()
 	}
 }
 
@@ -743,7 +761,7 @@ func (run *latencyRun) newResult() *LatencyResult {
 		Benchmark: "latency", Engine: "trigon", Arch: o.Arch, Weights: o.WeightsSource,
 		KVDType: run.r.KVSpec().Name(), Backend: run.b.Name(),
 		Batch: o.Batch, InputLen: o.InputLen, OutputLen: o.OutputLen, PrefillChunk: o.PrefillChunk,
-		Warmup: o.Warmup, Iters: o.Iters, CUDAGraphs: "off", Notes: []string{},
+		Warmup: o.Warmup, Iters: o.Iters, CUDAGraphs: "off", Notes: []string{}, TensorParallel: run.r.Ranks(),
 		KVPoolBytes: run.r.KVBytes(),
 	}
 	if d, ok := run.b.(interface{ Device() string }); ok {

@@ -14,7 +14,6 @@ import (
 	"github.com/trigon-llm/trigon/format/gguf"
 	"github.com/trigon-llm/trigon/kvcache"
 	"github.com/trigon-llm/trigon/model"
-	"github.com/trigon-llm/trigon/model/arch"
 	"github.com/trigon-llm/trigon/runner"
 	"github.com/trigon-llm/trigon/sched"
 	"github.com/trigon-llm/trigon/specdec"
@@ -78,6 +77,9 @@ type LoadOptions struct {
 	// Speculative is --speculative-config (zero: off). A draft model is
 	// loaded on Backend beside the target, with its own KV cache.
 	Speculative specdec.Config
+	// TensorParallel, when set, splits the model over its ranks; nil: the
+	// whole model on Backend.
+	TensorParallel *TensorParallel
 }
 
 // AttentionChecker is an optional Backend interface, for backends whose
@@ -106,7 +108,7 @@ type Loaded struct {
 	MaxBatchedTokens int
 	BudgetMeasured   bool
 	weights          model.Weights
-	model            model.Model
+	model            rankModels
 	runner           *runner.Runner
 	proposer         specdec.Proposer // nil: no speculation
 }
@@ -138,11 +140,10 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		w.Close()
 		return nil, fmt.Errorf("load %s: generation_config.json: %w", opts.Model, p.Validate())
 	}
-	if c, ok := opts.Backend.(AttentionChecker); ok {
-		if err := c.CheckAttention(cfg.NumHeads, cfg.NumKVHeads, cfg.HeadDim); err != nil {
-			w.Close()
-			return nil, fmt.Errorf("load %s on %s: %w: %w", opts.Model, opts.Backend.Name(), ErrUnsupportedModel, err)
-		}
+	shards, err := planShards(opts, cfg, w)
+	if err != nil {
+		w.Close()
+		return nil, err
 	}
 	if act := opts.Backend.ActDType(); act != backend.F32 && hasF32Matrices(w) {
 		// As vLLM warns when it casts: results differ from an F32 run.
@@ -170,8 +171,10 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		w.Close()
 		return nil, fmt.Errorf("load %s on %s: %w", opts.Model, b.Name(), err)
 	}
-	perBlock := spec.CacheBlockBytes(cfg.NumLayers, cfg.NumKVHeads, cfg.HeadDim)
-	fixed := spec.FixedBytes(cfg.NumLayers, cfg.NumKVHeads, cfg.HeadDim, spec.WindowBlocks(opts.MaxSeqs, opts.MaxBatchedTokens))
+	// A rank's pools: its share of the KV heads (the whole on one rank).
+	kvHeads := maxKVHeads(shards)
+	perBlock := spec.CacheBlockBytes(cfg.NumLayers, kvHeads, cfg.HeadDim)
+	fixed := spec.FixedBytes(cfg.NumLayers, kvHeads, cfg.HeadDim, spec.WindowBlocks(opts.MaxSeqs, opts.MaxBatchedTokens))
 	if opts.Progress != nil {
 		prefetch(w, opts.Progress)
 	}
@@ -181,7 +184,8 @@ func Load(opts LoadOptions) (*Loaded, error) {
 	if k := opts.Speculative.NumSpeculativeTokens; opts.Speculative.Enabled() {
 		maxLogits = min(opts.MaxSeqs*(1+k), opts.MaxBatchedTokens)
 	}
-	m, err := arch.New(b, cfg, w, model.Options{MaxTokens: opts.MaxBatchedTokens, MaxLogits: maxLogits})
+	ms, shards, err := loadRanks(opts, cfg, w, model.Options{MaxTokens: opts.MaxBatchedTokens, MaxLogits: maxLogits})
+	m := rankModels(ms)
 	if err != nil {
 		w.Close()
 		return nil, fmt.Errorf("load %s: %w", opts.Model, err)
@@ -204,7 +208,7 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		w.Close()
 		return nil, fmt.Errorf("load %s: %w", opts.Model, err)
 	}
-	r, err := runner.New(b, m, runner.Options{
+	r, err := newRankRunners(opts, m, shards, runner.Options{
 		NumBlocks: blocks, BlockSize: kvcache.DefaultBlockSize,
 		MaxTokens: opts.MaxBatchedTokens, MaxSeqs: opts.MaxSeqs, MaxSeqLen: ctxLen,
 		NumLayers: cfg.NumLayers, NumKVHeads: cfg.NumKVHeads, HeadDim: cfg.HeadDim,

@@ -301,6 +301,9 @@ func (c *graphCache) close() {
 // SetGraphVersions records new weights or adapter versions: graphs
 // captured under other versions are dropped and recaptured on use.
 func (r *Runner) SetGraphVersions(weights, adapters uint64) {
+	for _, p := range r.peers {
+		p.SetGraphVersions(weights, adapters)
+	}
 	c := r.graphs
 	if c == nil || c.key.WeightsVersion == weights && c.key.AdapterVersion == adapters {
 		return
@@ -331,6 +334,13 @@ func (r *Runner) GraphStats() GraphStats {
 // It overwrites tokens fed by Output.SampleNext: call it between steps
 // that do not feed.
 func (r *Runner) Precapture() error {
+	if r.peers != nil {
+		return r.eachRank(func(_ int, q *Runner) error { return q.precapture() })
+	}
+	return r.precapture()
+}
+
+func (r *Runner) precapture() error {
 	c := r.graphs
 	if c == nil || c.steps < 20 {
 		return nil

@@ -90,7 +90,7 @@ func (b *Backend) Embed(out, table, ids backend.Tensor) error {
 		if err != nil {
 			return err
 		}
-		return b.launch(f, [3]int{n, 1, 1}, 256, 0, o.ptr, tt.ptr, it.ptr, i32(dim), i32(rows), b.errDev)
+		return b.launch(f, [3]int{n, 1, 1}, 256, 0, o.ptr, tt.ptr, it.ptr, i32(dim), i32(rows), b.errDev, 0, 0)
 	})
 }
 

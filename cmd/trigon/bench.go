@@ -103,12 +103,24 @@ func benchLatencyCmd() *cobra.Command {
 				arch = bench.ArchLabel(arch)
 			}
 			defer w.Close()
-			b, err := df.open(newLogger(cmd.ErrOrStderr(), verbose))
+			b, tp, err := df.openRanks(newLogger(cmd.ErrOrStderr(), verbose))
 			if err != nil {
 				return err
 			}
-			if c, ok := b.(interface{ Close() error }); ok {
-				defer c.Close()
+			ranks := []backend.Backend{b}
+			var lo bench.LatencyOptions
+			if tp != nil {
+				ranks, lo.Ranks, lo.Comms, lo.Abort = tp.Backends, tp.Backends, tp.Comms, tp.Abort
+			}
+			for _, rb := range ranks {
+				if c, ok := rb.(interface{ Close() error }); ok {
+					defer c.Close()
+				}
+			}
+			for _, c := range lo.Comms { // destroyed before their backends (defers run last first)
+				if c, ok := c.(interface{ Close() error }); ok {
+					defer c.Close()
+				}
 			}
 			kvSpec, err := backend.ParseKVCacheDType(kvDType, b.ActDType(), kvcache.DefaultBlockSize)
 			if err != nil {
@@ -139,6 +151,7 @@ func benchLatencyCmd() *cobra.Command {
 					SustainedProbe: sustained, KV: kvSpec,
 					ProfileSteps: profileSteps, NoQueueAhead: !queueAhead, StepTrace: stepTrace,
 					VerifyTokens: spec.cfg.NumSpeculativeTokens,
+					Ranks:        lo.Ranks, Comms: lo.Comms, Abort: lo.Abort,
 				})
 				if err != nil {
 					return err
@@ -163,6 +176,7 @@ func benchLatencyCmd() *cobra.Command {
 		},
 	}
 	df.register(cmd)
+	df.registerTP(cmd)
 	fl := cmd.Flags()
 	fl.StringVar(&arch, "arch", bench.ArchDefault, "architecture of the synthetic weights: a preset name or a config.json path")
 	fl.StringVarP(&modelPath, "model", "m", "", "time this checkpoint (HF directory or .gguf) instead of synthetic weights")

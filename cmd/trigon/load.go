@@ -43,6 +43,7 @@ type modelFlags struct {
 
 func (f *modelFlags) register(cmd *cobra.Command) {
 	f.deviceFlags.register(cmd)
+	f.deviceFlags.registerTP(cmd)
 	cmd.Flags().StringVarP(&f.model, "model", "m", "", "model: HF directory or .gguf file (default: the embedded Go-code model)")
 	cmd.Flags().IntVar(&f.maxContext, "max-model-len", 0, "cap the context length (0: the model's; also --max-context)")
 	cmd.Flags().IntVar(&f.maxContext, "max-context", 0, "same as --max-model-len")
@@ -83,7 +84,7 @@ func (f *modelFlags) load(ctx context.Context, log *slog.Logger, metrics *teleme
 	if err != nil {
 		return nil, nil, err
 	}
-	b, err := f.open(log)
+	b, tp, err := f.openRanks(log)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -93,7 +94,7 @@ func (f *modelFlags) load(ctx context.Context, log *slog.Logger, metrics *teleme
 		Model: src.path, MaxContext: f.maxContext,
 		MaxSeqs: f.maxSeqs, MaxBatchedTokens: f.maxTokens, MaxQueue: f.maxQueue, KVBlocks: f.kvBlocks, KVMemory: f.kvMemory,
 		Metrics: metrics, Logger: log, QueueAhead: f.queueAhead, Tokenizer: src.tok,
-		KVCacheDType: f.kvDType, KVWindow: kvWindow, Speculative: f.spec.cfg,
+		KVCacheDType: f.kvDType, KVWindow: kvWindow, Speculative: f.spec.cfg, TensorParallel: tp,
 	}
 	if src.dummy {
 		// BF16, as the checkpoints serving benchmarks stand in for;
@@ -116,7 +117,7 @@ func (f *modelFlags) load(ctx context.Context, log *slog.Logger, metrics *teleme
 	if f.spec.cfg.Enabled() {
 		log.Info("speculative decoding", "config", f.spec.cfg.String())
 	}
-	log.Info("model loaded", "model", src.label, "arch", l.Config.Arch, "backend", b.Name(),
+	log.Info("model loaded", "model", src.label, "arch", l.Config.Arch, "backend", b.Name(), "tensor_parallel_size", engine.RunnerOf(l).Ranks(),
 		"context", l.Context, "kv_cache_dtype", engine.RunnerOf(l).KVSpec().Name(),
 		"kv_capacity_tokens", engine.RunnerOf(l).CapacityTokens(), "kv_blocks", l.KVBlocks, "max_num_batched_tokens", l.MaxBatchedTokens, "budget", budget,
 		"took", time.Since(t0).Round(time.Millisecond))
@@ -145,7 +146,7 @@ func (f *modelFlags) loadOn(b backend.Backend, log *slog.Logger, opts engine.Loa
 		return engine.Load(opts)
 	}
 	l, err := load(b)
-	if !errors.Is(err, engine.ErrUnsupportedModel) {
+	if !errors.Is(err, engine.ErrUnsupportedModel) || opts.TensorParallel != nil {
 		return l, b, err
 	}
 	if f.device != "auto" {

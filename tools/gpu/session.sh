@@ -18,7 +18,12 @@
 #   graphs         the graph tests, and greedy text with decode graphs on against off
 #   default_model  the embedded model, CUDA against CPU
 #   serve_smoke    trigon serve: a completion, a stream, /metrics, SIGTERM
+#   tp_tests       tensor parallelism: the one-GPU tests (TP=1 through the new path, TP=2
+#                  on one device, EmbedShard, NCCL of one rank) and, on 2+ GPUs, NCCL's
+#                  against the in-process group
 # Parts that measure (docs/benchmarks.md):
+#   tp_bench       2+ GPUs: bench latency llama-3-8b batch 4 at TP=1 and TP=2, the NCCL
+#                  all-reduce benchmark (bus bandwidth), a 70B-shape dummy model served at TP=N
 #   peers          trigon against the gpt-fast-style model and HF at ARCH (default llama-3-8b)
 #   qwen3_peers    peers at qwen3-8b, keeping a llama run's files as llama-*
 #   bench_rows     bench latency at BATCHES (default "1 4 64"), 2048-token prompts, graphs off and on
@@ -425,6 +430,42 @@ kill -TERM "$pid"; wait "$pid"; echo "serve exit=$?" | say
 # final: correctness of the build that is measured (stopping there on a
 # failure), then the peers, the batch 1 and 64 rows and the server: what
 # the latest figures of docs/benchmarks.md ran.
+# tp_tests: the tensor-parallel tests that run on one GPU, and the NCCL
+# tests, which skip below two.
+tp_tests() {
+log "tensor parallelism: backend/cuda (EmbedShard, NCCL)"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.run 'TestEmbedShard|TestEmbed$|TestNCCL' -test.v >"$OUT/tp-cuda.log" 2>&1)
+echo "rc=$?" | say
+grep -E "^(--- FAIL|--- SKIP|--- PASS|FAIL|PASS|ok)|panic" "$OUT/tp-cuda.log" | head -20 | say
+log "tensor parallelism: model/llama (TP=1 path, TP=2 on one GPU)"
+(cd model/llama && "$root/.gpu/llama.test" -test.run 'TestTensorParallelCUDA' -test.v >"$OUT/tp-llama.log" 2>&1)
+echo "rc=$?" | say
+grep -E "relative|^(--- FAIL|--- PASS|FAIL|PASS)" "$OUT/tp-llama.log" | say
+}
+
+# tp_bench: with NGPU (default: every GPU, at least 2) ranks, bench
+# latency at TP=1 and TP=NGPU (llama-3-8b, batch 4, 2048-token prompts),
+# NCCL's all-reduce benchmark, and trigon serve of a 70B-shape dummy model
+# at TP=NGPU (one completion).
+tp_bench() {
+local n=${NGPU:-$(nvidia-smi -L | wc -l)}
+if ((n < 2)); then log "tp_bench: $n GPU, needs 2"; return 0; fi
+latency "$OUT/tp1.json" --arch llama-3-8b --batch 4 --input-len 2048 --output-len 128 --cuda-graphs on
+latency "$OUT/tp$n.json" --arch llama-3-8b --batch 4 --input-len 2048 --output-len 128 --cuda-graphs on --tensor-parallel-size "$n"
+log "NCCL all-reduce over $n GPUs"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.run XXX -test.bench BenchmarkNCCLAllReduce -test.benchtime 200x >"$OUT/tp-nccl-bench.log" 2>&1)
+echo "rc=$?" | say
+grep -E "^Benchmark" "$OUT/tp-nccl-bench.log" | say
+log "trigon serve --load-format dummy --model llama-3.1-70b --tensor-parallel-size $n"
+.gpu/trigon serve --device cuda --load-format dummy --model llama-3.1-70b --tensor-parallel-size "$n" --max-context 4096 --port 8399 >"$OUT/tp-serve.log" 2>&1 &
+local pid=$!
+for _ in $(seq 1 240); do curl -sf localhost:8399/health >/dev/null && break; sleep 1; done
+curl -s localhost:8399/v1/completions -H 'content-type: application/json' -d '{"prompt":"hello","max_tokens":16}' | head -c 400 | say
+echo | say
+kill -TERM $pid; wait $pid; echo "serve rc=$?" | say
+grep -E "loaded|error|Error" "$OUT/tp-serve.log" | head -5 | say
+}
+
 final() {
 cuda_tests; local rc=$?
 model_tests; local rc2=$?
