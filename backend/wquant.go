@@ -247,7 +247,9 @@ func EncodeF8E4M3Row(src []float32, scale float32) ([]byte, error) {
 func E4M3Scale(x []float32) float32 {
 	var amax float32
 	for _, v := range x {
-		amax = max(amax, float32(math.Abs(float64(v))))
+		if a := float32(math.Abs(float64(v))); a > amax { // false for NaN
+			amax = a
+		}
 	}
 	if amax == 0 || math.IsInf(float64(amax), 0) {
 		return 1

@@ -1,0 +1,231 @@
+// wquant.cu: products against the weight-quantized dtypes of
+// backend/wquant.go (AWQ4_G32/G64/G128 and F8_E4M3_ROW), and the FP8
+// activation quantizer. Specialised with -DWT=<weight dtype> -DOT=<out
+// dtype>; x is bf16. The FP8 kernels (f8_*) do not depend on WT.
+#include "common.cuh"
+
+// Dtype codes of backend/wquant.go (kept equal by TestWQuantCodes).
+#define DT_AWQ4_G32 40
+#define DT_AWQ4_G64 41
+#define DT_AWQ4_G128 42
+#define DT_F8ROW 43
+
+#define MAXN 8  // token rows per blockIdx.y of the GEMVs
+
+// AWQ4 block: {f16 scale; f16 zero; u8 qs[AWQ_G/2]}, byte j of qs holding
+// element 2j (low nibble) and 2j+1 (high nibble); value = (q - zero) * scale.
+#define AWQ_G (WT == DT_AWQ4_G64 ? 64 : (WT == DT_AWQ4_G128 ? 128 : 32))
+#define AWQ_BB (4 + AWQ_G / 2)
+#define AWQ_WPB (AWQ_G / 8)  // 32-bit words of nibbles per block
+
+// awq_word decodes word c (8 values, elements 8c..8c+7) of an AWQ4 row.
+// Blocks are multiples of 4 bytes, so on a 4-byte aligned row the header
+// and every word are 4-byte aligned.
+__device__ __forceinline__ void awq_word(const unsigned char* row, int c, float* wv) {
+  const unsigned char* bp = row + (i64)(c / AWQ_WPB) * AWQ_BB;
+  u32 hdr = *(const u32*)bp;
+  float s = f16_to_f32((u16)(hdr & 0xffffu)), z = f16_to_f32((u16)(hdr >> 16));
+  u32 q = *(const u32*)(bp + 4 + 4 * (c % AWQ_WPB));
+#pragma unroll
+  for (int e = 0; e < 8; e++) wv[e] = ((float)((q >> (4 * e)) & 15u) - z) * s;
+}
+
+// awq_gemv: y[t, o] = sum_k x[t, k] * w[o, k] for the MAXN rows of
+// blockIdx.y. One warp per output feature; lanes take consecutive words
+// of the row (coalesced), so the packed weight is read once per row tile
+// and dequantized in registers.
+//   y [n, m] OT;  x [n, k] bf16 (rows 16-byte aligned);  w [m, k] WT
+// grid (ceil(m/8), ceil(n/MAXN)), block 256.
+extern "C" __global__ void __launch_bounds__(256) awq_gemv(void* y, const u16* x, const unsigned char* w, int n, int m, int k) {
+  grid_dep_sync();
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  int o = blockIdx.x * 8 + warp;
+  if (o >= m) return;
+  int t0 = blockIdx.y * MAXN;
+  int nt = min(MAXN, n - t0);
+  const unsigned char* wr = w + (i64)o * (k / AWQ_G) * AWQ_BB;
+  const u16* xb = x + (i64)t0 * k;
+  float acc[MAXN];
+#pragma unroll
+  for (int t = 0; t < MAXN; t++) acc[t] = 0.f;
+  int words = k >> 3;
+  for (int c = lane; c < words; c += 32) {
+    float wv[8];
+    awq_word(wr, c, wv);
+#pragma unroll
+    for (int t = 0; t < MAXN; t++) {
+      if (t < nt) {
+        uint4 v = *(const uint4*)(xb + (i64)t * k + (i64)c * 8);
+        u32 wd[4] = {v.x, v.y, v.z, v.w};
+        float s = 0.f;
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          s += wv[2 * e] * __uint_as_float(wd[e] << 16);
+          s += wv[2 * e + 1] * __uint_as_float(wd[e] & 0xffff0000u);
+        }
+        acc[t] += s;
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < MAXN; t++) {
+    if (t < nt) {
+      float s = warp_sum(acc[t]);
+      if (lane == 0) store_f<OT>(y, (i64)(t0 + t) * m + o, s);
+    }
+  }
+}
+
+// awq_dequant: dst = bf16(dequant(w)), for products of more rows, which
+// then run through cuBLASLt. One thread per 8-value word.
+//   dst [m, k] bf16 (16-byte aligned);  w [m, k] WT
+extern "C" __global__ void awq_dequant(u16* dst, const unsigned char* w, int m, int k) {
+  grid_dep_sync();
+  int words = k >> 3;
+  i64 total = (i64)m * words;
+  i64 rb = (i64)(k / AWQ_G) * AWQ_BB;
+  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (i64)gridDim.x * blockDim.x) {
+    i64 r = i / words;
+    int c = (int)(i - r * words);
+    float wv[8];
+    awq_word(w + r * rb, c, wv);
+    uint4 v;
+    v.x = pack_bf16x2(wv[0], wv[1]);
+    v.y = pack_bf16x2(wv[2], wv[3]);
+    v.z = pack_bf16x2(wv[4], wv[5]);
+    v.w = pack_bf16x2(wv[6], wv[7]);
+    *(uint4*)(dst + r * k + (i64)c * 8) = v;
+  }
+}
+
+// e4m3fn codes. f32_to_e4m3 is backend.F32ToE4M3 exactly: round to
+// nearest even, magnitudes at or past 448 saturate to 448, NaN is 0x7F.
+__device__ __forceinline__ u32 f32_to_e4m3(float f) {
+  u32 bits = __float_as_uint(f);
+  u32 sign = (bits >> 24) & 0x80u;
+  float a = fabsf(f);
+  if (a != a) return 0x7Fu;
+  if (a >= 448.f) return sign | 0x7Eu;
+  if (a < 0.015625f) return sign | (u32)__float2int_rn(a * 512.f);  // subnormals: steps of 2^-9, exact scaling
+  u32 ab = __float_as_uint(a);
+  int e = (int)(ab >> 23) - 127 + 7;  // e4m3's biased exponent, 1..15
+  u32 man = ab & 0x7fffffu;
+  u32 q = man >> 20, rem = man & 0xfffffu;
+  if (rem > 0x80000u || (rem == 0x80000u && (q & 1u))) q++;
+  if (q == 8u) {
+    q = 0u;
+    e++;
+  }
+  u32 code = ((u32)e << 3) | q;
+  return sign | (code > 0x7Eu ? 0x7Eu : code);
+}
+
+// e4m3_to_f32 decodes a code; 0x7F/0xFF (NaN) decode as 480, since no
+// code this file or the loader writes is NaN.
+__device__ __forceinline__ float e4m3_to_f32(u32 b) {
+  u32 e = (b >> 3) & 15u, m = b & 7u;
+  float v = e ? __uint_as_float(((e + 120u) << 23) | (m << 20)) : (float)m * (1.f / 512.f);
+  return __uint_as_float(__float_as_uint(v) | ((b & 0x80u) << 24));
+}
+
+// f8_act_quant: per row t, s = max|x[t]| / 448 (1 for a row of zeros or
+// with an infinity; NaN ignored), xq[t, i] = e4m3(x[t, i] * (1/s)),
+// sx[t] = s: backend.QuantizeActE4M3 on the bf16 values.
+//   xq [n, k] e4m3;  sx [n] f32;  x [n, k] bf16
+// grid (n), block 256.
+extern "C" __global__ void __launch_bounds__(256) f8_act_quant(unsigned char* xq, float* sx, const u16* x, int n, int k) {
+  grid_dep_sync();
+  __shared__ float scratch[32];
+  int t = blockIdx.x;
+  const u16* xr = x + (i64)t * k;
+  float amax = 0.f;
+  for (int i = threadIdx.x; i < k; i += blockDim.x) amax = fmaxf(amax, fabsf(bf16_to_f32(xr[i])));
+  amax = warp_max(amax);
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = amax;
+  __syncthreads();
+  amax = (threadIdx.x & 31) < (blockDim.x >> 5) ? scratch[threadIdx.x & 31] : 0.f;
+  amax = warp_max(amax);
+  float s = (amax == 0.f || amax > 3.0e38f) ? 1.f : amax / 448.f;
+  float inv = 1.f / s;
+  unsigned char* qr = xq + (i64)t * k;
+  for (int i = threadIdx.x; i < k; i += blockDim.x) qr[i] = (unsigned char)f32_to_e4m3(bf16_to_f32(xr[i]) * inv);
+  if (threadIdx.x == 0) sx[t] = s;
+}
+
+// f8_row_scale is the f32 scale in the trailer of F8_E4M3_ROW row o.
+__device__ __forceinline__ float f8_row_scale(const unsigned char* w, int o, int k) {
+  return *(const float*)(w + (i64)o * (k + 16) + k);
+}
+
+// f8_gemv: y[t, o] = (sum_k e4m3(xq[t, k]) * e4m3(w[o, k])) * sx[t] *
+// scale[o] for the MAXN rows of blockIdx.y. One warp per output feature,
+// lanes over 16-byte chunks of the row.
+//   y [n, m] OT;  xq [n, k] e4m3, sx [n] f32;  w [m, k] F8_E4M3_ROW (k % 16 == 0)
+// grid (ceil(m/8), ceil(n/MAXN)), block 256.
+extern "C" __global__ void __launch_bounds__(256) f8_gemv(void* y, const unsigned char* xq, const float* sx, const unsigned char* w, int n, int m, int k) {
+  grid_dep_sync();
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  int o = blockIdx.x * 8 + warp;
+  if (o >= m) return;
+  int t0 = blockIdx.y * MAXN;
+  int nt = min(MAXN, n - t0);
+  const unsigned char* wr = w + (i64)o * (k + 16);
+  float acc[MAXN];
+#pragma unroll
+  for (int t = 0; t < MAXN; t++) acc[t] = 0.f;
+  int chunks = k >> 4;
+  for (int c = lane; c < chunks; c += 32) {
+    uint4 wq = *(const uint4*)(wr + (i64)c * 16);
+    u32 wd[4] = {wq.x, wq.y, wq.z, wq.w};
+    float wv[16];
+#pragma unroll
+    for (int e = 0; e < 16; e++) wv[e] = e4m3_to_f32((wd[e >> 2] >> (8 * (e & 3))) & 0xffu);
+#pragma unroll
+    for (int t = 0; t < MAXN; t++) {
+      if (t < nt) {
+        uint4 xv = *(const uint4*)(xq + (i64)(t0 + t) * k + (i64)c * 16);
+        u32 xd[4] = {xv.x, xv.y, xv.z, xv.w};
+        float s = 0.f;
+#pragma unroll
+        for (int e = 0; e < 16; e++) s += wv[e] * e4m3_to_f32((xd[e >> 2] >> (8 * (e & 3))) & 0xffu);
+        acc[t] += s;
+      }
+    }
+  }
+  float sw = f8_row_scale(w, o, k);
+#pragma unroll
+  for (int t = 0; t < MAXN; t++) {
+    if (t < nt) {
+      float s = warp_sum(acc[t]);
+      if (lane == 0) store_f<OT>(y, (i64)(t0 + t) * m + o, s * sx[t0 + t] * sw);
+    }
+  }
+}
+
+// f8_epilogue: y[t, o] = acc[t, o] * sx[t] * scale[o], the scales of an
+// FP8 GEMM whose product of codes (acc, f32) ran without them.
+//   y [n, m] OT;  acc [n, m] f32;  sx [n] f32;  w [m, k] F8_E4M3_ROW
+extern "C" __global__ void f8_epilogue(void* y, const float* acc, const float* sx, const unsigned char* w, int n, int m, int k) {
+  grid_dep_sync();
+  i64 total = (i64)n * m;
+  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (i64)gridDim.x * blockDim.x) {
+    i64 t = i / m;
+    int o = (int)(i - t * m);
+    store_f<OT>(y, i, acc[i] * sx[t] * f8_row_scale(w, o, k));
+  }
+}
+
+// f8_codes: dst[r, i] = bf16(e4m3(src[r * ld + i])), the codes without
+// their scales (exact in bf16: 4 significant bits), for devices without
+// FP8 GEMMs, whose BF16 GEMM of codes then equals the FP8 one.
+//   dst [rows, k] bf16;  src rows of ld bytes
+extern "C" __global__ void f8_codes(u16* dst, const unsigned char* src, int rows, int k, int ld) {
+  grid_dep_sync();
+  i64 total = (i64)rows * k;
+  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (i64)gridDim.x * blockDim.x) {
+    i64 r = i / k;
+    int j = (int)(i - r * k);
+    dst[i] = f32_to_bf16(e4m3_to_f32(src[r * ld + j]));
+  }
+}

@@ -1,0 +1,153 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+	"testing"
+
+	"github.com/trigon-llm/trigon/backend"
+)
+
+// TestWQuantCodes checks the dtype codes kernels/wquant.cu defines against
+// backend's (no GPU needed).
+func TestWQuantCodes(t *testing.T) {
+	src, err := kernelFS.ReadFile("kernels/wquant.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]backend.DType{"DT_AWQ4_G32": backend.AWQ4G32, "DT_AWQ4_G64": backend.AWQ4G64, "DT_AWQ4_G128": backend.AWQ4G128, "DT_F8ROW": backend.F8E4M3Row}
+	for name, dt := range want {
+		m := regexp.MustCompile(`#define ` + name + ` (\d+)`).FindSubmatch(src)
+		if m == nil {
+			t.Errorf("wquant.cu does not define %s", name)
+			continue
+		}
+		if v, _ := strconv.Atoi(string(m[1])); v != int(dt) {
+			t.Errorf("%s = %d, backend.%v = %d", name, v, dt, int(dt))
+		}
+	}
+}
+
+// encodeWQ encodes [rows, cols] values in a weight-quantized dtype.
+func encodeWQ(t *testing.T, dt backend.DType, v []float32, rows, cols int) []byte {
+	t.Helper()
+	var out []byte
+	for r := range rows {
+		var b []byte
+		var err error
+		if g := backend.AWQGroup(dt); g != 0 {
+			b, err = backend.EncodeAWQ4(v[r*cols:(r+1)*cols], g)
+		} else {
+			b, err = backend.EncodeF8E4M3Row(v[r*cols:(r+1)*cols], 0)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, b...)
+	}
+	return out
+}
+
+// TestMatMulWQuant runs MatMul against AWQ4 and F8E4M3Row weights on the
+// GPU and the CPU (the oracle: it quantizes FP8 activations per row as the
+// GPU does) on fresh random inputs: the GEMVs (up to 64 rows, partial
+// 8-row tiles), the prefill paths above, BF16 and F32 outputs, biases.
+// fallback forces the FP8 prefill through the BF16 GEMM of codes, the
+// path of devices without FP8 GEMMs.
+func TestMatMulWQuant(t *testing.T) {
+	g := sharedBackend(t, true)
+	type shape struct{ n, in, out int }
+	shapes := []shape{{1, 4096, 1000}, {3, 1024, 512}, {8, 4096, 4096}, {17, 2048, 1000}, {64, 1024, 1000}, {65, 4096, 1000}, {200, 1024, 2048}}
+	for _, dt := range []backend.DType{backend.AWQ4G32, backend.AWQ4G64, backend.AWQ4G128, backend.F8E4M3Row} {
+		for i, s := range shapes {
+			out := []backend.DType{backend.BF16, backend.F32}[i%2]
+			withBias := i%3 == 1
+			for _, fallback := range []bool{false, true} {
+				if fallback && (dt != backend.F8E4M3Row || s.n <= wqGemvMaxRows) {
+					continue
+				}
+				name := fmt.Sprintf("%v_n%d_%dx%d_out%v_bias%v_fallback%v", dt, s.n, s.in, s.out, out, withBias, fallback)
+				t.Run(name, func(t *testing.T) {
+					p := newPair(t)
+					if fallback {
+						p.must("force fallback", g.call(func() error {
+							if g.f8.plans == nil {
+								g.f8.plans = map[[3]int]*f8Plan{}
+							}
+							g.f8.plans[[3]int{s.n, s.out, s.in}] = &f8Plan{}
+							return nil
+						}))
+						t.Cleanup(func() {
+							_ = g.call(func() error { delete(g.f8.plans, [3]int{s.n, s.out, s.in}); return nil })
+						})
+					}
+					cx, gx := p.act(backend.BF16, []int{s.n, s.in}, p.normal(s.n*s.in, 1))
+					wv := p.normal(s.out*s.in, float32(1/math.Sqrt(float64(s.in))))
+					cw, gw := p.same(dt, []int{s.out, s.in}, encodeWQ(t, dt, wv, s.out, s.in))
+					var cb, gb backend.Tensor
+					if withBias {
+						cb, gb = p.same(backend.BF16, []int{s.out}, encode(backend.BF16, p.normal(s.out, 1)))
+					}
+					co, gout := p.cpuOut(s.n, s.out), p.poisoned(out, s.n, s.out)
+					p.must("cpu", p.c.MatMul(co, cx, cw, cb))
+					p.must("gpu", p.g.MatMul(gout, gx, gw, gb))
+					p.must("sync", p.g.Sync())
+					p.expectClose("matmul", read(t, p.g, gout), read(t, p.c, co), bf16Tol)
+				})
+			}
+		}
+	}
+}
+
+// TestF8ActQuant checks the activation quantizer's codes against
+// backend.F32ToE4M3 bit for bit, over rows that reach e4m3's subnormals,
+// its ties and a row of zeros.
+func TestF8ActQuant(t *testing.T) {
+	g := sharedBackend(t, true)
+	p := newPair(t)
+	n, k := 5, 4096
+	vals := p.normal(n*k, 1)
+	for i := range k {
+		vals[2*k+i] = 0 // a row of zeros: scale 1
+		vals[3*k+i] = backend.BF16ToF32(backend.F32ToBF16(float32(i-k/2) / 64))
+	}
+	gx := p.gpuT(backend.BF16, []int{n, k}, encode(backend.BF16, vals))
+	var got []byte
+	p.must("quantize", g.call(func() error {
+		xt, err := g.tensorOf("test", "x", gx)
+		if err != nil {
+			return err
+		}
+		buf, err := g.tmpGet(n*k + 4*n + 16)
+		if err != nil {
+			return err
+		}
+		defer g.tmpPut(buf)
+		f, err := g.fn(fnKey{modSpec{file: "wquant", p: [7]int{int(backend.F8E4M3Row), int(backend.BF16)}}, "f8_act_quant"})
+		if err != nil {
+			return err
+		}
+		sx := buf + uint64((n*k+15)/16*16)
+		if err := g.launch(f, [3]int{n, 1, 1}, 256, 0, buf, sx, xt.ptr, i32(n), i32(k)); err != nil {
+			return err
+		}
+		got = make([]byte, (n*k+15)/16*16+4*n)
+		return g.copyOut(got, buf)
+	}))
+	for r := range n {
+		row := vals[r*k : (r+1)*k]
+		s := backend.E4M3Scale(row)
+		off := (n*k+15)/16*16 + 4*r
+		if gs := math.Float32frombits(uint32(got[off]) | uint32(got[off+1])<<8 | uint32(got[off+2])<<16 | uint32(got[off+3])<<24); gs != s {
+			t.Fatalf("row %d: scale %v, want %v", r, gs, s)
+		}
+		inv := 1 / s
+		for i, v := range row {
+			if want := backend.F32ToE4M3(v * inv); got[r*k+i] != want {
+				t.Fatalf("row %d [%d] = %v: code %#x, want %#x", r, i, v, got[r*k+i], want)
+			}
+		}
+	}
+}
