@@ -18,14 +18,16 @@ import (
 // AWQ4G32, AWQ4G64, AWQ4G128: a row of a [outFeatures, inFeatures] weight
 // is blocks of g = 32, 64 or 128 consecutive inputs, each block
 //
-//	{f16 scale; f16 zero; u8 qs[g/2]}   4 + g/2 bytes (20, 36, 68)
+//	{f16 scale; f16 zero; u32 qs[g/8]}   4 + g/2 bytes (20, 36, 68)
 //
-// where byte j of qs holds element 2j in its low nibble and 2j+1 in its
-// high one, zero is the group's zero point (an integer 0..15, exact in
-// f16), and element k = (q[k] - zero) * scale, computed in f32. Blocks are
-// self-contained, so rows concatenate and any run of whole blocks decodes
-// on its own; block sizes are multiples of 4, so on a 4-byte aligned row
-// every qs word (8 nibbles) is 4-byte aligned.
+// where little-endian word w of qs holds elements 8w..8w+7, nibble i (bits
+// 4i..4i+3) holding element 8w + AWQOrder[i] (AutoAWQ's interleave: the
+// nibble pairs (i, i+4) are consecutive elements, which a GPU widens to a
+// pair of 16-bit floats with one mask), zero is the group's zero point (an
+// integer 0..15, exact in f16), and element k = (q[k] - zero) * scale,
+// computed in f32. Blocks are self-contained, so rows concatenate and any
+// run of whole blocks decodes on its own; block sizes are multiples of 4,
+// so on a 4-byte aligned row every word is 4-byte aligned.
 //
 // F8E4M3Row: each row of inFeatures (a multiple of 16) e4m3fn values is
 // followed by a 16-byte trailer: the row's f32 scale, then 12 zero bytes.
@@ -45,6 +47,9 @@ const (
 	AWQ4G128
 	F8E4M3Row
 )
+
+// AWQOrder[i] is the element (of 8) that nibble i of an AWQ4 word holds.
+var AWQOrder = [8]int{0, 2, 4, 6, 1, 3, 5, 7}
 
 // f8RowTrailer is the bytes after each F8E4M3Row row.
 const f8RowTrailer = 16
@@ -121,12 +126,16 @@ func PackAWQ4(dst []byte, q []uint8, scales []uint16, zeros []uint8, g int) erro
 		binary.LittleEndian.PutUint16(o, scales[b])
 		binary.LittleEndian.PutUint16(o[2:], F32ToF16(float32(zeros[b])))
 		qs := q[b*g : (b+1)*g]
-		for j := range g / 2 {
-			lo, hi := qs[2*j], qs[2*j+1]
-			if lo > 15 || hi > 15 {
-				return fmt.Errorf("pack awq4: value of group %d is not 4-bit: %w", b, ErrShape)
+		for w := range g / 8 {
+			var word uint32
+			for i, e := range AWQOrder {
+				v := qs[8*w+e]
+				if v > 15 {
+					return fmt.Errorf("pack awq4: value of group %d is not 4-bit: %w", b, ErrShape)
+				}
+				word |= uint32(v) << (4 * i)
 			}
-			o[4+j] = lo | hi<<4
+			binary.LittleEndian.PutUint32(o[4+4*w:], word)
 		}
 	}
 	return nil
@@ -187,9 +196,12 @@ func dequantAWQ4(src []byte, dst []float32, g int) {
 		s := t[binary.LittleEndian.Uint16(b)]
 		z := t[binary.LittleEndian.Uint16(b[2:])]
 		o := dst[blk*g : (blk+1)*g]
-		for j, v := range b[4:] {
-			o[2*j] = (float32(v&15) - z) * s
-			o[2*j+1] = (float32(v>>4) - z) * s
+		for w := range g / 8 {
+			word := binary.LittleEndian.Uint32(b[4+4*w:])
+			ow := o[8*w : 8*w+8 : 8*w+8]
+			for i, e := range AWQOrder {
+				ow[e] = (float32(word>>(4*i)&15) - z) * s
+			}
 		}
 	}
 }

@@ -19,7 +19,11 @@ func awqRef(b []byte, n, g int) []float64 {
 		s := backendtest.RefF16(binary.LittleEndian.Uint16(blk))
 		z := backendtest.RefF16(binary.LittleEndian.Uint16(blk[2:]))
 		j := k % g
-		q := blk[4+j/2] >> (4 * (j % 2)) & 15
+		// Element j is in word j/8, at the nibble that holds element j%8
+		// in AutoAWQ's order [0,2,4,6,1,3,5,7]: its inverse.
+		nib := [8]int{0, 4, 1, 5, 2, 6, 3, 7}[j%8]
+		word := binary.LittleEndian.Uint32(blk[4+4*(j/8):])
+		q := uint8(word >> (4 * nib) & 15)
 		out[k] = (float64(q) - z) * s
 	}
 	return out

@@ -40,7 +40,9 @@ func (b *Backend) quantizeActF8(x []float32, n, inF int) []float32 {
 }
 
 // dotAWQ4 returns the dot product of an f32 row with a row of AWQ4 blocks
-// of g: per block, scale * (sum x*q - zero * sum x).
+// of g: per block, scale * (sum x*q - zero * sum x). Byte b of a word
+// holds nibbles 2b and 2b+1, elements AWQOrder[2b] and AWQOrder[2b+1]:
+// (0, 2), (4, 6), (1, 3), (5, 7).
 func dotAWQ4(g int) func(x []float32, w []byte) float32 {
 	bb := 4 + g/2
 	return func(x []float32, w []byte) float32 {
@@ -52,20 +54,19 @@ func dotAWQ4(g int) func(x []float32, w []byte) float32 {
 			b := w[blk*bb : (blk+1)*bb : (blk+1)*bb]
 			q := b[4:bb:bb]
 			xx := x[blk*g : (blk+1)*g : (blk+1)*g]
-			var s0, s1, s2, s3, x0, x1 float32
-			for j := 0; j+1 < len(q); j += 2 {
-				p0, p1 := &u4Table[q[j]], &u4Table[q[j+1]]
-				a, c, d, e := xx[2*j], xx[2*j+1], xx[2*j+2], xx[2*j+3]
-				s0 += a * p0[0]
-				s1 += c * p0[1]
-				s2 += d * p1[0]
-				s3 += e * p1[1]
-				x0 += a + c
-				x1 += d + e
+			var s0, s1, s2, s3, xs float32
+			for j := 0; j+3 < len(q); j += 4 {
+				xw := xx[2*j : 2*j+8 : 2*j+8]
+				p0, p1, p2, p3 := &u4Table[q[j]], &u4Table[q[j+1]], &u4Table[q[j+2]], &u4Table[q[j+3]]
+				s0 += xw[0]*p0[0] + xw[2]*p0[1]
+				s1 += xw[4]*p1[0] + xw[6]*p1[1]
+				s2 += xw[1]*p2[0] + xw[3]*p2[1]
+				s3 += xw[5]*p3[0] + xw[7]*p3[1]
+				xs += ((xw[0] + xw[1]) + (xw[2] + xw[3])) + ((xw[4] + xw[5]) + (xw[6] + xw[7]))
 			}
 			s := t[binary.LittleEndian.Uint16(b)]
 			z := t[binary.LittleEndian.Uint16(b[2:])]
-			sum += s * (((s0 + s1) + (s2 + s3)) - z*(x0+x1))
+			sum += s * (((s0 + s1) + (s2 + s3)) - z*xs)
 		}
 		return sum
 	}

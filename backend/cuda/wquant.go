@@ -10,10 +10,12 @@ import (
 // Products against the weight-quantized dtypes of backend/wquant.go
 // (kernels/wquant.cu).
 //
-// AWQ4 (W4A16): up to wqGemvMaxRows rows run awq_gemv, which streams the
-// packed weight and dequantizes it in registers (one weight read per
-// MAXN-row tile); more rows dequantize the weight into a pooled BF16
-// temporary for the BF16 cuBLASLt GEMM, as Q8_0 does.
+// AWQ4 (W4A16): up to wqGemvMaxRows rows run awq_mma on sm_80 and later,
+// which streams the packed weight once, widens it to bf16 pairs in
+// registers and multiplies on the tensor cores (mma.sync), or awq_gemv on
+// the CUDA cores before sm_80 (one weight read per MAXN-row tile); more
+// rows dequantize the weight into a pooled BF16 temporary for the BF16
+// cuBLASLt GEMM, as Q8_0 does.
 //
 // F8E4M3Row (W8A8): x is first quantized per row to e4m3 (f8_act_quant:
 // backend.QuantizeActE4M3's codes and scales). Up to wqGemvMaxRows rows
@@ -67,9 +69,12 @@ func (b *Backend) matmulWQ(o, wt *tensor, xptr uint64, n, m, k int) error {
 	if o.dt == backend.F32 {
 		yt = cudaR32F
 	}
-	spec := modSpec{file: "wquant", p: [7]int{int(wt.dt), int(o.dt)}}
+	spec := modSpec{file: "wquant", p: [7]int{int(wt.dt), int(o.dt), 1}}
 	grid := [3]int{(m + 7) / 8, (n + wqMaxn - 1) / wqMaxn, 1}
 	if wt.dt != backend.F8E4M3Row {
+		if n <= wqGemvMaxRows && b.cc >= 80 {
+			return b.awqMMA(o.ptr, int(o.dt), xptr, wt, n, m, k)
+		}
 		if n <= wqGemvMaxRows {
 			f, err := b.fn(fnKey{spec, "awq_gemv"})
 			if err != nil {
@@ -140,6 +145,19 @@ func (b *Backend) matmulWQ(o, wt *tensor, xptr uint64, n, m, k int) error {
 	return b.launch(f, [3]int{b.gridFor(n * m), 1, 1}, 256, 0, o.ptr, acc, sx, wt.ptr, i32(n), i32(m), i32(k))
 }
 
+// awqMMA queues awq_mma: y[n,m] (dtype ot) = x . w^T for n <= 64 rows of
+// BF16 x. CUDA thread only.
+func (b *Backend) awqMMA(y uint64, ot int, x uint64, wt *tensor, n, m, k int) error {
+	f, err := b.fn(fnKey{modSpec{file: "wquant", p: [7]int{int(wt.dt), ot, (n + 7) / 8}}, "awq_mma"})
+	if err != nil {
+		return err
+	}
+	return b.launch(f, [3]int{(m + 15) / 16, 1, 1}, 32*awqMMAWarps, 0, y, x, wt.ptr, i32(n), i32(m), i32(k))
+}
+
+// awqMMAWarps is AWQ_NW of kernels/wquant.cu.
+const awqMMAWarps = 4
+
 // f8CodesGemm computes acc[n,m] (f32) = codes(xq) . codes(w)^T through
 // the BF16 GEMM, the codes widened to BF16 in temporaries. CUDA thread
 // only.
@@ -154,7 +172,7 @@ func (b *Backend) f8CodesGemm(acc, xq, w uint64, n, m, k int) error {
 		return err
 	}
 	defer b.tmpPut(wb)
-	f, err := b.fn(fnKey{modSpec{file: "wquant", p: [7]int{int(backend.F8E4M3Row), int(backend.BF16)}}, "f8_codes"})
+	f, err := b.fn(fnKey{modSpec{file: "wquant", p: [7]int{int(backend.F8E4M3Row), int(backend.BF16), 1}}, "f8_codes"})
 	if err != nil {
 		return err
 	}

@@ -151,3 +151,44 @@ func TestF8ActQuant(t *testing.T) {
 		}
 	}
 }
+
+// TestAWQGemvCUDACores runs awq_gemv, the AWQ decode kernel of devices
+// before sm_80 (MatMul takes awq_mma on later ones), directly against the
+// CPU: one row, a partial 8-row tile, two tiles.
+func TestAWQGemvCUDACores(t *testing.T) {
+	g := sharedBackend(t, true)
+	for _, dt := range []backend.DType{backend.AWQ4G32, backend.AWQ4G128} {
+		for _, n := range []int{1, 5, 16} {
+			t.Run(fmt.Sprintf("%v_n%d", dt, n), func(t *testing.T) {
+				p := newPair(t)
+				in, out := 1024, 300
+				cx, gx := p.act(backend.BF16, []int{n, in}, p.normal(n*in, 1))
+				wv := p.normal(out*in, float32(1/math.Sqrt(float64(in))))
+				cw, gw := p.same(dt, []int{out, in}, encodeWQ(t, dt, wv, out, in))
+				co, gout := p.cpuOut(n, out), p.poisoned(backend.F32, n, out)
+				p.must("cpu", p.c.MatMul(co, cx, cw, nil))
+				p.must("gpu", g.call(func() error {
+					ot, err := g.tensorOf("test", "out", gout)
+					if err != nil {
+						return err
+					}
+					xt, err := g.tensorOf("test", "x", gx)
+					if err != nil {
+						return err
+					}
+					wt, err := g.tensorOf("test", "w", gw)
+					if err != nil {
+						return err
+					}
+					f, err := g.fn(fnKey{modSpec{file: "wquant", p: [7]int{int(dt), int(backend.F32), 1}}, "awq_gemv"})
+					if err != nil {
+						return err
+					}
+					return g.launch(f, [3]int{(out + 7) / 8, (n + wqMaxn - 1) / wqMaxn, 1}, 256, 0, ot.ptr, xt.ptr, wt.ptr, i32(n), i32(out), i32(in))
+				}))
+				p.must("sync", g.Sync())
+				p.expectClose("awq_gemv", read(t, g, gout), read(t, p.c, co), bf16Tol)
+			})
+		}
+	}
+}

@@ -1,8 +1,9 @@
 // wquant.cu: products against the weight-quantized dtypes of
 // backend/wquant.go (AWQ4_G32/G64/G128 and F8_E4M3_ROW), and the FP8
 // activation quantizer. Specialised with -DWT=<weight dtype> -DOT=<out
-// dtype>; x is bf16. The FP8 kernels (f8_*) do not depend on WT.
-#include "common.cuh"
+// dtype> -DNT=<8-row tiles of x, awq_mma; 1 elsewhere>; x is bf16. The FP8
+// kernels (f8_*) do not depend on WT.
+#include "mma.cuh"
 
 // Dtype codes of backend/wquant.go (kept equal by TestWQuantCodes).
 #define DT_AWQ4_G32 40
@@ -12,13 +13,14 @@
 
 #define MAXN 8  // token rows per blockIdx.y of the GEMVs
 
-// AWQ4 block: {f16 scale; f16 zero; u8 qs[AWQ_G/2]}, byte j of qs holding
-// element 2j (low nibble) and 2j+1 (high nibble); value = (q - zero) * scale.
+// AWQ4 block: {f16 scale; f16 zero; u32 qs[AWQ_G/8]}; word w holds
+// elements 8w..8w+7, nibble i (bits 4i..4i+3) element 8w + [0,2,4,6,1,3,5,7][i],
+// so nibbles p and p+4 are elements 2p and 2p+1; value = (q - zero) * scale.
 #define AWQ_G (WT == DT_AWQ4_G64 ? 64 : (WT == DT_AWQ4_G128 ? 128 : 32))
 #define AWQ_BB (4 + AWQ_G / 2)
-#define AWQ_WPB (AWQ_G / 8)  // 32-bit words of nibbles per block
+#define AWQ_WPB (AWQ_G / 8)  // words per block
 
-// awq_word decodes word c (8 values, elements 8c..8c+7) of an AWQ4 row.
+// awq_word decodes word c (elements 8c..8c+7) of an AWQ4 row into f32.
 // Blocks are multiples of 4 bytes, so on a 4-byte aligned row the header
 // and every word are 4-byte aligned.
 __device__ __forceinline__ void awq_word(const unsigned char* row, int c, float* wv) {
@@ -27,7 +29,10 @@ __device__ __forceinline__ void awq_word(const unsigned char* row, int c, float*
   float s = f16_to_f32((u16)(hdr & 0xffffu)), z = f16_to_f32((u16)(hdr >> 16));
   u32 q = *(const u32*)(bp + 4 + 4 * (c % AWQ_WPB));
 #pragma unroll
-  for (int e = 0; e < 8; e++) wv[e] = ((float)((q >> (4 * e)) & 15u) - z) * s;
+  for (int p = 0; p < 4; p++) {
+    wv[2 * p] = ((float)((q >> (4 * p)) & 15u) - z) * s;
+    wv[2 * p + 1] = ((float)((q >> (4 * p + 16)) & 15u) - z) * s;
+  }
 }
 
 // awq_gemv: y[t, o] = sum_k x[t, k] * w[o, k] for the MAXN rows of
@@ -74,6 +79,115 @@ extern "C" __global__ void __launch_bounds__(256) awq_gemv(void* y, const u16* x
       if (lane == 0) store_f<OT>(y, (i64)(t0 + t) * m + o, s);
     }
   }
+}
+
+__device__ __forceinline__ u32 bf16x2_fma(u32 a, u32 b, u32 c) {
+  u32 d;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+// awq_pairs widens AWQ4 word q into four bf16x2 registers, pair p holding
+// elements 2p (low half) and 2p+1: one mask makes 128 + q of nibbles p and
+// p + 4 (bf16 0x4300 is 128, its mantissa's last bit 1), adding nz2 =
+// -(128 + zero) leaves q - zero exactly (a small integer), and the
+// multiply by s2 (the scale, rounded to bf16) rounds once.
+__device__ __forceinline__ void awq_pairs(u32 q, u32 s2, u32 nz2, u32* out) {
+#pragma unroll
+  for (int p = 0; p < 4; p++) {
+    u32 v = ((q >> (4 * p)) & 0x000F000Fu) | 0x43004300u;
+    v = bf16x2_fma(v, 0x3F803F80u, nz2);         // * 1.0 + -(128 + zero)
+    out[p] = bf16x2_fma(v, s2, 0x80008000u);     // * scale + -0.0
+  }
+}
+
+// awq_rows32 widens the 32 elements k0..k0+31 (whole words of one group:
+// groups are at least 32) of AWQ4 row `row` into 16 bf16x2 pairs.
+__device__ __forceinline__ void awq_rows32(const unsigned char* row, int k0, u32* out) {
+  const unsigned char* bp = row + (i64)(k0 / AWQ_G) * AWQ_BB;
+  u32 hdr = *(const u32*)bp;
+  float s = f16_to_f32((u16)(hdr & 0xffffu)), z = f16_to_f32((u16)(hdr >> 16));
+  u32 sb = f32_to_bf16(s), nb = f32_to_bf16(-(128.f + z));
+  u32 s2 = sb | (sb << 16), nz2 = nb | (nb << 16);
+  const u32* wp = (const u32*)(bp + 4) + (k0 % AWQ_G) / 8;
+#pragma unroll
+  for (int j = 0; j < 4; j++) awq_pairs(wp[j], s2, nz2, out + 4 * j);
+}
+
+#define AWQ_NW 4  // warps per awq_mma block; they split k
+
+// awq_mma: y = x . w^T for n <= 8*NT rows on the tensor cores (mma.sync
+// m16n8k16, bf16 in, f32 accumulate), w dequantized in registers. A block
+// owns 16 output features (the mma's A rows gid and gid + 8 of each
+// thread); its warps take 128-wide k chunks in turn. The k order inside
+// an mma is free, so thread (gid, tq) feeds each mma j pairs 2j and 2j+1
+// of its own 32 contiguous elements k0 + 32tq .. +32 of both operands (A:
+// its two weight rows, B: x row t*8 + gid): logical k 2tq, 2tq+1 is pair
+// 2j, logical 2tq+8, +9 pair 2j+1, alike in A and B. The warps' C
+// fragments are summed through shared memory in warp order.
+//   y [n, m] OT;  x [n, k] bf16 (rows 16-byte aligned);  w [m, k] WT
+// grid (ceil(m/16)), block 32*AWQ_NW.
+extern "C" __global__ void __launch_bounds__(32 * AWQ_NW) awq_mma(void* y, const u16* x, const unsigned char* w, int n, int m, int k) {
+  grid_dep_sync();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800  // mma.sync bf16 and fma.bf16x2: the host launches it on sm_80 and later only
+  __shared__ float red[AWQ_NW][NT][32][4];
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tq = lane & 3;
+  int r0 = blockIdx.x * 16;
+  int ra = r0 + gid, rb = r0 + gid + 8;
+  i64 rowb = (i64)(k / AWQ_G) * AWQ_BB;
+  const unsigned char* wa = w + (i64)(ra < m ? ra : 0) * rowb;
+  const unsigned char* wb = w + (i64)(rb < m ? rb : 0) * rowb;
+  float acc[NT][4];
+#pragma unroll
+  for (int t = 0; t < NT; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
+  int chunks = (k + 127) >> 7;
+  for (int c = warp; c < chunks; c += AWQ_NW) {
+    int k0 = c * 128 + tq * 32;
+    bool in = k0 < k;
+    u32 pa[16], pb[16];
+#pragma unroll
+    for (int j = 0; j < 16; j++) pa[j] = pb[j] = 0u;
+    if (in && ra < m) awq_rows32(wa, k0, pa);
+    if (in && rb < m) awq_rows32(wb, k0, pb);
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+      int row = t * 8 + gid;
+      u32 xp[16];
+#pragma unroll
+      for (int j = 0; j < 16; j++) xp[j] = 0u;
+      if (in && row < n) {
+        const uint4* xs = (const uint4*)(x + (i64)row * k + k0);
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+          uint4 v = xs[q];
+          xp[4 * q] = v.x;
+          xp[4 * q + 1] = v.y;
+          xp[4 * q + 2] = v.z;
+          xp[4 * q + 3] = v.w;
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < 8; j++) mma16816(acc[t], pa[2 * j], pb[2 * j], pa[2 * j + 1], pb[2 * j + 1], xp[2 * j], xp[2 * j + 1]);
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < NT; t++) {
+#pragma unroll
+    for (int e = 0; e < 4; e++) red[warp][t][lane][e] = acc[t][e];
+  }
+  __syncthreads();
+  // C element e of lane l: feature r0 + l/4 + (e/2)*8, x row t*8 + (l%4)*2 + e%2.
+  for (int i = threadIdx.x; i < NT * 128; i += 32 * AWQ_NW) {
+    int t = i >> 7, l = (i >> 2) & 31, e = i & 3;
+    int f = r0 + (l >> 2) + (e >> 1) * 8, row = t * 8 + (l & 3) * 2 + (e & 1);
+    if (f < m && row < n) {
+      float v = 0.f;
+#pragma unroll
+      for (int ww = 0; ww < AWQ_NW; ww++) v += red[ww][t][l][e];
+      store_f<OT>(y, (i64)row * m + f, v);
+    }
+  }
+#endif
 }
 
 // awq_dequant: dst = bf16(dequant(w)), for products of more rows, which
