@@ -1,7 +1,6 @@
 package cuda
 
 import (
-	"fmt"
 	"unsafe"
 
 	"github.com/trigon-llm/trigon/backend"
@@ -19,7 +18,8 @@ import (
 //
 // F8E4M3Row (W8A8): x is first quantized per row to e4m3 (f8_act_quant:
 // backend.QuantizeActE4M3's codes and scales). Up to wqGemvMaxRows rows
-// then run f8_gemv; more run cuBLASLt's FP8 GEMM of the codes (sm_89 and
+// then run f8_mma (the FP8 tensor cores, sm_89 and later) or f8_gemv (CUDA
+// cores); more run cuBLASLt's FP8 GEMM of the codes (sm_89 and
 // later: e4m3 x e4m3 into f32) and f8_epilogue applies the activation and
 // weight scales. Where cuBLASLt has no FP8 algorithm for the shape or the
 // device, the codes are widened to BF16 (exact: e4m3 has 4 significant
@@ -111,6 +111,13 @@ func (b *Backend) matmulWQ(o, wt *tensor, xptr uint64, n, m, k int) error {
 	if err := b.launch(f, [3]int{n, 1, 1}, 256, 0, xq, sx, xptr, i32(n), i32(k)); err != nil {
 		return err
 	}
+	if n <= wqGemvMaxRows && b.cc >= 89 {
+		f, err := b.fn(fnKey{modSpec{file: "wquant", p: [7]int{int(wt.dt), int(o.dt), (n + 7) / 8}}, "f8_mma"})
+		if err != nil {
+			return err
+		}
+		return b.launch(f, [3]int{(m + 15) / 16, 1, 1}, 32*awqMMAWarps, 0, o.ptr, xq, sx, wt.ptr, i32(n), i32(m), i32(k))
+	}
 	if n <= wqGemvMaxRows {
 		f, err := b.fn(fnKey{spec, "f8_gemv"})
 		if err != nil {
@@ -131,12 +138,17 @@ func (b *Backend) matmulWQ(o, wt *tensor, xptr uint64, n, m, k int) error {
 		g := &b.blas
 		alpha := uintptr(unsafe.Pointer(&g.scalars[0]))
 		beta := uintptr(unsafe.Pointer(&g.scalars[4]))
-		if err := g.lib.check("cublasLtMatmul", g.lib.call(g.lib.matmul, g.handle, p.desc, alpha, uintptr(wt.ptr), p.a, uintptr(xq), p.b, beta,
-			uintptr(acc), p.d, uintptr(acc), p.d, uintptr(unsafe.Pointer(&p.algo[0])), uintptr(g.workspace), ltWorkspaceBytes, b.stream)); err != nil {
-			return fmt.Errorf("fp8 gemm [%d,%d]x[%d,%d]^T: %w", n, k, m, k, err)
+		st := g.lib.call(g.lib.matmul, g.handle, p.desc, alpha, uintptr(wt.ptr), p.a, uintptr(xq), p.b, beta,
+			uintptr(acc), p.d, uintptr(acc), p.d, uintptr(unsafe.Pointer(&p.algo[0])), uintptr(g.workspace), ltWorkspaceBytes, b.stream)
+		// A refusal at launch (the heuristic offered an algorithm the
+		// call then declines) sends this shape to the BF16 GEMM of codes
+		// from now on; nothing was queued.
+		p.ok = st == 0
+	}
+	if !p.ok {
+		if err := b.f8CodesGemm(acc, xq, wt.ptr, n, m, k); err != nil {
+			return err
 		}
-	} else if err := b.f8CodesGemm(acc, xq, wt.ptr, n, m, k); err != nil {
-		return err
 	}
 	f, err = b.fn(fnKey{spec, "f8_epilogue"})
 	if err != nil {

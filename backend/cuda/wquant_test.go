@@ -59,9 +59,15 @@ func encodeWQ(t *testing.T, dt backend.DType, v []float32, rows, cols int) []byt
 func TestMatMulWQuant(t *testing.T) {
 	g := sharedBackend(t, true)
 	type shape struct{ n, in, out int }
-	shapes := []shape{{1, 4096, 1000}, {3, 1024, 512}, {8, 4096, 4096}, {17, 2048, 1000}, {64, 1024, 1000}, {65, 4096, 1000}, {200, 1024, 2048}}
+	// 320 and 336 leave partial 128-wide k chunks (336 a partial 32-code
+	// piece: FP8 only); 1000 and 200 partial 16-feature blocks.
+	shapes := []shape{{1, 4096, 1000}, {3, 1024, 512}, {8, 4096, 4096}, {17, 2048, 1000}, {64, 1024, 1000}, {65, 4096, 1000}, {200, 1024, 2048},
+		{4, 320, 864}, {2, 336, 200}, {40, 864, 320}, {128, 2048, 1024}}
 	for _, dt := range []backend.DType{backend.AWQ4G32, backend.AWQ4G64, backend.AWQ4G128, backend.F8E4M3Row} {
 		for i, s := range shapes {
+			if s.in%dt.BlockSize() != 0 {
+				continue
+			}
 			out := []backend.DType{backend.BF16, backend.F32}[i%2]
 			withBias := i%3 == 1
 			for _, fallback := range []bool{false, true} {
@@ -95,6 +101,14 @@ func TestMatMulWQuant(t *testing.T) {
 					p.must("gpu", p.g.MatMul(gout, gx, gw, gb))
 					p.must("sync", p.g.Sync())
 					p.expectClose("matmul", read(t, p.g, gout), read(t, p.c, co), bf16Tol)
+					if dt == backend.F8E4M3Row && s.n > wqGemvMaxRows && !fallback {
+						var used bool
+						_ = g.call(func() error { used = g.f8.plans[[3]int{s.n, s.out, s.in}].ok; return nil })
+						t.Logf("cuBLASLt FP8 GEMM used: %v (sm_%d)", used, g.cc)
+						if !used && g.cc >= 89 && s.n%16 == 0 {
+							t.Errorf("sm_%d: cuBLASLt took no FP8 algorithm for [%d,%d]x[%d,%d]^T; the BF16 GEMM of codes ran", g.cc, s.n, s.in, s.out, s.in)
+						}
+					}
 				})
 			}
 		}
@@ -190,5 +204,58 @@ func TestAWQGemvCUDACores(t *testing.T) {
 				p.expectClose("awq_gemv", read(t, g, gout), read(t, p.c, co), bf16Tol)
 			})
 		}
+	}
+}
+
+// TestF8GemvCUDACores runs f8_gemv, the FP8 decode kernel of devices
+// before sm_89 (MatMul takes f8_mma on later ones), directly against the
+// CPU, after f8_act_quant.
+func TestF8GemvCUDACores(t *testing.T) {
+	g := sharedBackend(t, true)
+	for _, n := range []int{1, 5, 16} {
+		t.Run(fmt.Sprintf("n%d", n), func(t *testing.T) {
+			p := newPair(t)
+			in, out := 1024, 300
+			dt := backend.F8E4M3Row
+			cx, gx := p.act(backend.BF16, []int{n, in}, p.normal(n*in, 1))
+			wv := p.normal(out*in, float32(1/math.Sqrt(float64(in))))
+			cw, gw := p.same(dt, []int{out, in}, encodeWQ(t, dt, wv, out, in))
+			co, gout := p.cpuOut(n, out), p.poisoned(backend.F32, n, out)
+			p.must("cpu", p.c.MatMul(co, cx, cw, nil))
+			p.must("gpu", g.call(func() error {
+				ot, err := g.tensorOf("test", "out", gout)
+				if err != nil {
+					return err
+				}
+				xt, err := g.tensorOf("test", "x", gx)
+				if err != nil {
+					return err
+				}
+				wt, err := g.tensorOf("test", "w", gw)
+				if err != nil {
+					return err
+				}
+				xq, err := g.tmpGet(n*in + 4*n + 16)
+				if err != nil {
+					return err
+				}
+				defer g.tmpPut(xq)
+				sx := xq + uint64((n*in+15)/16*16)
+				spec := modSpec{file: "wquant", p: [7]int{int(dt), int(backend.F32), 1}}
+				f, err := g.fn(fnKey{spec, "f8_act_quant"})
+				if err != nil {
+					return err
+				}
+				if err := g.launch(f, [3]int{n, 1, 1}, 256, 0, xq, sx, xt.ptr, i32(n), i32(in)); err != nil {
+					return err
+				}
+				if f, err = g.fn(fnKey{spec, "f8_gemv"}); err != nil {
+					return err
+				}
+				return g.launch(f, [3]int{(out + 7) / 8, (n + wqMaxn - 1) / wqMaxn, 1}, 256, 0, ot.ptr, xq, sx, wt.ptr, i32(n), i32(out), i32(in))
+			}))
+			p.must("sync", g.Sync())
+			p.expectClose("f8_gemv", read(t, g, gout), read(t, p.c, co), bf16Tol)
+		})
 	}
 }

@@ -89,7 +89,7 @@ __device__ __forceinline__ u32 bf16x2_fma(u32 a, u32 b, u32 c) {
 
 // awq_pairs widens AWQ4 word q into four bf16x2 registers, pair p holding
 // elements 2p (low half) and 2p+1: one mask makes 128 + q of nibbles p and
-// p + 4 (bf16 0x4300 is 128, its mantissa's last bit 1), adding nz2 =
+// p + 4 (bf16 0x4300 is 128.0, whose last mantissa bit is worth 1), adding nz2 =
 // -(128 + zero) leaves q - zero exactly (a small integer), and the
 // multiply by s2 (the scale, rounded to bf16) rounds once.
 __device__ __forceinline__ void awq_pairs(u32 q, u32 s2, u32 nz2, u32* out) {
@@ -260,7 +260,7 @@ extern "C" __global__ void __launch_bounds__(256) f8_act_quant(unsigned char* xq
   __syncthreads();
   amax = (threadIdx.x & 31) < (blockDim.x >> 5) ? scratch[threadIdx.x & 31] : 0.f;
   amax = warp_max(amax);
-  float s = (amax == 0.f || amax > 3.0e38f) ? 1.f : amax / 448.f;
+  float s = (amax == 0.f || __float_as_uint(amax) == 0x7f800000u) ? 1.f : amax / 448.f;  // amax >= 0: +inf's bits
   float inv = 1.f / s;
   unsigned char* qr = xq + (i64)t * k;
   for (int i = threadIdx.x; i < k; i += blockDim.x) qr[i] = (unsigned char)f32_to_e4m3(bf16_to_f32(xr[i]) * inv);
@@ -315,6 +315,78 @@ extern "C" __global__ void __launch_bounds__(256) f8_gemv(void* y, const unsigne
       if (lane == 0) store_f<OT>(y, (i64)(t0 + t) * m + o, s * sx[t0 + t] * sw);
     }
   }
+}
+
+__device__ __forceinline__ void mma16832_e4m3(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// f8_mma: f8_gemv's product for n <= 8*NT rows on the FP8 tensor cores
+// (mma.sync m16n8k32 e4m3, f32 accumulate; sm_89 and later): the codes
+// go into the mma as stored. As in awq_mma a block owns 16 output
+// features and its warps take 128-wide k chunks; thread (gid, tq) loads 32
+// contiguous codes k0 = 32tq .. of its two weight rows and of x row
+// t*8 + gid, and mma j takes their words 2j (logical k 4tq..4tq+3) and
+// 2j + 1 (logical 4tq+16..+19), alike in A and B. m16n8k32's fragments:
+// A a0 (row gid, k 4tq..+3), a1 (row gid+8, same), a2/a3 (k 4tq+16..+19);
+// B b0 (k 4tq..+3, col gid), b1 (k 4tq+16..+19); C as m16n8k16's.
+//   y [n, m] OT;  xq [n, k] e4m3, sx [n] f32;  w [m, k] F8_E4M3_ROW
+// grid (ceil(m/16)), block 32*AWQ_NW.
+extern "C" __global__ void __launch_bounds__(32 * AWQ_NW) f8_mma(void* y, const unsigned char* xq, const float* sx, const unsigned char* w, int n, int m, int k) {
+  grid_dep_sync();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890  // e4m3 mma.sync: the host launches it on sm_89 and later only
+  __shared__ float red[AWQ_NW][NT][32][4];
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tq = lane & 3;
+  int r0 = blockIdx.x * 16;
+  int ra = r0 + gid, rb = r0 + gid + 8;
+  const unsigned char* wa = w + (i64)(ra < m ? ra : 0) * (k + 16);
+  const unsigned char* wb = w + (i64)(rb < m ? rb : 0) * (k + 16);
+  float acc[NT][4];
+#pragma unroll
+  for (int t = 0; t < NT; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
+  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+  int chunks = (k + 127) >> 7;
+  for (int c = warp; c < chunks; c += AWQ_NW) {
+    int k0 = c * 128 + tq * 32;
+    // k is a multiple of 16: each 16-code half is wholly in or out.
+    bool in0 = k0 < k, in1 = k0 + 16 < k;
+    uint4 a0 = in0 && ra < m ? *(const uint4*)(wa + k0) : zero;
+    uint4 a1 = in1 && ra < m ? *(const uint4*)(wa + k0 + 16) : zero;
+    uint4 b0 = in0 && rb < m ? *(const uint4*)(wb + k0) : zero;
+    uint4 b1 = in1 && rb < m ? *(const uint4*)(wb + k0 + 16) : zero;
+    u32 pa[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+    u32 pb[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+      int row = t * 8 + gid;
+      const unsigned char* xr = xq + (i64)(row < n ? row : 0) * k + k0;
+      uint4 x0 = in0 && row < n ? *(const uint4*)xr : zero;
+      uint4 x1 = in1 && row < n ? *(const uint4*)(xr + 16) : zero;
+      u32 xp[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+      for (int j = 0; j < 4; j++) mma16832_e4m3(acc[t], pa[2 * j], pb[2 * j], pa[2 * j + 1], pb[2 * j + 1], xp[2 * j], xp[2 * j + 1]);
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < NT; t++) {
+#pragma unroll
+    for (int e = 0; e < 4; e++) red[warp][t][lane][e] = acc[t][e];
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < NT * 128; i += 32 * AWQ_NW) {
+    int t = i >> 7, l = (i >> 2) & 31, e = i & 3;
+    int f = r0 + (l >> 2) + (e >> 1) * 8, row = t * 8 + (l & 3) * 2 + (e & 1);
+    if (f < m && row < n) {
+      float v = 0.f;
+#pragma unroll
+      for (int ww = 0; ww < AWQ_NW; ww++) v += red[ww][t][l][e];
+      store_f<OT>(y, (i64)row * m + f, v * sx[row] * f8_row_scale(w, f, k));
+    }
+  }
+#endif
 }
 
 // f8_epilogue: y[t, o] = acc[t, o] * sx[t] * scale[o], the scales of an
