@@ -23,6 +23,9 @@ import (
 var (
 	floatDTypes  = []DType{F32, F16, BF16}
 	weightDTypes = []DType{F32, F16, BF16, Q8_0, Q4_0, AWQ4G32, AWQ4G64, AWQ4G128, F8E4M3Row}
+	// embedDTypes: the weight-quantized dtypes of wquant.go are for
+	// projections only (loaders leave embeddings as stored).
+	embedDTypes = []DType{F32, F16, BF16, Q8_0, Q4_0}
 	i32DTypes    = []DType{I32}
 	f32DTypes    = []DType{F32}
 )
@@ -80,7 +83,7 @@ type EmbedDims struct {
 //	ids   [n] I32
 func CheckEmbed(out, table, ids Tensor) (EmbedDims, error) {
 	const op = "embed"
-	if err := checkOperand(op, "table", table, weightDTypes, -1, -1); err != nil {
+	if err := checkOperand(op, "table", table, embedDTypes, -1, -1); err != nil {
 		return EmbedDims{}, err
 	}
 	if err := checkOperand(op, "ids", ids, i32DTypes, -1); err != nil {

@@ -261,7 +261,11 @@ func ValidateWeights(c Config, w Weights) error {
 		}
 		switch t.DType {
 		case backend.F32, backend.F16, backend.BF16:
-		case backend.Q8_0, backend.Q4_0, backend.AWQ4G32, backend.AWQ4G64, backend.AWQ4G128, backend.F8E4M3Row:
+		case backend.AWQ4G32, backend.AWQ4G64, backend.AWQ4G128, backend.F8E4M3Row:
+			if !s.Matrix || s.Name == NameEmbed {
+				return fmt.Errorf("weights: tensor %s is %v; only projections and the LM head may be AWQ or FP8", s.Name, t.DType)
+			}
+		case backend.Q8_0, backend.Q4_0:
 			if !s.Matrix {
 				return fmt.Errorf("weights: tensor %s is %v; norms and biases must be F32, F16 or BF16", s.Name, t.DType)
 			}
