@@ -26,8 +26,8 @@ var (
 	// embedDTypes: the weight-quantized dtypes of wquant.go are for
 	// projections only (loaders leave embeddings as stored).
 	embedDTypes = []DType{F32, F16, BF16, Q8_0, Q4_0}
-	i32DTypes    = []DType{I32}
-	f32DTypes    = []DType{F32}
+	i32DTypes   = []DType{I32}
+	f32DTypes   = []DType{F32}
 )
 
 // CheckDType returns an ErrShape error naming op and operand unless t has
