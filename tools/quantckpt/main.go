@@ -12,8 +12,10 @@
 // its other files (tokenizer, generation config) copied, and one
 // model.safetensors in which every per-layer projection is quantized and
 // every other tensor is as it was. With -random only SRC's config.json is
-// read: the weights are bench.SyntheticWeights of its shapes (BF16, the
-// seed), which makes 8B-shaped test checkpoints from a config alone.
+// read, or SRC is a bench preset name (llama-3-8b, qwen3-8b, ...; the
+// config.json is then written from it and no tokenizer comes with the
+// checkpoint): the weights are bench.SyntheticWeights of its shapes (BF16,
+// the seed), which makes 8B-shaped test checkpoints from a config alone.
 //
 // AWQ rounding is backend.QuantizeAWQ4 (AutoAWQ's quantizer without its
 // activation-aware scale search); FP8 is e4m3 with max|w|/448 per output
@@ -71,8 +73,20 @@ func run(o options, src, dst string) error {
 	if err != nil {
 		return err
 	}
-	raw, err := os.ReadFile(filepath.Join(src, "config.json"))
-	if err != nil {
+	var raw []byte
+	preset := false
+	if st, err := os.Stat(src); o.random && os.IsNotExist(err) {
+		cfg, err := bench.Arch(src)
+		if err != nil {
+			return err
+		}
+		if raw, err = presetConfig(cfg); err != nil {
+			return fmt.Errorf("preset %s: %w", src, err)
+		}
+		preset = true
+	} else if err != nil || !st.IsDir() {
+		return fmt.Errorf("%s: not a Hugging Face directory (%v)", src, err)
+	} else if raw, err = os.ReadFile(filepath.Join(src, "config.json")); err != nil {
 		return err
 	}
 	var hf map[string]any
@@ -110,8 +124,10 @@ func run(o options, src, dst string) error {
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		return err
 	}
-	if err := copyFiles(src, dst); err != nil {
-		return err
+	if !preset {
+		if err := copyFiles(src, dst); err != nil {
+			return err
+		}
 	}
 	if err := os.WriteFile(filepath.Join(dst, "config.json"), append(cfgJSON, '\n'), 0o644); err != nil {
 		return err
@@ -225,4 +241,52 @@ func copyFiles(src, dst string) error {
 		}
 	}
 	return nil
+}
+
+// hfArchitectures are the config.json architectures of model.Config.Arch.
+var hfArchitectures = map[string]string{
+	model.ArchLlama: "LlamaForCausalLM", model.ArchMistral: "MistralForCausalLM",
+	model.ArchQwen2: "Qwen2ForCausalLM", model.ArchQwen3: "Qwen3ForCausalLM",
+}
+
+// presetConfig writes cfg (a bench preset) as a transformers config.json
+// and checks that it parses back to the same shapes.
+func presetConfig(cfg model.Config) ([]byte, error) {
+	arch, ok := hfArchitectures[cfg.Arch]
+	if !ok || cfg.SlidingWindow != 0 || cfg.RopeFreqFactors != nil {
+		return nil, fmt.Errorf("architecture %s with sliding window %d: not writable as a config.json here", cfg.Arch, cfg.SlidingWindow)
+	}
+	eos := make([]int, len(cfg.EOSTokenIDs))
+	for i, id := range cfg.EOSTokenIDs {
+		eos[i] = int(id)
+	}
+	hf := map[string]any{
+		"architectures": []string{arch}, "model_type": cfg.Arch,
+		"vocab_size": cfg.VocabSize, "hidden_size": cfg.Hidden, "intermediate_size": cfg.Intermediate,
+		"num_hidden_layers": cfg.NumLayers, "num_attention_heads": cfg.NumHeads, "num_key_value_heads": cfg.NumKVHeads,
+		"head_dim": cfg.HeadDim, "hidden_act": "silu", "rms_norm_eps": cfg.RMSNormEps, "rope_theta": cfg.RopeTheta,
+		"max_position_embeddings": cfg.MaxPositions, "tie_word_embeddings": cfg.TieEmbeddings,
+		"attention_bias": cfg.Llama.AttentionBias && cfg.Arch != model.ArchQwen2, "eos_token_id": eos, "torch_dtype": "bfloat16",
+	}
+	if cfg.HasBOS {
+		hf["bos_token_id"] = cfg.BOSTokenID
+	}
+	if r := cfg.RopeScaling; r != nil {
+		hf["rope_scaling"] = map[string]any{"rope_type": r.Type, "factor": r.Factor, "low_freq_factor": r.LowFreqFactor,
+			"high_freq_factor": r.HighFreqFactor, "original_max_position_embeddings": r.OriginalMaxPositions}
+	}
+	raw, err := json.MarshalIndent(hf, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	back, err := model.ParseHFConfig(raw)
+	if err != nil {
+		return nil, err
+	}
+	if back.Hidden != cfg.Hidden || back.Intermediate != cfg.Intermediate || back.NumLayers != cfg.NumLayers || back.NumHeads != cfg.NumHeads ||
+		back.NumKVHeads != cfg.NumKVHeads || back.HeadDim != cfg.HeadDim || back.VocabSize != cfg.VocabSize || back.Llama != cfg.Llama ||
+		back.TieEmbeddings != cfg.TieEmbeddings {
+		return nil, fmt.Errorf("written config parses to %+v, want %+v", back, cfg)
+	}
+	return raw, nil
 }
