@@ -29,7 +29,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 
 	"github.com/trigon-llm/trigon/backend"
 	"github.com/trigon-llm/trigon/bench"
@@ -172,53 +174,81 @@ func quantConfig(o options) (map[string]any, error) {
 // stNames are the safetensors spellings of the float dtypes.
 var stNames = map[backend.DType]string{backend.F32: "F32", backend.F16: "F16", backend.BF16: "BF16"}
 
-// quantize returns the checkpoint's tensors with the projections quantized.
+// quantize returns the checkpoint's tensors with the projections
+// quantized, one tensor per goroutine on every core.
 func quantize(o options, w model.Weights) ([]safetensors.TensorInfo, error) {
+	names := w.Names()
+	parts := make([][]safetensors.TensorInfo, len(names))
+	errs := make([]error, len(names))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				parts[i], errs[i] = quantizeOne(o, w, names[i])
+			}
+		}()
+	}
+	for i := range names {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
 	var out []safetensors.TensorInfo
-	for _, name := range w.Names() {
-		t, ok := w.Tensor(name)
-		if !ok {
-			return nil, fmt.Errorf("tensor %s not readable", name)
+	for i := range names {
+		if errs[i] != nil {
+			return nil, errs[i]
 		}
-		dt, ok := stNames[t.DType]
-		if !ok {
-			return nil, fmt.Errorf("tensor %s is %v; want F32, F16 or BF16", name, t.DType)
-		}
-		if !model.IsProjection(name) {
-			out = append(out, safetensors.TensorInfo{Name: name, DType: dt, Shape: t.Shape, Data: t.Data})
-			continue
-		}
-		rows, cols := t.Shape[0], t.Shape[1]
-		vals, err := backend.DequantizeRows(t.DType, t.Data, rows, cols)
+		out = append(out, parts[i]...)
+	}
+	return out, nil
+}
+
+// quantizeOne returns the tensors that replace tensor name: the tensor
+// itself unless it is a projection.
+func quantizeOne(o options, w model.Weights, name string) ([]safetensors.TensorInfo, error) {
+	t, ok := w.Tensor(name)
+	if !ok {
+		return nil, fmt.Errorf("tensor %s not readable", name)
+	}
+	dt, ok := stNames[t.DType]
+	if !ok {
+		return nil, fmt.Errorf("tensor %s is %v; want F32, F16 or BF16", name, t.DType)
+	}
+	if !model.IsProjection(name) {
+		return []safetensors.TensorInfo{{Name: name, DType: dt, Shape: t.Shape, Data: t.Data}}, nil
+	}
+	rows, cols := t.Shape[0], t.Shape[1]
+	vals, err := backend.DequantizeRows(t.DType, t.Data, rows, cols)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	base := strings.TrimSuffix(name, ".weight")
+	if o.format == "awq" {
+		qw, qz, sc, err := model.PackAutoAWQ(vals, rows, cols, o.group)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
-		base := strings.TrimSuffix(name, ".weight")
-		switch o.format {
-		case "awq":
-			qw, qz, sc, err := model.PackAutoAWQ(vals, rows, cols, o.group)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", name, err)
-			}
-			out = append(out,
-				safetensors.TensorInfo{Name: base + ".qweight", DType: "I32", Shape: []int{cols, rows / 8}, Data: qw},
-				safetensors.TensorInfo{Name: base + ".qzeros", DType: "I32", Shape: []int{cols / o.group, rows / 8}, Data: qz},
-				safetensors.TensorInfo{Name: base + ".scales", DType: "F16", Shape: []int{cols / o.group, rows}, Data: sc})
-		case "fp8":
-			q, scales, err := model.PackFP8(vals, rows, cols, o.scale == "tensor")
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", name, err)
-			}
-			shape := []int{rows, 1}
-			if o.scale == "tensor" {
-				shape = []int{1}
-			}
-			out = append(out,
-				safetensors.TensorInfo{Name: name, DType: "F8_E4M3", Shape: t.Shape, Data: q},
-				safetensors.TensorInfo{Name: base + ".weight_scale", DType: "F32", Shape: shape, Data: model.F32Bytes(scales)})
-		}
+		return []safetensors.TensorInfo{
+			{Name: base + ".qweight", DType: "I32", Shape: []int{cols, rows / 8}, Data: qw},
+			{Name: base + ".qzeros", DType: "I32", Shape: []int{cols / o.group, rows / 8}, Data: qz},
+			{Name: base + ".scales", DType: "F16", Shape: []int{cols / o.group, rows}, Data: sc},
+		}, nil
 	}
-	return out, nil
+	q, scales, err := model.PackFP8(vals, rows, cols, o.scale == "tensor")
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	shape := []int{rows, 1}
+	if o.scale == "tensor" {
+		shape = []int{1}
+	}
+	return []safetensors.TensorInfo{
+		{Name: name, DType: "F8_E4M3", Shape: t.Shape, Data: q},
+		{Name: base + ".weight_scale", DType: "F32", Shape: shape, Data: model.F32Bytes(scales)},
+	}, nil
 }
 
 // copyFiles copies src's files other than weights and config.json to dst.
