@@ -195,13 +195,19 @@ func dequantAWQ4(src []byte, dst []float32, g int) {
 		b := src[blk*bb : (blk+1)*bb]
 		s := t[binary.LittleEndian.Uint16(b)]
 		z := t[binary.LittleEndian.Uint16(b[2:])]
+		var tab [16]float32 // the block's 16 values, computed once
+		for i := range tab {
+			tab[i] = (float32(i) - z) * s
+		}
 		o := dst[blk*g : (blk+1)*g]
 		for w := range g / 8 {
-			word := binary.LittleEndian.Uint32(b[4+4*w:])
+			q := b[4+4*w : 8+4*w : 8+4*w]
 			ow := o[8*w : 8*w+8 : 8*w+8]
-			for i, e := range AWQOrder {
-				ow[e] = (float32(word>>(4*i)&15) - z) * s
-			}
+			// Byte j holds nibbles 2j, 2j+1: elements AWQOrder[2j], AWQOrder[2j+1].
+			ow[0], ow[2] = tab[q[0]&15], tab[q[0]>>4]
+			ow[4], ow[6] = tab[q[1]&15], tab[q[1]>>4]
+			ow[1], ow[3] = tab[q[2]&15], tab[q[2]>>4]
+			ow[5], ow[7] = tab[q[3]&15], tab[q[3]>>4]
 		}
 	}
 }

@@ -16,14 +16,6 @@ import (
 // same way on the decoded values, so this backend is the oracle of the
 // GPU's W8A8 path and not of an unquantized product.
 
-// u4Table[b] holds the low and high nibbles of b as float32.
-var u4Table = func() (t [256][2]float32) {
-	for i := range t {
-		t[i] = [2]float32{float32(i & 15), float32(i >> 4)}
-	}
-	return t
-}()
-
 // quantizeActF8 returns x's n rows of inF quantized to e4m3 per row and
 // decoded back (b.xf8, reused by the next call).
 func (b *Backend) quantizeActF8(x []float32, n, inF int) []float32 {
@@ -40,7 +32,8 @@ func (b *Backend) quantizeActF8(x []float32, n, inF int) []float32 {
 }
 
 // dotAWQ4 returns the dot product of an f32 row with a row of AWQ4 blocks
-// of g: per block, scale * (sum x*q - zero * sum x). Byte b of a word
+// of g. Per block it tabulates the 16 values (q - zero) * scale once (as
+// dequantAWQ4 computes them) and looks every nibble up. Byte b of a word
 // holds nibbles 2b and 2b+1, elements AWQOrder[2b] and AWQOrder[2b+1]:
 // (0, 2), (4, 6), (1, 3), (5, 7).
 func dotAWQ4(g int) func(x []float32, w []byte) float32 {
@@ -50,23 +43,26 @@ func dotAWQ4(g int) func(x []float32, w []byte) float32 {
 		nb := len(x) / g
 		w = w[:nb*bb]
 		var sum float32
+		var tab [16]float32
 		for blk := range nb {
 			b := w[blk*bb : (blk+1)*bb : (blk+1)*bb]
-			q := b[4:bb:bb]
-			xx := x[blk*g : (blk+1)*g : (blk+1)*g]
-			var s0, s1, s2, s3, xs float32
-			for j := 0; j+3 < len(q); j += 4 {
-				xw := xx[2*j : 2*j+8 : 2*j+8]
-				p0, p1, p2, p3 := &u4Table[q[j]], &u4Table[q[j+1]], &u4Table[q[j+2]], &u4Table[q[j+3]]
-				s0 += xw[0]*p0[0] + xw[2]*p0[1]
-				s1 += xw[4]*p1[0] + xw[6]*p1[1]
-				s2 += xw[1]*p2[0] + xw[3]*p2[1]
-				s3 += xw[5]*p3[0] + xw[7]*p3[1]
-				xs += ((xw[0] + xw[1]) + (xw[2] + xw[3])) + ((xw[4] + xw[5]) + (xw[6] + xw[7]))
-			}
 			s := t[binary.LittleEndian.Uint16(b)]
 			z := t[binary.LittleEndian.Uint16(b[2:])]
-			sum += s * (((s0 + s1) + (s2 + s3)) - z*xs)
+			for i := range tab {
+				tab[i] = (float32(i) - z) * s
+			}
+			q := b[4:bb:bb]
+			xx := x[blk*g : (blk+1)*g : (blk+1)*g]
+			var s0, s1, s2, s3 float32
+			for j := 0; j+3 < len(q); j += 4 {
+				xw := xx[2*j : 2*j+8 : 2*j+8]
+				b0, b1, b2, b3 := q[j], q[j+1], q[j+2], q[j+3]
+				s0 += xw[0]*tab[b0&15] + xw[2]*tab[b0>>4]
+				s1 += xw[4]*tab[b1&15] + xw[6]*tab[b1>>4]
+				s2 += xw[1]*tab[b2&15] + xw[3]*tab[b2>>4]
+				s3 += xw[5]*tab[b3&15] + xw[7]*tab[b3>>4]
+			}
+			sum += (s0 + s1) + (s2 + s3)
 		}
 		return sum
 	}
@@ -91,3 +87,4 @@ func dotF8Row(x []float32, w []byte) float32 {
 	}
 	return ((s0 + s1) + (s2 + s3)) * backend.F8RowScale(w[:n+16])
 }
+
