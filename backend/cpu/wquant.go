@@ -87,4 +87,3 @@ func dotF8Row(x []float32, w []byte) float32 {
 	}
 	return ((s0 + s1) + (s2 + s3)) * backend.F8RowScale(w[:n+16])
 }
-
