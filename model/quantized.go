@@ -32,7 +32,9 @@ import (
 //     "tensor" or "channel") and dynamic 8-bit float per-token input
 //     activations: X.weight F8_E4M3 [out, in] and X.weight_scale (one
 //     value, or one per output feature: [out] or [out, 1]; F32, F16 or
-//     BF16), weight = e4m3 * scale. Repacked to F8_E4M3_ROW.
+//     BF16), weight = e4m3 * scale. Repacked to F8_E4M3_ROW. FBGEMM's
+//     X.input_scale_ub (an upper bound on activation scales) is dropped:
+//     activation scales are never clamped.
 //
 // Anything else (other bit widths, GPTQ, block-wise FP8, static activation
 // scales, AWQ without zero points or in the GEMV/Marlin layouts) is refused
@@ -384,7 +386,13 @@ func repackFP8(byName map[string]Weight, base string) (repacked, error) {
 		}
 	}
 	nw := Weight{Name: w.Name, DType: backend.F8E4M3Row, Shape: []int{out, in}, Data: data}
-	return repacked{w: nw, drop: []string{st.Name}}, nil
+	drop := []string{st.Name}
+	if _, ok := byName[base+".input_scale_ub"]; ok {
+		// FBGEMM's bound on the activation scale, for outliers; the
+		// per-token scales here are never clamped.
+		drop = append(drop, base+".input_scale_ub")
+	}
+	return repacked{w: nw, drop: drop}, nil
 }
 
 // QuantizeWeights returns w with every per-layer projection of F32, F16
