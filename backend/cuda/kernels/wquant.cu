@@ -101,17 +101,30 @@ __device__ __forceinline__ void awq_pairs(u32 q, u32 s2, u32 nz2, u32* out) {
   }
 }
 
-// awq_rows32 widens the 32 elements k0..k0+31 (whole words of one group:
-// groups are at least 32) of AWQ4 row `row` into 16 bf16x2 pairs.
-__device__ __forceinline__ void awq_rows32(const unsigned char* row, int k0, u32* out) {
-  const unsigned char* bp = row + (i64)(k0 / AWQ_G) * AWQ_BB;
-  u32 hdr = *(const u32*)bp;
+// awq_load reads what awq_widen needs of the 32 elements k0..k0+31 (whole
+// words of one group: groups are at least 32) of AWQ4 row `row`: the
+// block's header and 4 words; zeros when !ok, which widen to zeros.
+__device__ __forceinline__ void awq_load(const unsigned char* row, int k0, bool ok, u32& hdr, u32* wd) {
+  hdr = 0u;
+#pragma unroll
+  for (int j = 0; j < 4; j++) wd[j] = 0u;
+  if (ok) {
+    const unsigned char* bp = row + (i64)(k0 / AWQ_G) * AWQ_BB;
+    hdr = *(const u32*)bp;
+    const u32* wp = (const u32*)(bp + 4) + (k0 % AWQ_G) / 8;
+#pragma unroll
+    for (int j = 0; j < 4; j++) wd[j] = wp[j];
+  }
+}
+
+// awq_widen turns awq_load's header and words into 16 bf16x2 pairs, pair i
+// holding elements k0 + 2i and k0 + 2i + 1.
+__device__ __forceinline__ void awq_widen(u32 hdr, const u32* wd, u32* out) {
   float s = f16_to_f32((u16)(hdr & 0xffffu)), z = f16_to_f32((u16)(hdr >> 16));
   u32 sb = f32_to_bf16(s), nb = f32_to_bf16(-(128.f + z));
   u32 s2 = sb | (sb << 16), nz2 = nb | (nb << 16);
-  const u32* wp = (const u32*)(bp + 4) + (k0 % AWQ_G) / 8;
 #pragma unroll
-  for (int j = 0; j < 4; j++) awq_pairs(wp[j], s2, nz2, out + 4 * j);
+  for (int j = 0; j < 4; j++) awq_pairs(wd[j], s2, nz2, out + 4 * j);
 }
 
 #define AWQ_NW 4  // warps per awq_mma block; they split k
@@ -141,14 +154,26 @@ extern "C" __global__ void __launch_bounds__(32 * AWQ_NW) awq_mma(void* y, const
 #pragma unroll
   for (int t = 0; t < NT; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
   int chunks = (k + 127) >> 7;
+  // The raw weights of the warp's next chunk are loaded before this
+  // chunk's mmas, so a chunk's loads are in flight during the previous
+  // one's arithmetic.
+  u32 ha, hb, wda[4], wdb[4];
+  {
+    int k0 = warp * 128 + tq * 32;
+    bool ok = warp < chunks && k0 < k;
+    awq_load(wa, k0, ok && ra < m, ha, wda);
+    awq_load(wb, k0, ok && rb < m, hb, wdb);
+  }
   for (int c = warp; c < chunks; c += AWQ_NW) {
     int k0 = c * 128 + tq * 32;
     bool in = k0 < k;
     u32 pa[16], pb[16];
-#pragma unroll
-    for (int j = 0; j < 16; j++) pa[j] = pb[j] = 0u;
-    if (in && ra < m) awq_rows32(wa, k0, pa);
-    if (in && rb < m) awq_rows32(wb, k0, pb);
+    awq_widen(ha, wda, pa);
+    awq_widen(hb, wdb, pb);
+    int k1 = (c + AWQ_NW) * 128 + tq * 32;
+    bool ok = c + AWQ_NW < chunks && k1 < k;
+    awq_load(wa, k1, ok && ra < m, ha, wda);
+    awq_load(wb, k1, ok && rb < m, hb, wdb);
 #pragma unroll
     for (int t = 0; t < NT; t++) {
       int row = t * 8 + gid;
@@ -349,16 +374,30 @@ extern "C" __global__ void __launch_bounds__(32 * AWQ_NW) f8_mma(void* y, const 
   for (int t = 0; t < NT; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
   int chunks = (k + 127) >> 7;
+  // k is a multiple of 16: each 16-code half of a thread's 32 is wholly
+  // in or out. The next chunk's weights load before this chunk's mmas.
+  uint4 a0, a1, b0, b1;
+  {
+    int k0 = warp * 128 + tq * 32;
+    bool in0 = warp < chunks && k0 < k, in1 = warp < chunks && k0 + 16 < k;
+    a0 = in0 && ra < m ? *(const uint4*)(wa + k0) : zero;
+    a1 = in1 && ra < m ? *(const uint4*)(wa + k0 + 16) : zero;
+    b0 = in0 && rb < m ? *(const uint4*)(wb + k0) : zero;
+    b1 = in1 && rb < m ? *(const uint4*)(wb + k0 + 16) : zero;
+  }
   for (int c = warp; c < chunks; c += AWQ_NW) {
     int k0 = c * 128 + tq * 32;
-    // k is a multiple of 16: each 16-code half is wholly in or out.
     bool in0 = k0 < k, in1 = k0 + 16 < k;
-    uint4 a0 = in0 && ra < m ? *(const uint4*)(wa + k0) : zero;
-    uint4 a1 = in1 && ra < m ? *(const uint4*)(wa + k0 + 16) : zero;
-    uint4 b0 = in0 && rb < m ? *(const uint4*)(wb + k0) : zero;
-    uint4 b1 = in1 && rb < m ? *(const uint4*)(wb + k0 + 16) : zero;
     u32 pa[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
     u32 pb[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+    {
+      int cn = c + AWQ_NW, k1 = cn * 128 + tq * 32;
+      bool n0 = cn < chunks && k1 < k, n1 = cn < chunks && k1 + 16 < k;
+      a0 = n0 && ra < m ? *(const uint4*)(wa + k1) : zero;
+      a1 = n1 && ra < m ? *(const uint4*)(wa + k1 + 16) : zero;
+      b0 = n0 && rb < m ? *(const uint4*)(wb + k1) : zero;
+      b1 = n1 && rb < m ? *(const uint4*)(wb + k1 + 16) : zero;
+    }
 #pragma unroll
     for (int t = 0; t < NT; t++) {
       int row = t * 8 + gid;
