@@ -112,11 +112,7 @@ func (b *Backend) matmulWQ(o, wt *tensor, xptr uint64, n, m, k int) error {
 		return err
 	}
 	if n <= wqGemvMaxRows && b.cc >= 89 {
-		f, err := b.fn(fnKey{modSpec{file: "wquant", p: [7]int{int(wt.dt), int(o.dt), (n + 7) / 8}}, "f8_mma"})
-		if err != nil {
-			return err
-		}
-		return b.launch(f, [3]int{(m + 15) / 16, 1, 1}, 32*awqMMAWarps, 0, o.ptr, xq, sx, wt.ptr, i32(n), i32(m), i32(k))
+		return b.f8MMA(o.ptr, int(o.dt), xq, sx, wt, n, m, k)
 	}
 	if n <= wqGemvMaxRows {
 		f, err := b.fn(fnKey{spec, "f8_gemv"})
@@ -157,14 +153,72 @@ func (b *Backend) matmulWQ(o, wt *tensor, xptr uint64, n, m, k int) error {
 	return b.launch(f, [3]int{b.gridFor(n * m), 1, 1}, 256, 0, o.ptr, acc, sx, wt.ptr, i32(n), i32(m), i32(k))
 }
 
-// awqMMA queues awq_mma: y[n,m] (dtype ot) = x . w^T for n <= 64 rows of
-// BF16 x. CUDA thread only.
+// mmaSplits chooses how many blocks split k in awq_mma and f8_mma (64
+// output features a block): enough for two blocks per SM where the
+// features alone are fewer, each split a whole number of 128-wide chunks.
+// It returns the splits and the chunks each takes.
+func (b *Backend) mmaSplits(m, k int) (splits, cps int) {
+	fb, chunks := (m+63)/64, (k+127)/128
+	splits = max(1, min(chunks, (2*b.sms+fb-1)/fb))
+	cps = (chunks + splits - 1) / splits
+	return (chunks + cps - 1) / cps, cps
+}
+
+// awqMMA queues awq_mma (and wq_reduce when k is split): y[n,m] (dtype
+// ot) = x . w^T for n <= 64 rows of BF16 x. CUDA thread only.
 func (b *Backend) awqMMA(y uint64, ot int, x uint64, wt *tensor, n, m, k int) error {
-	f, err := b.fn(fnKey{modSpec{file: "wquant", p: [7]int{int(wt.dt), ot, (n + 7) / 8}}, "awq_mma"})
+	spec := modSpec{file: "wquant", p: [7]int{int(wt.dt), ot, (n + 7) / 8}}
+	f, err := b.fn(fnKey{spec, "awq_mma"})
 	if err != nil {
 		return err
 	}
-	return b.launch(f, [3]int{(m + 15) / 16, 1, 1}, 32*awqMMAWarps, 0, y, x, wt.ptr, i32(n), i32(m), i32(k))
+	splits, cps := b.mmaSplits(m, k)
+	grid := [3]int{(m + 63) / 64, splits, 1}
+	if splits == 1 {
+		return b.launch(f, grid, 32*awqMMAWarps, 0, y, 0, x, wt.ptr, i32(n), i32(m), i32(k), i32(cps))
+	}
+	part, err := b.tmpGet(splits * n * m * 4)
+	if err != nil {
+		return err
+	}
+	defer b.tmpPut(part)
+	if err := b.launch(f, grid, 32*awqMMAWarps, 0, 0, part, x, wt.ptr, i32(n), i32(m), i32(k), i32(cps)); err != nil {
+		return err
+	}
+	r, err := b.fn(fnKey{spec, "wq_reduce"})
+	if err != nil {
+		return err
+	}
+	return b.launch(r, [3]int{b.gridFor(n * m), 1, 1}, 256, 0, y, part, i32(splits), i32(n), i32(m))
+}
+
+// f8MMA queues f8_mma (and f8_epilogue_parts when k is split): y[n,m]
+// (dtype ot) = the FP8 product of xq (codes, scales sx) and w for n <= 64
+// rows. CUDA thread only.
+func (b *Backend) f8MMA(y uint64, ot int, xq, sx uint64, wt *tensor, n, m, k int) error {
+	spec := modSpec{file: "wquant", p: [7]int{int(wt.dt), ot, (n + 7) / 8}}
+	f, err := b.fn(fnKey{spec, "f8_mma"})
+	if err != nil {
+		return err
+	}
+	splits, cps := b.mmaSplits(m, k)
+	grid := [3]int{(m + 63) / 64, splits, 1}
+	if splits == 1 {
+		return b.launch(f, grid, 32*awqMMAWarps, 0, y, 0, xq, sx, wt.ptr, i32(n), i32(m), i32(k), i32(cps))
+	}
+	part, err := b.tmpGet(splits * n * m * 4)
+	if err != nil {
+		return err
+	}
+	defer b.tmpPut(part)
+	if err := b.launch(f, grid, 32*awqMMAWarps, 0, 0, part, xq, sx, wt.ptr, i32(n), i32(m), i32(k), i32(cps)); err != nil {
+		return err
+	}
+	r, err := b.fn(fnKey{spec, "f8_epilogue_parts"})
+	if err != nil {
+		return err
+	}
+	return b.launch(r, [3]int{b.gridFor(n * m), 1, 1}, 256, 0, y, part, i32(splits), sx, wt.ptr, i32(n), i32(m), i32(k))
 }
 
 // awqMMAWarps is AWQ_NW of kernels/wquant.cu.

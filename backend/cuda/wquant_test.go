@@ -60,9 +60,12 @@ func TestMatMulWQuant(t *testing.T) {
 	g := sharedBackend(t, true)
 	type shape struct{ n, in, out int }
 	// 320 and 336 leave partial 128-wide k chunks (336 a partial 32-code
-	// piece: FP8 only); 1000 and 200 partial 16-feature blocks.
+	// piece: FP8 only); 1000, 200 and 20 partial 64-feature blocks; the
+	// rest split k across blocks (mmaSplits).
 	shapes := []shape{{1, 4096, 1000}, {3, 1024, 512}, {8, 4096, 4096}, {17, 2048, 1000}, {64, 1024, 1000}, {65, 4096, 1000}, {200, 1024, 2048},
-		{4, 320, 864}, {2, 336, 200}, {40, 864, 320}, {128, 2048, 1024}}
+		{4, 320, 864}, {2, 336, 200}, {40, 864, 320}, {128, 2048, 1024},
+		// One 128-wide k chunk: the tensor-core kernels' unsplit path.
+		{4, 128, 1000}}
 	for _, dt := range []backend.DType{backend.AWQ4G32, backend.AWQ4G64, backend.AWQ4G128, backend.F8E4M3Row} {
 		for i, s := range shapes {
 			if s.in%dt.BlockSize() != 0 {

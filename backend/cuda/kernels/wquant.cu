@@ -127,92 +127,101 @@ __device__ __forceinline__ void awq_widen(u32 hdr, const u32* wd, u32* out) {
   for (int j = 0; j < 4; j++) awq_pairs(wd[j], s2, nz2, out + 4 * j);
 }
 
-#define AWQ_NW 4  // warps per awq_mma block; they split k
+#define AWQ_NW 4  // warps per awq_mma / f8_mma block, each owning 16 output features
 
 // awq_mma: y = x . w^T for n <= 8*NT rows on the tensor cores (mma.sync
 // m16n8k16, bf16 in, f32 accumulate), w dequantized in registers. A block
-// owns 16 output features (the mma's A rows gid and gid + 8 of each
-// thread); its warps take 128-wide k chunks in turn. The k order inside
-// an mma is free, so thread (gid, tq) feeds each mma j pairs 2j and 2j+1
-// of its own 32 contiguous elements k0 + 32tq .. +32 of both operands (A:
-// its two weight rows, B: x row t*8 + gid): logical k 2tq, 2tq+1 is pair
-// 2j, logical 2tq+8, +9 pair 2j+1, alike in A and B. The warps' C
-// fragments are summed through shared memory in warp order.
-//   y [n, m] OT;  x [n, k] bf16 (rows 16-byte aligned);  w [m, k] WT
-// grid (ceil(m/16)), block 32*AWQ_NW.
-extern "C" __global__ void __launch_bounds__(32 * AWQ_NW) awq_mma(void* y, const u16* x, const unsigned char* w, int n, int m, int k) {
+// owns 64 output features, 16 per warp (the mma's A rows gid and gid + 8
+// of each thread), and a range of 128-wide k chunks: gridDim.y blocks
+// split k, cps chunks each, so that small products still fill the GPU.
+// Each chunk of x is staged in shared memory once for the four warps. The
+// k order inside an mma is free, so thread (gid, tq) feeds mma j pairs 2j
+// and 2j+1 of its own 32 contiguous elements 32tq .. of the chunk in both
+// operands (A: its two weight rows, B: x row t*8 + gid): logical k 2tq,
+// 2tq+1 is pair 2j, logical 2tq+8, +9 pair 2j+1, alike in A and B. The raw
+// weights of the next chunk are loaded before this chunk's mmas.
+//   y [n, m] OT (gridDim.y == 1), else part [gridDim.y][n][m] f32 for
+//   awq_reduce;  x [n, k] bf16 (rows 16-byte aligned);  w [m, k] WT
+// grid (ceil(m/64), splits), block 32*AWQ_NW.
+extern "C" __global__ void __launch_bounds__(32 * AWQ_NW) awq_mma(void* y, float* part, const u16* x, const unsigned char* w, int n, int m, int k, int cps) {
   grid_dep_sync();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800  // mma.sync bf16 and fma.bf16x2: the host launches it on sm_80 and later only
-  __shared__ float red[AWQ_NW][NT][32][4];
+  __shared__ uint4 xs[NT * 8][17];  // a 128-wide chunk of each x row (16 uint4) and one of padding
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tq = lane & 3;
-  int r0 = blockIdx.x * 16;
+  int r0 = blockIdx.x * 64 + warp * 16;
   int ra = r0 + gid, rb = r0 + gid + 8;
   i64 rowb = (i64)(k / AWQ_G) * AWQ_BB;
   const unsigned char* wa = w + (i64)(ra < m ? ra : 0) * rowb;
   const unsigned char* wb = w + (i64)(rb < m ? rb : 0) * rowb;
+  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
   float acc[NT][4];
 #pragma unroll
   for (int t = 0; t < NT; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
   int chunks = (k + 127) >> 7;
-  // The raw weights of the warp's next chunk are loaded before this
-  // chunk's mmas, so a chunk's loads are in flight during the previous
-  // one's arithmetic.
+  int c0 = blockIdx.y * cps, c1 = min(chunks, c0 + cps);
   u32 ha, hb, wda[4], wdb[4];
   {
-    int k0 = warp * 128 + tq * 32;
-    bool ok = warp < chunks && k0 < k;
-    awq_load(wa, k0, ok && ra < m, ha, wda);
-    awq_load(wb, k0, ok && rb < m, hb, wdb);
+    int kk = c0 * 128 + tq * 32;
+    bool ok = c0 < c1 && kk < k;
+    awq_load(wa, kk, ok && ra < m, ha, wda);
+    awq_load(wb, kk, ok && rb < m, hb, wdb);
   }
-  for (int c = warp; c < chunks; c += AWQ_NW) {
-    int k0 = c * 128 + tq * 32;
-    bool in = k0 < k;
+  for (int c = c0; c < c1; c++) {
+    __syncthreads();  // the previous chunk's fragments are read
+    for (int i = threadIdx.x; i < NT * 8 * 16; i += 32 * AWQ_NW) {
+      int row = i >> 4, q = i & 15, kk = c * 128 + q * 8;
+      xs[row][q] = row < n && kk < k ? *(const uint4*)(x + (i64)row * k + kk) : zero;
+    }
+    __syncthreads();
     u32 pa[16], pb[16];
     awq_widen(ha, wda, pa);
     awq_widen(hb, wdb, pb);
-    int k1 = (c + AWQ_NW) * 128 + tq * 32;
-    bool ok = c + AWQ_NW < chunks && k1 < k;
-    awq_load(wa, k1, ok && ra < m, ha, wda);
-    awq_load(wb, k1, ok && rb < m, hb, wdb);
+    {
+      int kk = (c + 1) * 128 + tq * 32;
+      bool ok = c + 1 < c1 && kk < k;
+      awq_load(wa, kk, ok && ra < m, ha, wda);
+      awq_load(wb, kk, ok && rb < m, hb, wdb);
+    }
 #pragma unroll
     for (int t = 0; t < NT; t++) {
-      int row = t * 8 + gid;
       u32 xp[16];
 #pragma unroll
-      for (int j = 0; j < 16; j++) xp[j] = 0u;
-      if (in && row < n) {
-        const uint4* xs = (const uint4*)(x + (i64)row * k + k0);
-#pragma unroll
-        for (int q = 0; q < 4; q++) {
-          uint4 v = xs[q];
-          xp[4 * q] = v.x;
-          xp[4 * q + 1] = v.y;
-          xp[4 * q + 2] = v.z;
-          xp[4 * q + 3] = v.w;
-        }
+      for (int q = 0; q < 4; q++) {
+        uint4 v = xs[t * 8 + gid][tq * 4 + q];
+        xp[4 * q] = v.x;
+        xp[4 * q + 1] = v.y;
+        xp[4 * q + 2] = v.z;
+        xp[4 * q + 3] = v.w;
       }
 #pragma unroll
       for (int j = 0; j < 8; j++) mma16816(acc[t], pa[2 * j], pb[2 * j], pa[2 * j + 1], pb[2 * j + 1], xp[2 * j], xp[2 * j + 1]);
     }
   }
+  // C element e: feature r0 + gid + (e/2)*8, x row t*8 + tq*2 + e%2.
 #pragma unroll
   for (int t = 0; t < NT; t++) {
 #pragma unroll
-    for (int e = 0; e < 4; e++) red[warp][t][lane][e] = acc[t][e];
-  }
-  __syncthreads();
-  // C element e of lane l: feature r0 + l/4 + (e/2)*8, x row t*8 + (l%4)*2 + e%2.
-  for (int i = threadIdx.x; i < NT * 128; i += 32 * AWQ_NW) {
-    int t = i >> 7, l = (i >> 2) & 31, e = i & 3;
-    int f = r0 + (l >> 2) + (e >> 1) * 8, row = t * 8 + (l & 3) * 2 + (e & 1);
-    if (f < m && row < n) {
-      float v = 0.f;
-#pragma unroll
-      for (int ww = 0; ww < AWQ_NW; ww++) v += red[ww][t][l][e];
-      store_f<OT>(y, (i64)row * m + f, v);
+    for (int e = 0; e < 4; e++) {
+      int f = r0 + gid + (e >> 1) * 8, row = t * 8 + tq * 2 + (e & 1);
+      if (f < m && row < n) {
+        if (gridDim.y == 1) store_f<OT>(y, (i64)row * m + f, acc[t][e]);
+        else part[((i64)blockIdx.y * n + row) * m + f] = acc[t][e];
+      }
     }
   }
 #endif
+}
+
+// wq_reduce: y = the sum of the splits' partial products, in split order.
+//   y [n, m] OT;  part [splits][n][m] f32
+extern "C" __global__ void wq_reduce(void* y, const float* part, int splits, int n, int m) {
+  grid_dep_sync();
+  i64 total = (i64)n * m;
+  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (i64)gridDim.x * blockDim.x) {
+    float v = 0.f;
+    for (int s = 0; s < splits; s++) v += part[s * total + i];
+    store_f<OT>(y, i, v);
+  }
 }
 
 // awq_dequant: dst = bf16(dequant(w)), for products of more rows, which
@@ -350,60 +359,64 @@ __device__ __forceinline__ void mma16832_e4m3(float* c, u32 a0, u32 a1, u32 a2, 
 }
 
 // f8_mma: f8_gemv's product for n <= 8*NT rows on the FP8 tensor cores
-// (mma.sync m16n8k32 e4m3, f32 accumulate; sm_89 and later): the codes
-// go into the mma as stored. As in awq_mma a block owns 16 output
-// features and its warps take 128-wide k chunks; thread (gid, tq) loads 32
-// contiguous codes k0 = 32tq .. of its two weight rows and of x row
-// t*8 + gid, and mma j takes their words 2j (logical k 4tq..4tq+3) and
+// (mma.sync m16n8k32 e4m3, f32 accumulate; sm_89 and later): the codes go
+// into the mma as stored and the scales multiply the sums. Blocks, k
+// splits and the shared x chunk as in awq_mma; thread (gid, tq) loads 32
+// contiguous codes 32tq .. of the chunk of its two weight rows and of x
+// row t*8 + gid, and mma j takes their words 2j (logical k 4tq..4tq+3) and
 // 2j + 1 (logical 4tq+16..+19), alike in A and B. m16n8k32's fragments:
 // A a0 (row gid, k 4tq..+3), a1 (row gid+8, same), a2/a3 (k 4tq+16..+19);
 // B b0 (k 4tq..+3, col gid), b1 (k 4tq+16..+19); C as m16n8k16's.
-//   y [n, m] OT;  xq [n, k] e4m3, sx [n] f32;  w [m, k] F8_E4M3_ROW
-// grid (ceil(m/16)), block 32*AWQ_NW.
-extern "C" __global__ void __launch_bounds__(32 * AWQ_NW) f8_mma(void* y, const unsigned char* xq, const float* sx, const unsigned char* w, int n, int m, int k) {
+//   y [n, m] OT (gridDim.y == 1; scaled), else part [gridDim.y][n][m] f32
+//   (unscaled, for f8_epilogue_parts);  xq [n, k] e4m3, sx [n] f32;
+//   w [m, k] F8_E4M3_ROW
+// grid (ceil(m/64), splits), block 32*AWQ_NW.
+extern "C" __global__ void __launch_bounds__(32 * AWQ_NW) f8_mma(void* y, float* part, const unsigned char* xq, const float* sx, const unsigned char* w, int n, int m, int k, int cps) {
   grid_dep_sync();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890  // e4m3 mma.sync: the host launches it on sm_89 and later only
-  __shared__ float red[AWQ_NW][NT][32][4];
+  __shared__ uint4 xs[NT * 8][9];  // a 128-code chunk of each x row (8 uint4) and one of padding
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tq = lane & 3;
-  int r0 = blockIdx.x * 16;
+  int r0 = blockIdx.x * 64 + warp * 16;
   int ra = r0 + gid, rb = r0 + gid + 8;
   const unsigned char* wa = w + (i64)(ra < m ? ra : 0) * (k + 16);
   const unsigned char* wb = w + (i64)(rb < m ? rb : 0) * (k + 16);
+  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
   float acc[NT][4];
 #pragma unroll
   for (int t = 0; t < NT; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
-  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
   int chunks = (k + 127) >> 7;
+  int c0 = blockIdx.y * cps, c1 = min(chunks, c0 + cps);
   // k is a multiple of 16: each 16-code half of a thread's 32 is wholly
-  // in or out. The next chunk's weights load before this chunk's mmas.
+  // in or out.
   uint4 a0, a1, b0, b1;
   {
-    int k0 = warp * 128 + tq * 32;
-    bool in0 = warp < chunks && k0 < k, in1 = warp < chunks && k0 + 16 < k;
-    a0 = in0 && ra < m ? *(const uint4*)(wa + k0) : zero;
-    a1 = in1 && ra < m ? *(const uint4*)(wa + k0 + 16) : zero;
-    b0 = in0 && rb < m ? *(const uint4*)(wb + k0) : zero;
-    b1 = in1 && rb < m ? *(const uint4*)(wb + k0 + 16) : zero;
+    int kk = c0 * 128 + tq * 32;
+    bool in0 = c0 < c1 && kk < k, in1 = c0 < c1 && kk + 16 < k;
+    a0 = in0 && ra < m ? *(const uint4*)(wa + kk) : zero;
+    a1 = in1 && ra < m ? *(const uint4*)(wa + kk + 16) : zero;
+    b0 = in0 && rb < m ? *(const uint4*)(wb + kk) : zero;
+    b1 = in1 && rb < m ? *(const uint4*)(wb + kk + 16) : zero;
   }
-  for (int c = warp; c < chunks; c += AWQ_NW) {
-    int k0 = c * 128 + tq * 32;
-    bool in0 = k0 < k, in1 = k0 + 16 < k;
+  for (int c = c0; c < c1; c++) {
+    __syncthreads();  // the previous chunk's fragments are read
+    for (int i = threadIdx.x; i < NT * 8 * 8; i += 32 * AWQ_NW) {
+      int row = i >> 3, q = i & 7, kk = c * 128 + q * 16;
+      xs[row][q] = row < n && kk < k ? *(const uint4*)(xq + (i64)row * k + kk) : zero;
+    }
+    __syncthreads();
     u32 pa[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
     u32 pb[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
     {
-      int cn = c + AWQ_NW, k1 = cn * 128 + tq * 32;
-      bool n0 = cn < chunks && k1 < k, n1 = cn < chunks && k1 + 16 < k;
-      a0 = n0 && ra < m ? *(const uint4*)(wa + k1) : zero;
-      a1 = n1 && ra < m ? *(const uint4*)(wa + k1 + 16) : zero;
-      b0 = n0 && rb < m ? *(const uint4*)(wb + k1) : zero;
-      b1 = n1 && rb < m ? *(const uint4*)(wb + k1 + 16) : zero;
+      int kk = (c + 1) * 128 + tq * 32;
+      bool n0 = c + 1 < c1 && kk < k, n1 = c + 1 < c1 && kk + 16 < k;
+      a0 = n0 && ra < m ? *(const uint4*)(wa + kk) : zero;
+      a1 = n1 && ra < m ? *(const uint4*)(wa + kk + 16) : zero;
+      b0 = n0 && rb < m ? *(const uint4*)(wb + kk) : zero;
+      b1 = n1 && rb < m ? *(const uint4*)(wb + kk + 16) : zero;
     }
 #pragma unroll
     for (int t = 0; t < NT; t++) {
-      int row = t * 8 + gid;
-      const unsigned char* xr = xq + (i64)(row < n ? row : 0) * k + k0;
-      uint4 x0 = in0 && row < n ? *(const uint4*)xr : zero;
-      uint4 x1 = in1 && row < n ? *(const uint4*)(xr + 16) : zero;
+      uint4 x0 = xs[t * 8 + gid][tq * 2], x1 = xs[t * 8 + gid][tq * 2 + 1];
       u32 xp[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
 #pragma unroll
       for (int j = 0; j < 4; j++) mma16832_e4m3(acc[t], pa[2 * j], pb[2 * j], pa[2 * j + 1], pb[2 * j + 1], xp[2 * j], xp[2 * j + 1]);
@@ -412,20 +425,30 @@ extern "C" __global__ void __launch_bounds__(32 * AWQ_NW) f8_mma(void* y, const 
 #pragma unroll
   for (int t = 0; t < NT; t++) {
 #pragma unroll
-    for (int e = 0; e < 4; e++) red[warp][t][lane][e] = acc[t][e];
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < NT * 128; i += 32 * AWQ_NW) {
-    int t = i >> 7, l = (i >> 2) & 31, e = i & 3;
-    int f = r0 + (l >> 2) + (e >> 1) * 8, row = t * 8 + (l & 3) * 2 + (e & 1);
-    if (f < m && row < n) {
-      float v = 0.f;
-#pragma unroll
-      for (int ww = 0; ww < AWQ_NW; ww++) v += red[ww][t][l][e];
-      store_f<OT>(y, (i64)row * m + f, v * sx[row] * f8_row_scale(w, f, k));
+    for (int e = 0; e < 4; e++) {
+      int f = r0 + gid + (e >> 1) * 8, row = t * 8 + tq * 2 + (e & 1);
+      if (f < m && row < n) {
+        if (gridDim.y == 1) store_f<OT>(y, (i64)row * m + f, acc[t][e] * sx[row] * f8_row_scale(w, f, k));
+        else part[((i64)blockIdx.y * n + row) * m + f] = acc[t][e];
+      }
     }
   }
 #endif
+}
+
+// f8_epilogue_parts: y[t, o] = (the sum of the splits' partial sums, in
+// split order) * sx[t] * scale[o].
+//   y [n, m] OT;  part [splits][n][m] f32;  sx [n] f32;  w [m, k] F8_E4M3_ROW
+extern "C" __global__ void f8_epilogue_parts(void* y, const float* part, int splits, const float* sx, const unsigned char* w, int n, int m, int k) {
+  grid_dep_sync();
+  i64 total = (i64)n * m;
+  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (i64)gridDim.x * blockDim.x) {
+    i64 t = i / m;
+    int o = (int)(i - t * m);
+    float v = 0.f;
+    for (int s = 0; s < splits; s++) v += part[s * total + i];
+    store_f<OT>(y, i, v * sx[t] * f8_row_scale(w, o, k));
+  }
 }
 
 // f8_epilogue: y[t, o] = acc[t, o] * sx[t] * scale[o], the scales of an
