@@ -94,6 +94,12 @@ type LatencyOptions struct {
 	// backend is a StepClock, the device-timed interval between the ends
 	// of successive decode steps (device_step_ms).
 	StepTrace bool
+	// VerifyTokens > 0 (speculative decoding's K, 1 to 16) also times,
+	// after the iterations, the target's verify step: every sequence feeds
+	// its last token and K draft tokens and has all 1+K logits rows
+	// sampled, against a plain decode step timed the same way (each step
+	// sampled and read back before the next is queued).
+	VerifyTokens int
 }
 
 // LatencyResult is what `trigon bench latency` reports. Durations are in
@@ -184,6 +190,16 @@ type LatencyResult struct {
 	ITLTraceMS        [][]float64 `json:"itl_trace_ms,omitempty"`
 	DeviceStepTraceMS [][]float64 `json:"device_step_trace_ms,omitempty"`
 
+	// With VerifyTokens: VerifyStepMS is the verify step of K draft tokens
+	// per sequence, VerifyDecodeStepMS a plain decode step timed the same
+	// way at the same context, VerifyRatio their mean ratio (what a verify
+	// step costs in decode steps). The verify step runs eagerly; the
+	// decode step replays its graph where CUDAGraphs is on.
+	VerifyTokens       int      `json:"verify_tokens,omitempty"`
+	VerifyStepMS       *Summary `json:"verify_step_ms,omitempty"`
+	VerifyDecodeStepMS *Summary `json:"verify_decode_step_ms,omitempty"`
+	VerifyRatio        *float64 `json:"verify_ratio,omitempty"`
+
 	// KernelChoices lists, where the backend reports them, the kernels
 	// its autotuner kept for this run's products (the CUDA backend: own
 	// GEMV or cuBLASLt per decode shape, with the times it saw).
@@ -268,6 +284,11 @@ func RunLatency(ctx context.Context, opts LatencyOptions) (*LatencyResult, error
 		}
 		res.QueuedStepMS = &ms
 	}
+	if opts.VerifyTokens > 0 {
+		if err := run.verifySteps(res); err != nil {
+			return nil, err
+		}
+	}
 	res.Tokens = run.tokens
 	if k, ok := run.b.(interface{ GEMMChoices() []string }); ok {
 		res.KernelChoices = k.GEMMChoices()
@@ -304,6 +325,11 @@ func checkLatencyOptions(o *LatencyOptions) error {
 	case o.InputLen > o.Config.MaxPositions-o.OutputLen:
 		return fmt.Errorf("bench latency: input %d + output %d tokens exceed the model's context of %d",
 			o.InputLen, o.OutputLen, o.Config.MaxPositions)
+	case o.VerifyTokens < 0 || o.VerifyTokens > 16:
+		return fmt.Errorf("bench latency: %d verify tokens: want 0 to 16", o.VerifyTokens)
+	case o.InputLen > o.Config.MaxPositions-o.OutputLen-o.VerifyTokens:
+		return fmt.Errorf("bench latency: input %d + output %d + %d verify tokens exceed the model's context of %d",
+			o.InputLen, o.OutputLen, o.VerifyTokens, o.Config.MaxPositions)
 	case o.ProfileSteps < 0:
 		return fmt.Errorf("bench latency: profile steps %d must be >= 0", o.ProfileSteps)
 	case o.PrefillChunk < 1:
@@ -324,14 +350,15 @@ func checkLatencyOptions(o *LatencyOptions) error {
 
 func (run *latencyRun) setup() error {
 	o, c := run.opts, run.cfg
-	maxTokens := max(o.PrefillChunk, o.Batch)
-	m, err := arch.New(run.b, c, o.Weights, model.Options{MaxTokens: maxTokens, MaxLogits: o.Batch})
+	rows := o.Batch * (1 + o.VerifyTokens) // a verify step's logits rows
+	maxTokens := max(o.PrefillChunk, rows)
+	m, err := arch.New(run.b, c, o.Weights, model.Options{MaxTokens: maxTokens, MaxLogits: rows})
 	if err != nil {
 		return fmt.Errorf("bench latency: %w", err)
 	}
 	run.m = m
 	bs := kvcache.DefaultBlockSize
-	seqLen := o.InputLen + o.OutputLen
+	seqLen := o.InputLen + o.OutputLen + o.VerifyTokens
 	perSeq := (seqLen + bs - 1) / bs
 	blocks, err := checkedMul(perSeq, o.Batch)
 	if err != nil {
@@ -637,6 +664,68 @@ func (run *latencyRun) queuedStepTime() (float64, error) {
 		return 0, fmt.Errorf("bench latency: queued steps: %w", err)
 	}
 	return time.Since(t0).Seconds() * 1e3 / queuedSteps, nil
+}
+
+// verifySteps are verifyRounds plain decode steps and as many verify
+// steps, after two of each untimed.
+const verifyRounds = 16
+
+// verifySteps times speculative decoding's verify step (VerifyTokens)
+// against a plain decode step at the context after the last iteration:
+// each step is queued, sampled and read back (Output.Sample), as the
+// engine runs a verify step. The draft tokens are the prompt's first;
+// what they are does not change the work.
+func (run *latencyRun) verifySteps(res *LatencyResult) error {
+	o := run.opts
+	k := o.VerifyTokens
+	start := o.InputLen + o.OutputLen - 1 // the next position after the last token
+	timeSteps := func(verify bool) ([]float64, error) {
+		step := runner.Step{Seqs: make([]runner.Seq, o.Batch)}
+		for s := range step.Seqs {
+			toks := run.tokens[s]
+			seq := runner.Seq{Tokens: toks[len(toks)-1:], Start: start, BlockTable: run.tables[s], WantLogits: true}
+			if verify {
+				feed := append([]int32{toks[len(toks)-1]}, make([]int32, k)...)
+				for i := range k {
+					feed[1+i] = run.prompts[s][i%o.InputLen]
+				}
+				seq = runner.Seq{Tokens: feed, Start: start, BlockTable: run.tables[s], AllLogits: true}
+			}
+			step.Seqs[s] = seq
+		}
+		var times []float64
+		for i := range 2 + verifyRounds {
+			if err := run.b.Sync(); err != nil {
+				return nil, err
+			}
+			t0 := time.Now()
+			out, err := run.r.Execute(&step)
+			if err != nil {
+				return nil, err
+			}
+			if _, err := out.Sample(make([]backend.SampleRow, out.Rows)); err != nil { // greedy
+				return nil, err
+			}
+			if i >= 2 {
+				times = append(times, time.Since(t0).Seconds())
+			}
+		}
+		return times, nil
+	}
+	dec, err := timeSteps(false)
+	if err != nil {
+		return fmt.Errorf("bench latency: decode steps against verify steps: %w", err)
+	}
+	ver, err := timeSteps(true)
+	if err != nil {
+		return fmt.Errorf("bench latency: verify steps: %w", err)
+	}
+	d, v := Summarize(dec).scaled(1e3), Summarize(ver).scaled(1e3)
+	res.VerifyTokens, res.VerifyDecodeStepMS, res.VerifyStepMS = k, &d, &v
+	if d.Mean > 0 {
+		res.VerifyRatio = ptr(v.Mean / d.Mean)
+	}
+	return nil
 }
 
 // kvBytesPerToken is the K and V bytes one token takes over all layers,

@@ -17,6 +17,7 @@ import (
 	"github.com/trigon-llm/trigon/model/arch"
 	"github.com/trigon-llm/trigon/runner"
 	"github.com/trigon-llm/trigon/sched"
+	"github.com/trigon-llm/trigon/specdec"
 	"github.com/trigon-llm/trigon/telemetry"
 	"github.com/trigon-llm/trigon/tokenizer"
 )
@@ -74,6 +75,9 @@ type LoadOptions struct {
 	// backend.KVNoWindow: none; see KVSpec.WithWindowOption).
 	KVCacheDType string
 	KVWindow     int
+	// Speculative is --speculative-config (zero: off). A draft model is
+	// loaded on Backend beside the target, with its own KV cache.
+	Speculative specdec.Config
 	// Quantization quantizes an unquantized checkpoint's projections at
 	// load (--quantization): "fp8" (e4m3 weights with a scale per output
 	// feature, activations quantized per token at run time, as vLLM's
@@ -121,10 +125,14 @@ type Loaded struct {
 	weights          model.Weights
 	model            model.Model
 	runner           *runner.Runner
+	proposer         specdec.Proposer // nil: no speculation
 }
 
 // Close frees the model's memory. The engine must have stopped.
 func (l *Loaded) Close() {
+	if l.proposer != nil {
+		l.proposer.Close()
+	}
 	l.runner.Close()
 	l.model.Close()
 	l.weights.Close()
@@ -184,13 +192,31 @@ func Load(opts LoadOptions) (*Loaded, error) {
 	if opts.Progress != nil {
 		prefetch(w, opts.Progress)
 	}
-	m, err := arch.New(b, cfg, w, model.Options{MaxTokens: opts.MaxBatchedTokens, MaxLogits: opts.MaxSeqs})
+	// A verify step wants the logits of each decoding sequence's draft
+	// tokens too.
+	maxLogits := opts.MaxSeqs
+	if k := opts.Speculative.NumSpeculativeTokens; opts.Speculative.Enabled() {
+		maxLogits = min(opts.MaxSeqs*(1+k), opts.MaxBatchedTokens)
+	}
+	m, err := arch.New(b, cfg, w, model.Options{MaxTokens: opts.MaxBatchedTokens, MaxLogits: maxLogits})
 	if err != nil {
 		w.Close()
 		return nil, fmt.Errorf("load %s: %w", opts.Model, err)
 	}
+	proposer, err := newProposer(opts, b, cfg, tok, ctxLen)
+	if err != nil {
+		m.Close()
+		w.Close()
+		return nil, fmt.Errorf("load %s: %w", opts.Model, err)
+	}
+	closeProposer := func() {
+		if proposer != nil {
+			proposer.Close()
+		}
+	}
 	blocks, err := kvBlocks(opts, b, perBlock, fixed, ctxLen)
 	if err != nil {
+		closeProposer()
 		m.Close()
 		w.Close()
 		return nil, fmt.Errorf("load %s: %w", opts.Model, err)
@@ -200,11 +226,13 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		MaxTokens: opts.MaxBatchedTokens, MaxSeqs: opts.MaxSeqs, MaxSeqLen: ctxLen,
 		NumLayers: cfg.NumLayers, NumKVHeads: cfg.NumKVHeads, HeadDim: cfg.HeadDim,
 		KV: spec, KVScales: kvScales,
-		Graphs: runner.GraphOptions{Enabled: opts.Graphs, MemoryBudget: opts.GraphMemory},
+		Graphs: runner.GraphOptions{Enabled: opts.Graphs, MemoryBudget: opts.GraphMemory,
+			VerifyTokens: opts.Speculative.NumSpeculativeTokens}, // the model takes MaxSeqs x (1+K) logits rows (maxLogits)
 	})
 	if err != nil {
 		m.Close()
 		w.Close()
+		closeProposer()
 		return nil, fmt.Errorf("load %s: %w", opts.Model, err)
 	}
 	opts.Metrics.SetKVCache(spec.Name(), r.CapacityTokens())
@@ -222,6 +250,7 @@ func Load(opts LoadOptions) (*Loaded, error) {
 			r.Close()
 			m.Close()
 			w.Close()
+			closeProposer()
 			return nil, fmt.Errorf("load %s: %w", opts.Model, err)
 		}
 	}
@@ -230,6 +259,7 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		r.Close()
 		m.Close()
 		w.Close()
+		closeProposer()
 		return nil, err
 	}
 	eng, err := New(r, pool, tok, Options{
@@ -240,15 +270,17 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		Metrics:    opts.Metrics,
 		Logger:     opts.Logger,
 		QueueAhead: opts.QueueAhead,
+		Spec:       SpecOptions{Proposer: proposer, Tokens: opts.Speculative.NumSpeculativeTokens},
 	})
 	if err != nil {
 		r.Close()
 		m.Close()
 		w.Close()
+		closeProposer()
 		return nil, err
 	}
 	return &Loaded{Engine: eng, Tokenizer: tok, Config: cfg, Gen: gen, Context: ctxLen, KVBlocks: blocks,
-		MaxBatchedTokens: budget, BudgetMeasured: measure, weights: w, model: m, runner: r}, nil
+		MaxBatchedTokens: budget, BudgetMeasured: measure, weights: w, model: m, runner: r, proposer: proposer}, nil
 }
 
 // hasF32Matrices reports whether any weight matrix is stored as F32 (the
@@ -395,7 +427,7 @@ func kvBlocks(opts LoadOptions, b backend.Backend, perBlock, fixed int64, ctxLen
 		// over), so count each block at 9/8 of its bytes.
 		blocks := budget / (perBlock + perBlock/8)
 		if blocks < int64(oneSeq) {
-			return 0, fmt.Errorf("%.1f GiB of device memory left for the KV cache holds %d blocks, fewer than one %d-token sequence needs (%d): lower --max-context or raise the memory utilization",
+			return 0, fmt.Errorf("%.1f GiB of device memory left for the KV cache holds %d blocks, fewer than one %d-token sequence needs (%d): lower --max-model-len or raise --gpu-memory-utilization",
 				float64(max(budget, 0))/(1<<30), max(blocks, 0), ctxLen, oneSeq)
 		}
 		return int(min(blocks, 1<<30)), nil

@@ -373,10 +373,17 @@ func (r *Runner) Execute(step *Step) (*Output, error) {
 		}
 	}
 	real := len(r.hLogitsRows)
-	bucket := 0
-	if r.graphs != nil && graphable(step) {
-		bucket = r.graphs.bucket(len(step.Seqs))
-		r.padDecode(bucket)
+	bucket, q := 0, 0
+	if r.graphs != nil {
+		if q = r.graphs.graphQuery(step); q > 0 {
+			bucket = r.graphs.bucket(len(step.Seqs))
+			if bucket*q > r.opts.MaxTokens {
+				bucket = 0 // a verify step whose padded bucket would not fit the step buffers
+			}
+		}
+		if bucket > 0 {
+			r.padDecode(bucket, q)
+		}
 	}
 	in, err := r.upload(fed)
 	if err != nil {
@@ -391,7 +398,7 @@ func (r *Runner) Execute(step *Step) (*Output, error) {
 		// One MaxSeqLen for every step of a graph: kernels that size
 		// their grids by it (split-KV decode) must see the captured value.
 		in.MaxSeqLen = r.graphSeqLen()
-		logits, err = r.forwardGraph(in, bucket)
+		logits, err = r.forwardGraph(in, bucket, q)
 	} else {
 		logits, err = r.m.Forward(in, r.kv)
 	}

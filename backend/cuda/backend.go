@@ -140,6 +140,10 @@ type Backend struct {
 	marks   stepClock // MarkStep's events
 	errFlag pinned
 	errDev  uint64
+	// fp8Scan is rope_store_kv's scan buffer for FP8 caches: 2*fp8ScanHeads
+	// maxima and a block counter, zero between launches (the scan's last
+	// block zeroes what it used).
+	fp8Scan uint64
 	// argmaxCount is argmax_rows's per-row counters ([argmaxRows] u32,
 	// zero between launches; attn.go).
 	argmaxCount uint64
@@ -288,6 +292,13 @@ func (b *Backend) init() error {
 		return err
 	}
 	if b.stage, err = b.hostAlloc(stageBytes, 0); err != nil {
+		return err
+	}
+	const scanBytes = (2*fp8ScanHeads + 1) * 4
+	if b.fp8Scan, err = b.pool.get(scanBytes); err != nil {
+		return err
+	}
+	if err := d.check("cuMemsetD8Async", d.call(d.cuMemsetD8Async, uintptr(b.fp8Scan), 0, scanBytes, b.stream)); err != nil {
 		return err
 	}
 	for i := range b.ring {

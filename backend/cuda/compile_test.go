@@ -76,7 +76,7 @@ func TestKernelsCompile(t *testing.T) {
 		// than sm_90a since WarmKernels builds it for every target, are
 		// the ones a change breaks unseen otherwise);
 		// TRIGON_TEST_ALL_KERNELS=1 compiles every one.
-		specs = []modSpec{{file: "embed", p: [7]int{dtBF16, dtBF16}}, {file: "rope", p: [7]int{64, 16, dtBF16, dtBF16, dtBF16}},
+		specs = []modSpec{{file: "embed", p: [8]int{dtBF16, dtBF16}}, {file: "rope", p: [8]int{64, 16, dtBF16, dtBF16, dtBF16}},
 			bulkConfigs[0].spec(1, dtBF16), prefillWGModule(128, backend.PlainKV(backend.BF16, 16))}
 	}
 	for _, s := range specs {
@@ -113,7 +113,7 @@ func TestKVReadersRefuseOtherFormats(t *testing.T) {
 		{decodeMMAModule(64, f32, 2), true},
 		{prefillTiling(64).spec(64, f32), true},
 		{prefillWGModule(64, f32), true},
-		{modSpec{file: "rope", p: [7]int{64, f32.BlockSize, dtBF16, int(f32.DType), dtBF16}}, false},
+		{modSpec{file: "rope", p: [8]int{64, f32.BlockSize, dtBF16, int(f32.DType), dtBF16}}, false},
 	} {
 		t.Run(tc.s.String(), func(t *testing.T) {
 			t.Parallel()
@@ -133,7 +133,7 @@ func TestKVReadersRefuseOtherFormats(t *testing.T) {
 func TestKernelCacheCorrupt(t *testing.T) {
 	dir := t.TempDir()
 	c := testCompiler(t, dir)
-	s := modSpec{file: "embed", p: [7]int{dtBF16, dtBF16}}
+	s := modSpec{file: "embed", p: [8]int{dtBF16, dtBF16}}
 	want, _, err := c.build(s, false)
 	if err != nil {
 		t.Fatal(err)

@@ -118,7 +118,7 @@ func (b *Backend) matmul(o, xt, wt, bt *tensor, n, m, k int, pristine bool) erro
 		}
 	case backend.Q8_0, backend.Q4_0:
 		if n <= qgemvMaxRows {
-			f, err := b.fn(fnKey{modSpec{file: "quant", p: [7]int{int(wt.dt), int(o.dt)}}, "qgemv"})
+			f, err := b.fn(fnKey{modSpec{file: "quant", p: [8]int{int(wt.dt), int(o.dt)}}, "qgemv"})
 			if err != nil {
 				return err
 			}
@@ -131,7 +131,7 @@ func (b *Backend) matmul(o, xt, wt, bt *tensor, n, m, k int, pristine bool) erro
 				return err
 			}
 			defer b.tmpPut(tmp)
-			f, err := b.fn(fnKey{modSpec{file: "quant", p: [7]int{int(wt.dt), int(o.dt)}}, "dequant"})
+			f, err := b.fn(fnKey{modSpec{file: "quant", p: [8]int{int(wt.dt), int(o.dt)}}, "dequant"})
 			if err != nil {
 				return err
 			}
@@ -150,7 +150,7 @@ func (b *Backend) matmul(o, xt, wt, bt *tensor, n, m, k int, pristine bool) erro
 		return fmt.Errorf("cuda: matmul: weight dtype %v", wt.dt)
 	}
 	if bt != nil {
-		f, err := b.fn(fnKey{modSpec{file: "act", p: [7]int{int(bt.dt), int(o.dt)}}, "add_bias"})
+		f, err := b.fn(fnKey{modSpec{file: "act", p: [8]int{int(bt.dt), int(o.dt)}}, "add_bias"})
 		if err != nil {
 			return err
 		}
@@ -266,7 +266,7 @@ func (b *Backend) gemvCallPDL(c gemvConfig, y uint64, yt int, x, w uint64, n, m,
 	if yt == cudaR32F {
 		ot = int(dtF32)
 	}
-	f, err := b.fn(fnKey{modSpec{file: "gemv", p: [7]int{(n + 7) / 8, c.nw, c.ur, ot}}, "gemv_bf16"})
+	f, err := b.fn(fnKey{modSpec{file: "gemv", p: [8]int{(n + 7) / 8, c.nw, c.ur, ot}}, "gemv_bf16"})
 	if err != nil {
 		return err
 	}

@@ -69,7 +69,7 @@ func (b *Backend) matmulWQ(o, wt *tensor, xptr uint64, n, m, k int) error {
 	if o.dt == backend.F32 {
 		yt = cudaR32F
 	}
-	spec := modSpec{file: "wquant", p: [7]int{int(wt.dt), int(o.dt), 1}}
+	spec := modSpec{file: "wquant", p: [8]int{int(wt.dt), int(o.dt), 1}}
 	grid := [3]int{(m + 7) / 8, (n + wqMaxn - 1) / wqMaxn, 1}
 	if wt.dt != backend.F8E4M3Row {
 		if n <= wqGemvMaxRows && b.cc >= 80 {
@@ -167,7 +167,7 @@ func (b *Backend) mmaSplits(m, k int) (splits, cps int) {
 // awqMMA queues awq_mma (and wq_reduce when k is split): y[n,m] (dtype
 // ot) = x . w^T for n <= 64 rows of BF16 x. CUDA thread only.
 func (b *Backend) awqMMA(y uint64, ot int, x uint64, wt *tensor, n, m, k int) error {
-	spec := modSpec{file: "wquant", p: [7]int{int(wt.dt), ot, (n + 7) / 8}}
+	spec := modSpec{file: "wquant", p: [8]int{int(wt.dt), ot, (n + 7) / 8}}
 	f, err := b.fn(fnKey{spec, "awq_mma"})
 	if err != nil {
 		return err
@@ -196,7 +196,7 @@ func (b *Backend) awqMMA(y uint64, ot int, x uint64, wt *tensor, n, m, k int) er
 // (dtype ot) = the FP8 product of xq (codes, scales sx) and w for n <= 64
 // rows. CUDA thread only.
 func (b *Backend) f8MMA(y uint64, ot int, xq, sx uint64, wt *tensor, n, m, k int) error {
-	spec := modSpec{file: "wquant", p: [7]int{int(wt.dt), ot, (n + 7) / 8}}
+	spec := modSpec{file: "wquant", p: [8]int{int(wt.dt), ot, (n + 7) / 8}}
 	f, err := b.fn(fnKey{spec, "f8_mma"})
 	if err != nil {
 		return err
@@ -238,7 +238,7 @@ func (b *Backend) f8CodesGemm(acc, xq, w uint64, n, m, k int) error {
 		return err
 	}
 	defer b.tmpPut(wb)
-	f, err := b.fn(fnKey{modSpec{file: "wquant", p: [7]int{int(backend.F8E4M3Row), int(backend.BF16), 1}}, "f8_codes"})
+	f, err := b.fn(fnKey{modSpec{file: "wquant", p: [8]int{int(backend.F8E4M3Row), int(backend.BF16), 1}}, "f8_codes"})
 	if err != nil {
 		return err
 	}

@@ -147,7 +147,7 @@ func TestF8ActQuant(t *testing.T) {
 			return err
 		}
 		defer g.tmpPut(buf)
-		f, err := g.fn(fnKey{modSpec{file: "wquant", p: [7]int{int(backend.F8E4M3Row), int(backend.BF16)}}, "f8_act_quant"})
+		f, err := g.fn(fnKey{modSpec{file: "wquant", p: [8]int{int(backend.F8E4M3Row), int(backend.BF16)}}, "f8_act_quant"})
 		if err != nil {
 			return err
 		}
@@ -202,7 +202,7 @@ func TestAWQGemvCUDACores(t *testing.T) {
 					if err != nil {
 						return err
 					}
-					f, err := g.fn(fnKey{modSpec{file: "wquant", p: [7]int{int(dt), int(backend.F32), 1}}, "awq_gemv"})
+					f, err := g.fn(fnKey{modSpec{file: "wquant", p: [8]int{int(dt), int(backend.F32), 1}}, "awq_gemv"})
 					if err != nil {
 						return err
 					}
@@ -249,7 +249,7 @@ func TestF8GemvCUDACores(t *testing.T) {
 				}
 				defer g.tmpPut(xq)
 				sx := xq + uint64((n*in+15)/16*16)
-				spec := modSpec{file: "wquant", p: [7]int{int(dt), int(backend.F32), 1}}
+				spec := modSpec{file: "wquant", p: [8]int{int(dt), int(backend.F32), 1}}
 				f, err := g.fn(fnKey{spec, "f8_act_quant"})
 				if err != nil {
 					return err

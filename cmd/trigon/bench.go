@@ -87,6 +87,7 @@ func benchLatencyCmd() *cobra.Command {
 	var asJSON, verbose, onDevice, queueAhead bool
 	var kvDType, quantization string
 	var kvWindow int
+	var spec specFlag
 	cmd := &cobra.Command{
 		Use:   "latency",
 		Short: "Time prefill and decode steps of one batch",
@@ -169,6 +170,7 @@ func benchLatencyCmd() *cobra.Command {
 					Warmup: warmup, Iters: iters, Seed: seed, CUDAGraphs: useGraphs, PeakBandwidth: peakGBps * 1e9,
 					SustainedProbe: sustained, KV: kvSpec,
 					ProfileSteps: profileSteps, NoQueueAhead: !queueAhead, StepTrace: stepTrace,
+					VerifyTokens: spec.cfg.NumSpeculativeTokens,
 				})
 				if err != nil {
 					return err
@@ -214,6 +216,7 @@ func benchLatencyCmd() *cobra.Command {
 	fl.DurationVar(&sustained, "sustained-probe", 1500*time.Millisecond, "also run the prefill GEMM probe back to back this long and report the rate over its second half, under the device's power limit (0: off)")
 	fl.BoolVar(&stepTrace, "step-trace", false, "report every decode step's ITL in order (JSON) and, where the backend can, the device-timed interval between steps (device_step_ms), to tell the device's time from the host's")
 	registerKVFlags(cmd, &kvDType, &kvWindow)
+	registerSpecFlag(cmd, &spec, "here it times the target's verify step of num_speculative_tokens draft tokens per sequence against a decode step timed alike (no proposer runs)")
 	fl.IntVar(&profileSteps, "profile-steps", 0, "in the last iteration, bracket the prefill and this many decode steps for a profiler run with collection off (ncu --profile-from-start off)")
 	return cmd
 }

@@ -38,13 +38,15 @@ type modelFlags struct {
 	kvDType    string
 	kvWindow   int
 	quant      string
+	spec       specFlag
 	src        *modelSource // resolved once (source)
 }
 
 func (f *modelFlags) register(cmd *cobra.Command) {
 	f.deviceFlags.register(cmd)
 	cmd.Flags().StringVarP(&f.model, "model", "m", "", "model: HF directory or .gguf file (default: the embedded Go-code model)")
-	cmd.Flags().IntVar(&f.maxContext, "max-context", 0, "cap the context length (0: the model's)")
+	cmd.Flags().IntVar(&f.maxContext, "max-model-len", 0, "cap the context length (0: the model's; also --max-context)")
+	cmd.Flags().IntVar(&f.maxContext, "max-context", 0, "same as --max-model-len")
 	cmd.Flags().IntVar(&f.maxSeqs, "max-seqs", 64, "most sequences running at once")
 	cmd.Flags().IntVar(&f.maxTokens, "max-num-batched-tokens", 0, "token budget of one engine step: decodes first, prefill chunks in the rest (0: measured at load so that a step takes about 150 ms on this backend, at most 2048; also --max-batched-tokens)")
 	// The older spelling still works (hidden).
@@ -60,6 +62,7 @@ func (f *modelFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.tokenizer, "tokenizer", "", "tokenizer to use instead of the model's: an HF directory (tokenizer.json) or a .gguf file")
 	registerKVFlags(cmd, &f.kvDType, &f.kvWindow)
 	cmd.Flags().StringVar(&f.quant, "quantization", "none", quantizationUsage)
+	registerSpecFlag(cmd, &f.spec, "off when not given (with it, --queue-ahead is off)")
 	cmd.Flags().BoolVar(&f.queueAhead, "queue-ahead", true, "queue each decode step on the device, fed the previous step's sampled tokens there, before they reach the host (steady decoding; requests sampled on the host are not; =false turns it off)")
 }
 
@@ -95,7 +98,7 @@ func (f *modelFlags) load(ctx context.Context, log *slog.Logger, metrics *teleme
 		Model: src.path, MaxContext: f.maxContext,
 		MaxSeqs: f.maxSeqs, MaxBatchedTokens: f.maxTokens, MaxQueue: f.maxQueue, KVBlocks: f.kvBlocks, KVMemory: f.kvMemory,
 		Metrics: metrics, Logger: log, QueueAhead: f.queueAhead, Tokenizer: src.tok,
-		KVCacheDType: f.kvDType, KVWindow: kvWindow, Quantization: f.quant,
+		KVCacheDType: f.kvDType, KVWindow: kvWindow, Speculative: f.spec.cfg, Quantization: f.quant,
 	}
 	if src.dummy {
 		// BF16, as the checkpoints serving benchmarks stand in for;
@@ -114,6 +117,9 @@ func (f *modelFlags) load(ctx context.Context, log *slog.Logger, metrics *teleme
 	budget := "given"
 	if l.BudgetMeasured {
 		budget = "measured"
+	}
+	if f.spec.cfg.Enabled() {
+		log.Info("speculative decoding", "config", f.spec.cfg.String())
 	}
 	log.Info("model loaded", "model", src.label, "arch", l.Config.Arch, "backend", b.Name(),
 		"context", l.Context, "kv_cache_dtype", engine.RunnerOf(l).KVSpec().Name(),

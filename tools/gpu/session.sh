@@ -23,6 +23,9 @@
 #   qwen3_peers    peers at qwen3-8b, keeping a llama run's files as llama-*
 #   bench_rows     bench latency at BATCHES (default "1 4 64"), 2048-token prompts, graphs off and on
 #   rows_long      batch 16 at 32768-token prompts
+#   kv_rows        bf16 against the quantized KV caches: batch 16 at 32k, batch 4 at 2k
+#   kv_tests       the quantized KV kernel tests only
+#   kv_capacity    the KV capacity serve states at load, per KV dtype (dummy Llama-3.1-8B)
 #   rows_large     batch 128 and 256 at 192-token prompts (the serving issue's shape)
 #   serve_ab       bench serve against trigon serve on the default model, --queue-ahead off and on
 #   prefill_attn_bench  BenchmarkAttentionPrefill (graph-timed)
@@ -211,6 +214,49 @@ done
 rows_long() {
 latency "$OUT/bench-long-16.json" --arch llama-3-8b --batch 16 --input-len 32768 --output-len 64 \
   --warmup 1 --iters 2 --cuda-graphs on
+}
+
+# kv_rows: the quantized KV cache's rows (docs/kv-cache.md): batch 16 at
+# 32768-token prompts and batch 4 at 2048, bf16 then each quantized format
+# (KV_DTYPES, default "fp8 int8"), one process each, graphs on.
+kv_rows() {
+local dt
+for dt in bf16 ${KV_DTYPES:-fp8 int8}; do
+  latency "$OUT/bench-kv-$dt-16x32k.json" --arch llama-3.1-8b --batch 16 --input-len 32768 --output-len 33 \
+    --warmup 0 --iters 1 --cuda-graphs on --kv-cache-dtype "$dt"
+  latency "$OUT/bench-kv-$dt-4x2k.json" --arch llama-3.1-8b --batch 4 --input-len 2048 --output-len 128 \
+    --cuda-graphs on --kv-cache-dtype "$dt"
+done
+}
+
+# kv_capacity: the KV capacity `trigon serve` states at load (default
+# --gpu-memory-utilization) on dummy Llama-3.1-8B weights, bf16 and each
+# of KV_DTYPES: the tokens, and how many 32768-token sequences that is.
+kv_capacity() {
+local dt pid i
+for dt in bf16 ${KV_DTYPES:-fp8 int8}; do
+  .gpu/trigon serve --device cuda --port 8015 --load-format dummy --model llama-3.1-8b --max-model-len 32768 \
+    --max-num-batched-tokens 8192 --kv-cache-dtype "$dt" >"$OUT/capacity-$dt.log" 2>&1 &
+  pid=$!
+  for i in $(seq 600); do grep -q 'model loaded' "$OUT/capacity-$dt.log" && break; sleep 0.2; done
+  grep -m1 -o 'kv_capacity_tokens=[0-9]*' "$OUT/capacity-$dt.log" | cut -d= -f2 | \
+    awk -v dt="$dt" '{printf "kv capacity %s: %d tokens = %.1f sequences of 32768\n", dt, $1, $1/32768}' | say
+  kill -TERM "$pid"; wait "$pid"
+done
+}
+
+# kv_tests: the quantized KV kernels against the CPU (a subset of
+# cuda_tests, for iterating on them).
+kv_tests() {
+log "backend/cuda: quantized KV tests"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.timeout 5m -test.run 'Quant|TestRoPEStoreKV|TestDecodePlan|TestAttention$|TestFusedQKVRoPE' >"$OUT/kv-tests.log" 2>&1)
+local rc=$?
+echo "rc=$rc" | say
+grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/kv-tests.log" | tail -8 | say
+grep -c -- "--- PASS" "$OUT/kv-tests.log" | sed 's/^/passed (tests and subtests): /' | say
+grep -E "^\s+--- FAIL" "$OUT/kv-tests.log" | head -20 | say
+grep -E "error|Error" "$OUT/kv-tests.log" | head -20 | say
+return $rc
 }
 
 # rows_large: large batches at the serving issue's shape (192-token
