@@ -80,6 +80,23 @@ type LoadOptions struct {
 	// TensorParallel, when set, splits the model over its ranks; nil: the
 	// whole model on Backend.
 	TensorParallel *TensorParallel
+	// Quantization quantizes an unquantized checkpoint's projections at
+	// load (--quantization): "fp8" (e4m3 weights with a scale per output
+	// feature, activations quantized per token at run time, as vLLM's
+	// dynamic FP8); "" or "none" loads the weights as stored.
+	Quantization string
+}
+
+// QuantizationDType is the weight dtype LoadOptions.Quantization names,
+// 0 for none.
+func QuantizationDType(name string) (backend.DType, error) {
+	switch strings.ToLower(strings.TrimSpace(name)) {
+	case "", "none":
+		return 0, nil
+	case "fp8":
+		return backend.F8E4M3Row, nil
+	}
+	return 0, fmt.Errorf("quantization %q: want fp8 or none", name)
 }
 
 // AttentionChecker is an optional Backend interface, for backends whose

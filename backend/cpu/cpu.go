@@ -53,6 +53,9 @@ type Backend struct {
 	// xm holds, per x row and block, the scale and offset correction of
 	// the quantized prefill products (quantizeRows).
 	xm []uint32
+	// xf8 holds x rows quantized to e4m3 and decoded back, the activations
+	// of the F8E4M3Row products (wquant.go; grown on demand).
+	xf8 []float32
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -131,6 +134,8 @@ func elemSize(dt backend.DType) int {
 func validDType(dt backend.DType) bool {
 	switch dt {
 	case backend.F32, backend.F16, backend.BF16, backend.Q8_0, backend.Q4_0, backend.I32, backend.F8E4M3, backend.I8, backend.U4:
+		return true
+	case backend.AWQ4G32, backend.AWQ4G64, backend.AWQ4G128, backend.F8E4M3Row:
 		return true
 	}
 	return false

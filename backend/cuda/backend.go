@@ -156,6 +156,7 @@ type Backend struct {
 	reads    [backend.MaxAsyncReads]asyncRead
 	ringNext int
 	blas     blas
+	f8       f8State // FP8 GEMM plans (wquant.go)
 	shadows  map[shadowKey]uint64
 	deferred error
 	// capturing is set while the stream records a graph (CUDA thread);
@@ -390,6 +391,7 @@ func (b *Backend) teardown() {
 		d.call(d.cuStreamSynchronize, b.stream)
 	}
 	if b.blas.lib != nil {
+		b.f8.close(b.blas.lib)
 		b.blas.close()
 	}
 	for _, m := range b.mods {

@@ -36,6 +36,7 @@ var fileParams = map[string][]string{
 	"sample":          {},
 	"copy":            {},
 	"quant":           {"WT", "OT"},
+	"wquant":          {"WT", "OT", "NT"},
 	"gemv":            {"NT", "NW", "UR", "OT"},
 	"gemv_bulk":       {"NT", "CW", "CK", "ST", "OT", "MB"},
 }

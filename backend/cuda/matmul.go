@@ -30,11 +30,12 @@ type shadowKey struct {
 // weight's size again). Q8_0/Q4_0 weights stay quantized: batches of up to
 // 8 rows use a dequantizing GEMV kernel, larger ones dequantize into a
 // pooled BF16 temporary for cuBLASLt. x of another float dtype is converted
-// to BF16 in a temporary. The bias is added by a small kernel.
+// to BF16 in a temporary. AWQ4 and F8E4M3Row weights: wquant.go. The
+// bias is added by a small kernel.
 //
 //	out  [n, outFeatures] BF16 or F32
 //	x    [n, inFeatures] BF16 (F32, F16 converted)
-//	w    [outFeatures, inFeatures] F32, F16, BF16, Q8_0, Q4_0
+//	w    [outFeatures, inFeatures] F32, F16, BF16, Q8_0, Q4_0, AWQ4_G*, F8_E4M3_ROW
 //	bias [outFeatures] F32, F16, BF16, or nil
 func (b *Backend) MatMul(out, x, w, bias backend.Tensor) error {
 	const op = "matmul"
@@ -140,6 +141,10 @@ func (b *Backend) matmul(o, xt, wt, bt *tensor, n, m, k int, pristine bool) erro
 			if err := b.gemm(o.ptr, yt, xptr, tmp, n, m, k, false); err != nil {
 				return err
 			}
+		}
+	case backend.AWQ4G32, backend.AWQ4G64, backend.AWQ4G128, backend.F8E4M3Row:
+		if err := b.matmulWQ(o, wt, xptr, n, m, k); err != nil {
+			return err
 		}
 	default:
 		return fmt.Errorf("cuda: matmul: weight dtype %v", wt.dt)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/trigon-llm/trigon/backend"
 	"github.com/trigon-llm/trigon/bench"
+	"github.com/trigon-llm/trigon/engine"
 	"github.com/trigon-llm/trigon/kvcache"
 	"github.com/trigon-llm/trigon/model"
 )
@@ -35,12 +36,23 @@ var weightDTypes = map[string]backend.DType{
 	"bf16": backend.BF16, "f16": backend.F16, "f32": backend.F32, "q8_0": backend.Q8_0, "q4_0": backend.Q4_0,
 }
 
+// quantDTypes are the --dtype values of bench latency made by quantizing
+// BF16 synthetic weights on the host (model.QuantizeWeights).
+var quantDTypes = map[string]backend.DType{
+	"awq4_g32": backend.AWQ4G32, "awq4_g64": backend.AWQ4G64, "awq4_g128": backend.AWQ4G128, "fp8": backend.F8E4M3Row,
+}
+
 // syntheticWeights makes the --arch, --dtype, --seed weights of a
 // benchmark; onDevice false hides their model.Filler (host generation).
 func syntheticWeights(arch, dtype string, seed uint64, onDevice bool) (model.Config, model.Weights, error) {
-	dt, ok := weightDTypes[strings.ToLower(dtype)]
+	key := strings.ToLower(dtype)
+	dt, ok := weightDTypes[key]
+	qdt, quant := quantDTypes[key]
+	if quant {
+		dt, ok, onDevice = backend.BF16, true, false
+	}
 	if !ok {
-		return model.Config{}, nil, fmt.Errorf("--dtype %q: want bf16, f16, f32, q8_0 or q4_0", dtype)
+		return model.Config{}, nil, fmt.Errorf("--dtype %q: want bf16, f16, f32, q8_0, q4_0, awq4_g32, awq4_g64, awq4_g128 or fp8", dtype)
 	}
 	cfg, err := bench.Arch(arch)
 	if err != nil {
@@ -52,6 +64,14 @@ func syntheticWeights(arch, dtype string, seed uint64, onDevice bool) (model.Con
 	}
 	if !onDevice {
 		w = bench.HostOnly(w)
+	}
+	if quant {
+		q, err := model.QuantizeWeights(w, qdt)
+		if err != nil {
+			w.Close()
+			return model.Config{}, nil, err
+		}
+		w = q
 	}
 	return cfg, w, nil
 }
@@ -65,7 +85,7 @@ func benchLatencyCmd() *cobra.Command {
 	var seed uint64
 	var peakGBps float64
 	var asJSON, verbose, onDevice, queueAhead bool
-	var kvDType string
+	var kvDType, quantization string
 	var kvWindow int
 	var spec specFlag
 	cmd := &cobra.Command{
@@ -89,6 +109,10 @@ func benchLatencyCmd() *cobra.Command {
 				source string
 				err    error
 			)
+			qdt, err := engine.QuantizationDType(quantization)
+			if err != nil {
+				return fmt.Errorf("--quantization: %w", err)
+			}
 			if modelPath != "" {
 				if cfg, _, w, err = model.OpenWeights(modelPath); err != nil {
 					return err
@@ -101,6 +125,14 @@ func benchLatencyCmd() *cobra.Command {
 				}
 				source = fmt.Sprintf("synthetic, seed %d", seed)
 				arch = bench.ArchLabel(arch)
+			}
+			if qdt != 0 {
+				q, err := model.QuantizeWeights(w, qdt)
+				if err != nil {
+					w.Close()
+					return err
+				}
+				w = q
 			}
 			defer w.Close()
 			b, tp, err := df.openRanks(newLogger(cmd.ErrOrStderr(), verbose))
@@ -180,7 +212,8 @@ func benchLatencyCmd() *cobra.Command {
 	fl := cmd.Flags()
 	fl.StringVar(&arch, "arch", bench.ArchDefault, "architecture of the synthetic weights: a preset name or a config.json path")
 	fl.StringVarP(&modelPath, "model", "m", "", "time this checkpoint (HF directory or .gguf) instead of synthetic weights")
-	fl.StringVar(&dtype, "dtype", "bf16", "synthetic weight dtype: bf16, f16, f32, q8_0 or q4_0 (not with --model)")
+	fl.StringVar(&dtype, "dtype", "bf16", "synthetic weight dtype: bf16, f16, f32, q8_0, q4_0, or awq4_g32/awq4_g64/awq4_g128/fp8 (BF16 made on the host and quantized there, round to nearest) (not with --model)")
+	fl.StringVar(&quantization, "quantization", "none", quantizationUsage)
 	fl.IntVar(&batch, "batch", 1, "sequences decoded together")
 	fl.IntVar(&inputLen, "input-len", 512, "prompt tokens per sequence")
 	fl.IntVar(&outputLen, "output-len", 128, "generated tokens per sequence, the prefill's included")

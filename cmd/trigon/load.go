@@ -37,6 +37,7 @@ type modelFlags struct {
 	tokenizer  string
 	kvDType    string
 	kvWindow   int
+	quant      string
 	spec       specFlag
 	src        *modelSource // resolved once (source)
 }
@@ -61,9 +62,13 @@ func (f *modelFlags) register(cmd *cobra.Command) {
 		"(a preset: "+strings.Join(bench.ArchNames(), ", ")+"; an HF directory or config.json; a .gguf; none: the embedded model's), made on the device")
 	cmd.Flags().StringVar(&f.tokenizer, "tokenizer", "", "tokenizer to use instead of the model's: an HF directory (tokenizer.json) or a .gguf file")
 	registerKVFlags(cmd, &f.kvDType, &f.kvWindow)
+	cmd.Flags().StringVar(&f.quant, "quantization", "none", quantizationUsage)
 	registerSpecFlag(cmd, &f.spec, "off when not given (with it, --queue-ahead is off)")
 	cmd.Flags().BoolVar(&f.queueAhead, "queue-ahead", true, "queue each decode step on the device, fed the previous step's sampled tokens there, before they reach the host (steady decoding; requests sampled on the host are not; =false turns it off)")
 }
+
+// quantizationUsage is the help of --quantization (serve, run, bench latency).
+const quantizationUsage = "quantize an unquantized checkpoint's projections at load: fp8 (e4m3 weights, a scale per output feature; activations quantized per token at run time, as vLLM's dynamic FP8) or none; pre-quantized AWQ and FP8 checkpoints load as they are (docs/quantization.md)"
 
 // modelPath resolves --model, extracting the embedded default when empty.
 func (f *modelFlags) modelPath() (string, error) {
@@ -94,7 +99,7 @@ func (f *modelFlags) load(ctx context.Context, log *slog.Logger, metrics *teleme
 		Model: src.path, MaxContext: f.maxContext,
 		MaxSeqs: f.maxSeqs, MaxBatchedTokens: f.maxTokens, MaxQueue: f.maxQueue, KVBlocks: f.kvBlocks, KVMemory: f.kvMemory,
 		Metrics: metrics, Logger: log, QueueAhead: f.queueAhead, Tokenizer: src.tok,
-		KVCacheDType: f.kvDType, KVWindow: kvWindow, Speculative: f.spec.cfg, TensorParallel: tp,
+		KVCacheDType: f.kvDType, KVWindow: kvWindow, Speculative: f.spec.cfg, TensorParallel: tp, Quantization: f.quant,
 	}
 	if src.dummy {
 		// BF16, as the checkpoints serving benchmarks stand in for;

@@ -116,7 +116,7 @@ return $rc
 # status.
 model_tests() {
 log "fixture models and the default model on CUDA (llama.test)"
-(cd model/llama && "$root/.gpu/llama.test" -test.run 'TestFixturesCUDA|TestDefaultModelCUDAMatchesCPU' -test.v >"$OUT/llama-cuda.log" 2>&1)
+(cd model/llama && "$root/.gpu/llama.test" -test.run 'TestFixturesCUDA|TestDefaultModelCUDAMatchesCPU|TestDefaultModelQuantizedCUDAMatchesCPU' -test.v >"$OUT/llama-cuda.log" 2>&1)
 local rc=$?
 echo "rc=$rc" | say
 grep -E "worst|near tie|^(--- FAIL|FAIL|PASS)" "$OUT/llama-cuda.log" | say
