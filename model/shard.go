@@ -181,6 +181,20 @@ func SliceCols(w Weight, start, n int) (Weight, error) {
 	}
 	rows, rb := w.Shape[0], len(w.Data)/w.Shape[0]
 	data := make([]byte, 0, rows*width)
+	if w.DType == backend.F8E4M3Row {
+		// A row is its e4m3 bytes then its scale's trailer: the columns'
+		// bytes, then the whole row's trailer.
+		trailer := rb - w.Shape[1]
+		for r := range rows {
+			row := w.Data[r*rb : (r+1)*rb]
+			data = append(data, row[start:start+n]...)
+			data = append(data, row[w.Shape[1]:]...)
+		}
+		if trailer <= 0 || len(data) != rows*width {
+			return Weight{}, fmt.Errorf("%s: %v rows of %d bytes for %d columns", w.Name, w.DType, rb, w.Shape[1])
+		}
+		return Weight{Name: w.Name, DType: w.DType, Shape: []int{rows, n}, Data: data}, nil
+	}
 	for r := range rows {
 		data = append(data, w.Data[r*rb+skip:r*rb+skip+width]...)
 	}

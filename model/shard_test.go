@@ -109,4 +109,28 @@ func TestSliceCols(t *testing.T) {
 	if _, err := model.SliceRows(w, 1, 2); err == nil {
 		t.Error("rows past the end: want an error")
 	}
+	// FP8 rows carry their scale in a 16-byte trailer: a column range
+	// keeps each row's trailer.
+	f := model.Weight{Name: "f", DType: backend.F8E4M3Row, Shape: []int{2, 48}}
+	for r := range 2 {
+		for i := range 48 + 16 {
+			f.Data = append(f.Data, byte(64*r+i))
+		}
+	}
+	fs, err := model.SliceCols(f, 16, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []byte
+	for r := range 2 {
+		for i := range 16 {
+			want = append(want, byte(64*r+16+i))
+		}
+		for i := range 16 {
+			want = append(want, byte(64*r+48+i))
+		}
+	}
+	if string(fs.Data) != string(want) || fs.Shape[1] != 16 {
+		t.Errorf("FP8 columns 16..32 = %v %v, want %v", fs.Shape, fs.Data, want)
+	}
 }
