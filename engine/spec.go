@@ -33,8 +33,10 @@ type SpecStats struct {
 // propose asks the proposer for drafts for every sequence that decodes in
 // the next step and samples on the device's terms (no penalties, logprobs,
 // JSON or min-tokens mask: those choices sample each token from a logits
-// row the host adjusts for the tokens before it), and hands them to the
-// scheduler. A proposer's failure costs the drafts of one step, nothing
+// row the host adjusts for the tokens before it) and without a seed (a
+// seeded request's random draws per token differ between verify and plain
+// steps, and whether a step carries a draft depends on the batch, so its
+// text would depend on what else runs), and hands them to the scheduler. A proposer's failure costs the drafts of one step, nothing
 // else: the output never depends on them.
 func (e *Engine) propose() {
 	cands := e.sch.DraftCandidates()
@@ -45,7 +47,7 @@ func (e *Engine) propose() {
 	seqs := make([]specdec.Seq, 0, len(cands))
 	for _, c := range cands {
 		ch := e.choices[c.ID]
-		if ch == nil || ch.done || ch.needsHostLogits() {
+		if ch == nil || ch.done || ch.needsHostLogits() || ch.seededSampling() {
 			continue
 		}
 		seqs = append(seqs, specdec.Seq{ID: int64(c.ID), Tokens: c.Tokens, K: min(e.opts.Spec.Tokens, c.MaxDraft)})

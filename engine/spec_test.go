@@ -304,27 +304,42 @@ func TestSpeculativeStopsExact(t *testing.T) {
 	}
 }
 
-// TestSpeculativeSampling: seeded sampled requests with drafts (judged on
-// the host by the acceptance rule) run to their length, reproduce with the
-// same seed, and accept draft tokens.
+// TestSpeculativeSampling: sampled requests with drafts (judged on the
+// host by the acceptance rule) run to their length and accept some draft
+// tokens; seeded ones take no drafts and give plain decoding's text.
 func TestSpeculativeSampling(t *testing.T) {
 	l := startDefault(t, specdec.Config{Method: specdec.MethodDraftModel, NumSpeculativeTokens: 3, Model: defaultModel})
 	prompts := heldoutPrompts(t, 8)
+	// Unseeded sampled requests take drafts: some are accepted, some not.
+	p := sample.Params{Temperature: 0.8, TopP: 0.95, TopK: 40, RepetitionPenalty: 1, MaxTokens: 16, IgnoreEOS: true}
+	for i, r := range generate(t, l, prompts, p) {
+		if len(r.tokens) != 16 || r.final.FinishReason != engine.FinishLength {
+			t.Errorf("prompt %d: %d tokens (%s %v), want 16", i, len(r.tokens), r.final.FinishReason, r.final.Err)
+		}
+	}
+	waitIdle(t, l)
+	st := l.Engine.Stats()
+	if st.Spec.Accepted == 0 || st.Spec.Accepted == st.Spec.DraftTokens {
+		t.Errorf("sampled: %d of %d draft tokens accepted, want some but not all", st.Spec.Accepted, st.Spec.DraftTokens)
+	}
+	// Seeded ones take none, so their text is what plain decoding gives,
+	// however they are batched.
 	seed := uint64(42)
-	p := sample.Params{Temperature: 0.8, TopP: 0.95, TopK: 40, RepetitionPenalty: 1, MaxTokens: 16, IgnoreEOS: true, Seed: &seed}
+	p.Seed = &seed
+	plain := generate(t, startDefault(t, specdec.Config{}), prompts, p)
 	a := generate(t, l, prompts, p)
 	waitIdle(t, l)
 	b := generate(t, l, prompts, p)
 	for i := range prompts {
-		if len(a[i].tokens) != 16 || a[i].final.FinishReason != engine.FinishLength {
-			t.Errorf("prompt %d: %d tokens (%s %v), want 16", i, len(a[i].tokens), a[i].final.FinishReason, a[i].final.Err)
+		if fmt.Sprint(a[i].tokens) != fmt.Sprint(plain[i].tokens) {
+			t.Errorf("prompt %d: seed %d gave %v with speculation on, %v without", i, seed, a[i].tokens, plain[i].tokens)
 		}
 		if fmt.Sprint(a[i].tokens) != fmt.Sprint(b[i].tokens) {
 			t.Errorf("prompt %d: seed %d gave %v, then %v", i, seed, a[i].tokens, b[i].tokens)
 		}
 	}
-	if st := l.Engine.Stats(); st.Spec.Accepted == 0 || st.Spec.Accepted == st.Spec.DraftTokens {
-		t.Errorf("sampled: %d of %d draft tokens accepted, want some but not all", st.Spec.Accepted, st.Spec.DraftTokens)
+	if after := l.Engine.Stats(); after.Spec.DraftTokens != st.Spec.DraftTokens {
+		t.Errorf("seeded requests took %d draft tokens, want none", after.Spec.DraftTokens-st.Spec.DraftTokens)
 	}
 }
 
