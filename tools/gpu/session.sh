@@ -30,6 +30,7 @@
 #   rows_long      batch 16 at 32768-token prompts
 #   kv_rows        bf16 against the quantized KV caches: batch 16 at 32k, batch 4 at 2k
 #   kv_tests       the quantized KV kernel tests only
+#   kv_attn_bench  decode attention over bf16, fp8 and int8 caches (BenchmarkAttentionDecodeQuant)
 #   kv_capacity    the KV capacity serve states at load, per KV dtype (dummy Llama-3.1-8B)
 #   rows_large     batch 128 and 256 at 192-token prompts (the serving issue's shape)
 #   serve_ab       bench serve against trigon serve on the default model, --queue-ahead off and on
@@ -102,7 +103,7 @@ grep -c -- "--- SKIP" "$OUT/cuda-tests.log" | sed 's/^/skipped: /' | say
 grep -E "^\s+--- FAIL" "$OUT/cuda-tests.log" | head -20 | say
 log "memcheck"
 (cd backend/cuda && timeout 150 compute-sanitizer --tool memcheck "$root/.gpu/cuda.test" -test.v -test.run \
-  'TestAddRMSNorm|TestRoPEStoreKV|TestMatMulAddPrefill/n17|TestAttention/(decode_gqa4_d128|mixed_gqa4_d128|decode_bs8_gqa4_d128|prefill_prefix_gqa8_d128)$|TestAttentionPrefillWG/prefill_bs8_gqa4_d128$' \
+  'TestAddRMSNorm|TestRoPEStoreKV|TestMatMulAddPrefill/n17|TestAttention/(decode_gqa4_d128|mixed_gqa4_d128|decode_bs8_gqa4_d128|prefill_prefix_gqa8_d128)$|TestAttentionPrefillWG/prefill_bs8_gqa4_d128$|TestAttentionQuant/(int8_g32_mixed_gqa4_d128|fp8_g0_prefix_cached_gqa4_d64)$' \
   >"$OUT/memcheck.log" 2>&1)
 echo "memcheck rc=$?" | say
 grep -E "ERROR SUMMARY|^(PASS|FAIL)" "$OUT/memcheck.log" | say
@@ -116,10 +117,10 @@ return $rc
 # status.
 model_tests() {
 log "fixture models and the default model on CUDA (llama.test)"
-(cd model/llama && "$root/.gpu/llama.test" -test.run 'TestFixturesCUDA|TestDefaultModelCUDAMatchesCPU|TestDefaultModelQuantizedCUDAMatchesCPU' -test.v >"$OUT/llama-cuda.log" 2>&1)
+(cd model/llama && "$root/.gpu/llama.test" -test.run 'TestFixturesCUDA|TestDefaultModelCUDAMatchesCPU|TestDefaultModelQuantizedCUDAMatchesCPU|TestTensorParallelCUDA|TestSpeculativeCUDA|TestKQuant' -test.timeout 8m -test.v >"$OUT/llama-cuda.log" 2>&1)
 local rc=$?
 echo "rc=$rc" | say
-grep -E "worst|near tie|^(--- FAIL|FAIL|PASS)" "$OUT/llama-cuda.log" | say
+grep -E "worst|near tie|^(--- FAIL|--- PASS|--- SKIP|FAIL|PASS)" "$OUT/llama-cuda.log" | say
 return $rc
 }
 
@@ -248,6 +249,15 @@ for dt in bf16 ${KV_DTYPES:-fp8 int8}; do
     awk -v dt="$dt" '{printf "kv capacity %s: %d tokens = %.1f sequences of 32768\n", dt, $1, $1/32768}' | say
   kill -TERM "$pid"; wait "$pid"
 done
+}
+
+# kv_attn_bench: BenchmarkAttentionDecodeQuant, decode attention over
+# bf16, fp8 and int8 caches (16 x 32k, 4 x 2k), graph-timed.
+kv_attn_bench() {
+log "BenchmarkAttentionDecodeQuant"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.run XXX -test.bench 'BenchmarkAttentionDecodeQuant' -test.benchtime 20x >"$OUT/kv-attn-bench.log" 2>&1)
+echo "rc=$?" | say
+grep -E "^Benchmark|FAIL|panic" "$OUT/kv-attn-bench.log" | say
 }
 
 # kv_tests: the quantized KV kernels against the CPU (a subset of
