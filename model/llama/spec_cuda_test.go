@@ -3,6 +3,7 @@ package llama_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -27,12 +28,30 @@ type specOutput struct {
 	tokens []int32
 	reason string
 	err    error
+	// top is, per token, the most likely tokens and their logprobs (when
+	// the run asked for them).
+	top [][]sample.TokenLogprob
 }
+
+// specTopLogprobs is how many alternatives the plain run records per
+// token, for judging where a speculative run departs from it.
+const specTopLogprobs = 4
+
+// specNearTie is the largest logprob gap, under plain decoding, between
+// its token and the token a speculative run chose instead, that counts as
+// a near tie. Verify rows go through the prefill kernels and plain decode
+// rows through the decode kernels; each holds the logits within 5% of the
+// largest magnitude of the f32 reference's (TestDefaultModelCUDAMatchesCPU),
+// and the default model's logits reach 10-17, so two GPU paths can
+// disagree by this much at a token.
+const specNearTie = 0.5
 
 // specRun loads the default model on g with cfg (and graphs on or off),
 // runs every prompt at once with p, and returns the outputs and the
-// engine's counters once idle; the engine is closed after.
-func specRun(t *testing.T, g *cuda.Backend, cfg specdec.Config, graphs bool, prompts [][]int32, p sample.Params) ([]specOutput, engine.Stats) {
+// engine's counters once idle; the engine is closed after. With top set
+// every request asks for its tokens' logprobs and specTopLogprobs
+// alternatives (such requests take no drafts).
+func specRun(t *testing.T, g *cuda.Backend, cfg specdec.Config, graphs bool, prompts [][]int32, p sample.Params, top bool) ([]specOutput, engine.Stats) {
 	t.Helper()
 	l, err := engine.Load(engine.LoadOptions{Model: specModelFile, Backend: g, MaxSeqs: 32, MaxBatchedTokens: 512,
 		ChunkSize: 256, KVBlocks: 4096, Graphs: graphs, Speculative: cfg})
@@ -51,13 +70,20 @@ func specRun(t *testing.T, g *cuda.Backend, cfg specdec.Config, graphs bool, pro
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ch, err := l.Engine.Submit(context.Background(), &engine.Request{Prompt: prompt, N: 1, Params: p})
+			req := &engine.Request{Prompt: prompt, N: 1, Params: p}
+			if top {
+				req.Logprobs, req.TopLogprobs = true, specTopLogprobs
+			}
+			ch, err := l.Engine.Submit(context.Background(), req)
 			if err != nil {
 				out[i].err = err
 				return
 			}
 			for ev := range ch {
 				out[i].tokens = append(out[i].tokens, ev.TokenIDs...)
+				for _, lp := range ev.Logprobs {
+					out[i].top = append(out[i].top, lp.Top)
+				}
 				if ev.FinishReason != "" {
 					out[i].reason, out[i].err = ev.FinishReason, ev.Err
 				}
@@ -84,10 +110,12 @@ func specRun(t *testing.T, g *cuda.Backend, cfg specdec.Config, graphs bool, pro
 // of the draft model has K draft tokens and replays its graph).
 //
 // Verify rows go through the prefill kernels where plain decoding uses the
-// decode kernels, so greedy outputs agree with plain decoding up to bf16
-// near ties: the test requires 90% of the prompts to be identical and
-// reports the rest; with the model as its own draft it requires 90% of
-// draft tokens accepted. Alone, the draft model's verify steps (K tokens
+// decode kernels, so greedy outputs agree with plain decoding up to near
+// ties: where a prompt departs from plain decoding, plain decoding's
+// logprob of the token the speculative run chose must be within
+// specNearTie of its own choice's, and three prompts in four must be
+// identical throughout; with the model as its own draft it requires 90%
+// of draft tokens accepted. Alone, the draft model's verify steps (K tokens
 // each but near max_tokens) must replay graphs. A sampled run (judged on
 // the host) must finish every request at its length and accept drafts.
 func TestSpeculativeCUDA(t *testing.T) {
@@ -117,7 +145,7 @@ func TestSpeculativeCUDA(t *testing.T) {
 		prompts[i] = ids[at : at+32+(i*13)%96]
 	}
 	greedy := sample.Params{Temperature: 0, TopP: 1, RepetitionPenalty: 1, MaxTokens: 32, IgnoreEOS: true}
-	want, _ := specRun(t, g, specdec.Config{}, true, prompts, greedy)
+	want, _ := specRun(t, g, specdec.Config{}, true, prompts, greedy, true)
 	ngram := specdec.Config{Method: specdec.MethodNGram, NumSpeculativeTokens: 4, PromptLookupMin: 1, PromptLookupMax: 3}
 	self := specdec.Config{Method: specdec.MethodDraftModel, NumSpeculativeTokens: 4, Model: specModelFile}
 	for _, tc := range []struct {
@@ -132,7 +160,7 @@ func TestSpeculativeCUDA(t *testing.T) {
 		{"self draft graphs", self, true, 0.9},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, st := specRun(t, g, tc.cfg, tc.graphs, prompts, greedy)
+			got, st := specRun(t, g, tc.cfg, tc.graphs, prompts, greedy, false)
 			same := 0
 			for i := range prompts {
 				if got[i].err != nil || got[i].reason != engine.FinishLength || len(got[i].tokens) != greedy.MaxTokens {
@@ -147,13 +175,17 @@ func TestSpeculativeCUDA(t *testing.T) {
 				for j < len(want[i].tokens) && got[i].tokens[j] == want[i].tokens[j] {
 					j++
 				}
-				t.Logf("prompt %d differs from plain decoding at token %d: %d, not %d", i, j, got[i].tokens[j], want[i].tokens[j])
+				gap := specGap(want[i], j, got[i].tokens[j])
+				t.Logf("prompt %d differs from plain decoding at token %d: %d, not %d (logprob gap %.3g under plain decoding)", i, j, got[i].tokens[j], want[i].tokens[j], gap)
+				if !(gap <= specNearTie) {
+					t.Errorf("prompt %d departs from plain decoding at token %d where it is no near tie (gap %.3g > %.3g)", i, j, gap, specNearTie)
+				}
 			}
 			rate := float64(st.Spec.Accepted) / float64(max(st.Spec.DraftTokens, 1))
 			t.Logf("%d of %d prompts as plain decoding; %d drafts, %d of %d tokens accepted (%.3f), by position %v; graphs %+v",
 				same, len(prompts), st.Spec.Drafts, st.Spec.Accepted, st.Spec.DraftTokens, rate, st.Spec.AcceptedAt, st.Graphs)
-			if same*10 < len(prompts)*9 {
-				t.Errorf("%d of %d prompts as plain decoding, want 90%%", same, len(prompts))
+			if same*4 < len(prompts)*3 {
+				t.Errorf("%d of %d prompts as plain decoding, want three in four (the others at near ties)", same, len(prompts))
 			}
 			if rate < tc.minRate {
 				t.Errorf("acceptance %.3f, want at least %.2f", rate, tc.minRate)
@@ -164,7 +196,7 @@ func TestSpeculativeCUDA(t *testing.T) {
 		var st engine.Stats
 		same := 0
 		for i, p := range prompts[:8] {
-			got, s := specRun(t, g, self, true, [][]int32{p}, greedy)
+			got, s := specRun(t, g, self, true, [][]int32{p}, greedy, false)
 			st = s
 			if fmt.Sprint(got[0].tokens) == fmt.Sprint(want[i].tokens) {
 				same++
@@ -179,9 +211,9 @@ func TestSpeculativeCUDA(t *testing.T) {
 		}
 	})
 	t.Run("sampled", func(t *testing.T) {
-		seed := uint64(5)
-		p := sample.Params{Temperature: 0.8, TopP: 0.95, TopK: 50, RepetitionPenalty: 1, MaxTokens: 32, IgnoreEOS: true, Seed: &seed}
-		got, st := specRun(t, g, self, true, prompts, p)
+		// Unseeded: seeded requests take no drafts.
+		p := sample.Params{Temperature: 0.8, TopP: 0.95, TopK: 50, RepetitionPenalty: 1, MaxTokens: 32, IgnoreEOS: true}
+		got, st := specRun(t, g, self, true, prompts, p, false)
 		for i := range prompts {
 			if got[i].err != nil || got[i].reason != engine.FinishLength || len(got[i].tokens) != p.MaxTokens {
 				t.Errorf("prompt %d: %d tokens, finish %q, %v", i, len(got[i].tokens), got[i].reason, got[i].err)
@@ -192,4 +224,19 @@ func TestSpeculativeCUDA(t *testing.T) {
 		}
 		t.Logf("sampled: %d of %d draft tokens accepted", st.Spec.Accepted, st.Spec.DraftTokens)
 	})
+}
+
+// specGap is how much less likely tok was than plain decoding's own token
+// at position j of run w (logprob units), +Inf where tok is not among the
+// recorded alternatives.
+func specGap(w specOutput, j int, tok int32) float64 {
+	if j >= len(w.top) || len(w.top[j]) == 0 {
+		return math.Inf(1)
+	}
+	for _, a := range w.top[j] {
+		if a.ID == tok {
+			return float64(w.top[j][0].Logprob - a.Logprob)
+		}
+	}
+	return math.Inf(1)
 }

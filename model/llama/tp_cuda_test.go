@@ -8,7 +8,6 @@ import (
 	"github.com/trigon-llm/trigon/backend/collective"
 	"github.com/trigon-llm/trigon/backend/cuda"
 	"github.com/trigon-llm/trigon/engine"
-	"github.com/trigon-llm/trigon/models"
 	"github.com/trigon-llm/trigon/runner"
 )
 
@@ -72,16 +71,17 @@ func relDiff(got, want []float32) float64 {
 	return d / m
 }
 
+// tpDefaultModelFile is the default model's file in the repository: the
+// GPU machine's test binaries are built without the embedded copy.
+const tpDefaultModelFile = "../../models/default/trigon-go.q8_0.gguf"
+
 // TestTensorParallelCUDATP1: one rank through the tensor-parallel path
 // (engine.TensorParallel of one backend, an NCCL communicator of one
 // rank where NCCL is installed) runs the program of a plain load: the
 // same logits bit for bit. Runs on one GPU.
 func TestTensorParallelCUDATP1(t *testing.T) {
 	bs := gpuRanks(t, 1)
-	def, err := models.DefaultPath()
-	if err != nil {
-		t.Fatal(err)
-	}
+	def := tpDefaultModelFile
 	tp := &engine.TensorParallel{Backends: []backend.Backend{bs[0]}}
 	if cuda.NCCLAvailable() == nil {
 		comms, err := cuda.NewNCCLGroup(bs)
@@ -113,10 +113,7 @@ func TestTensorParallelCUDATP1(t *testing.T) {
 // rounded to bf16 before they are added. Runs on one GPU.
 func TestTensorParallelCUDAOneGPU(t *testing.T) {
 	one := gpuRanks(t, 1)
-	def, err := models.DefaultPath()
-	if err != nil {
-		t.Fatal(err)
-	}
+	def := tpDefaultModelFile
 	for _, path := range []string{def, "../../testdata/models/llama3", "../../testdata/models/qwen2"} {
 		want := tpLogits(t, path, one[0], nil, prompt40())
 		bs := gpuRanks(t, 2)
@@ -215,10 +212,7 @@ func greedyRun(t *testing.T, l *engine.Loaded, prompts [][]int32, steps int) ([]
 // near ties. Skips below 2 GPUs.
 func TestTensorParallelCUDAMultiGPU(t *testing.T) {
 	tp := nccl2(t)
-	def, err := models.DefaultPath()
-	if err != nil {
-		t.Fatal(err)
-	}
+	def := tpDefaultModelFile
 	one := gpuRanks(t, 1)[0]
 	prompts := [][]int32{prompt40(), prompt40()[:17], prompt40()[5:30]}
 	for _, path := range []string{def, "../../testdata/models/llama3", "../../testdata/models/qwen3"} {
