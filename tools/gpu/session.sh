@@ -30,6 +30,7 @@
 #   rows_long      batch 16 at 32768-token prompts
 #   kv_rows        bf16 against the quantized KV caches: batch 16 at 32k, batch 4 at 2k
 #   kv_tests       the quantized KV kernel tests only
+#   new_tests      the new kernels' and paths' tests in priority order, then the KV attention benchmark
 #   kv_attn_bench  decode attention over bf16, fp8 and int8 caches (BenchmarkAttentionDecodeQuant)
 #   kv_capacity    the KV capacity serve states at load, per KV dtype (dummy Llama-3.1-8B)
 #   rows_large     batch 128 and 256 at 192-token prompts (the serving issue's shape)
@@ -258,6 +259,30 @@ log "BenchmarkAttentionDecodeQuant"
 (cd backend/cuda && "$root/.gpu/cuda.test" -test.run XXX -test.bench 'BenchmarkAttentionDecodeQuant' -test.benchtime 20x >"$OUT/kv-attn-bench.log" 2>&1)
 echo "rc=$?" | say
 grep -E "^Benchmark|FAIL|panic" "$OUT/kv-attn-bench.log" | say
+}
+
+# new_tests: the GPU tests of this milestone's new kernels and paths, in
+# priority order, for a call with little device time: quantized KV,
+# format builds, quantized weights, speculative decoding's graphs and the
+# sampling tests an earlier failure could have hidden, TP's CUDA pieces;
+# then the model-level TP, speculative and K-quant tests, then the
+# quantized decode attention benchmark at 16 x 32k.
+new_tests() {
+log "backend/cuda: the new kernels' tests"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.timeout 4m -test.run \
+  'TestAttentionQuant|TestRoPEStoreKVQuant|TestKVReadersRefuseOtherFormats|TestMatMulWQuant|TestAWQGemvCUDACores|TestF8GemvCUDACores|TestF8ActQuant|TestWQuantCodes|TestKQuant|TestGraphVerifyAttention|TestSampleTo|TestSmallCopies|TestEmbedShard|TestNCCL|TestLaunchEarly' \
+  >"$OUT/new-cuda.log" 2>&1)
+echo "rc=$?" | say
+grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/new-cuda.log" | tail -12 | say
+grep -c -- "--- PASS" "$OUT/new-cuda.log" | sed 's/^/passed (tests and subtests): /' | say
+grep -E "^\s+--- FAIL" "$OUT/new-cuda.log" | head -20 | say
+log "model/llama: TP, speculative, K-quant"
+(cd model/llama && "$root/.gpu/llama.test" -test.v -test.timeout 3m -test.run 'TestTensorParallelCUDA|TestSpeculativeCUDA|TestKQuant' >"$OUT/new-llama.log" 2>&1)
+echo "rc=$?" | say
+grep -E "^(--- FAIL|--- PASS|--- SKIP|FAIL|PASS)|of 40 prompts|departs" "$OUT/new-llama.log" | head -24 | say
+log "BenchmarkAttentionDecodeQuant 16 x 32k"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.run XXX -test.bench 'BenchmarkAttentionDecodeQuant/.*b16_ctx32768' -test.benchtime 10x >"$OUT/new-bench.log" 2>&1)
+grep -E "^Benchmark|FAIL" "$OUT/new-bench.log" | say
 }
 
 # kv_tests: the quantized KV kernels against the CPU (a subset of
