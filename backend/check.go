@@ -22,9 +22,12 @@ import (
 // Dtype sets of the contract.
 var (
 	floatDTypes  = []DType{F32, F16, BF16}
-	weightDTypes = []DType{F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K}
-	i32DTypes    = []DType{I32}
-	f32DTypes    = []DType{F32}
+	weightDTypes = []DType{F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, AWQ4G32, AWQ4G64, AWQ4G128, F8E4M3Row}
+	// embedDTypes: the weight-quantized dtypes of wquant.go are for
+	// projections only (loaders leave embeddings as stored).
+	embedDTypes = []DType{F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K}
+	i32DTypes   = []DType{I32}
+	f32DTypes   = []DType{F32}
 )
 
 // CheckDType returns an ErrShape error naming op and operand unless t has
@@ -80,7 +83,7 @@ type EmbedDims struct {
 //	ids   [n] I32
 func CheckEmbed(out, table, ids Tensor) (EmbedDims, error) {
 	const op = "embed"
-	if err := checkOperand(op, "table", table, weightDTypes, -1, -1); err != nil {
+	if err := checkOperand(op, "table", table, embedDTypes, -1, -1); err != nil {
 		return EmbedDims{}, err
 	}
 	if err := checkOperand(op, "ids", ids, i32DTypes, -1); err != nil {
@@ -135,7 +138,7 @@ type MatMulDims struct {
 //
 //	out  [n, outFeatures] F32, F16 or BF16
 //	x    [n, inFeatures] F32, F16 or BF16
-//	w    [outFeatures, inFeatures] F32, F16, BF16, Q8_0 or Q4_0
+//	w    [outFeatures, inFeatures] F32, F16, BF16, Q8_0, Q4_0, AWQ4_G* or F8_E4M3_ROW
 //	bias [outFeatures] F32, F16 or BF16, or nil
 func CheckMatMul(out, x, w, bias Tensor) (MatMulDims, error) {
 	const op = "matmul"
@@ -160,7 +163,7 @@ func CheckMatMul(out, x, w, bias Tensor) (MatMulDims, error) {
 // caller checks where the product goes.
 //
 //	x [n, inFeatures] F32, F16 or BF16
-//	w [outFeatures, inFeatures] F32, F16, BF16, Q8_0 or Q4_0
+//	w [outFeatures, inFeatures] F32, F16, BF16, Q8_0, Q4_0, AWQ4_G* or F8_E4M3_ROW
 func CheckProduct(op string, x, w Tensor, outFeatures int) (MatMulDims, error) {
 	if err := checkOperand(op, "w", w, weightDTypes, outFeatures, -1); err != nil {
 		return MatMulDims{}, err

@@ -172,8 +172,9 @@ func QuantizeQ4_0(src []float32) ([]byte, error) {
 }
 
 // DequantizeRow decodes len(dst) values of dtype dt from src into dst.
-// dt may be F32, F16, BF16, Q8_0, Q4_0 or a K-quant; src must hold exactly that many
-// values' encoding.
+// dt may be F32, F16, BF16, Q8_0, Q4_0, a K-quant or a wquant.go dtype;
+// src must hold exactly that many values' encoding (one row, for
+// F8E4M3Row).
 func DequantizeRow(dt DType, src []byte, dst []float32) error {
 	want, err := dt.RowBytes(len(dst))
 	if err != nil {
@@ -204,6 +205,10 @@ func DequantizeRow(dt DType, src []byte, dst []float32) error {
 		dequantKMin(dt, src, dst)
 	case Q6_K:
 		dequantQ6K(src, dst)
+	case AWQ4G32, AWQ4G64, AWQ4G128:
+		dequantAWQ4(src, dst, AWQGroup(dt))
+	case F8E4M3Row:
+		dequantF8Row(src, dst)
 	default:
 		return fmt.Errorf("dequantize: dtype %v is not a float or weight type", dt)
 	}

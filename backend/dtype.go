@@ -38,6 +38,9 @@ func (d DType) String() string {
 	if d.kQuant() {
 		return d.kName()
 	}
+	if s, ok := wquantName(d); ok {
+		return s
+	}
 	return fmt.Sprintf("DType(%d)", uint8(d))
 }
 
@@ -50,6 +53,9 @@ func (d DType) BlockSize() int {
 		return 2
 	case Q4_K, Q5_K, Q6_K:
 		return QK_K
+	}
+	if bs, _ := wquantBlock(d); bs != 0 {
+		return bs
 	}
 	return 1
 }
@@ -70,12 +76,16 @@ func (d DType) BlockBytes() int {
 	case Q4_K, Q5_K, Q6_K:
 		return d.kBlockBytes()
 	}
-	return 0
+	_, bb := wquantBlock(d)
+	return bb
 }
 
 // Quantized reports whether d is a block-quantized type.
 // U4, packed but not block-scaled, is not.
-func (d DType) Quantized() bool { return d == Q8_0 || d == Q4_0 || d.kQuant() }
+func (d DType) Quantized() bool {
+	bs, _ := wquantBlock(d)
+	return d == Q8_0 || d == Q4_0 || d.kQuant() || bs != 0
+}
 
 // RowBytes is the byte size of a row of n elements, an error when n is not a
 // whole number of blocks or d is unknown.
@@ -89,6 +99,9 @@ func (d DType) RowBytes(n int) (int, error) {
 	}
 	if n/bs > (1<<62)/bb {
 		return 0, fmt.Errorf("%v row of %d elements overflows", d, n)
+	}
+	if d == F8E4M3Row {
+		return n + f8RowTrailer, nil // the row's scale trailer (wquant.go)
 	}
 	return n / bs * bb, nil
 }

@@ -23,6 +23,14 @@ const (
 	OpAttention
 	// OpSiLUMul is SiLUMul(Out, X).
 	OpSiLUMul
+	// OpEmbedShard is ShardEmbedder.EmbedShard(Out, X, IDs, Base): the
+	// embedding of a rank's vocabulary shard (tensor parallelism).
+	OpEmbedShard
+	// OpAllReduce is Comm.AllReduce(X): X summed over the ranks, in place.
+	OpAllReduce
+	// OpAllGather is Comm.AllGather(Out, X, Widths): the ranks' X side by
+	// side in Out.
+	OpAllGather
 )
 
 var opNames = [...]string{
@@ -32,6 +40,9 @@ var opNames = [...]string{
 	OpRoPEStoreKV: "rope_store_kv",
 	OpAttention:   "attention",
 	OpSiLUMul:     "silu_mul",
+	OpEmbedShard:  "embed_shard",
+	OpAllReduce:   "all_reduce",
+	OpAllGather:   "all_gather",
 }
 
 func (k OpKind) String() string {
@@ -60,6 +71,9 @@ type Op struct {
 	Eps      float32
 	RoPE     RoPEArgs      // OpRoPEStoreKV
 	Attn     AttentionArgs // OpAttention
+	Base     int           // OpEmbedShard: the first vocabulary row of the table
+	Comm     Communicator  // OpAllReduce, OpAllGather
+	Widths   []int         // OpAllGather: every rank's width of X
 }
 
 // Label names the op for errors: "layer 3 qkv", "lm_head".
@@ -77,8 +91,10 @@ func (op *Op) Reads(t Tensor) bool {
 		return false
 	}
 	switch op.Kind {
-	case OpEmbed:
+	case OpEmbed, OpEmbedShard:
 		return op.X == t || op.IDs == t
+	case OpAllReduce, OpAllGather:
+		return op.X == t
 	case OpAddRMSNorm:
 		return op.X == t || op.Residual == t || op.W == t
 	case OpMatMul:
@@ -104,8 +120,10 @@ func (op *Op) Writes(t Tensor) bool {
 		return false
 	}
 	switch op.Kind {
-	case OpEmbed, OpMatMul, OpSiLUMul:
+	case OpEmbed, OpEmbedShard, OpMatMul, OpSiLUMul, OpAllGather:
 		return op.Out == t
+	case OpAllReduce:
+		return op.X == t
 	case OpAddRMSNorm:
 		return op.Out == t || op.Residual == t
 	case OpRoPEStoreKV:
@@ -168,6 +186,10 @@ func RunOp(b Backend, op *Op) error {
 		err = b.Attention(op.Attn)
 	case OpSiLUMul:
 		err = b.SiLUMul(op.Out, op.X)
+	case OpEmbedShard:
+		err = runEmbedShard(b, op)
+	case OpAllReduce, OpAllGather:
+		err = runCollective(op)
 	default:
 		err = fmt.Errorf("unknown op kind %d", op.Kind)
 	}
@@ -233,10 +255,16 @@ func FormatOp(op *Op, name func(Tensor) string) string {
 		}
 	}
 	switch op.Kind {
-	case OpEmbed:
+	case OpEmbed, OpEmbedShard:
 		add(&outs, "", op.Out)
 		add(&ins, "", op.X)
 		add(&ins, "ids=", op.IDs)
+	case OpAllReduce:
+		add(&outs, "", op.X)
+		add(&ins, "", op.X)
+	case OpAllGather:
+		add(&outs, "", op.Out)
+		add(&ins, "", op.X)
 	case OpAddRMSNorm:
 		add(&outs, "", op.Out)
 		add(&outs, "residual=", op.Residual)

@@ -126,6 +126,7 @@ func (r *recorder) RoPEStoreKV(a backend.RoPEArgs) error        { return r.op("r
 func (r *recorder) Attention(a backend.AttentionArgs) error {
 	return r.op("attention " + nameOf(a.Out))
 }
+func (r *recorder) Name() string                             { return "recorder" }
 func (r *recorder) SiLUMul(out, gateUp backend.Tensor) error { return r.op("silu_mul " + nameOf(out)) }
 
 func TestRunOps(t *testing.T) {
@@ -187,5 +188,61 @@ func TestKVSpec(t *testing.T) {
 	}
 	if got := plain.BlockBytes(8, 128); got != 8*16*128*2 {
 		t.Errorf("BlockBytes = %d, want %d", got, 8*16*128*2)
+	}
+}
+
+// fakeComm records the collectives it is asked to run.
+type fakeComm struct{ ran []string }
+
+func (c *fakeComm) Rank() int { return 0 }
+func (c *fakeComm) Size() int { return 2 }
+func (c *fakeComm) AllReduce(t backend.Tensor) error {
+	c.ran = append(c.ran, "all_reduce "+nameOf(t))
+	return nil
+}
+func (c *fakeComm) AllGather(out, x backend.Tensor, widths []int) error {
+	c.ran = append(c.ran, "all_gather "+nameOf(out)+" <- "+nameOf(x))
+	return nil
+}
+
+// TestCollectiveOps: the tensor-parallel ops read and write what they
+// say, print, and run through their communicator; one without a
+// communicator, or an embed_shard on a backend that cannot, is an error.
+func TestCollectiveOps(t *testing.T) {
+	ts := tensors("delta", "resid", "part", "logits", "table", "ids")
+	comm := &fakeComm{}
+	p := &backend.Program{}
+	p.Add(backend.Op{Kind: backend.OpAllReduce, Layer: 0, Name: "o_proj_sum", X: ts["delta"], Comm: comm})
+	p.Add(backend.Op{Kind: backend.OpAddRMSNorm, Layer: 0, Name: "post_norm", Out: ts["resid"], X: ts["delta"], W: ts["table"]})
+	p.Add(backend.Op{Kind: backend.OpAllGather, Layer: -1, Name: "logits_gather", Out: ts["logits"], X: ts["part"], Widths: []int{4, 4}, Comm: comm})
+	if !p.Ops[0].Reads(ts["delta"]) || !p.Ops[0].Writes(ts["delta"]) {
+		t.Error("all_reduce must read and write its tensor")
+	}
+	if !p.Ops[2].Reads(ts["part"]) || p.Ops[2].Reads(ts["logits"]) || !p.Ops[2].Writes(ts["logits"]) || p.Ops[2].Writes(ts["part"]) {
+		t.Error("all_gather reads X and writes Out only")
+	}
+	if !p.ReadBefore(ts["delta"], 0) {
+		t.Error("post_norm reads the reduced delta")
+	}
+	want := "layer 0 o_proj_sum: all_reduce delta <- delta\n" +
+		"layer 0 post_norm: add_rmsnorm resid <- delta w=table\n" +
+		"logits_gather: all_gather logits <- part\n"
+	if got := p.Format(nameOf); got != want {
+		t.Errorf("Format:\n%s\nwant:\n%s", got, want)
+	}
+	r := &recorder{}
+	if err := backend.RunOps(r, p); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(comm.ran, ", "); got != "all_reduce delta, all_gather logits <- part" {
+		t.Errorf("communicator ran %s", got)
+	}
+	bad := backend.Op{Kind: backend.OpAllReduce, Layer: 1, Name: "down_sum", X: ts["delta"]}
+	if err := backend.RunOp(r, &bad); err == nil || !strings.Contains(err.Error(), "layer 1 down_sum") {
+		t.Errorf("all_reduce without a communicator: %v", err)
+	}
+	shard := backend.Op{Kind: backend.OpEmbedShard, Layer: -1, Name: "embed", Out: ts["resid"], X: ts["table"], IDs: ts["ids"]}
+	if err := backend.RunOp(r, &shard); err == nil || !strings.Contains(err.Error(), "vocabulary shard") {
+		t.Errorf("embed_shard on a backend without EmbedShard: %v", err)
 	}
 }

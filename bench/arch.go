@@ -31,6 +31,17 @@ var presets = map[string]func() model.Config{
 			BOSTokenID:  128000, HasBOS: true, EOSTokenIDs: []int32{128001}, TorchDType: "bfloat16",
 		}
 	},
+	// Meta-Llama-3.1-70B: the shape tensor parallelism exists for (140 GB
+	// of bf16 weights, more than one GPU holds).
+	"llama-3-70b": func() model.Config {
+		return model.Config{
+			Arch: model.ArchLlama, VocabSize: 128256, Hidden: 8192, Intermediate: 28672,
+			NumLayers: 80, NumHeads: 64, NumKVHeads: 8, HeadDim: 128,
+			RMSNormEps: 1e-5, RopeTheta: 500000, MaxPositions: 131072,
+			RopeScaling: &model.RopeScaling{Type: model.RopeLlama3, Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositions: 8192},
+			BOSTokenID:  128000, HasBOS: true, EOSTokenIDs: []int32{128001}, TorchDType: "bfloat16",
+		}
+	},
 	// Qwen2.5-7B: biased q/k/v projections, untied LM head.
 	"qwen2.5-7b": func() model.Config {
 		return model.Config{
@@ -77,9 +88,11 @@ const ArchTiny = "tiny"
 
 // aliases map other spellings to preset names.
 var aliases = map[string]string{
-	"llama-3.1-8b":      "llama-3-8b",
-	"meta-llama-3-8b":   "llama-3-8b",
-	"meta-llama-3.1-8b": "llama-3-8b",
+	"llama-3.1-8b":       "llama-3-8b",
+	"meta-llama-3-8b":    "llama-3-8b",
+	"meta-llama-3.1-8b":  "llama-3-8b",
+	"llama-3.1-70b":      "llama-3-70b",
+	"meta-llama-3.1-70b": "llama-3-70b",
 }
 
 // ArchNames lists the names Arch accepts besides config paths.

@@ -34,6 +34,7 @@ func TestPresetsMatchPublishedParameterCounts(t *testing.T) {
 		tied   bool
 	}{
 		{"llama-3-8b", 8_030_261_248, 1024, false},
+		{"llama-3.1-70b", 70_553_706_496, 1024, false},
 		{"Llama-3.1-8B", 8_030_261_248, 1024, false},
 		{"qwen2.5-7b", 7_615_616_512, 512, false},
 		{"qwen3-8b", 8_190_735_360, 1024, false},

@@ -94,28 +94,43 @@ type LatencyOptions struct {
 	// backend is a StepClock, the device-timed interval between the ends
 	// of successive decode steps (device_step_ms).
 	StepTrace bool
+	// VerifyTokens > 0 (speculative decoding's K, 1 to 16) also times,
+	// after the iterations, the target's verify step: every sequence feeds
+	// its last token and K draft tokens and has all 1+K logits rows
+	// sampled, against a plain decode step timed the same way (each step
+	// sampled and read back before the next is queued).
+	VerifyTokens int
+	// Ranks, for tensor parallelism, are every rank's backend (Ranks[0]
+	// is Backend, which the timings sync) and Comms their communicators
+	// (arch.NewSharded); Abort releases ranks waiting for a failed one.
+	// Nil: the whole model on Backend.
+	Ranks []backend.Backend
+	Comms []backend.Communicator
+	Abort runner.Aborter
 }
 
 // LatencyResult is what `trigon bench latency` reports. Durations are in
 // milliseconds, rates per second; pointer fields are null (n/a) when they
 // cannot be known on this backend or run.
 type LatencyResult struct {
-	Benchmark    string   `json:"benchmark"` // "latency"
-	Engine       string   `json:"engine"`    // "trigon"
-	Arch         string   `json:"arch"`
-	Weights      string   `json:"weights"`
-	WeightDType  string   `json:"weight_dtype"`
-	KVDType      string   `json:"kv_dtype"`
-	Backend      string   `json:"backend"`
-	Device       string   `json:"device,omitempty"`
-	Batch        int      `json:"batch"`
-	InputLen     int      `json:"input_len"`
-	OutputLen    int      `json:"output_len"`
-	PrefillChunk int      `json:"prefill_chunk"`
-	Warmup       int      `json:"warmup"`
-	Iters        int      `json:"iters"`
-	CUDAGraphs   string   `json:"cuda_graphs"` // "on" or "off"
-	Notes        []string `json:"notes"`
+	Benchmark    string `json:"benchmark"` // "latency"
+	Engine       string `json:"engine"`    // "trigon"
+	Arch         string `json:"arch"`
+	Weights      string `json:"weights"`
+	WeightDType  string `json:"weight_dtype"`
+	KVDType      string `json:"kv_dtype"`
+	Backend      string `json:"backend"`
+	Device       string `json:"device,omitempty"`
+	Batch        int    `json:"batch"`
+	InputLen     int    `json:"input_len"`
+	OutputLen    int    `json:"output_len"`
+	PrefillChunk int    `json:"prefill_chunk"`
+	Warmup       int    `json:"warmup"`
+	Iters        int    `json:"iters"`
+	CUDAGraphs   string `json:"cuda_graphs"` // "on" or "off"
+	// TensorParallel is the ranks the model is split over (1: none).
+	TensorParallel int      `json:"tensor_parallel_size"`
+	Notes          []string `json:"notes"`
 
 	Params      int64 `json:"params"`       // every weight element
 	WeightBytes int64 `json:"weight_bytes"` // as stored on the device
@@ -184,6 +199,16 @@ type LatencyResult struct {
 	ITLTraceMS        [][]float64 `json:"itl_trace_ms,omitempty"`
 	DeviceStepTraceMS [][]float64 `json:"device_step_trace_ms,omitempty"`
 
+	// With VerifyTokens: VerifyStepMS is the verify step of K draft tokens
+	// per sequence, VerifyDecodeStepMS a plain decode step timed the same
+	// way at the same context, VerifyRatio their mean ratio (what a verify
+	// step costs in decode steps). The verify step runs eagerly; the
+	// decode step replays its graph where CUDAGraphs is on.
+	VerifyTokens       int      `json:"verify_tokens,omitempty"`
+	VerifyStepMS       *Summary `json:"verify_step_ms,omitempty"`
+	VerifyDecodeStepMS *Summary `json:"verify_decode_step_ms,omitempty"`
+	VerifyRatio        *float64 `json:"verify_ratio,omitempty"`
+
 	// KernelChoices lists, where the backend reports them, the kernels
 	// its autotuner kept for this run's products (the CUDA backend: own
 	// GEMV or cuBLASLt per decode shape, with the times it saw).
@@ -198,7 +223,8 @@ type latencyRun struct {
 	opts    LatencyOptions
 	b       backend.Backend
 	cfg     model.Config
-	m       model.Model
+	m       model.Model   // rank 0's
+	ms      []model.Model // every rank's
 	r       *runner.Runner
 	prompts [][]int32 // [batch][inputLen]
 	tables  [][]int32 // [batch][blocksPerSeq]
@@ -268,6 +294,11 @@ func RunLatency(ctx context.Context, opts LatencyOptions) (*LatencyResult, error
 		}
 		res.QueuedStepMS = &ms
 	}
+	if opts.VerifyTokens > 0 {
+		if err := run.verifySteps(res); err != nil {
+			return nil, err
+		}
+	}
 	res.Tokens = run.tokens
 	if k, ok := run.b.(interface{ GEMMChoices() []string }); ok {
 		res.KernelChoices = k.GEMMChoices()
@@ -304,6 +335,11 @@ func checkLatencyOptions(o *LatencyOptions) error {
 	case o.InputLen > o.Config.MaxPositions-o.OutputLen:
 		return fmt.Errorf("bench latency: input %d + output %d tokens exceed the model's context of %d",
 			o.InputLen, o.OutputLen, o.Config.MaxPositions)
+	case o.VerifyTokens < 0 || o.VerifyTokens > 16:
+		return fmt.Errorf("bench latency: %d verify tokens: want 0 to 16", o.VerifyTokens)
+	case o.InputLen > o.Config.MaxPositions-o.OutputLen-o.VerifyTokens:
+		return fmt.Errorf("bench latency: input %d + output %d + %d verify tokens exceed the model's context of %d",
+			o.InputLen, o.OutputLen, o.VerifyTokens, o.Config.MaxPositions)
 	case o.ProfileSteps < 0:
 		return fmt.Errorf("bench latency: profile steps %d must be >= 0", o.ProfileSteps)
 	case o.PrefillChunk < 1:
@@ -324,26 +360,35 @@ func checkLatencyOptions(o *LatencyOptions) error {
 
 func (run *latencyRun) setup() error {
 	o, c := run.opts, run.cfg
-	maxTokens := max(o.PrefillChunk, o.Batch)
-	m, err := arch.New(run.b, c, o.Weights, model.Options{MaxTokens: maxTokens, MaxLogits: o.Batch})
+	rows := o.Batch * (1 + o.VerifyTokens) // a verify step's logits rows
+	maxTokens := max(o.PrefillChunk, rows)
+	ranks := o.Ranks
+	if len(ranks) == 0 {
+		ranks = []backend.Backend{run.b}
+	}
+	ms, shards, err := arch.NewSharded(ranks, o.Comms, c, o.Weights, model.Options{MaxTokens: maxTokens, MaxLogits: rows})
 	if err != nil {
 		return fmt.Errorf("bench latency: %w", err)
 	}
-	run.m = m
+	run.ms, run.m = ms, ms[0]
+	rm := make([]runner.Model, len(ms))
+	for i, m := range ms {
+		rm[i] = m
+	}
 	bs := kvcache.DefaultBlockSize
-	seqLen := o.InputLen + o.OutputLen
+	seqLen := o.InputLen + o.OutputLen + o.VerifyTokens
 	perSeq := (seqLen + bs - 1) / bs
 	blocks, err := checkedMul(perSeq, o.Batch)
 	if err != nil {
 		return fmt.Errorf("bench latency: %w", err)
 	}
-	r, err := runner.New(run.b, m, runner.Options{
+	r, err := runner.NewSharded(ranks, rm, shards, runner.Options{
 		NumBlocks: blocks + 1, BlockSize: bs, MaxTokens: maxTokens, MaxSeqs: o.Batch, MaxSeqLen: seqLen,
 		NumLayers: c.NumLayers, NumKVHeads: c.NumKVHeads, HeadDim: c.HeadDim, KV: o.KV,
 		// The runner's decode graphs, as serving uses them: one bucket, the
 		// batch. Its first decode step runs eagerly, the second captures.
 		Graphs: runner.GraphOptions{Enabled: o.CUDAGraphs, Buckets: []int{o.Batch}},
-	})
+	}, o.Abort)
 	if err != nil {
 		return fmt.Errorf("bench latency: %w", err)
 	}
@@ -370,8 +415,8 @@ func (run *latencyRun) close() {
 	if run.r != nil {
 		run.r.Close()
 	}
-	if run.m != nil {
-		run.m.Close()
+	for _, m := range run.ms {
+		m.Close()
 	}
 }
 
@@ -639,6 +684,68 @@ func (run *latencyRun) queuedStepTime() (float64, error) {
 	return time.Since(t0).Seconds() * 1e3 / queuedSteps, nil
 }
 
+// verifySteps are verifyRounds plain decode steps and as many verify
+// steps, after two of each untimed.
+const verifyRounds = 16
+
+// verifySteps times speculative decoding's verify step (VerifyTokens)
+// against a plain decode step at the context after the last iteration:
+// each step is queued, sampled and read back (Output.Sample), as the
+// engine runs a verify step. The draft tokens are the prompt's first;
+// what they are does not change the work.
+func (run *latencyRun) verifySteps(res *LatencyResult) error {
+	o := run.opts
+	k := o.VerifyTokens
+	start := o.InputLen + o.OutputLen - 1 // the next position after the last token
+	timeSteps := func(verify bool) ([]float64, error) {
+		step := runner.Step{Seqs: make([]runner.Seq, o.Batch)}
+		for s := range step.Seqs {
+			toks := run.tokens[s]
+			seq := runner.Seq{Tokens: toks[len(toks)-1:], Start: start, BlockTable: run.tables[s], WantLogits: true}
+			if verify {
+				feed := append([]int32{toks[len(toks)-1]}, make([]int32, k)...)
+				for i := range k {
+					feed[1+i] = run.prompts[s][i%o.InputLen]
+				}
+				seq = runner.Seq{Tokens: feed, Start: start, BlockTable: run.tables[s], AllLogits: true}
+			}
+			step.Seqs[s] = seq
+		}
+		var times []float64
+		for i := range 2 + verifyRounds {
+			if err := run.b.Sync(); err != nil {
+				return nil, err
+			}
+			t0 := time.Now()
+			out, err := run.r.Execute(&step)
+			if err != nil {
+				return nil, err
+			}
+			if _, err := out.Sample(make([]backend.SampleRow, out.Rows)); err != nil { // greedy
+				return nil, err
+			}
+			if i >= 2 {
+				times = append(times, time.Since(t0).Seconds())
+			}
+		}
+		return times, nil
+	}
+	dec, err := timeSteps(false)
+	if err != nil {
+		return fmt.Errorf("bench latency: decode steps against verify steps: %w", err)
+	}
+	ver, err := timeSteps(true)
+	if err != nil {
+		return fmt.Errorf("bench latency: verify steps: %w", err)
+	}
+	d, v := Summarize(dec).scaled(1e3), Summarize(ver).scaled(1e3)
+	res.VerifyTokens, res.VerifyDecodeStepMS, res.VerifyStepMS = k, &d, &v
+	if d.Mean > 0 {
+		res.VerifyRatio = ptr(v.Mean / d.Mean)
+	}
+	return nil
+}
+
 // kvBytesPerToken is the K and V bytes one token takes over all layers,
 // scales included (a quantized cache's block-indexed side tensors).
 func (run *latencyRun) kvBytesPerToken() int64 {
@@ -654,7 +761,7 @@ func (run *latencyRun) newResult() *LatencyResult {
 		Benchmark: "latency", Engine: "trigon", Arch: o.Arch, Weights: o.WeightsSource,
 		KVDType: run.r.KVSpec().Name(), Backend: run.b.Name(),
 		Batch: o.Batch, InputLen: o.InputLen, OutputLen: o.OutputLen, PrefillChunk: o.PrefillChunk,
-		Warmup: o.Warmup, Iters: o.Iters, CUDAGraphs: "off", Notes: []string{},
+		Warmup: o.Warmup, Iters: o.Iters, CUDAGraphs: "off", Notes: []string{}, TensorParallel: run.r.Ranks(),
 		KVPoolBytes: run.r.KVBytes(),
 	}
 	if d, ok := run.b.(interface{ Device() string }); ok {

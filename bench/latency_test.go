@@ -464,3 +464,43 @@ func TestRunLatencyStepTrace(t *testing.T) {
 		}
 	}
 }
+
+// TestRunLatencyVerifySteps: with VerifyTokens the run times verify
+// steps against decode steps timed alike, leaves the greedy tokens as
+// they are without it, and refuses a K out of range or past the context.
+func TestRunLatencyVerifySteps(t *testing.T) {
+	cfg := tinyConfig(false, false)
+	w := mustSynthetic(t, cfg, backend.BF16, 42)
+	opts := LatencyOptions{Backend: cpu.New(cpu.Options{Threads: 2}), Config: cfg, Weights: w, Arch: "tiny",
+		Batch: 3, InputLen: 9, OutputLen: 5, Iters: 1, Seed: 3}
+	plain, err := RunLatency(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plain.VerifyStepMS != nil || plain.VerifyRatio != nil {
+		t.Fatalf("verify steps timed without VerifyTokens: %+v", plain.VerifyStepMS)
+	}
+	opts.VerifyTokens = 4
+	res, err := RunLatency(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.EqualFunc(res.Tokens, plain.Tokens, func(a, b []int32) bool { return slices.Equal(a, b) }) {
+		t.Errorf("tokens %v with verify steps, %v without", res.Tokens, plain.Tokens)
+	}
+	v, d := res.VerifyStepMS, res.VerifyDecodeStepMS
+	if res.VerifyTokens != 4 || v == nil || d == nil || v.Count != verifyRounds || d.Count != verifyRounds ||
+		!(v.Min > 0) || !(d.Min > 0) || res.VerifyRatio == nil || !(*res.VerifyRatio > 0) {
+		t.Fatalf("verify %+v, decode %+v, ratio %v", v, d, res.VerifyRatio)
+	}
+	var text strings.Builder
+	if err := res.WriteText(&text); err != nil || !strings.Contains(text.String(), "verify step (k=4)") {
+		t.Errorf("text report without the verify step (%v):\n%s", err, text.String())
+	}
+	for _, k := range []int{-1, 17, cfg.MaxPositions} {
+		opts.VerifyTokens = k
+		if _, err := RunLatency(context.Background(), opts); err == nil || !strings.Contains(err.Error(), "verify tokens") {
+			t.Errorf("VerifyTokens %d: %v, want an error about them", k, err)
+		}
+	}
+}

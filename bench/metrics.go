@@ -222,7 +222,7 @@ func stepStats(before, after scrape) *StepStats {
 			st.HostPhases = append(st.HostPhases, PhaseStat{Phase: p.String(), MS: summarizeHist(h, 1e3)})
 		}
 	}
-	for _, kind := range []string{telemetry.StepDecode.String(), telemetry.StepPrefill.String(), telemetry.StepMixed.String()} {
+	for _, kind := range []string{telemetry.StepDecode.String(), telemetry.StepPrefill.String(), telemetry.StepMixed.String(), telemetry.StepVerify.String()} {
 		for _, mode := range []string{telemetry.StepModeGraph, telemetry.StepModeEager} {
 			key := labelKey([]*dto.LabelPair{{Name: ptr(telemetry.StepKindLabel), Value: ptr(kind)}, {Name: ptr(telemetry.StepModeLabel), Value: ptr(mode)}})
 			g := StepGroup{Kind: kind, Mode: mode,

@@ -163,6 +163,32 @@ func (w *synthWeights) Fill(b backend.Backend, name string, dst backend.Tensor) 
 	return true, nil
 }
 
+// FillShard implements model.ShardFiller: a [rows, cols] piece at (row0,
+// col0) of a BF16 or F32 tensor, seeded by the tensor's seed and the
+// piece's corner (the whole tensor's seed at (0, 0)).
+func (w *synthWeights) FillShard(b backend.Backend, name string, dst backend.Tensor, row0, col0 int) (bool, error) {
+	rf, ok := b.(backend.RandomFiller)
+	w.mu.Lock()
+	t, known := w.tensors[name]
+	w.mu.Unlock()
+	if !ok || !known || (t.dt != backend.BF16 && t.dt != backend.F32) {
+		return false, nil
+	}
+	full, shape := t.spec.Shape, dst.Shape()
+	if dst.DType() != t.dt || len(full) != 2 || len(shape) != 2 || row0 < 0 || col0 < 0 ||
+		row0+shape[0] > full[0] || col0+shape[1] > full[1] {
+		return false, fmt.Errorf("synthetic weights: fill %s: a %v %v piece at (%d, %d) of %v %v", name, dst.DType(), shape, row0, col0, t.dt, full)
+	}
+	seed := w.tensorSeed(name)
+	if row0 != 0 || col0 != 0 {
+		seed = splitmix(seed ^ splitmix(uint64(row0)<<32|uint64(col0)))
+	}
+	if err := rf.FillNormal(dst, seed, float32(t.mean), float32(t.std)); err != nil {
+		return false, fmt.Errorf("synthetic weights: fill %s: %w", name, err)
+	}
+	return true, nil
+}
+
 // Names implements model.Weights.
 func (w *synthWeights) Names() []string { return append([]string(nil), w.names...) }
 

@@ -19,6 +19,14 @@
 // that sample every running sequence, with no request able to start), then reads the flight's ids and updates, so the host's
 // work overlaps the device's.
 //
+// With Options.Spec (speculative decoding, LoadOptions.Speculative) the
+// proposer guesses each decoding sequence's next tokens before Schedule
+// (sched.SetDraft); a step with drafts computes every fed row's logits,
+// keeps the guesses the target accepts (specdec.Greedy on device
+// argmaxes, specdec.Verify on the host) plus one more token, and streams
+// them one by one through the stop checks (spec.go; docs/speculative.md).
+// Queue-ahead is off then.
+//
 // The loop never blocks on a slow reader: events queue without bound per
 // request and a pump goroutine delivers them. Cancelling a request's
 // context aborts it within one step and frees its KV blocks at once. A

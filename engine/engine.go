@@ -12,6 +12,7 @@ import (
 	"github.com/trigon-llm/trigon/runner"
 	"github.com/trigon-llm/trigon/sample"
 	"github.com/trigon-llm/trigon/sched"
+	"github.com/trigon-llm/trigon/specdec"
 	"github.com/trigon-llm/trigon/telemetry"
 	"github.com/trigon-llm/trigon/tokenizer"
 )
@@ -80,8 +81,12 @@ type Options struct {
 	// work for a step overlaps the device's. A sequence that stops (EOS, a
 	// stop string) has its ahead token dropped. trigon serve and run turn
 	// it on by default: the host's per-step work then hides behind the
-	// device's step instead of adding to it.
+	// device's step instead of adding to it. Speculative decoding turns it
+	// off: proposing needs each step's tokens on the host before the next
+	// step is planned.
 	QueueAhead bool
+	// Spec turns on speculative decoding.
+	Spec SpecOptions
 }
 
 // Engine runs the step loop. Create with New, start with Run.
@@ -128,6 +133,7 @@ type Engine struct {
 	flight     *flight
 	aheadSteps uint64
 	timer      *stepTimer // nil without metrics
+	spec       SpecStats  // speculative decoding's counters
 	// tokenTexts[id] is the bytes token id adds to the output ("" for
 	// special tokens), built on the first JSON-mode request.
 	tokenTexts []string
@@ -145,6 +151,12 @@ func New(r *runner.Runner, pool *kvcache.Pool, tok *tokenizer.Tokenizer, opts Op
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.Spec.Proposer != nil {
+		if opts.Spec.Tokens < 1 || opts.Spec.Tokens > specdec.MaxSpeculativeTokens {
+			return nil, fmt.Errorf("engine: %d speculative tokens: want 1 to %d", opts.Spec.Tokens, specdec.MaxSpeculativeTokens)
+		}
+		opts.QueueAhead = false
 	}
 	e := &Engine{
 		run: r, sch: sch, pool: pool, tok: tok, opts: opts, log: opts.Logger,
@@ -410,6 +422,7 @@ func (e *Engine) abortRequest(r *request, reason string, err error) {
 			continue
 		}
 		e.sch.Abort(c.seq)
+		e.forget(c.seq)
 		delete(e.choices, c.seq)
 		c.finish(reason, err)
 	}
@@ -453,6 +466,7 @@ type Stats struct {
 	// previous step's tokens reached the host (Options.QueueAhead).
 	AheadSteps uint64
 	Graphs     runner.GraphStats
+	Spec       SpecStats // speculative decoding (Options.Spec)
 }
 
 // Stats returns the counters the step loop published last.
@@ -475,7 +489,9 @@ func (e *Engine) publish() {
 		Running: st.NumRunning, Waiting: st.NumWaiting, FreeBlocks: e.pool.NumFree(), KVUsage: st.KVUsage,
 		Preemptions: st.Preemptions, PrefixQueries: st.PrefixQueryTokens, PrefixHits: st.PrefixHitTokens,
 		AheadSteps: e.aheadSteps, Graphs: e.run.GraphStats(),
+		Spec: e.spec,
 	}
+	e.stats.Spec.AcceptedAt = append([]uint64(nil), e.spec.AcceptedAt...)
 	e.statsMu.Unlock()
 }
 

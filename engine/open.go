@@ -14,9 +14,9 @@ import (
 	"github.com/trigon-llm/trigon/format/gguf"
 	"github.com/trigon-llm/trigon/kvcache"
 	"github.com/trigon-llm/trigon/model"
-	"github.com/trigon-llm/trigon/model/arch"
 	"github.com/trigon-llm/trigon/runner"
 	"github.com/trigon-llm/trigon/sched"
+	"github.com/trigon-llm/trigon/specdec"
 	"github.com/trigon-llm/trigon/telemetry"
 	"github.com/trigon-llm/trigon/tokenizer"
 )
@@ -74,6 +74,29 @@ type LoadOptions struct {
 	// backend.KVNoWindow: none; see KVSpec.WithWindowOption).
 	KVCacheDType string
 	KVWindow     int
+	// Speculative is --speculative-config (zero: off). A draft model is
+	// loaded on Backend beside the target, with its own KV cache.
+	Speculative specdec.Config
+	// TensorParallel, when set, splits the model over its ranks; nil: the
+	// whole model on Backend.
+	TensorParallel *TensorParallel
+	// Quantization quantizes an unquantized checkpoint's projections at
+	// load (--quantization): "fp8" (e4m3 weights with a scale per output
+	// feature, activations quantized per token at run time, as vLLM's
+	// dynamic FP8); "" or "none" loads the weights as stored.
+	Quantization string
+}
+
+// QuantizationDType is the weight dtype LoadOptions.Quantization names,
+// 0 for none.
+func QuantizationDType(name string) (backend.DType, error) {
+	switch strings.ToLower(strings.TrimSpace(name)) {
+	case "", "none":
+		return 0, nil
+	case "fp8":
+		return backend.F8E4M3Row, nil
+	}
+	return 0, fmt.Errorf("quantization %q: want fp8 or none", name)
 }
 
 // AttentionChecker is an optional Backend interface, for backends whose
@@ -102,12 +125,16 @@ type Loaded struct {
 	MaxBatchedTokens int
 	BudgetMeasured   bool
 	weights          model.Weights
-	model            model.Model
+	model            rankModels
 	runner           *runner.Runner
+	proposer         specdec.Proposer // nil: no speculation
 }
 
 // Close frees the model's memory. The engine must have stopped.
 func (l *Loaded) Close() {
+	if l.proposer != nil {
+		l.proposer.Close()
+	}
 	l.runner.Close()
 	l.model.Close()
 	l.weights.Close()
@@ -130,11 +157,10 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		w.Close()
 		return nil, fmt.Errorf("load %s: generation_config.json: %w", opts.Model, p.Validate())
 	}
-	if c, ok := opts.Backend.(AttentionChecker); ok {
-		if err := c.CheckAttention(cfg.NumHeads, cfg.NumKVHeads, cfg.HeadDim); err != nil {
-			w.Close()
-			return nil, fmt.Errorf("load %s on %s: %w: %w", opts.Model, opts.Backend.Name(), ErrUnsupportedModel, err)
-		}
+	shards, err := planShards(opts, cfg, w)
+	if err != nil {
+		w.Close()
+		return nil, err
 	}
 	if act := opts.Backend.ActDType(); act != backend.F32 && hasF32Matrices(w) {
 		// As vLLM warns when it casts: results differ from an F32 run.
@@ -162,32 +188,55 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		w.Close()
 		return nil, fmt.Errorf("load %s on %s: %w", opts.Model, b.Name(), err)
 	}
-	perBlock := spec.CacheBlockBytes(cfg.NumLayers, cfg.NumKVHeads, cfg.HeadDim)
-	fixed := spec.FixedBytes(cfg.NumLayers, cfg.NumKVHeads, cfg.HeadDim, spec.WindowBlocks(opts.MaxSeqs, opts.MaxBatchedTokens))
+	// A rank's pools: its share of the KV heads (the whole on one rank).
+	kvHeads := maxKVHeads(shards)
+	perBlock := spec.CacheBlockBytes(cfg.NumLayers, kvHeads, cfg.HeadDim)
+	fixed := spec.FixedBytes(cfg.NumLayers, kvHeads, cfg.HeadDim, spec.WindowBlocks(opts.MaxSeqs, opts.MaxBatchedTokens))
 	if opts.Progress != nil {
 		prefetch(w, opts.Progress)
 	}
-	m, err := arch.New(b, cfg, w, model.Options{MaxTokens: opts.MaxBatchedTokens, MaxLogits: opts.MaxSeqs})
+	// A verify step wants the logits of each decoding sequence's draft
+	// tokens too.
+	maxLogits := opts.MaxSeqs
+	if k := opts.Speculative.NumSpeculativeTokens; opts.Speculative.Enabled() {
+		maxLogits = min(opts.MaxSeqs*(1+k), opts.MaxBatchedTokens)
+	}
+	ms, shards, err := loadRanks(opts, cfg, w, model.Options{MaxTokens: opts.MaxBatchedTokens, MaxLogits: maxLogits})
+	m := rankModels(ms)
 	if err != nil {
 		w.Close()
 		return nil, fmt.Errorf("load %s: %w", opts.Model, err)
 	}
-	blocks, err := kvBlocks(opts, b, perBlock, fixed, ctxLen)
+	proposer, err := newProposer(opts, b, cfg, tok, ctxLen)
 	if err != nil {
 		m.Close()
 		w.Close()
 		return nil, fmt.Errorf("load %s: %w", opts.Model, err)
 	}
-	r, err := runner.New(b, m, runner.Options{
+	closeProposer := func() {
+		if proposer != nil {
+			proposer.Close()
+		}
+	}
+	blocks, err := kvBlocks(opts, b, perBlock, fixed, ctxLen)
+	if err != nil {
+		closeProposer()
+		m.Close()
+		w.Close()
+		return nil, fmt.Errorf("load %s: %w", opts.Model, err)
+	}
+	r, err := newRankRunners(opts, m, shards, runner.Options{
 		NumBlocks: blocks, BlockSize: kvcache.DefaultBlockSize,
 		MaxTokens: opts.MaxBatchedTokens, MaxSeqs: opts.MaxSeqs, MaxSeqLen: ctxLen,
 		NumLayers: cfg.NumLayers, NumKVHeads: cfg.NumKVHeads, HeadDim: cfg.HeadDim,
 		KV: spec, KVScales: kvScales,
-		Graphs: runner.GraphOptions{Enabled: opts.Graphs, MemoryBudget: opts.GraphMemory},
+		Graphs: runner.GraphOptions{Enabled: opts.Graphs, MemoryBudget: opts.GraphMemory,
+			VerifyTokens: opts.Speculative.NumSpeculativeTokens}, // the model takes MaxSeqs x (1+K) logits rows (maxLogits)
 	})
 	if err != nil {
 		m.Close()
 		w.Close()
+		closeProposer()
 		return nil, fmt.Errorf("load %s: %w", opts.Model, err)
 	}
 	opts.Metrics.SetKVCache(spec.Name(), r.CapacityTokens())
@@ -205,6 +254,7 @@ func Load(opts LoadOptions) (*Loaded, error) {
 			r.Close()
 			m.Close()
 			w.Close()
+			closeProposer()
 			return nil, fmt.Errorf("load %s: %w", opts.Model, err)
 		}
 	}
@@ -213,6 +263,7 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		r.Close()
 		m.Close()
 		w.Close()
+		closeProposer()
 		return nil, err
 	}
 	eng, err := New(r, pool, tok, Options{
@@ -223,15 +274,17 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		Metrics:    opts.Metrics,
 		Logger:     opts.Logger,
 		QueueAhead: opts.QueueAhead,
+		Spec:       SpecOptions{Proposer: proposer, Tokens: opts.Speculative.NumSpeculativeTokens},
 	})
 	if err != nil {
 		r.Close()
 		m.Close()
 		w.Close()
+		closeProposer()
 		return nil, err
 	}
 	return &Loaded{Engine: eng, Tokenizer: tok, Config: cfg, Gen: gen, Context: ctxLen, KVBlocks: blocks,
-		MaxBatchedTokens: budget, BudgetMeasured: measure, weights: w, model: m, runner: r}, nil
+		MaxBatchedTokens: budget, BudgetMeasured: measure, weights: w, model: m, runner: r, proposer: proposer}, nil
 }
 
 // hasF32Matrices reports whether any weight matrix is stored as F32 (the
@@ -378,7 +431,7 @@ func kvBlocks(opts LoadOptions, b backend.Backend, perBlock, fixed int64, ctxLen
 		// over), so count each block at 9/8 of its bytes.
 		blocks := budget / (perBlock + perBlock/8)
 		if blocks < int64(oneSeq) {
-			return 0, fmt.Errorf("%.1f GiB of device memory left for the KV cache holds %d blocks, fewer than one %d-token sequence needs (%d): lower --max-context or raise the memory utilization",
+			return 0, fmt.Errorf("%.1f GiB of device memory left for the KV cache holds %d blocks, fewer than one %d-token sequence needs (%d): lower --max-model-len or raise --gpu-memory-utilization",
 				float64(max(budget, 0))/(1<<30), max(blocks, 0), ctxLen, oneSeq)
 		}
 		return int(min(blocks, 1<<30)), nil

@@ -131,6 +131,13 @@ func (c *choice) needsHostLogits() bool {
 		p.PresencePenalty != 0 || p.FrequencyPenalty != 0 || len(c.generated) < p.MinTokens
 }
 
+// seededSampling reports a request that samples (temperature above 0)
+// with a seed: its output must be the same whatever else runs.
+func (c *choice) seededSampling() bool {
+	p := &c.req.req.Params
+	return p.Seed != nil && p.Temperature > 0
+}
+
 // TokenLogprob is a sampled token's log-probability under the model's raw
 // logits, with the Top most likely alternatives.
 type TokenLogprob struct {

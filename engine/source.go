@@ -31,6 +31,19 @@ func openModel(opts LoadOptions) (model.Config, model.GenerationConfig, model.We
 			return cfg, gen, nil, nil, err
 		}
 	}
+	qdt, err := QuantizationDType(opts.Quantization)
+	if err != nil {
+		w.Close()
+		return cfg, gen, nil, nil, fmt.Errorf("load %s: %w", opts.Model, err)
+	}
+	if qdt != 0 {
+		q, err := model.QuantizeWeights(w, qdt)
+		if err != nil {
+			w.Close()
+			return cfg, gen, nil, nil, fmt.Errorf("load %s: %w", opts.Model, err)
+		}
+		w = q
+	}
 	tok := opts.Tokenizer
 	if tok == nil {
 		var err error

@@ -34,6 +34,9 @@ func (e *Engine) step() error {
 	}
 	before := e.sch.Stats()
 	t0 := e.timer.now()
+	if e.opts.Spec.Proposer != nil {
+		e.propose()
+	}
 	plan := e.sch.Schedule()
 	out := newOutput()
 	var stepErr error
@@ -192,6 +195,7 @@ func (e *Engine) update(plan *sched.Plan, out sched.StepOutput, before sched.Sta
 			continue
 		}
 		delete(e.choices, f.ID)
+		e.forget(f.ID)
 		e.dequeue(c.req) // finished without ever being scheduled
 		reason := c.reason
 		switch {
@@ -238,6 +242,9 @@ func (e *Engine) markScheduled(plan *sched.Plan) {
 // on the device and returns the step as a flight for land to read;
 // otherwise it samples at once into out.
 func (e *Engine) execute(plan *sched.Plan, out *sched.StepOutput) (*flight, error) {
+	if e.opts.Spec.Proposer != nil && hasDraft(plan) {
+		return nil, e.executeSpec(plan, out)
+	}
 	e.timer.beginStep(plan)
 	defer e.timer.dropStep() // a step that failed before its end
 	t0 := e.timer.now()

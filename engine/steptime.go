@@ -196,8 +196,9 @@ func (t *stepTimer) beginStep(plan *sched.Plan) {
 	if t == nil {
 		return
 	}
-	one, more := false, false
+	one, more, verify := false, false, false
 	for i := range plan.Seqs {
+		verify = verify || plan.Seqs[i].NumDraft > 0
 		if len(plan.Seqs[i].Tokens) == 1 {
 			one = true
 		} else {
@@ -210,6 +211,9 @@ func (t *stepTimer) beginStep(plan *sched.Plan) {
 		kind = telemetry.StepMixed
 	case more:
 		kind = telemetry.StepPrefill
+	}
+	if verify {
+		kind = telemetry.StepVerify
 	}
 	t.inStep, t.cur, t.tokens, t.marking = true, stepLabel{kind: kind}, plan.NumTokens, false
 	switch t.mode {

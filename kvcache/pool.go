@@ -312,6 +312,49 @@ func (p *Pool) Free(t *BlockTable) {
 	p.checkInvariants()
 }
 
+// Truncate shrinks t to the blocks that hold its first numTokens tokens,
+// dropping the references of the blocks after them (speculative decoding:
+// the KV slots of rejected draft tokens). Freed blocks go back to the free
+// list as Free puts them. Committed blocks are never dropped: their
+// contents are computed tokens, and the chain of t's prefix-cache entries
+// ends with them; a numTokens inside them is an error, and so is a
+// negative one. The dropped blocks held only KV past numTokens, which
+// no computed token's attention reads.
+func (p *Pool) Truncate(t *BlockTable, numTokens int) error {
+	if numTokens < 0 {
+		return fmt.Errorf("kvcache: truncate to %d tokens", numTokens)
+	}
+	if numTokens < t.numCommitted*p.blockSize {
+		return fmt.Errorf("kvcache: truncate to %d tokens, inside the %d committed blocks", numTokens, t.numCommitted)
+	}
+	keep := p.BlocksFor(numTokens)
+	if keep >= len(t.blocks) {
+		return nil
+	}
+	for i := len(t.blocks) - 1; i >= keep; i-- {
+		b := t.blocks[i]
+		p.ref[b]--
+		if p.ref[b] > 0 {
+			continue
+		}
+		if p.meta[b].id != 0 {
+			p.pushBack(b)
+		} else {
+			p.pushFront(b)
+		}
+	}
+	// A fresh backing array, as Free: plans handed out earlier alias
+	// t.blocks, and the table's next Allocate must not write over the ids
+	// they were given.
+	t.blocks = append([]BlockID(nil), t.blocks[:keep]...)
+	if len(t.blocks) == 0 {
+		t.blocks = nil
+		p.dbg.untrack(t)
+	}
+	p.checkInvariants()
+	return nil
+}
+
 // Fork returns a new table for a sequence that continues from the first
 // numTokens tokens of t (n>1 sampling). Full blocks are shared by
 // reference: they are never written again. A partially filled last block

@@ -139,6 +139,46 @@ func (w *rWorld) advance(s *rSeq) bool {
 	return true
 }
 
+// speculate plays a verify step of speculative decoding on s, which has
+// one token to compute: that token and d draft tokens are computed, the
+// first a drafts are accepted and a new token follows them, and the
+// table is truncated to the tokens (the rejected drafts' slots hold KV of
+// tokens the sequence does not have: check and later prefix hits catch a
+// commit of them). It reports false when the pool had no blocks.
+func (w *rWorld) speculate(s *rSeq) bool {
+	c := s.computed
+	d := 1 + w.rng.IntN(2*w.bs)
+	if err := w.pool.Allocate(s.table, c+1+d); err != nil {
+		if !errors.Is(err, kvcache.ErrNoBlocks) {
+			w.t.Fatal(err)
+		}
+		return false
+	}
+	draft := make([]int32, d)
+	for i := range draft {
+		draft[i] = int32(w.rng.IntN(4))
+	}
+	// The KV the draft positions get: the chain through the draft.
+	fed := &rSeq{salt: s.salt, tokens: slices.Clone(s.tokens), digest: slices.Clone(s.digest)}
+	fed.appendTokens(draft...)
+	fed.table = s.table
+	w.compute(fed, c, c+1+d)
+	a := w.rng.IntN(d + 1)
+	s.appendTokens(draft[:a]...)
+	s.computed = c + 1 + a
+	s.appendTokens(int32(w.rng.IntN(4))) // the token after the accepted ones
+	if err := w.pool.CommitFull(s.table, s.tokens[:s.computed]); err != nil {
+		w.t.Fatal(err)
+	}
+	if err := w.pool.Truncate(s.table, len(s.tokens)); err != nil {
+		w.t.Fatal(err)
+	}
+	if n := s.table.Len(); n > w.pool.BlocksFor(len(s.tokens)) || n < w.pool.BlocksFor(s.computed) {
+		w.t.Fatalf("truncated to %d tokens (%d computed), the table holds %d blocks", len(s.tokens), s.computed, n)
+	}
+	return true
+}
+
 func runRandom(t *testing.T, seed uint64, bs int, prefix, collide bool, ops int) kvcache.Stats {
 	rng := rand.New(rand.NewPCG(seed, 99))
 	numBlocks := 8 + rng.IntN(40)
@@ -211,7 +251,13 @@ func runRandom(t *testing.T, seed uint64, bs int, prefix, collide bool, ops int)
 			i := rng.IntN(len(w.seqs))
 			pool.Free(w.seqs[i].table)
 			w.seqs = slices.Delete(w.seqs, i, i+1)
-		case r < 97:
+		case r < 97 && len(w.seqs) > 0:
+			op = "speculate"
+			s := w.seqs[rng.IntN(len(w.seqs))]
+			if s.table.Len() > 0 && s.computed == len(s.tokens)-1 {
+				w.speculate(s)
+			}
+		case r < 99:
 			op = "grow"
 			if err := pool.Grow(rng.IntN(3)); err != nil {
 				t.Fatal(err)
@@ -233,7 +279,8 @@ func runRandom(t *testing.T, seed uint64, bs int, prefix, collide bool, ops int)
 // TestRandomOps runs long random operation sequences and checks after
 // every operation that the pool is consistent and that every sequence
 // reads back exactly the KV it computed, including through prefix hits,
-// forks and preemptions, also when block hashes collide.
+// forks, preemptions and speculative rollbacks, also when block hashes
+// collide.
 func TestRandomOps(t *testing.T) {
 	for _, tc := range []struct {
 		name            string

@@ -23,6 +23,7 @@ import (
 //	commit NAME [n=TOKENS]                              CommitFull of the first n tokens
 //	fork NAME CHILD n=TOKENS                            Fork at n tokens
 //	free NAME                                           Free
+//	truncate NAME n=TOKENS                              Truncate to n tokens (tokens past n dropped too)
 //	grow n=BLOCKS
 //	state                                               free list, tables, stats
 //
@@ -210,6 +211,20 @@ func (h *kvHarness) exec(c *datadriven.Case) (string, error) {
 		}
 		h.pool.Free(s.table)
 		return fmt.Sprintf("free %d/%d", h.pool.NumFree(), h.pool.NumBlocks()-1), nil
+	case "truncate":
+		name, s, err := h.seq(c, 0)
+		if err != nil {
+			return "", err
+		}
+		n, err := c.Int("n", 0)
+		if err != nil {
+			return "", err
+		}
+		if err := h.pool.Truncate(s.table, n); err != nil {
+			return "", err
+		}
+		s.tokens = s.tokens[:min(n, len(s.tokens))]
+		return fmt.Sprintf("%s: %v, free %d/%d", name, s.table.Blocks(), h.pool.NumFree(), h.pool.NumBlocks()-1), nil
 	case "grow":
 		n, err := c.Int("n", 0)
 		if err != nil {

@@ -66,7 +66,7 @@ type ropeParams struct {
 // ParseHFConfig reads a transformers config.json (4.x or 5.x layout) for one
 // of the supported architectures. It refuses, with an error that says why,
 // any checkpoint whose semantics it would not reproduce exactly: custom
-// code (auto_map), pre-quantized weights, other activations, partial
+// code (auto_map), quantization it cannot repack (ParseQuantization), other activations, partial
 // rotary, MLP biases, unsupported RoPE scaling, per-layer sliding windows.
 func ParseHFConfig(data []byte) (Config, error) {
 	var h hfConfig
@@ -76,8 +76,8 @@ func ParseHFConfig(data []byte) (Config, error) {
 	if !isNull(h.AutoMap) {
 		return Config{}, fmt.Errorf("config.json: auto_map asks for custom modelling code, which trigon never runs")
 	}
-	if !isNull(h.QuantizationConfig) {
-		return Config{}, fmt.Errorf("config.json: pre-quantized checkpoints (quantization_config) are not supported; use the unquantized weights or a GGUF file")
+	if _, err := ParseQuantization(h.QuantizationConfig); err != nil {
+		return Config{}, fmt.Errorf("config.json: %w", err)
 	}
 	c := Config{}
 	switch {

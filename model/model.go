@@ -28,4 +28,9 @@ type Options struct {
 	// min(MaxTokens, 256). The logits buffer is MaxLogits x vocab F32, so
 	// runners set it to their largest batch of sequences.
 	MaxLogits int
+	// Shard is the part of the model to load (PlanShards), Comm the
+	// rank's communicator with the ranks holding the other parts; the
+	// zero Shard is the whole model, and Comm is then unused.
+	Shard Shard
+	Comm  backend.Communicator
 }

@@ -2,6 +2,7 @@ package model
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -260,6 +261,10 @@ func ValidateWeights(c Config, w Weights) error {
 		}
 		switch t.DType {
 		case backend.F32, backend.F16, backend.BF16:
+		case backend.AWQ4G32, backend.AWQ4G64, backend.AWQ4G128, backend.F8E4M3Row:
+			if !s.Matrix || s.Name == NameEmbed {
+				return fmt.Errorf("weights: tensor %s is %v; only projections and the LM head may be AWQ or FP8", s.Name, t.DType)
+			}
 		case backend.Q8_0, backend.Q4_0, backend.Q4_K, backend.Q5_K, backend.Q6_K:
 			if !s.Matrix {
 				return fmt.Errorf("weights: tensor %s is %v; norms and biases must be F32, F16 or BF16", s.Name, t.DType)
@@ -357,6 +362,16 @@ func openHFDir(dir string) (Config, GenerationConfig, Weights, error) {
 	if err != nil {
 		return Config{}, GenerationConfig{}, nil, err
 	}
+	var raw struct {
+		Q json.RawMessage `json:"quantization_config"`
+	}
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return Config{}, GenerationConfig{}, nil, fmt.Errorf("config.json: %w", err)
+	}
+	quant, err := ParseQuantization(raw.Q)
+	if err != nil {
+		return Config{}, GenerationConfig{}, nil, fmt.Errorf("config.json: %w", err)
+	}
 	var gen GenerationConfig
 	data, err = os.ReadFile(filepath.Join(dir, "generation_config.json"))
 	switch {
@@ -371,7 +386,7 @@ func openHFDir(dir string) (Config, GenerationConfig, Weights, error) {
 	if err != nil {
 		return Config{}, GenerationConfig{}, nil, err
 	}
-	w, err := newSafetensorsWeights(set)
+	w, err := newSafetensorsWeights(set, quant)
 	if err != nil {
 		set.Close()
 		return Config{}, GenerationConfig{}, nil, err
@@ -379,8 +394,10 @@ func openHFDir(dir string) (Config, GenerationConfig, Weights, error) {
 	return cfg, gen, w, nil
 }
 
-// safetensorsDTypes maps the dtype strings of safetensors headers.
-var safetensorsDTypes = map[string]backend.DType{"F32": backend.F32, "F16": backend.F16, "BF16": backend.BF16}
+// safetensorsDTypes maps the dtype strings of safetensors headers. I32 and
+// F8_E4M3 are the storage of quantized checkpoints, which the loader
+// repacks (quantized.go); ValidateWeights refuses them anywhere else.
+var safetensorsDTypes = map[string]backend.DType{"F32": backend.F32, "F16": backend.F16, "BF16": backend.BF16, "I32": backend.I32, "F8_E4M3": backend.F8E4M3}
 
 // mapWeights is a Weights over a prepared name -> Weight map, closing an
 // underlying file.
@@ -415,7 +432,7 @@ func newMapWeights(byName map[string]Weight, closer io.Closer) *mapWeights {
 	return &mapWeights{byName: byName, names: names, closer: closer}
 }
 
-func newSafetensorsWeights(set *safetensors.Set) (*mapWeights, error) {
+func newSafetensorsWeights(set *safetensors.Set, quant Quantization) (*mapWeights, error) {
 	byName := map[string]Weight{}
 	for _, name := range set.Names() {
 		// The KV cache scales stay: ReadKVScales reads them from here.
@@ -428,9 +445,14 @@ func newSafetensorsWeights(set *safetensors.Set) (*mapWeights, error) {
 		}
 		dt, ok := safetensorsDTypes[t.DType]
 		if !ok {
-			return nil, fmt.Errorf("safetensors: tensor %s has dtype %s; supported: F32, F16, BF16", name, t.DType)
+			return nil, fmt.Errorf("safetensors: tensor %s has dtype %s; supported: F32, F16, BF16 (and I32, F8_E4M3 in quantized checkpoints)", name, t.DType)
 		}
 		byName[name] = Weight{Name: name, DType: dt, Shape: append([]int(nil), t.Shape...), Data: t.Data}
+	}
+	if quant.Method != "" {
+		if err := repackQuantized(quant, byName); err != nil {
+			return nil, fmt.Errorf("%s checkpoint: %w", quant.Method, err)
+		}
 	}
 	return newMapWeights(byName, set), nil
 }

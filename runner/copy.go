@@ -25,6 +25,13 @@ type BlockCopy struct {
 // destination, each pool viewed as [numBlocks, blockElems] (Embed's out
 // may not overlap its table, so the scratch is needed).
 func (r *Runner) CopyBlocks(copies []BlockCopy) error {
+	if r.peers != nil {
+		return r.eachRank(func(_ int, q *Runner) error { return q.copyBlocks(copies) })
+	}
+	return r.copyBlocks(copies)
+}
+
+func (r *Runner) copyBlocks(copies []BlockCopy) error {
 	if len(copies) == 0 {
 		return nil
 	}

@@ -8,7 +8,8 @@ import (
 	"github.com/trigon-llm/trigon/model"
 )
 
-// GraphOptions turn on replaying decode steps from captured graphs.
+// GraphOptions turn on replaying decode steps (and, with VerifyTokens,
+// speculative decoding's verify steps) from captured graphs.
 //
 // A step qualifies when every sequence feeds one token and wants its
 // logits (pure decode). It is padded to the next bucket with padding rows
@@ -32,6 +33,14 @@ type GraphOptions struct {
 	// the runner's tensors (their temporaries, for backends whose graphs
 	// report them with a Bytes() int64 method); 0: no bound.
 	MemoryBudget int64
+	// VerifyTokens > 0 also replays speculative decoding's verify steps
+	// with up to that many draft tokens: steps in which every sequence
+	// feeds the same number 1+k of tokens and wants every row's logits,
+	// padded like decode steps with padding sequences of 1+k rows, one
+	// graph per (bucket, 1+k, width). The model must take bucket*(1+k)
+	// logits rows for every bucket whose step fits MaxTokens (a bucket
+	// whose padded step would not runs eagerly).
+	VerifyTokens int
 }
 
 // GraphKey identifies a captured graph: a graph replays fixed weights,
@@ -42,6 +51,7 @@ type GraphKey struct {
 	KV             backend.KVSpec
 	Bucket         int
 	Width          int // block-table width: blocks per sequence
+	Query          int // tokens per sequence: 1 for decode, 1+k for a verify step
 }
 
 // DefaultBuckets are the decode batch sizes graphs are captured for, up to
@@ -64,6 +74,7 @@ func DefaultBuckets(maxSeqs int) []int {
 type graphCache struct {
 	capture backend.GraphCapturer
 	buckets []int
+	verify  int // most draft tokens of a replayed verify step (0: none)
 	max     int
 	budget  int64
 	bytes   int64 // held by cached graphs
@@ -81,9 +92,10 @@ type graphCache struct {
 	stats GraphStats
 }
 
-// graphShape is what a decode graph's kernels are specialised on: its
-// padded batch and its block-table width (whatever the weights version).
-type graphShape struct{ bucket, width int }
+// graphShape is what a graph's kernels are specialised on: its padded
+// batch, its block-table width and its tokens per sequence (whatever the
+// weights version).
+type graphShape struct{ bucket, width, query int }
 
 type graphEntry struct {
 	g       backend.Graph
@@ -118,7 +130,10 @@ func newGraphCache(b backend.Backend, o GraphOptions, maxSeqs int) (*graphCache,
 	if max <= 0 {
 		max = len(buckets)
 	}
-	return &graphCache{capture: cp, buckets: buckets, max: max, budget: o.MemoryBudget,
+	if o.VerifyTokens < 0 {
+		return nil, fmt.Errorf("runner: graph verify tokens %d < 0", o.VerifyTokens)
+	}
+	return &graphCache{capture: cp, buckets: buckets, verify: o.VerifyTokens, max: max, budget: o.MemoryBudget,
 		graphs: map[GraphKey]*graphEntry{}, warm: map[graphShape]bool{}, uncapturable: map[graphShape]bool{}, width: map[int]int{}, hist: map[int]uint64{}}, nil
 }
 
@@ -131,41 +146,65 @@ func (c *graphCache) bucket(n int) int {
 	return c.buckets[i]
 }
 
-// graphable reports whether step is a pure decode step.
-func graphable(step *Step) bool {
+// graphQuery is the tokens per sequence of a step the graph path takes,
+// or 0: 1 for a pure decode step (every sequence feeds one token and
+// wants its logits), 1+k for a verify step (every sequence feeds the same
+// 1+k tokens, k at most the cache's verify bound, and wants all their
+// logits).
+func (c *graphCache) graphQuery(step *Step) int {
+	q := len(step.Seqs[0].Tokens)
+	if q == 1 {
+		for _, s := range step.Seqs {
+			if len(s.Tokens) != 1 || !s.WantLogits || s.AllLogits {
+				return 0
+			}
+		}
+		return 1
+	}
+	if q-1 > c.verify {
+		return 0
+	}
 	for _, s := range step.Seqs {
-		if len(s.Tokens) != 1 || !s.WantLogits || s.AllLogits {
-			return false
+		if len(s.Tokens) != q || !s.AllLogits {
+			return 0
 		}
 	}
-	return true
+	return q
 }
 
-// padDecode appends padding rows up to bucket rows after pack filled the
-// step's real rows.
-func (r *Runner) padDecode(bucket int) {
+// padDecode appends padding sequences of q rows each up to bucket
+// sequences after pack filled the step's real ones: positions 0..q-1 of
+// a context in the null block, slot -1 (no KV write), every row's logits
+// wanted (and dropped), so the step's layout and shapes are those of
+// every step of its graph.
+func (r *Runner) padDecode(bucket, q int) {
 	for i := len(r.hSeqLens); i < bucket; i++ {
-		r.hTokens = append(r.hTokens, 0)
-		r.hPositions = append(r.hPositions, 0)
-		r.hSlots = append(r.hSlots, -1)
+		for p := range q {
+			r.hTokens = append(r.hTokens, 0)
+			r.hPositions = append(r.hPositions, int32(p))
+			r.hSlots = append(r.hSlots, -1)
+			r.hLogitsRows = append(r.hLogitsRows, int32(len(r.hTokens)-1))
+		}
 		r.hQueryStart = append(r.hQueryStart, int32(len(r.hTokens)))
-		r.hSeqLens = append(r.hSeqLens, 1)
-		r.hLogitsRows = append(r.hLogitsRows, int32(len(r.hTokens)-1))
+		r.hSeqLens = append(r.hSeqLens, int32(q))
 		row := len(r.hTables)
 		r.hTables = r.hTables[:row+r.width]
 		clear(r.hTables[row:]) // the null block
 	}
 }
 
-// forwardGraph runs a padded decode step of bucket rows from its graph,
-// capturing it on the bucket's second use.
-func (r *Runner) forwardGraph(in *model.DeviceBatch, bucket int) (backend.Tensor, error) {
+// forwardGraph runs a padded step of bucket sequences of q tokens each
+// from its graph, capturing it on the shape's second use. Decode steps
+// (q 1) count towards Precapture's histogram; verify steps do not.
+func (r *Runner) forwardGraph(in *model.DeviceBatch, bucket, q int) (backend.Tensor, error) {
 	c := r.graphs
 	c.clock++
-	c.steps++
-	c.hist[bucket]++
-	c.width[bucket] = r.width
-	key := c.keyFor(bucket, r.width)
+	if q == 1 {
+		c.steps++
+		c.hist[bucket]++
+		c.width[bucket] = r.width
+	}
+	key := c.keyFor(bucket, r.width, q)
 	if e := c.graphs[key]; e != nil {
 		e.lastUse = c.clock
 		c.stats.Replays++
@@ -174,7 +213,7 @@ func (r *Runner) forwardGraph(in *model.DeviceBatch, bucket int) (backend.Tensor
 		}
 		return e.logits, nil
 	}
-	sh := graphShape{bucket, r.width}
+	sh := graphShape{bucket, r.width, q}
 	if !c.warm[sh] {
 		c.warm[sh] = true
 		c.stats.EagerDecodes++
@@ -184,7 +223,7 @@ func (r *Runner) forwardGraph(in *model.DeviceBatch, bucket int) (backend.Tensor
 		c.stats.EagerDecodes++
 		return r.m.Forward(in, r.kv)
 	}
-	e, err := r.captureBucket(in, bucket)
+	e, err := r.captureBucket(in, bucket, q)
 	if err != nil {
 		// A capture that fails (the device short of memory for the
 		// graph's temporaries, say) queued nothing: the step runs eagerly,
@@ -201,7 +240,7 @@ func (r *Runner) forwardGraph(in *model.DeviceBatch, bucket int) (backend.Tensor
 	return e.logits, nil
 }
 
-func (r *Runner) captureBucket(in *model.DeviceBatch, bucket int) (*graphEntry, error) {
+func (r *Runner) captureBucket(in *model.DeviceBatch, bucket, q int) (*graphEntry, error) {
 	c := r.graphs
 	e := &graphEntry{lastUse: c.clock}
 	g, err := c.capture.CaptureGraph(func() error {
@@ -220,16 +259,16 @@ func (r *Runner) captureBucket(in *model.DeviceBatch, bucket int) (*graphEntry, 
 	for len(c.graphs) > 0 && (len(c.graphs) >= c.max || c.budget > 0 && c.bytes+e.bytes > c.budget) {
 		c.evictLRU()
 	}
-	c.graphs[c.keyFor(bucket, r.width)] = e
+	c.graphs[c.keyFor(bucket, r.width, q)] = e
 	c.bytes += e.bytes
 	return e, nil
 }
 
-// keyFor is the cache key of a (bucket, table width) graph under the
-// current versions.
-func (c *graphCache) keyFor(bucket, width int) GraphKey {
+// keyFor is the cache key of a (bucket, table width, tokens per
+// sequence) graph under the current versions.
+func (c *graphCache) keyFor(bucket, width, q int) GraphKey {
 	k := c.key
-	k.Bucket, k.Width = bucket, width
+	k.Bucket, k.Width, k.Query = bucket, width, q
 	return k
 }
 
@@ -262,6 +301,9 @@ func (c *graphCache) close() {
 // SetGraphVersions records new weights or adapter versions: graphs
 // captured under other versions are dropped and recaptured on use.
 func (r *Runner) SetGraphVersions(weights, adapters uint64) {
+	for _, p := range r.peers {
+		p.SetGraphVersions(weights, adapters)
+	}
 	c := r.graphs
 	if c == nil || c.key.WeightsVersion == weights && c.key.AdapterVersion == adapters {
 		return
@@ -292,6 +334,13 @@ func (r *Runner) GraphStats() GraphStats {
 // It overwrites tokens fed by Output.SampleNext: call it between steps
 // that do not feed.
 func (r *Runner) Precapture() error {
+	if r.peers != nil {
+		return r.eachRank(func(_ int, q *Runner) error { return q.precapture() })
+	}
+	return r.precapture()
+}
+
+func (r *Runner) precapture() error {
 	c := r.graphs
 	if c == nil || c.steps < 20 {
 		return nil
@@ -302,26 +351,26 @@ func (r *Runner) Precapture() error {
 		if !seen {
 			w = r.tableWidth(1)
 		}
-		key := c.keyFor(b, w)
+		key := c.keyFor(b, w, 1)
 		if c.hist[b]*10 < c.steps || c.graphs[key] != nil {
 			continue
 		}
 		r.resetHost()
 		r.width = w
-		r.padDecode(b)
+		r.padDecode(b, 1)
 		r.fed = 0 // the padding tokens overwrite any fed ones
 		in, err := r.upload(0)
 		if err != nil {
 			return err
 		}
 		in.MaxSeqLen = r.graphSeqLen()
-		if sh := (graphShape{b, w}); !c.warm[sh] {
+		if sh := (graphShape{b, w, 1}); !c.warm[sh] {
 			c.warm[sh] = true
 			if _, err := r.m.Forward(in, r.kv); err != nil {
 				return fmt.Errorf("runner: precapture bucket %d: %w", b, err)
 			}
 		}
-		if _, err := r.captureBucket(in, b); err != nil {
+		if _, err := r.captureBucket(in, b, 1); err != nil {
 			return fmt.Errorf("runner: precapture: %w", err)
 		}
 	}

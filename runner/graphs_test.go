@@ -247,3 +247,69 @@ func TestCaptureFailureRunsEagerly(t *testing.T) {
 		t.Errorf("%d capture tries, %+v; want 1 try, 1 failure, 4 eager decodes", fb.tries, st)
 	}
 }
+
+// TestVerifyGraphs: with VerifyTokens, steps whose sequences all feed
+// the same 1+k tokens and want every row's logits pad to their bucket with
+// padding sequences of 1+k rows and replay a graph per (bucket, 1+k);
+// other multi-token steps, k past the bound and buckets whose padded step
+// would not fit MaxTokens run eagerly.
+func TestVerifyGraphs(t *testing.T) {
+	cb := &capturing{Backend: cpu.New(cpu.Options{Threads: 1})}
+	m := &nopModel{b: cb}
+	r, err := New(cb, m, Options{NumBlocks: 32, BlockSize: 4, MaxTokens: 12, MaxSeqs: 4, MaxSeqLen: 20,
+		NumLayers: 1, NumKVHeads: 1, HeadDim: 8, Graphs: GraphOptions{Enabled: true, Buckets: []int{1, 2, 4}, VerifyTokens: 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	verify := func(lens []int, all bool, graph bool) {
+		t.Helper()
+		st := &Step{}
+		for i, n := range lens {
+			st.Seqs = append(st.Seqs, Seq{Tokens: make([]int32, n), Start: 2, BlockTable: []int32{int32(2*i + 1), int32(2*i + 2)}, AllLogits: all, WantLogits: !all})
+		}
+		out, err := r.Execute(st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.Graph != graph {
+			t.Fatalf("step %v: Output.Graph %v, want %v", lens, out.Graph, graph)
+		}
+		rows := 0
+		for _, n := range lens {
+			rows += n
+		}
+		if !all {
+			rows = len(lens)
+		}
+		if out.Rows != rows || len(out.Seq) != rows {
+			t.Fatalf("step %v: %d rows (%d owners), want %d", lens, out.Rows, len(out.Seq), rows)
+		}
+	}
+	verify([]int{3, 3, 3}, true, false) // bucket 4 of 3 rows: 12 tokens, eager first
+	if m.last.NumSeqs != 4 || m.last.NumTokens != 12 || m.last.NumLogits != 12 || m.last.MaxQueryLen != 3 || m.last.MaxSeqLen != 20 || !m.last.LogitsAll {
+		t.Fatalf("padded verify step: %d seqs, %d tokens, %d logits, max query %d, MaxSeqLen %d, all %v; want 4, 12, 12, 3, 20, true",
+			m.last.NumSeqs, m.last.NumTokens, m.last.NumLogits, m.last.MaxQueryLen, m.last.MaxSeqLen, m.last.LogitsAll)
+	}
+	verify([]int{3, 3, 3}, true, true) // captured and replayed
+	verify([]int{3, 3}, true, false)   // bucket 2, another shape: eager first
+	verify([]int{3, 3}, true, true)
+	verify([]int{2, 2}, true, false) // k 1: a shape of its own
+	verify([]int{2, 2}, true, true)
+	verify([]int{4, 4, 4}, true, false) // bucket 4 x 4 rows > MaxTokens: eager always
+	verify([]int{4, 4, 4}, true, false)
+	verify([]int{5}, true, false) // k 4 > VerifyTokens
+	verify([]int{5}, true, false)
+	verify([]int{3, 2}, true, false) // uneven: eager
+	verify([]int{3, 2}, true, false)
+	verify([]int{3, 3}, false, false) // prefill chunks wanting one row each: eager
+	verify([]int{3, 3}, false, false)
+	st := r.GraphStats()
+	if st.Captures != 3 || st.Replays != 3 {
+		t.Errorf("stats %+v: want 3 captures and 3 replays", st)
+	}
+	// Verify steps do not feed Precapture's decode histogram.
+	if n := r.graphs.steps; n != 0 {
+		t.Errorf("%d decode steps counted, want 0", n)
+	}
+}

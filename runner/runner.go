@@ -111,6 +111,11 @@ type Runner struct {
 	// for the next step (0: none); every Execute clears it.
 	fed int
 
+	// peers are the other ranks of a tensor-parallel group led by this
+	// runner (NewGroup), nil for one rank; abort releases them.
+	peers []*Runner
+	abort Aborter
+
 	// Host staging, reused every step; hIn is stepIn's image.
 	hTokens, hPositions, hSlots, hQueryStart, hSeqLens, hTables, hLogitsRows []int32
 	hIn                                                                      []int32
@@ -224,8 +229,13 @@ func (r *Runner) CapacityTokens() int { return (r.opts.NumBlocks - 1) * r.opts.B
 // Options returns the options the runner was made with (KVDType resolved).
 func (r *Runner) Options() Options { return r.opts }
 
-// Close frees the runner's device memory and graphs.
+// Close frees the runner's device memory and graphs, and a group's
+// other ranks'.
 func (r *Runner) Close() {
+	for _, p := range r.peers {
+		p.Close()
+	}
+	r.peers = nil
 	if r.graphs != nil {
 		r.graphs.close()
 	}
@@ -266,6 +276,9 @@ type Output struct {
 	Graph bool
 	vocab int
 	host  []float32
+	// peers are the other ranks' outputs of the step (NewGroup): the same
+	// logits, which SampleNext samples on every rank.
+	peers []*Output
 }
 
 // Sample picks one token per logits row by the rule of each row (see
@@ -284,6 +297,9 @@ func (o *Output) Sample(rows []backend.SampleRow) ([]int32, error) {
 // this step's. The backend must implement backend.DeviceSampler (see
 // CanFeed), and no other step may run between this one and the fed one.
 func (o *Output) SampleNext(rows []backend.SampleRow) (wait func() ([]int32, error), err error) {
+	if o.peers != nil {
+		return o.sampleNextGroup(rows)
+	}
 	ds, ok := o.b.(backend.DeviceSampler)
 	if !ok {
 		return nil, fmt.Errorf("runner: %s cannot sample into the next step's inputs", o.b.Name())
@@ -323,6 +339,9 @@ func (o *Output) SampleNext(rows []backend.SampleRow) (wait func() ([]int32, err
 // the next step on the device (Output.SampleNext, Step.FedTokens).
 func (r *Runner) CanFeed() bool {
 	_, ok := r.b.(backend.DeviceSampler)
+	for _, p := range r.peers {
+		ok = ok && p.CanFeed()
+	}
 	return ok
 }
 
@@ -345,8 +364,15 @@ func (o *Output) Logits(i int) ([]float32, error) {
 	return o.host[i*o.vocab : (i+1)*o.vocab], nil
 }
 
-// Execute runs one step.
+// Execute runs one step (on every rank of a group: NewGroup).
 func (r *Runner) Execute(step *Step) (*Output, error) {
+	if r.peers != nil {
+		return r.executeGroup(step)
+	}
+	return r.execute(step)
+}
+
+func (r *Runner) execute(step *Step) (*Output, error) {
 	fed := r.fed
 	r.fed = 0
 	if step.FedTokens {
@@ -373,10 +399,17 @@ func (r *Runner) Execute(step *Step) (*Output, error) {
 		}
 	}
 	real := len(r.hLogitsRows)
-	bucket := 0
-	if r.graphs != nil && graphable(step) {
-		bucket = r.graphs.bucket(len(step.Seqs))
-		r.padDecode(bucket)
+	bucket, q := 0, 0
+	if r.graphs != nil {
+		if q = r.graphs.graphQuery(step); q > 0 {
+			bucket = r.graphs.bucket(len(step.Seqs))
+			if bucket*q > r.opts.MaxTokens {
+				bucket = 0 // a verify step whose padded bucket would not fit the step buffers
+			}
+		}
+		if bucket > 0 {
+			r.padDecode(bucket, q)
+		}
 	}
 	in, err := r.upload(fed)
 	if err != nil {
@@ -391,7 +424,7 @@ func (r *Runner) Execute(step *Step) (*Output, error) {
 		// One MaxSeqLen for every step of a graph: kernels that size
 		// their grids by it (split-KV decode) must see the captured value.
 		in.MaxSeqLen = r.graphSeqLen()
-		logits, err = r.forwardGraph(in, bucket)
+		logits, err = r.forwardGraph(in, bucket, q)
 	} else {
 		logits, err = r.m.Forward(in, r.kv)
 	}

@@ -78,6 +78,10 @@ func (s *Sampler) Row() backend.SampleRow {
 	return row
 }
 
+// Greedy reports whether the sampler picks the argmax (a temperature
+// under the greedy threshold), without drawing from its stream.
+func (s *Sampler) Greedy() bool { return s.p.Temperature < greedyBelow }
+
 // Pick chooses the next token from logits (after penalties and masks) on
 // the host, with the same rule as every backend's Sample.
 func (s *Sampler) Pick(logits []float32) (int32, error) {

@@ -63,7 +63,7 @@ func (m *fakeModel) slot(blocks []kvcache.BlockID, pos int) (*fakeSlot, error) {
 // execute runs a plan as the runner would: copies first, then each
 // sequence's tokens, then sampling.
 func (m *fakeModel) execute(plan *sched.Plan) (sched.StepOutput, error) {
-	out := sched.StepOutput{Tokens: map[sched.SeqID]int32{}, Finish: map[sched.SeqID]sched.FinishReason{}}
+	out := sched.StepOutput{Tokens: map[sched.SeqID]int32{}, Finish: map[sched.SeqID]sched.FinishReason{}, Accepted: map[sched.SeqID][]int32{}}
 	for _, c := range plan.Copies {
 		for off := range m.bs {
 			src, err := m.slot([]kvcache.BlockID{c.Src}, off)
@@ -114,6 +114,10 @@ func (m *fakeModel) execute(plan *sched.Plan) (sched.StepOutput, error) {
 			}
 			prev = sl.kv
 		}
+		if e.NumDraft > 0 {
+			m.verify(e, out)
+			continue
+		}
 		for _, id := range append([]sched.SeqID{e.ID}, e.Forks...) {
 			tok := m.sampleOf(kv, id)
 			out.Tokens[id] = tok
@@ -123,6 +127,53 @@ func (m *fakeModel) execute(plan *sched.Plan) (sched.StepOutput, error) {
 		}
 	}
 	return out, nil
+}
+
+// verify accepts e's draft greedily, as the engine does: row i's sample
+// (the logits after token i) must be draft token i; the first mismatch is
+// replaced by that sample, and all accepted earn the last row's sample.
+// The output stops at EOS.
+func (m *fakeModel) verify(e sched.ScheduledSeq, out sched.StepOutput) {
+	var toks []int32
+	for i := range e.Tokens {
+		sl, _ := m.slot(e.Blocks, e.Start+i) // written above
+		tok := m.sampleOf(sl.kv, e.ID)
+		toks = append(toks, tok)
+		if tok == m.eos {
+			out.Finish[e.ID] = sched.FinishStop
+			break
+		}
+		if i+1 == len(e.Tokens) || e.Tokens[i+1] != tok {
+			break
+		}
+	}
+	if len(toks) > 1 {
+		out.Accepted[e.ID] = toks[:len(toks)-1]
+	}
+	out.Tokens[e.ID] = toks[len(toks)-1]
+}
+
+// propose is the test's drafter: for each candidate, the sequence's true
+// continuation (what the fake model will sample) for a pseudo-random
+// number of tokens, then wrong tokens up to k, so that steps accept every
+// length from none to all.
+func (m *fakeModel) propose(c sched.DraftSeq, k int, round uint64) []int32 {
+	k = min(k, c.MaxDraft)
+	var kv uint64
+	for p, tok := range c.Tokens {
+		kv = kvOf(kv, tok, p)
+	}
+	right := int(mix(uint64(c.ID), round) % uint64(k+1))
+	draft := make([]int32, 0, k)
+	for i := range k {
+		tok := m.sampleOf(kv, c.ID)
+		if i >= right {
+			tok = (tok + 1) % m.vocab // wrong
+		}
+		draft = append(draft, tok)
+		kv = kvOf(kv, tok, len(c.Tokens)+i)
+	}
+	return draft
 }
 
 // executeFed runs an ahead plan (ScheduleAhead) as the runner does with

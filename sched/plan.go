@@ -49,6 +49,12 @@ type ScheduledSeq struct {
 	// NumCachedTokens is the prefix-cache hit taken when this step
 	// admitted the sequence (Start includes it).
 	NumCachedTokens int
+	// NumDraft > 0 marks a verify step of a decoding sequence (SetDraft):
+	// Tokens are its last sampled token and NumDraft proposed tokens,
+	// Tokens[1:]. The runner computes logits for every token; the engine
+	// reports the accepted draft tokens in StepOutput.Accepted and the
+	// token after them in StepOutput.Tokens.
+	NumDraft int
 
 	seq *sequence
 }
@@ -71,6 +77,12 @@ type StepOutput struct {
 	// Finish marks sequences the engine saw end in this step: EOS or a
 	// stop string (FinishStop), or a length limit of its own.
 	Finish map[SeqID]FinishReason
+	// Accepted holds, for a verify entry (NumDraft > 0), the draft tokens
+	// the engine accepted: a prefix of Tokens[1:] (nil: none). The step's
+	// output is Accepted, then Tokens[id]. A stop condition within them
+	// is the engine's to cut: it reports the tokens up to the stop (the
+	// last as Tokens[id]) with Finish.
+	Accepted map[SeqID][]int32
 }
 
 // Schedule plans the next step. Running decodes come first (one token
@@ -100,6 +112,26 @@ func (s *Scheduler) Schedule() *Plan {
 	budget := s.cfg.MaxNumBatchedTokens
 
 	running := slices.Clone(s.running)
+	// A draft takes only the budget the step's other work leaves: the
+	// token of every decode still to schedule (decodes), and reserve, the
+	// chunks of the running prefills and of the queue's head when it could
+	// be admitted, so that drafts never hold back a prompt.
+	decodes, reserve := 0, 0
+	if len(s.drafts) > 0 {
+		slots := 0
+		for _, q := range running {
+			switch r := len(q.tokens) - q.numComputed; {
+			case r == 1:
+				decodes++
+			case r > 1:
+				reserve += min(r, s.cfg.ChunkSize)
+			}
+			slots += q.slots()
+		}
+		if len(s.waiting) > 0 && slots+s.waiting[0].slots() <= s.cfg.MaxNumSeqs {
+			reserve += min(len(s.waiting[0].tokens), s.cfg.ChunkSize)
+		}
+	}
 	for _, decode := range []bool{true, false} {
 		for _, q := range running {
 			if !q.running || q.schedStep == s.step {
@@ -116,9 +148,20 @@ func (s *Scheduler) Schedule() *Plan {
 			if !s.allocRunning(q, q.numComputed+n, plan, &budget) {
 				continue
 			}
+			if decode && len(s.drafts) > 0 && len(q.forks) == 0 {
+				decodes--
+				if d := s.fitDraft(q, s.drafts[q.id], budget-1-decodes-reserve); len(d) > 0 {
+					s.addDraftEntry(plan, q, d)
+					budget -= 1 + len(d)
+					continue
+				}
+			}
 			s.addEntry(plan, q, n, 0)
 			budget -= n
 		}
+	}
+	if len(s.drafts) > 0 {
+		clear(s.drafts)
 	}
 
 	if len(plan.Preempted) == 0 {
@@ -228,6 +271,53 @@ func (s *Scheduler) unschedule(q *sequence, plan *Plan, budget *int) {
 	*budget += len(e.Tokens)
 	e.seq = nil
 	q.schedStep = 0
+}
+
+// fitDraft cuts q's draft to what its step can verify: room in the token
+// budget (room, after every other decode's token and the prompt chunks
+// reserved), ChunkSize, MaxTokens
+// (the step yields up to 1+len(draft) tokens) and the blocks: those q
+// holds, and free ones only while nothing waits, never by preempting (a
+// draft is never worth a preemption or a delayed admission). q's table
+// covers its one decode token already.
+func (s *Scheduler) fitDraft(q *sequence, draft []int32, room int) []int32 {
+	k := min(len(draft), room, s.cfg.ChunkSize-1, q.maxTokens-q.numOutput()-1)
+	if k <= 0 {
+		return nil
+	}
+	bs := s.pool.BlockSize()
+	held := q.table.Len()*bs - q.numComputed - 1 // slots q's blocks hold past its decode token
+	if k <= held {
+		return draft[:k]
+	}
+	if len(s.waiting) > 0 {
+		// Blocks a waiting sequence could be admitted with are not the
+		// draft's: taken every step, they would keep it waiting for good.
+		return draft[:max(held, 0)]
+	}
+	k = min(k, held+s.pool.NumFree()*bs)
+	if err := s.pool.Allocate(q.table, q.numComputed+1+k); err != nil {
+		return draft[:max(held, 0)]
+	}
+	return draft[:k]
+}
+
+// addDraftEntry schedules q's decode with a draft to verify: its last
+// token, then the draft, in a fresh slice (the draft is not q's tokens).
+func (s *Scheduler) addDraftEntry(plan *Plan, q *sequence, draft []int32) {
+	tokens := make([]int32, 0, 1+len(draft))
+	tokens = append(append(tokens, q.tokens[q.numComputed]), draft...)
+	q.schedStep = s.step
+	q.entry = len(plan.Seqs)
+	plan.Seqs = append(plan.Seqs, ScheduledSeq{
+		ID:       q.id,
+		Tokens:   tokens,
+		Start:    q.numComputed,
+		Blocks:   slices.Clip(q.table.Blocks()),
+		Sample:   true,
+		NumDraft: len(draft),
+		seq:      q,
+	})
 }
 
 func (s *Scheduler) addEntry(plan *Plan, q *sequence, n, cached int) {

@@ -133,9 +133,12 @@ type Scheduler struct {
 	waiting   []*sequence         // sorted by s.before
 	running   []*sequence         // in admission order
 
-	pending     *Plan      // scheduled, not yet updated
-	ahead       *Plan      // scheduled by ScheduleAhead behind pending
-	deferred    []Finished // finished during Schedule, returned by Update
+	pending  *Plan      // scheduled, not yet updated
+	ahead    *Plan      // scheduled by ScheduleAhead behind pending
+	deferred []Finished // finished during Schedule, returned by Update
+	// drafts are the proposals SetDraft gave for the next Schedule, which
+	// consumes them.
+	drafts      map[SeqID][]int32
 	step        uint64
 	nextArrival uint64
 	preemptions uint64
@@ -199,6 +202,7 @@ func New(cfg Config, pool *kvcache.Pool) (*Scheduler, error) {
 		pool:      pool,
 		seqs:      make(map[SeqID]*sequence),
 		forkOwner: make(map[SeqID]*sequence),
+		drafts:    make(map[SeqID][]int32),
 	}, nil
 }
 
@@ -285,6 +289,7 @@ func (s *Scheduler) remove(q *sequence) {
 	}
 	q.forks, q.copies = nil, nil
 	delete(s.seqs, q.id)
+	delete(s.drafts, q.id)
 }
 
 // finish removes q and reports it, with its unforked forks as errors.
@@ -345,4 +350,65 @@ func (s *Scheduler) Stats() Stats {
 		PrefixQueryTokens: ps.PrefixQueryTokens,
 		PrefixHitTokens:   ps.PrefixHitTokens,
 	}
+}
+
+// DraftSeq is a running sequence whose next step is a decode, so that it
+// may verify a draft in it (speculative decoding).
+type DraftSeq struct {
+	ID SeqID
+	// Tokens are the prompt and the output so far; the last is the token
+	// the step feeds. Read-only; valid until the next Update.
+	Tokens []int32
+	// MaxDraft is the most draft tokens its step can take: a step yields
+	// up to 1+MaxDraft tokens, within MaxTokens, and carries at most
+	// ChunkSize. Schedule may take fewer (the token budget, free blocks).
+	MaxDraft int
+}
+
+// DraftCandidates lists, in running order, the sequences whose next
+// Schedule would give them one decode token and that may still take a
+// draft (MaxDraft >= 1). Call it between Update and Schedule, then
+// SetDraft for the ones the proposer has a guess for.
+func (s *Scheduler) DraftCandidates() []DraftSeq {
+	var out []DraftSeq
+	for _, q := range s.running {
+		// Pending forks are created from the step that samples after the
+		// prompt, from one logits row: that step verifies no draft.
+		if len(q.tokens)-q.numComputed != 1 || q.ahead || len(q.forks) > 0 {
+			continue
+		}
+		if k := min(s.cfg.ChunkSize-1, q.maxTokens-q.numOutput()-1); k >= 1 {
+			out = append(out, DraftSeq{ID: q.id, Tokens: q.tokens[:len(q.tokens):len(q.tokens)], MaxDraft: k})
+		}
+	}
+	return out
+}
+
+// SetDraft proposes draft tokens for running sequence id's next decode:
+// the next Schedule feeds its last token and the draft (as far as
+// DraftCandidates' bound, the token budget and the free blocks allow) in
+// one step and marks the entry with NumDraft. Update then rolls back what
+// the engine did not accept. Drafts not scheduled by the next Schedule are
+// dropped. It fails, changing nothing, for a sequence that is not a draft
+// candidate (forks still to create included), while a plan is
+// outstanding, and for a negative token id.
+func (s *Scheduler) SetDraft(id SeqID, draft []int32) error {
+	if s.pending != nil {
+		return fmt.Errorf("sched: draft for sequence %d while plan %d is outstanding", id, s.pending.Step)
+	}
+	q := s.seqs[id]
+	if q == nil || !q.running || len(q.tokens)-q.numComputed != 1 || q.ahead || len(q.forks) > 0 {
+		return fmt.Errorf("sched: draft for sequence %d, which does not decode next (or has forks to create)", id)
+	}
+	for _, t := range draft {
+		if t < 0 {
+			return fmt.Errorf("sched: draft for sequence %d: token %d", id, t)
+		}
+	}
+	if len(draft) == 0 {
+		delete(s.drafts, id)
+		return nil
+	}
+	s.drafts[id] = slices.Clone(draft)
+	return nil
 }

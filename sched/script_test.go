@@ -21,13 +21,17 @@ import (
 //
 //	init blocks=N [block-size=16] [max-seqs=8] [budget=64] [chunk=0]
 //	     [policy=fcfs|priority] [prefix-cache=true] [eos=-1] [vocab=1000]
+//	     [spec=K]                  step and run propose K-token drafts
+//	                               (fakeModel.propose) before each Schedule
 //	add id=ID prompt=LEN max=N [prio=P] [forks=ID,ID] [salt=S]
 //	    [prefix=ID:K] [seed=S]     prompt: first K tokens of ID's prompt,
 //	                               then random tokens seeded by S (default ID)
 //	add-range ids=LO-HI prompt=LEN max=N
 //	schedule                       print the next plan in full
 //	execute                        run the outstanding plan, Update
-//	update [sampled=ID:TOK,..] [finish=ID:stop|length|error,..]   manual Update
+//	update [sampled=ID:TOK,..] [finish=ID:stop|length|error,..] [accepted=ID:TOK/TOK,..]   manual Update
+//	candidates                     DraftCandidates
+//	draft id=ID tokens=TOK,..      SetDraft
 //	step [n=1] [verbose]           schedule, execute, update, n times
 //	run [max-steps=100000] [quiet] steps until nothing is left
 //	abort id=ID
@@ -35,8 +39,9 @@ import (
 //	state
 //
 // Compact step lines read: "step S: N seqs, T tokens | decode IDS |
-// prefill ID:START+N[ hit H][*] ... | preempt IDS | copy SRC->DST |
-// done ID:REASON"; * marks a chunk that samples. Every finished sequence's
+// verify ID:START+K ... | prefill ID:START+N[ hit H][*] ... | preempt IDS |
+// copy SRC->DST | done ID:REASON"; * marks a chunk that samples, verify a
+// decode with K draft tokens. Every finished sequence's
 // output is checked against a run of that sequence alone (unless a manual
 // update made up tokens); the scheduler's invariants, the step budget and
 // the sequence cap are checked after every command.
@@ -67,6 +72,8 @@ type harness struct {
 	// pendingForks lists the forks of each request until its prefill ends.
 	pendingForks map[sched.SeqID][]sched.SeqID
 	pos          string
+	spec         int    // draft tokens per decode (0: none)
+	rounds       uint64 // drafting rounds, the drafter's seed
 }
 
 func (h *harness) do(c *datadriven.Case) string {
@@ -137,7 +144,18 @@ func (h *harness) exec(c *datadriven.Case) (string, error) {
 			return "", errors.New("no plan")
 		}
 		h.manual = true
-		out := sched.StepOutput{Tokens: map[sched.SeqID]int32{}, Finish: map[sched.SeqID]sched.FinishReason{}}
+		out := sched.StepOutput{Tokens: map[sched.SeqID]int32{}, Finish: map[sched.SeqID]sched.FinishReason{}, Accepted: map[sched.SeqID][]int32{}}
+		for _, kv := range splitList(c.Str("accepted", "")) {
+			id, v, err := parsePair(kv)
+			if err != nil {
+				return "", err
+			}
+			toks, err := parseIDs(strings.Split(v, "/"))
+			if err != nil {
+				return "", err
+			}
+			out.Accepted[id] = toks
+		}
 		for _, kv := range splitList(c.Str("sampled", "")) {
 			id, v, err := parsePair(kv)
 			if err != nil {
@@ -182,6 +200,22 @@ func (h *harness) exec(c *datadriven.Case) (string, error) {
 		return strings.Join(lines, "\n"), nil
 	case "run":
 		return h.run(c)
+	case "candidates":
+		var lines []string
+		for _, d := range h.s.DraftCandidates() {
+			lines = append(lines, fmt.Sprintf("%d: %d tokens, max draft %d", d.ID, len(d.Tokens), d.MaxDraft))
+		}
+		return strings.Join(lines, "\n"), nil
+	case "draft":
+		id, err := c.Int("id", 0)
+		if err != nil {
+			return "", err
+		}
+		toks, err := parseIDs(splitList(c.Str("tokens", "")))
+		if err != nil {
+			return "", err
+		}
+		return "", h.s.SetDraft(sched.SeqID(id), toks)
 	case "abort":
 		id, err := c.Int("id", 0)
 		if err != nil {
@@ -221,6 +255,7 @@ func (h *harness) init(c *datadriven.Case) (string, error) {
 		ChunkSize:           geti("chunk", 0),
 	}
 	eos, vocab := geti("eos", -1), geti("vocab", 1000)
+	h.spec, h.rounds = geti("spec", 0), 0
 	if err != nil {
 		return "", err
 	}
@@ -377,8 +412,16 @@ func (h *harness) finished(f sched.Finished) string {
 	return fmt.Sprintf("finished %d: %v %s", f.ID, f.Reason, out)
 }
 
-// step runs one schedule-execute-update round.
+// step runs one schedule-execute-update round, drafting first with spec.
 func (h *harness) step(verbose bool) (string, error) {
+	if h.spec > 0 {
+		h.rounds++
+		for _, c := range h.s.DraftCandidates() {
+			if err := h.s.SetDraft(c.ID, h.model.propose(c, h.spec, h.rounds)); err != nil {
+				h.t.Fatalf("%s: SetDraft: %v", h.pos, err)
+			}
+		}
+	}
 	p := h.s.Schedule()
 	if err := h.checkPlan(p); err != nil {
 		return "", err
@@ -445,6 +488,9 @@ func (h *harness) printPlan(p *sched.Plan) string {
 		if len(e.Forks) > 0 {
 			fmt.Fprintf(&b, " forks=%v", e.Forks)
 		}
+		if e.NumDraft > 0 {
+			fmt.Fprintf(&b, " draft=%v", e.Tokens[1:])
+		}
 	}
 	for _, cp := range p.Copies {
 		fmt.Fprintf(&b, "\n  copy %d->%d", cp.Src, cp.Dst)
@@ -464,7 +510,12 @@ func (h *harness) compact(p *sched.Plan) string {
 		shape  string
 	}
 	var prefills []prefillRun
+	var verifies []string
 	for _, e := range p.Seqs {
+		if e.NumDraft > 0 {
+			verifies = append(verifies, fmt.Sprintf("%d:%d+%d", e.ID, e.Start, e.NumDraft))
+			continue
+		}
 		if len(e.Tokens) == 1 && e.Sample && e.NumCachedTokens == 0 && e.Start > 0 {
 			decodes = append(decodes, e.ID)
 			continue
@@ -485,6 +536,9 @@ func (h *harness) compact(p *sched.Plan) string {
 	}
 	if len(decodes) > 0 {
 		b.WriteString(" | decode " + idList(decodes))
+	}
+	if len(verifies) > 0 {
+		b.WriteString(" | verify " + strings.Join(verifies, " "))
 	}
 	for i, r := range prefills {
 		if i == 0 {
@@ -528,6 +582,18 @@ func splitList(s string) []string {
 		return nil
 	}
 	return strings.Split(s, ",")
+}
+
+func parseIDs(list []string) ([]int32, error) {
+	var out []int32
+	for _, v := range list {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return nil, fmt.Errorf("token %q: %w", v, err)
+		}
+		out = append(out, int32(n))
+	}
+	return out, nil
 }
 
 func parsePair(s string) (sched.SeqID, string, error) {

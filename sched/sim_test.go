@@ -19,8 +19,25 @@ import (
 // no sequence is lost or finished twice, and all blocks come back.
 func TestRandomSimulation(t *testing.T) {
 	for seed := range uint64(60) {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) { simulate(t, seed, false) })
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { simulate(t, seed, false, false) })
 	}
+}
+
+// TestRandomSimulationSpec is TestRandomSimulation with drafts: before
+// every Schedule each draft candidate gets a draft of random length whose
+// first tokens are right and the rest wrong (fakeModel.propose), verified
+// greedily; every other seed also plans ahead where it can (ScheduleAhead
+// takes no plan with drafts). Outputs must equal each sequence's run
+// alone, with the blocks of rejected tokens released.
+func TestRandomSimulationSpec(t *testing.T) {
+	total := 0
+	for seed := range uint64(60) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { total += simulate(t, seed, seed%2 == 1, true) })
+	}
+	if total < 1000 {
+		t.Fatalf("only %d draft tokens verified over all seeds: the test does not exercise drafts", total)
+	}
+	t.Logf("%d draft tokens verified", total)
 }
 
 // TestRandomSimulationAhead is TestRandomSimulation with the step loop
@@ -32,7 +49,7 @@ func TestRandomSimulation(t *testing.T) {
 func TestRandomSimulationAhead(t *testing.T) {
 	total := 0
 	for seed := range uint64(60) {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) { total += simulate(t, seed, true) })
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { total += simulate(t, seed, true, false) })
 	}
 	if total < 500 {
 		t.Fatalf("only %d steps were planned ahead over all seeds: the test does not exercise ScheduleAhead", total)
@@ -46,8 +63,10 @@ type simReq struct {
 }
 
 // simulate runs one random workload; with ahead it plans steps ahead
-// where the scheduler allows and returns how many it did.
-func simulate(t *testing.T, seed uint64, ahead bool) int {
+// where the scheduler allows, with spec it drafts before every Schedule.
+// It returns how many steps it planned ahead, or with spec how many draft
+// tokens were verified.
+func simulate(t *testing.T, seed uint64, ahead, spec bool) int {
 	rng := rand.New(rand.NewPCG(seed, 1234))
 	bs := []int{1, 2, 4, 8, 16}[rng.IntN(5)]
 	// Room for one to four typical requests (up to 80 tokens): tight
@@ -157,7 +176,7 @@ func simulate(t *testing.T, seed uint64, ahead bool) int {
 	}
 
 	initialBlocks := pool.NumBlocks() - 1
-	grown, aheadSteps := 0, 0
+	grown, aheadSteps, drafted := 0, 0, 0
 	for step := 0; added < toAdd || len(live) > 0; step++ {
 		if step > 20000 {
 			t.Fatalf("not done after %d steps: %d live, %d waiting, %d running", step, len(live), s.NumWaiting(), s.NumRunning())
@@ -177,8 +196,19 @@ func simulate(t *testing.T, seed uint64, ahead bool) int {
 			}
 			grown += n
 		}
+		if spec {
+			for _, c := range s.DraftCandidates() {
+				if err := s.SetDraft(c.ID, model.propose(c, 1+rng.IntN(6), uint64(step))); err != nil {
+					t.Fatalf("step %d: SetDraft: %v", step, err)
+				}
+			}
+			verify("draft")
+		}
 		plan := s.Schedule()
 		verify("schedule")
+		for _, e := range plan.Seqs {
+			drafted += e.NumDraft
+		}
 		if plan.NumTokens > cfg.MaxNumBatchedTokens || len(plan.Seqs) > cfg.MaxNumSeqs {
 			t.Fatalf("step %d: %d tokens, %d seqs break budget %d or cap %d", step, plan.NumTokens, len(plan.Seqs), cfg.MaxNumBatchedTokens, cfg.MaxNumSeqs)
 		}
@@ -245,6 +275,9 @@ func simulate(t *testing.T, seed uint64, ahead bool) int {
 		t.Fatalf("%d blocks free at the end, want %d", free, initialBlocks+grown)
 	}
 	st := s.Stats()
-	t.Logf("%d steps (%d ahead), %d preemptions, prefix hits %d/%d", st.Steps, aheadSteps, st.Preemptions, st.PrefixHitTokens, st.PrefixQueryTokens)
+	t.Logf("%d steps (%d ahead), %d draft tokens, %d preemptions, prefix hits %d/%d", st.Steps, aheadSteps, drafted, st.Preemptions, st.PrefixHitTokens, st.PrefixQueryTokens)
+	if spec {
+		return drafted
+	}
 	return aheadSteps
 }

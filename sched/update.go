@@ -3,6 +3,7 @@ package sched
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/trigon-llm/trigon/kvcache"
 )
@@ -34,6 +35,10 @@ func (s *Scheduler) Update(plan *Plan, out StepOutput) ([]Finished, error) {
 			continue // aborted since Schedule
 		}
 		q.copies = nil // done by the runner before this step
+		if e.NumDraft > 0 {
+			fin = s.updateDraft(plan, e, q, out, fin)
+			continue
+		}
 		q.numComputed += len(e.Tokens)
 		if err := s.pool.CommitFull(q.table, q.tokens[:q.numComputed]); err != nil {
 			fin = s.finish(q, FinishError, fmt.Errorf("sched: sequence %d: %w", q.id, err), fin)
@@ -65,6 +70,34 @@ func (s *Scheduler) Update(plan *Plan, out StepOutput) ([]Finished, error) {
 	}
 	s.checkInvariants()
 	return fin, nil
+}
+
+// updateDraft applies a verify entry: the fed token and the accepted draft
+// tokens have their KV computed now, the output gains them and the token
+// after them, and the blocks past the sequence's tokens (the rejected
+// tokens' slots) are released. Only the computed tokens are committed to
+// the prefix cache, so no block holding a rejected token's KV is ever
+// registered: its slots are written again by the token that really sits
+// there before the block fills.
+func (s *Scheduler) updateDraft(plan *Plan, e *ScheduledSeq, q *sequence, out StepOutput, fin []Finished) []Finished {
+	acc := out.Accepted[q.id]
+	if len(acc) > e.NumDraft || !slices.Equal(acc, e.Tokens[1:1+len(acc)]) {
+		return s.finish(q, FinishError, fmt.Errorf("sched: step %d: sequence %d: accepted tokens %v are not a prefix of its draft %v", plan.Step, q.id, acc, e.Tokens[1:]), fin)
+	}
+	tok, ok := out.Tokens[q.id]
+	if !ok {
+		return s.finish(q, FinishError, fmt.Errorf("sched: step %d: no sampled token for sequence %d", plan.Step, q.id), fin)
+	}
+	q.tokens = append(q.tokens, acc...)
+	q.numComputed += 1 + len(acc)
+	if err := s.pool.CommitFull(q.table, q.tokens[:q.numComputed]); err != nil {
+		return s.finish(q, FinishError, fmt.Errorf("sched: sequence %d: %w", q.id, err), fin)
+	}
+	q.tokens = append(q.tokens, tok)
+	if err := s.pool.Truncate(q.table, len(q.tokens)); err != nil {
+		return s.finish(q, FinishError, fmt.Errorf("sched: sequence %d: %w", q.id, err), fin)
+	}
+	return s.checkFinish(q, out, fin)
 }
 
 // checkFinish finishes q if the engine said so or it reached MaxTokens.

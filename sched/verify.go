@@ -43,6 +43,11 @@ func (s *Scheduler) verify() error {
 			return fmt.Errorf("sched: waiting queue out of order at %d", i)
 		}
 	}
+	for id := range s.drafts {
+		if q := s.seqs[id]; q == nil || !q.running {
+			return fmt.Errorf("sched: draft for sequence %d, which is not running", id)
+		}
+	}
 	for id, owner := range s.forkOwner {
 		if s.seqs[owner.id] != owner || !slices.Contains(owner.forks, id) || s.seqs[id] != nil {
 			return fmt.Errorf("sched: pending fork %d of sequence %d is inconsistent", id, owner.id)
@@ -58,6 +63,13 @@ func (s *Scheduler) verify() error {
 				return fmt.Errorf("sched: plan %d: sequence %d scheduled twice or with %d tokens", p.Step, e.ID, len(e.Tokens))
 			}
 			seen[e.ID] = true
+			if e.NumDraft > 0 {
+				q := e.seq
+				live := s.seqs[e.ID] == q && q.running && q.numComputed == e.Start
+				if len(e.Tokens) != 1+e.NumDraft || !e.Sample || len(e.Forks) > 0 || live && e.Start+1 != len(q.tokens) {
+					return fmt.Errorf("sched: plan %d: sequence %d verifies %d draft tokens in %d tokens at %d", p.Step, e.ID, e.NumDraft, len(e.Tokens), e.Start)
+				}
+			}
 			if len(e.Blocks) < s.pool.BlocksFor(e.Start+len(e.Tokens)) {
 				return fmt.Errorf("sched: plan %d: sequence %d has %d blocks for %d tokens", p.Step, e.ID, len(e.Blocks), e.Start+len(e.Tokens))
 			}

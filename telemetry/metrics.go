@@ -52,6 +52,7 @@ type Metrics struct {
 	gen        prometheus.Counter
 	finished   *prometheus.CounterVec
 	step       *stepSeries
+	spec       *specSeries
 }
 
 // NewMetrics builds the series and a registry holding them together with
@@ -93,6 +94,7 @@ func NewMetrics() *Metrics {
 		finished: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trigon_request_success_total",
 			Help: "Finished choices by finish reason (stop, length, abort, error)."}, []string{"finish_reason"}),
 		step: newStepSeries(),
+		spec: newSpecSeries(),
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -101,6 +103,7 @@ func NewMetrics() *Metrics {
 		m.pcHits, m.pcQuery, m.preempt, m.ahead, m.prompt, m.gen, m.finished,
 	)
 	m.reg.MustRegister(m.step.collectors()...)
+	m.reg.MustRegister(m.spec.collectors()...)
 	// Pre-create the usual reasons so dashboards see zeros, not gaps.
 	for _, r := range []string{"stop", "length", "abort", "error"} {
 		m.finished.WithLabelValues(r)

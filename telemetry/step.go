@@ -36,7 +36,9 @@ var IterationTokenBuckets = []float64{1, 8, 16, 32, 64, 128, 256, 512, 1024, 204
 // StepKind is what an engine step computes, by shape: in a decode step
 // every sequence computes one token, in a prefill step every sequence
 // computes more than one (prompt chunks, or the recomputation of a
-// preempted sequence), and a mixed step has both.
+// preempted sequence), and a mixed step has both. A verify step is one in
+// which some sequence verifies draft tokens (speculative decoding),
+// whatever else it carries.
 type StepKind uint8
 
 // Step kinds, the values of the "kind" label.
@@ -44,6 +46,7 @@ const (
 	StepDecode StepKind = iota
 	StepPrefill
 	StepMixed
+	StepVerify
 	numStepKinds
 )
 
@@ -55,6 +58,8 @@ func (k StepKind) String() string {
 		return "prefill"
 	case StepMixed:
 		return "mixed"
+	case StepVerify:
+		return "verify"
 	}
 	return "unknown"
 }
@@ -95,7 +100,8 @@ func newStepSeries() *stepSeries {
 		hostVec: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: StepHostMetric,
 			Help: "Engine step time spent by the step loop on the host (scheduling, packing and launching, " +
 				"host-side sampling, detokenizing, stop checks, handing events to the streams), between two steps' " +
-				"results, less the time it waited for the device. By step kind (decode, prefill, mixed) and mode " +
+				"results, less the time it waited for the device. By step kind (decode, prefill, mixed, verify: " +
+				"speculative decoding's target step) and mode " +
 				"(graph: the step replayed a captured graph; eager).",
 			Buckets: StepBuckets}, labels),
 		devVec: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: StepDeviceMetric,

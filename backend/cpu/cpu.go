@@ -59,6 +59,9 @@ type Backend struct {
 	// kMins and kSums are gemmK's scratch: the weight's sub-block mins,
 	// x's scaled block sums and their product.
 	kMins, kSums []float32
+	// xf8 holds x rows quantized to e4m3 and decoded back, the activations
+	// of the F8E4M3Row products (wquant.go; grown on demand).
+	xf8 []float32
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -139,6 +142,8 @@ func validDType(dt backend.DType) bool {
 	case backend.F32, backend.F16, backend.BF16, backend.Q8_0, backend.Q4_0, backend.I32, backend.F8E4M3, backend.I8, backend.U4:
 		return true
 	case backend.Q4_K, backend.Q5_K, backend.Q6_K:
+		return true
+	case backend.AWQ4G32, backend.AWQ4G64, backend.AWQ4G128, backend.F8E4M3Row:
 		return true
 	}
 	return false

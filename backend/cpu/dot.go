@@ -40,6 +40,10 @@ func fusedDot(dt backend.DType) func(x []float32, w []byte) float32 {
 		return dotQ8
 	case backend.Q4_0:
 		return dotQ4
+	case backend.AWQ4G32, backend.AWQ4G64, backend.AWQ4G128:
+		return dotAWQ4(backend.AWQGroup(dt))
+	case backend.F8E4M3Row:
+		return dotF8Row
 	}
 	return func(x []float32, w []byte) float32 { return dot(x, bytesAs[float32](w)) }
 }

@@ -36,7 +36,7 @@ const xBlockBytes = 256 << 10
 //
 //	out  [n, outFeatures] F32
 //	x    [n, inFeatures] F32
-//	w    [outFeatures, inFeatures] F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K or Q6_K
+//	w    [outFeatures, inFeatures] F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, AWQ4_G* or F8_E4M3_ROW
 //	bias [outFeatures] F32, F16 or BF16, or nil
 func (b *Backend) MatMul(out, x, w, bias backend.Tensor) error {
 	const op = "matmul"
@@ -73,6 +73,9 @@ func (b *Backend) MatMul(out, x, w, bias backend.Tensor) error {
 	}
 
 	xs, os := xt.f32(), o.f32()
+	if wt.dt == backend.F8E4M3Row {
+		xs = b.quantizeActF8(xs, n, inF)
+	}
 	rowBytes := wt.rowBytes()
 	if n < fusedMaxRows {
 		// Decode: each weight row meets at most a few x rows, so converting

@@ -34,11 +34,11 @@ func (b *Backend) RoPEStoreKV(a backend.RoPEArgs) error {
 // on the batch shape and MaxSeqLen, so a fixed-shape launch can be graph
 // captured; see attn_decode.go); sequences with more take the tensor-core
 // prefill kernel, which includes earlier cache contents (prefix-cached
-// context). Both read the block tables directly. The caches must be BF16 and headDim one of
-// attnHeadDims.
+// context). Both read the block tables directly. The caches are BF16, or
+// FP8/INT8 (kvformat.go), and headDim one of attnHeadDims.
 //
 //	Out, Q      [numTokens, numHeads*headDim] BF16
-//	KCache      [numBlocks, numKVHeads, blockSize, headDim] as a.KV says, BF16 (VCache alike)
+//	KCache      [numBlocks, numKVHeads, blockSize, headDim] as a.KV says (VCache alike; scales in a.KVAux)
 //	BlockTables [numSeqs, maxBlocksPerSeq] I32
 //	SeqLens     [numSeqs] I32; QueryStart [numSeqs+1] I32
 func (b *Backend) Attention(a backend.AttentionArgs) error {
@@ -71,9 +71,14 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 	if err != nil {
 		return err
 	}
+	ksc, vsc, err := b.kvScales(op, a.KV, a.KVAux)
+	if err != nil {
+		return err
+	}
 	checked := a
 	checked.Out, checked.Q, checked.KCache, checked.VCache = out, q, kc, vc
 	checked.BlockTables, checked.SeqLens, checked.QueryStart = bt, sl, qs
+	checked.KVAux.KScale, checked.KVAux.VScale = orNil(ksc), orNil(vsc)
 	dims, err := backend.CheckAttention(checked)
 	if err != nil {
 		return opErr(err)
@@ -88,9 +93,9 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 	if s > 65535 || a.MaxSeqLen <= 0 || a.MaxSeqLen > maxInt32 || a.SlidingWindow > maxInt32 {
 		return backend.ShapeError("cuda: "+op, "args", "NumSeqs %d, MaxSeqLen %d, SlidingWindow %d: want at most 65535 sequences and 0 < MaxSeqLen <= 2^31-1", s, a.MaxSeqLen, a.SlidingWindow)
 	}
-	// The kernels read a BF16 cache and BF16 Q and write BF16 Out.
-	if a.KV.DType != backend.BF16 {
-		return backend.ShapeError("cuda: "+op, "KV", "%v: the attention kernels read BF16 caches only", a.KV)
+	// The kernels read BF16 (or FP8/INT8) caches and BF16 Q and write BF16 Out.
+	if a.KV.DType != backend.BF16 && a.KV.Scales == backend.KVNoScales {
+		return backend.ShapeError("cuda: "+op, "KV", "%v: the attention kernels read BF16, FP8 or INT8 caches only", a.KV)
 	}
 	for _, c := range []struct {
 		name string
@@ -109,7 +114,10 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 	numBlocks, maxBlocks := dims.NumBlocks, dims.MaxBlocksPerSeq
 	// The modules are specialised on the KV format (kernels/kv.cuh): the
 	// spec, which CheckAttention matched against the pools, names it.
-	dp := b.planDecode(s, h, kvh, d, a.KV, a.MaxSeqLen)
+	dp, err := b.planDecode(s, h, kvh, d, a.KV, a.MaxSeqLen)
+	if err != nil {
+		return err
+	}
 	scale := f32bits(a.Scale * math.Log2E)
 	// A sequence has at most min(MaxSeqLen, n) query rows. When there are
 	// no more rows than sequences, almost surely every one is a decode row:
@@ -151,7 +159,7 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 			}
 			defer b.tmpPut(part)
 		}
-		decArgs := []uint64{out.ptr, part, q.ptr, kc.ptr, vc.ptr,
+		decArgs := []uint64{out.ptr, part, q.ptr, kc.ptr, vc.ptr, ptrOf(ksc), ptrOf(vsc),
 			bt.ptr, i32(maxBlocks), sl.ptr, qs.ptr, i32(h), i32(kvh), i32(h / kvh), i32(dp.nsplit), scale,
 			i32(a.SlidingWindow), i32(numBlocks), i32(n), i32(a.MaxSeqLen), i32(decodeOnly), b.errDev}
 		if err := b.launch(dec, dp.grid, 128, dp.smem, decArgs...); err != nil {
@@ -173,7 +181,7 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 		if err != nil {
 			return err
 		}
-		return b.launch(pre, preGrid, preThreads, preSmem, out.ptr, q.ptr, kc.ptr, vc.ptr, bt.ptr, i32(maxBlocks),
+		return b.launch(pre, preGrid, preThreads, preSmem, out.ptr, q.ptr, kc.ptr, vc.ptr, ptrOf(ksc), ptrOf(vsc), bt.ptr, i32(maxBlocks),
 			sl.ptr, qs.ptr, i32(h), i32(kvh), scale, i32(a.SlidingWindow), i32(numBlocks), i32(n), i32(a.MaxSeqLen), b.errDev)
 	})
 }
@@ -379,7 +387,7 @@ func (c prefillConfig) spec(d int, kv backend.KVSpec) modSpec {
 	if c.qInRegs {
 		qr = 1
 	}
-	return modSpec{file: "attn_prefill", p: [7]int{d, kv.BlockSize, int(kv.DType), c.rows, c.keys, c.warps, qr}}
+	return modSpec{file: "attn_prefill", p: [8]int{d, kv.BlockSize, int(kv.DType), c.rows, c.keys, c.warps, qr, kvGroup(kv)}}
 }
 
 // smem is the dynamic shared memory of the tiling for head dim d, as
@@ -407,10 +415,10 @@ const (
 
 // prefillWGSpec is the wgmma prefill module for head dim d over caches of
 // format kv, where the target allows it: wgmma needs sm_90a SASS, and the
-// kernel takes head dims 64 and 128. Elsewhere prefill runs
-// attn_prefill's mma.sync kernel.
+// kernel takes head dims 64 and 128 over BF16 caches. Elsewhere prefill
+// runs attn_prefill's mma.sync kernel.
 func (b *Backend) prefillWGSpec(d int, kv backend.KVSpec) (modSpec, bool) {
-	if b.comp == nil || b.comp.arch != "sm_90a" || (d != 64 && d != 128) {
+	if b.comp == nil || b.comp.arch != "sm_90a" || (d != 64 && d != 128) || kv.Scales != backend.KVNoScales {
 		return modSpec{}, false
 	}
 	return prefillWGModule(d, kv), true
@@ -420,7 +428,7 @@ func (b *Backend) prefillWGSpec(d int, kv backend.KVSpec) (modSpec, bool) {
 // of format kv, whatever the target (the warm list compiles it for every
 // one: below sm_90a its kernel traps).
 func prefillWGModule(d int, kv backend.KVSpec) modSpec {
-	return modSpec{file: "attn_prefill_wg", p: [7]int{d, kv.BlockSize, int(kv.DType)}}
+	return modSpec{file: "attn_prefill_wg", p: [8]int{d, kv.BlockSize, int(kv.DType)}}
 }
 
 // prefillWGSmem is the wgmma kernel's dynamic shared memory at head dim

@@ -33,18 +33,26 @@ type decodePlan struct {
 
 // planDecode picks the decode kernel, its grid and split count for s
 // sequences of h query and kvh KV heads of d dims, caches of format kv and
-// contexts up to maxSeqLen.
-func (b *Backend) planDecode(s, h, kvh, d int, kv backend.KVSpec, maxSeqLen int) decodePlan {
+// contexts up to maxSeqLen. Quantized caches have the tensor-core kernel
+// only: where it cannot run, the plan is an error.
+func (b *Backend) planDecode(s, h, kvh, d int, kv backend.KVSpec, maxSeqLen int) (decodePlan, error) {
 	g := h / kvh
-	if st, ok := decodeMMAStages(b.cc, d, b.tune.decodeStages); ok {
+	stages := b.tune.decodeStages
+	if kv.Scales != backend.KVNoScales && stages == 0 {
+		stages = defaultDecodeStages
+	}
+	if st, ok := decodeMMAStages(b.cc, d, kv, stages); ok {
 		chunks := (g + 15) / 16 // blocks per KV head: 16 query heads each
 		units := s * kvh * chunks
-		n := b.decodeMMASplits(units, maxSeqLen, decodeMMAPerSM(b.cc, d, st))
+		n := b.decodeMMASplits(units, maxSeqLen, decodeMMAPerSM(b.cc, d, kv, st))
 		return decodePlan{
 			mod:    decodeMMAModule(d, kv, st),
 			decode: "attn_decode_mma", combine: "attn_decode_combine",
-			grid: [3]int{s, kvh * chunks, n}, smem: decodeMMASmem(d, st), nsplit: n,
-		}
+			grid: [3]int{s, kvh * chunks, n}, smem: decodeMMASmem(d, kv, st), nsplit: n,
+		}, nil
+	}
+	if kv.Scales != backend.KVNoScales {
+		return decodePlan{}, backend.ShapeError("cuda: attention", "KV", "%v at head dim %d: the tensor-core decode kernel does not fit this GPU's shared memory, and only it reads quantized caches", kv, d)
 	}
 	// The CUDA-core kernel: a block takes gc query heads, the largest of
 	// 8, 4, 2 dividing the group.
@@ -60,27 +68,38 @@ func (b *Backend) planDecode(s, h, kvh, d int, kv backend.KVSpec, maxSeqLen int)
 		mod:    decodeCoreModule(d, kv, gc, b.tune.decodeUnroll),
 		decode: "attn_decode", combine: "attn_combine",
 		grid: [3]int{s, kvh * (g / gc), n}, nsplit: n,
-	}
+	}, nil
 }
 
 // decodeMMAModule is attn_decode_mma's module for head dim d over caches
 // of format kv with an st-slot ring.
 func decodeMMAModule(d int, kv backend.KVSpec, st int) modSpec {
-	return modSpec{file: "attn_decode", p: [7]int{d, kv.BlockSize, int(kv.DType), st}}
+	return modSpec{file: "attn_decode", p: [8]int{d, kv.BlockSize, int(kv.DType), st, kvGroup(kv)}}
 }
 
 // decodeCoreModule is the CUDA-core decode module (attention.cu) for head
 // dim d over caches of format kv, gc query heads a block and ur warp steps
 // whose loads are issued together.
 func decodeCoreModule(d int, kv backend.KVSpec, gc, ur int) modSpec {
-	return modSpec{file: "attention", p: [7]int{d, kv.BlockSize, int(kv.DType), gc, ur}}
+	return modSpec{file: "attention", p: [8]int{d, kv.BlockSize, int(kv.DType), gc, ur}}
 }
 
-// decodeMMASmem is attn_decode_mma's dynamic shared memory for head dim d
-// and st stages, as kernels/attn_decode.cu lays it out: the query tile and
-// per warp st slots of a K and a V tile, 16 rows of d+8 bf16 each.
-func decodeMMASmem(d, st int) int {
-	return (d + 8) * 2 * decodeTile * (1 + 2*decodeNW*st)
+// decodeMMASmem is attn_decode_mma's dynamic shared memory for head dim d,
+// caches of format kv and st stages, as kernels/attn_decode.cu lays it
+// out: the query tile (16 rows of d+8 bf16), then per warp st slots of a
+// K and a V tile of 16 such rows; for a quantized cache per warp one
+// staging tile of such rows and st slots of the stored K and V rows and
+// their scales.
+func decodeMMASmem(d int, kv backend.KVSpec, st int) int {
+	tile := (d + 8) * 2 * decodeTile // bytes of one bf16 K or V tile
+	if kv.Scales == backend.KVNoScales {
+		return tile * (1 + 2*decodeNW*st)
+	}
+	slot := 2 * decodeTile * d // 1-byte elements
+	if kv.Scales == backend.KVScaleGroups {
+		slot += 2 * decodeTile * (d / kv.GroupSize) * 2
+	}
+	return tile + decodeNW*(tile+st*slot)
 }
 
 // decodeMMAStaticSmem is attn_decode_mma's static shared memory: the
@@ -107,13 +126,13 @@ func smemLimits(cc int) (perSM, perBlock int) {
 // fewer (down to 2) where the shared memory of a block does not allow it.
 // ok is false where the tensor-core kernel cannot run (stages 0, GPUs
 // before sm_80, or not even two stages fit).
-func decodeMMAStages(cc, d, stages int) (st int, ok bool) {
+func decodeMMAStages(cc, d int, kv backend.KVSpec, stages int) (st int, ok bool) {
 	if stages == 0 || cc < 80 {
 		return 0, false
 	}
 	_, perBlock := smemLimits(cc)
 	for st = stages; st >= 2; st-- {
-		if decodeMMASmem(d, st)+decodeMMAStaticSmem(st) <= perBlock {
+		if decodeMMASmem(d, kv, st)+decodeMMAStaticSmem(st) <= perBlock {
 			return st, true
 		}
 	}
@@ -121,10 +140,14 @@ func decodeMMAStages(cc, d, stages int) (st int, ok bool) {
 }
 
 // decodeMMAMinBlocks mirrors MIN_BLOCKS in kernels/attn_decode.cu: the
-// blocks per SM its register budget is compiled for.
-func decodeMMAMinBlocks(d int) int {
+// blocks per SM its register budget is compiled for at head dim d over
+// caches of format kv with st stages.
+func decodeMMAMinBlocks(d int, kv backend.KVSpec, st int) int {
+	quant := kv.Scales != backend.KVNoScales
 	switch {
-	case d <= 64:
+	case quant && d <= 128 && st <= 2:
+		return 4
+	case d <= 64 || (quant && d <= 128):
 		return 3
 	case d <= 128:
 		return 2
@@ -135,10 +158,10 @@ func decodeMMAMinBlocks(d int) int {
 // decodeMMAPerSM is how many attn_decode_mma blocks fit on one SM: as
 // many as the shared memory holds (1 KB of it is reserved per block), but
 // no more than the register budget is known to allow.
-func decodeMMAPerSM(cc, d, st int) int {
+func decodeMMAPerSM(cc, d int, kv backend.KVSpec, st int) int {
 	perSM, _ := smemLimits(cc)
-	bySmem := perSM / (decodeMMASmem(d, st) + decodeMMAStaticSmem(st) + 1<<10)
-	return max(1, min(bySmem, decodeMMAMinBlocks(d)))
+	bySmem := perSM / (decodeMMASmem(d, kv, st) + decodeMMAStaticSmem(st) + 1<<10)
+	return max(1, min(bySmem, decodeMMAMinBlocks(d, kv, st)))
 }
 
 // decodeMMASplits picks how many pieces each decode row's context is cut

@@ -158,6 +158,10 @@ func attentionCases() []attnCase {
 		{"mixed_gqa2_d16", 4, 2, 16, []seqSpec{{70, 1}, {102, 40}, {5, 5}}, 0, 0, 0},
 		{"mixed_gqa4_d256", 8, 2, 256, []seqSpec{{300, 1}, {129, 65}}, 0, 0, 0},
 		{"decode_many_seqs", 16, 8, 128, []seqSpec{{3, 1}, {700, 1}, {1, 1}, {64, 1}, {65, 1}, {1500, 1}, {999, 1}, {2, 1}, {128, 1}}, 0, 0, 0},
+		// Speculative decoding's verify steps: every sequence 1+k rows
+		// over a cached context, k even or not.
+		{"verify_k4_gqa4_d128", 32, 8, 128, []seqSpec{{1000, 5}, {300, 5}, {6, 5}, {2049, 5}}, 0, 0, 0},
+		{"verify_uneven_gqa2_d32", 10, 5, 32, []seqSpec{{500, 5}, {40, 2}, {129, 4}, {7, 1}}, 0, 0, 0},
 		// attn_prefill: row counts that are not multiples of its tiles
 		// (128 rows, 64 at d=256) and span several, cached prefixes
 		// (ctx > q), windows narrower and wider than a key tile, d 16 to
@@ -331,7 +335,7 @@ func TestPrefillWGSelect(t *testing.T) {
 		if ok != tc.want {
 			t.Errorf("%s d=%d: wgmma kernel %v, want %v", tc.arch, tc.d, ok, tc.want)
 		}
-		if ok && (spec.file != "attn_prefill_wg" || spec.p != [7]int{tc.d, 32, dtBF16} || len(spec.defines()) != 3) {
+		if ok && (spec.file != "attn_prefill_wg" || spec.p != [8]int{tc.d, 32, dtBF16} || len(spec.defines()) != 3) {
 			t.Errorf("%s d=%d: module %v", tc.arch, tc.d, spec)
 		}
 	}
@@ -385,7 +389,7 @@ func TestPrefillTiling(t *testing.T) {
 		if want := 2*stage + c.rows*(d+8)*2; !c.qInRegs && smem != want {
 			t.Errorf("d=%d: %d bytes, want %d", d, smem, want)
 		}
-		if s := c.spec(d, backend.PlainKV(backend.BF16, 32)); s.file != "attn_prefill" || len(s.defines()) != 7 || s.p[1] != 32 || s.p[2] != dtBF16 {
+		if s := c.spec(d, backend.PlainKV(backend.BF16, 32)); s.file != "attn_prefill" || len(s.defines()) != 8 || s.p[1] != 32 || s.p[2] != dtBF16 || s.p[7] != 0 {
 			t.Errorf("d=%d: module %v", d, s)
 		}
 	}
@@ -406,6 +410,9 @@ type attnCase struct {
 	stages        int
 	defaultDecode bool // run only the default decode kernel: the case is about prefill
 	maxSplits     int  // Tuning.DecodeMaxSplits; 0: the default
+	// spec is a quantized cache format (its block size is bs's); zero:
+	// a BF16 cache of normal values.
+	spec backend.KVSpec
 	// arch is the target the case's kernels are compiled for (backendWith;
 	// "" the device's); set, the case's name carries it.
 	arch string
@@ -421,7 +428,8 @@ func testAttentionCase(t *testing.T, tc attnCase) {
 		bs = 16
 	}
 	stages := []int{tc.stages}
-	if tc.stages == 0 && !tc.defaultDecode {
+	quant := tc.spec.Scales != 0 && tc.spec.Scales != backend.KVNoScales
+	if tc.stages == 0 && !tc.defaultDecode && !quant {
 		for _, s := range tc.seqs {
 			if s.q == 1 {
 				stages = append(stages, -1)
@@ -481,25 +489,38 @@ func testAttentionCase(t *testing.T, tc attnCase) {
 				n := rows + tc.padRows
 				cshape := []int{numBlocks, tc.kv, bs, tc.d}
 				cells := numBlocks * tc.kv * bs * tc.d
-				ck, gk := p.same(backend.BF16, cshape, encode(backend.BF16, p.normal(cells, 1)))
-				cv, gv := p.same(backend.BF16, cshape, encode(backend.BF16, p.normal(cells, 1)))
+				spec := backend.PlainKV(backend.BF16, bs)
+				var ck, gk, cv, gv backend.Tensor
+				var caux, gaux backend.KVAux
+				if quant {
+					spec = tc.spec
+					spec.BlockSize = bs
+					ck, gk, cv, gv, caux, gaux = p.quantCaches(spec, numBlocks, tc.kv, tc.d)
+				} else {
+					ck, gk = p.same(backend.BF16, cshape, encode(backend.BF16, p.normal(cells, 1)))
+					cv, gv = p.same(backend.BF16, cshape, encode(backend.BF16, p.normal(cells, 1)))
+				}
 				cq, gq := p.act(backend.BF16, []int{n, tc.h * tc.d}, p.normal(n*tc.h*tc.d, 1))
 				cbt, gbt := p.same(backend.I32, []int{ns, maxBlocks}, i32Bytes(tables))
 				csl, gsl := p.same(backend.I32, []int{ns}, i32Bytes(lens))
 				cqs, gqs := p.same(backend.I32, []int{ns + 1}, i32Bytes(starts))
 				co, gout := p.cpuOut(n, tc.h*tc.d), p.poisoned(backend.BF16, n, tc.h*tc.d)
-				args := func(out, q, k, v, bt, sl, qs backend.Tensor) backend.AttentionArgs {
-					return backend.AttentionArgs{Out: out, Q: q, KCache: k, VCache: v, KV: kvOf(k), BlockTables: bt, SeqLens: sl, QueryStart: qs,
+				args := func(out, q, k, v, bt, sl, qs backend.Tensor, aux backend.KVAux) backend.AttentionArgs {
+					return backend.AttentionArgs{Out: out, Q: q, KCache: k, VCache: v, KV: spec, KVAux: aux, BlockTables: bt, SeqLens: sl, QueryStart: qs,
 						NumSeqs: ns, MaxSeqLen: maxLen, MaxQueryLen: maxQ, NumHeads: tc.h, NumKVHeads: tc.kv, HeadDim: tc.d,
 						Scale: float32(1 / math.Sqrt(float64(tc.d))), SlidingWindow: tc.window}
 				}
-				p.must("cpu", p.c.Attention(args(co, cq, ck, cv, cbt, csl, cqs)))
-				p.must("gpu", p.g.Attention(args(gout, gq, gk, gv, gbt, gsl, gqs)))
+				p.must("cpu", p.c.Attention(args(co, cq, ck, cv, cbt, csl, cqs, caux)))
+				p.must("gpu", p.g.Attention(args(gout, gq, gk, gv, gbt, gsl, gqs, gaux)))
 				p.must("sync", p.g.Sync())
 				got, want := read(t, p.g, gout), read(t, p.c, co)
 				w := tc.h * tc.d
+				tol := bf16Tol
+				if quant {
+					tol = quantAttnTol
+				}
 				e, err := relErr(got[:rows*w], want[:rows*w])
-				if err != nil || e > bf16Tol {
+				if err != nil || e > tol {
 					// Say which sequences are off before failing.
 					for i, s := range tc.seqs {
 						lo, hi := int(starts[i])*w, int(starts[i+1])*w
@@ -507,7 +528,7 @@ func testAttentionCase(t *testing.T, tc attnCase) {
 						t.Logf("sequence %d (ctx %d, %d rows): relative error %.3g %v", i, s.ctx, s.q, se, serr)
 					}
 				}
-				p.expectClose("attention", got[:rows*w], want[:rows*w], bf16Tol)
+				p.expectClose("attention", got[:rows*w], want[:rows*w], tol)
 				for i, v := range got[rows*w:] {
 					if !math.IsNaN(float64(v)) {
 						t.Fatalf("padding row %d was written", rows+i/w)
@@ -654,29 +675,46 @@ func TestDecodePlan(t *testing.T) {
 		cc, sms, stages        int
 		seqs, h, kv, d, maxLen int
 		wantMMA                bool
+		spec                   backend.KVSpec // zero: BF16, 16-token blocks
+		wantErr                bool
 	}{
-		{90, 132, 3, 4, 32, 8, 128, 2048, true},
-		{90, 132, 3, 1, 32, 8, 128, 8192, true},
-		{90, 132, 3, 64, 32, 8, 128, 2048, true},
-		{90, 132, 3, 4, 32, 8, 128, 32768, true},
-		{90, 132, 3, 3, 10, 5, 64, 300, true},
-		{90, 132, 4, 2, 16, 2, 256, 5000, true},
-		{90, 132, 3, 1, 32, 1, 64, 100, true},
-		{90, 132, 3, 200, 8, 8, 128, 40, true},
-		{80, 108, 3, 4, 32, 8, 128, 2048, true},
-		{86, 84, 3, 4, 32, 8, 128, 2048, true},  // two stages fit in 99 KB
-		{86, 84, 3, 4, 16, 8, 256, 2048, false}, // not even two
-		{75, 40, 3, 4, 32, 8, 128, 2048, false}, // no bf16 mma
-		{90, 132, -1, 4, 32, 8, 128, 2048, false},
+		{90, 132, 3, 4, 32, 8, 128, 2048, true, backend.KVSpec{}, false},
+		{90, 132, 3, 1, 32, 8, 128, 8192, true, backend.KVSpec{}, false},
+		{90, 132, 3, 64, 32, 8, 128, 2048, true, backend.KVSpec{}, false},
+		{90, 132, 3, 4, 32, 8, 128, 32768, true, backend.KVSpec{}, false},
+		{90, 132, 3, 3, 10, 5, 64, 300, true, backend.KVSpec{}, false},
+		{90, 132, 4, 2, 16, 2, 256, 5000, true, backend.KVSpec{}, false},
+		{90, 132, 3, 1, 32, 1, 64, 100, true, backend.KVSpec{}, false},
+		{90, 132, 3, 200, 8, 8, 128, 40, true, backend.KVSpec{}, false},
+		{80, 108, 3, 4, 32, 8, 128, 2048, true, backend.KVSpec{}, false},
+		{86, 84, 3, 4, 32, 8, 128, 2048, true, backend.KVSpec{}, false},  // two stages fit in 99 KB
+		{86, 84, 3, 4, 16, 8, 256, 2048, false, backend.KVSpec{}, false}, // not even two
+		{75, 40, 3, 4, 32, 8, 128, 2048, false, backend.KVSpec{}, false}, // no bf16 mma
+		{90, 132, -1, 4, 32, 8, 128, 2048, false, backend.KVSpec{}, false},
+		// Quantized caches: the tensor-core kernel only, whatever the tuning.
+		{90, 132, 3, 16, 32, 8, 128, 32768, true, backend.Int8KV(16, 32), false},
+		{90, 132, 3, 4, 32, 8, 128, 2048, true, backend.FP8KV(16), false},
+		{90, 132, -1, 4, 32, 8, 128, 2048, true, backend.Int8KV(16, 8), false},
+		{90, 132, 4, 2, 16, 2, 256, 5000, true, backend.Int8KV(16, 128), false},
+		{86, 84, 3, 4, 16, 8, 256, 2048, false, backend.Int8KV(16, 32), true},
 	} {
-		t.Run(fmt.Sprintf("sm%d_st%d_b%d_h%d_kv%d_d%d_ctx%d", tc.cc, tc.stages, tc.seqs, tc.h, tc.kv, tc.d, tc.maxLen), func(t *testing.T) {
+		kv := tc.spec
+		if kv.BlockSize == 0 {
+			kv = backend.PlainKV(backend.BF16, 16)
+		}
+		t.Run(fmt.Sprintf("sm%d_st%d_b%d_h%d_kv%d_d%d_ctx%d_%s", tc.cc, tc.stages, tc.seqs, tc.h, tc.kv, tc.d, tc.maxLen, kv.Name()), func(t *testing.T) {
 			tune, err := Tuning{DecodeStages: tc.stages}.resolve()
 			if err != nil {
 				t.Fatal(err)
 			}
 			b := &Backend{cc: tc.cc, sms: tc.sms, tune: tune}
-			kv := backend.PlainKV(backend.BF16, 16)
-			p := b.planDecode(tc.seqs, tc.h, tc.kv, tc.d, kv, tc.maxLen)
+			p, err := b.planDecode(tc.seqs, tc.h, tc.kv, tc.d, kv, tc.maxLen)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("plan error %v, want an error: %v", err, tc.wantErr)
+			}
+			if err != nil {
+				return
+			}
 			t.Logf("%+v", p)
 			// Both kernels are specialised on the KV format: block size
 			// and dtype after the head dim (fileParams).
@@ -697,11 +735,11 @@ func TestDecodePlan(t *testing.T) {
 				t.Errorf("grid y %d, want %d (16 query heads per block)", p.grid[1], want)
 			}
 			st := p.mod.p[3]
-			if st < 2 || st > tc.stages || p.mod.file != "attn_decode" {
+			if st < 2 || st > max(tc.stages, defaultDecodeStages) || p.mod.file != "attn_decode" || p.mod.p[4] != kvGroup(kv) {
 				t.Errorf("module %v", p.mod)
 			}
 			_, perBlock := smemLimits(tc.cc)
-			if p.smem != decodeMMASmem(tc.d, st) || p.smem+decodeMMAStaticSmem(st) > perBlock {
+			if p.smem != decodeMMASmem(tc.d, kv, st) || p.smem+decodeMMAStaticSmem(st) > perBlock {
 				t.Errorf("%d bytes of shared memory, block limit %d", p.smem, perBlock)
 			}
 			tiles := (tc.maxLen + decodeTile - 1) / decodeTile
@@ -709,7 +747,7 @@ func TestDecodePlan(t *testing.T) {
 				t.Errorf("%d splits of %d tiles leave a warp without one", p.nsplit, tiles)
 			}
 			units := p.grid[0] * p.grid[1]
-			slots := decodeMMAPerSM(tc.cc, tc.d, st) * tc.sms
+			slots := decodeMMAPerSM(tc.cc, tc.d, kv, st) * tc.sms
 			// Time in units of an unsplit block: waves of resident blocks
 			// over splits. No allowed count may beat the choice by 3%.
 			limit := max(1, min(tune.decodeMaxSplits, tiles/decodeNW))

@@ -140,6 +140,10 @@ type Backend struct {
 	marks   stepClock // MarkStep's events
 	errFlag pinned
 	errDev  uint64
+	// fp8Scan is rope_store_kv's scan buffer for FP8 caches: 2*fp8ScanHeads
+	// maxima and a block counter, zero between launches (the scan's last
+	// block zeroes what it used).
+	fp8Scan uint64
 	// argmaxCount is argmax_rows's per-row counters ([argmaxRows] u32,
 	// zero between launches; attn.go).
 	argmaxCount uint64
@@ -152,6 +156,7 @@ type Backend struct {
 	reads    [backend.MaxAsyncReads]asyncRead
 	ringNext int
 	blas     blas
+	f8       f8State // FP8 GEMM plans (wquant.go)
 	shadows  map[shadowKey]uint64
 	deferred error
 	// capturing is set while the stream records a graph (CUDA thread);
@@ -289,6 +294,13 @@ func (b *Backend) init() error {
 	if b.stage, err = b.hostAlloc(stageBytes, 0); err != nil {
 		return err
 	}
+	const scanBytes = (2*fp8ScanHeads + 1) * 4
+	if b.fp8Scan, err = b.pool.get(scanBytes); err != nil {
+		return err
+	}
+	if err := d.check("cuMemsetD8Async", d.call(d.cuMemsetD8Async, uintptr(b.fp8Scan), 0, scanBytes, b.stream)); err != nil {
+		return err
+	}
 	for i := range b.ring {
 		if b.ring[i].mem, err = b.hostAlloc(ringSlotBytes, cuMemHostAllocDeviceMap|cuMemHostAllocPortable); err != nil {
 			return err
@@ -379,6 +391,7 @@ func (b *Backend) teardown() {
 		d.call(d.cuStreamSynchronize, b.stream)
 	}
 	if b.blas.lib != nil {
+		b.f8.close(b.blas.lib)
 		b.blas.close()
 	}
 	for _, m := range b.mods {

@@ -204,36 +204,103 @@ func BenchmarkAttentionDecode(b *testing.B) {
 	}
 }
 
+// BenchmarkAttentionDecodeQuant is BenchmarkAttentionDecode over each KV
+// format at the quantized cache's issue shapes (batch 16 at 32k, batch 4
+// at 2k), reporting the format's bytes (values and scales) per second,
+// at ring depths 2 to 4 (Tuning.DecodeStages; 3 is the default).
+func BenchmarkAttentionDecodeQuant(b *testing.B) {
+	for _, spec := range []backend.KVSpec{backend.PlainKV(backend.BF16, 16), backend.FP8KV(16), backend.Int8KV(16, 32)} {
+		for _, s := range []struct{ seqs, ctx int }{{16, 32768}, {4, 2048}} {
+			for _, st := range []int{2, 3, 4} {
+				b.Run(fmt.Sprintf("%s_b%d_ctx%d_stages%d", spec.Name(), s.seqs, s.ctx, st), func(b *testing.B) {
+					benchDecodeAttentionKV(b, backendWith(b, Tuning{DecodeStages: st}, ""), spec, s.seqs, s.ctx)
+				})
+			}
+		}
+	}
+}
+
 // benchDecodeAttention times decode attention of seqs sequences of ctx
 // tokens with Llama-3-8B's heads from a graph that cycles over enough
 // cache copies to leave L2, reporting KV bytes read per second.
 func benchDecodeAttention(b *testing.B, g *Backend, seqs, ctx int) {
-	const h, kv, d, bs = 32, 8, 128, 16
+	benchDecodeAttentionKV(b, g, backend.PlainKV(backend.BF16, 16), seqs, ctx)
+}
+
+// benchDecodeAttentionKV is benchDecodeAttention over caches of format
+// spec (random bytes: a quantized cache's values and scales are read, not
+// interpreted, by the cost).
+func benchDecodeAttentionKV(b *testing.B, g *Backend, spec backend.KVSpec, seqs, ctx int) {
+	const h, kv, d = 32, 8, 128
+	bs := spec.BlockSize
 	nbPer := (ctx + bs - 1) / bs
 	numBlocks := seqs*nbPer + 1
-	kvBytes := seqs * ctx * kv * d * 2 * 2
+	kvBytes := seqs * nbPer * spec.LayerBlockBytes(kv, d)
 	copies := min(4, max(1, (128<<20+kvBytes-1)/kvBytes))
+	ksh, vsh, sdt := spec.ScaleShapes(numBlocks, kv, d)
 	var ks, vs []backend.Tensor
+	var aux []backend.KVAux
+	var all []backend.Tensor
 	for range copies {
-		ks = append(ks, randomBF16(b, g, 1, numBlocks, kv, bs, d))
-		vs = append(vs, randomBF16(b, g, 1, numBlocks, kv, bs, d))
+		k, v := randomBF16(b, g, 1, numBlocks, kv, bs, d), randomBF16(b, g, 1, numBlocks, kv, bs, d)
+		if spec.Scales != backend.KVNoScales {
+			// Reinterpret the bytes of the first half of a BF16 pool as the
+			// 1-byte values, and small positive scales.
+			k, v = g.reinterpret(b, k, spec.DType, numBlocks, kv, bs, d), g.reinterpret(b, v, spec.DType, numBlocks, kv, bs, d)
+			a := backend.KVAux{KScale: constTensor(b, g, sdt, ksh, 0.01), VScale: constTensor(b, g, sdt, vsh, 0.01)}
+			aux = append(aux, a)
+			all = append(all, a.KScale, a.VScale)
+		} else {
+			aux = append(aux, backend.KVAux{})
+		}
+		ks, vs = append(ks, k), append(vs, v)
+		all = append(all, k, v)
 	}
 	q := randomBF16(b, g, 1, seqs, h*d)
 	out, _ := g.Alloc(backend.BF16, seqs, h*d)
 	bt, sl, qs := benchBatch(b, g, seqs, ctx, 1, nbPer, numBlocks, 3)
 	defer func() {
-		for _, t := range append(append(ks, vs...), q, out, bt, sl, qs) {
+		for _, t := range append(all, q, out, bt, sl, qs) {
 			g.Free(t)
 		}
 	}()
-	args := backend.AttentionArgs{Out: out, Q: q, KV: kvOf(ks[0]), BlockTables: bt, SeqLens: sl, QueryStart: qs, NumSeqs: seqs,
+	args := backend.AttentionArgs{Out: out, Q: q, KV: spec, BlockTables: bt, SeqLens: sl, QueryStart: qs, NumSeqs: seqs,
 		MaxSeqLen: ctx, MaxQueryLen: 1, NumHeads: h, NumKVHeads: kv, HeadDim: d, Scale: float32(1 / math.Sqrt(d))}
 	next := 0
 	timeGraphOps(b, g, float64(kvBytes), 4*copies, func() error {
 		next = (next + 1) % copies
-		args.KCache, args.VCache = ks[next], vs[next]
+		args.KCache, args.VCache, args.KVAux = ks[next], vs[next], aux[next]
 		return g.Attention(args)
 	})
+}
+
+// reinterpret is a view of t's first bytes as a [shape] tensor of dtype dt
+// (1-byte KV values), sharing t's memory.
+func (g *Backend) reinterpret(b *testing.B, t backend.Tensor, dt backend.DType, shape ...int) backend.Tensor {
+	b.Helper()
+	ct := t.(*tensor)
+	n, err := dt.Bytes(shape)
+	if err != nil || n > ct.bytes {
+		b.Fatalf("reinterpret %v%v as %v%v: %v", ct.dt, ct.shape, dt, shape, err)
+	}
+	v := *ct
+	v.dt, v.shape, v.bytes = dt, shape, n
+	return &v
+}
+
+// constTensor uploads a [shape] tensor of dtype dt (F16 or F32) holding v.
+func constTensor(b *testing.B, g *Backend, dt backend.DType, shape []int, v float32) backend.Tensor {
+	b.Helper()
+	n, _ := backend.NumElements(shape)
+	vals := make([]float32, n)
+	for i := range vals {
+		vals[i] = v
+	}
+	t, err := g.Upload(dt, shape, encode(dt, vals))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return t
 }
 
 // benchBatch uploads the attention metadata of seqs sequences of ctx
@@ -436,7 +503,7 @@ func normPrefetch(g *Backend, out, x, res, w, pf backend.Tensor, pfBytes int) er
 		}
 	}
 	rows, dim := ts[1].shape[0], ts[1].shape[1]
-	k := fnKey{modSpec{file: "norm", p: [7]int{dtBF16, dtBF16, dtBF16}}, "add_rmsnorm"}
+	k := fnKey{modSpec{file: "norm", p: [8]int{dtBF16, dtBF16, dtBF16}}, "add_rmsnorm"}
 	pfBytes = min(pfBytes, ts[4].bytes)
 	return g.post(func() error {
 		return g.addRMSNorm(k, rows, normThreads(dim, rows), ts[0], ts[1], ts[2], ts[3], dim, 1e-5, 1, ts[4].ptr, pfBytes)

@@ -76,7 +76,7 @@ func TestKernelsCompile(t *testing.T) {
 		// than sm_90a since WarmKernels builds it for every target, are
 		// the ones a change breaks unseen otherwise);
 		// TRIGON_TEST_ALL_KERNELS=1 compiles every one.
-		specs = []modSpec{{file: "embed", p: [7]int{dtBF16, dtBF16}}, {file: "rope", p: [7]int{64, 16, dtBF16, dtBF16, dtBF16}},
+		specs = []modSpec{{file: "embed", p: [8]int{dtBF16, dtBF16}}, {file: "rope", p: [8]int{64, 16, dtBF16, dtBF16, dtBF16}},
 			bulkConfigs[0].spec(1, dtBF16), prefillWGModule(128, backend.PlainKV(backend.BF16, 16))}
 	}
 	for _, s := range specs {
@@ -101,10 +101,13 @@ func TestKernelsCompile(t *testing.T) {
 
 // TestKVReadersRefuseOtherFormats builds every reader module for an F32
 // cache and expects kv.cuh's static check to refuse it (the kernels
-// read BF16 caches only), and the writer (rope) to build for one.
+// read BF16 caches, and some FP8 and INT8 ones), and the writer (rope) to
+// build for one; the BF16-only readers refuse an INT8 cache, and the
+// quantized readers and the writer build for FP8 and INT8.
 func TestKVReadersRefuseOtherFormats(t *testing.T) {
 	c := testCompiler(t, "")
 	f32 := backend.PlainKV(backend.F32, 16)
+	i8, f8 := backend.Int8KV(16, 32), backend.FP8KV(16)
 	for _, tc := range []struct {
 		s      modSpec
 		refuse bool
@@ -113,14 +116,22 @@ func TestKVReadersRefuseOtherFormats(t *testing.T) {
 		{decodeMMAModule(64, f32, 2), true},
 		{prefillTiling(64).spec(64, f32), true},
 		{prefillWGModule(64, f32), true},
-		{modSpec{file: "rope", p: [7]int{64, f32.BlockSize, dtBF16, int(f32.DType), dtBF16}}, false},
+		{ropeModule(64, f32, backend.BF16, backend.BF16), false},
+		{decodeCoreModule(64, i8, 1, 2), true},
+		{prefillWGModule(64, i8), true},
+		{decodeMMAModule(64, i8, 2), false},
+		{prefillTiling(64).spec(64, i8), false},
+		{ropeModule(64, i8, backend.BF16, backend.BF16), false},
+		{decodeMMAModule(64, f8, 2), false},
+		{prefillTiling(64).spec(64, f8), false},
+		{ropeModule(64, f8, backend.BF16, backend.F32), false},
 	} {
 		t.Run(tc.s.String(), func(t *testing.T) {
 			t.Parallel()
 			_, _, err := c.build(tc.s, true)
 			switch {
-			case tc.refuse && (err == nil || !strings.Contains(err.Error(), "reads BF16 KV caches only")):
-				t.Errorf("err %v, want kv.cuh's BF16-only error", err)
+			case tc.refuse && (err == nil || !strings.Contains(err.Error(), "reads BF16")):
+				t.Errorf("err %v, want kv.cuh's format error", err)
 			case !tc.refuse && err != nil:
 				t.Errorf("%v", err)
 			}
@@ -133,7 +144,7 @@ func TestKVReadersRefuseOtherFormats(t *testing.T) {
 func TestKernelCacheCorrupt(t *testing.T) {
 	dir := t.TempDir()
 	c := testCompiler(t, dir)
-	s := modSpec{file: "embed", p: [7]int{dtBF16, dtBF16}}
+	s := modSpec{file: "embed", p: [8]int{dtBF16, dtBF16}}
 	want, _, err := c.build(s, false)
 	if err != nil {
 		t.Fatal(err)

@@ -110,7 +110,7 @@ func (b *Backend) runMatMulAdd(p *addPlan) error {
 	if err != nil {
 		return err
 	}
-	f, err := b.fn(fnKey{modSpec{file: "gemv", p: [7]int{(n + 7) / 8, c.nw, c.ur, dtBF16}}, "gemv_add_bf16"})
+	f, err := b.fn(fnKey{modSpec{file: "gemv", p: [8]int{(n + 7) / 8, c.nw, c.ur, dtBF16}}, "gemv_add_bf16"})
 	if err != nil {
 		return err
 	}

@@ -29,7 +29,7 @@ func (c bulkConfig) smem() int { return c.st * c.stageBytes() }
 
 // spec is the module of variant c for n x rows and output dtype ot.
 func (c bulkConfig) spec(n, ot int) modSpec {
-	return modSpec{file: "gemv_bulk", p: [7]int{(n + 7) / 8, c.cw, c.ck, c.st, ot, c.mb}}
+	return modSpec{file: "gemv_bulk", p: [8]int{(n + 7) / 8, c.cw, c.ck, c.st, ot, c.mb}}
 }
 
 // tag names the variant in test and benchmark names: w8_c1024_s2, and

@@ -21,20 +21,23 @@ var kernelFS embed.FS
 // fileParams names, per kernel file, the -D constants a module of that
 // file is specialised with, in the order of modSpec.p. The files that
 // include kernels/kv.cuh take the KV format's dtype as KV_DT and its
-// block size as BS (both from the backend.KVSpec of the call).
+// block size as BS (both from the backend.KVSpec of the call); those that
+// read or write quantized caches also its int8 channel group as KV_G
+// (kvGroup).
 var fileParams = map[string][]string{
 	"embed":           {"TT", "OT"},
 	"norm":            {"XT", "OT", "WT"},
 	"act":             {"IT", "OT"},
-	"rope":            {"HD", "BS", "QT", "KV_DT", "NT"},
+	"rope":            {"HD", "BS", "QT", "KV_DT", "NT", "KV_G"},
 	"attention":       {"HD", "BS", "KV_DT", "GC", "UR"},
-	"attn_prefill":    {"HD", "BS", "KV_DT", "BM", "BN", "NW", "QR"},
+	"attn_prefill":    {"HD", "BS", "KV_DT", "BM", "BN", "NW", "QR", "KV_G"},
 	"attn_prefill_wg": {"HD", "BS", "KV_DT"},
-	"attn_decode":     {"HD", "BS", "KV_DT", "ST"},
+	"attn_decode":     {"HD", "BS", "KV_DT", "ST", "KV_G"},
 	"sample":          {},
 	"copy":            {},
 	"quant":           {"WT", "OT"},
 	"kquant":          {"WT", "OT"},
+	"wquant":          {"WT", "OT", "NT"},
 	"gemv":            {"NT", "NW", "UR", "OT"},
 	"gemv_bulk":       {"NT", "CW", "CK", "ST", "OT", "MB"},
 }
@@ -48,7 +51,7 @@ var fileParams = map[string][]string{
 // the file's constants.
 type modSpec struct {
 	file string
-	p    [7]int
+	p    [8]int
 }
 
 func (s modSpec) defines() []string {
@@ -270,33 +273,33 @@ func warmSpecs(t tuning) []modSpec {
 	bf, f32 := int(dtBF16), int(dtF32)
 	kv := backend.PlainKV(backend.BF16, 16)
 	specs := []modSpec{
-		{file: "embed", p: [7]int{bf, bf}},
-		{file: "embed", p: [7]int{int(dtQ8_0), bf}},
-		{file: "embed", p: [7]int{int(dtQ4_0), bf}},
-		{file: "norm", p: [7]int{bf, bf, bf}},
-		{file: "norm", p: [7]int{bf, bf, f32}},
-		{file: "act", p: [7]int{bf, bf}},
-		{file: "act", p: [7]int{f32, bf}},
-		{file: "act", p: [7]int{bf, f32}},
+		{file: "embed", p: [8]int{bf, bf}},
+		{file: "embed", p: [8]int{int(dtQ8_0), bf}},
+		{file: "embed", p: [8]int{int(dtQ4_0), bf}},
+		{file: "norm", p: [8]int{bf, bf, bf}},
+		{file: "norm", p: [8]int{bf, bf, f32}},
+		{file: "act", p: [8]int{bf, bf}},
+		{file: "act", p: [8]int{f32, bf}},
+		{file: "act", p: [8]int{bf, f32}},
 		{file: "sample"},
 		{file: "copy"},
-		{file: "quant", p: [7]int{int(dtQ8_0), bf}},
-		{file: "quant", p: [7]int{int(dtQ4_0), bf}},
-		{file: "quant", p: [7]int{int(dtQ8_0), f32}},
+		{file: "quant", p: [8]int{int(dtQ8_0), bf}},
+		{file: "quant", p: [8]int{int(dtQ4_0), bf}},
+		{file: "quant", p: [8]int{int(dtQ8_0), f32}},
 		// Q4_K_M files: Q4_K matrices, a Q6_K LM head (or embedding).
-		{file: "kquant", p: [7]int{int(backend.Q4_K), bf}},
-		{file: "kquant", p: [7]int{int(backend.Q6_K), bf}},
-		{file: "kquant", p: [7]int{int(backend.Q6_K), f32}},
-		{file: "embed", p: [7]int{int(backend.Q4_K), bf}},
-		{file: "embed", p: [7]int{int(backend.Q6_K), bf}},
+		{file: "kquant", p: [8]int{int(backend.Q4_K), bf}},
+		{file: "kquant", p: [8]int{int(backend.Q6_K), bf}},
+		{file: "kquant", p: [8]int{int(backend.Q6_K), f32}},
+		{file: "embed", p: [8]int{int(backend.Q4_K), bf}},
+		{file: "embed", p: [8]int{int(backend.Q6_K), bf}},
 	}
 	// The GEMV variants the decode tuner times: one and two 8-row tiles,
 	// BF16 out; one tile with F32 out (logits).
 	for _, c := range gemvConfigs {
 		specs = append(specs,
-			modSpec{file: "gemv", p: [7]int{1, c.nw, c.ur, bf}},
-			modSpec{file: "gemv", p: [7]int{2, c.nw, c.ur, bf}},
-			modSpec{file: "gemv", p: [7]int{1, c.nw, c.ur, f32}})
+			modSpec{file: "gemv", p: [8]int{1, c.nw, c.ur, bf}},
+			modSpec{file: "gemv", p: [8]int{2, c.nw, c.ur, bf}},
+			modSpec{file: "gemv", p: [8]int{1, c.nw, c.ur, f32}})
 	}
 	// The bulk-copy GEMV variants (sm_90 kernels, compiled for every
 	// architecture: their bodies trap below sm_90, where no launch goes).
@@ -305,13 +308,13 @@ func warmSpecs(t tuning) []modSpec {
 	}
 	for _, hd := range []int{64, 128} {
 		specs = append(specs,
-			modSpec{file: "rope", p: [7]int{hd, kv.BlockSize, bf, int(kv.DType), bf}},
-			modSpec{file: "rope", p: [7]int{hd, kv.BlockSize, bf, int(kv.DType), f32}})
+			ropeModule(hd, kv, backend.BF16, backend.BF16),
+			ropeModule(hd, kv, backend.BF16, backend.F32))
 		for _, gc := range []int{1, 2, 4, 8} {
 			specs = append(specs, decodeCoreModule(hd, kv, gc, t.decodeUnroll))
 		}
 		specs = append(specs, prefillTiling(hd).spec(hd, kv), prefillWGModule(hd, kv))
-		if st, ok := decodeMMAStages(90, hd, t.decodeStages); ok {
+		if st, ok := decodeMMAStages(90, hd, kv, t.decodeStages); ok {
 			specs = append(specs, decodeMMAModule(hd, kv, st))
 		}
 	}

@@ -282,6 +282,12 @@ func (h *lowerHarness) parseOp(line string) (backend.Op, error) {
 		op.Kind, op.Out, op.X, op.W, op.Bias = backend.OpMatMul, t("out0"), t("in0"), t("w"), t("bias")
 	case "silu_mul":
 		op.Kind, op.Out, op.X = backend.OpSiLUMul, t("out0"), t("in0")
+	case "all_reduce": // in place, "all_reduce t <- t"; lowering runs nothing, so no communicator
+		out, in := t("out0"), t("in0")
+		if err == nil && out != in {
+			err = fmt.Errorf("all_reduce is in place: its out must be its in")
+		}
+		op.Kind, op.X = backend.OpAllReduce, in
 	case "rope_store_kv":
 		op.Kind = backend.OpRoPEStoreKV
 		a := &op.RoPE

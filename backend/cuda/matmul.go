@@ -30,12 +30,13 @@ type shadowKey struct {
 // weight's size again). Q8_0/Q4_0 and K-quant weights stay quantized:
 // batches of up to 8 rows use a dequantizing GEMV kernel (quant.cu,
 // kquant.cu), larger ones dequantize into a pooled BF16 temporary for
-// cuBLASLt. x of another float dtype is converted
-// to BF16 in a temporary. The bias is added by a small kernel.
+// cuBLASLt. x of another float dtype is converted to BF16 in a
+// temporary. AWQ4 and F8E4M3Row weights: wquant.go. The bias is added by
+// a small kernel.
 //
 //	out  [n, outFeatures] BF16 or F32
 //	x    [n, inFeatures] BF16 (F32, F16 converted)
-//	w    [outFeatures, inFeatures] F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K
+//	w    [outFeatures, inFeatures] F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, AWQ4_G*, F8_E4M3_ROW
 //	bias [outFeatures] F32, F16, BF16, or nil
 func (b *Backend) MatMul(out, x, w, bias backend.Tensor) error {
 	const op = "matmul"
@@ -122,7 +123,7 @@ func (b *Backend) matmul(o, xt, wt, bt *tensor, n, m, k int, pristine bool) erro
 			file, gemv, dequant = "kquant", "kgemv", "kdequant"
 		}
 		if n <= qgemvMaxRows {
-			f, err := b.fn(fnKey{modSpec{file: file, p: [7]int{int(wt.dt), int(o.dt)}}, gemv})
+			f, err := b.fn(fnKey{modSpec{file: file, p: [8]int{int(wt.dt), int(o.dt)}}, gemv})
 			if err != nil {
 				return err
 			}
@@ -135,7 +136,7 @@ func (b *Backend) matmul(o, xt, wt, bt *tensor, n, m, k int, pristine bool) erro
 				return err
 			}
 			defer b.tmpPut(tmp)
-			f, err := b.fn(fnKey{modSpec{file: file, p: [7]int{int(wt.dt), int(o.dt)}}, dequant})
+			f, err := b.fn(fnKey{modSpec{file: file, p: [8]int{int(wt.dt), int(o.dt)}}, dequant})
 			if err != nil {
 				return err
 			}
@@ -150,11 +151,15 @@ func (b *Backend) matmul(o, xt, wt, bt *tensor, n, m, k int, pristine bool) erro
 				return err
 			}
 		}
+	case backend.AWQ4G32, backend.AWQ4G64, backend.AWQ4G128, backend.F8E4M3Row:
+		if err := b.matmulWQ(o, wt, xptr, n, m, k); err != nil {
+			return err
+		}
 	default:
 		return fmt.Errorf("cuda: matmul: weight dtype %v", wt.dt)
 	}
 	if bt != nil {
-		f, err := b.fn(fnKey{modSpec{file: "act", p: [7]int{int(bt.dt), int(o.dt)}}, "add_bias"})
+		f, err := b.fn(fnKey{modSpec{file: "act", p: [8]int{int(bt.dt), int(o.dt)}}, "add_bias"})
 		if err != nil {
 			return err
 		}
@@ -270,7 +275,7 @@ func (b *Backend) gemvCallPDL(c gemvConfig, y uint64, yt int, x, w uint64, n, m,
 	if yt == cudaR32F {
 		ot = int(dtF32)
 	}
-	f, err := b.fn(fnKey{modSpec{file: "gemv", p: [7]int{(n + 7) / 8, c.nw, c.ur, ot}}, "gemv_bf16"})
+	f, err := b.fn(fnKey{modSpec{file: "gemv", p: [8]int{(n + 7) / 8, c.nw, c.ur, ot}}, "gemv_bf16"})
 	if err != nil {
 		return err
 	}

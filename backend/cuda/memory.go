@@ -142,7 +142,9 @@ func (b *Backend) tensorOf(op, name string, t backend.Tensor) (*tensor, error) {
 
 func validDType(dt backend.DType) bool {
 	switch dt {
-	case backend.F32, backend.F16, backend.BF16, backend.Q8_0, backend.Q4_0, backend.I32:
+	case backend.F32, backend.F16, backend.BF16, backend.Q8_0, backend.Q4_0, backend.I32, backend.F8E4M3, backend.I8, backend.U4:
+		return true
+	case backend.AWQ4G32, backend.AWQ4G64, backend.AWQ4G128, backend.F8E4M3Row:
 		return true
 	case backend.Q4_K, backend.Q5_K, backend.Q6_K:
 		return true

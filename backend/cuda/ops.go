@@ -84,13 +84,13 @@ func (b *Backend) Embed(out, table, ids backend.Tensor) error {
 	if rows > maxInt32 || dim > maxInt32 {
 		return backend.ShapeError("cuda: "+op, "table", "%v exceeds int32 indexing", tt.shape)
 	}
-	k := fnKey{modSpec{file: "embed", p: [7]int{int(tt.dt), int(o.dt)}}, "embed"}
+	k := fnKey{modSpec{file: "embed", p: [8]int{int(tt.dt), int(o.dt)}}, "embed"}
 	return b.post(func() error {
 		f, err := b.fn(k)
 		if err != nil {
 			return err
 		}
-		return b.launch(f, [3]int{n, 1, 1}, 256, 0, o.ptr, tt.ptr, it.ptr, i32(dim), i32(rows), b.errDev)
+		return b.launch(f, [3]int{n, 1, 1}, 256, 0, o.ptr, tt.ptr, it.ptr, i32(dim), i32(rows), b.errDev, 0, 0)
 	})
 }
 
@@ -155,7 +155,7 @@ func (b *Backend) addRMSNormOp(out, x, residual, weight backend.Tensor, eps floa
 		return backend.ShapeError("cuda: "+op, "x", "dim %d exceeds int32", dim)
 	}
 	threads := normThreads(dim, rows)
-	k := fnKey{modSpec{file: "norm", p: [7]int{int(xt.dt), int(o.dt), int(wt.dt)}}, "add_rmsnorm"}
+	k := fnKey{modSpec{file: "norm", p: [8]int{int(xt.dt), int(o.dt), int(wt.dt)}}, "add_rmsnorm"}
 	hasRes := 0
 	if rt != nil {
 		hasRes = 1
@@ -234,7 +234,7 @@ func (b *Backend) SiLUMul(out, gateUp backend.Tensor) error {
 	if n > maxInt32 || 2*inter > maxInt32 {
 		return backend.ShapeError("cuda: "+op, "gateUp", "%v exceeds int32", g.shape)
 	}
-	k := fnKey{modSpec{file: "act", p: [7]int{int(g.dt), int(o.dt)}}, "silu_mul"}
+	k := fnKey{modSpec{file: "act", p: [8]int{int(g.dt), int(o.dt)}}, "silu_mul"}
 	grid := [3]int{b.gridFor(n * inter), 1, 1}
 	if g.dt == backend.BF16 && o.dt == backend.BF16 && inter%8 == 0 && (o.ptr|g.ptr)%16 == 0 {
 		// silu_mul_v8: a thread takes two 8-element chunks of a row, and
@@ -256,7 +256,7 @@ func (b *Backend) SiLUMul(out, gateUp backend.Tensor) error {
 // convert queues dst = src (count elements, dtype conversion on the fly).
 // CUDA thread only.
 func (b *Backend) convert(dst uint64, dt backend.DType, src uint64, st backend.DType, count int) error {
-	f, err := b.fn(fnKey{modSpec{file: "act", p: [7]int{int(st), int(dt)}}, "convert"})
+	f, err := b.fn(fnKey{modSpec{file: "act", p: [8]int{int(st), int(dt)}}, "convert"})
 	if err != nil {
 		return err
 	}
@@ -284,7 +284,7 @@ func (b *Backend) FillNormal(t backend.Tensor, seed uint64, mean, std float32) e
 	if err != nil {
 		return fmt.Errorf("cuda: %s: %w", op, err)
 	}
-	k := fnKey{modSpec{file: "act", p: [7]int{int(x.dt), int(x.dt)}}, "fill_normal"}
+	k := fnKey{modSpec{file: "act", p: [8]int{int(x.dt), int(x.dt)}}, "fill_normal"}
 	if err := b.post(func() error {
 		f, err := b.fn(k)
 		if err != nil {

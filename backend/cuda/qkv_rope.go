@@ -155,7 +155,7 @@ func (b *Backend) qkvRoPE(xt, wt, bt *tensor, r ropeOps, k int, earlyW, early bo
 			return err
 		}
 		if bt != nil {
-			f, err := b.fn(fnKey{modSpec{file: "act", p: [7]int{int(backend.F32), int(backend.BF16)}}, "add_bias"})
+			f, err := b.fn(fnKey{modSpec{file: "act", p: [8]int{int(backend.F32), int(backend.BF16)}}, "add_bias"})
 			if err != nil {
 				return err
 			}
@@ -172,7 +172,7 @@ func (b *Backend) qkvRoPE(xt, wt, bt *tensor, r ropeOps, k int, earlyW, early bo
 // (F32 [m], else 0) it is added to the projection. early: the next kernel
 // may launch at this one's start. CUDA thread only.
 func (b *Backend) qkvRoPECall(c gemvConfig, x, w uint64, r ropeOps, k int, earlyW, early bool, bias uint64) error {
-	f, err := b.fn(fnKey{modSpec{file: "gemv", p: [7]int{(r.n + 7) / 8, c.nw, c.ur, dtBF16}}, "qkv_rope_bf16"})
+	f, err := b.fn(fnKey{modSpec{file: "gemv", p: [8]int{(r.n + 7) / 8, c.nw, c.ur, dtBF16}}, "qkv_rope_bf16"})
 	if err != nil {
 		return err
 	}
@@ -186,6 +186,7 @@ func (b *Backend) qkvRoPECall(c gemvConfig, x, w uint64, r ropeOps, k int, early
 // launches rope_store_kv on them.
 type ropeOps struct {
 	q, qkv, pos, slots, kc, vc, invf *tensor
+	ksc, vsc                         *tensor // the caches' scales; nil for unquantized caches
 	qn, kn                           *tensor // nil: no norm
 	nt                               backend.DType
 	kv                               backend.KVSpec // the caches' format (dtype, block size)
@@ -217,10 +218,14 @@ func (b *Backend) ropeOperands(a backend.RoPEArgs) (ropeOps, error) {
 	if r.kn, err = b.optTensorOf(op, "KNorm", a.KNorm); err != nil {
 		return r, err
 	}
+	if r.ksc, r.vsc, err = b.kvScales(op, a.KV, a.KVAux); err != nil {
+		return r, err
+	}
 	checked := a
 	checked.Q, checked.QKV, checked.Positions, checked.SlotMapping = r.q, r.qkv, r.pos, r.slots
 	checked.KCache, checked.VCache, checked.InvFreq = r.kc, r.vc, r.invf
 	checked.QNorm, checked.KNorm = orNil(r.qn), orNil(r.kn)
+	checked.KVAux.KScale, checked.KVAux.VScale = orNil(r.ksc), orNil(r.vsc)
 	dims, err := backend.CheckRoPEStoreKV(checked)
 	if err != nil {
 		return r, opErr(err)
@@ -231,6 +236,9 @@ func (b *Backend) ropeOperands(a backend.RoPEArgs) (ropeOps, error) {
 	// blocks of eight.
 	if d > 1024 || h+kvh > 65535*4 {
 		return r, backend.ShapeError("cuda: "+op, "heads", "NumHeads %d, NumKVHeads %d, HeadDim %d: want HeadDim <= 1024 and at most %d heads", h, kvh, d, 65535*4)
+	}
+	if a.KV.Scales == backend.KVScalePerHead && kvh > fp8ScanHeads {
+		return r, backend.ShapeError("cuda: "+op, "heads", "NumKVHeads %d: an FP8 cache's scale pass takes at most %d", kvh, fp8ScanHeads)
 	}
 	r.h, r.kvh, r.d, r.n = h, kvh, d, dims.NumTokens
 	// The kernel is specialised on one activation dtype (Q and QKV) and
@@ -268,16 +276,42 @@ func (b *Backend) ropeStore(r ropeOps) error { return b.ropeStorePDL(r, false) }
 // ropeStorePDL is ropeStore, launched with launchPDL when site is set.
 // CUDA thread only.
 func (b *Backend) ropeStorePDL(r ropeOps, site bool) error {
-	f, err := b.fn(fnKey{modSpec{file: "rope", p: [7]int{r.d, r.kv.BlockSize, int(r.qkv.dt), int(r.kv.DType), int(r.nt)}}, "rope_store_kv"})
+	f, err := b.fn(fnKey{ropeModule(r.d, r.kv, r.qkv.dt, r.nt), "rope_store_kv"})
 	if err != nil {
 		return err
 	}
 	const tokensPerWarp, headsPerBlock = 2, 8 // TPW and HPB of kernels/rope.cu
 	grid := [3]int{(r.n + tokensPerWarp - 1) / tokensPerWarp, (r.h + r.kvh + headsPerBlock - 1) / headsPerBlock, 1}
-	args := [...]uint64{r.q.ptr, r.qkv.ptr, r.pos.ptr, r.slots.ptr, r.kc.ptr, r.vc.ptr, r.invf.ptr,
-		ptrOf(r.qn), ptrOf(r.kn), f32bits(r.eps), i32(r.h), i32(r.kvh), i32(r.numSlots), b.errDev, i32(r.n)}
+	args := [...]uint64{r.q.ptr, r.qkv.ptr, r.pos.ptr, r.slots.ptr, r.kc.ptr, r.vc.ptr, ptrOf(r.ksc), ptrOf(r.vsc), r.invf.ptr,
+		ptrOf(r.qn), ptrOf(r.kn), f32bits(r.eps), i32(r.h), i32(r.kvh), i32(r.numSlots), b.errDev, i32(r.n), 0}
+	if r.kv.Scales == backend.KVScalePerHead {
+		// The scan pass first: it sets the scales still unset (dynamic
+		// FP8) from this call's tokens, and returns at once when every
+		// head has its scale. Both passes are plain stream launches, so a
+		// decode graph captures them like any other.
+		scan := args
+		scan[len(scan)-1] = b.fp8Scan
+		if err := b.launch(f, grid, headsPerBlock*32, 0, scan[:]...); err != nil {
+			return err
+		}
+	}
 	if site {
 		return b.launchPDL(f, grid, headsPerBlock*32, 0, args[:]...)
 	}
 	return b.launch(f, grid, headsPerBlock*32, 0, args[:]...)
+}
+
+// ropeModule is rope_store_kv's module for head dim d, caches of format
+// kv, QKV and Q of dtype qt and norm weights of dtype nt.
+func ropeModule(d int, kv backend.KVSpec, qt, nt backend.DType) modSpec {
+	return modSpec{file: "rope", p: [8]int{d, kv.BlockSize, int(qt), int(kv.DType), int(nt), kvGroup(kv)}}
+}
+
+// kvGroup is the KV_G constant of the modules over caches of format kv:
+// the int8 channel group, 0 for the other formats.
+func kvGroup(kv backend.KVSpec) int {
+	if kv.Scales == backend.KVScaleGroups {
+		return kv.GroupSize
+	}
+	return 0
 }

@@ -65,9 +65,14 @@ type tuning struct {
 	qkvGEMV         gemvConfig
 }
 
+// defaultDecodeStages is the tensor-core decode kernel's default ring
+// depth (Tuning.DecodeStages); quantized caches, which only that kernel
+// reads, use it when the tuning asks for the CUDA-core kernel.
+const defaultDecodeStages = 3
+
 // resolve checks t and returns it with the defaults filled in.
 func (t Tuning) resolve() (tuning, error) {
-	r := tuning{decodeStages: 3, decodeMaxSplits: 32, decodeWaves: 4, decodeUnroll: 2, gemvMargin: tuneMargin,
+	r := tuning{decodeStages: defaultDecodeStages, decodeMaxSplits: 32, decodeWaves: 4, decodeUnroll: 2, gemvMargin: tuneMargin,
 		tuneMaxRows: 64, normPrefetch: 12 << 20, qkvGEMV: gemvConfig{nw: 8, ur: 2}}
 	bad := func(field string, v any, want string) (tuning, error) {
 		return tuning{}, fmt.Errorf("cuda: Options.Tuning.%s %v: want %s", field, v, want)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/trigon-llm/trigon/backend"
 	"github.com/trigon-llm/trigon/bench"
+	"github.com/trigon-llm/trigon/engine"
 	"github.com/trigon-llm/trigon/kvcache"
 	"github.com/trigon-llm/trigon/model"
 )
@@ -36,12 +37,23 @@ var weightDTypes = map[string]backend.DType{
 	"q4_k": backend.Q4_K, "q5_k": backend.Q5_K, "q6_k": backend.Q6_K,
 }
 
+// quantDTypes are the --dtype values of bench latency made by quantizing
+// BF16 synthetic weights on the host (model.QuantizeWeights).
+var quantDTypes = map[string]backend.DType{
+	"awq4_g32": backend.AWQ4G32, "awq4_g64": backend.AWQ4G64, "awq4_g128": backend.AWQ4G128, "fp8": backend.F8E4M3Row,
+}
+
 // syntheticWeights makes the --arch, --dtype, --seed weights of a
 // benchmark; onDevice false hides their model.Filler (host generation).
 func syntheticWeights(arch, dtype string, seed uint64, onDevice bool) (model.Config, model.Weights, error) {
-	dt, ok := weightDTypes[strings.ToLower(dtype)]
+	key := strings.ToLower(dtype)
+	dt, ok := weightDTypes[key]
+	qdt, quant := quantDTypes[key]
+	if quant {
+		dt, ok, onDevice = backend.BF16, true, false
+	}
 	if !ok {
-		return model.Config{}, nil, fmt.Errorf("--dtype %q: want bf16, f16, f32, q8_0, q4_0, q4_k, q5_k or q6_k", dtype)
+		return model.Config{}, nil, fmt.Errorf("--dtype %q: want bf16, f16, f32, q8_0, q4_0, q4_k, q5_k, q6_k, awq4_g32, awq4_g64, awq4_g128 or fp8", dtype)
 	}
 	cfg, err := bench.Arch(arch)
 	if err != nil {
@@ -53,6 +65,14 @@ func syntheticWeights(arch, dtype string, seed uint64, onDevice bool) (model.Con
 	}
 	if !onDevice {
 		w = bench.HostOnly(w)
+	}
+	if quant {
+		q, err := model.QuantizeWeights(w, qdt)
+		if err != nil {
+			w.Close()
+			return model.Config{}, nil, err
+		}
+		w = q
 	}
 	return cfg, w, nil
 }
@@ -66,8 +86,9 @@ func benchLatencyCmd() *cobra.Command {
 	var seed uint64
 	var peakGBps float64
 	var asJSON, verbose, onDevice, queueAhead bool
-	var kvDType string
+	var kvDType, quantization string
 	var kvWindow int
+	var spec specFlag
 	cmd := &cobra.Command{
 		Use:   "latency",
 		Short: "Time prefill and decode steps of one batch",
@@ -89,6 +110,10 @@ func benchLatencyCmd() *cobra.Command {
 				source string
 				err    error
 			)
+			qdt, err := engine.QuantizationDType(quantization)
+			if err != nil {
+				return fmt.Errorf("--quantization: %w", err)
+			}
 			if modelPath != "" {
 				if cfg, _, w, err = model.OpenWeights(modelPath); err != nil {
 					return err
@@ -102,13 +127,33 @@ func benchLatencyCmd() *cobra.Command {
 				source = fmt.Sprintf("synthetic, seed %d", seed)
 				arch = bench.ArchLabel(arch)
 			}
+			if qdt != 0 {
+				q, err := model.QuantizeWeights(w, qdt)
+				if err != nil {
+					w.Close()
+					return err
+				}
+				w = q
+			}
 			defer w.Close()
-			b, err := df.open(newLogger(cmd.ErrOrStderr(), verbose))
+			b, tp, err := df.openRanks(newLogger(cmd.ErrOrStderr(), verbose))
 			if err != nil {
 				return err
 			}
-			if c, ok := b.(interface{ Close() error }); ok {
-				defer c.Close()
+			ranks := []backend.Backend{b}
+			var lo bench.LatencyOptions
+			if tp != nil {
+				ranks, lo.Ranks, lo.Comms, lo.Abort = tp.Backends, tp.Backends, tp.Comms, tp.Abort
+			}
+			for _, rb := range ranks {
+				if c, ok := rb.(interface{ Close() error }); ok {
+					defer c.Close()
+				}
+			}
+			for _, c := range lo.Comms { // destroyed before their backends (defers run last first)
+				if c, ok := c.(interface{ Close() error }); ok {
+					defer c.Close()
+				}
 			}
 			kvSpec, err := backend.ParseKVCacheDType(kvDType, b.ActDType(), kvcache.DefaultBlockSize)
 			if err != nil {
@@ -138,6 +183,8 @@ func benchLatencyCmd() *cobra.Command {
 					Warmup: warmup, Iters: iters, Seed: seed, CUDAGraphs: useGraphs, PeakBandwidth: peakGBps * 1e9,
 					SustainedProbe: sustained, KV: kvSpec,
 					ProfileSteps: profileSteps, NoQueueAhead: !queueAhead, StepTrace: stepTrace,
+					VerifyTokens: spec.cfg.NumSpeculativeTokens,
+					Ranks:        lo.Ranks, Comms: lo.Comms, Abort: lo.Abort,
 				})
 				if err != nil {
 					return err
@@ -162,10 +209,12 @@ func benchLatencyCmd() *cobra.Command {
 		},
 	}
 	df.register(cmd)
+	df.registerTP(cmd)
 	fl := cmd.Flags()
 	fl.StringVar(&arch, "arch", bench.ArchDefault, "architecture of the synthetic weights: a preset name or a config.json path")
 	fl.StringVarP(&modelPath, "model", "m", "", "time this checkpoint (HF directory or .gguf) instead of synthetic weights")
-	fl.StringVar(&dtype, "dtype", "bf16", "synthetic weight dtype: bf16, f16, f32, q8_0, q4_0, q4_k, q5_k or q6_k (not with --model)")
+	fl.StringVar(&dtype, "dtype", "bf16", "synthetic weight dtype: bf16, f16, f32, q8_0, q4_0, q4_k, q5_k, q6_k, or awq4_g32/awq4_g64/awq4_g128/fp8 (BF16 made on the host and quantized there, round to nearest) (not with --model)")
+	fl.StringVar(&quantization, "quantization", "none", quantizationUsage)
 	fl.IntVar(&batch, "batch", 1, "sequences decoded together")
 	fl.IntVar(&inputLen, "input-len", 512, "prompt tokens per sequence")
 	fl.IntVar(&outputLen, "output-len", 128, "generated tokens per sequence, the prefill's included")
@@ -182,6 +231,7 @@ func benchLatencyCmd() *cobra.Command {
 	fl.DurationVar(&sustained, "sustained-probe", 1500*time.Millisecond, "also run the prefill GEMM probe back to back this long and report the rate over its second half, under the device's power limit (0: off)")
 	fl.BoolVar(&stepTrace, "step-trace", false, "report every decode step's ITL in order (JSON) and, where the backend can, the device-timed interval between steps (device_step_ms), to tell the device's time from the host's")
 	registerKVFlags(cmd, &kvDType, &kvWindow)
+	registerSpecFlag(cmd, &spec, "here it times the target's verify step of num_speculative_tokens draft tokens per sequence against a decode step timed alike (no proposer runs)")
 	fl.IntVar(&profileSteps, "profile-steps", 0, "in the last iteration, bracket the prefill and this many decode steps for a profiler run with collection off (ncu --profile-from-start off)")
 	return cmd
 }

@@ -20,6 +20,7 @@ type deviceFlags struct {
 	device  string
 	threads int
 	gpu     int
+	tp      int // --tensor-parallel-size (registerTP)
 }
 
 func (f *deviceFlags) register(cmd *cobra.Command) {

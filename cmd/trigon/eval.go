@@ -71,7 +71,7 @@ func perplexityCmd() *cobra.Command {
 func greedyCmd() *cobra.Command {
 	var df deviceFlags
 	var modelPath, baseline string
-	var dtypes []string
+	var dtypes, others []string
 	var prompts, promptLen, tokens, kvWindow int
 	var asJSON bool
 	cmd := &cobra.Command{
@@ -81,7 +81,8 @@ func greedyCmd() *cobra.Command {
 			"continues each by --tokens greedy tokens (all prompts in one batch) with the --baseline KV\n" +
 			"cache and with each --kv-cache-dtype, and prints per format the mean share of positions\n" +
 			"before the first divergence from the baseline, the mean share of equal positions, and the\n" +
-			"prompts that never diverge.",
+			"prompts that never diverge. With --compare-models the other checkpoints (the same tokenizer:\n" +
+			"the model quantized, say) are compared against --model, all with the --baseline cache.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			win, err := kvWindowOption(kvWindow)
@@ -100,18 +101,23 @@ func greedyCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			run := func(dtype string) ([][]int32, error) {
+			runOn := func(path, dtype string) ([][]int32, error) {
 				out, err := eval.Greedy(b, path, ps, eval.GreedyOptions{Tokens: tokens, KVCacheDType: dtype, KVWindow: win})
 				if err != nil {
-					return nil, fmt.Errorf("--kv-cache-dtype %s: %w", dtype, err)
+					return nil, fmt.Errorf("%s, --kv-cache-dtype %s: %w", path, dtype, err)
 				}
 				return out, nil
+			}
+			run := func(dtype string) ([][]int32, error) { return runOn(path, dtype) }
+			if len(others) > 0 && !cmd.Flags().Changed("kv-cache-dtype") {
+				dtypes = nil // models only, unless formats are asked for too
 			}
 			base, err := run(baseline)
 			if err != nil {
 				return err
 			}
 			type row struct {
+				Model     string  `json:"model,omitempty"`
 				DType     string  `json:"kv_cache_dtype"`
 				Prefix    float64 `json:"prefix"`
 				Overall   float64 `json:"overall"`
@@ -139,6 +145,23 @@ func greedyCmd() *cobra.Command {
 						dt, 100*r.Prefix, 100*r.Overall, r.Identical, a.Prompts, r.Seconds)
 				}
 			}
+			for _, other := range others {
+				t0 := time.Now()
+				got, err := runOn(other, baseline)
+				if err != nil {
+					return err
+				}
+				a, err := eval.Compare(base, got)
+				if err != nil {
+					return err
+				}
+				r := row{Model: other, DType: baseline, Prefix: a.Prefix, Overall: a.Overall, Identical: a.Identical, Seconds: time.Since(t0).Seconds()}
+				rows = append(rows, r)
+				if !asJSON {
+					fmt.Fprintf(cmd.OutOrStdout(), "%s: before first divergence %6.2f%%, overall %6.2f%%, identical %d/%d (%.1fs)\n",
+						other, 100*r.Prefix, 100*r.Overall, r.Identical, a.Prompts, r.Seconds)
+				}
+			}
 			if asJSON {
 				return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{
 					"file": args[0], "model": path, "prompts": prompts, "prompt_len": promptLen, "tokens": tokens,
@@ -154,6 +177,7 @@ func greedyCmd() *cobra.Command {
 	cmd.Flags().IntVar(&promptLen, "prompt-len", 64, "tokens per prompt")
 	cmd.Flags().IntVar(&tokens, "tokens", 256, "greedy tokens per prompt")
 	cmd.Flags().StringVar(&baseline, "baseline", "bf16", "the KV cache format compared against")
+	cmd.Flags().StringSliceVar(&others, "compare-models", nil, "other checkpoints with --model's tokenizer (quantized copies, say) compared against --model with the --baseline cache; only these are compared unless --kv-cache-dtype is given too")
 	cmd.Flags().StringSliceVar(&dtypes, "kv-cache-dtype", []string{"fp8", "int8", "int4"}, "KV cache formats to compare (see eval perplexity)")
 	cmd.Flags().IntVar(&kvWindow, "kv-cache-window", backend.DefaultKVWindow, "int4 KV cache: the newest tokens of each sequence kept in bf16; "+
 		"0 keeps none (only each sequence's last, partial block)")

@@ -37,13 +37,17 @@ type modelFlags struct {
 	tokenizer  string
 	kvDType    string
 	kvWindow   int
+	quant      string
+	spec       specFlag
 	src        *modelSource // resolved once (source)
 }
 
 func (f *modelFlags) register(cmd *cobra.Command) {
 	f.deviceFlags.register(cmd)
+	f.deviceFlags.registerTP(cmd)
 	cmd.Flags().StringVarP(&f.model, "model", "m", "", "model: HF directory or .gguf file (default: the embedded Go-code model)")
-	cmd.Flags().IntVar(&f.maxContext, "max-context", 0, "cap the context length (0: the model's)")
+	cmd.Flags().IntVar(&f.maxContext, "max-model-len", 0, "cap the context length (0: the model's; also --max-context)")
+	cmd.Flags().IntVar(&f.maxContext, "max-context", 0, "same as --max-model-len")
 	cmd.Flags().IntVar(&f.maxSeqs, "max-seqs", 64, "most sequences running at once")
 	cmd.Flags().IntVar(&f.maxTokens, "max-num-batched-tokens", 0, "token budget of one engine step: decodes first, prefill chunks in the rest (0: measured at load so that a step takes about 150 ms on this backend, at most 2048; also --max-batched-tokens)")
 	// The older spelling still works (hidden).
@@ -58,8 +62,13 @@ func (f *modelFlags) register(cmd *cobra.Command) {
 		"(a preset: "+strings.Join(bench.ArchNames(), ", ")+"; an HF directory or config.json; a .gguf; none: the embedded model's), made on the device")
 	cmd.Flags().StringVar(&f.tokenizer, "tokenizer", "", "tokenizer to use instead of the model's: an HF directory (tokenizer.json) or a .gguf file")
 	registerKVFlags(cmd, &f.kvDType, &f.kvWindow)
+	cmd.Flags().StringVar(&f.quant, "quantization", "none", quantizationUsage)
+	registerSpecFlag(cmd, &f.spec, "off when not given (with it, --queue-ahead is off)")
 	cmd.Flags().BoolVar(&f.queueAhead, "queue-ahead", true, "queue each decode step on the device, fed the previous step's sampled tokens there, before they reach the host (steady decoding; requests sampled on the host are not; =false turns it off)")
 }
+
+// quantizationUsage is the help of --quantization (serve, run, bench latency).
+const quantizationUsage = "quantize an unquantized checkpoint's projections at load: fp8 (e4m3 weights, a scale per output feature; activations quantized per token at run time, as vLLM's dynamic FP8) or none; pre-quantized AWQ and FP8 checkpoints load as they are (docs/quantization.md)"
 
 // modelPath resolves --model, extracting the embedded default when empty.
 func (f *modelFlags) modelPath() (string, error) {
@@ -80,7 +89,7 @@ func (f *modelFlags) load(ctx context.Context, log *slog.Logger, metrics *teleme
 	if err != nil {
 		return nil, nil, err
 	}
-	b, err := f.open(log)
+	b, tp, err := f.openRanks(log)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -90,7 +99,7 @@ func (f *modelFlags) load(ctx context.Context, log *slog.Logger, metrics *teleme
 		Model: src.path, MaxContext: f.maxContext,
 		MaxSeqs: f.maxSeqs, MaxBatchedTokens: f.maxTokens, MaxQueue: f.maxQueue, KVBlocks: f.kvBlocks, KVMemory: f.kvMemory,
 		Metrics: metrics, Logger: log, QueueAhead: f.queueAhead, Tokenizer: src.tok,
-		KVCacheDType: f.kvDType, KVWindow: kvWindow,
+		KVCacheDType: f.kvDType, KVWindow: kvWindow, Speculative: f.spec.cfg, TensorParallel: tp, Quantization: f.quant,
 	}
 	if src.dummy {
 		// BF16, as the checkpoints serving benchmarks stand in for;
@@ -110,7 +119,10 @@ func (f *modelFlags) load(ctx context.Context, log *slog.Logger, metrics *teleme
 	if l.BudgetMeasured {
 		budget = "measured"
 	}
-	log.Info("model loaded", "model", src.label, "arch", l.Config.Arch, "backend", b.Name(),
+	if f.spec.cfg.Enabled() {
+		log.Info("speculative decoding", "config", f.spec.cfg.String())
+	}
+	log.Info("model loaded", "model", src.label, "arch", l.Config.Arch, "backend", b.Name(), "tensor_parallel_size", engine.RunnerOf(l).Ranks(),
 		"context", l.Context, "kv_cache_dtype", engine.RunnerOf(l).KVSpec().Name(),
 		"kv_capacity_tokens", engine.RunnerOf(l).CapacityTokens(), "kv_blocks", l.KVBlocks, "max_num_batched_tokens", l.MaxBatchedTokens, "budget", budget,
 		"took", time.Since(t0).Round(time.Millisecond))
@@ -139,7 +151,7 @@ func (f *modelFlags) loadOn(b backend.Backend, log *slog.Logger, opts engine.Loa
 		return engine.Load(opts)
 	}
 	l, err := load(b)
-	if !errors.Is(err, engine.ErrUnsupportedModel) {
+	if !errors.Is(err, engine.ErrUnsupportedModel) || opts.TensorParallel != nil {
 		return l, b, err
 	}
 	if f.device != "auto" {

@@ -147,6 +147,7 @@ func generate(ctx context.Context, cmd *cobra.Command, l *engine.Loaded, sf *sam
 	if err != nil {
 		return "", err
 	}
+	before := l.Engine.Stats().Spec
 	start := time.Now()
 	events, err := l.Engine.Submit(ctx, req)
 	if err != nil {
@@ -181,6 +182,16 @@ func generate(ctx context.Context, cmd *cobra.Command, l *engine.Loaded, sf *sam
 	}
 	fmt.Fprintf(cmd.ErrOrStderr(), "\n[%d prompt tokens, %d generated in %.2fs: first token after %.0f ms, %.1f tokens/s; finish: %s]\n",
 		len(prompt), n, total.Seconds(), float64(first.Sub(start).Microseconds())/1000, rate, final.FinishReason)
+	// The engine publishes its counters after the step that ended the
+	// request: wait for it to go idle (briefly) before reading them.
+	for deadline := time.Now().Add(time.Second); l.Engine.Busy() && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	if sp := l.Engine.Stats().Spec; sp.Drafts > before.Drafts {
+		drafts, proposed, accepted := sp.Drafts-before.Drafts, sp.DraftTokens-before.DraftTokens, sp.Accepted-before.Accepted
+		fmt.Fprintf(cmd.ErrOrStderr(), "[speculative: %d drafts, %d of %d proposed tokens accepted (%.1f%%), %.2f tokens per verify step]\n",
+			drafts, accepted, proposed, 100*float64(accepted)/float64(max(proposed, 1)), 1+float64(accepted)/float64(drafts))
+	}
 	return sb.String(), nil
 }
 

@@ -120,6 +120,12 @@ func TestDefaultModelCUDAMatchesCPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
+	matchDefaultModel(t, g, cfg, w, logitsTol(g))
+}
+
+// matchDefaultModel is TestDefaultModelCUDAMatchesCPU's comparison of the
+// default model in weights w on g against the CPU, logits within tol.
+func matchDefaultModel(t *testing.T, g *cuda.Backend, cfg model.Config, w model.Weights, tol float64) {
 	raw, err := os.ReadFile(heldoutIDsFile)
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +153,6 @@ func TestDefaultModelCUDAMatchesCPU(t *testing.T) {
 		return out
 	}
 	gl, cl := run(g), run(cpu.New(cpu.Options{}))
-	tol := logitsTol(g)
 	worst, ties := 0.0, 0
 	for i := range cl {
 		worst = max(worst, checkLogits(t, fmt.Sprintf("step %d", i), gl[i], cl[i], tol))

@@ -27,10 +27,18 @@ type Model struct {
 	cfg   model.Config
 	opts  model.Options
 	scale float32 // attention softmax scale, 1/sqrt(headDim)
+	// sh is the part of the model this rank holds (the whole model when
+	// sh.Whole()); comm meets the other ranks' parts at the collectives.
+	sh   model.Shard
+	comm backend.Communicator
+	// embedShard says embed holds only the rank's vocabulary rows (the
+	// backend is a backend.ShardEmbedder); otherwise every rank holds the
+	// whole table.
+	embedShard bool
 
-	embed     backend.Tensor // [vocab, hidden], checkpoint dtype
+	embed     backend.Tensor // [vocab, hidden] (embedShard: [sh.VocabRows, hidden]), checkpoint dtype
 	finalNorm backend.Tensor // [hidden] F32
-	lmHead    backend.Tensor // [vocab, hidden]; embed itself when tied
+	lmHead    backend.Tensor // [sh.VocabRows, hidden]; embed's rows when tied
 	invFreq   backend.Tensor // [headDim/2] F32, scaling applied
 	layers    []layer
 
@@ -46,6 +54,9 @@ type Model struct {
 	mlpAct   backend.Tensor // [MaxTokens, inter] act
 	gathered backend.Tensor // [MaxLogits, hidden] act: final-normed rows whose logits are wanted
 	logits   backend.Tensor // [MaxLogits, vocab] F32
+	// logitsPart is the rank's vocabulary columns of the logits, gathered
+	// into logits ([MaxLogits, sh.VocabRows] F32; nil for the whole model).
+	logitsPart backend.Tensor
 
 	// prog is the step's program, rebuilt by every Forward in place.
 	prog backend.Program
@@ -55,7 +66,8 @@ type Model struct {
 
 var _ model.Model = (*Model)(nil)
 
-// layer is one decoder block's weights.
+// layer is one decoder block's weights. nH, nKV and inter are the
+// rank's share (model.Shard): the whole model's on one rank.
 type layer struct {
 	inputNorm backend.Tensor // [hidden] F32
 	qkv       backend.Tensor // [(nH+2*nKV)*headDim, hidden]: q_proj, k_proj, v_proj rows
@@ -63,7 +75,7 @@ type layer struct {
 	qNorm     backend.Tensor // [headDim] F32, or nil (Qwen3)
 	kNorm     backend.Tensor // [headDim] F32, or nil (Qwen3)
 	o         backend.Tensor // [hidden, nH*headDim]
-	oBias     backend.Tensor // [hidden] F32, or nil
+	oBias     backend.Tensor // [hidden] F32, or nil (and nil on every rank but 0)
 	postNorm  backend.Tensor // [hidden] F32
 	gateUp    backend.Tensor // [2*inter, hidden]: gate_proj rows, then up_proj rows
 	down      backend.Tensor // [hidden, inter]
@@ -88,6 +100,9 @@ func New(b backend.Backend, cfg model.Config, w model.Weights, opts model.Option
 		return nil, fmt.Errorf("llama: MaxLogits %d is negative", opts.MaxLogits)
 	}
 	m := &Model{b: b, cfg: cfg, opts: opts, scale: float32(1 / math.Sqrt(float64(cfg.HeadDim)))}
+	if err := m.setShard(w); err != nil {
+		return nil, fmt.Errorf("llama: %w", err)
+	}
 	if err := m.load(w); err != nil {
 		m.Close()
 		return nil, fmt.Errorf("llama: load weights: %w", err)
@@ -117,13 +132,26 @@ func (m *Model) load(w model.Weights) error {
 		t, _ := w.Tensor(name) // presence checked by ValidateWeights
 		return t
 	}
-	if m.embed, err = m.matrix(w, model.NameEmbed); err != nil {
+	sh, whole := m.sh, m.sh.Whole()
+	vocab := span{sh.Vocab, sh.VocabRows}
+	if m.embedShard {
+		m.embed, err = m.matrix(w, part{name: model.NameEmbed, rows: vocab})
+	} else {
+		m.embed, err = m.matrix(w, part{name: model.NameEmbed})
+	}
+	if err != nil {
 		return err
 	}
 	m.lmHead = m.embed
-	if !c.TieEmbeddings {
-		if m.lmHead, err = m.matrix(w, model.NameLMHead); err != nil {
+	switch {
+	case !c.TieEmbeddings:
+		if m.lmHead, err = m.matrix(w, part{name: model.NameLMHead, rows: vocab}); err != nil {
 			return err
+		}
+	case !whole && !m.embedShard:
+		// The whole table is here: the LM head is a view of its rows.
+		if m.lmHead, err = m.b.View(m.embed, sh.Vocab, sh.VocabRows); err != nil {
+			return fmt.Errorf("lm head rows of %s: %w", model.NameEmbed, err)
 		}
 	}
 	if m.finalNorm, err = m.uploadF32(get(model.NameFinalNorm)); err != nil {
@@ -144,11 +172,23 @@ func (m *Model) load(w model.Weights) error {
 			return err
 		}
 		ln := func(suffix string) string { return model.LayerName(l, suffix) }
-		if ly.qkv, err = m.matrix(w, ln(model.SuffixQ), ln(model.SuffixK), ln(model.SuffixV)); err != nil {
+		// Column-parallel Q, K, V (the rank's heads' rows) and gate/up
+		// (its intermediate rows); row-parallel O and down (the same
+		// ranges of their input columns), summed over the ranks after.
+		hd := c.HeadDim
+		q, kv := span{sh.QHead * hd, sh.NumHeads * hd}, span{sh.KVHead * hd, sh.NumKVHeads * hd}
+		inter := span{sh.Inter, sh.Intermed}
+		if whole {
+			// The whole model loads whole weights (Filler's device path).
+			q, kv, inter = span{}, span{}, span{}
+		}
+		if ly.qkv, err = m.matrix(w, part{name: ln(model.SuffixQ), rows: q},
+			part{name: ln(model.SuffixK), rows: kv}, part{name: ln(model.SuffixV), rows: kv}); err != nil {
 			return err
 		}
 		if c.Llama.AttentionBias {
-			if ly.qkvBias, err = m.uploadF32(lw(model.SuffixQBias), lw(model.SuffixKBias), lw(model.SuffixVBias)); err != nil {
+			if ly.qkvBias, err = m.uploadF32Parts(vecPart{lw(model.SuffixQBias), q},
+				vecPart{lw(model.SuffixKBias), kv}, vecPart{lw(model.SuffixVBias), kv}); err != nil {
 				return err
 			}
 		}
@@ -160,21 +200,51 @@ func (m *Model) load(w model.Weights) error {
 				return err
 			}
 		}
-		if ly.o, err = m.matrix(w, ln(model.SuffixO)); err != nil {
+		if ly.o, err = m.matrix(w, part{name: ln(model.SuffixO), cols: q}); err != nil {
 			return err
 		}
-		if c.Llama.AttnOutputBias {
+		// The bias of a row-parallel product is added once, by rank 0,
+		// before the sum.
+		if c.Llama.AttnOutputBias && sh.Rank == 0 {
 			if ly.oBias, err = m.uploadF32(lw(model.SuffixOBias)); err != nil {
 				return err
 			}
 		}
-		if ly.gateUp, err = m.matrix(w, ln(model.SuffixGate), ln(model.SuffixUp)); err != nil {
+		if ly.gateUp, err = m.matrix(w, part{name: ln(model.SuffixGate), rows: inter}, part{name: ln(model.SuffixUp), rows: inter}); err != nil {
 			return err
 		}
-		if ly.down, err = m.matrix(w, ln(model.SuffixDown)); err != nil {
+		if ly.down, err = m.matrix(w, part{name: ln(model.SuffixDown), cols: inter}); err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+// setShard resolves opts.Shard (the whole model when zero) and checks it
+// against the config and the communicator.
+func (m *Model) setShard(w model.Weights) error {
+	sh, c := m.opts.Shard, m.cfg
+	if sh.Size == 0 {
+		whole, err := model.PlanShards(c, w, 1)
+		if err != nil {
+			return err
+		}
+		sh = whole[0]
+	}
+	if !sh.Whole() {
+		if m.opts.Comm == nil || m.opts.Comm.Size() != sh.Size || m.opts.Comm.Rank() != sh.Rank {
+			return fmt.Errorf("shard %d of %d needs a communicator of that rank and size", sh.Rank, sh.Size)
+		}
+		if len(sh.VocabWidths) != sh.Size {
+			return fmt.Errorf("shard %d of %d has %d vocabulary widths", sh.Rank, sh.Size, len(sh.VocabWidths))
+		}
+		_, m.embedShard = m.b.(backend.ShardEmbedder)
+	}
+	if sh.NumHeads <= 0 || sh.NumKVHeads <= 0 || sh.NumHeads%sh.NumKVHeads != 0 || sh.Intermed <= 0 || sh.VocabRows <= 0 {
+		return fmt.Errorf("shard %d of %d: %d query heads over %d KV heads, %d intermediate columns, %d vocabulary rows",
+			sh.Rank, sh.Size, sh.NumHeads, sh.NumKVHeads, sh.Intermed, sh.VocabRows)
+	}
+	m.sh, m.comm = sh, m.opts.Comm
 	return nil
 }
 
@@ -187,20 +257,57 @@ func (m *Model) uploadRaw(dt backend.DType, shape []int, data []byte) (backend.T
 	return t, nil
 }
 
+// span is a range [start, start+n) of a weight's rows or columns; the
+// zero span is all of them.
+type span struct{ start, n int }
+
+func (s span) all() bool { return s.n == 0 }
+
+// part is the piece of a 2-D weight a rank loads: its rows, its columns.
+type part struct {
+	name       string
+	rows, cols span
+}
+
 // matrix loads one projection, or stacks several of one dtype and row
 // width into a single [sum of rows, width] tensor so one MatMul computes
-// all of them. Weights that are a model.Filler make their values on the
-// device where they can; otherwise the host bytes are uploaded.
-func (m *Model) matrix(w model.Weights, names ...string) (backend.Tensor, error) {
-	if f, ok := w.(model.Filler); ok {
+// all of them; each piece is the rank's rows or columns of a weight (a
+// row range shares the file's bytes, a column range is copied). Weights
+// that are a model.Filler make their values on the device where they
+// can; otherwise the host bytes are uploaded.
+func (m *Model) matrix(w model.Weights, parts ...part) (backend.Tensor, error) {
+	names := make([]string, len(parts))
+	whole := true
+	for i, p := range parts {
+		names[i] = p.name
+		whole = whole && p.rows.all() && p.cols.all()
+	}
+	if f, ok := w.(model.Filler); ok && whole {
 		t, filled, err := m.fill(f, names)
 		if err != nil || filled {
 			return t, err
 		}
 	}
+	if sf, ok := w.(model.ShardFiller); ok && !whole {
+		fl, _ := w.(model.Filler)
+		t, filled, err := m.fillShards(fl, sf, parts)
+		if err != nil || filled {
+			return t, err
+		}
+	}
 	var ws []model.Weight
-	for _, name := range names {
-		t, _ := w.Tensor(name) // presence checked by ValidateWeights
+	for _, p := range parts {
+		t, _ := w.Tensor(p.name) // presence checked by ValidateWeights
+		var err error
+		if !p.rows.all() {
+			t, err = model.SliceRows(t, p.rows.start, p.rows.n)
+		}
+		if err == nil && !p.cols.all() {
+			t, err = model.SliceCols(t, p.cols.start, p.cols.n)
+		}
+		if err != nil {
+			return nil, err
+		}
 		ws = append(ws, t)
 	}
 	if len(ws) == 1 {
@@ -238,6 +345,57 @@ func (m *Model) fill(f model.Filler, names []string) (t backend.Tensor, filled b
 			m.b.Free(full)
 			if err != nil {
 				err = fmt.Errorf("%s: %w", name, err)
+			}
+			return nil, false, err
+		}
+		start += shapes[i][0]
+	}
+	m.owned = append(m.owned, full)
+	return full, true, nil
+}
+
+// fillShards is fill for a rank's pieces of the weights (their rows or
+// columns), made by sf where it can.
+func (m *Model) fillShards(f model.Filler, sf model.ShardFiller, parts []part) (t backend.Tensor, filled bool, err error) {
+	if f == nil {
+		return nil, false, nil
+	}
+	var dt backend.DType
+	shapes := make([][]int, len(parts))
+	rows := 0
+	for i, p := range parts {
+		d, shape, ok := f.Spec(p.name)
+		if !ok || len(shape) != 2 || (i > 0 && d != dt) {
+			return nil, false, nil // the host path reports what is wrong
+		}
+		dt = d
+		r, c := shape[0], shape[1]
+		if !p.rows.all() {
+			r = p.rows.n
+		}
+		if !p.cols.all() {
+			c = p.cols.n
+		}
+		if i > 0 && c != shapes[0][1] {
+			return nil, false, nil
+		}
+		shapes[i] = []int{r, c}
+		rows += r
+	}
+	full, err := m.b.Alloc(dt, rows, shapes[0][1])
+	if err != nil {
+		return nil, false, fmt.Errorf("%s: %w", parts[0].name, err)
+	}
+	start := 0
+	for i, p := range parts {
+		piece, err := m.b.View(full, start, shapes[i][0])
+		if err == nil {
+			filled, err = sf.FillShard(m.b, p.name, piece, p.rows.start, p.cols.start)
+		}
+		if err != nil || !filled {
+			m.b.Free(full)
+			if err != nil {
+				err = fmt.Errorf("%s: %w", p.name, err)
 			}
 			return nil, false, err
 		}
@@ -364,6 +522,35 @@ func (m *Model) uploadF32(ws ...model.Weight) (backend.Tensor, error) {
 	return t, nil
 }
 
+// vecPart is the range of a vector weight (a bias) a rank loads.
+type vecPart struct {
+	w model.Weight
+	s span
+}
+
+// uploadF32Parts is uploadF32 of the ranges of vectors that parts name.
+func (m *Model) uploadF32Parts(parts ...vecPart) (backend.Tensor, error) {
+	var vals []float32
+	for _, p := range parts {
+		v, err := toF32(p.w)
+		if err != nil {
+			return nil, err
+		}
+		if !p.s.all() {
+			if p.s.start+p.s.n > len(v) {
+				return nil, fmt.Errorf("%s: elements [%d, %d) of %d", p.w.Name, p.s.start, p.s.start+p.s.n, len(v))
+			}
+			v = v[p.s.start : p.s.start+p.s.n]
+		}
+		vals = append(vals, v...)
+	}
+	t, err := m.uploadRaw(backend.F32, []int{len(vals)}, f32Bytes(vals))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", parts[0].w.Name, err)
+	}
+	return t, nil
+}
+
 func toF32(w model.Weight) ([]float32, error) {
 	n, err := backend.NumElements(w.Shape)
 	if err != nil {
@@ -399,7 +586,7 @@ func f32Bytes(v []float32) []byte {
 }
 
 func (m *Model) allocScratch() error {
-	c, n, act := m.cfg, m.opts.MaxTokens, m.b.ActDType()
+	c, n, act, sh := m.cfg, m.opts.MaxTokens, m.b.ActDType(), m.sh
 	var err error
 	alloc := func(dt backend.DType, shape ...int) backend.Tensor {
 		if err != nil {
@@ -414,13 +601,16 @@ func (m *Model) allocScratch() error {
 	m.resid = alloc(act, n, c.Hidden)
 	m.normed = alloc(act, n, c.Hidden)
 	m.delta = alloc(act, n, c.Hidden)
-	m.qkv = alloc(act, n, c.QKVWidth())
-	m.q = alloc(act, n, c.NumHeads*c.HeadDim)
-	m.attnOut = alloc(act, n, c.NumHeads*c.HeadDim)
-	m.gateUp = alloc(act, n, 2*c.Intermediate)
-	m.mlpAct = alloc(act, n, c.Intermediate)
+	m.qkv = alloc(act, n, (sh.NumHeads+2*sh.NumKVHeads)*c.HeadDim)
+	m.q = alloc(act, n, sh.NumHeads*c.HeadDim)
+	m.attnOut = alloc(act, n, sh.NumHeads*c.HeadDim)
+	m.gateUp = alloc(act, n, 2*sh.Intermed)
+	m.mlpAct = alloc(act, n, sh.Intermed)
 	m.gathered = alloc(act, m.opts.MaxLogits, c.Hidden)
 	m.logits = alloc(backend.F32, m.opts.MaxLogits, c.VocabSize)
+	if !sh.Whole() {
+		m.logitsPart = alloc(backend.F32, m.opts.MaxLogits, sh.VocabRows)
+	}
 	return err
 }
 
@@ -472,7 +662,7 @@ func (m *Model) forward(in *model.DeviceBatch, kv []model.LayerKV) (backend.Tens
 // follows it, so every norm but the first adds the previous sublayer's
 // output.
 func (m *Model) program(p *backend.Program, in *model.DeviceBatch, kv []model.LayerKV, logits *backend.Tensor) error {
-	c, b, n := m.cfg, m.b, in.NumTokens
+	c, b, n, sh := m.cfg, m.b, in.NumTokens, m.sh
 	var vs views
 	resid := vs.rows(b, m.resid, n)     // [n, hidden]
 	normed := vs.rows(b, m.normed, n)   // [n, hidden]
@@ -482,17 +672,33 @@ func (m *Model) program(p *backend.Program, in *model.DeviceBatch, kv []model.La
 	attnOut := vs.rows(b, m.attnOut, n) // [n, nH*hd]
 	gateUp := vs.rows(b, m.gateUp, n)   // [n, 2*inter]
 	mlpAct := vs.rows(b, m.mlpAct, n)   // [n, inter]
-	var gathered, out backend.Tensor
+	var gathered, out, outPart backend.Tensor
 	if in.NumLogits > 0 {
 		gathered = vs.rows(b, m.gathered, in.NumLogits) // [NumLogits, hidden]
 		out = vs.rows(b, m.logits, in.NumLogits)        // [NumLogits, vocab]
+		outPart = out
+		if !sh.Whole() {
+			outPart = vs.rows(b, m.logitsPart, in.NumLogits) // [NumLogits, sh.VocabRows]
+		}
 	}
 	if vs.err != nil {
 		return vs.err
 	}
 
 	p.Reset()
-	p.Add(backend.Op{Kind: backend.OpEmbed, Layer: -1, Name: "embed", Out: resid, X: m.embed, IDs: in.Tokens})
+	// sum adds the ranks' partial sums of t (row-parallel products, the
+	// vocabulary shards' embeddings); the whole model has no collective.
+	sum := func(layer int, name string, t backend.Tensor) {
+		if !sh.Whole() {
+			p.Add(backend.Op{Kind: backend.OpAllReduce, Layer: layer, Name: name, X: t, Comm: m.comm})
+		}
+	}
+	if m.embedShard {
+		p.Add(backend.Op{Kind: backend.OpEmbedShard, Layer: -1, Name: "embed", Out: resid, X: m.embed, IDs: in.Tokens, Base: sh.Vocab})
+		sum(-1, "embed_sum", resid)
+	} else {
+		p.Add(backend.Op{Kind: backend.OpEmbed, Layer: -1, Name: "embed", Out: resid, X: m.embed, IDs: in.Tokens})
+	}
 	// norm normalises resid into normed, first adding delta (the previous
 	// sublayer's output) unless this is the first norm.
 	first := true
@@ -514,24 +720,29 @@ func (m *Model) program(p *backend.Program, in *model.DeviceBatch, kv []model.La
 			Q: q, QKV: qkv, Positions: in.Positions, SlotMapping: in.SlotMapping,
 			KCache: kv[l].K, VCache: kv[l].V, KV: kv[l].Spec, KVAux: kv[l].Aux, InvFreq: m.invFreq,
 			QNorm: ly.qNorm, KNorm: ly.kNorm, NormEps: c.RMSNormEps,
-			NumHeads: c.NumHeads, NumKVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
+			NumHeads: sh.NumHeads, NumKVHeads: sh.NumKVHeads, HeadDim: c.HeadDim,
 		}})
 		p.Add(backend.Op{Kind: backend.OpAttention, Layer: l, Name: "attention", Attn: backend.AttentionArgs{
 			Out: attnOut, Q: q, KCache: kv[l].K, VCache: kv[l].V, KV: kv[l].Spec, KVAux: kv[l].Aux,
 			BlockTables: in.BlockTables, SeqLens: in.SeqLens, QueryStart: in.QueryStart,
 			NumSeqs: in.NumSeqs, MaxSeqLen: in.MaxSeqLen, MaxQueryLen: in.MaxQueryLen,
-			NumHeads: c.NumHeads, NumKVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
+			NumHeads: sh.NumHeads, NumKVHeads: sh.NumKVHeads, HeadDim: c.HeadDim,
 			Scale: m.scale, SlidingWindow: c.SlidingWindow,
 		}})
 		matmul(l, "o_proj", delta, attnOut, ly.o, ly.oBias)
+		sum(l, "o_proj_sum", delta)
 		norm(l, "post_norm", ly.postNorm)
 		matmul(l, "gate_up", gateUp, normed, ly.gateUp, nil)
 		p.Add(backend.Op{Kind: backend.OpSiLUMul, Layer: l, Name: "silu_mul", Out: mlpAct, X: gateUp})
 		matmul(l, "down_proj", delta, mlpAct, ly.down, nil)
+		if l < len(m.layers)-1 || in.NumLogits > 0 {
+			sum(l, "down_proj_sum", delta)
+		}
 	}
 	if in.NumLogits == 0 {
 		// A prefill chunk that does not end its prompt only fills the KV
-		// cache: the last down projection's sum is never wanted.
+		// cache: the last down projection's sum is never wanted (nor
+		// reduced over the ranks).
 		*logits = nil
 		return nil
 	}
@@ -544,7 +755,10 @@ func (m *Model) program(p *backend.Program, in *model.DeviceBatch, kv []model.La
 	} else {
 		p.Add(backend.Op{Kind: backend.OpEmbed, Layer: -1, Name: "gather_logits_rows", Out: gathered, X: normed, IDs: in.LogitsRows})
 	}
-	matmul(-1, "lm_head", out, gathered, m.lmHead, nil)
+	matmul(-1, "lm_head", outPart, gathered, m.lmHead, nil)
+	if !sh.Whole() {
+		p.Add(backend.Op{Kind: backend.OpAllGather, Layer: -1, Name: "logits_gather", Out: out, X: outPart, Widths: sh.VocabWidths, Comm: m.comm})
+	}
 	*logits = out
 	return nil
 }
@@ -616,7 +830,7 @@ func (m *Model) checkInput(in *model.DeviceBatch, kv []model.LayerKV) error {
 		return fmt.Errorf("%d KV layers for a %d-layer model", len(kv), m.cfg.NumLayers)
 	}
 	for l, p := range kv {
-		if _, err := p.Spec.CheckPools("forward", p.K, p.V, p.Aux, m.cfg.NumKVHeads, m.cfg.HeadDim); err != nil {
+		if _, err := p.Spec.CheckPools("forward", p.K, p.V, p.Aux, m.sh.NumKVHeads, m.cfg.HeadDim); err != nil {
 			return fmt.Errorf("layer %d KV cache: %w", l, err)
 		}
 	}

@@ -18,11 +18,21 @@
 #   graphs         the graph tests, and greedy text with decode graphs on against off
 #   default_model  the embedded model, CUDA against CPU
 #   serve_smoke    trigon serve: a completion, a stream, /metrics, SIGTERM
+#   tp_tests       tensor parallelism: the one-GPU tests (TP=1 through the new path, TP=2
+#                  on one device, EmbedShard, NCCL of one rank) and, on 2+ GPUs, NCCL's
+#                  against the in-process group
 # Parts that measure (docs/benchmarks.md):
+#   tp_bench       2+ GPUs: bench latency llama-3-8b batch 4 at TP=1 and TP=2, the NCCL
+#                  all-reduce benchmark (bus bandwidth), a 70B-shape dummy model served at TP=N
 #   peers          trigon against the gpt-fast-style model and HF at ARCH (default llama-3-8b)
 #   qwen3_peers    peers at qwen3-8b, keeping a llama run's files as llama-*
 #   bench_rows     bench latency at BATCHES (default "1 4 64"), 2048-token prompts, graphs off and on
 #   rows_long      batch 16 at 32768-token prompts
+#   kv_rows        bf16 against the quantized KV caches: batch 16 at 32k, batch 4 at 2k
+#   kv_tests       the quantized KV kernel tests only
+#   new_tests      the new kernels' and paths' tests in priority order, then the KV attention benchmark
+#   kv_attn_bench  decode attention over bf16, fp8 and int8 caches (BenchmarkAttentionDecodeQuant)
+#   kv_capacity    the KV capacity serve states at load, per KV dtype (dummy Llama-3.1-8B)
 #   rows_large     batch 128 and 256 at 192-token prompts (the serving issue's shape)
 #   serve_ab       bench serve against trigon serve on the default model, --queue-ahead off and on
 #   prefill_attn_bench  BenchmarkAttentionPrefill (graph-timed)
@@ -94,7 +104,7 @@ grep -c -- "--- SKIP" "$OUT/cuda-tests.log" | sed 's/^/skipped: /' | say
 grep -E "^\s+--- FAIL" "$OUT/cuda-tests.log" | head -20 | say
 log "memcheck"
 (cd backend/cuda && timeout 150 compute-sanitizer --tool memcheck "$root/.gpu/cuda.test" -test.v -test.run \
-  'TestAddRMSNorm|TestRoPEStoreKV|TestMatMulAddPrefill/n17|TestAttention/(decode_gqa4_d128|mixed_gqa4_d128|decode_bs8_gqa4_d128|prefill_prefix_gqa8_d128)$|TestAttentionPrefillWG/prefill_bs8_gqa4_d128$' \
+  'TestAddRMSNorm|TestRoPEStoreKV|TestMatMulAddPrefill/n17|TestAttention/(decode_gqa4_d128|mixed_gqa4_d128|decode_bs8_gqa4_d128|prefill_prefix_gqa8_d128)$|TestAttentionPrefillWG/prefill_bs8_gqa4_d128$|TestAttentionQuant/(int8_g32_mixed_gqa4_d128|fp8_g0_prefix_cached_gqa4_d64)$' \
   >"$OUT/memcheck.log" 2>&1)
 echo "memcheck rc=$?" | say
 grep -E "ERROR SUMMARY|^(PASS|FAIL)" "$OUT/memcheck.log" | say
@@ -108,10 +118,10 @@ return $rc
 # status.
 model_tests() {
 log "fixture models and the default model on CUDA (llama.test)"
-(cd model/llama && "$root/.gpu/llama.test" -test.run 'TestFixturesCUDA|TestDefaultModelCUDAMatchesCPU' -test.v >"$OUT/llama-cuda.log" 2>&1)
+(cd model/llama && "$root/.gpu/llama.test" -test.run 'TestFixturesCUDA|TestDefaultModelCUDAMatchesCPU|TestDefaultModelQuantizedCUDAMatchesCPU|TestTensorParallelCUDA|TestSpeculativeCUDA|TestKQuant' -test.timeout 8m -test.v >"$OUT/llama-cuda.log" 2>&1)
 local rc=$?
 echo "rc=$rc" | say
-grep -E "worst|near tie|^(--- FAIL|FAIL|PASS)" "$OUT/llama-cuda.log" | say
+grep -E "worst|near tie|^(--- FAIL|--- PASS|--- SKIP|FAIL|PASS)" "$OUT/llama-cuda.log" | say
 return $rc
 }
 
@@ -211,6 +221,82 @@ done
 rows_long() {
 latency "$OUT/bench-long-16.json" --arch llama-3-8b --batch 16 --input-len 32768 --output-len 64 \
   --warmup 1 --iters 2 --cuda-graphs on
+}
+
+# kv_rows: the quantized KV cache's rows (docs/kv-cache.md): batch 16 at
+# 32768-token prompts and batch 4 at 2048, bf16 then each quantized format
+# (KV_DTYPES, default "fp8 int8"), one process each, graphs on.
+kv_rows() {
+local dt
+for dt in bf16 ${KV_DTYPES:-fp8 int8}; do
+  latency "$OUT/bench-kv-$dt-16x32k.json" --arch llama-3.1-8b --batch 16 --input-len 32768 --output-len 33 \
+    --warmup 0 --iters 1 --cuda-graphs on --kv-cache-dtype "$dt"
+  latency "$OUT/bench-kv-$dt-4x2k.json" --arch llama-3.1-8b --batch 4 --input-len 2048 --output-len 128 \
+    --cuda-graphs on --kv-cache-dtype "$dt"
+done
+}
+
+# kv_capacity: the KV capacity `trigon serve` states at load (default
+# --gpu-memory-utilization) on dummy Llama-3.1-8B weights, bf16 and each
+# of KV_DTYPES: the tokens, and how many 32768-token sequences that is.
+kv_capacity() {
+local dt pid i
+for dt in bf16 ${KV_DTYPES:-fp8 int8}; do
+  .gpu/trigon serve --device cuda --port 8015 --load-format dummy --model llama-3.1-8b --max-model-len 32768 \
+    --max-num-batched-tokens 8192 --kv-cache-dtype "$dt" >"$OUT/capacity-$dt.log" 2>&1 &
+  pid=$!
+  for i in $(seq 600); do grep -q 'model loaded' "$OUT/capacity-$dt.log" && break; sleep 0.2; done
+  grep -m1 -o 'kv_capacity_tokens=[0-9]*' "$OUT/capacity-$dt.log" | cut -d= -f2 | \
+    awk -v dt="$dt" '{printf "kv capacity %s: %d tokens = %.1f sequences of 32768\n", dt, $1, $1/32768}' | say
+  kill -TERM "$pid"; wait "$pid"
+done
+}
+
+# kv_attn_bench: BenchmarkAttentionDecodeQuant, decode attention over
+# bf16, fp8 and int8 caches (16 x 32k, 4 x 2k), graph-timed.
+kv_attn_bench() {
+log "BenchmarkAttentionDecodeQuant"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.run XXX -test.bench 'BenchmarkAttentionDecodeQuant' -test.benchtime 20x >"$OUT/kv-attn-bench.log" 2>&1)
+echo "rc=$?" | say
+grep -E "^Benchmark|FAIL|panic" "$OUT/kv-attn-bench.log" | say
+}
+
+# new_tests: the GPU tests of this milestone's new kernels and paths, in
+# priority order, for a call with little device time: quantized KV,
+# format builds, quantized weights, speculative decoding's graphs and the
+# sampling tests an earlier failure could have hidden, TP's CUDA pieces;
+# then the model-level TP, speculative and K-quant tests, then the
+# quantized decode attention benchmark at 16 x 32k.
+new_tests() {
+log "backend/cuda: the new kernels' tests"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.timeout 4m -test.run \
+  'TestAttentionQuant|TestRoPEStoreKVQuant|TestKVReadersRefuseOtherFormats|TestMatMulWQuant|TestAWQGemvCUDACores|TestF8GemvCUDACores|TestF8ActQuant|TestWQuantCodes|TestKQuant|TestGraphVerifyAttention|TestSampleTo|TestSmallCopies|TestEmbedShard|TestNCCL|TestLaunchEarly' \
+  >"$OUT/new-cuda.log" 2>&1)
+echo "rc=$?" | say
+grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/new-cuda.log" | tail -12 | say
+grep -c -- "--- PASS" "$OUT/new-cuda.log" | sed 's/^/passed (tests and subtests): /' | say
+grep -E "^\s+--- FAIL" "$OUT/new-cuda.log" | head -20 | say
+log "model/llama: TP, speculative, K-quant"
+(cd model/llama && "$root/.gpu/llama.test" -test.v -test.timeout 3m -test.run 'TestTensorParallelCUDA|TestSpeculativeCUDA|TestKQuant' >"$OUT/new-llama.log" 2>&1)
+echo "rc=$?" | say
+grep -E "^(--- FAIL|--- PASS|--- SKIP|FAIL|PASS)|of 40 prompts|departs" "$OUT/new-llama.log" | head -24 | say
+log "BenchmarkAttentionDecodeQuant fp8, int8 at 16 x 32k (bf16: an earlier call)"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.run XXX -test.bench 'BenchmarkAttentionDecodeQuant/(fp8|int8)_b16_ctx32768_stages3' -test.benchtime 10x >"$OUT/new-bench.log" 2>&1)
+grep -E "^Benchmark|FAIL" "$OUT/new-bench.log" | say
+}
+
+# kv_tests: the quantized KV kernels against the CPU (a subset of
+# cuda_tests, for iterating on them).
+kv_tests() {
+log "backend/cuda: quantized KV tests"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.timeout 5m -test.run 'Quant|TestRoPEStoreKV|TestDecodePlan|TestAttention$|TestFusedQKVRoPE' >"$OUT/kv-tests.log" 2>&1)
+local rc=$?
+echo "rc=$rc" | say
+grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/kv-tests.log" | tail -8 | say
+grep -c -- "--- PASS" "$OUT/kv-tests.log" | sed 's/^/passed (tests and subtests): /' | say
+grep -E "^\s+--- FAIL" "$OUT/kv-tests.log" | head -20 | say
+grep -E "error|Error" "$OUT/kv-tests.log" | head -20 | say
+return $rc
 }
 
 # rows_large: large batches at the serving issue's shape (192-token
@@ -379,6 +465,42 @@ kill -TERM "$pid"; wait "$pid"; echo "serve exit=$?" | say
 # final: correctness of the build that is measured (stopping there on a
 # failure), then the peers, the batch 1 and 64 rows and the server: what
 # the latest figures of docs/benchmarks.md ran.
+# tp_tests: the tensor-parallel tests that run on one GPU, and the NCCL
+# tests, which skip below two.
+tp_tests() {
+log "tensor parallelism: backend/cuda (EmbedShard, NCCL)"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.run 'TestEmbedShard|TestEmbed$|TestNCCL' -test.v >"$OUT/tp-cuda.log" 2>&1)
+echo "rc=$?" | say
+grep -E "^(--- FAIL|--- SKIP|--- PASS|FAIL|PASS|ok)|panic" "$OUT/tp-cuda.log" | head -20 | say
+log "tensor parallelism: model/llama (TP=1 path, TP=2 on one GPU)"
+(cd model/llama && "$root/.gpu/llama.test" -test.run 'TestTensorParallelCUDA' -test.v >"$OUT/tp-llama.log" 2>&1)
+echo "rc=$?" | say
+grep -E "relative|^(--- FAIL|--- PASS|FAIL|PASS)" "$OUT/tp-llama.log" | say
+}
+
+# tp_bench: with NGPU (default: every GPU, at least 2) ranks, bench
+# latency at TP=1 and TP=NGPU (llama-3-8b, batch 4, 2048-token prompts),
+# NCCL's all-reduce benchmark, and trigon serve of a 70B-shape dummy model
+# at TP=NGPU (one completion).
+tp_bench() {
+local n=${NGPU:-$(nvidia-smi -L | wc -l)}
+if ((n < 2)); then log "tp_bench: $n GPU, needs 2"; return 0; fi
+latency "$OUT/tp1.json" --arch llama-3-8b --batch 4 --input-len 2048 --output-len 128 --cuda-graphs on
+latency "$OUT/tp$n.json" --arch llama-3-8b --batch 4 --input-len 2048 --output-len 128 --cuda-graphs on --tensor-parallel-size "$n"
+log "NCCL all-reduce over $n GPUs"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.run XXX -test.bench BenchmarkNCCLAllReduce -test.benchtime 200x >"$OUT/tp-nccl-bench.log" 2>&1)
+echo "rc=$?" | say
+grep -E "^Benchmark" "$OUT/tp-nccl-bench.log" | say
+log "trigon serve --load-format dummy --model llama-3.1-70b --tensor-parallel-size $n"
+.gpu/trigon serve --device cuda --load-format dummy --model llama-3.1-70b --tensor-parallel-size "$n" --max-context 4096 --port 8399 >"$OUT/tp-serve.log" 2>&1 &
+local pid=$!
+for _ in $(seq 1 240); do curl -sf localhost:8399/health >/dev/null && break; sleep 1; done
+curl -s localhost:8399/v1/completions -H 'content-type: application/json' -d '{"prompt":"hello","max_tokens":16}' | head -c 400 | say
+echo | say
+kill -TERM $pid; wait $pid; echo "serve rc=$?" | say
+grep -E "loaded|error|Error" "$OUT/tp-serve.log" | head -5 | say
+}
+
 final() {
 cuda_tests; local rc=$?
 model_tests; local rc2=$?

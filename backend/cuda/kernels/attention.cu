@@ -35,13 +35,13 @@ __device__ __forceinline__ void unpack8(uint4 v, float* f) {
 // GC query heads over the split's share of the context.
 //   out   [T, H*HD] bf16 (written when nsplit == 1)
 //   part  [S, H, nsplit, HD+2] f32: unnormalised o, then max m, then sum l
-//   q     [T, H*HD] bf16
+//   q     [T, H*HD] bf16; ksc, vsc: attn_decode_mma's arguments, null here
 //   block_tables [S, max_blocks]; seq_lens [S]; qstart [S+1]
 // grid (S, KV * (G/GC), nsplit), block 128. Bad metadata raises
 // ERR_QUERY_LEN, reported once per sequence by this kernel, as does a
 // sequence of several rows when decode_only (no prefill kernel follows).
 extern "C" __global__ void __launch_bounds__(128) attn_decode(
-    u16* out, float* part, const u16* q, const kv_t* kc, const kv_t* vc,
+    u16* out, float* part, const u16* q, const kv_t* kc, const kv_t* vc, const void* ksc, const void* vsc,
     const int* block_tables, int max_blocks, const int* seq_lens, const int* qstart,
     int H, int KV, int G, int nsplit, float scale_log2, int window, int num_blocks, int num_tokens,
     int max_seq_len, int decode_only, int* err) {

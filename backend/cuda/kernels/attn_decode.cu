@@ -1,7 +1,14 @@
 // attn_decode.cu: paged decode attention (one query row per sequence) on
-// the tensor cores, over BF16 KV caches in kv.cuh's format. Specialised
-// with -DHD=<head dim> -DBS=<cache block size> -DKV_DT=<cache dtype,
-// DT_BF16> -DST=<cp.async pipeline stages per warp>.
+// the tensor cores, over BF16, FP8 or INT8 KV caches in kv.cuh's format.
+// Specialised with -DHD=<head dim> -DBS=<cache block size> -DKV_DT=<cache
+// dtype> -DKV_G=<int8 channel group> -DST=<cp.async pipeline stages per
+// warp>.
+//
+// A quantized cache's tiles travel through the ring as stored (bytes and
+// their scales, half the bytes of BF16) and each warp dequantizes a landed
+// tile into its own BF16 staging tiles, which the mma code below reads as
+// it reads a BF16 slot. FP8's per-head scales are not applied there: K's
+// multiplies the score scale, V's the output.
 //
 // Why tensor cores for a memory-bound op: the CUDA-core kernel
 // (attention.cu's attn_decode) spends about one instruction per KV byte
@@ -20,8 +27,25 @@
 // attn_decode_combine merges; the split count depends only on the batch
 // shape, so a captured graph stays valid as contexts grow.
 #include "mma.cuh"
-#define KV_BF16_ONLY  // the ring's tiles are the cache rows, bf16 mma operands
+#define KV_BF16_OR_QUANT  // the mma operands are bf16 tiles: the cache rows, or dequantized ones
 #include "kv.cuh"
+
+#if KV_QUANT && BS % 16 != 0
+#error "quantized caches need blocks of a multiple of 16 tokens here"
+#endif
+
+// The tensor-core operands: bf16 for a BF16 cache, whose rows are the
+// operands. A quantized cache's tiles are dequantized to f16 instead,
+// which integer tricks make cheaper than bf16 (kv_dequant16_f16) and which
+// is the more precise of the two; Q and P are converted to f16 for them,
+// which assumes |Q| < 65504 (attention activations are far smaller).
+#if KV_QUANT
+#define MMA mma16816_f16
+#define PACK_P pack_f16x2
+#else
+#define MMA mma16816
+#define PACK_P pack_bf16x2
+#endif
 
 #define NW 4                    // warps per block
 #define TT 16                   // tokens per tile: the k of one P.V mma
@@ -29,9 +53,30 @@
 #define TILE (TT * KSTR)        // elements of one K (or V) tile in smem
 #define MAX_SPLITS 32           // most splits attn_decode_combine merges
 
+// WREG is the bytes of one warp's region of shared memory. BF16: ST slots
+// of a K and a V tile [TT][KSTR]. Quantized: one staging tile [TT][KSTR]
+// f16 (the landed tile's K, then once S is done its V) then ST slots of
+// QSLOT bytes: the tile's K and V rows as stored [TT][HD] and, for INT8,
+// their scales [TT][HD/KV_G] f16. The small slots and the one staging
+// tile leave room for more resident warps, which a dequantizing warp
+// needs to keep the loads in flight (MIN_BLOCKS).
+#if KV_QUANT
+#if KV_DT == DT_I8
+#define KV_SCB (TT * (HD / KV_G) * 2)  // bytes of one tile's K (or V) scales
+#else
+#define KV_SCB 0
+#endif
+#define QSLOT (2 * TT * HD + 2 * KV_SCB)
+#define WREG (TILE * 2 + ST * QSLOT)
+#else
+#define WREG (ST * 2 * TILE * 2)
+#endif
+
 // Blocks per SM the register allocation must allow; the host's
 // decodeMMAPerSM assumes the same (shared memory limits it to about this).
-#if HD <= 64
+#if KV_QUANT && HD <= 128 && ST <= 2
+#define MIN_BLOCKS 4  // two slots: four blocks' shared memory fits an SM
+#elif HD <= 64 || (KV_QUANT && HD <= 128)
 #define MIN_BLOCKS 3
 #elif HD <= 128
 #define MIN_BLOCKS 2
@@ -39,9 +84,10 @@
 #define MIN_BLOCKS 1
 #endif
 
-// Shared memory (dynamic, (HD+8) * 32 * (1 + 2*NW*ST) bytes):
+// Shared memory (dynamic, (HD+8)*32 + NW*WREG bytes):
 //   qs    [16][KSTR] bf16        the group's query rows, zero past G
-//   ring  [NW][ST][2][TT][KSTR]  per warp, ST slots of a K tile then a V tile
+//   ring  [NW][WREG]             per warp, ST slots of a K tile then a V tile
+//                                (quantized: staging tiles, then the slots)
 // A row is HD+8 elements, (HD+8)*2 bytes: consecutive rows start 16 bytes
 // apart modulo 128, so the 8 row addresses of each ldmatrix phase hit
 // distinct bank quads (no conflicts) for every HD that is a multiple of 8.
@@ -107,8 +153,8 @@ __device__ __forceinline__ float merge_parts(const float (&ov)[N], const float (
 
 // warp_merge is merge_parts over the block's NW warps for output element
 // (query row g, dim d): each warp left its row maxima and sums in sm_m,
-// sm_l and its f32 output [16][HD] in its first ring slot (warp w's at
-// obase + w*ST*TILE floats).
+// sm_l and its f32 output [16][HD] at the start of its region (warp w's
+// at obase + w*WREG/4 floats).
 __device__ __forceinline__ float warp_merge(const float* obase, const float (&sm_m)[NW][16], const float (&sm_l)[NW][16],
                                             int g, int d, float& M, float& lsum) {
   float ov[NW], mv[NW], lv[NW];
@@ -116,7 +162,7 @@ __device__ __forceinline__ float warp_merge(const float* obase, const float (&sm
   for (int w = 0; w < NW; w++) {
     mv[w] = sm_m[w][g];
     lv[w] = sm_l[w][g];
-    ov[w] = obase[w * (ST * TILE) + g * HD + d];
+    ov[w] = obase[w * (WREG / 4) + g * HD + d];
   }
   return merge_parts<NW>(ov, mv, lv, M, lsum);
 }
@@ -127,7 +173,7 @@ __device__ __forceinline__ float warp_merge(const float* obase, const float (&sm
 //   out   [T, H*HD] bf16 (written when nsplit == 1)
 //   part  [S, H, nsplit, HD+2] f32: unnormalised o, then max m, then sum l
 //   q     [T, H*HD] bf16
-//   kc, vc [num_blocks, KV, BS, HD] bf16 (kv.cuh)
+//   kc, vc [num_blocks, KV, BS, HD] (kv.cuh); ksc, vsc their scales or null
 //   block_tables [S, max_blocks]; seq_lens [S]; qstart [S+1]
 // grid (S, KV * ceil(G/16), nsplit), block NW*32, dynamic shared memory as
 // above. The context [lo, L) is cut into 16-token tiles aligned to
@@ -137,9 +183,9 @@ __device__ __forceinline__ float warp_merge(const float* obase, const float (&sm
 // several rows when decode_only (no prefill kernel follows); a block id
 // outside the cache raises ERR_BLOCK_ID and its tokens are left out.
 __device__ __forceinline__ void attn_decode_body(
-    u16* out, float* part, const u16* q, const kv_t* kc, const kv_t* vc, const int* block_tables, int max_blocks,
-    const int* seq_lens, const int* qstart, int H, int KV, int G, int nsplit, float scale_log2, int window, int num_blocks,
-    int num_tokens, int max_seq_len, int decode_only, int* err) {
+    u16* out, float* part, const u16* q, const kv_t* kc, const kv_t* vc, const void* ksc, const void* vsc,
+    const int* block_tables, int max_blocks, const int* seq_lens, const int* qstart, int H, int KV, int G, int nsplit,
+    float scale_log2, int window, int num_blocks, int num_tokens, int max_seq_len, int decode_only, int* err) {
 #if __CUDA_ARCH__ >= 800
   extern __shared__ __align__(16) u16 dsm[];
   __shared__ float sm_m[NW][16], sm_l[NW][16];
@@ -170,7 +216,13 @@ __device__ __forceinline__ void attn_decode_body(
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int gid = lane >> 2, tq = lane & 3;
   u16* qs = dsm;
-  u16* ring = dsm + TT * KSTR + warp * (ST * 2 * TILE);
+  unsigned char* wreg = (unsigned char*)(dsm + TT * KSTR) + warp * WREG;
+#if KV_QUANT
+  u16* stg = (u16*)wreg;                     // [TT][KSTR] f16: the landed tile's K or V, dequantized
+  unsigned char* qring = wreg + TILE * 2;      // [ST][QSLOT]
+#else
+  u16* ring = (u16*)wreg;
+#endif
   const int* bt = block_tables + (i64)s * max_blocks;
   const kv_head kh = kv_head_of(KV, kvh, BS, HD);  // this KV head's tile of each cache block
   const int nj = te - tb > warp ? (te - tb - warp + NW - 1) / NW : 0;  // tiles of this warp
@@ -189,6 +241,47 @@ __device__ __forceinline__ void attn_decode_body(
   // bad block are zero-filled and masked, never read. Row skip (-1: none)
   // is valid but not copied: the caller fills it.
   auto issue = [&](int t, int sl, int skip) {
+#if KV_QUANT
+    // Chunks c = lane + 32i of the K and V rows as stored (row c/(HD/16))
+    // and, for INT8, of the rows' scales, which for the 16 tokens of the
+    // tile are contiguous. A skipped row's scale chunks are left to the
+    // caller too.
+    unsigned char* ks = qring + sl * QSLOT;
+    unsigned char* vs = ks + TT * HD;
+    const int p0 = t * TT;
+    const int bi = kv_index(p0, BS);
+    const int rlo = max(0, lo - p0), rhi = min(TT, L - p0);
+    u32 mask = ((1u << rhi) - 1u) & ~((1u << rlo) - 1u);
+    int blk = bi < max_blocks ? bt[bi] : -1;
+    if (blk < 0 || blk >= num_blocks) {
+      report(err, ERR_BLOCK_ID);
+      mask = 0;
+      blk = 0;
+    }
+    const i64 base = kv_tile(kh, blk) + kv_row(kv_offset(p0, bi, BS), HD);
+    for (int c = lane; c < TT * HD / 16; c += 32) {
+      const int r = c / (HD / 16), col = (c % (HD / 16)) * 16;
+      if (r == skip) continue;
+      const bool ok = (mask >> r) & 1u;
+      kv_copy(smem_u32(ks + r * HD + col), kc + base + kv_row(r, HD) + col, ok);
+      kv_copy(smem_u32(vs + r * HD + col), vc + base + kv_row(r, HD) + col, ok);
+    }
+#if KV_DT == DT_I8
+    {
+      unsigned char* kss = vs + TT * HD;
+      const i64 sbase = (base / HD) * KV_NG(HD) * 2;  // bytes: the tile's first row of scales
+      for (int c = lane; c < 2 * KV_SCB / 16; c += 32) {
+        const bool isv = c >= KV_SCB / 16;
+        const int cc = isv ? c - KV_SCB / 16 : c;
+        const int r0 = cc * 16 / (KV_NG(HD) * 2), r1 = (cc * 16 + 15) / (KV_NG(HD) * 2);
+        if (skip >= r0 && skip <= r1) continue;
+        const unsigned char* src = (const unsigned char*)(isv ? vsc : ksc) + sbase + cc * 16;
+        cp_async16_hint(smem_u32(kss + (isv ? KV_SCB : 0) + cc * 16), src, mask != 0, policy);
+      }
+    }
+#endif
+    if (lane == 0) sm_mask[warp][sl] = mask;
+#else
     u16* ks = ring + sl * 2 * TILE;
     u16* vs = ks + TILE;
     const int p0 = t * TT;
@@ -245,6 +338,7 @@ __device__ __forceinline__ void attn_decode_body(
     }
 #endif
     if (lane == 0) sm_mask[warp][sl] = mask;
+#endif  // KV_QUANT
   };
 
   // Prologue: the first ST-1 tiles in flight before anything else waits.
@@ -274,11 +368,32 @@ __device__ __forceinline__ void attn_decode_body(
     const int b = bi < max_blocks ? bt[bi] : -1;
     if (b >= 0 && b < num_blocks) {  // else issue masked the row and reported it
       const i64 off = kv_tile(kh, b) + kv_row(kv_offset(p, BS), HD);
+#if KV_QUANT
+      const int r = p - last_tile * TT;
+      unsigned char* ks = qring + late_slot * QSLOT;
+      for (int c = lane; c < 2 * (HD / 16); c += 32) {
+        const bool isv = c >= HD / 16;
+        const int col = (isv ? c - HD / 16 : c) * 16;
+        *(uint4*)(ks + (isv ? TT * HD : 0) + r * HD + col) = ld_cg((isv ? vc : kc) + off + col);
+      }
+#if KV_DT == DT_I8
+      // The scale chunks issue skipped: those holding row r's scales.
+      const int c0 = r * KV_NG(HD) * 2 / 16, c1 = (r * KV_NG(HD) * 2 + KV_NG(HD) * 2 - 1) / 16;
+      const i64 sbase = ((off - kv_row(r, HD)) / HD) * KV_NG(HD) * 2;  // bytes: the tile's first row of scales
+      for (int c = lane; c < 2 * (c1 - c0 + 1); c += 32) {
+        const bool isv = c > c1 - c0;
+        const int cc = c0 + (isv ? c - (c1 - c0 + 1) : c);
+        *(uint4*)(ks + 2 * TT * HD + (isv ? KV_SCB : 0) + cc * 16) =
+            ld_cg((const kv_t*)((const unsigned char*)(isv ? vsc : ksc) + sbase + cc * 16));
+      }
+#endif
+#else
       u16* ks = ring + late_slot * 2 * TILE + (p - last_tile * TT) * KSTR;
       for (int c = lane; c < 2 * kv_row_chunks(HD); c += 32) {
         const int col = kv_chunk(c % kv_row_chunks(HD));
         *(uint4*)(ks + (c < kv_row_chunks(HD) ? 0 : TILE) + col) = ld_cg((c < kv_row_chunks(HD) ? kc : vc) + off + col);
       }
+#endif
     }
   }
 
@@ -288,6 +403,9 @@ __device__ __forceinline__ void attn_decode_body(
     const int r = c / (HD / 8), col = (c % (HD / 8)) * 8;
     uint4 v = make_uint4(0, 0, 0, 0);
     if (r < rows) v = *(const uint4*)(q + ((i64)q0 * H + (i64)kvh * G + g0 + r) * HD + col);
+#if KV_QUANT
+    v = bf16x8_to_f16x8(v);
+#endif
     *(uint4*)(qs + r * KSTR + col) = v;
   }
   __syncthreads();
@@ -306,7 +424,17 @@ __device__ __forceinline__ void attn_decode_body(
   const u32 qaddr = smem_u32(qs + (lb3 * 8 + r8) * KSTR + lb4 * 8);
   const u32 koff = ((lb4 * 8 + r8) * KSTR + lb3 * 8) * 2;
   const u32 voff = ((lb3 * 8 + r8) * KSTR + lb4 * 8) * 2;
+#if KV_QUANT
+  const u32 stg_addr = smem_u32(stg);
+#if KV_DT == DT_F8E4M3
+  // The per-head scales: K's folds into the score scale, V's into the
+  // output (read after grid_dep_wait: a scan may have set them this step).
+  scale_log2 *= ((const float*)ksc)[kvh];
+  const float vmul = ((const float*)vsc)[kvh];
+#endif
+#else
   const u32 ring_addr = smem_u32(ring);
+#endif
 
   // Output rows gid (o[n][0..1]) and gid+8 (o[n][2..3]), dims 8n+2tq, +1.
   float o[HD / 8][4];
@@ -327,8 +455,41 @@ __device__ __forceinline__ void attn_decode_body(
     __syncwarp();             // and every other lane's
     const int sl = j % ST;
     const u32 mask = sm_mask[warp][sl];
+#if KV_QUANT
+    // Dequantize the slot's K (then, after S, its V) into the staging
+    // tile: chunk c of 16 stored elements to two 16-byte f16 chunks; rows
+    // that are not keys become zeros (their scales may be anything).
+    const unsigned char* qs_sl = qring + sl * QSLOT;
+    auto dequant = [&](bool isv) {
+#pragma unroll
+      for (int i = 0; i < (TT * HD / 16 + 31) / 32; i++) {
+        const int c = lane + 32 * i;
+        if ((TT * HD / 16) % 32 != 0 && c >= TT * HD / 16) break;
+        const int r = c / (HD / 16), col = (c % (HD / 16)) * 16;
+        uint4 lo = make_uint4(0, 0, 0, 0), hi = lo;
+        if ((mask >> r) & 1u) {
+          const uint4 qv = *(const uint4*)(qs_sl + (isv ? TT * HD : 0) + r * HD + col);
+          u32 s2a = 0, s2b = 0;
+#if KV_DT == DT_I8
+          const u16* sc = (const u16*)(qs_sl + 2 * TT * HD + (isv ? KV_SCB : 0)) + r * KV_NG(HD);
+          s2a = sc[col / KV_G] * 0x10001u;
+          s2b = sc[(col + 8) / KV_G] * 0x10001u;
+#endif
+          kv_dequant16_f16(qv, s2a, s2b, lo, hi);
+        }
+        u16* dst = stg + r * KSTR + col;
+        *(uint4*)dst = lo;
+        *(uint4*)(dst + 8) = hi;
+      }
+      __syncwarp();
+    };
+    dequant(false);
+    const u32 kaddr = stg_addr + koff;
+    const u32 vaddr = stg_addr + voff;
+#else
     const u32 kaddr = ring_addr + sl * (2 * TILE * 2) + koff;
     const u32 vaddr = ring_addr + sl * (2 * TILE * 2) + TILE * 2 + voff;
+#endif
 
     // S = Q.K^T: sc[j2] is the C fragment of tokens 8*j2..8*j2+7.
     float sc[2][4];
@@ -339,8 +500,8 @@ __device__ __forceinline__ void attn_decode_body(
       u32 a0, a1, a2, a3, b0, b1, b2, b3;
       ldsm_x4(a0, a1, a2, a3, qaddr + kk * 32);
       ldsm_x4(b0, b1, b2, b3, kaddr + kk * 32);
-      mma16816(sc[0], a0, a1, a2, a3, b0, b1);
-      mma16816(sc[1], a0, a1, a2, a3, b2, b3);
+      MMA(sc[0], a0, a1, a2, a3, b0, b1);
+      MMA(sc[1], a0, a1, a2, a3, b2, b3);
     }
 
     // Online softmax over the tile. Element e of sc[j2] is row gid (e<2)
@@ -388,17 +549,21 @@ __device__ __forceinline__ void attn_decode_body(
       o[n][3] *= al1;
     }
     // P as the A operand (k = the 16 tokens): the C layout of S is
-    // already A's layout, packed to bf16 pairs.
-    const u32 pa0 = pack_bf16x2(sc[0][0], sc[0][1]);
-    const u32 pa1 = pack_bf16x2(sc[0][2], sc[0][3]);
-    const u32 pa2 = pack_bf16x2(sc[1][0], sc[1][1]);
-    const u32 pa3 = pack_bf16x2(sc[1][2], sc[1][3]);
+    // already A's layout, packed to bf16 (quantized caches: f16) pairs.
+    const u32 pa0 = PACK_P(sc[0][0], sc[0][1]);
+    const u32 pa1 = PACK_P(sc[0][2], sc[0][3]);
+    const u32 pa2 = PACK_P(sc[1][0], sc[1][1]);
+    const u32 pa3 = PACK_P(sc[1][2], sc[1][3]);
+#if KV_QUANT
+    __syncwarp();  // every lane has read K from the staging tile
+    dequant(true);
+#endif
 #pragma unroll
     for (int nb = 0; nb < HD / 16; nb++) {
       u32 b0, b1, b2, b3;
       ldsm_x4_trans(b0, b1, b2, b3, vaddr + nb * 32);
-      mma16816(o[2 * nb], pa0, pa1, pa2, pa3, b0, b1);
-      mma16816(o[2 * nb + 1], pa0, pa1, pa2, pa3, b2, b3);
+      MMA(o[2 * nb], pa0, pa1, pa2, pa3, b0, b1);
+      MMA(o[2 * nb + 1], pa0, pa1, pa2, pa3, b2, b3);
     }
     __syncwarp();  // every lane is done with slot sl before it is refilled
   }
@@ -412,7 +577,7 @@ __device__ __forceinline__ void attn_decode_body(
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-  float* wo = (float*)ring;
+  float* wo = (float*)wreg;
   if (tq == 0) {
     sm_m[warp][gid] = m0;
     sm_l[warp][gid] = l0;
@@ -426,11 +591,14 @@ __device__ __forceinline__ void attn_decode_body(
     *(float2*)(wo + (gid + 8) * HD + col) = make_float2(o[n][2], o[n][3]);
   }
   __syncthreads();
-  const float* obase = (const float*)(dsm + TT * KSTR);  // warp w's output at obase + w*ST*2*TILE/2 floats
+  const float* obase = (const float*)(dsm + TT * KSTR);  // warp w's output at obase + w*WREG/4 floats
   for (int idx = threadIdx.x; idx < rows * HD; idx += NW * 32) {
     const int g = idx / HD, d = idx - g * HD;
     float M, lsum;
-    const float acc = warp_merge(obase, sm_m, sm_l, g, d, M, lsum);
+    float acc = warp_merge(obase, sm_m, sm_l, g, d, M, lsum);
+#if KV_DT == DT_F8E4M3
+    acc *= vmul;
+#endif
     const int h = kvh * G + g0 + g;
     if (nsplit == 1) {
       out[((i64)q0 * H + h) * HD + d] = f32_to_bf16(lsum > 0.f ? acc / lsum : 0.f);
@@ -447,11 +615,11 @@ __device__ __forceinline__ void attn_decode_body(
 }
 
 extern "C" __global__ void __launch_bounds__(NW * 32, MIN_BLOCKS) attn_decode_mma(
-    u16* out, float* part, const u16* q, const kv_t* kc, const kv_t* vc, const int* block_tables, int max_blocks,
-    const int* seq_lens, const int* qstart, int H, int KV, int G, int nsplit, float scale_log2, int window, int num_blocks,
-    int num_tokens, int max_seq_len, int decode_only, int* err) {
-  attn_decode_body(out, part, q, kc, vc, block_tables, max_blocks, seq_lens, qstart, H, KV, G, nsplit, scale_log2, window,
-                   num_blocks, num_tokens, max_seq_len, decode_only, err);
+    u16* out, float* part, const u16* q, const kv_t* kc, const kv_t* vc, const void* ksc, const void* vsc,
+    const int* block_tables, int max_blocks, const int* seq_lens, const int* qstart, int H, int KV, int G, int nsplit,
+    float scale_log2, int window, int num_blocks, int num_tokens, int max_seq_len, int decode_only, int* err) {
+  attn_decode_body(out, part, q, kc, vc, ksc, vsc, block_tables, max_blocks, seq_lens, qstart, H, KV, G, nsplit, scale_log2,
+                   window, num_blocks, num_tokens, max_seq_len, decode_only, err);
 }
 
 // attn_decode_combine merges the nsplit (<= MAX_SPLITS) partials of each

@@ -1,10 +1,10 @@
 // attn_prefill.cu: causal prefill attention (sequences with two or more
-// query rows) over paged BF16 KV caches in kv.cuh's format,
+// query rows) over paged BF16, FP8 or INT8 KV caches in kv.cuh's format,
 // FlashAttention-2 style on the tensor cores (mma.sync m16n8k16, bf16 in,
 // f32 accumulate).
 //
 // Specialised with -DHD=<head dim> -DBS=<cache block size> -DKV_DT=<cache
-// dtype, DT_BF16> -DBM=<query rows per block> -DBN=<keys per tile>
+// dtype> -DKV_G=<int8 channel group> -DBM=<query rows per block> -DBN=<keys per tile>
 // -DNW=<warps per block, BM/16> -DQR=<1: Q fragments live in registers,
 // 0: re-read from shared memory every tile>.
 // The host (prefillTiling in attn.go) picks them per head dim and sizes the
@@ -16,7 +16,9 @@
 //     softmax needs no cross-warp exchange.
 //   - K/V tiles of BN keys go to shared memory with 16-byte cp.async.cg in
 //     a two-stage pipeline: tile j+1 is in flight while tile j is computed;
-//     one __syncthreads per tile. Keys outside the block's range, and keys
+//     one __syncthreads per tile. A quantized cache's rows are loaded,
+//     dequantized to bf16 and stored by the threads instead (the loads of
+//     tile j+1 still precede tile j's arithmetic; the tile is the same). Keys outside the block's range, and keys
 //     of bad block ids (reported as ERR_BLOCK_ID), are zero-filled.
 //   - Shared rows are padded to HD+8 elements (16 bytes): the eight row
 //     addresses of every ldmatrix phase then fall in eight different 16-byte
@@ -33,13 +35,13 @@
 //     are likewise counted back from the last row's position, so the
 //     diagonal of the block falls on tile boundaries.
 #include "mma.cuh"
-#define KV_BF16_ONLY  // the shared K/V tiles are the cache rows, bf16 mma operands
+#define KV_BF16_OR_QUANT  // the shared K/V tiles are bf16 mma operands: the cache rows, or dequantized
 #include "kv.cuh"
 
 #define NT (NW * 32)               // threads per block
 #define KSTRIDE (HD + 8)           // shared row stride in elements (16 bytes of pad)
 #define ROWB (KSTRIDE * 2)         // ... in bytes
-#define CPR kv_row_chunks(HD)      // 16-byte chunks per row (of Q and of the cache: both bf16)
+#define CPR (HD / 8)               // 16-byte chunks per bf16 row (of Q and of the shared K/V tiles)
 #define STAGE (2 * BN * KSTRIDE)   // elements of one pipeline stage: K tile, then V tile
 #define Q_ALIASED (QR && BM <= 2 * BN)
 
@@ -93,8 +95,9 @@ __device__ __forceinline__ void ldsm_x4_t(u32 addr, u32& r0, u32& r1, u32& r2, u
 // thread's block-table loads are all issued before its copies: the copies'
 // memory clobber would otherwise hold each load until the copy before it
 // is issued, one load latency per copy.
-__device__ __forceinline__ void load_kv(u32 st, const kv_t* kc, const kv_t* vc, const int* bt, int max_blocks, int num_blocks,
-                                        int KV, int kvh, int k0, int klo, int khi, int* err) {
+__device__ __forceinline__ void load_kv(u32 st, const kv_t* kc, const kv_t* vc, const void* ksc, const void* vsc,
+                                        const int* bt, int max_blocks, int num_blocks, int KV, int kvh, int k0, int klo,
+                                        int khi, int* err) {
   constexpr int NL = (BN * CPR + NT - 1) / NT;
   int blk[NL];
 #pragma unroll
@@ -109,15 +112,16 @@ __device__ __forceinline__ void load_kv(u32 st, const kv_t* kc, const kv_t* vc, 
   for (int i = 0; i < NL; i++) {
     int c = threadIdx.x + i * NT;
     if ((BN * CPR) % NT != 0 && c >= BN * CPR) break;
-    int r = c / CPR, col = kv_chunk(c - r * CPR);
+    int r = c / CPR, col = (c - r * CPR) * 8;
     int p = k0 + r;
     const kv_t* ks = kc;
     const kv_t* vs = vc;
     bool ok = false;
+    i64 off = 0;
     if (p >= klo && p < khi) {
       int bi = kv_index(p, BS);
       if (blk[i] >= 0 && blk[i] < num_blocks) {
-        i64 off = kv_at_pos(blk[i], KV, kvh, BS, p, bi, HD) + col;
+        off = kv_at_pos(blk[i], KV, kvh, BS, p, bi, HD) + col;
         ks = kc + off;
         vs = vc + off;
         ok = true;
@@ -126,8 +130,27 @@ __device__ __forceinline__ void load_kv(u32 st, const kv_t* kc, const kv_t* vc, 
       }
     }
     u32 d = st + (u32)(r * ROWB + col * 2);
+#if KV_QUANT
+    // 8 stored elements each of K and V (one scale each: a group holds
+    // at least 8 channels), to a 16-byte bf16 chunk; zeros where no key.
+    uint4 kd = make_uint4(0, 0, 0, 0), vd = kd;
+    if (ok) {
+#if KV_DT == DT_I8
+      const i64 si = (off - col) / HD * KV_NG(HD) + col / KV_G;  // the row's scales, then the chunk's group
+      const float s = f16_to_f32(((const u16*)ksc)[si]), t = f16_to_f32(((const u16*)vsc)[si]);
+#else
+      const float s = ((const float*)ksc)[kvh], t = ((const float*)vsc)[kvh];
+#endif
+      kd = kv_dequant8(*(const uint2*)ks, s);
+      vd = kv_dequant8(*(const uint2*)vs, t);
+    }
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(d), "r"(kd.x), "r"(kd.y), "r"(kd.z), "r"(kd.w) : "memory");
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(d + BN * ROWB), "r"(vd.x), "r"(vd.y), "r"(vd.z), "r"(vd.w)
+                 : "memory");
+#else
     cp_async16(d, ks, ok);
     cp_async16(d + BN * ROWB, vs, ok);
+#endif
   }
 }
 
@@ -135,7 +158,7 @@ __device__ __forceinline__ void load_kv(u32 st, const kv_t* kc, const kv_t* vc, 
 // (optionally sliding-window) attention of every query row over the
 // sequence's context, earlier cached tokens included.
 //   out  [T, H*HD] bf16; q [T, H*HD] bf16
-//   kc, vc [num_blocks, KV, BS, HD] bf16 (kv.cuh)
+//   kc, vc [num_blocks, KV, BS, HD] (kv.cuh); ksc, vsc their scales or null
 //   block_tables [S, max_blocks]; seq_lens [S]; qstart [S+1]
 // grid (H, S, Z), block NT, dynamic shared memory per the layout above.
 // Block (x, y, z) takes units x + H*z, x + H*(z + Z), ... of sequence y,
@@ -145,8 +168,8 @@ __device__ __forceinline__ void load_kv(u32 st, const kv_t* kc, const kv_t* vc, 
 // Sequences of fewer than two rows are attn_decode's, which also reports
 // bad metadata.
 extern "C" __global__ void __launch_bounds__(NT, MINB) attn_prefill(
-    u16* out, const u16* q, const kv_t* kc, const kv_t* vc, const int* block_tables, int max_blocks,
-    const int* seq_lens, const int* qstart, int H, int KV, float scale_log2, int window, int num_blocks,
+    u16* out, const u16* q, const kv_t* kc, const kv_t* vc, const void* ksc, const void* vsc, const int* block_tables,
+    int max_blocks, const int* seq_lens, const int* qstart, int H, int KV, float scale_log2, int window, int num_blocks,
     int num_tokens, int max_seq_len, int* err) {
   grid_dep_sync();
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -211,7 +234,7 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) attn_prefill(
       bool ok = i >= 0;
       cp_async16(qbase + (u32)(r * ROWB + col * 2), ok ? qsrc + (i64)(q0 + i) * H * HD + col : q, ok);
     }
-    load_kv(sbase, kc, vc, bt, max_blocks, num_blocks, KV, kvh, kend - BN, kstart, kend, err);
+    load_kv(sbase, kc, vc, ksc, vsc, bt, max_blocks, num_blocks, KV, kvh, kend - BN, kstart, kend, err);
     cp_async_commit();
 
 #if QR
@@ -234,8 +257,8 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) attn_prefill(
 #endif
       }
       if (j + 1 < ntiles) {
-        load_kv(sbase + (u32)(((j + 1) & 1) * STAGE * 2), kc, vc, bt, max_blocks, num_blocks, KV, kvh, kend - (j + 2) * BN,
-                kstart, kend, err);
+        load_kv(sbase + (u32)(((j + 1) & 1) * STAGE * 2), kc, vc, ksc, vsc, bt, max_blocks, num_blocks, KV, kvh,
+                kend - (j + 2) * BN, kstart, kend, err);
         cp_async_commit();
       }
       const int k0 = kend - (j + 1) * BN;

@@ -146,10 +146,10 @@ __device__ __forceinline__ void issue_pv(float (&o)[HD / 2], const u32 (&pa4)[BN
 // attn_prefill_wg: attn_prefill's contract (see attn_prefill.cu), grid
 // (H, S, Z), NT threads, SMEM_BYTES + 1024 of dynamic shared memory.
 extern "C" __global__ void __launch_bounds__(NT, 1) attn_prefill_wg(
-    u16* out, const u16* q, const kv_t* kc, const kv_t* vc, const int* block_tables, int max_blocks,
-    const int* seq_lens, const int* qstart, int H, int KV, float scale_log2, int window, int num_blocks,
+    u16* out, const u16* q, const kv_t* kc, const kv_t* vc, const void* ksc, const void* vsc, const int* block_tables,
+    int max_blocks, const int* seq_lens, const int* qstart, int H, int KV, float scale_log2, int window, int num_blocks,
     int num_tokens, int max_seq_len, int* err) {
-  grid_dep_sync();
+  grid_dep_sync();  // ksc, vsc: attn_prefill's arguments, null here (BF16 caches only)
 #if !WGMMA_OK
   __trap();  // the host launches this kernel only on sm_90a
 #else

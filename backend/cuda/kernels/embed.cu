@@ -2,18 +2,23 @@
 // Specialised with -DTT=<table dtype> -DOT=<out dtype>.
 #include "common.cuh"
 
-// embed: out[i, :] = table[ids[i], :] converted to OT. A bad id writes a
-// zero row and raises ERR_EMBED_ID (surfaced by Backend.Sync).
+// embed: out[i, :] = table[ids[i] - base, :] converted to OT. An id
+// outside the table writes a zero row; it raises ERR_EMBED_ID (surfaced by
+// Backend.Sync) unless shard is set (the table is a vocabulary shard whose
+// first row is id base: the id is another rank's) and the id is not
+// negative. Embed passes base 0, shard 0.
 //   out   [n, dim]
 //   table [rows, dim]
 //   ids   [n] int32
 // grid (n), block 256.
-extern "C" __global__ void __launch_bounds__(256) embed(void* out, const void* table, const int* ids, int dim, int rows, int* err) {
+extern "C" __global__ void __launch_bounds__(256) embed(void* out, const void* table, const int* ids, int dim, int rows, int* err, int base, int shard) {
   grid_dep_sync();
   int i = blockIdx.x;
-  int id = ids[i];
-  bool ok = id >= 0 && id < rows;
-  if (!ok && threadIdx.x == 0) report(err, ERR_EMBED_ID);
+  const int raw = ids[i];
+  // raw - base is taken only where it cannot overflow (raw >= base >= 0).
+  bool ok = raw >= base && raw - base < rows;
+  int id = ok ? raw - base : 0;
+  if (!ok && (!shard || raw < 0) && threadIdx.x == 0) report(err, ERR_EMBED_ID);
 #if TT == DT_BF16
   // BF16 rows of whole 16-byte pieces: every thread's loads are issued
   // before its first store. (The loop below waits out one load per

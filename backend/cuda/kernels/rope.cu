@@ -24,13 +24,36 @@
 //   qkv    [T, (H+2*KV)*HD]: Q, K, V
 //   pos    [T] int32; slots [T] int32 (block*BS + offset; < 0 skips)
 //   kc, vc [numBlocks, KV, BS, HD] in kv.cuh's format
+//   ksc, vsc the pools' scales (kv.cuh; null for unquantized caches)
 //   inv_freq [HD/2] f32; qn, kn [HD] or null
+//   scan   null, or (FP8 caches) [2*KV + 1] u32 of zeros: see below
 // grid (ceil(T/TPW), ceil((H+KV)/HPB)), block HPB*32.
+//
+// With scan set the launch stores nothing: it is the pass before the
+// store that sets an FP8 cache's dynamic scales (backend.KVSpec). If every
+// head's K and V scale is set it returns at once; otherwise it takes the
+// largest |K| (normed and rotated) and |V| of each head over the tokens
+// with a slot into scan[j] and scan[KV + j] (as f32 bits, atomicMax: they
+// are not negative), and the launch's last block sets each unset scale
+// to that maximum / KV_FP8_TARGET and zeroes scan for the next layer.
+#define KV_FP8_TARGET 112.f  // backend.KVFP8DynamicTarget
+__device__ __forceinline__ void rope_rows(void* q_out, void* kc, void* vc, void* ksc, void* vsc, const void* qn,
+                                          const void* kn, float eps, int H, int KV, int T, u32* scan, bool is_q,
+                                          int head, int lane, const int (&tk)[TPW], const int (&slot)[TPW],
+                                          float (&vrow)[TPW][VPL], float (&x1)[TPW][PAIRS], float (&x2)[TPW][PAIRS],
+                                          const float (&sn)[TPW][HALF], const float (&cs)[TPW][HALF]);
 extern "C" __global__ void __launch_bounds__(HPB * 32) rope_store_kv(
-    void* q_out, const void* qkv, const int* pos, const int* slots, void* kc, void* vc,
+    void* q_out, const void* qkv, const int* pos, const int* slots, void* kc, void* vc, void* ksc, void* vsc,
     const float* inv_freq, const void* qn, const void* kn, float eps, int H, int KV,
-    int num_slots, int* err, int T) {
+    int num_slots, int* err, int T, u32* scan) {
   grid_dep_sync();
+#if KV_DT == DT_F8E4M3
+  if (scan != 0) {
+    bool unset = false;
+    for (int j = 0; j < KV; j++) unset |= ((const float*)ksc)[j] == 0.f || ((const float*)vsc)[j] == 0.f;
+    if (!unset) return;  // the same answer in every block: no scale changes before the last one
+  }
+#endif
   __shared__ float sn[TPW][HALF], cs[TPW][HALF];
   int lane = threadIdx.x & 31;
   int head = blockIdx.y * HPB + (threadIdx.x >> 5);
@@ -81,7 +104,37 @@ extern "C" __global__ void __launch_bounds__(HPB * 32) rope_store_kv(
     cs[u][i] = c;
   }
   __syncthreads();
-  if (!live) return;
+  if (live && !(scan != 0 && is_q)) rope_rows(q_out, kc, vc, ksc, vsc, qn, kn, eps, H, KV, T, scan, is_q, head, lane, tk, slot, vrow, x1, x2, sn, cs);
+#if KV_DT == DT_F8E4M3
+  if (scan != 0) {
+    // The last block to finish sets the unset scales from the maxima.
+    __shared__ bool last;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      __threadfence();
+      last = atomicAdd(&scan[2 * KV], 1u) == gridDim.x * gridDim.y - 1;
+    }
+    __syncthreads();
+    if (last) {
+      __threadfence();
+      for (int j = threadIdx.x; j < 2 * KV; j += blockDim.x) {
+        float* sc = j < KV ? (float*)ksc + j : (float*)vsc + (j - KV);
+        const float m = __uint_as_float(atomicExch(&scan[j], 0u));
+        if (*sc == 0.f) *sc = m / KV_FP8_TARGET;
+      }
+      if (threadIdx.x == 0) scan[2 * KV] = 0;
+    }
+  }
+#endif
+}
+
+// rope_rows is rope_store_kv's work for one live warp (one head and TPW
+// tokens) once the rows are loaded and the angles are in shared memory.
+__device__ __forceinline__ void rope_rows(void* q_out, void* kc, void* vc, void* ksc, void* vsc, const void* qn,
+                                          const void* kn, float eps, int H, int KV, int T, u32* scan, bool is_q,
+                                          int head, int lane, const int (&tk)[TPW], const int (&slot)[TPW],
+                                          float (&vrow)[TPW][VPL], float (&x1)[TPW][PAIRS], float (&x2)[TPW][PAIRS],
+                                          const float (&sn)[TPW][HALF], const float (&cs)[TPW][HALF]) {
   const void* nw = is_q ? qn : kn;
 #pragma unroll
   for (int u = 0; u < TPW; u++) {
@@ -102,34 +155,76 @@ extern "C" __global__ void __launch_bounds__(HPB * 32) rope_store_kv(
         }
       }
     }
-    i64 dst = 0;
+    i64 dst = 0, srow = 0;
     if (!is_q && slot[u] >= 0) {
       int blk, off;
       kv_split(slot[u], BS, blk, off);
       dst = kv_at(blk, KV, head - H, BS, off, HD);
+      srow = KV_DT == DT_F8E4M3 ? head - H : ((i64)blk * KV + (head - H)) * BS + off;  // kv_store_row's row of scales
     }
+    float y1[PAIRS], y2[PAIRS];
 #pragma unroll
     for (int k = 0; k < PAIRS; k++) {
       int i = lane + 32 * k;
+      y1[k] = y2[k] = 0.f;
       if (i >= HALF) continue;
       const float s = sn[u][i], c = cs[u][i];
-      float y1 = x1[u][k] * c - x2[u][k] * s;
-      float y2 = x2[u][k] * c + x1[u][k] * s;
+      y1[k] = x1[u][k] * c - x2[u][k] * s;
+      y2[k] = x2[u][k] * c + x1[u][k] * s;
       if (is_q) {
         i64 o = ((i64)t * H + head) * HD;
-        store_f<QT>(q_out, o + i, y1);
-        store_f<QT>(q_out, o + i + HALF, y2);
-      } else if (slot[u] >= 0) {
-        kv_store(kc, dst + i, y1);
-        kv_store(kc, dst + i + HALF, y2);
+        store_f<QT>(q_out, o + i, y1[k]);
+        store_f<QT>(q_out, o + i + HALF, y2[k]);
+      }
+#if !KV_QUANT
+      else if (slot[u] >= 0) {
+        kv_store(kc, dst + i, y1[k]);
+        kv_store(kc, dst + i + HALF, y2[k]);
+      }
+#endif
+    }
+    if (is_q || slot[u] < 0) continue;  // the same for the whole warp
+#if KV_QUANT
+    // The K row as element lane + 32k (kv_store_row's layout): with
+    // HALF a multiple of 32 it is y1 then y2 of the same lane; below, lane
+    // l >= HALF takes y2 of lane l - HALF.
+    float kr[VPL];
+#pragma unroll
+    for (int k = 0; k < VPL; k++) {
+      if (HALF % 32 == 0) {
+        kr[k] = k < PAIRS ? y1[k] : y2[k - PAIRS];
+      } else {
+        const float t2 = __shfl_sync(0xffffffffu, y2[0], (lane - HALF) & 31);
+        kr[k] = lane < HALF ? y1[0] : t2;
       }
     }
-    if (!is_q && slot[u] >= 0) {
+#if KV_DT == DT_F8E4M3
+    if (scan != 0) {
+      float km = 0.f, vm = 0.f;
 #pragma unroll
       for (int k = 0; k < VPL; k++) {
-        int i = lane + 32 * k;
-        if (i < HD) kv_store(vc, dst + i, vrow[u][k]);
+        if (lane + 32 * k < HD) {
+          km = fmaxf(km, fabsf(kr[k]));
+          vm = fmaxf(vm, fabsf(vrow[u][k]));
+        }
       }
+      km = warp_max(km);
+      vm = warp_max(vm);
+      if (lane == 0) {
+        atomicMax(&scan[head - H], __float_as_uint(km));
+        atomicMax(&scan[KV + head - H], __float_as_uint(vm));
+      }
+      continue;
     }
+#endif
+    kv_store_row<VPL>((kv_t*)kc, ksc, dst, srow, kr, HD, lane);
+    kv_store_row<VPL>((kv_t*)vc, vsc, dst, srow, vrow[u], HD, lane);
+#else
+#pragma unroll
+    for (int k = 0; k < VPL; k++) {
+      int i = lane + 32 * k;
+      if (i < HD) kv_store(vc, dst + i, vrow[u][k]);
+    }
+#endif
   }
 }

@@ -1,0 +1,269 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+	"testing"
+
+	"github.com/trigon-llm/trigon/backend"
+)
+
+// TestWQuantCodes checks the dtype codes kernels/wquant.cu defines against
+// backend's (no GPU needed).
+func TestWQuantCodes(t *testing.T) {
+	src, err := kernelFS.ReadFile("kernels/wquant.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]backend.DType{"DT_AWQ4_G32": backend.AWQ4G32, "DT_AWQ4_G64": backend.AWQ4G64, "DT_AWQ4_G128": backend.AWQ4G128, "DT_F8ROW": backend.F8E4M3Row}
+	for name, dt := range want {
+		m := regexp.MustCompile(`#define ` + name + ` (\d+)`).FindSubmatch(src)
+		if m == nil {
+			t.Errorf("wquant.cu does not define %s", name)
+			continue
+		}
+		if v, _ := strconv.Atoi(string(m[1])); v != int(dt) {
+			t.Errorf("%s = %d, backend.%v = %d", name, v, dt, int(dt))
+		}
+	}
+}
+
+// encodeWQ encodes [rows, cols] values in a weight-quantized dtype.
+func encodeWQ(t *testing.T, dt backend.DType, v []float32, rows, cols int) []byte {
+	t.Helper()
+	var out []byte
+	for r := range rows {
+		var b []byte
+		var err error
+		if g := backend.AWQGroup(dt); g != 0 {
+			b, err = backend.EncodeAWQ4(v[r*cols:(r+1)*cols], g)
+		} else {
+			b, err = backend.EncodeF8E4M3Row(v[r*cols:(r+1)*cols], 0)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, b...)
+	}
+	return out
+}
+
+// TestMatMulWQuant runs MatMul against AWQ4 and F8E4M3Row weights on the
+// GPU and the CPU (the oracle: it quantizes FP8 activations per row as the
+// GPU does) on fresh random inputs: the GEMVs (up to 64 rows, partial
+// 8-row tiles), the prefill paths above, BF16 and F32 outputs, biases.
+// fallback forces the FP8 prefill through the BF16 GEMM of codes, the
+// path of devices without FP8 GEMMs.
+func TestMatMulWQuant(t *testing.T) {
+	g := sharedBackend(t, true)
+	type shape struct{ n, in, out int }
+	// 320 and 336 leave partial 128-wide k chunks (336 a partial 32-code
+	// piece: FP8 only); 1000, 200 and 20 partial 64-feature blocks; the
+	// rest split k across blocks (mmaSplits).
+	shapes := []shape{{1, 4096, 1000}, {3, 1024, 512}, {8, 4096, 4096}, {17, 2048, 1000}, {64, 1024, 1000}, {65, 4096, 1000}, {200, 1024, 2048},
+		{4, 320, 864}, {2, 336, 200}, {40, 864, 320}, {128, 2048, 1024},
+		// One 128-wide k chunk: the tensor-core kernels' unsplit path.
+		{4, 128, 1000}}
+	for _, dt := range []backend.DType{backend.AWQ4G32, backend.AWQ4G64, backend.AWQ4G128, backend.F8E4M3Row} {
+		for i, s := range shapes {
+			if s.in%dt.BlockSize() != 0 {
+				continue
+			}
+			out := []backend.DType{backend.BF16, backend.F32}[i%2]
+			withBias := i%3 == 1
+			for _, fallback := range []bool{false, true} {
+				if fallback && (dt != backend.F8E4M3Row || s.n <= wqGemvMaxRows) {
+					continue
+				}
+				name := fmt.Sprintf("%v_n%d_%dx%d_out%v_bias%v_fallback%v", dt, s.n, s.in, s.out, out, withBias, fallback)
+				t.Run(name, func(t *testing.T) {
+					p := newPair(t)
+					if fallback {
+						p.must("force fallback", g.call(func() error {
+							if g.f8.plans == nil {
+								g.f8.plans = map[[3]int]*f8Plan{}
+							}
+							g.f8.plans[[3]int{s.n, s.out, s.in}] = &f8Plan{}
+							return nil
+						}))
+						t.Cleanup(func() {
+							_ = g.call(func() error { delete(g.f8.plans, [3]int{s.n, s.out, s.in}); return nil })
+						})
+					}
+					cx, gx := p.act(backend.BF16, []int{s.n, s.in}, p.normal(s.n*s.in, 1))
+					wv := p.normal(s.out*s.in, float32(1/math.Sqrt(float64(s.in))))
+					cw, gw := p.same(dt, []int{s.out, s.in}, encodeWQ(t, dt, wv, s.out, s.in))
+					var cb, gb backend.Tensor
+					if withBias {
+						cb, gb = p.same(backend.BF16, []int{s.out}, encode(backend.BF16, p.normal(s.out, 1)))
+					}
+					co, gout := p.cpuOut(s.n, s.out), p.poisoned(out, s.n, s.out)
+					p.must("cpu", p.c.MatMul(co, cx, cw, cb))
+					p.must("gpu", p.g.MatMul(gout, gx, gw, gb))
+					p.must("sync", p.g.Sync())
+					p.expectClose("matmul", read(t, p.g, gout), read(t, p.c, co), bf16Tol)
+					if dt == backend.F8E4M3Row && s.n > wqGemvMaxRows && !fallback {
+						var used bool
+						_ = g.call(func() error {
+							if pl := g.f8.plans[[3]int{s.n, s.out, s.in}]; pl != nil {
+								used = pl.ok
+							}
+							return nil
+						})
+						t.Logf("cuBLASLt FP8 GEMM used: %v (sm_%d)", used, g.cc)
+						if !used && g.cc >= 89 && s.n%16 == 0 {
+							t.Errorf("sm_%d: cuBLASLt took no FP8 algorithm for [%d,%d]x[%d,%d]^T; the BF16 GEMM of codes ran", g.cc, s.n, s.in, s.out, s.in)
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestF8ActQuant checks the activation quantizer's codes against
+// backend.F32ToE4M3 bit for bit, over rows that reach e4m3's subnormals,
+// its ties and a row of zeros.
+func TestF8ActQuant(t *testing.T) {
+	g := sharedBackend(t, true)
+	p := newPair(t)
+	n, k := 5, 4096
+	vals := p.normal(n*k, 1)
+	for i := range k {
+		vals[2*k+i] = 0 // a row of zeros: scale 1
+		vals[3*k+i] = backend.BF16ToF32(backend.F32ToBF16(float32(i-k/2) / 64))
+	}
+	gx := p.gpuT(backend.BF16, []int{n, k}, encode(backend.BF16, vals))
+	var got []byte
+	p.must("quantize", g.call(func() error {
+		xt, err := g.tensorOf("test", "x", gx)
+		if err != nil {
+			return err
+		}
+		buf, err := g.tmpGet(n*k + 4*n + 16)
+		if err != nil {
+			return err
+		}
+		defer g.tmpPut(buf)
+		f, err := g.fn(fnKey{modSpec{file: "wquant", p: [8]int{int(backend.F8E4M3Row), int(backend.BF16)}}, "f8_act_quant"})
+		if err != nil {
+			return err
+		}
+		sx := buf + uint64((n*k+15)/16*16)
+		if err := g.launch(f, [3]int{n, 1, 1}, 256, 0, buf, sx, xt.ptr, i32(n), i32(k)); err != nil {
+			return err
+		}
+		got = make([]byte, (n*k+15)/16*16+4*n)
+		return g.copyOut(got, buf)
+	}))
+	for r := range n {
+		row := vals[r*k : (r+1)*k]
+		s := backend.E4M3Scale(row)
+		off := (n*k+15)/16*16 + 4*r
+		if gs := math.Float32frombits(uint32(got[off]) | uint32(got[off+1])<<8 | uint32(got[off+2])<<16 | uint32(got[off+3])<<24); gs != s {
+			t.Fatalf("row %d: scale %v, want %v", r, gs, s)
+		}
+		inv := 1 / s
+		for i, v := range row {
+			if want := backend.F32ToE4M3(v * inv); got[r*k+i] != want {
+				t.Fatalf("row %d [%d] = %v: code %#x, want %#x", r, i, v, got[r*k+i], want)
+			}
+		}
+	}
+}
+
+// TestAWQGemvCUDACores runs awq_gemv, the AWQ decode kernel of devices
+// before sm_80 (MatMul takes awq_mma on later ones), directly against the
+// CPU: one row, a partial 8-row tile, two tiles.
+func TestAWQGemvCUDACores(t *testing.T) {
+	g := sharedBackend(t, true)
+	for _, dt := range []backend.DType{backend.AWQ4G32, backend.AWQ4G128} {
+		for _, n := range []int{1, 5, 16} {
+			t.Run(fmt.Sprintf("%v_n%d", dt, n), func(t *testing.T) {
+				p := newPair(t)
+				in, out := 1024, 300
+				cx, gx := p.act(backend.BF16, []int{n, in}, p.normal(n*in, 1))
+				wv := p.normal(out*in, float32(1/math.Sqrt(float64(in))))
+				cw, gw := p.same(dt, []int{out, in}, encodeWQ(t, dt, wv, out, in))
+				co, gout := p.cpuOut(n, out), p.poisoned(backend.F32, n, out)
+				p.must("cpu", p.c.MatMul(co, cx, cw, nil))
+				p.must("gpu", g.call(func() error {
+					ot, err := g.tensorOf("test", "out", gout)
+					if err != nil {
+						return err
+					}
+					xt, err := g.tensorOf("test", "x", gx)
+					if err != nil {
+						return err
+					}
+					wt, err := g.tensorOf("test", "w", gw)
+					if err != nil {
+						return err
+					}
+					f, err := g.fn(fnKey{modSpec{file: "wquant", p: [8]int{int(dt), int(backend.F32), 1}}, "awq_gemv"})
+					if err != nil {
+						return err
+					}
+					return g.launch(f, [3]int{(out + 7) / 8, (n + wqMaxn - 1) / wqMaxn, 1}, 256, 0, ot.ptr, xt.ptr, wt.ptr, i32(n), i32(out), i32(in))
+				}))
+				p.must("sync", g.Sync())
+				p.expectClose("awq_gemv", read(t, g, gout), read(t, p.c, co), bf16Tol)
+			})
+		}
+	}
+}
+
+// TestF8GemvCUDACores runs f8_gemv, the FP8 decode kernel of devices
+// before sm_89 (MatMul takes f8_mma on later ones), directly against the
+// CPU, after f8_act_quant.
+func TestF8GemvCUDACores(t *testing.T) {
+	g := sharedBackend(t, true)
+	for _, n := range []int{1, 5, 16} {
+		t.Run(fmt.Sprintf("n%d", n), func(t *testing.T) {
+			p := newPair(t)
+			in, out := 1024, 300
+			dt := backend.F8E4M3Row
+			cx, gx := p.act(backend.BF16, []int{n, in}, p.normal(n*in, 1))
+			wv := p.normal(out*in, float32(1/math.Sqrt(float64(in))))
+			cw, gw := p.same(dt, []int{out, in}, encodeWQ(t, dt, wv, out, in))
+			co, gout := p.cpuOut(n, out), p.poisoned(backend.F32, n, out)
+			p.must("cpu", p.c.MatMul(co, cx, cw, nil))
+			p.must("gpu", g.call(func() error {
+				ot, err := g.tensorOf("test", "out", gout)
+				if err != nil {
+					return err
+				}
+				xt, err := g.tensorOf("test", "x", gx)
+				if err != nil {
+					return err
+				}
+				wt, err := g.tensorOf("test", "w", gw)
+				if err != nil {
+					return err
+				}
+				xq, err := g.tmpGet(n*in + 4*n + 16)
+				if err != nil {
+					return err
+				}
+				defer g.tmpPut(xq)
+				sx := xq + uint64((n*in+15)/16*16)
+				spec := modSpec{file: "wquant", p: [8]int{int(dt), int(backend.F32), 1}}
+				f, err := g.fn(fnKey{spec, "f8_act_quant"})
+				if err != nil {
+					return err
+				}
+				if err := g.launch(f, [3]int{n, 1, 1}, 256, 0, xq, sx, xt.ptr, i32(n), i32(in)); err != nil {
+					return err
+				}
+				if f, err = g.fn(fnKey{spec, "f8_gemv"}); err != nil {
+					return err
+				}
+				return g.launch(f, [3]int{(out + 7) / 8, (n + wqMaxn - 1) / wqMaxn, 1}, 256, 0, ot.ptr, xq, sx, wt.ptr, i32(n), i32(out), i32(in))
+			}))
+			p.must("sync", g.Sync())
+			p.expectClose("f8_gemv", read(t, g, gout), read(t, p.c, co), bf16Tol)
+		})
+	}
+}

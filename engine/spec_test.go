@@ -1,0 +1,375 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/trigon-llm/trigon/backend/cpu"
+	"github.com/trigon-llm/trigon/engine"
+	"github.com/trigon-llm/trigon/format/gguf"
+	"github.com/trigon-llm/trigon/sample"
+	"github.com/trigon-llm/trigon/specdec"
+)
+
+// The default model: its embedded Q8_0 file, and the bf16 checkpoint it
+// was made from. The tests' target is the bf16 one: on the CPU its rows
+// come out bit for bit the same whatever the batch (a verify step's rows
+// go through the GEMM, a decode's through the dot products), where the
+// Q8_0 products quantize activations differently by row count and so let
+// batching, and speculation with it, flip near-tied argmaxes.
+const (
+	defaultModel   = "../models/default/trigon-go.q8_0.gguf"
+	defaultModelHF = "../models/default/hf"
+)
+
+// startDefault loads the default model (bf16) on the CPU with spec (zero:
+// off) and runs its engine until the test ends.
+func startDefault(t *testing.T, spec specdec.Config, kvBlocks ...int) *engine.Loaded {
+	t.Helper()
+	opts := engine.LoadOptions{Backend: cpu.New(cpu.Options{Threads: 2}), Speculative: spec}
+	if len(kvBlocks) > 0 {
+		opts.KVBlocks = kvBlocks[0]
+	}
+	return startDefaultWith(t, opts)
+}
+
+// startDefaultWith is startDefault with opts (Backend set).
+func startDefaultWith(t *testing.T, opts engine.LoadOptions) *engine.Loaded {
+	t.Helper()
+	opts.Model, opts.MaxSeqs, opts.MaxBatchedTokens, opts.ChunkSize = defaultModelHF, 16, 256, 128
+	l, err := engine.Load(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); l.Engine.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done; l.Close() })
+	return l
+}
+
+// heldoutPrompts cuts n prompts of 24 to 71 tokens from the default
+// model's held-out Go text (code repeats itself, so prompt lookup finds
+// matches in it).
+func heldoutPrompts(t *testing.T, n int) [][]int32 {
+	t.Helper()
+	raw, err := os.ReadFile("../models/default/heldout.ids.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []int32
+	for _, f := range strings.Fields(string(raw)) {
+		v, err := strconv.Atoi(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, int32(v))
+	}
+	prompts := make([][]int32, n)
+	for i := range prompts {
+		at := (i * 397) % (len(ids) - 100)
+		prompts[i] = ids[at : at+24+(i*13)%48]
+	}
+	return prompts
+}
+
+// truncatedDraft writes a copy of the default model with only its first
+// layers: a draft with the target's vocabulary whose guesses often differ,
+// so that verify steps reject.
+func truncatedDraft(t *testing.T, layers int) string {
+	t.Helper()
+	f, err := gguf.Open(defaultModel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	w := gguf.NewWriter()
+	for _, kv := range f.KVs {
+		if strings.HasSuffix(kv.Key, ".block_count") {
+			w.AddKV(kv.Key, gguf.Uint32Value(uint32(layers)))
+			continue
+		}
+		w.AddKV(kv.Key, kv.Value)
+	}
+	for _, ti := range f.Tensors {
+		var blk int
+		if _, err := fmt.Sscanf(ti.Name, "blk.%d.", &blk); err == nil && blk >= layers {
+			continue
+		}
+		if err := w.AddTensor(ti.Name, ti.Type, ti.Dims, ti.Data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "draft.gguf")
+	out, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.WriteTo(out); err != nil {
+		t.Fatal(err)
+	}
+	if err := out.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// generate runs every prompt at once and returns each one's tokens.
+func generate(t *testing.T, l *engine.Loaded, prompts [][]int32, p sample.Params) []result {
+	t.Helper()
+	out := make([]result, len(prompts))
+	var wg sync.WaitGroup
+	for i, prompt := range prompts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ch, err := l.Engine.Submit(context.Background(), &engine.Request{Prompt: prompt, N: 1, Params: p})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			out[i] = collect(t, ch, 1)[0]
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// TestSpeculativeGreedyMatches: with either proposer, greedy output is
+// token for token what plain decoding gives, on 50 prompts run together;
+// drafts are proposed and accepted: every one with the model as its own
+// draft (its KV cache follows each sequence through rollbacks exactly),
+// most with its Q8_0 file, and a truncated draft is also rejected; every
+// KV block comes back.
+func TestSpeculativeGreedyMatches(t *testing.T) {
+	prompts := heldoutPrompts(t, 50)
+	params := greedy(20)
+	want := generate(t, startDefault(t, specdec.Config{}), prompts, params)
+	for _, tc := range []struct {
+		name string
+		cfg  specdec.Config
+		// minRate bounds the acceptance rate from below, maxRate from
+		// above (1: may accept every token).
+		minRate, maxRate float64
+	}{
+		{"ngram", specdec.Config{Method: specdec.MethodNGram, NumSpeculativeTokens: 4, PromptLookupMin: 1, PromptLookupMax: 3}, 0.05, 1},
+		{"self draft", specdec.Config{Method: specdec.MethodDraftModel, NumSpeculativeTokens: 3, Model: defaultModelHF}, 1, 1},
+		{"q8_0 draft", specdec.Config{Method: specdec.MethodDraftModel, NumSpeculativeTokens: 5, Model: defaultModel}, 0.9, 1},
+		{"truncated draft", specdec.Config{Method: specdec.MethodDraftModel, NumSpeculativeTokens: 3, Model: truncatedDraft(t, 3)}, 0.05, 0.95},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := startDefault(t, tc.cfg)
+			free := l.Engine.Stats().FreeBlocks
+			got := generate(t, l, prompts, params)
+			for i := range prompts {
+				if fmt.Sprint(got[i].tokens) != fmt.Sprint(want[i].tokens) || got[i].text != want[i].text || got[i].final.FinishReason != want[i].final.FinishReason {
+					t.Errorf("prompt %d: %v %q (%s), plain decoding gives %v %q (%s)", i, got[i].tokens, got[i].text, got[i].final.FinishReason,
+						want[i].tokens, want[i].text, want[i].final.FinishReason)
+				}
+			}
+			waitIdle(t, l)
+			st := l.Engine.Stats()
+			rate := float64(st.Spec.Accepted) / float64(max(st.Spec.DraftTokens, 1))
+			t.Logf("%d drafts, %d tokens proposed, %d accepted (%.2f), by position %v", st.Spec.Drafts, st.Spec.DraftTokens, st.Spec.Accepted, rate, st.Spec.AcceptedAt)
+			if st.Spec.Drafts == 0 || rate < tc.minRate || rate > tc.maxRate {
+				t.Errorf("acceptance %.2f over %d drafts, want %.2f to %.2f", rate, st.Spec.Drafts, tc.minRate, tc.maxRate)
+			}
+			for i := 1; i < len(st.Spec.AcceptedAt); i++ {
+				if st.Spec.AcceptedAt[i] > st.Spec.AcceptedAt[i-1] {
+					t.Errorf("accepted by position %v: a later position more often than an earlier one", st.Spec.AcceptedAt)
+				}
+			}
+			if st.FreeBlocks != free {
+				t.Errorf("free KV blocks: %d after, %d before", st.FreeBlocks, free)
+			}
+		})
+	}
+}
+
+// TestSpeculativeStopsExact: with several tokens arriving per step (the
+// model as its own draft accepts every guess), stop strings, stop token
+// ids, EOS and max_tokens end each request exactly where plain decoding
+// does, with the same text; requests sampled on the host (logprobs,
+// penalties) share the verify steps; a pool too small for the batch
+// preempts and recomputes; cancelled requests give every block back.
+func TestSpeculativeStopsExact(t *testing.T) {
+	prompts := heldoutPrompts(t, 24)
+	base := generate(t, startDefault(t, specdec.Config{}), prompts, greedy(24))
+	type job struct {
+		p        sample.Params
+		logprobs bool
+	}
+	jobs := make([]job, len(prompts))
+	for i := range prompts {
+		p := greedy(1 + (i*7)%24)
+		switch i % 6 {
+		case 0, 3:
+			// A stop string from the middle of the plain output.
+			if text := base[i].text; len(text) > 12 {
+				p.Stop = []string{text[6+i%5 : 9+i%5]}
+			}
+		case 1:
+			p.StopTokenIDs = []int32{base[i].tokens[min(5, len(base[i].tokens)-1)]}
+		case 2:
+			p.IgnoreEOS = false
+			p.MaxTokens = 24
+		case 4:
+			p.RepetitionPenalty = 1.3
+		case 5:
+			jobs[i].logprobs = true
+		}
+		jobs[i].p = p
+	}
+	run := func(l *engine.Loaded) []result {
+		out := make([]result, len(prompts))
+		var wg sync.WaitGroup
+		for i, j := range jobs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ch, err := l.Engine.Submit(context.Background(), &engine.Request{Prompt: prompts[i], N: 1, Params: j.p, Logprobs: j.logprobs})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				out[i] = collect(t, ch, 1)[0]
+			}()
+		}
+		wg.Wait()
+		return out
+	}
+	self := specdec.Config{Method: specdec.MethodDraftModel, NumSpeculativeTokens: 4, Model: defaultModelHF}
+	want := run(startDefault(t, specdec.Config{}))
+	for _, tc := range []struct {
+		name     string
+		l        *engine.Loaded
+		preempts bool
+	}{
+		{"self draft", startDefault(t, self), false},
+		{"ngram", startDefault(t, specdec.Config{Method: specdec.MethodNGram, NumSpeculativeTokens: 4, PromptLookupMin: 1, PromptLookupMax: 2}), false},
+		{"self draft, small pool", startDefault(t, self, 24), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			free := tc.l.Engine.Stats().FreeBlocks
+			got := run(tc.l)
+			for i := range prompts {
+				w, g := want[i], got[i]
+				if fmt.Sprint(g.tokens) != fmt.Sprint(w.tokens) || g.text != w.text || g.final.FinishReason != w.final.FinishReason ||
+					g.final.CompletionTokens != w.final.CompletionTokens {
+					t.Errorf("job %d (%+v): %v %q (%s, %d tokens), plain decoding gives %v %q (%s, %d tokens)", i, jobs[i].p,
+						g.tokens, g.text, g.final.FinishReason, g.final.CompletionTokens, w.tokens, w.text, w.final.FinishReason, w.final.CompletionTokens)
+				}
+			}
+			waitIdle(t, tc.l)
+			st := tc.l.Engine.Stats()
+			if st.Spec.Accepted == 0 {
+				t.Error("no draft token accepted")
+			}
+			if tc.preempts && st.Preemptions == 0 {
+				t.Error("the small pool preempted nothing")
+			}
+			// Cancelled mid-stream: every block comes back.
+			var wg sync.WaitGroup
+			for _, prompt := range prompts[:8] {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ctx, cancel := context.WithCancel(context.Background())
+					defer cancel()
+					ch, err := tc.l.Engine.Submit(ctx, &engine.Request{Prompt: prompt, N: 1, Params: greedy(40)})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					n := 0
+					for ev := range ch {
+						if n += len(ev.TokenIDs); n >= 6 {
+							cancel()
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			waitIdle(t, tc.l)
+			if st := tc.l.Engine.Stats(); st.FreeBlocks != free {
+				t.Errorf("free KV blocks: %d after, %d before", st.FreeBlocks, free)
+			}
+		})
+	}
+}
+
+// TestSpeculativeSampling: sampled requests with drafts (judged on the
+// host by the acceptance rule) run to their length and accept some draft
+// tokens; seeded ones take no drafts and give plain decoding's text.
+func TestSpeculativeSampling(t *testing.T) {
+	l := startDefault(t, specdec.Config{Method: specdec.MethodDraftModel, NumSpeculativeTokens: 3, Model: defaultModel})
+	prompts := heldoutPrompts(t, 8)
+	// Unseeded sampled requests take drafts: some are accepted, some not.
+	p := sample.Params{Temperature: 0.8, TopP: 0.95, TopK: 40, RepetitionPenalty: 1, MaxTokens: 16, IgnoreEOS: true}
+	for i, r := range generate(t, l, prompts, p) {
+		if len(r.tokens) != 16 || r.final.FinishReason != engine.FinishLength {
+			t.Errorf("prompt %d: %d tokens (%s %v), want 16", i, len(r.tokens), r.final.FinishReason, r.final.Err)
+		}
+	}
+	waitIdle(t, l)
+	st := l.Engine.Stats()
+	if st.Spec.Accepted == 0 || st.Spec.Accepted == st.Spec.DraftTokens {
+		t.Errorf("sampled: %d of %d draft tokens accepted, want some but not all", st.Spec.Accepted, st.Spec.DraftTokens)
+	}
+	// Seeded ones take none, so their text is what plain decoding gives,
+	// however they are batched.
+	seed := uint64(42)
+	p.Seed = &seed
+	plain := generate(t, startDefault(t, specdec.Config{}), prompts, p)
+	a := generate(t, l, prompts, p)
+	waitIdle(t, l)
+	b := generate(t, l, prompts, p)
+	for i := range prompts {
+		if fmt.Sprint(a[i].tokens) != fmt.Sprint(plain[i].tokens) {
+			t.Errorf("prompt %d: seed %d gave %v with speculation on, %v without", i, seed, a[i].tokens, plain[i].tokens)
+		}
+		if fmt.Sprint(a[i].tokens) != fmt.Sprint(b[i].tokens) {
+			t.Errorf("prompt %d: seed %d gave %v, then %v", i, seed, a[i].tokens, b[i].tokens)
+		}
+	}
+	if after := l.Engine.Stats(); after.Spec.DraftTokens != st.Spec.DraftTokens {
+		t.Errorf("seeded requests took %d draft tokens, want none", after.Spec.DraftTokens-st.Spec.DraftTokens)
+	}
+}
+
+// TestSpeculativeGraphs: with graphs on (the CPU replayer standing in for
+// CUDA graphs), verify steps whose sequences carry drafts of one length
+// replay a graph per (bucket, 1+k), the draft model's decode steps replay
+// theirs, and greedy output stays that of plain eager decoding.
+func TestSpeculativeGraphs(t *testing.T) {
+	prompts := heldoutPrompts(t, 6)
+	want := generate(t, startDefault(t, specdec.Config{}), prompts, greedy(16))
+	rb := &replayer{Backend: cpu.New(cpu.Options{Threads: 2})}
+	l := startDefaultWith(t, engine.LoadOptions{Backend: rb, Graphs: true,
+		Speculative: specdec.Config{Method: specdec.MethodDraftModel, NumSpeculativeTokens: 3, Model: defaultModelHF}})
+	// One at a time (batch 1: every verify step carries 3 draft tokens,
+	// but near max_tokens), then all together.
+	for i, p := range prompts {
+		got := generate(t, l, [][]int32{p}, greedy(16))[0]
+		if fmt.Sprint(got.tokens) != fmt.Sprint(want[i].tokens) {
+			t.Errorf("prompt %d alone: %v, plain eager decoding gives %v", i, got.tokens, want[i].tokens)
+		}
+	}
+	waitIdle(t, l)
+	if st := l.Engine.Stats().Graphs; st.Replays == 0 {
+		t.Errorf("no verify step replayed at batch 1: %+v", st)
+	}
+	got := generate(t, l, prompts, greedy(16))
+	for i := range prompts {
+		if fmt.Sprint(got[i].tokens) != fmt.Sprint(want[i].tokens) {
+			t.Errorf("prompt %d together: %v, plain eager decoding gives %v", i, got[i].tokens, want[i].tokens)
+		}
+	}
+	t.Logf("target graphs %+v, %d captures in all", l.Engine.Stats().Graphs, rb.captures)
+}
