@@ -8,13 +8,13 @@ import (
 	"github.com/trigon-llm/trigon/backend"
 )
 
-// TestMatMulKQuant runs K-quant products on the GPU against the CPU
+// TestKQuantMatMul runs K-quant products on the GPU against the CPU
 // backend on fresh random inputs: the dequantizing GEMV (kgemv, up to 8
 // rows; row counts that leave lanes idle: 768 = 24 pieces of 32) and the
 // dequantize-then-cuBLASLt path (kdequant, more rows), BF16 and F32 out.
 // Under 4 rows the CPU quantizes x per 256 values (Q8_K) where the GPU
 // multiplies bf16 x: about 1% of the outputs' norm more.
-func TestMatMulKQuant(t *testing.T) {
+func TestKQuantMatMul(t *testing.T) {
 	sharedBackend(t, true)
 	type shape struct{ n, in, out int }
 	for _, w := range []backend.DType{backend.Q4_K, backend.Q5_K, backend.Q6_K} {
@@ -49,8 +49,8 @@ func TestMatMulKQuant(t *testing.T) {
 	}
 }
 
-// TestEmbedKQuant gathers K-quant embedding rows (load_k) against the CPU.
-func TestEmbedKQuant(t *testing.T) {
+// TestKQuantEmbed gathers K-quant embedding rows (load_k) against the CPU.
+func TestKQuantEmbed(t *testing.T) {
 	sharedBackend(t, true)
 	for _, tc := range []struct {
 		table, out backend.DType
