@@ -219,7 +219,7 @@ __device__ __forceinline__ void attn_decode_body(
   unsigned char* wreg = (unsigned char*)(dsm + TT * KSTR) + warp * WREG;
 #if KV_QUANT
   u16* stg = (u16*)wreg;                     // [TT][KSTR] f16: the landed tile's K or V, dequantized
-  unsigned char* qring = wreg + TILE * 2;      // [ST][QSLOT]
+  unsigned char* qring = wreg + 2 * TILE * 2;  // [ST][QSLOT]
 #else
   u16* ring = (u16*)wreg;
 #endif
