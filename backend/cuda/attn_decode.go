@@ -87,8 +87,8 @@ func decodeCoreModule(d int, kv backend.KVSpec, gc, ur int) modSpec {
 // decodeMMASmem is attn_decode_mma's dynamic shared memory for head dim d,
 // caches of format kv and st stages, as kernels/attn_decode.cu lays it
 // out: the query tile (16 rows of d+8 bf16), then per warp st slots of a
-// K and a V tile of 16 such rows; for a quantized cache per warp one
-// staging tile of such rows and st slots of the stored K and V rows and
+// K and a V tile of 16 such rows; for a quantized cache per warp a K and a
+// V staging tile of such rows and st slots of the stored K and V rows and
 // their scales.
 func decodeMMASmem(d int, kv backend.KVSpec, st int) int {
 	tile := (d + 8) * 2 * decodeTile // bytes of one bf16 K or V tile
@@ -99,7 +99,7 @@ func decodeMMASmem(d int, kv backend.KVSpec, st int) int {
 	if kv.Scales == backend.KVScaleGroups {
 		slot += 2 * decodeTile * (d / kv.GroupSize) * 2
 	}
-	return tile + decodeNW*(tile+st*slot)
+	return tile + decodeNW*(2*tile+st*slot)
 }
 
 // decodeMMAStaticSmem is attn_decode_mma's static shared memory: the
@@ -140,14 +140,10 @@ func decodeMMAStages(cc, d int, kv backend.KVSpec, stages int) (st int, ok bool)
 }
 
 // decodeMMAMinBlocks mirrors MIN_BLOCKS in kernels/attn_decode.cu: the
-// blocks per SM its register budget is compiled for at head dim d over
-// caches of format kv with st stages.
-func decodeMMAMinBlocks(d int, kv backend.KVSpec, st int) int {
-	quant := kv.Scales != backend.KVNoScales
+// blocks per SM its register budget is compiled for.
+func decodeMMAMinBlocks(d int) int {
 	switch {
-	case quant && d <= 128 && st <= 2:
-		return 4
-	case d <= 64 || (quant && d <= 128):
+	case d <= 64:
 		return 3
 	case d <= 128:
 		return 2
@@ -161,7 +157,7 @@ func decodeMMAMinBlocks(d int, kv backend.KVSpec, st int) int {
 func decodeMMAPerSM(cc, d int, kv backend.KVSpec, st int) int {
 	perSM, _ := smemLimits(cc)
 	bySmem := perSM / (decodeMMASmem(d, kv, st) + decodeMMAStaticSmem(st) + 1<<10)
-	return max(1, min(bySmem, decodeMMAMinBlocks(d, kv, st)))
+	return max(1, min(bySmem, decodeMMAMinBlocks(d)))
 }
 
 // decodeMMASplits picks how many pieces each decode row's context is cut

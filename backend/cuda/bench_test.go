@@ -206,16 +206,13 @@ func BenchmarkAttentionDecode(b *testing.B) {
 
 // BenchmarkAttentionDecodeQuant is BenchmarkAttentionDecode over each KV
 // format at the quantized cache's issue shapes (batch 16 at 32k, batch 4
-// at 2k), reporting the format's bytes (values and scales) per second,
-// at ring depths 2 to 4 (Tuning.DecodeStages; 3 is the default).
+// at 2k), reporting the format's bytes (values and scales) per second.
 func BenchmarkAttentionDecodeQuant(b *testing.B) {
 	for _, spec := range []backend.KVSpec{backend.PlainKV(backend.BF16, 16), backend.FP8KV(16), backend.Int8KV(16, 32)} {
 		for _, s := range []struct{ seqs, ctx int }{{16, 32768}, {4, 2048}} {
-			for _, st := range []int{2, 3, 4} {
-				b.Run(fmt.Sprintf("%s_b%d_ctx%d_stages%d", spec.Name(), s.seqs, s.ctx, st), func(b *testing.B) {
-					benchDecodeAttentionKV(b, backendWith(b, Tuning{DecodeStages: st}, ""), spec, s.seqs, s.ctx)
-				})
-			}
+			b.Run(fmt.Sprintf("%s_b%d_ctx%d", spec.Name(), s.seqs, s.ctx), func(b *testing.B) {
+				benchDecodeAttentionKV(b, sharedBackend(b, true), spec, s.seqs, s.ctx)
+			})
 		}
 	}
 }

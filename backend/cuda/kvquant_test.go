@@ -113,11 +113,6 @@ func TestAttentionQuant(t *testing.T) {
 		attnCase{name: "int8_g128_mixed_gqa4_d128", h: 32, kv: 8, d: 128, seqs: []seqSpec{{1000, 1}, {500, 100}}, spec: backend.Int8KV(16, 128)},
 		attnCase{name: "int8_g32_decode_32k", h: 32, kv: 8, d: 128, seqs: []seqSpec{{32768, 1}}, spec: backend.Int8KV(16, 32)},
 		attnCase{name: "fp8_decode_32k", h: 32, kv: 8, d: 128, seqs: []seqSpec{{32768, 1}}, spec: backend.FP8KV(16)},
-		// Two- and four-slot rings (the two-slot kernel is built for four
-		// blocks an SM).
-		attnCase{name: "fp8_mixed_gqa4_d128_st2", h: 32, kv: 8, d: 128, seqs: []seqSpec{{1000, 1}, {500, 100}, {1, 1}}, spec: backend.FP8KV(16), stages: 2},
-		attnCase{name: "int8_g32_mixed_gqa4_d128_st2", h: 32, kv: 8, d: 128, seqs: []seqSpec{{1000, 1}, {500, 100}, {1, 1}}, spec: backend.Int8KV(16, 32), stages: 2},
-		attnCase{name: "int8_g32_decode_gqa1_d64_st4", h: 8, kv: 8, d: 64, seqs: []seqSpec{{1, 1}, {17, 1}, {300, 1}}, spec: backend.Int8KV(16, 32), stages: 4},
 	)
 	for _, tc := range cases {
 		testAttentionCase(t, tc)

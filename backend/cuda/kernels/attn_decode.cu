@@ -54,12 +54,9 @@
 #define MAX_SPLITS 32           // most splits attn_decode_combine merges
 
 // WREG is the bytes of one warp's region of shared memory. BF16: ST slots
-// of a K and a V tile [TT][KSTR]. Quantized: one staging tile [TT][KSTR]
-// f16 (the landed tile's K, then once S is done its V) then ST slots of
-// QSLOT bytes: the tile's K and V rows as stored [TT][HD] and, for INT8,
-// their scales [TT][HD/KV_G] f16. The small slots and the one staging
-// tile leave room for more resident warps, which a dequantizing warp
-// needs to keep the loads in flight (MIN_BLOCKS).
+// of a K and a V tile [TT][KSTR]. Quantized: the staging K and V tiles
+// (bf16, as a BF16 slot) then ST slots of QSLOT bytes: the tile's K and V
+// rows as stored [TT][HD] and, for INT8, their scales [TT][HD/KV_G] f16.
 #if KV_QUANT
 #if KV_DT == DT_I8
 #define KV_SCB (TT * (HD / KV_G) * 2)  // bytes of one tile's K (or V) scales
@@ -67,16 +64,14 @@
 #define KV_SCB 0
 #endif
 #define QSLOT (2 * TT * HD + 2 * KV_SCB)
-#define WREG (TILE * 2 + ST * QSLOT)
+#define WREG (2 * TILE * 2 + ST * QSLOT)
 #else
 #define WREG (ST * 2 * TILE * 2)
 #endif
 
 // Blocks per SM the register allocation must allow; the host's
 // decodeMMAPerSM assumes the same (shared memory limits it to about this).
-#if KV_QUANT && HD <= 128 && ST <= 2
-#define MIN_BLOCKS 4  // two slots: four blocks' shared memory fits an SM
-#elif HD <= 64 || (KV_QUANT && HD <= 128)
+#if HD <= 64
 #define MIN_BLOCKS 3
 #elif HD <= 128
 #define MIN_BLOCKS 2
@@ -218,7 +213,7 @@ __device__ __forceinline__ void attn_decode_body(
   u16* qs = dsm;
   unsigned char* wreg = (unsigned char*)(dsm + TT * KSTR) + warp * WREG;
 #if KV_QUANT
-  u16* stg = (u16*)wreg;                     // [TT][KSTR] f16: the landed tile's K or V, dequantized
+  u16* stg = (u16*)wreg;                     // [2][TT][KSTR] bf16: the landed tile, dequantized
   unsigned char* qring = wreg + 2 * TILE * 2;  // [ST][QSLOT]
 #else
   u16* ring = (u16*)wreg;
@@ -456,36 +451,37 @@ __device__ __forceinline__ void attn_decode_body(
     const int sl = j % ST;
     const u32 mask = sm_mask[warp][sl];
 #if KV_QUANT
-    // Dequantize the slot's K (then, after S, its V) into the staging
-    // tile: chunk c of 16 stored elements to two 16-byte f16 chunks; rows
-    // that are not keys become zeros (their scales may be anything).
-    const unsigned char* qs_sl = qring + sl * QSLOT;
-    auto dequant = [&](bool isv) {
+    {
+      // Dequantize the slot into the staging tiles: chunk c of 16 stored
+      // elements (K's, then V's) to two 16-byte f16 chunks; rows that
+      // are not keys become zeros (their scales may be anything).
+      const unsigned char* ks = qring + sl * QSLOT;
 #pragma unroll
-      for (int i = 0; i < (TT * HD / 16 + 31) / 32; i++) {
+      for (int i = 0; i < (2 * TT * HD / 16 + 31) / 32; i++) {
         const int c = lane + 32 * i;
-        if ((TT * HD / 16) % 32 != 0 && c >= TT * HD / 16) break;
-        const int r = c / (HD / 16), col = (c % (HD / 16)) * 16;
+        if ((2 * TT * HD / 16) % 32 != 0 && c >= 2 * TT * HD / 16) break;
+        const bool isv = c >= TT * HD / 16;
+        const int cc = isv ? c - TT * HD / 16 : c;
+        const int r = cc / (HD / 16), col = (cc % (HD / 16)) * 16;
         uint4 lo = make_uint4(0, 0, 0, 0), hi = lo;
         if ((mask >> r) & 1u) {
-          const uint4 qv = *(const uint4*)(qs_sl + (isv ? TT * HD : 0) + r * HD + col);
+          const uint4 qv = *(const uint4*)(ks + (isv ? TT * HD : 0) + r * HD + col);
           u32 s2a = 0, s2b = 0;
 #if KV_DT == DT_I8
-          const u16* sc = (const u16*)(qs_sl + 2 * TT * HD + (isv ? KV_SCB : 0)) + r * KV_NG(HD);
+          const u16* sc = (const u16*)(ks + 2 * TT * HD + (isv ? KV_SCB : 0)) + r * KV_NG(HD);
           s2a = sc[col / KV_G] * 0x10001u;
           s2b = sc[(col + 8) / KV_G] * 0x10001u;
 #endif
           kv_dequant16_f16(qv, s2a, s2b, lo, hi);
         }
-        u16* dst = stg + r * KSTR + col;
+        u16* dst = stg + (isv ? TILE : 0) + r * KSTR + col;
         *(uint4*)dst = lo;
         *(uint4*)(dst + 8) = hi;
       }
       __syncwarp();
-    };
-    dequant(false);
+    }
     const u32 kaddr = stg_addr + koff;
-    const u32 vaddr = stg_addr + voff;
+    const u32 vaddr = stg_addr + TILE * 2 + voff;
 #else
     const u32 kaddr = ring_addr + sl * (2 * TILE * 2) + koff;
     const u32 vaddr = ring_addr + sl * (2 * TILE * 2) + TILE * 2 + voff;
@@ -554,10 +550,6 @@ __device__ __forceinline__ void attn_decode_body(
     const u32 pa1 = PACK_P(sc[0][2], sc[0][3]);
     const u32 pa2 = PACK_P(sc[1][0], sc[1][1]);
     const u32 pa3 = PACK_P(sc[1][2], sc[1][3]);
-#if KV_QUANT
-    __syncwarp();  // every lane has read K from the staging tile
-    dequant(true);
-#endif
 #pragma unroll
     for (int nb = 0; nb < HD / 16; nb++) {
       u32 b0, b1, b2, b3;
