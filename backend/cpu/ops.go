@@ -15,7 +15,13 @@ import (
 //	table [rows, dim] F32, F16, BF16, Q8_0 or Q4_0
 //	ids   [n] I32
 func (b *Backend) Embed(out, table, ids backend.Tensor) error {
-	const op = "embed"
+	return b.embed("embed", out, table, ids, 0, false)
+}
+
+// embed is Embed and, with shard set, EmbedShard: the table holds the
+// vocabulary rows [base, base+rows) and ids outside them give zero rows
+// instead of an error.
+func (b *Backend) embed(op string, out, table, ids backend.Tensor, base int, shard bool) error {
 	o, err := tensorOf(op, "out", out)
 	if err != nil {
 		return err
@@ -32,13 +38,19 @@ func (b *Backend) Embed(out, table, ids backend.Tensor) error {
 	if err != nil {
 		return opErr(err)
 	}
+	if base < 0 {
+		return backend.ShapeError("cpu: "+op, "base", "%d is negative", base)
+	}
 	n, rows, dim := dims.N, dims.Rows, dims.Dim
 	if overlaps(o.data, tt.data) || overlaps(o.data, it.data) {
 		return backend.ShapeError("cpu: "+op, "out", "overlaps an input")
 	}
 	idv := it.i32()
 	for i, id := range idv {
-		if id < 0 || int(id) >= rows {
+		if id < 0 {
+			return backend.ShapeError("cpu: "+op, "ids", "ids[%d] = %d is negative", i, id)
+		}
+		if !shard && int(id) >= rows {
 			return backend.ShapeError("cpu: "+op, "ids", "ids[%d] = %d outside table of %d rows", i, id, rows)
 		}
 	}
@@ -49,8 +61,13 @@ func (b *Backend) Embed(out, table, ids backend.Tensor) error {
 			buf = b.floatScratch(w, dim)
 		}
 		for i := lo; i < hi; i++ {
-			src := tt.data[int(idv[i])*tRow : (int(idv[i])+1)*tRow]
 			dst := o.data[i*oRow : (i+1)*oRow]
+			id := int(idv[i]) - base
+			if id < 0 || id >= rows {
+				clear(dst) // another shard's row: zero in every float dtype
+				continue
+			}
+			src := tt.data[id*tRow : (id+1)*tRow]
 			if o.dt == tt.dt {
 				copy(dst, src)
 				continue

@@ -63,7 +63,13 @@ func (b *Backend) gridFor(n int) int {
 //	table [rows, dim] F32, F16, BF16, Q8_0, Q4_0 or a K-quant
 //	ids   [n] I32
 func (b *Backend) Embed(out, table, ids backend.Tensor) error {
-	const op = "embed"
+	return b.embed("embed", out, table, ids, 0, false)
+}
+
+// embed is Embed and, with shard set, EmbedShard: the table holds the
+// vocabulary rows [base, base+rows), and ids outside them write zero rows
+// without raising the device-side id check (negative ids still raise it).
+func (b *Backend) embed(op string, out, table, ids backend.Tensor, base int, shard bool) error {
 	o, err := b.tensorOf(op, "out", out)
 	if err != nil {
 		return err
@@ -81,8 +87,12 @@ func (b *Backend) Embed(out, table, ids backend.Tensor) error {
 		return opErr(err)
 	}
 	rows, dim, n := d.Rows, d.Dim, d.N
-	if rows > maxInt32 || dim > maxInt32 {
-		return backend.ShapeError("cuda: "+op, "table", "%v exceeds int32 indexing", tt.shape)
+	if rows > maxInt32 || dim > maxInt32 || base < 0 || base > maxInt32-rows {
+		return backend.ShapeError("cuda: "+op, "table", "%v at row %d exceeds int32 indexing", tt.shape, base)
+	}
+	sharded := 0
+	if shard {
+		sharded = 1
 	}
 	k := fnKey{modSpec{file: "embed", p: [8]int{int(tt.dt), int(o.dt)}}, "embed"}
 	return b.post(func() error {
@@ -90,7 +100,7 @@ func (b *Backend) Embed(out, table, ids backend.Tensor) error {
 		if err != nil {
 			return err
 		}
-		return b.launch(f, [3]int{n, 1, 1}, 256, 0, o.ptr, tt.ptr, it.ptr, i32(dim), i32(rows), b.errDev, 0, 0)
+		return b.launch(f, [3]int{n, 1, 1}, 256, 0, o.ptr, tt.ptr, it.ptr, i32(dim), i32(rows), b.errDev, i32(base), i32(sharded))
 	})
 }
 
