@@ -267,6 +267,7 @@ func (g *gen) dotQ(bits int, vnni bool) {
 	g.p("\tTESTQ CX, CX")
 	g.p("\tJZ %sdone", name)
 	g.p("%sloop:", name)
+	g.p("\tPREFETCHT0 8192(DX)")
 	if bits == 8 {
 		g.p("\tVMOVDQU 2(DX), Y1")
 	} else {
