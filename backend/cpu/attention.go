@@ -1,7 +1,7 @@
 package cpu
 
 import (
-	"math"
+	"unsafe"
 
 	"github.com/trigon-llm/trigon/backend"
 )
@@ -123,6 +123,10 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 		}, ns)
 		return nil
 	}
+	// An unquantized F32 cache's rows are read in place; other formats
+	// decode each needed row once per (sequence, head) into scratch.
+	direct := a.KV.Scales == backend.KVNoScales && a.KV.DType == backend.F32
+	bs := a.KV.BlockSize
 	b.parallel(ns*h, 1, func(w, lo, hi int) {
 		for unit := lo; unit < hi; unit++ {
 			s, head := unit/h, unit%h
@@ -137,12 +141,30 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 				first = max(0, seqLen-qLen-window+1)
 			}
 			nk := seqLen - first
-			buf := b.floatScratch(w, 2*nk*d+nk)
-			ks, vs, scores := buf[:nk*d], buf[nk*d:2*nk*d], buf[2*nk*d:]
 			table := tables[s*maxBlocks : (s+1)*maxBlocks]
-			for p := first; p < seqLen; p++ {
-				kp.load(table, p, seqLen, kvHead, ks[(p-first)*d:(p-first+1)*d])
-				vp.load(table, p, seqLen, kvHead, vs[(p-first)*d:(p-first+1)*d])
+			var ks, vs, scores []float32
+			if direct {
+				scores = b.floatScratch(w, nk)
+			} else {
+				buf := b.floatScratch(w, 2*nk*d+nk)
+				ks, vs, scores = buf[:nk*d], buf[nk*d:2*nk*d], buf[2*nk*d:]
+				for p := first; p < seqLen; p++ {
+					kp.load(table, p, seqLen, kvHead, ks[(p-first)*d:(p-first+1)*d])
+					vp.load(table, p, seqLen, kvHead, vs[(p-first)*d:(p-first+1)*d])
+				}
+			}
+			// kRow and vRow are position p's K and V of the head.
+			kRow := func(p int) []float32 {
+				if direct {
+					return bytesAs[float32](kp.row(int(table[p/bs]), kvHead, p%bs))
+				}
+				return ks[(p-first)*d : (p-first+1)*d]
+			}
+			vRow := func(p int) []float32 {
+				if direct {
+					return bytesAs[float32](vp.row(int(table[p/bs]), kvHead, p%bs))
+				}
+				return vs[(p-first)*d : (p-first+1)*d]
 			}
 			for i := range qLen {
 				t := int(starts[s]) + i
@@ -153,27 +175,16 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 				}
 				qrow := qv[(t*h+head)*d : (t*h+head+1)*d]
 				sc := scores[:pos-lo+1]
-				m := float32(math.Inf(-1))
 				for j := range sc {
-					sc[j] = a.Scale * dot(qrow, ks[(lo-first+j)*d:(lo-first+j+1)*d])
-					m = max(m, sc[j])
+					sc[j] = b.dotF32(qrow, kRow(lo+j))
 				}
-				var sum float32
-				for j, v := range sc {
-					e := float32(math.Exp(float64(v - m)))
-					sc[j] = e
-					sum += e
-				}
+				inv := b.k.softmaxRow(sc, a.Scale)
 				// qrow is fully read; out may alias it from here on.
 				orow := ov[(t*h+head)*d : (t*h+head+1)*d]
 				clear(orow)
 				for j, p := range sc {
-					vrow := vs[(lo-first+j)*d : (lo-first+j+1)*d]
-					for c, v := range vrow {
-						orow[c] += p * v
-					}
+					axpy(orow, p, vRow(lo+j))
 				}
-				inv := 1 / sum
 				for c := range orow {
 					orow[c] *= inv
 				}
@@ -181,6 +192,36 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 		}
 	})
 	return nil
+}
+
+// dotF32 is x . y (equal lengths) through the kernel set's vector dot
+// where it has one.
+func (b *Backend) dotF32(x, y []float32) float32 {
+	n := len(x)
+	if b.k.dotF32 == nil || n < b.k.lanes {
+		return dot(x, y)
+	}
+	vec := n / b.k.lanes * b.k.lanes
+	s := b.k.dotF32(&x[0], unsafe.Pointer(&y[0]), vec)
+	if vec < n {
+		s += dot(x[vec:], y[vec:n])
+	}
+	return s
+}
+
+// axpy adds a*x to y (equal lengths).
+func axpy(y []float32, a float32, x []float32) {
+	x = x[:len(y)]
+	k := 0
+	for ; k+3 < len(y); k += 4 {
+		y[k] += a * x[k]
+		y[k+1] += a * x[k+1]
+		y[k+2] += a * x[k+2]
+		y[k+3] += a * x[k+3]
+	}
+	for ; k < len(y); k++ {
+		y[k] += a * x[k]
+	}
 }
 
 // attnJob is what attentionGEMM needs of one Attention call.
