@@ -183,7 +183,7 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 				orow := ov[(t*h+head)*d : (t*h+head+1)*d]
 				clear(orow)
 				for j, p := range sc {
-					axpy(orow, p, vRow(lo+j))
+					b.axpyF32(orow, p, vRow(lo+j))
 				}
 				for c := range orow {
 					orow[c] *= inv
@@ -207,6 +207,21 @@ func (b *Backend) dotF32(x, y []float32) float32 {
 		s += dot(x[vec:], y[vec:n])
 	}
 	return s
+}
+
+// axpyF32 adds a*x to y (equal lengths) through the kernel set's vector
+// axpy where it has one.
+func (b *Backend) axpyF32(y []float32, a float32, x []float32) {
+	n := len(y)
+	if b.k.axpy == nil || n < b.k.lanes {
+		axpy(y, a, x)
+		return
+	}
+	vec := n / b.k.lanes * b.k.lanes
+	b.k.axpy(&y[0], &x[0], a, vec)
+	if vec < n {
+		axpy(y[vec:], a, x[vec:n])
+	}
 }
 
 // axpy adds a*x to y (equal lengths).

@@ -55,6 +55,9 @@ type kernels struct {
 	// dotQ4K, dotQ5K and dotQ6K read K-quant weights against activations
 	// quantized per 256-value block (quantizeQ8K); nil: the Go kernels.
 	dotQ4K, dotQ5K, dotQ6K kDot
+	// axpy adds a*x[i] to y[i] for n (a multiple of lanes) elements; nil:
+	// the Go loop.
+	axpy func(y *float32, x *float32, a float32, n int)
 	// expSum sets x[i] = exp(scale*(x[i]-m)) for n (a multiple of lanes)
 	// elements and returns their sum, within a few f32 ulps of math.Exp.
 	expSum func(x *float32, n int, m, scale float32) float32

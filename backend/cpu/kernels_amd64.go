@@ -44,6 +44,8 @@ func quantQ8Z(x *float32, q *int8, meta *uint32, nb int)
 func quantQ8Y(x *float32, q *int8, meta *uint32, nb int)
 
 func dotF32Z(x *float32, w unsafe.Pointer, n int) float32
+func axpyF32Z(y *float32, x *float32, a float32, n int)
+func axpyF32Y(y *float32, x *float32, a float32, n int)
 func dotF16Z(x *float32, w unsafe.Pointer, n int) float32
 func dotBF16Z(x *float32, w unsafe.Pointer, n int) float32
 func dotF32Y(x *float32, w unsafe.Pointer, n int) float32
@@ -82,7 +84,7 @@ func kernelSets() []kernels {
 			dotF32: dotF32Z, dotF16: dotF16Z, dotBF16: dotBF16Z,
 			dotQ8: dotQ8VNNI, dotQ4: dotQ4VNNI,
 			dotQ4K: dotQ4KAVX2, dotQ5K: dotQ5KAVX2, dotQ6K: dotQ6KAVX2,
-			expSum: expSumZ,
+			expSum: expSumZ, axpy: axpyF32Z,
 		})
 	}
 	if avx2 {
@@ -90,7 +92,7 @@ func kernelSets() []kernels {
 			name: "avx2",
 			gemm: []gemmKernel{gemmY1, gemmY2, gemmY3, gemmY4, gemmY5, gemmY6},
 			nr:   16, lanes: 8,
-			dotF32: dotF32Y, dotF16: dotF16Y, dotBF16: dotBF16Y,
+			dotF32: dotF32Y, dotF16: dotF16Y, dotBF16: dotBF16Y, axpy: axpyF32Y,
 			dotQ8: dotQ8AVX2, dotQ4: dotQ4AVX2,
 			dotQ4K: dotQ4KAVX2, dotQ5K: dotQ5KAVX2, dotQ6K: dotQ6KAVX2,
 			gemmQ:     []quantGemmKernel{gemmQY1, gemmQY2, gemmQY3, gemmQY4, gemmQY5},

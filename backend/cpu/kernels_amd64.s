@@ -1478,6 +1478,46 @@ expSumZdone:
 	VZEROUPPER
 	RET
 
+// func axpyF32Z(y *float32, x *float32, a float32, n int)
+TEXT ·axpyF32Z(SB), NOSPLIT, $0-32
+	MOVQ y+0(FP), DI
+	MOVQ x+8(FP), SI
+	VBROADCASTSS a+16(FP), Z1
+	MOVQ n+24(FP), CX
+	TESTQ CX, CX
+	JZ axpyF32Zdone
+axpyF32Zloop:
+	VMOVUPS (SI), Z2
+	VFMADD213PS (DI), Z1, Z2
+	VMOVUPS Z2, (DI)
+	ADDQ $64, SI
+	ADDQ $64, DI
+	SUBQ $16, CX
+	JNZ axpyF32Zloop
+axpyF32Zdone:
+	VZEROUPPER
+	RET
+
+// func axpyF32Y(y *float32, x *float32, a float32, n int)
+TEXT ·axpyF32Y(SB), NOSPLIT, $0-32
+	MOVQ y+0(FP), DI
+	MOVQ x+8(FP), SI
+	VBROADCASTSS a+16(FP), Y1
+	MOVQ n+24(FP), CX
+	TESTQ CX, CX
+	JZ axpyF32Ydone
+axpyF32Yloop:
+	VMOVUPS (SI), Y2
+	VFMADD213PS (DI), Y1, Y2
+	VMOVUPS Y2, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	SUBQ $8, CX
+	JNZ axpyF32Yloop
+axpyF32Ydone:
+	VZEROUPPER
+	RET
+
 // func dotQ8VNNI(xq *int8, xs *float32, w *byte, nb int) float32
 TEXT ·dotQ8VNNI(SB), NOSPLIT, $0-36
 	MOVQ xq+0(FP), SI

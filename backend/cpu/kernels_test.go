@@ -81,3 +81,26 @@ func TestQuantRows(t *testing.T) {
 		})
 	}
 }
+
+// TestAxpy checks every kernel set's axpy (through Backend.axpyF32, which
+// adds the tail in Go) against y + a*x in f64 on fresh random vectors,
+// lengths that are not whole vectors included.
+func TestAxpy(t *testing.T) {
+	r := newRand(t)
+	for _, set := range kernelSets() {
+		b := &Backend{k: set}
+		for _, n := range []int{1, 7, 8, 16, 17, 64, 129} {
+			t.Run(fmt.Sprintf("%s/n=%d", set.name, n), func(t *testing.T) {
+				x, y := randFloats(r, n, 1), randFloats(r, n, 1)
+				a := float32(r.NormFloat64())
+				want, tol := make([]float64, n), make([]float64, n)
+				for i := range y {
+					want[i] = float64(y[i]) + float64(a)*float64(x[i])
+					tol[i] = math.Abs(float64(y[i])) + math.Abs(float64(a)*float64(x[i]))
+				}
+				b.axpyF32(y, a, x)
+				checkClose(t, "axpy", y, want, tol, 2e-7, 0)
+			})
+		}
+	}
+}

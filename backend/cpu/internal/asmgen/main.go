@@ -56,6 +56,8 @@ func main() {
 		g.dotFloat(v, "BF16")
 	}
 	g.expSum()
+	g.axpy("Z", 64)
+	g.axpy("Y", 32)
 	for _, vnni := range []bool{true, false} {
 		g.dotQ(8, vnni)
 		g.dotQ(4, vnni)
@@ -305,6 +307,32 @@ func (g *gen) dotQ(bits int, vnni bool) {
 	g.p("\tVHADDPS X0, X0, X0")
 	g.p("\tVHADDPS X0, X0, X0")
 	g.p("\tVMOVSS X0, ret+32(FP)")
+	g.p("\tVZEROUPPER")
+	g.p("\tRET")
+}
+
+// axpy writes axpyF32<v>: y[i] += a*x[i] for n elements, n a multiple
+// of the vector width (16 for Z, 8 for Y), one FMA a vector.
+func (g *gen) axpy(v string, vecBytes int) {
+	name := "axpyF32" + v
+	g.p("")
+	g.p("// func %s(y *float32, x *float32, a float32, n int)", name)
+	g.p("TEXT ·%s(SB), NOSPLIT, $0-32", name)
+	g.p("\tMOVQ y+0(FP), DI")
+	g.p("\tMOVQ x+8(FP), SI")
+	g.p("\tVBROADCASTSS a+16(FP), %s1", v)
+	g.p("\tMOVQ n+24(FP), CX")
+	g.p("\tTESTQ CX, CX")
+	g.p("\tJZ %sdone", name)
+	g.p("%sloop:", name)
+	g.p("\tVMOVUPS (SI), %s2", v)
+	g.p("\tVFMADD213PS (DI), %s1, %s2", v, v)
+	g.p("\tVMOVUPS %s2, (DI)", v)
+	g.p("\tADDQ $%d, SI", vecBytes)
+	g.p("\tADDQ $%d, DI", vecBytes)
+	g.p("\tSUBQ $%d, CX", vecBytes/4)
+	g.p("\tJNZ %sloop", name)
+	g.p("%sdone:", name)
 	g.p("\tVZEROUPPER")
 	g.p("\tRET")
 }
