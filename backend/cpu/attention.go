@@ -175,15 +175,32 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 				}
 				qrow := qv[(t*h+head)*d : (t*h+head+1)*d]
 				sc := scores[:pos-lo+1]
-				for j := range sc {
-					sc[j] = b.dotF32(qrow, kRow(lo+j))
+				// In place, a block's rows of the head are consecutive:
+				// one kernel call takes a block's run of keys.
+				rows := b.k.dotRows != nil && direct && d%b.k.lanes == 0
+				for p := lo; p <= pos; {
+					n := 1
+					if rows {
+						n = min(pos+1, (p/bs+1)*bs) - p
+						b.k.dotRows(&qrow[0], &kRow(p)[0], d, n, &sc[p-lo])
+					} else {
+						sc[p-lo] = b.dotF32(qrow, kRow(p))
+					}
+					p += n
 				}
 				inv := b.k.softmaxRow(sc, a.Scale)
 				// qrow is fully read; out may alias it from here on.
 				orow := ov[(t*h+head)*d : (t*h+head+1)*d]
 				clear(orow)
-				for j, p := range sc {
-					b.axpyF32(orow, p, vRow(lo+j))
+				for p := lo; p <= pos; {
+					n := 1
+					if rows {
+						n = min(pos+1, (p/bs+1)*bs) - p
+						b.k.axpyRows(&orow[0], &sc[p-lo], &vRow(p)[0], d, n)
+					} else {
+						b.axpyF32(orow, sc[p-lo], vRow(p))
+					}
+					p += n
 				}
 				for c := range orow {
 					orow[c] *= inv

@@ -58,6 +58,11 @@ type kernels struct {
 	// axpy adds a*x[i] to y[i] for n (a multiple of lanes) elements; nil:
 	// the Go loop.
 	axpy func(y *float32, x *float32, a float32, n int)
+	// dotRows sets out[r] = x . rows[r] and axpyRows adds sum of
+	// p[r]*rows[r] to y, over n consecutive rows of d floats (d a multiple
+	// of lanes); nil: the Go loops.
+	dotRows  func(x *float32, rows *float32, d int, n int, out *float32)
+	axpyRows func(y *float32, p *float32, rows *float32, d int, n int)
 	// expSum sets x[i] = exp(scale*(x[i]-m)) for n (a multiple of lanes)
 	// elements and returns their sum, within a few f32 ulps of math.Exp.
 	expSum func(x *float32, n int, m, scale float32) float32

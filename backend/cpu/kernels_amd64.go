@@ -46,6 +46,10 @@ func quantQ8Y(x *float32, q *int8, meta *uint32, nb int)
 func dotF32Z(x *float32, w unsafe.Pointer, n int) float32
 func axpyF32Z(y *float32, x *float32, a float32, n int)
 func axpyF32Y(y *float32, x *float32, a float32, n int)
+func dotRowsF32Z(x *float32, rows *float32, d int, n int, out *float32)
+func dotRowsF32Y(x *float32, rows *float32, d int, n int, out *float32)
+func axpyRowsF32Z(y *float32, p *float32, rows *float32, d int, n int)
+func axpyRowsF32Y(y *float32, p *float32, rows *float32, d int, n int)
 func dotF16Z(x *float32, w unsafe.Pointer, n int) float32
 func dotBF16Z(x *float32, w unsafe.Pointer, n int) float32
 func dotF32Y(x *float32, w unsafe.Pointer, n int) float32
@@ -84,7 +88,7 @@ func kernelSets() []kernels {
 			dotF32: dotF32Z, dotF16: dotF16Z, dotBF16: dotBF16Z,
 			dotQ8: dotQ8VNNI, dotQ4: dotQ4VNNI,
 			dotQ4K: dotQ4KAVX2, dotQ5K: dotQ5KAVX2, dotQ6K: dotQ6KAVX2,
-			expSum: expSumZ, axpy: axpyF32Z,
+			expSum: expSumZ, axpy: axpyF32Z, dotRows: dotRowsF32Z, axpyRows: axpyRowsF32Z,
 		})
 	}
 	if avx2 {
@@ -92,7 +96,7 @@ func kernelSets() []kernels {
 			name: "avx2",
 			gemm: []gemmKernel{gemmY1, gemmY2, gemmY3, gemmY4, gemmY5, gemmY6},
 			nr:   16, lanes: 8,
-			dotF32: dotF32Y, dotF16: dotF16Y, dotBF16: dotBF16Y, axpy: axpyF32Y,
+			dotF32: dotF32Y, dotF16: dotF16Y, dotBF16: dotBF16Y, axpy: axpyF32Y, dotRows: dotRowsF32Y, axpyRows: axpyRowsF32Y,
 			dotQ8: dotQ8AVX2, dotQ4: dotQ4AVX2,
 			dotQ4K: dotQ4KAVX2, dotQ5K: dotQ5KAVX2, dotQ6K: dotQ6KAVX2,
 			gemmQ:     []quantGemmKernel{gemmQY1, gemmQY2, gemmQY3, gemmQY4, gemmQY5},

@@ -1518,6 +1518,135 @@ axpyF32Ydone:
 	VZEROUPPER
 	RET
 
+// func dotRowsF32Z(x *float32, rows *float32, d int, n int, out *float32)
+TEXT ·dotRowsF32Z(SB), NOSPLIT, $0-40
+	MOVQ x+0(FP), SI
+	MOVQ rows+8(FP), BX
+	MOVQ d+16(FP), R8
+	MOVQ n+24(FP), CX
+	MOVQ out+32(FP), DI
+	TESTQ CX, CX
+	JZ dotRowsF32Zdone
+dotRowsF32Zrow:
+	VXORPS Y0, Y0, Y0
+	VPXORD Z0, Z0, Z0
+	XORQ AX, AX
+	MOVQ R8, DX
+dotRowsF32Zk:
+	VMOVUPS (SI)(AX*4), Z1
+	VFMADD231PS (BX)(AX*4), Z1, Z0
+	ADDQ $16, AX
+	SUBQ $16, DX
+	JNZ dotRowsF32Zk
+	VEXTRACTF64X4 $1, Z0, Y2
+	VADDPS Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X2
+	VADDPS X2, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VMOVSS X0, (DI)
+	LEAQ (BX)(R8*4), BX
+	ADDQ $4, DI
+	DECQ CX
+	JNZ dotRowsF32Zrow
+dotRowsF32Zdone:
+	VZEROUPPER
+	RET
+
+// func dotRowsF32Y(x *float32, rows *float32, d int, n int, out *float32)
+TEXT ·dotRowsF32Y(SB), NOSPLIT, $0-40
+	MOVQ x+0(FP), SI
+	MOVQ rows+8(FP), BX
+	MOVQ d+16(FP), R8
+	MOVQ n+24(FP), CX
+	MOVQ out+32(FP), DI
+	TESTQ CX, CX
+	JZ dotRowsF32Ydone
+dotRowsF32Yrow:
+	VXORPS Y0, Y0, Y0
+	XORQ AX, AX
+	MOVQ R8, DX
+dotRowsF32Yk:
+	VMOVUPS (SI)(AX*4), Y1
+	VFMADD231PS (BX)(AX*4), Y1, Y0
+	ADDQ $8, AX
+	SUBQ $8, DX
+	JNZ dotRowsF32Yk
+	VEXTRACTF128 $1, Y0, X2
+	VADDPS X2, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VMOVSS X0, (DI)
+	LEAQ (BX)(R8*4), BX
+	ADDQ $4, DI
+	DECQ CX
+	JNZ dotRowsF32Yrow
+dotRowsF32Ydone:
+	VZEROUPPER
+	RET
+
+// func axpyRowsF32Z(y *float32, p *float32, rows *float32, d int, n int)
+TEXT ·axpyRowsF32Z(SB), NOSPLIT, $0-40
+	MOVQ y+0(FP), DI
+	MOVQ p+8(FP), SI
+	MOVQ rows+16(FP), BX
+	MOVQ d+24(FP), R8
+	MOVQ n+32(FP), R9
+	TESTQ R9, R9
+	JZ axpyRowsF32Zdone
+	LEAQ (R8*4), R10
+	MOVQ R8, DX
+axpyRowsF32Zcol:
+	VMOVUPS (DI), Z0
+	MOVQ BX, R11
+	XORQ AX, AX
+axpyRowsF32Zr:
+	VBROADCASTSS (SI)(AX*4), Z1
+	VFMADD231PS (R11), Z1, Z0
+	ADDQ R10, R11
+	INCQ AX
+	CMPQ AX, R9
+	JLT axpyRowsF32Zr
+	VMOVUPS Z0, (DI)
+	ADDQ $64, DI
+	ADDQ $64, BX
+	SUBQ $16, DX
+	JNZ axpyRowsF32Zcol
+axpyRowsF32Zdone:
+	VZEROUPPER
+	RET
+
+// func axpyRowsF32Y(y *float32, p *float32, rows *float32, d int, n int)
+TEXT ·axpyRowsF32Y(SB), NOSPLIT, $0-40
+	MOVQ y+0(FP), DI
+	MOVQ p+8(FP), SI
+	MOVQ rows+16(FP), BX
+	MOVQ d+24(FP), R8
+	MOVQ n+32(FP), R9
+	TESTQ R9, R9
+	JZ axpyRowsF32Ydone
+	LEAQ (R8*4), R10
+	MOVQ R8, DX
+axpyRowsF32Ycol:
+	VMOVUPS (DI), Y0
+	MOVQ BX, R11
+	XORQ AX, AX
+axpyRowsF32Yr:
+	VBROADCASTSS (SI)(AX*4), Y1
+	VFMADD231PS (R11), Y1, Y0
+	ADDQ R10, R11
+	INCQ AX
+	CMPQ AX, R9
+	JLT axpyRowsF32Yr
+	VMOVUPS Y0, (DI)
+	ADDQ $32, DI
+	ADDQ $32, BX
+	SUBQ $8, DX
+	JNZ axpyRowsF32Ycol
+axpyRowsF32Ydone:
+	VZEROUPPER
+	RET
+
 // func dotQ8VNNI(xq *int8, xs *float32, w *byte, nb int) float32
 TEXT ·dotQ8VNNI(SB), NOSPLIT, $0-36
 	MOVQ xq+0(FP), SI

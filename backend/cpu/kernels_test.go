@@ -104,3 +104,46 @@ func TestAxpy(t *testing.T) {
 		}
 	}
 }
+
+// TestDotRowsAxpyRows checks every kernel set's dotRows and axpyRows
+// against f64 sums on fresh random rows (head sizes 16 to 256, 1 to 16
+// rows).
+func TestDotRowsAxpyRows(t *testing.T) {
+	r := newRand(t)
+	for _, set := range kernelSets() {
+		if set.dotRows == nil || set.axpyRows == nil {
+			continue
+		}
+		for _, sh := range []struct{ d, n int }{{16, 1}, {64, 16}, {128, 7}, {256, 3}, {32, 16}} {
+			if sh.d%set.lanes != 0 {
+				continue
+			}
+			t.Run(fmt.Sprintf("%s/d=%d/n=%d", set.name, sh.d, sh.n), func(t *testing.T) {
+				x, rows, p := randFloats(r, sh.d, 1), randFloats(r, sh.n*sh.d, 1), randFloats(r, sh.n, 1)
+				y := randFloats(r, sh.d, 1)
+				dots := make([]float32, sh.n)
+				set.dotRows(&x[0], &rows[0], sh.d, sh.n, &dots[0])
+				wantD, tolD := make([]float64, sh.n), make([]float64, sh.n)
+				for i := range sh.n {
+					for c := range sh.d {
+						v := float64(x[c]) * float64(rows[i*sh.d+c])
+						wantD[i] += v
+						tolD[i] += math.Abs(v)
+					}
+				}
+				checkClose(t, "dotRows", dots, wantD, tolD, 1e-6, 0)
+				wantY, tolY := make([]float64, sh.d), make([]float64, sh.d)
+				for c := range sh.d {
+					wantY[c], tolY[c] = float64(y[c]), math.Abs(float64(y[c]))
+					for i := range sh.n {
+						v := float64(p[i]) * float64(rows[i*sh.d+c])
+						wantY[c] += v
+						tolY[c] += math.Abs(v)
+					}
+				}
+				set.axpyRows(&y[0], &p[0], &rows[0], sh.d, sh.n)
+				checkClose(t, "axpyRows", y, wantY, tolY, 1e-6, 0)
+			})
+		}
+	}
+}

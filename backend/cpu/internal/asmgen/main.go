@@ -58,6 +58,10 @@ func main() {
 	g.expSum()
 	g.axpy("Z", 64)
 	g.axpy("Y", 32)
+	g.dotRows("Z", 64)
+	g.dotRows("Y", 32)
+	g.axpyRows("Z", 64)
+	g.axpyRows("Y", 32)
 	for _, vnni := range []bool{true, false} {
 		g.dotQ(8, vnni)
 		g.dotQ(4, vnni)
@@ -332,6 +336,97 @@ func (g *gen) axpy(v string, vecBytes int) {
 	g.p("\tADDQ $%d, DI", vecBytes)
 	g.p("\tSUBQ $%d, CX", vecBytes/4)
 	g.p("\tJNZ %sloop", name)
+	g.p("%sdone:", name)
+	g.p("\tVZEROUPPER")
+	g.p("\tRET")
+}
+
+// hsum reduces vector register v<r> to its lane sum in X<r>, using
+// X<t> as scratch.
+func (g *gen) hsum(v string, r, t int) {
+	if v == "Z" {
+		g.p("\tVEXTRACTF64X4 $1, Z%d, Y%d", r, t)
+		g.p("\tVADDPS Y%d, Y%d, Y%d", t, r, r)
+	}
+	g.p("\tVEXTRACTF128 $1, Y%d, X%d", r, t)
+	g.p("\tVADDPS X%d, X%d, X%d", t, r, r)
+	g.p("\tVHADDPS X%d, X%d, X%d", r, r, r)
+	g.p("\tVHADDPS X%d, X%d, X%d", r, r, r)
+}
+
+// dotRows writes dotRowsF32<v>: out[r] = x . rows[r] for n consecutive
+// rows of d floats (d a multiple of the vector width): a block's keys
+// against one query in decode attention.
+func (g *gen) dotRows(v string, vecBytes int) {
+	name := "dotRowsF32" + v
+	g.p("")
+	g.p("// func %s(x *float32, rows *float32, d int, n int, out *float32)", name)
+	g.p("TEXT ·%s(SB), NOSPLIT, $0-40", name)
+	g.p("\tMOVQ x+0(FP), SI")
+	g.p("\tMOVQ rows+8(FP), BX")
+	g.p("\tMOVQ d+16(FP), R8")
+	g.p("\tMOVQ n+24(FP), CX")
+	g.p("\tMOVQ out+32(FP), DI")
+	g.p("\tTESTQ CX, CX")
+	g.p("\tJZ %sdone", name)
+	g.p("%srow:", name)
+	g.p("\tVXORPS Y0, Y0, Y0")
+	if v == "Z" {
+		g.p("\tVPXORD Z0, Z0, Z0")
+	}
+	g.p("\tXORQ AX, AX")
+	g.p("\tMOVQ R8, DX")
+	g.p("%sk:", name)
+	g.p("\tVMOVUPS (SI)(AX*4), %s1", v)
+	g.p("\tVFMADD231PS (BX)(AX*4), %s1, %s0", v, v)
+	g.p("\tADDQ $%d, AX", vecBytes/4)
+	g.p("\tSUBQ $%d, DX", vecBytes/4)
+	g.p("\tJNZ %sk", name)
+	g.hsum(v, 0, 2)
+	g.p("\tVMOVSS X0, (DI)")
+	g.p("\tLEAQ (BX)(R8*4), BX")
+	g.p("\tADDQ $4, DI")
+	g.p("\tDECQ CX")
+	g.p("\tJNZ %srow", name)
+	g.p("%sdone:", name)
+	g.p("\tVZEROUPPER")
+	g.p("\tRET")
+}
+
+// axpyRows writes axpyRowsF32<v>: y += sum over r < n of p[r]*rows[r]
+// for n consecutive rows of d floats (d a multiple of the vector width):
+// a block's values weighted by their probabilities in decode attention.
+// Each vector of y stays in a register over the n rows.
+func (g *gen) axpyRows(v string, vecBytes int) {
+	name := "axpyRowsF32" + v
+	g.p("")
+	g.p("// func %s(y *float32, p *float32, rows *float32, d int, n int)", name)
+	g.p("TEXT ·%s(SB), NOSPLIT, $0-40", name)
+	g.p("\tMOVQ y+0(FP), DI")
+	g.p("\tMOVQ p+8(FP), SI")
+	g.p("\tMOVQ rows+16(FP), BX")
+	g.p("\tMOVQ d+24(FP), R8")
+	g.p("\tMOVQ n+32(FP), R9")
+	g.p("\tTESTQ R9, R9")
+	g.p("\tJZ %sdone", name)
+	g.p("\tLEAQ (R8*4), R10") // row stride in bytes
+	g.p("\tMOVQ R8, DX")
+	g.p("%scol:", name)
+	g.p("\tVMOVUPS (DI), %s0", v)
+	g.p("\tMOVQ BX, R11")
+	g.p("\tXORQ AX, AX")
+	g.p("%sr:", name)
+	g.p("\tVBROADCASTSS (SI)(AX*4), %s1", v)
+	g.p("\tVFMADD231PS (R11), %s1, %s0", v, v)
+	g.p("\tADDQ R10, R11")
+	g.p("\tINCQ AX")
+	g.p("\tCMPQ AX, R9")
+	g.p("\tJLT %sr", name)
+	g.p("\tVMOVUPS %s0, (DI)", v)
+	g.p("\tADDQ $%d, DI", vecBytes)
+	g.p("\tADDQ $%d, BX", vecBytes)
+	g.p("\tSUBQ $%d, DX", vecBytes/4)
+	g.p("\tJNZ %scol", name)
 	g.p("%sdone:", name)
 	g.p("\tVZEROUPPER")
 	g.p("\tRET")
