@@ -166,6 +166,9 @@ func TestAttention(t *testing.T) {
 	r := newRand(t)
 	cases := []attnCase{
 		{seqs: []seqSpec{{37, 1}}, heads: 2, kvHeads: 2, headDim: 16, blockSize: 16, cacheDT: backend.F32},
+		// F32 decode rows read in place, a block's run of keys a kernel
+		// call: blocks of 5 and a window cut the runs anywhere.
+		{seqs: []seqSpec{{100, 1}, {33, 3}, {6, 1}}, heads: 4, kvHeads: 2, headDim: 32, blockSize: 5, cacheDT: backend.F32, window: 40},
 		{seqs: []seqSpec{{20, 20}, {33, 1}, {50, 7}, {1, 1}}, heads: 8, kvHeads: 2, headDim: 64, blockSize: 16, cacheDT: backend.BF16, padRows: 2},
 		{seqs: []seqSpec{{45, 45}, {17, 1}, {9, 3}}, heads: 8, kvHeads: 1, headDim: 32, blockSize: 5, cacheDT: backend.F16},
 		{seqs: []seqSpec{{40, 40}, {70, 1}, {64, 10}, {3, 2}}, heads: 8, kvHeads: 2, headDim: 8, blockSize: 16, cacheDT: backend.F32, window: 8},

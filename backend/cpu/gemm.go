@@ -100,6 +100,34 @@ func packPanel(panel, row []float32, w *tensor, rowBytes, o0, cols, nr, inF int)
 // rows to int8 blocks first (into b.xq, b.xs), as llama.cpp does: the
 // result then differs from the f32 product by at most
 // sum over blocks of d_x/2 * sum|w| (quantizeQ8).
+// quantizeDecodeX quantizes the n rows of x for the Q8_0/Q4_0 decode
+// dots (quantizeQ8) into the backend's scratch.
+func (b *Backend) quantizeDecodeX(x []float32, n, inF int) (xq []int8, xs []float32) {
+	nb := inF / qk
+	// Grown apart: the K-quant products keep fewer scales (kquantDot).
+	if cap(b.xq) < n*inF {
+		b.xq = make([]int8, n*inF)
+	}
+	if cap(b.xs) < n*nb {
+		b.xs = make([]float32, n*nb)
+	}
+	xq, xs = b.xq[:n*inF], b.xs[:n*nb]
+	quantizeQ8(x[:n*inF], xq, xs)
+	return xq, xs
+}
+
+// decodeRows is the kernel set's dot of consecutive Q8_0/Q4_0 rows, nil
+// where it has none.
+func (b *Backend) decodeRows(dt backend.DType) func(xq *int8, xs *float32, w *byte, nb int, rows int, out *float32) {
+	switch dt {
+	case backend.Q8_0:
+		return b.k.dotQ8Rows
+	case backend.Q4_0:
+		return b.k.dotQ4Rows
+	}
+	return nil
+}
+
 func (b *Backend) decodeDot(dt backend.DType, x []float32, n, inF int) func(i int, w []byte) float32 {
 	k := b.k
 	var fd floatDot
@@ -115,15 +143,7 @@ func (b *Backend) decodeDot(dt backend.DType, x []float32, n, inF int) func(i in
 			break
 		}
 		nb := inF / qk
-		// Grown apart: the K-quant products keep fewer scales (kquantDot).
-		if cap(b.xq) < n*inF {
-			b.xq = make([]int8, n*inF)
-		}
-		if cap(b.xs) < n*nb {
-			b.xs = make([]float32, n*nb)
-		}
-		xq, xs := b.xq[:n*inF], b.xs[:n*nb]
-		quantizeQ8(x[:n*inF], xq, xs)
+		xq, xs := b.quantizeDecodeX(x, n, inF)
 		return func(i int, w []byte) float32 {
 			return qd(&xq[i*inF], &xs[i*nb], unsafe.SliceData(w), nb)
 		}

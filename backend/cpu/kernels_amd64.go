@@ -61,6 +61,10 @@ func expSumZ(x *float32, n int, m, scale float32) float32
 func dotQ8VNNI(xq *int8, xs *float32, w *byte, nb int) float32
 func dotQ4VNNI(xq *int8, xs *float32, w *byte, nb int) float32
 func dotQ8AVX2(xq *int8, xs *float32, w *byte, nb int) float32
+func dotQ8RowsVNNI(xq *int8, xs *float32, w *byte, nb int, rows int, out *float32)
+func dotQ4RowsVNNI(xq *int8, xs *float32, w *byte, nb int, rows int, out *float32)
+func dotQ8RowsAVX2(xq *int8, xs *float32, w *byte, nb int, rows int, out *float32)
+func dotQ4RowsAVX2(xq *int8, xs *float32, w *byte, nb int, rows int, out *float32)
 func dotQ4AVX2(xq *int8, xs *float32, w *byte, nb int) float32
 
 // The K-quant dots (AVX2, also in the AVX-512 set).
@@ -86,7 +90,7 @@ func kernelSets() []kernels {
 			quantRows: quantQ8Z,
 			nr:        32, lanes: 16,
 			dotF32: dotF32Z, dotF16: dotF16Z, dotBF16: dotBF16Z,
-			dotQ8: dotQ8VNNI, dotQ4: dotQ4VNNI,
+			dotQ8: dotQ8VNNI, dotQ4: dotQ4VNNI, dotQ8Rows: dotQ8RowsVNNI, dotQ4Rows: dotQ4RowsVNNI,
 			dotQ4K: dotQ4KAVX2, dotQ5K: dotQ5KAVX2, dotQ6K: dotQ6KAVX2,
 			expSum: expSumZ, axpy: axpyF32Z, dotRows: dotRowsF32Z, axpyRows: axpyRowsF32Z,
 		})
@@ -97,7 +101,7 @@ func kernelSets() []kernels {
 			gemm: []gemmKernel{gemmY1, gemmY2, gemmY3, gemmY4, gemmY5, gemmY6},
 			nr:   16, lanes: 8,
 			dotF32: dotF32Y, dotF16: dotF16Y, dotBF16: dotBF16Y, axpy: axpyF32Y, dotRows: dotRowsF32Y, axpyRows: axpyRowsF32Y,
-			dotQ8: dotQ8AVX2, dotQ4: dotQ4AVX2,
+			dotQ8: dotQ8AVX2, dotQ4: dotQ4AVX2, dotQ8Rows: dotQ8RowsAVX2, dotQ4Rows: dotQ4RowsAVX2,
 			dotQ4K: dotQ4KAVX2, dotQ5K: dotQ5KAVX2, dotQ6K: dotQ6KAVX2,
 			gemmQ:     []quantGemmKernel{gemmQY1, gemmQY2, gemmQY3, gemmQY4, gemmQY5},
 			nrQ:       8,

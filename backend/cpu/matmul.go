@@ -77,6 +77,16 @@ func (b *Backend) MatMul(out, x, w, bias backend.Tensor) error {
 		xs = b.quantizeActF8(xs, n, inF)
 	}
 	rowBytes := wt.rowBytes()
+	if rk := b.decodeRows(wt.dt); n == 1 && rk != nil {
+		// One token: each worker's rows in one kernel call.
+		xq, xsc := b.quantizeDecodeX(xs, n, inF)
+		nb := inF / qk
+		b.parallel(outF, b.grainFor(outF, minWork/inF), func(_, lo, hi int) {
+			rk(&xq[0], &xsc[0], &wt.data[lo*rowBytes], nb, hi-lo, &os[lo])
+		})
+		addBias(os, bv, n, outF)
+		return nil
+	}
 	if n < fusedMaxRows {
 		// Decode: each weight row meets at most a few x rows, so converting
 		// it to f32 first would cost as much as the dot products.

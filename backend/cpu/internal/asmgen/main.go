@@ -65,6 +65,8 @@ func main() {
 	for _, vnni := range []bool{true, false} {
 		g.dotQ(8, vnni)
 		g.dotQ(4, vnni)
+		g.dotQRows(8, vnni)
+		g.dotQRows(4, vnni)
 	}
 	for m := 1; m <= maxRowsQZ; m++ {
 		g.gemmQ(m)
@@ -240,25 +242,40 @@ func (g *gen) dotFloat(v, dt string) {
 // [-127, 127], which the quantizer guarantees): VNNI's vpdpbusd sums
 // them in one instruction, AVX2 through vpmaddubsw (pairs fit int16:
 // 2*128*127 < 32768) and vpmaddwd.
-func (g *gen) dotQ(bits int, vnni bool) {
+func (g *gen) dotQ(bits int, vnni bool) { g.dotQKernel(bits, vnni, false) }
+
+// dotQRows writes dotQ<bits>Rows<suffix>: dotQ of each of rows
+// consecutive weight rows of nb blocks against the same activations, into
+// out[0..rows): a decode product's rows for one token without a call a
+// row.
+func (g *gen) dotQRows(bits int, vnni bool) { g.dotQKernel(bits, vnni, true) }
+
+func (g *gen) dotQKernel(bits int, vnni, rows bool) {
 	suffix := "AVX2"
 	if vnni {
 		suffix = "VNNI"
 	}
 	name := fmt.Sprintf("dotQ%d%s", bits, suffix)
+	if rows {
+		name = fmt.Sprintf("dotQ%dRows%s", bits, suffix)
+	}
 	blk := 34
 	if bits == 4 {
 		blk = 18
 	}
 	g.p("")
-	g.p("// func %s(xq *int8, xs *float32, w *byte, nb int) float32", name)
-	g.p("TEXT ·%s(SB), NOSPLIT, $0-36", name)
-	g.p("\tMOVQ xq+0(FP), SI")
-	g.p("\tMOVQ xs+8(FP), R8")
+	if rows {
+		g.p("// func %s(xq *int8, xs *float32, w *byte, nb int, rows int, out *float32)", name)
+		g.p("TEXT ·%s(SB), NOSPLIT, $0-48", name)
+		g.p("\tMOVQ rows+32(FP), R12")
+		g.p("\tMOVQ out+40(FP), DI")
+		g.p("\tTESTQ R12, R12")
+		g.p("\tJZ %send", name)
+	} else {
+		g.p("// func %s(xq *int8, xs *float32, w *byte, nb int) float32", name)
+		g.p("TEXT ·%s(SB), NOSPLIT, $0-36", name)
+	}
 	g.p("\tMOVQ w+16(FP), DX")
-	g.p("\tMOVQ nb+24(FP), CX")
-	g.p("\tVXORPS Y0, Y0, Y0")
-	g.p("\tVXORPS Y8, Y8, Y8")
 	g.p("\tMOVL $0x00010001, AX")
 	g.p("\tVMOVD AX, X15")
 	g.p("\tVPBROADCASTD X15, Y15")
@@ -270,9 +287,18 @@ func (g *gen) dotQ(bits int, vnni bool) {
 		g.p("\tVMOVD AX, X13")
 		g.p("\tVPBROADCASTD X13, Y13")
 	}
+	if rows {
+		g.p("%srow:", name)
+	}
+	g.p("\tMOVQ xq+0(FP), SI")
+	g.p("\tMOVQ xs+8(FP), R8")
+	g.p("\tMOVQ nb+24(FP), CX")
+	g.p("\tVXORPS Y0, Y0, Y0")
 	g.p("\tTESTQ CX, CX")
 	g.p("\tJZ %sdone", name)
 	g.p("%sloop:", name)
+	// The weight stream is read once a step, from L3 at best: prefetched
+	// 8 KiB ahead (a row's successors are the next bytes).
 	g.p("\tPREFETCHT0 8192(DX)")
 	if bits == 8 {
 		g.p("\tVMOVDQU 2(DX), Y1")
@@ -310,7 +336,15 @@ func (g *gen) dotQ(bits int, vnni bool) {
 	g.p("\tVADDPS X1, X0, X0")
 	g.p("\tVHADDPS X0, X0, X0")
 	g.p("\tVHADDPS X0, X0, X0")
-	g.p("\tVMOVSS X0, ret+32(FP)")
+	if rows {
+		g.p("\tVMOVSS X0, (DI)")
+		g.p("\tADDQ $4, DI")
+		g.p("\tDECQ R12")
+		g.p("\tJNZ %srow", name)
+		g.p("%send:", name)
+	} else {
+		g.p("\tVMOVSS X0, ret+32(FP)")
+	}
 	g.p("\tVZEROUPPER")
 	g.p("\tRET")
 }
