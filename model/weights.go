@@ -399,6 +399,18 @@ func openHFDir(dir string) (Config, GenerationConfig, Weights, error) {
 // repacks (quantized.go); ValidateWeights refuses them anywhere else.
 var safetensorsDTypes = map[string]backend.DType{"F32": backend.F32, "F16": backend.F16, "BF16": backend.BF16, "I32": backend.I32, "F8_E4M3": backend.F8E4M3}
 
+// SafetensorsTensor is w as a tensor of a safetensors file, for the tools
+// that write checkpoints (safetensors.Write): dtypes safetensors names
+// (F32, F16, BF16, I32, F8_E4M3) only.
+func SafetensorsTensor(w Weight) (safetensors.TensorInfo, error) {
+	for name, dt := range safetensorsDTypes {
+		if dt == w.DType {
+			return safetensors.TensorInfo{Name: w.Name, DType: name, Shape: w.Shape, Data: w.Data}, nil
+		}
+	}
+	return safetensors.TensorInfo{}, fmt.Errorf("tensor %s: dtype %v has no safetensors name", w.Name, w.DType)
+}
+
 // mapWeights is a Weights over a prepared name -> Weight map, closing an
 // underlying file.
 type mapWeights struct {

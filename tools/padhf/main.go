@@ -31,6 +31,7 @@ import (
 	"strings"
 
 	"github.com/trigon-llm/trigon/backend"
+	"github.com/trigon-llm/trigon/format/safetensors"
 	"github.com/trigon-llm/trigon/model"
 )
 
@@ -164,50 +165,15 @@ func pad(t model.Weight, dims map[int]int, normScale float32) (model.Weight, err
 	return model.Weight{Name: t.Name, DType: t.DType, Shape: shape, Data: data}, nil
 }
 
-// writeSafetensors writes ws to path: an 8-byte little-endian header size,
-// the JSON header (dtype, shape, data offsets), the data.
+// writeSafetensors writes ws to path as one safetensors file.
 func writeSafetensors(path string, ws []model.Weight) error {
-	type entry struct {
-		DType   string   `json:"dtype"`
-		Shape   []int    `json:"shape"`
-		Offsets [2]int64 `json:"data_offsets"`
-	}
-	hdr := map[string]any{"__metadata__": map[string]string{"format": "pt"}}
-	var off int64
-	for _, t := range ws {
-		dt := map[backend.DType]string{backend.BF16: "BF16", backend.F16: "F16", backend.F32: "F32"}[t.DType]
-		if dt == "" {
-			return fmt.Errorf("tensor %s: dtype %v has no safetensors name", t.Name, t.DType)
+	ts := make([]safetensors.TensorInfo, len(ws))
+	for i, w := range ws {
+		t, err := model.SafetensorsTensor(w)
+		if err != nil {
+			return err
 		}
-		hdr[t.Name] = entry{dt, t.Shape, [2]int64{off, off + int64(len(t.Data))}}
-		off += int64(len(t.Data))
+		ts[i] = t
 	}
-	h, err := json.Marshal(hdr)
-	if err != nil {
-		return err
-	}
-	for len(h)%8 != 0 { // the format pads the header with spaces to an 8-byte boundary
-		h = append(h, ' ')
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	var size [8]byte
-	binary.LittleEndian.PutUint64(size[:], uint64(len(h)))
-	if _, err := f.Write(size[:]); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(h); err != nil {
-		f.Close()
-		return err
-	}
-	for _, t := range ws {
-		if _, err := f.Write(t.Data); err != nil {
-			f.Close()
-			return fmt.Errorf("write %s: %w", t.Name, err)
-		}
-	}
-	return f.Close()
+	return safetensors.Write(path, ts, map[string]string{"format": "pt"})
 }

@@ -171,9 +171,6 @@ func quantConfig(o options) (map[string]any, error) {
 	return nil, fmt.Errorf("-format %q: want awq or fp8", o.format)
 }
 
-// stNames are the safetensors spellings of the float dtypes.
-var stNames = map[backend.DType]string{backend.F32: "F32", backend.F16: "F16", backend.BF16: "BF16"}
-
 // quantize returns the checkpoint's tensors with the projections
 // quantized, one tensor per goroutine on every core.
 func quantize(o options, w model.Weights) ([]safetensors.TensorInfo, error) {
@@ -213,12 +210,12 @@ func quantizeOne(o options, w model.Weights, name string) ([]safetensors.TensorI
 	if !ok {
 		return nil, fmt.Errorf("tensor %s not readable", name)
 	}
-	dt, ok := stNames[t.DType]
-	if !ok {
+	if t.DType != backend.F32 && t.DType != backend.F16 && t.DType != backend.BF16 {
 		return nil, fmt.Errorf("tensor %s is %v; want F32, F16 or BF16", name, t.DType)
 	}
 	if !model.IsProjection(name) {
-		return []safetensors.TensorInfo{{Name: name, DType: dt, Shape: t.Shape, Data: t.Data}}, nil
+		st, err := model.SafetensorsTensor(t)
+		return []safetensors.TensorInfo{st}, err
 	}
 	rows, cols := t.Shape[0], t.Shape[1]
 	vals, err := backend.DequantizeRows(t.DType, t.Data, rows, cols)

@@ -13,7 +13,6 @@
 package main
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/trigon-llm/trigon/backend"
 	"github.com/trigon-llm/trigon/bench"
+	"github.com/trigon-llm/trigon/format/safetensors"
 	"github.com/trigon-llm/trigon/model"
 )
 
@@ -97,56 +97,20 @@ func run(src, out string) error {
 	return writeSafetensors(filepath.Join(out, "model.safetensors"), w)
 }
 
-// writeSafetensors writes every tensor of w to path: an 8-byte little-endian
-// header size, the JSON header (dtype, shape, data offsets), the data.
+// writeSafetensors writes every tensor of w to path as one safetensors
+// file.
 func writeSafetensors(path string, w model.Weights) error {
-	type entry struct {
-		DType   string   `json:"dtype"`
-		Shape   []int    `json:"shape"`
-		Offsets [2]int64 `json:"data_offsets"`
-	}
-	names := w.Names()
-	hdr := map[string]any{"__metadata__": map[string]string{"format": "pt"}}
-	var off int64
-	for _, n := range names {
+	var ts []safetensors.TensorInfo
+	for _, n := range w.Names() {
 		t, ok := w.Tensor(n)
 		if !ok {
 			return fmt.Errorf("tensor %s not generated", n)
 		}
-		dt := map[backend.DType]string{backend.BF16: "BF16", backend.F16: "F16", backend.F32: "F32"}[t.DType]
-		if dt == "" {
-			return fmt.Errorf("tensor %s: dtype %v has no safetensors name", n, t.DType)
+		st, err := model.SafetensorsTensor(t)
+		if err != nil {
+			return err
 		}
-		hdr[n] = entry{dt, t.Shape, [2]int64{off, off + int64(len(t.Data))}}
-		off += int64(len(t.Data))
+		ts = append(ts, st)
 	}
-	h, err := json.Marshal(hdr)
-	if err != nil {
-		return err
-	}
-	for len(h)%8 != 0 { // the format pads the header with spaces to an 8-byte boundary
-		h = append(h, ' ')
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	var size [8]byte
-	binary.LittleEndian.PutUint64(size[:], uint64(len(h)))
-	if _, err := f.Write(size[:]); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(h); err != nil {
-		f.Close()
-		return err
-	}
-	for _, n := range names {
-		t, _ := w.Tensor(n)
-		if _, err := f.Write(t.Data); err != nil {
-			f.Close()
-			return fmt.Errorf("write %s: %w", n, err)
-		}
-	}
-	return f.Close()
+	return safetensors.Write(path, ts, map[string]string{"format": "pt"})
 }
