@@ -147,7 +147,7 @@ func TestF8ActQuant(t *testing.T) {
 			return err
 		}
 		defer g.tmpPut(buf)
-		f, err := g.fn(fnKey{modSpec{file: "wquant", p: [8]int{int(backend.F8E4M3Row), int(backend.BF16)}}, "f8_act_quant"})
+		f, err := g.fn(fnKey{modSpec{file: "wquant", p: [8]int{int(backend.F8E4M3Row), int(backend.BF16), 1}}, "f8_act_quant"})
 		if err != nil {
 			return err
 		}

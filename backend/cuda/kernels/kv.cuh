@@ -51,12 +51,6 @@ typedef signed char kv_t;
 #define KV_QUANT 0
 #endif
 
-#if KV_DT == DT_I8
-#if !defined(KV_G) || KV_G % 8 != 0 || (KV_G > 32 && KV_G % 32 != 0)
-#error "an int8 KV cache needs -DKV_G, its channel group: 8, 16, 32 or a multiple of 32"
-#endif
-#endif
-
 // Readers whose arithmetic is BF16's (tensor-core operands taken straight
 // from the cache rows, bf16 pairs unpacked by shifts, shared-memory tiles
 // laid out as the cache rows are) define KV_BF16_ONLY before including
@@ -69,6 +63,14 @@ typedef signed char kv_t;
 // dequantize to BF16 tiles before the same arithmetic.
 #if defined(KV_BF16_OR_QUANT) && KV_DT != DT_BF16 && !KV_QUANT
 #error "this kernel reads BF16 or quantized (fp8, int8) KV caches only"
+#endif
+
+// The group is checked after the reader's format, so a BF16-only module
+// built for int8 fails with the format error above.
+#if KV_DT == DT_I8
+#if !defined(KV_G) || KV_G % 8 != 0 || (KV_G > 32 && KV_G % 32 != 0)
+#error "an int8 KV cache needs -DKV_G, its channel group: 8, 16, 32 or a multiple of 32"
+#endif
 #endif
 
 // KV_CHUNK is the elements of one 16-byte chunk (a vector load or a
