@@ -32,8 +32,8 @@ type Backend interface {
 	// Upload makes a tensor holding data, laid out as dt's row-major
 	// encoding (quantized types in their GGML block layout). The backend
 	// may keep a reference to data instead of copying it (the CPU backend
-	// does, so mmapped weights are never copied): the caller must keep data
-	// alive and unchanged for the tensor's lifetime.
+	// does for small tensors): the caller must keep data alive and
+	// unchanged for the tensor's lifetime.
 	Upload(dt DType, shape []int, data []byte) (Tensor, error)
 	// Write copies host bytes (dt's encoding, whole tensor) into t. data may
 	// be reused as soon as Write returns.

@@ -5,7 +5,8 @@
 // Correctness and clarity come before speed, but the hot ops use every core:
 // MatMul partitions output features across goroutines and keeps weights in
 // their stored dtype (quantized rows are dequantized tile by tile as they are
-// read), so mmapped weights are never copied or expanded in memory.
+// read), so weights are never expanded in memory. Large weights are copied
+// once, at Upload, onto transparent huge pages (weights.go).
 //
 // Activations, logits and Q are F32. Weights may be F32, F16, BF16, Q8_0,
 // Q4_0 or the K-quants Q4_K, Q5_K and Q6_K; KV caches F32, BF16 or F16. The dtype conversions it uses live with
@@ -62,6 +63,8 @@ type Backend struct {
 	// xf8 holds x rows quantized to e4m3 and decoded back, the activations
 	// of the F8E4M3Row products (wquant.go; grown on demand).
 	xf8 []float32
+	// weights holds the copies Upload makes of large weights (weights.go).
+	weights weightArena
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -159,6 +162,12 @@ func alignedBytes(n int) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(words))), n)
 }
 
+// copyInto copies src into dst (of the same length) and returns dst.
+func copyInto(dst, src []byte) []byte {
+	copy(dst, src)
+	return dst
+}
+
 func copyShape(shape []int) []int { return append([]int(nil), shape...) }
 
 // Alloc implements backend.Backend. The memory is zeroed Go memory.
@@ -173,10 +182,11 @@ func (b *Backend) Alloc(dt backend.DType, shape ...int) (backend.Tensor, error) 
 	return &tensor{dt: dt, shape: copyShape(shape), data: alignedBytes(n)}, nil
 }
 
-// Upload implements backend.Backend. It keeps a reference to data rather
-// than copying it, except when data is not aligned to the element size of a
-// plain dtype (viewing it in place would be a misaligned access): then it
-// copies once.
+// Upload implements backend.Backend. A tensor of at least hugeMinBytes is
+// copied once into the weight arena (huge pages, weights.go). A smaller
+// one keeps a reference to data rather than copying it, except when data
+// is not aligned to the element size of a plain dtype (viewing it in place
+// would be a misaligned access): then it copies once.
 func (b *Backend) Upload(dt backend.DType, shape []int, data []byte) (backend.Tensor, error) {
 	if !validDType(dt) {
 		return nil, fmt.Errorf("cpu: upload: unknown dtype %v", dt)
@@ -188,10 +198,10 @@ func (b *Backend) Upload(dt backend.DType, shape []int, data []byte) (backend.Te
 	if len(data) != n {
 		return nil, fmt.Errorf("cpu: upload %v %v: got %d bytes, want %d: %w", dt, shape, len(data), n, backend.ErrShape)
 	}
-	if es := elemSize(dt); es > 1 && n > 0 && uintptr(unsafe.Pointer(unsafe.SliceData(data)))%uintptr(es) != 0 {
-		aligned := alignedBytes(n)
-		copy(aligned, data)
-		data = aligned
+	if n >= hugeMinBytes {
+		data = copyInto(b.weights.alloc(n), data)
+	} else if es := elemSize(dt); es > 1 && n > 0 && uintptr(unsafe.Pointer(unsafe.SliceData(data)))%uintptr(es) != 0 {
+		data = copyInto(alignedBytes(n), data)
 	}
 	return &tensor{dt: dt, shape: copyShape(shape), data: data[:n:n]}, nil
 }

@@ -19,6 +19,46 @@ func TestUploadKeepsReference(t *testing.T) {
 	}
 }
 
+// TestUploadCopiesLargeWeights checks the weight arena: large uploads are
+// copies (the caller's later writes do not show), 64-byte aligned, do not
+// overlap each other, and one with a run of its own starts on a huge page.
+func TestUploadCopiesLargeWeights(t *testing.T) {
+	b := New(Options{})
+	sizes := []int{hugeMinBytes, 3 * hugeMinBytes, weightRunBytes / 2, hugeMinBytes + 4, weightRunBytes/2 - 8}
+	var srcs [][]byte
+	var ts []*tensor
+	for i, n := range sizes {
+		src := make([]byte, n)
+		for j := range src {
+			src[j] = byte(i*31 + j*7)
+		}
+		x := upload(t, b, backend.F32, []int{n / 4}, src)
+		srcs, ts = append(srcs, src), append(ts, x.(*tensor))
+	}
+	for i, x := range ts {
+		want := slices.Clone(srcs[i])
+		srcs[i][0] ^= 0xff
+		if !bytes.Equal(x.data, want) {
+			t.Errorf("upload %d (%d bytes): tensor bytes differ from the data uploaded", i, sizes[i])
+		}
+		p := uintptr(unsafe.Pointer(&x.data[0]))
+		if p%64 != 0 {
+			t.Errorf("upload %d at %#x: not 64-byte aligned", i, p)
+		}
+		if cap(x.data) != len(x.data) {
+			t.Errorf("upload %d: capacity %d beyond its %d bytes", i, cap(x.data), len(x.data))
+		}
+		if sizes[i] >= weightRunBytes/2 && p%hugePageBytes != 0 {
+			t.Errorf("upload %d (%d bytes, a run of its own) at %#x: not on a huge-page boundary", i, sizes[i], p)
+		}
+		for j, y := range ts[:i] {
+			if overlaps(x.data, y.data) {
+				t.Errorf("uploads %d and %d overlap", j, i)
+			}
+		}
+	}
+}
+
 func TestUploadMisalignedCopies(t *testing.T) {
 	b := New(Options{})
 	raw := make([]byte, 4*3+1)
