@@ -170,7 +170,10 @@ func copyInto(dst, src []byte) []byte {
 
 func copyShape(shape []int) []int { return append([]int(nil), shape...) }
 
-// Alloc implements backend.Backend. The memory is zeroed Go memory.
+// Alloc implements backend.Backend. The memory is zeroed Go memory; from
+// a huge page up (KV pools, prefill activations) it is a huge-page run of
+// its own (hugeRun), which the prefill's products and attention stream
+// faster than 4 KiB pages.
 func (b *Backend) Alloc(dt backend.DType, shape ...int) (backend.Tensor, error) {
 	if !validDType(dt) {
 		return nil, fmt.Errorf("cpu: alloc: unknown dtype %v", dt)
@@ -178,6 +181,9 @@ func (b *Backend) Alloc(dt backend.DType, shape ...int) (backend.Tensor, error) 
 	n, err := dt.Bytes(shape)
 	if err != nil {
 		return nil, fmt.Errorf("cpu: alloc %v %v: %w", dt, shape, err)
+	}
+	if n >= hugePageBytes {
+		return &tensor{dt: dt, shape: copyShape(shape), data: hugeRun(n)[:n:n]}, nil
 	}
 	return &tensor{dt: dt, shape: copyShape(shape), data: alignedBytes(n)}, nil
 }

@@ -75,22 +75,28 @@ func TestUploadMisalignedCopies(t *testing.T) {
 
 func TestAllocZeroed(t *testing.T) {
 	b := New(Options{})
-	for _, dt := range []backend.DType{backend.F32, backend.BF16, backend.Q4_0, backend.I32} {
-		x, err := b.Alloc(dt, 3, 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want, _ := dt.Bytes([]int{3, 64})
-		buf := make([]byte, want)
-		buf[0] = 1
-		if err := b.Read(x, buf); err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(buf, make([]byte, want)) {
-			t.Errorf("%v: Alloc memory is not zeroed", dt)
-		}
-		if !slices.Equal(x.Shape(), []int{3, 64}) || x.DType() != dt {
-			t.Errorf("%v: shape %v dtype %v", dt, x.Shape(), x.DType())
+	// 3 rows of 64 is small Go memory; 3 rows of 1<<20 floats a huge-page run.
+	for _, cols := range []int{64, 1 << 20} {
+		for _, dt := range []backend.DType{backend.F32, backend.BF16, backend.Q4_0, backend.I32} {
+			x, err := b.Alloc(dt, 3, cols)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, _ := dt.Bytes([]int{3, cols})
+			buf := make([]byte, want)
+			buf[0] = 1
+			if err := b.Read(x, buf); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(buf, make([]byte, want)) {
+				t.Errorf("%v x %d: Alloc memory is not zeroed", dt, cols)
+			}
+			if !slices.Equal(x.Shape(), []int{3, cols}) || x.DType() != dt {
+				t.Errorf("%v x %d: shape %v dtype %v", dt, cols, x.Shape(), x.DType())
+			}
+			if d := x.(*tensor).data; len(d) != want || cap(d) != want {
+				t.Errorf("%v x %d: %d bytes, capacity %d, want %d", dt, cols, len(d), cap(d), want)
+			}
 		}
 	}
 }
