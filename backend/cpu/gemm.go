@@ -101,7 +101,9 @@ func packPanel(panel, row []float32, w *tensor, rowBytes, o0, cols, nr, inF int)
 // result then differs from the f32 product by at most
 // sum over blocks of d_x/2 * sum|w| (quantizeQ8).
 // quantizeDecodeX quantizes the n rows of x for the Q8_0/Q4_0 decode
-// dots (quantizeQ8) into the backend's scratch.
+// dots (quantizeQ8) into the backend's scratch, through the set's
+// quantRows kernel where it has one (its scales are then taken from the
+// meta words it writes).
 func (b *Backend) quantizeDecodeX(x []float32, n, inF int) (xq []int8, xs []float32) {
 	nb := inF / qk
 	// Grown apart: the K-quant products keep fewer scales (kquantDot).
@@ -112,7 +114,18 @@ func (b *Backend) quantizeDecodeX(x []float32, n, inF int) (xq []int8, xs []floa
 		b.xs = make([]float32, n*nb)
 	}
 	xq, xs = b.xq[:n*inF], b.xs[:n*nb]
-	quantizeQ8(x[:n*inF], xq, xs)
+	if b.k.quantRows == nil || n*nb == 0 {
+		quantizeQ8(x[:n*inF], xq, xs)
+		return xq, xs
+	}
+	if cap(b.xm) < 2*n*nb {
+		b.xm = make([]uint32, 2*n*nb)
+	}
+	xm := b.xm[:2*n*nb]
+	b.k.quantRows(&x[0], &xq[0], &xm[0], n*nb)
+	for blk := range xs {
+		xs[blk] = math.Float32frombits(xm[2*blk])
+	}
 	return xq, xs
 }
 
