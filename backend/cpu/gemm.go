@@ -131,7 +131,7 @@ func (b *Backend) quantizeDecodeX(x []float32, n, inF int) (xq []int8, xs []floa
 
 // decodeRows is the kernel set's dot of consecutive Q8_0/Q4_0 rows, nil
 // where it has none.
-func (b *Backend) decodeRows(dt backend.DType) func(xq *int8, xs *float32, w *byte, nb int, rows int, out *float32) {
+func (b *Backend) decodeRows(dt backend.DType) func(xq *int8, xm *uint32, w *byte, nb int, rows int, out *float32) {
 	switch dt {
 	case backend.Q8_0:
 		return b.k.dotQ8Rows

@@ -53,8 +53,9 @@ type kernels struct {
 	// products.
 	dotQ8, dotQ4 quantDot
 	// dotQ8Rows and dotQ4Rows are dotQ8 and dotQ4 of rows consecutive
-	// weight rows into out (nil: a dotQ8/dotQ4 call a row).
-	dotQ8Rows, dotQ4Rows func(xq *int8, xs *float32, w *byte, nb int, rows int, out *float32)
+	// weight rows into out (nil: a dotQ8/dotQ4 call a row), the
+	// activations' scales taken from quantizeRows' meta words xm.
+	dotQ8Rows, dotQ4Rows func(xq *int8, xm *uint32, w *byte, nb int, rows int, out *float32)
 	// dotQ4K, dotQ5K and dotQ6K read K-quant weights against activations
 	// quantized per 256-value block (quantizeQ8K); nil: the Go kernels.
 	dotQ4K, dotQ5K, dotQ6K kDot

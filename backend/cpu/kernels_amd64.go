@@ -61,10 +61,10 @@ func expSumZ(x *float32, n int, m, scale float32) float32
 func dotQ8VNNI(xq *int8, xs *float32, w *byte, nb int) float32
 func dotQ4VNNI(xq *int8, xs *float32, w *byte, nb int) float32
 func dotQ8AVX2(xq *int8, xs *float32, w *byte, nb int) float32
-func dotQ8RowsVNNI(xq *int8, xs *float32, w *byte, nb int, rows int, out *float32)
-func dotQ4RowsVNNI(xq *int8, xs *float32, w *byte, nb int, rows int, out *float32)
-func dotQ8RowsAVX2(xq *int8, xs *float32, w *byte, nb int, rows int, out *float32)
-func dotQ4RowsAVX2(xq *int8, xs *float32, w *byte, nb int, rows int, out *float32)
+func dotQ8RowsVNNI(xq *int8, xm *uint32, w *byte, nb int, rows int, out *float32)
+func dotQ4RowsVNNI(xq *int8, xm *uint32, w *byte, nb int, rows int, out *float32)
+func dotQ8RowsAVX2(xq *int8, xm *uint32, w *byte, nb int, rows int, out *float32)
+func dotQ4RowsAVX2(xq *int8, xm *uint32, w *byte, nb int, rows int, out *float32)
 func dotQ4AVX2(xq *int8, xs *float32, w *byte, nb int) float32
 
 // The K-quant dots (AVX2, also in the AVX-512 set).

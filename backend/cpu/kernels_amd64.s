@@ -1739,7 +1739,7 @@ dotQ4VNNIdone:
 	VZEROUPPER
 	RET
 
-// func dotQ8RowsVNNI(xq *int8, xs *float32, w *byte, nb int, rows int, out *float32)
+// func dotQ8RowsVNNI(xq *int8, xm *uint32, w *byte, nb int, rows int, out *float32)
 TEXT ·dotQ8RowsVNNI(SB), NOSPLIT, $0-48
 	MOVQ rows+32(FP), R12
 	MOVQ out+40(FP), DI
@@ -1751,7 +1751,7 @@ TEXT ·dotQ8RowsVNNI(SB), NOSPLIT, $0-48
 	VPBROADCASTD X15, Y15
 dotQ8RowsVNNIrow:
 	MOVQ xq+0(FP), SI
-	MOVQ xs+8(FP), R8
+	MOVQ xm+8(FP), R8
 	MOVQ nb+24(FP), CX
 	VXORPS Y0, Y0, Y0
 	TESTQ CX, CX
@@ -1773,7 +1773,7 @@ dotQ8RowsVNNIloop:
 	VFMADD231PS Y5, Y4, Y0
 	ADDQ $34, DX
 	ADDQ $32, SI
-	ADDQ $4, R8
+	ADDQ $8, R8
 	DECQ CX
 	JNZ dotQ8RowsVNNIloop
 dotQ8RowsVNNIdone:
@@ -1789,7 +1789,7 @@ dotQ8RowsVNNIend:
 	VZEROUPPER
 	RET
 
-// func dotQ4RowsVNNI(xq *int8, xs *float32, w *byte, nb int, rows int, out *float32)
+// func dotQ4RowsVNNI(xq *int8, xm *uint32, w *byte, nb int, rows int, out *float32)
 TEXT ·dotQ4RowsVNNI(SB), NOSPLIT, $0-48
 	MOVQ rows+32(FP), R12
 	MOVQ out+40(FP), DI
@@ -1807,7 +1807,7 @@ TEXT ·dotQ4RowsVNNI(SB), NOSPLIT, $0-48
 	VPBROADCASTD X13, Y13
 dotQ4RowsVNNIrow:
 	MOVQ xq+0(FP), SI
-	MOVQ xs+8(FP), R8
+	MOVQ xm+8(FP), R8
 	MOVQ nb+24(FP), CX
 	VXORPS Y0, Y0, Y0
 	TESTQ CX, CX
@@ -1818,12 +1818,9 @@ dotQ4RowsVNNIloop:
 	VPSRLW $4, X1, X6
 	VINSERTI128 $1, X6, Y1, Y1
 	VPAND Y14, Y1, Y1
-	VPSUBB Y13, Y1, Y1
-	VMOVDQU (SI), Y2
-	VPABSB Y1, Y3
-	VPSIGNB Y1, Y2, Y2
-	VPXOR Y4, Y4, Y4
-	VPDPBUSD Y2, Y3, Y4
+	VMOVD 4(R8), X4
+	VPSRAD $4, X4, X4
+	VPDPBUSD (SI), Y1, Y4
 	VCVTDQ2PS Y4, Y4
 	MOVWLZX (DX), AX
 	VMOVD AX, X5
@@ -1833,7 +1830,7 @@ dotQ4RowsVNNIloop:
 	VFMADD231PS Y5, Y4, Y0
 	ADDQ $18, DX
 	ADDQ $32, SI
-	ADDQ $4, R8
+	ADDQ $8, R8
 	DECQ CX
 	JNZ dotQ4RowsVNNIloop
 dotQ4RowsVNNIdone:
@@ -1941,7 +1938,7 @@ dotQ4AVX2done:
 	VZEROUPPER
 	RET
 
-// func dotQ8RowsAVX2(xq *int8, xs *float32, w *byte, nb int, rows int, out *float32)
+// func dotQ8RowsAVX2(xq *int8, xm *uint32, w *byte, nb int, rows int, out *float32)
 TEXT ·dotQ8RowsAVX2(SB), NOSPLIT, $0-48
 	MOVQ rows+32(FP), R12
 	MOVQ out+40(FP), DI
@@ -1953,7 +1950,7 @@ TEXT ·dotQ8RowsAVX2(SB), NOSPLIT, $0-48
 	VPBROADCASTD X15, Y15
 dotQ8RowsAVX2row:
 	MOVQ xq+0(FP), SI
-	MOVQ xs+8(FP), R8
+	MOVQ xm+8(FP), R8
 	MOVQ nb+24(FP), CX
 	VXORPS Y0, Y0, Y0
 	TESTQ CX, CX
@@ -1975,7 +1972,7 @@ dotQ8RowsAVX2loop:
 	VFMADD231PS Y5, Y4, Y0
 	ADDQ $34, DX
 	ADDQ $32, SI
-	ADDQ $4, R8
+	ADDQ $8, R8
 	DECQ CX
 	JNZ dotQ8RowsAVX2loop
 dotQ8RowsAVX2done:
@@ -1991,7 +1988,7 @@ dotQ8RowsAVX2end:
 	VZEROUPPER
 	RET
 
-// func dotQ4RowsAVX2(xq *int8, xs *float32, w *byte, nb int, rows int, out *float32)
+// func dotQ4RowsAVX2(xq *int8, xm *uint32, w *byte, nb int, rows int, out *float32)
 TEXT ·dotQ4RowsAVX2(SB), NOSPLIT, $0-48
 	MOVQ rows+32(FP), R12
 	MOVQ out+40(FP), DI
@@ -2009,7 +2006,7 @@ TEXT ·dotQ4RowsAVX2(SB), NOSPLIT, $0-48
 	VPBROADCASTD X13, Y13
 dotQ4RowsAVX2row:
 	MOVQ xq+0(FP), SI
-	MOVQ xs+8(FP), R8
+	MOVQ xm+8(FP), R8
 	MOVQ nb+24(FP), CX
 	VXORPS Y0, Y0, Y0
 	TESTQ CX, CX
@@ -2020,12 +2017,11 @@ dotQ4RowsAVX2loop:
 	VPSRLW $4, X1, X6
 	VINSERTI128 $1, X6, Y1, Y1
 	VPAND Y14, Y1, Y1
-	VPSUBB Y13, Y1, Y1
-	VMOVDQU (SI), Y2
-	VPABSB Y1, Y3
-	VPSIGNB Y1, Y2, Y2
-	VPMADDUBSW Y2, Y3, Y4
-	VPMADDWD Y15, Y4, Y4
+	VMOVD 4(R8), X4
+	VPSRAD $4, X4, X4
+	VPMADDUBSW (SI), Y1, Y2
+	VPMADDWD Y15, Y2, Y2
+	VPADDD Y2, Y4, Y4
 	VCVTDQ2PS Y4, Y4
 	MOVWLZX (DX), AX
 	VMOVD AX, X5
@@ -2035,7 +2031,7 @@ dotQ4RowsAVX2loop:
 	VFMADD231PS Y5, Y4, Y0
 	ADDQ $18, DX
 	ADDQ $32, SI
-	ADDQ $4, R8
+	ADDQ $8, R8
 	DECQ CX
 	JNZ dotQ4RowsAVX2loop
 dotQ4RowsAVX2done:

@@ -79,10 +79,10 @@ func (b *Backend) MatMul(out, x, w, bias backend.Tensor) error {
 	rowBytes := wt.rowBytes()
 	if rk := b.decodeRows(wt.dt); n == 1 && rk != nil {
 		// One token: each worker's rows in one kernel call.
-		xq, xsc := b.quantizeDecodeX(xs, n, inF)
+		xq, xm := b.quantizeRows(xs, n, inF)
 		nb := inF / qk
 		b.parallel(outF, b.grainFor(outF, minWork/inF), func(_, lo, hi int) {
-			rk(&xq[0], &xsc[0], &wt.data[lo*rowBytes], nb, hi-lo, &os[lo])
+			rk(&xq[0], &xm[0], &wt.data[lo*rowBytes], nb, hi-lo, &os[lo])
 		})
 		addBias(os, bv, n, outF)
 		return nil

@@ -247,7 +247,12 @@ func (g *gen) dotQ(bits int, vnni bool) { g.dotQKernel(bits, vnni, false) }
 // dotQRows writes dotQ<bits>Rows<suffix>: dotQ of each of rows
 // consecutive weight rows of nb blocks against the same activations, into
 // out[0..rows): a decode product's rows for one token without a call a
-// row.
+// row. The activations' scales come as quantizeRows' meta words (the
+// scale's bits, then -128 times the block's sum of x), 8 bytes a block.
+// Q4_0 uses the sum: its nibbles u are unsigned, so the block's dot is
+// sum(u*x) - 8*sum(x), the product taken unsigned-by-signed as it is
+// stored (no |w| and sign transfer) and the 8*sum(x) entered as the
+// integer sum's starting value.
 func (g *gen) dotQRows(bits int, vnni bool) { g.dotQKernel(bits, vnni, true) }
 
 func (g *gen) dotQKernel(bits int, vnni, rows bool) {
@@ -265,7 +270,7 @@ func (g *gen) dotQKernel(bits int, vnni, rows bool) {
 	}
 	g.p("")
 	if rows {
-		g.p("// func %s(xq *int8, xs *float32, w *byte, nb int, rows int, out *float32)", name)
+		g.p("// func %s(xq *int8, xm *uint32, w *byte, nb int, rows int, out *float32)", name)
 		g.p("TEXT ·%s(SB), NOSPLIT, $0-48", name)
 		g.p("\tMOVQ rows+32(FP), R12")
 		g.p("\tMOVQ out+40(FP), DI")
@@ -291,7 +296,11 @@ func (g *gen) dotQKernel(bits int, vnni, rows bool) {
 		g.p("%srow:", name)
 	}
 	g.p("\tMOVQ xq+0(FP), SI")
-	g.p("\tMOVQ xs+8(FP), R8")
+	if rows {
+		g.p("\tMOVQ xm+8(FP), R8")
+	} else {
+		g.p("\tMOVQ xs+8(FP), R8")
+	}
 	g.p("\tMOVQ nb+24(FP), CX")
 	g.p("\tVXORPS Y0, Y0, Y0")
 	g.p("\tTESTQ CX, CX")
@@ -300,24 +309,44 @@ func (g *gen) dotQKernel(bits int, vnni, rows bool) {
 	// The weight stream is read once a step, from L3 at best: prefetched
 	// 8 KiB ahead (a row's successors are the next bytes).
 	g.p("\tPREFETCHT0 8192(DX)")
-	if bits == 8 {
+	unsigned := rows && bits == 4
+	switch {
+	case bits == 8:
 		g.p("\tVMOVDQU 2(DX), Y1")
-	} else {
+	case unsigned:
+		g.p("\tVMOVDQU 2(DX), X1")
+		g.p("\tVPSRLW $4, X1, X6")
+		g.p("\tVINSERTI128 $1, X6, Y1, Y1")
+		g.p("\tVPAND Y14, Y1, Y1")
+		// Lane 0 starts at -8*sum(x) (the meta's -128*sum(x) over 16,
+		// exact), the others at 0.
+		g.p("\tVMOVD 4(R8), X4")
+		g.p("\tVPSRAD $4, X4, X4")
+	default:
 		g.p("\tVMOVDQU 2(DX), X1")
 		g.p("\tVPSRLW $4, X1, X6")
 		g.p("\tVINSERTI128 $1, X6, Y1, Y1")
 		g.p("\tVPAND Y14, Y1, Y1")
 		g.p("\tVPSUBB Y13, Y1, Y1")
 	}
-	g.p("\tVMOVDQU (SI), Y2")
-	g.p("\tVPABSB Y1, Y3")
-	g.p("\tVPSIGNB Y1, Y2, Y2")
-	if vnni {
-		g.p("\tVPXOR Y4, Y4, Y4")
-		g.p("\tVPDPBUSD Y2, Y3, Y4")
-	} else {
-		g.p("\tVPMADDUBSW Y2, Y3, Y4")
-		g.p("\tVPMADDWD Y15, Y4, Y4")
+	switch {
+	case unsigned && vnni:
+		g.p("\tVPDPBUSD (SI), Y1, Y4")
+	case unsigned:
+		g.p("\tVPMADDUBSW (SI), Y1, Y2")
+		g.p("\tVPMADDWD Y15, Y2, Y2")
+		g.p("\tVPADDD Y2, Y4, Y4")
+	default:
+		g.p("\tVMOVDQU (SI), Y2")
+		g.p("\tVPABSB Y1, Y3")
+		g.p("\tVPSIGNB Y1, Y2, Y2")
+		if vnni {
+			g.p("\tVPXOR Y4, Y4, Y4")
+			g.p("\tVPDPBUSD Y2, Y3, Y4")
+		} else {
+			g.p("\tVPMADDUBSW Y2, Y3, Y4")
+			g.p("\tVPMADDWD Y15, Y4, Y4")
+		}
 	}
 	g.p("\tVCVTDQ2PS Y4, Y4")
 	g.p("\tMOVWLZX (DX), AX")
@@ -328,7 +357,11 @@ func (g *gen) dotQKernel(bits int, vnni, rows bool) {
 	g.p("\tVFMADD231PS Y5, Y4, Y0")
 	g.p("\tADDQ $%d, DX", blk)
 	g.p("\tADDQ $32, SI")
-	g.p("\tADDQ $4, R8")
+	if rows {
+		g.p("\tADDQ $8, R8")
+	} else {
+		g.p("\tADDQ $4, R8")
+	}
 	g.p("\tDECQ CX")
 	g.p("\tJNZ %sloop", name)
 	g.p("%sdone:", name)
