@@ -38,6 +38,9 @@ func TestMatMul(t *testing.T) {
 		// Prefill tails: rows past the int8 kernels' 6, features past a
 		// 32-wide panel, a single block of k.
 		{13, 32, 65}, {50, 224, 97},
+		// One token over an odd number of blocks (the two-block decode
+		// kernels' last block alone).
+		{1, 160, 37},
 		// Rows that are not whole quantization blocks: plain dtypes only.
 		{1, 7, 3}, {2, 33, 5}, {6, 45, 6}, {3, 1, 2},
 	}

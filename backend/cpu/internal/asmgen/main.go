@@ -66,7 +66,11 @@ func main() {
 		g.dotQ(8, vnni)
 		g.dotQ(4, vnni)
 		g.dotQRows(8, vnni)
-		g.dotQRows(4, vnni)
+		if vnni {
+			g.dotQ4RowsZ()
+		} else {
+			g.dotQRows(4, vnni)
+		}
 	}
 	for m := 1; m <= maxRowsQZ; m++ {
 		g.gemmQ(m)
@@ -378,6 +382,118 @@ func (g *gen) dotQKernel(bits int, vnni, rows bool) {
 	} else {
 		g.p("\tVMOVSS X0, ret+32(FP)")
 	}
+	g.p("\tVZEROUPPER")
+	g.p("\tRET")
+}
+
+// dotQ4RowsZ writes dotQ4RowsVNNI: dotQRows for Q4_0 on the AVX-512 set,
+// two blocks an iteration in zmm (an odd last block through ymm). The
+// kernel is bound by its instructions, not its loads: two blocks' 32
+// bytes of nibbles become one zmm of 64 unsigned weights (vshufi64x2
+// puts each block's low and high nibbles beside each other), one
+// vpdpbusd against 64 bytes of x whose lanes 0 and 8 start at the blocks'
+// -8*sum(x), and one conversion, scale and FMA for both blocks.
+func (g *gen) dotQ4RowsZ() {
+	const name = "dotQ4RowsVNNI"
+	g.p("")
+	// q4RowsIdx: the meta words' correction lanes (1 and 3) to lanes 0
+	// and 8; then their scale lanes (0 and 2) to lanes 0-7 and 8-15.
+	for i := range 16 {
+		v := 0
+		switch i {
+		case 0:
+			v = 1
+		case 8:
+			v = 3
+		}
+		g.p("DATA q4RowsIdx<>+%d(SB)/4, $%d", 4*i, v)
+	}
+	for i := range 16 {
+		g.p("DATA q4RowsIdx<>+%d(SB)/4, $%d", 64+4*i, 2*(i/8))
+	}
+	g.p("GLOBL q4RowsIdx<>(SB), RODATA|NOPTR, $128")
+	g.p("")
+	g.p("// func %s(xq *int8, xm *uint32, w *byte, nb int, rows int, out *float32)", name)
+	g.p("TEXT ·%s(SB), NOSPLIT, $0-48", name)
+	g.p("\tMOVQ rows+32(FP), R12")
+	g.p("\tMOVQ out+40(FP), DI")
+	g.p("\tTESTQ R12, R12")
+	g.p("\tJZ %send", name)
+	g.p("\tMOVQ w+16(FP), DX")
+	g.p("\tMOVL $0x0f0f0f0f, AX")
+	g.p("\tVMOVD AX, X14")
+	g.p("\tVPBROADCASTD X14, Z14")
+	g.p("\tVMOVDQU32 q4RowsIdx<>+0(SB), Z12")
+	g.p("\tVMOVDQU32 q4RowsIdx<>+64(SB), Z13")
+	g.p("\tMOVL $0x0101, AX")
+	g.p("\tKMOVW AX, K1")
+	g.p("%srow:", name)
+	g.p("\tMOVQ xq+0(FP), SI")
+	g.p("\tMOVQ xm+8(FP), R8")
+	g.p("\tMOVQ nb+24(FP), CX")
+	g.p("\tVPXORD Z0, Z0, Z0")
+	g.p("\tVXORPS Y10, Y10, Y10")
+	g.p("\tMOVQ CX, BX")
+	g.p("\tSHRQ $1, BX")
+	g.p("\tJZ %stail", name)
+	g.p("%spair:", name)
+	g.p("\tPREFETCHT0 8192(DX)")
+	g.p("\tVMOVDQU 2(DX), X1")
+	g.p("\tVINSERTI128 $1, 20(DX), Y1, Y1")
+	g.p("\tVPSRLW $4, Y1, Y6")
+	g.p("\tVINSERTI64X4 $1, Y6, Z1, Z1")
+	g.p("\tVSHUFI64X2 $0xd8, Z1, Z1, Z1")
+	g.p("\tVPANDD Z14, Z1, Z1")
+	g.p("\tVMOVDQU (R8), X7")
+	g.p("\tVPERMD.Z Z7, Z12, K1, Z4")
+	g.p("\tVPSRAD $4, Z4, Z4")
+	g.p("\tVPDPBUSD (SI), Z1, Z4")
+	g.p("\tVCVTDQ2PS Z4, Z4")
+	g.p("\tVPBROADCASTW (DX), X5")
+	g.p("\tVPBROADCASTW 18(DX), X6")
+	g.p("\tVINSERTI128 $1, X6, Y5, Y5")
+	g.p("\tVCVTPH2PS Y5, Z5")
+	g.p("\tVPERMD Z7, Z13, Z8")
+	g.p("\tVMULPS Z8, Z5, Z5")
+	g.p("\tVFMADD231PS Z5, Z4, Z0")
+	g.p("\tADDQ $36, DX")
+	g.p("\tADDQ $64, SI")
+	g.p("\tADDQ $16, R8")
+	g.p("\tDECQ BX")
+	g.p("\tJNZ %spair", name)
+	g.p("%stail:", name)
+	g.p("\tTESTQ $1, CX")
+	g.p("\tJZ %ssum", name)
+	// The odd last block, as dotQRows' unsigned path, into Y10 (a VEX
+	// write to Y0 would clear Z0's upper half).
+	g.p("\tVMOVDQU 2(DX), X1")
+	g.p("\tVPSRLW $4, X1, X6")
+	g.p("\tVINSERTI128 $1, X6, Y1, Y1")
+	g.p("\tVPAND Y14, Y1, Y1")
+	g.p("\tVMOVD 4(R8), X4")
+	g.p("\tVPSRAD $4, X4, X4")
+	g.p("\tVPDPBUSD (SI), Y1, Y4")
+	g.p("\tVCVTDQ2PS Y4, Y4")
+	g.p("\tMOVWLZX (DX), AX")
+	g.p("\tVMOVD AX, X5")
+	g.p("\tVCVTPH2PS X5, X5")
+	g.p("\tVMULSS (R8), X5, X5")
+	g.p("\tVBROADCASTSS X5, Y5")
+	g.p("\tVFMADD231PS Y5, Y4, Y10")
+	g.p("\tADDQ $18, DX")
+	g.p("%ssum:", name)
+	g.p("\tVEXTRACTF64X4 $1, Z0, Y1")
+	g.p("\tVADDPS Y1, Y0, Y0")
+	g.p("\tVADDPS Y10, Y0, Y0")
+	g.p("\tVEXTRACTF128 $1, Y0, X1")
+	g.p("\tVADDPS X1, X0, X0")
+	g.p("\tVHADDPS X0, X0, X0")
+	g.p("\tVHADDPS X0, X0, X0")
+	g.p("\tVMOVSS X0, (DI)")
+	g.p("\tADDQ $4, DI")
+	g.p("\tDECQ R12")
+	g.p("\tJNZ %srow", name)
+	g.p("%send:", name)
 	g.p("\tVZEROUPPER")
 	g.p("\tRET")
 }
