@@ -280,8 +280,8 @@ log "model/llama: TP, speculative, K-quant"
 (cd model/llama && "$root/.gpu/llama.test" -test.v -test.timeout 3m -test.run 'TestTensorParallelCUDA|TestSpeculativeCUDA|TestKQuant' >"$OUT/new-llama.log" 2>&1)
 echo "rc=$?" | say
 grep -E "^(--- FAIL|--- PASS|--- SKIP|FAIL|PASS)|of 40 prompts|departs" "$OUT/new-llama.log" | head -24 | say
-log "BenchmarkAttentionDecodeQuant fp8, int8 at 16 x 32k (bf16: an earlier call)"
-(cd backend/cuda && "$root/.gpu/cuda.test" -test.run XXX -test.bench 'BenchmarkAttentionDecodeQuant/(fp8|int8)_b16_ctx32768_stages3' -test.benchtime 10x >"$OUT/new-bench.log" 2>&1)
+log "BenchmarkAttentionDecodeQuant bf16, fp8, int8 at 16 x 32k"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.run XXX -test.bench 'BenchmarkAttentionDecodeQuant/(bf16|fp8|int8)_b16_ctx32768' -test.benchtime 10x >"$OUT/new-bench.log" 2>&1)
 grep -E "^Benchmark|FAIL" "$OUT/new-bench.log" | say
 }
 
