@@ -33,6 +33,10 @@
 #   new_tests      the new kernels' and paths' tests in priority order, then the KV attention benchmark
 #   kv_attn_bench  decode attention over bf16, fp8 and int8 caches (BenchmarkAttentionDecodeQuant)
 #   kv_capacity    the KV capacity serve states at load, per KV dtype (dummy Llama-3.1-8B)
+#   wq_rows        quantized weights beside bf16: AWQ, FP8 and Q4_K at batch 1, 4 and 16,
+#                  2048-token prompts; AWQ with the int8 KV cache at batch 4
+#   spec_verify    the 8B verify step of k=4 draft tokens against a decode step, batch 1 and 4
+#   fix_tests      the two tests a compile error failed (TestKVReadersRefuseOtherFormats, TestF8ActQuant)
 #   rows_large     batch 128 and 256 at 192-token prompts (the serving issue's shape)
 #   serve_ab       bench serve against trigon serve on the default model, --queue-ahead off and on
 #   prefill_attn_bench  BenchmarkAttentionPrefill (graph-timed)
@@ -234,6 +238,46 @@ for dt in bf16 ${KV_DTYPES:-fp8 int8}; do
   latency "$OUT/bench-kv-$dt-4x2k.json" --arch llama-3.1-8b --batch 4 --input-len 2048 --output-len 128 \
     --cuda-graphs on --kv-cache-dtype "$dt"
 done
+}
+
+# wq_rows: the quantized weight formats beside bf16 in one call, Llama-3-8B
+# shape, 2048-token prompts, graphs on: each format's decode step against
+# its own floor (packed weights + KV at the copy ceiling of the same run)
+# and its prefill of BATCH x 2048 against bf16's; then AWQ weights with the
+# int8 KV cache (the design's deployment) at batch 4.
+wq_rows() {
+local dt n
+for n in ${WQ_BATCHES:-1 4 16}; do
+  for dt in bf16 ${WQ_DTYPES:-awq4_g128 fp8 q4_k}; do
+    latency "$OUT/bench-wq-$dt-$n.json" --arch llama-3-8b --dtype "$dt" --batch "$n" --input-len 2048 \
+      --output-len 64 --iters 2 --cuda-graphs on --sustained-probe 0
+  done
+done
+latency "$OUT/bench-wq-awq-int8kv-4.json" --arch llama-3-8b --dtype awq4_g128 --kv-cache-dtype int8 --batch 4 \
+  --input-len 2048 --output-len 64 --iters 2 --cuda-graphs on --sustained-probe 0
+}
+
+# spec_verify: bench latency with a speculative config times the target's
+# verify step of k draft tokens against a decode step timed alike.
+spec_verify() {
+local n
+for n in 1 4; do
+  log "bench latency llama-3-8b batch $n, verify k=4 against decode"
+  .gpu/trigon bench latency --device cuda --arch llama-3-8b --batch "$n" --input-len 2048 --output-len 64 \
+    --cuda-graphs on --sustained-probe 0 --speculative-config '{"method": "ngram", "num_speculative_tokens": 4}' \
+    >"$OUT/spec-verify-$n.txt" 2>>"$OUT/bench.err"
+  echo "rc=$?" | say
+  grep -i -E "verify|decode step|ITL" "$OUT/spec-verify-$n.txt" | head -8 | say
+done
+}
+
+# fix_tests: the tests that failed on compile errors of the tests' own
+# modules, after their fix.
+fix_tests() {
+log "backend/cuda: TestKVReadersRefuseOtherFormats, TestF8ActQuant"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.timeout 2m -test.run 'TestKVReadersRefuseOtherFormats|TestF8ActQuant' >"$OUT/fix-tests.log" 2>&1)
+echo "rc=$?" | say
+grep -E "^(--- FAIL|--- PASS|FAIL|PASS|ok)|^\s+--- FAIL" "$OUT/fix-tests.log" | head -12 | say
 }
 
 # kv_capacity: the KV capacity `trigon serve` states at load (default
