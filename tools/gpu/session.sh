@@ -36,6 +36,7 @@
 #   wq_rows        quantized weights beside bf16: AWQ, FP8 and Q4_K at batch 1, 4 and 16,
 #                  2048-token prompts; AWQ with the int8 KV cache at batch 4
 #   spec_verify    the 8B verify step of k=4 draft tokens against a decode step, batch 1 and 4
+#   wq_bench       BenchmarkMatMulWQuant: AWQ4 and FP8 decode products at Tuning.WQWaves 2, 4, 8
 #   fix_tests      the two tests a compile error failed (TestKVReadersRefuseOtherFormats, TestF8ActQuant)
 #   rows_large     batch 128 and 256 at 192-token prompts (the serving issue's shape)
 #   serve_ab       bench serve against trigon serve on the default model, --queue-ahead off and on
@@ -269,6 +270,15 @@ for n in 1 4; do
   echo "rc=$?" | say
   grep -i -E "verify|decode step|ITL" "$OUT/spec-verify-$n.txt" | head -8 | say
 done
+}
+
+# wq_bench: the weight-quantized decode products at the 8B shapes, graph
+# timed, at each Tuning.WQWaves (BenchmarkMatMulWQuant).
+wq_bench() {
+log "BenchmarkMatMulWQuant"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.run XXX -test.bench 'BenchmarkMatMulWQuant' -test.benchtime 20x >"$OUT/wq-bench.log" 2>&1)
+echo "rc=$?" | say
+grep -E "^Benchmark|FAIL|panic" "$OUT/wq-bench.log" | sed 's/ns\/op.*TB\/s/TB\/s/' | say
 }
 
 # fix_tests: the tests that failed on compile errors of the tests' own
