@@ -278,7 +278,7 @@ wq_bench() {
 log "BenchmarkMatMulWQuant"
 (cd backend/cuda && "$root/.gpu/cuda.test" -test.run XXX -test.bench 'BenchmarkMatMulWQuant' -test.benchtime 20x >"$OUT/wq-bench.log" 2>&1)
 echo "rc=$?" | say
-grep -E "^Benchmark|FAIL|panic" "$OUT/wq-bench.log" | sed 's/ns\/op.*TB\/s/TB\/s/' | say
+grep -E "^Benchmark|FAIL|panic" "$OUT/wq-bench.log" | say
 }
 
 # fix_tests: the tests that failed on compile errors of the tests' own
