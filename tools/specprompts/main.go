@@ -6,9 +6,10 @@
 //
 //   - edit.jsonl: code-editing prompts. A Go function of the held-out text
 //     (or a run of declarations, 20 to 60 lines), then a comment that
-//     announces it again with a change and the first line of the changed
-//     version, so that a completion model continues by writing the code out
-//     again. Most of the continuation is in the prompt: where
+//     announces it again with a change and the first three lines of the
+//     changed version, so that a completion model continues by writing the
+//     code out again (a longer start leaves a small model less room to
+//     wander off). Most of the continuation is in the prompt: where
 //     prompt lookup has the most to find.
 //   - heldout.jsonl: held-out Go to continue. Runs of whole lines of about 300
 //     tokens, each from the start of a file or of a top-level declaration
@@ -32,6 +33,7 @@ import (
 	"go/token"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/trigon-llm/trigon/tokenizer"
@@ -46,6 +48,7 @@ type Options struct {
 	EditGrowLines    int // a block shorter than this takes the next declaration too
 	EditMaxLines     int
 	EditMaxTokens    int // the whole edit prompt
+	EditHeadLines    int // lines of the changed version the prompt starts
 	HeldoutMinTokens int // a held-out prompt stops at the first line end at or past HeldoutTarget,
 	HeldoutTarget    int // or before a line that would take it past HeldoutMaxTokens
 	HeldoutMaxTokens int // when it already has HeldoutMinTokens
@@ -54,7 +57,7 @@ type Options struct {
 // DefaultOptions are the sets' sizes as committed.
 func DefaultOptions() Options {
 	return Options{
-		N: 50, EditMinLines: 20, EditGrowLines: 30, EditMaxLines: 60, EditMaxTokens: 700,
+		N: 50, EditMinLines: 20, EditGrowLines: 30, EditMaxLines: 60, EditMaxTokens: 700, EditHeadLines: 3,
 		HeldoutMinTokens: 200, HeldoutTarget: 300, HeldoutMaxTokens: 400,
 	}
 }
@@ -204,7 +207,7 @@ type block struct {
 	funcs    int      // how many of them are functions
 	comments bool     // whether a comment stands in the block
 	text     string   // from the first declaration's doc comment to the last's end
-	line     string   // the first declaration's first line (after its doc comment)
+	code     []string // its lines from the first declaration's first (after its doc comment)
 	start    int      // byte offsets in the file
 	end      int
 }
@@ -240,62 +243,105 @@ func (b block) name() (string, bool) {
 	return "", false
 }
 
-// An edit is a change announced by a comment; first is the changed
-// version's first line, and ok says whether the change applies.
-type edit func(b block) (comment, first string, ok bool)
+// An edit is a change announced by a comment; head is the changed
+// version's first EditHeadLines lines, and ok says whether the change
+// applies.
+type edit func(b block, n int) (comment string, head []string, ok bool)
+
+// head is the first n lines of code, each changed by f.
+func head(code []string, n int, f func(string) string) []string {
+	out := slices.Clone(code[:min(n, len(code))])
+	for i := range out {
+		out[i] = f(out[i])
+	}
+	return out
+}
+
+func same(s string) string { return s }
 
 var edits = []edit{
-	func(b block) (string, string, bool) { // rename
+	func(b block, n int) (string, []string, bool) { // rename: the declaration only
 		name, ok := b.name()
 		if !ok {
-			return "", "", false
+			return "", nil, false
 		}
-		first, ok := replaceWord(b.line, name, name+"2")
+		first, ok := replaceWord(b.code[0], name, name+"2")
+		h := append([]string{first}, head(b.code[1:], n-1, same)...)
 		if b.noun() == "code" {
-			return fmt.Sprintf("// The same code, with %s renamed to %s2:", name, name), first, ok
+			return fmt.Sprintf("// The same code, with %s renamed to %s2:", name, name), h, ok
 		}
-		return fmt.Sprintf("// The same %s, renamed to %s2:", b.noun(), name), first, ok
+		return fmt.Sprintf("// The same %s, renamed to %s2:", b.noun(), name), h, ok
 	},
-	func(b block) (string, string, bool) { // receiver
+	func(b block, n int) (string, []string, bool) { // receiver: every use in the head
 		fn, ok := b.first.(*ast.FuncDecl)
 		if !ok || fn.Recv == nil || len(fn.Recv.List) != 1 || len(fn.Recv.List[0].Names) != 1 {
-			return "", "", false
+			return "", nil, false
 		}
 		recv := fn.Recv.List[0].Names[0].Name
 		if recv == "_" || recv == "recv" {
-			return "", "", false
+			return "", nil, false
 		}
-		first, ok := replaceWord(b.line, recv, "recv")
+		h := head(b.code, n, func(s string) string { return replaceWords(s, recv, "recv") })
 		if b.noun() == "code" {
-			return fmt.Sprintf("// The same code, with the receiver of %s renamed to recv:", fn.Name.Name), first, ok
+			return fmt.Sprintf("// The same code, with the receiver of %s renamed to recv:", fn.Name.Name), h, true
 		}
-		return "// The same method, with the receiver renamed to recv:", first, ok
+		return "// The same method, with the receiver renamed to recv:", h, true
 	},
-	func(b block) (string, string, bool) { // comments
+	func(b block, n int) (string, []string, bool) { // comments: comment lines left out
 		if !b.comments {
-			return "", "", false
+			return "", nil, false
 		}
-		return fmt.Sprintf("// The same %s, without its comments:", b.noun()), b.line, true
+		var code []string
+		for _, l := range b.code {
+			if !strings.HasPrefix(strings.TrimSpace(l), "//") {
+				code = append(code, l)
+			}
+		}
+		return fmt.Sprintf("// The same %s, without its comments:", b.noun()), head(code, n, same), true
 	},
-	func(b block) (string, string, bool) { // errors
+	func(b block, n int) (string, []string, bool) { // errors: the head unchanged
 		if b.funcs == 0 {
-			return "", "", false
+			return "", nil, false
 		}
-		return fmt.Sprintf("// The same %s, with every returned error wrapped by fmt.Errorf:", b.noun()), b.line, true
+		return fmt.Sprintf("// The same %s, with every returned error wrapped by fmt.Errorf:", b.noun()), head(b.code, n, same), true
 	},
 }
 
 // replaceWord replaces the first whole-word occurrence of old in line.
 func replaceWord(line, old, repl string) (string, bool) {
+	j := wordIndex(line, old)
+	if j < 0 {
+		return "", false
+	}
+	return line[:j] + repl + line[j+len(old):], true
+}
+
+// replaceWords replaces every whole-word occurrence of old in line.
+func replaceWords(line, old, repl string) string {
+	var b strings.Builder
+	for {
+		j := wordIndex(line, old)
+		if j < 0 {
+			return b.String() + line
+		}
+		b.WriteString(line[:j])
+		b.WriteString(repl)
+		line = line[j+len(old):]
+	}
+}
+
+// wordIndex is the offset of the first whole-word occurrence of old in
+// line, or -1.
+func wordIndex(line, old string) int {
 	for i := 0; ; {
 		j := strings.Index(line[i:], old)
 		if j < 0 {
-			return "", false
+			return -1
 		}
 		j += i
 		e := j + len(old)
 		if (j == 0 || !isIdent(line[j-1])) && (e == len(line) || !isIdent(line[e])) {
-			return line[:j] + repl + line[e:], true
+			return j
 		}
 		i = j + 1
 	}
@@ -329,10 +375,7 @@ func blocks(f goFile, o Options) []block {
 		b := block{pkg: f.ast.Name.Name, first: d,
 			start: f.fset.Position(declStart(d)).Offset, end: f.fset.Position(decls[j].End()).Offset}
 		b.text = f.text[b.start:b.end]
-		b.line = f.text[f.fset.Position(d.Pos()).Offset:]
-		if k := strings.IndexByte(b.line, '\n'); k >= 0 {
-			b.line = b.line[:k]
-		}
+		b.code = strings.Split(f.text[f.fset.Position(d.Pos()).Offset:b.end], "\n")
 		b.decls = j + 1 - i
 		for _, dd := range decls[i : j+1] {
 			if _, ok := dd.(*ast.FuncDecl); ok {
@@ -379,11 +422,11 @@ func editPrompts(files []goFile, count Counter, o Options) ([]string, error) {
 			}
 			b := bs[round]
 			for try := 0; try < len(edits); try++ {
-				comment, first, ok := edits[(len(out)+try)%len(edits)](b)
+				comment, h, ok := edits[(len(out)+try)%len(edits)](b, o.EditHeadLines)
 				if !ok {
 					continue
 				}
-				p := "package " + b.pkg + "\n\n" + b.text + "\n\n" + comment + "\n" + first + "\n"
+				p := "package " + b.pkg + "\n\n" + b.text + "\n\n" + comment + "\n" + strings.Join(h, "\n") + "\n"
 				n, err := count(p)
 				if err != nil {
 					return nil, err

@@ -78,18 +78,19 @@ func TestCommittedSetsShape(t *testing.T) {
 				t.Errorf("%d tokens, more than %d", n, o.EditMaxTokens)
 			}
 			lines := strings.Split(strings.TrimSuffix(p, "\n"), "\n")
-			if len(lines) < o.EditMinLines+4 || !strings.HasPrefix(lines[0], "package ") {
+			c := len(lines) - 1 - o.EditHeadLines // the announcing comment
+			if c < o.EditMinLines+2 || !strings.HasPrefix(lines[0], "package ") {
 				t.Fatalf("not a package line and a block: %q", p)
 			}
-			code := strings.Join(lines[2:len(lines)-3], "\n")
-			if !bytes.Contains(held, []byte(code)) {
-				t.Errorf("code not from the held-out text: %q", code)
+			code := strings.Join(lines[2:c-1], "\n")
+			if !bytes.Contains(held, []byte(code)) || len(lines[2:c-1]) < o.EditMinLines {
+				t.Errorf("code not %d lines or more of the held-out text: %q", o.EditMinLines, code)
 			}
-			if !strings.HasPrefix(lines[len(lines)-2], "// The same ") || lines[len(lines)-3] != "" {
-				t.Errorf("no announcing comment after a blank line: %q", lines[len(lines)-3:])
+			if !strings.HasPrefix(lines[c], "// The same ") || lines[c-1] != "" {
+				t.Errorf("no announcing comment after a blank line: %q", lines[c-1:])
 			}
-			if last := lines[len(lines)-1]; strings.TrimSpace(last) == "" || strings.HasPrefix(last, "//") {
-				t.Errorf("last line %q is no code line", last)
+			if first := lines[c+1]; strings.TrimSpace(first) == "" || strings.HasPrefix(first, "//") {
+				t.Errorf("changed version starts with %q, no code line", first)
 			}
 		}},
 		{"heldout.jsonl", func(t *testing.T, p string) {
@@ -145,7 +146,7 @@ var V = 1
 func bytesCount(s string) (int, error) { return len(s), nil }
 
 func TestBuild(t *testing.T) {
-	small := Options{N: 2, EditMinLines: 3, EditGrowLines: 7, EditMaxLines: 8, EditMaxTokens: 1000,
+	small := Options{N: 2, EditMinLines: 3, EditGrowLines: 7, EditMaxLines: 8, EditMaxTokens: 1000, EditHeadLines: 3,
 		HeldoutMinTokens: 10, HeldoutTarget: 30, HeldoutMaxTokens: 60}
 	for _, tc := range []struct {
 		name    string
@@ -161,10 +162,10 @@ func TestBuild(t *testing.T) {
 			o:    small,
 			edit: []string{
 				// F alone is 7 lines: grown by nothing (G would pass 8).
-				"package a\n\n// F is long.\nfunc F(x int) int {\n\ty := x\n\ty++\n\ty++\n\treturn y\n}\n\n// The same function, renamed to F2:\nfunc F2(x int) int {\n",
+				"package a\n\n// F is long.\nfunc F(x int) int {\n\ty := x\n\ty++\n\ty++\n\treturn y\n}\n\n// The same function, renamed to F2:\nfunc F2(x int) int {\n\ty := x\n\ty++\n",
 				// G and T are 3 lines together; the rename edit is the first
 				// to try for the second prompt (G takes the receiver's turn).
-				"package a\n\nfunc (r *T) G() int { return 1 }\n\ntype T struct{ n int }\n\n// The same code, with the receiver of G renamed to recv:\nfunc (recv *T) G() int { return 1 }\n",
+				"package a\n\nfunc (r *T) G() int { return 1 }\n\ntype T struct{ n int }\n\n// The same code, with the receiver of G renamed to recv:\nfunc (recv *T) G() int { return 1 }\n\ntype T struct{ n int }\n",
 			},
 			heldout: []string{
 				// The first line reaches 30 bytes.
@@ -217,6 +218,19 @@ func TestReplaceWord(t *testing.T) {
 		got, ok := replaceWord(tc.line, tc.old, tc.repl)
 		if got != tc.want || ok != tc.ok {
 			t.Errorf("replaceWord(%q, %q, %q) = %q, %v; want %q, %v", tc.line, tc.old, tc.repl, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestReplaceWords(t *testing.T) {
+	for _, tc := range []struct{ line, old, repl, want string }{
+		{"func (s *S) f() { s.n = s.m + ss }", "s", "recv", "func (recv *S) f() { recv.n = recv.m + ss }"},
+		{"x := r", "r", "r", "x := r"},
+		{"none here", "s", "t", "none here"},
+		{"s", "s", "ss", "ss"},
+	} {
+		if got := replaceWords(tc.line, tc.old, tc.repl); got != tc.want {
+			t.Errorf("replaceWords(%q, %q, %q) = %q, want %q", tc.line, tc.old, tc.repl, got, tc.want)
 		}
 	}
 }
