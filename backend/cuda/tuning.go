@@ -46,7 +46,7 @@ type Tuning struct {
 	QKVGEMV GEMVVariant
 	// WQWaves is how many blocks per SM the weight-quantized tensor-core
 	// GEMVs (awq_mma, f8_mma) aim for where a product's output features
-	// alone give fewer blocks, 1 to 16 (default 2): their k is split into
+	// alone give fewer blocks, 1 to 16 (default 4): their k is split into
 	// that many more blocks, whose partial sums wq_reduce adds. Each
 	// thread keeps one chunk of weights in flight, so the blocks resident
 	// on an SM are what keeps its loads outstanding.
@@ -81,7 +81,7 @@ const defaultDecodeStages = 3
 // resolve checks t and returns it with the defaults filled in.
 func (t Tuning) resolve() (tuning, error) {
 	r := tuning{decodeStages: defaultDecodeStages, decodeMaxSplits: 32, decodeWaves: 4, decodeUnroll: 2, gemvMargin: tuneMargin,
-		tuneMaxRows: 64, normPrefetch: 12 << 20, qkvGEMV: gemvConfig{nw: 8, ur: 2}, wqWaves: 2}
+		tuneMaxRows: 64, normPrefetch: 12 << 20, qkvGEMV: gemvConfig{nw: 8, ur: 2}, wqWaves: 4}
 	bad := func(field string, v any, want string) (tuning, error) {
 		return tuning{}, fmt.Errorf("cuda: Options.Tuning.%s %v: want %s", field, v, want)
 	}

@@ -172,7 +172,7 @@ func TestValidationWithoutGPU(t *testing.T) {
 // device.
 func TestTuning(t *testing.T) {
 	def := tuning{decodeStages: 3, decodeMaxSplits: 32, decodeWaves: 4, decodeUnroll: 2, gemvMargin: 0.03,
-		tuneMaxRows: 64, normPrefetch: 12 << 20, qkvGEMV: gemvConfig{nw: 8, ur: 2}, wqWaves: 2}
+		tuneMaxRows: 64, normPrefetch: 12 << 20, qkvGEMV: gemvConfig{nw: 8, ur: 2}, wqWaves: 4}
 	with := func(f func(*tuning)) tuning {
 		r := def
 		f(&r)
