@@ -637,7 +637,7 @@ for load in "inf 256 1000 128" "8 0 200 1024"; do
   $PY - "$OUT/serve-load-$rate.json" <<'PY' 2>&1 | say
 import json, sys
 d = json.load(open(sys.argv[1]))
-d = d[-1] if isinstance(d, list) else d  # with graphs both: the graphs-on result, the engine's case
+d = d[0] if isinstance(d, list) else d
 print({k: d.get(k) for k in ("completed", "failed", "output_token_throughput", "ttft_ms", "itl_ms")})
 print(json.dumps(d.get("steps"))[:3000])
 PY
