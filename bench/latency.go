@@ -202,8 +202,9 @@ type LatencyResult struct {
 	// With VerifyTokens: VerifyStepMS is the verify step of K draft tokens
 	// per sequence, VerifyDecodeStepMS a plain decode step timed the same
 	// way at the same context, VerifyRatio their mean ratio (what a verify
-	// step costs in decode steps). The verify step runs eagerly; the
-	// decode step replays its graph where CUDAGraphs is on.
+	// step costs in decode steps). Both replay their graphs where
+	// CUDAGraphs is on (the first two of each run untimed: eager, then the
+	// capture).
 	VerifyTokens       int      `json:"verify_tokens,omitempty"`
 	VerifyStepMS       *Summary `json:"verify_step_ms,omitempty"`
 	VerifyDecodeStepMS *Summary `json:"verify_decode_step_ms,omitempty"`
@@ -387,7 +388,9 @@ func (run *latencyRun) setup() error {
 		NumLayers: c.NumLayers, NumKVHeads: c.NumKVHeads, HeadDim: c.HeadDim, KV: o.KV,
 		// The runner's decode graphs, as serving uses them: one bucket, the
 		// batch. Its first decode step runs eagerly, the second captures.
-		Graphs: runner.GraphOptions{Enabled: o.CUDAGraphs, Buckets: []int{o.Batch}},
+		// With VerifyTokens the verify steps replay theirs too, as the
+		// engine's do when speculation is on.
+		Graphs: runner.GraphOptions{Enabled: o.CUDAGraphs, Buckets: []int{o.Batch}, VerifyTokens: o.VerifyTokens},
 	}, o.Abort)
 	if err != nil {
 		return fmt.Errorf("bench latency: %w", err)

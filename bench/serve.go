@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -38,9 +39,19 @@ type ServeOptions struct {
 	// +Inf sends every request at once.
 	Rate       float64
 	NumPrompts int
-	InputLen   LengthDist
+	InputLen   LengthDist // random prompts' lengths (unused with Prompts)
 	OutputLen  LengthDist
 	Seed       uint64
+	// Prompts, when set, are sent as text instead of random token ids,
+	// request i taking Prompts[i mod len(Prompts)] (a custom dataset:
+	// LoadCustomDataset); Dataset names them in the report.
+	Prompts []string
+	Dataset string
+	// HonorEOS sends ignore_eos false, so that a request may end at the
+	// model's end of text before max_tokens. By default every request runs
+	// to max_tokens, so two runs of the same prompts produce the same
+	// number of tokens whatever the server does.
+	HonorEOS bool
 	// MaxConcurrency caps requests in flight (0: no cap).
 	MaxConcurrency int
 	// Timeout bounds the whole run; requests still running or not yet sent
@@ -94,6 +105,8 @@ type ServeResult struct {
 	Model          string     `json:"model"`
 	RequestRate    Rate       `json:"request_rate"`
 	NumPrompts     int        `json:"num_prompts"`
+	Dataset        string     `json:"dataset"` // "random" or the custom dataset's path
+	IgnoreEOS      bool       `json:"ignore_eos"`
 	InputLen       LengthDist `json:"input_len"`
 	OutputLen      LengthDist `json:"output_len"`
 	MaxConcurrency int        `json:"max_concurrency"` // 0: no cap
@@ -129,7 +142,10 @@ type ServeResult struct {
 type serveRequest struct {
 	at        time.Duration // send time after the start
 	prompt    []int32
+	text      string // a dataset's prompt, sent instead of prompt when set
 	maxTokens int
+
+	promptTokens int // len(prompt), or for a text prompt the server's usage count
 
 	err       error
 	ttft, e2e time.Duration
@@ -157,7 +173,7 @@ func RunServe(ctx context.Context, o ServeOptions) (*ServeResult, error) {
 		}}
 	}
 	pool := o.TokenIDs
-	if len(pool) == 0 {
+	if o.Prompts == nil && len(pool) == 0 {
 		if pool, err = tokenPool(ctx, client, base, o); err != nil {
 			return nil, err
 		}
@@ -170,8 +186,11 @@ func RunServe(ctx context.Context, o ServeOptions) (*ServeResult, error) {
 
 	res := &ServeResult{
 		Benchmark: "serve", URL: o.URL, Model: o.Model, RequestRate: Rate(o.Rate), NumPrompts: o.NumPrompts,
-		InputLen: o.InputLen, OutputLen: o.OutputLen, MaxConcurrency: o.MaxConcurrency, Seed: o.Seed, Errors: []string{},
-		GoodputSLOMS: o.Goodput,
+		Dataset: "random", IgnoreEOS: !o.HonorEOS, InputLen: o.InputLen, OutputLen: o.OutputLen,
+		MaxConcurrency: o.MaxConcurrency, Seed: o.Seed, Errors: []string{}, GoodputSLOMS: o.Goodput,
+	}
+	if o.Prompts != nil {
+		res.Dataset = cmp.Or(o.Dataset, "custom")
 	}
 	var sem chan struct{}
 	if o.MaxConcurrency > 0 {
@@ -244,8 +263,10 @@ func checkServeOptions(o *ServeOptions) (*url.URL, error) {
 		return nil, fmt.Errorf("bench serve: %d prompts outside 1..%d", o.NumPrompts, MaxPrompts)
 	case !(o.Rate > 0):
 		return nil, fmt.Errorf("bench serve: request rate %g must be positive (or +Inf)", o.Rate)
-	case o.InputLen.kind == "" || o.OutputLen.kind == "":
+	case (o.Prompts == nil && o.InputLen.kind == "") || o.OutputLen.kind == "":
 		return nil, errors.New("bench serve: input and output length distributions are required")
+	case o.Prompts != nil && len(o.Prompts) == 0:
+		return nil, errors.New("bench serve: the dataset has no prompts")
 	case o.MaxConcurrency < 0:
 		return nil, fmt.Errorf("bench serve: max concurrency %d is negative", o.MaxConcurrency)
 	case o.Timeout < 0:
@@ -268,12 +289,16 @@ func planRequests(o ServeOptions, pool []int32, rng *rand.Rand) []*serveRequest 
 	reqs := make([]*serveRequest, o.NumPrompts)
 	at := arrivals(o.NumPrompts, o.Rate, rng)
 	for i := range reqs {
+		if o.Prompts != nil {
+			reqs[i] = &serveRequest{at: at[i], text: o.Prompts[i%len(o.Prompts)], maxTokens: o.OutputLen.Sample(rng)}
+			continue
+		}
 		n := o.InputLen.Sample(rng)
 		p := make([]int32, n)
 		for j := range p {
 			p[j] = pool[rng.IntN(len(pool))]
 		}
-		reqs[i] = &serveRequest{at: at[i], prompt: p, maxTokens: o.OutputLen.Sample(rng)}
+		reqs[i] = &serveRequest{at: at[i], prompt: p, promptTokens: n, maxTokens: o.OutputLen.Sample(rng)}
 	}
 	return reqs
 }
@@ -358,8 +383,11 @@ func setHeaders(req *http.Request, apiKey string) {
 // rq (rq.err on failure).
 func sendCompletion(ctx context.Context, client *http.Client, endpoint string, o ServeOptions, rq *serveRequest) {
 	body := map[string]any{
-		"prompt": rq.prompt, "max_tokens": rq.maxTokens, "temperature": 0, "ignore_eos": true,
+		"prompt": rq.prompt, "max_tokens": rq.maxTokens, "temperature": 0, "ignore_eos": !o.HonorEOS,
 		"stream": true, "stream_options": map[string]bool{"include_usage": true},
+	}
+	if rq.text != "" {
+		body["prompt"] = rq.text
 	}
 	if o.Model != "" {
 		body["model"] = o.Model
@@ -396,6 +424,7 @@ type streamChunk struct {
 		Text string `json:"text"`
 	} `json:"choices"`
 	Usage *struct {
+		PromptTokens     int `json:"prompt_tokens"`
 		CompletionTokens int `json:"completion_tokens"`
 	} `json:"usage"`
 	Error *struct {
@@ -441,6 +470,9 @@ func readStream(body io.Reader, start time.Time, rq *serveRequest) error {
 		}
 		if ch.Usage != nil {
 			usageTokens = ch.Usage.CompletionTokens
+			if rq.text != "" {
+				rq.promptTokens = ch.Usage.PromptTokens
+			}
 		}
 		text := false
 		for _, c := range ch.Choices {
@@ -480,7 +512,7 @@ func summarizeServe(res *ServeResult, reqs []*serveRequest) {
 			continue
 		}
 		res.Completed++
-		res.InputTokens += int64(len(rq.prompt))
+		res.InputTokens += int64(rq.promptTokens)
 		res.OutputTokens += int64(rq.outTokens)
 		ttft = append(ttft, msOf(rq.ttft))
 		e2e = append(e2e, msOf(rq.e2e))
@@ -522,7 +554,15 @@ func (r *ServeResult) WriteText(w io.Writer) error {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 	p("trigon bench serve: %s", r.URL)
-	p("  %d prompts at rate %s (concurrency %s), input %s, output %s, seed %d", r.NumPrompts, rate, conc, r.InputLen, r.OutputLen, r.Seed)
+	input := "input " + r.InputLen.String()
+	if r.Dataset != "random" && r.Dataset != "" {
+		input = "prompts from " + r.Dataset
+	}
+	eos := ""
+	if !r.IgnoreEOS {
+		eos = " (or to EOS)"
+	}
+	p("  %d prompts at rate %s (concurrency %s), %s, output %s%s, seed %d", r.NumPrompts, rate, conc, input, r.OutputLen, eos, r.Seed)
 	p("")
 	p("%-28s %d", "completed", r.Completed)
 	p("%-28s %d", "failed", r.Failed)

@@ -32,7 +32,12 @@ type fakeServer struct {
 	peak     atomic.Int64
 	mu       sync.Mutex
 	prompts  [][]int32
+	texts    []string // text prompts, in arrival order
 	maxToks  []int
+	// honorEOS is the ignore_eos the requests must carry, negated; a
+	// request without ignore_eos ends at its eosAt-th token (0: never).
+	honorEOS bool
+	eosAt    int
 	// metrics, when set, is served on /metrics; each token streamed
 	// records one decode step of 1 ms on the host and 10 ms on the device.
 	metrics *telemetry.Metrics
@@ -72,7 +77,7 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	var req struct {
-		Prompt        []int32         `json:"prompt"`
+		Prompt        json.RawMessage `json:"prompt"`
 		MaxTokens     int             `json:"max_tokens"`
 		Stream        bool            `json:"stream"`
 		IgnoreEOS     bool            `json:"ignore_eos"`
@@ -83,13 +88,32 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.t.Errorf("bad request body: %v", err)
 		return
 	}
-	if !req.Stream || !req.IgnoreEOS || req.Temperature == nil || *req.Temperature != 0 || !req.StreamOptions["include_usage"] || req.MaxTokens < 1 {
-		f.t.Errorf("request not a greedy ignore_eos stream with usage: %+v", req)
+	if !req.Stream || req.IgnoreEOS == f.honorEOS || req.Temperature == nil || *req.Temperature != 0 || !req.StreamOptions["include_usage"] || req.MaxTokens < 1 {
+		f.t.Errorf("request not a greedy stream with usage and ignore_eos %v: %+v", !f.honorEOS, req)
+	}
+	// A text prompt counts a token per word, in the usage chunk.
+	var ids []int32
+	var text string
+	promptTokens := 0
+	if err := json.Unmarshal(req.Prompt, &text); err == nil {
+		promptTokens = len(strings.Fields(text))
+	} else if err := json.Unmarshal(req.Prompt, &ids); err == nil {
+		promptTokens = len(ids)
+	} else {
+		f.t.Errorf("prompt %s is neither text nor token ids", req.Prompt)
 	}
 	f.mu.Lock()
-	f.prompts = append(f.prompts, req.Prompt)
+	if ids != nil {
+		f.prompts = append(f.prompts, ids)
+	} else {
+		f.texts = append(f.texts, text)
+	}
 	f.maxToks = append(f.maxToks, req.MaxTokens)
 	f.mu.Unlock()
+	n := req.MaxTokens
+	if !req.IgnoreEOS && f.eosAt > 0 {
+		n = min(n, f.eosAt)
+	}
 	mode := ""
 	if f.fail != nil {
 		mode = f.fail(int(f.n.Add(1)) - 1)
@@ -107,7 +131,7 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// A role-less empty chunk and a comment first: neither is a token.
 	send(`{"choices":[{"index":0,"text":""}],"usage":null}`)
 	fmt.Fprint(w, ": keep-alive\n\n")
-	for i := range req.MaxTokens {
+	for i := range n {
 		time.Sleep(f.gap)
 		if mode == "error-event" && i == 1 {
 			send(`{"error":{"message":"engine failed"}}`)
@@ -126,7 +150,7 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if mode == "no-done" {
 		return
 	}
-	send(fmt.Sprintf(`{"choices":[],"usage":{"prompt_tokens":%d,"completion_tokens":%d}}`, len(req.Prompt), req.MaxTokens))
+	send(fmt.Sprintf(`{"choices":[],"usage":{"prompt_tokens":%d,"completion_tokens":%d}}`, promptTokens, n))
 	send("[DONE]")
 }
 
@@ -216,6 +240,59 @@ func TestRunServeFakeServer(t *testing.T) {
 	}
 }
 
+// TestRunServeDataset: a custom dataset's prompts go out as text, request i
+// taking prompt i mod len, each with the fixed max_tokens; input tokens are
+// the server's usage counts; with HonorEOS a request may end early.
+func TestRunServeDataset(t *testing.T) {
+	prompts := []string{"package main", "func f() {\n\treturn\n}", "a b c d"}
+	for _, tc := range []struct {
+		name     string
+		n        int
+		honorEOS bool
+		wantOut  int64 // output tokens in all
+	}{
+		{"one each", 3, false, 3 * 5},
+		{"cycling", 7, false, 7 * 5},
+		{"honor eos", 4, true, 4 * 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fakeServer{t: t, honorEOS: tc.honorEOS, eosAt: 2}
+			hs := httptest.NewServer(f)
+			defer hs.Close()
+			res, err := RunServe(context.Background(), ServeOptions{
+				URL: hs.URL, Rate: math.Inf(1), NumPrompts: tc.n, OutputLen: FixedLength(5), MaxConcurrency: 1,
+				Prompts: prompts, Dataset: "edit.jsonl", HonorEOS: tc.honorEOS,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Completed != tc.n || res.Failed != 0 {
+				t.Fatalf("completed %d, failed %d (%v)", res.Completed, res.Failed, res.Errors)
+			}
+			if len(f.prompts) != 0 || len(f.texts) != tc.n {
+				t.Fatalf("%d id prompts and %d text prompts reached the server, want 0 and %d", len(f.prompts), len(f.texts), tc.n)
+			}
+			var wantIn int64
+			for i, text := range f.texts {
+				if text != prompts[i%len(prompts)] || f.maxToks[i] != 5 {
+					t.Errorf("request %d: prompt %q, max_tokens %d; want %q, 5", i, text, f.maxToks[i], prompts[i%len(prompts)])
+				}
+				wantIn += int64(len(strings.Fields(text)))
+			}
+			if res.InputTokens != wantIn || res.OutputTokens != tc.wantOut {
+				t.Errorf("input %d, output %d tokens; want %d, %d", res.InputTokens, res.OutputTokens, wantIn, tc.wantOut)
+			}
+			if res.Dataset != "edit.jsonl" || res.IgnoreEOS == tc.honorEOS {
+				t.Errorf("report says dataset %q, ignore_eos %v", res.Dataset, res.IgnoreEOS)
+			}
+			var sb strings.Builder
+			if err := res.WriteText(&sb); err != nil || !strings.Contains(sb.String(), "prompts from edit.jsonl") {
+				t.Errorf("text report %q: %v", sb.String(), err)
+			}
+		})
+	}
+}
+
 func TestRunServeFailures(t *testing.T) {
 	modes := []string{"", "status", "no-done", "error-event"}
 	f := &fakeServer{t: t, vocab: []int32{1, 2, 3}, fail: func(n int) string { return modes[n%len(modes)] }}
@@ -296,6 +373,8 @@ func TestRunServeOptionErrors(t *testing.T) {
 		{"no lengths", func(o *ServeOptions) { o.InputLen = LengthDist{} }, "length"},
 		{"negative concurrency", func(o *ServeOptions) { o.MaxConcurrency = -1 }, "concurrency"},
 		{"negative id", func(o *ServeOptions) { o.TokenIDs = []int32{-4} }, "token id"},
+		{"empty dataset", func(o *ServeOptions) { o.Prompts = []string{} }, "no prompts"},
+		{"dataset without output length", func(o *ServeOptions) { o.Prompts, o.OutputLen = []string{"x"}, LengthDist{} }, "length"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := ok

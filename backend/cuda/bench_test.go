@@ -180,6 +180,61 @@ func BenchmarkMatMulDecode(b *testing.B) {
 	}
 }
 
+// BenchmarkMatMulWQuant times the weight-quantized decode products at
+// Llama-3-8B's shapes from a graph (as BenchmarkMatMulDecode's graph
+// cases, over enough copies of the weight that none stays in L2), for
+// AWQ4 group 128 and FP8 row weights at each Tuning.WQWaves of the list,
+// reporting packed weight bytes per second: the decode floor of these
+// formats is their packed bytes at the copy ceiling.
+func BenchmarkMatMulWQuant(b *testing.B) {
+	pool := make([]float32, 1<<20) // values tiled into each weight: the data does not change the work, zeros would
+	r := rand.New(rand.NewPCG(3, 4))
+	for i := range pool {
+		pool[i] = float32(r.NormFloat64() * 0.02)
+	}
+	for _, dt := range []backend.DType{backend.AWQ4G128, backend.F8E4M3Row} {
+		for _, s := range []struct {
+			name       string
+			n, in, out int
+		}{{"qkv", 1, 4096, 6144}, {"gate_up", 1, 4096, 28672}, {"down", 1, 14336, 4096}, {"o", 1, 4096, 4096},
+			{"qkv", 4, 4096, 6144}, {"down", 4, 14336, 4096}, {"down", 16, 14336, 4096}} {
+			var enc []byte
+			for row := range s.out {
+				off := (row * 7919) % (len(pool) - s.in)
+				enc = append(enc, encodeWQ(b, dt, pool[off:off+s.in], 1, s.in)...)
+			}
+			for _, waves := range []int{2, 4, 8} {
+				b.Run(fmt.Sprintf("%v_%s_n%d_%dx%d_waves%d", dt, s.name, s.n, s.in, s.out, waves), func(b *testing.B) {
+					g := backendWith(b, Tuning{WQWaves: waves}, "")
+					copies := min(8, max(2, (256<<20)/len(enc)))
+					ws := make([]backend.Tensor, copies)
+					for i := range ws {
+						w, err := g.Upload(dt, []int{s.out, s.in}, enc)
+						if err != nil {
+							b.Fatal(err)
+						}
+						ws[i] = w
+					}
+					x := randomBF16(b, g, 1, s.n, s.in)
+					y, _ := g.Alloc(backend.BF16, s.n, s.out)
+					defer func() {
+						for _, w := range ws {
+							g.Free(w)
+						}
+						g.Free(x)
+						g.Free(y)
+					}()
+					next := 0
+					timeGraphOps(b, g, float64(len(enc)), 4*copies, func() error {
+						next = (next + 1) % copies
+						return g.MatMul(y, x, ws[next], nil)
+					})
+				})
+			}
+		}
+	}
+}
+
 // BenchmarkAttentionDecode times one decode step of attention (one query
 // row per sequence, Llama-3-8B's 32 query and 8 KV heads of 128 dims),
 // reporting KV bytes read per second, for the tensor-core kernel

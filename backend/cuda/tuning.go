@@ -44,6 +44,13 @@ type Tuning struct {
 	// within a few percent of each other at decode QKV shapes, so its pick
 	// would vary from process to process, and the decode step with it.
 	QKVGEMV GEMVVariant
+	// WQWaves is how many blocks per SM the weight-quantized tensor-core
+	// GEMVs (awq_mma, f8_mma) aim for where a product's output features
+	// alone give fewer blocks, 1 to 16 (default 4): their k is split into
+	// that many more blocks, whose partial sums wq_reduce adds. Each
+	// thread keeps one chunk of weights in flight, so the blocks resident
+	// on an SM are what keeps its loads outstanding.
+	WQWaves int
 }
 
 // GEMVVariant names a variant of the register GEMV (kernels/gemv.cu):
@@ -63,6 +70,7 @@ type tuning struct {
 	tuneMaxRows     int
 	normPrefetch    int // bytes; 0: none
 	qkvGEMV         gemvConfig
+	wqWaves         int
 }
 
 // defaultDecodeStages is the tensor-core decode kernel's default ring
@@ -73,7 +81,7 @@ const defaultDecodeStages = 3
 // resolve checks t and returns it with the defaults filled in.
 func (t Tuning) resolve() (tuning, error) {
 	r := tuning{decodeStages: defaultDecodeStages, decodeMaxSplits: 32, decodeWaves: 4, decodeUnroll: 2, gemvMargin: tuneMargin,
-		tuneMaxRows: 64, normPrefetch: 12 << 20, qkvGEMV: gemvConfig{nw: 8, ur: 2}}
+		tuneMaxRows: 64, normPrefetch: 12 << 20, qkvGEMV: gemvConfig{nw: 8, ur: 2}, wqWaves: 4}
 	bad := func(field string, v any, want string) (tuning, error) {
 		return tuning{}, fmt.Errorf("cuda: Options.Tuning.%s %v: want %s", field, v, want)
 	}
@@ -130,6 +138,12 @@ func (t Tuning) resolve() (tuning, error) {
 			return bad("QKVGEMV", fmt.Sprintf("%+v", v), "Warps 1 to 32 and Spans 1 to 16, or the zero value for the default")
 		}
 		r.qkvGEMV = gemvConfig{nw: v.Warps, ur: v.Spans}
+	}
+	if t.WQWaves != 0 {
+		if t.WQWaves < 1 || t.WQWaves > 16 {
+			return bad("WQWaves", t.WQWaves, "1 to 16, or 0 for the default")
+		}
+		r.wqWaves = t.WQWaves
 	}
 	return r, nil
 }

@@ -172,7 +172,7 @@ func TestValidationWithoutGPU(t *testing.T) {
 // device.
 func TestTuning(t *testing.T) {
 	def := tuning{decodeStages: 3, decodeMaxSplits: 32, decodeWaves: 4, decodeUnroll: 2, gemvMargin: 0.03,
-		tuneMaxRows: 64, normPrefetch: 12 << 20, qkvGEMV: gemvConfig{nw: 8, ur: 2}}
+		tuneMaxRows: 64, normPrefetch: 12 << 20, qkvGEMV: gemvConfig{nw: 8, ur: 2}, wqWaves: 4}
 	with := func(f func(*tuning)) tuning {
 		r := def
 		f(&r)
@@ -195,6 +195,9 @@ func TestTuning(t *testing.T) {
 		{name: "negative splits", in: Tuning{DecodeMaxSplits: -2}, bad: "DecodeMaxSplits"},
 		{name: "16 waves", in: Tuning{DecodeWaves: 16}, want: with(func(r *tuning) { r.decodeWaves = 16 })},
 		{name: "17 waves", in: Tuning{DecodeWaves: 17}, bad: "DecodeWaves"},
+		{name: "8 WQ waves", in: Tuning{WQWaves: 8}, want: with(func(r *tuning) { r.wqWaves = 8 })},
+		{name: "17 WQ waves", in: Tuning{WQWaves: 17}, bad: "WQWaves"},
+		{name: "negative WQ waves", in: Tuning{WQWaves: -1}, bad: "WQWaves"},
 		{name: "unroll 8", in: Tuning{DecodeUnroll: 8}, want: with(func(r *tuning) { r.decodeUnroll = 8 })},
 		{name: "unroll 3", in: Tuning{DecodeUnroll: 3}, bad: "DecodeUnroll"},
 		{name: "margin 0.1", in: Tuning{GEMVMargin: 0.1}, want: with(func(r *tuning) { r.gemvMargin = 0.1 })},

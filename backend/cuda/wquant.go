@@ -154,12 +154,13 @@ func (b *Backend) matmulWQ(o, wt *tensor, xptr uint64, n, m, k int) error {
 }
 
 // mmaSplits chooses how many blocks split k in awq_mma and f8_mma (64
-// output features a block): enough for two blocks per SM where the
-// features alone are fewer, each split a whole number of 128-wide chunks.
+// output features a block): enough for Tuning.WQWaves blocks per SM where
+// the features alone are fewer, each split a whole number of 128-wide
+// chunks.
 // It returns the splits and the chunks each takes.
 func (b *Backend) mmaSplits(m, k int) (splits, cps int) {
 	fb, chunks := (m+63)/64, (k+127)/128
-	splits = max(1, min(chunks, (2*b.sms+fb-1)/fb))
+	splits = max(1, min(chunks, (b.tune.wqWaves*b.sms+fb-1)/fb))
 	cps = (chunks + splits - 1) / splits
 	return (chunks + cps - 1) / cps, cps
 }

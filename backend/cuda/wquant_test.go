@@ -31,7 +31,7 @@ func TestWQuantCodes(t *testing.T) {
 }
 
 // encodeWQ encodes [rows, cols] values in a weight-quantized dtype.
-func encodeWQ(t *testing.T, dt backend.DType, v []float32, rows, cols int) []byte {
+func encodeWQ(t testing.TB, dt backend.DType, v []float32, rows, cols int) []byte {
 	t.Helper()
 	var out []byte
 	for r := range rows {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -322,11 +323,12 @@ func benchOverlapCmd() *cobra.Command {
 
 func benchServeCmd() *cobra.Command {
 	var serverURL, rate, inputLen, outputLen, modelName, apiKey, tokenIDs, plotPath string
+	var datasetName, datasetPath string
 	var goodput []string
-	var numPrompts, maxConc int
+	var numPrompts, maxConc, customOutputLen int
 	var seed uint64
 	var timeout time.Duration
-	var asJSON, showProgress bool
+	var asJSON, showProgress, ignoreEOS bool
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Load-test a running OpenAI-compatible server with streaming completions",
@@ -338,7 +340,11 @@ func benchServeCmd() *cobra.Command {
 			"--goodput ttft:MS,tpot:MS,e2el:MS,itl:MS (any of them; vLLM's objectives, and itl: the request's\n" +
 			"p99 inter-token latency) counts the requests that meet every one, as requests/s.\n" +
 			"--rate 2,4,8,16,32 sweeps: the same prompts at each rate in turn, a table of the curve, and\n" +
-			"with --plot FILE.png its plot (throughput, goodput, TTFT and ITL against the rate).",
+			"with --plot FILE.png its plot (throughput, goodput, TTFT and ITL against the rate).\n" +
+			"--dataset-name custom --dataset-path FILE (vLLM's spelling) sends FILE's prompts as text instead:\n" +
+			"JSON Lines of {\"prompt\": \"...\"}, request i taking line i (cycling; --num-prompts defaults to the\n" +
+			"file's count), max_tokens from --custom-output-len. Every request runs to max_tokens unless\n" +
+			"--ignore-eos=false, so that runs of the same prompts produce the same tokens to count.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			rates, err := bench.ParseRates(rate)
@@ -352,6 +358,11 @@ func benchServeCmd() *cobra.Command {
 			if plotPath != "" && len(rates) < 2 {
 				return fmt.Errorf("--plot needs a sweep: --rate with two or more rates, e.g. 2,4,8")
 			}
+			fl := cmd.Flags()
+			ds, err := serveDataset(fl, datasetName, datasetPath, customOutputLen)
+			if err != nil {
+				return err
+			}
 			in, err := bench.ParseLengthDist(inputLen)
 			if err != nil {
 				return fmt.Errorf("--input-len: %w", err)
@@ -364,13 +375,19 @@ func benchServeCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if ds.prompts != nil {
+				in, out, ids = bench.LengthDist{}, bench.FixedLength(customOutputLen), nil
+				if !fl.Changed("num-prompts") {
+					numPrompts = len(ds.prompts)
+				}
+			}
 			if apiKey == "" {
 				apiKey = os.Getenv("TRIGON_API_KEY")
 			}
 			opts := bench.ServeOptions{
 				URL: serverURL, Model: modelName, APIKey: apiKey, Rate: rates[0], NumPrompts: numPrompts,
 				InputLen: in, OutputLen: out, Seed: seed, MaxConcurrency: maxConc, Timeout: timeout, TokenIDs: ids,
-				Goodput: slos,
+				Goodput: slos, Prompts: ds.prompts, Dataset: ds.path, HonorEOS: !ignoreEOS,
 			}
 			if showProgress {
 				bar := progressbar.NewOptions(numPrompts*len(rates),
@@ -418,6 +435,10 @@ func benchServeCmd() *cobra.Command {
 	fl.StringVar(&tokenIDs, "token-ids", "auto", "prompt token ids: auto (ask the server's /tokenize) or LO-HI")
 	fl.BoolVar(&showProgress, "progress", true, "draw a progress bar on stderr")
 	fl.BoolVar(&asJSON, "json", false, "print JSON (a sweep: every point)")
+	fl.StringVar(&datasetName, "dataset-name", "random", "prompts: random (token ids, --input-len) or custom (--dataset-path)")
+	fl.StringVar(&datasetPath, "dataset-path", "", "custom dataset: JSON Lines of {\"prompt\": TEXT} (implies --dataset-name custom)")
+	fl.IntVar(&customOutputLen, "custom-output-len", 256, "custom dataset: max_tokens of every request")
+	fl.BoolVar(&ignoreEOS, "ignore-eos", true, "send ignore_eos: every request runs to max_tokens")
 	// vLLM's benchmark spells the rate --request-rate.
 	fl.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
 		if name == "request-rate" {
@@ -426,6 +447,49 @@ func benchServeCmd() *cobra.Command {
 		return pflag.NormalizedName(name)
 	})
 	return cmd
+}
+
+// servePrompts is bench serve's custom dataset, if one is asked for.
+type servePrompts struct {
+	path    string
+	prompts []string // nil: random token-id prompts
+}
+
+// serveDataset reads --dataset-name, --dataset-path and --custom-output-len
+// and refuses the flags of the other kind of prompts.
+func serveDataset(fl *pflag.FlagSet, name, path string, customOut int) (servePrompts, error) {
+	if path != "" && !fl.Changed("dataset-name") {
+		name = "custom"
+	}
+	switch name {
+	case "random":
+		switch {
+		case path != "":
+			return servePrompts{}, errors.New("--dataset-path needs --dataset-name custom")
+		case fl.Changed("custom-output-len"):
+			return servePrompts{}, errors.New("--custom-output-len needs --dataset-name custom (random prompts: --output-len)")
+		}
+		return servePrompts{}, nil
+	case "custom":
+	default:
+		return servePrompts{}, fmt.Errorf("--dataset-name %q: want random or custom", name)
+	}
+	for _, f := range []string{"input-len", "output-len", "token-ids"} {
+		if fl.Changed(f) {
+			return servePrompts{}, fmt.Errorf("--%s is for random prompts; a custom dataset's lengths are its prompts and --custom-output-len", f)
+		}
+	}
+	if path == "" {
+		return servePrompts{}, errors.New("--dataset-name custom needs --dataset-path FILE")
+	}
+	if customOut < 1 || customOut > bench.MaxLength {
+		return servePrompts{}, fmt.Errorf("--custom-output-len %d outside 1..%d", customOut, bench.MaxLength)
+	}
+	prompts, err := bench.LoadCustomDataset(path)
+	if err != nil {
+		return servePrompts{}, err
+	}
+	return servePrompts{path: path, prompts: prompts}, nil
 }
 
 // runSweep runs bench serve at each rate and reports the curve; with

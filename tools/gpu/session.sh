@@ -33,8 +33,17 @@
 #   new_tests      the new kernels' and paths' tests in priority order, then the KV attention benchmark
 #   kv_attn_bench  decode attention over bf16, fp8 and int8 caches (BenchmarkAttentionDecodeQuant)
 #   kv_capacity    the KV capacity serve states at load, per KV dtype (dummy Llama-3.1-8B)
+#   wq_rows        quantized weights beside bf16: AWQ, FP8 and Q4_K at batch 1, 4 and 16,
+#                  2048-token prompts; AWQ with the int8 KV cache at batch 4
+#   spec_verify    the 8B verify step of k=4 draft tokens against a decode step, batch 1 and 4
+#   wq_bench       BenchmarkMatMulWQuant: AWQ4 and FP8 decode products at Tuning.WQWaves 2, 4, 8
+#   fix_tests      the two tests a compile error failed (TestKVReadersRefuseOtherFormats, TestF8ActQuant)
 #   rows_large     batch 128 and 256 at 192-token prompts (the serving issue's shape)
 #   serve_ab       bench serve against trigon serve on the default model, --queue-ahead off and on
+#   spec_rows      speculative decoding at batch 1 on the default model: bench serve over the
+#                  code-editing and held-out Go prompt sets, no speculation, prompt lookup and
+#                  the draft model (DRAFT), tokens/s against plain and the acceptance; then the
+#                  8B-shape verify step against a decode step at batch 1 and 4
 #   prefill_attn_bench  BenchmarkAttentionPrefill (graph-timed)
 #   ab_old         this build against .gpu/trigon_old, alternating, and the before/after table
 #   final          cuda_tests and model_tests (stopping on a failure), then default_model,
@@ -236,6 +245,55 @@ for dt in bf16 ${KV_DTYPES:-fp8 int8}; do
 done
 }
 
+# wq_rows: the quantized weight formats beside bf16 in one call, Llama-3-8B
+# shape, 2048-token prompts, graphs on: each format's decode step against
+# its own floor (packed weights + KV at the copy ceiling of the same run)
+# and its prefill of BATCH x 2048 against bf16's; then AWQ weights with the
+# int8 KV cache (the design's deployment) at batch 4.
+wq_rows() {
+local dt n
+for n in ${WQ_BATCHES:-1 4 16}; do
+  for dt in bf16 ${WQ_DTYPES:-awq4_g128 fp8 q4_k}; do
+    latency "$OUT/bench-wq-$dt-$n.json" --arch llama-3-8b --dtype "$dt" --batch "$n" --input-len 2048 \
+      --output-len 64 --iters 2 --cuda-graphs on --sustained-probe 0
+  done
+done
+latency "$OUT/bench-wq-awq-int8kv-4.json" --arch llama-3-8b --dtype awq4_g128 --kv-cache-dtype int8 --batch 4 \
+  --input-len 2048 --output-len 64 --iters 2 --cuda-graphs on --sustained-probe 0
+}
+
+# spec_verify: bench latency with a speculative config times the target's
+# verify step of k draft tokens against a decode step timed alike.
+spec_verify() {
+local n
+for n in 1 4; do
+  log "bench latency llama-3-8b batch $n, verify k=4 against decode"
+  .gpu/trigon bench latency --device cuda --arch llama-3-8b --batch "$n" --input-len 2048 --output-len 64 \
+    --cuda-graphs on --sustained-probe 0 --speculative-config '{"method": "ngram", "num_speculative_tokens": 4}' \
+    >"$OUT/spec-verify-$n.txt" 2>>"$OUT/bench.err"
+  echo "rc=$?" | say
+  grep -i -E "verify|decode step|ITL" "$OUT/spec-verify-$n.txt" | head -8 | say
+done
+}
+
+# wq_bench: the weight-quantized decode products at the 8B shapes, graph
+# timed, at each Tuning.WQWaves (BenchmarkMatMulWQuant).
+wq_bench() {
+log "BenchmarkMatMulWQuant"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.run XXX -test.bench 'BenchmarkMatMulWQuant' -test.benchtime 20x >"$OUT/wq-bench.log" 2>&1)
+echo "rc=$?" | say
+grep -E "^Benchmark|FAIL|panic" "$OUT/wq-bench.log" | say
+}
+
+# fix_tests: the tests that failed on compile errors of the tests' own
+# modules, after their fix.
+fix_tests() {
+log "backend/cuda: TestKVReadersRefuseOtherFormats, TestF8ActQuant"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.timeout 2m -test.run 'TestKVReadersRefuseOtherFormats|TestF8ActQuant' >"$OUT/fix-tests.log" 2>&1)
+echo "rc=$?" | say
+grep -E "^(--- FAIL|--- PASS|FAIL|PASS|ok)|^\s+--- FAIL" "$OUT/fix-tests.log" | head -12 | say
+}
+
 # kv_capacity: the KV capacity `trigon serve` states at load (default
 # --gpu-memory-utilization) on dummy Llama-3.1-8B weights, bf16 and each
 # of KV_DTYPES: the tokens, and how many 32768-token sequences that is.
@@ -280,8 +338,8 @@ log "model/llama: TP, speculative, K-quant"
 (cd model/llama && "$root/.gpu/llama.test" -test.v -test.timeout 3m -test.run 'TestTensorParallelCUDA|TestSpeculativeCUDA|TestKQuant' >"$OUT/new-llama.log" 2>&1)
 echo "rc=$?" | say
 grep -E "^(--- FAIL|--- PASS|--- SKIP|FAIL|PASS)|of 40 prompts|departs" "$OUT/new-llama.log" | head -24 | say
-log "BenchmarkAttentionDecodeQuant fp8, int8 at 16 x 32k (bf16: an earlier call)"
-(cd backend/cuda && "$root/.gpu/cuda.test" -test.run XXX -test.bench 'BenchmarkAttentionDecodeQuant/(fp8|int8)_b16_ctx32768_stages3' -test.benchtime 10x >"$OUT/new-bench.log" 2>&1)
+log "BenchmarkAttentionDecodeQuant bf16, fp8, int8 at 16 x 32k"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.run XXX -test.bench 'BenchmarkAttentionDecodeQuant/(bf16|fp8|int8)_b16_ctx32768' -test.benchtime 10x >"$OUT/new-bench.log" 2>&1)
 grep -E "^Benchmark|FAIL" "$OUT/new-bench.log" | say
 }
 
@@ -348,6 +406,148 @@ def text(qa, i):
         return f"<{e}>"
 same = [text("false", i) == text("true", i) for i in range(1, 5)]
 print(f"greedy texts with and without --queue-ahead: {sum(same)} of 4 identical")
+PY
+}
+
+# spec_rows: speculative decoding's speed targets (docs/speculative.md).
+# For each run of SPEC_RUNS (SET:METHOD[:K], SET edit or heldout, the
+# prompt sets of models/default/prompts/; METHOD none, noqa (none with
+# --queue-ahead=false, what speculation turns off), ngram (prompt lookup,
+# n-grams of 2 to 4) or draft (the draft model DRAFT)), a fresh trigon serve
+# on the default model, a warm-up of two random-prompt requests (graph
+# captures), then bench serve over the set's SPEC_PROMPTS prompts (default
+# all 50), one at a time, SPEC_OUT_LEN (default 256) output tokens each,
+# greedy; the spec_decode counters of /metrics before and after. Each run's
+# line and a table at the end give output tok/s, its ratio to the same
+# set's none run, TPOT, the acceptance rate and tokens per verify step.
+# Then bench latency's verify step (k 4) against a decode step on the
+# Llama-3-8B shape at batch 1 and 4. SPEC_DEVICE (default cuda) lets the
+# serve loop run on the CPU, for checking this script.
+spec_rows() {
+local draft=${DRAFT:-models/default/draft/trigon-go-draft.q8_0.gguf}
+local dev=${SPEC_DEVICE:-cuda} port=8016 run set method k cfg name pid i
+local runs=(${SPEC_RUNS:-edit:none edit:ngram:4 edit:ngram:8 heldout:none heldout:draft:3 heldout:draft:2 heldout:draft:4 edit:noqa edit:draft:3 heldout:ngram:4})
+[[ -f $draft ]] || log "spec_rows: no draft model at $draft (DRAFT=...): its runs will fail"
+for run in "${runs[@]}"; do
+  if ((SECONDS > ${SKIP_AFTER:-500})); then log "spec_rows: no new run after ${SECONDS}s"; break; fi
+  IFS=: read -r set method k <<<"$run"
+  local flags=()
+  case $method in
+  none) name=none ;;
+  noqa) name=noqa; flags=(--queue-ahead=false) ;;
+  ngram) name=ngram$k; cfg="{\"method\": \"ngram\", \"num_speculative_tokens\": $k, \"prompt_lookup_min\": 2, \"prompt_lookup_max\": 4}" ;;
+  draft) name=draft$k; cfg="{\"method\": \"draft_model\", \"model\": \"$draft\", \"num_speculative_tokens\": $k}" ;;
+  *) log "spec_rows: unknown method in $run"; continue ;;
+  esac
+  [[ $method == ngram || $method == draft ]] && flags=(--speculative-config "$cfg")
+  local f="$OUT/spec-$set-$name"
+  log "spec $set $name: trigon serve --device $dev ${flags[*]}"
+  .gpu/trigon serve --device "$dev" --port $port "${flags[@]}" >"$f.serve.log" 2>&1 &
+  pid=$!
+  for i in $(seq 600); do curl -sf localhost:$port/health >/dev/null && break; kill -0 $pid 2>/dev/null || break; sleep 0.2; done
+  if ! curl -sf localhost:$port/health >/dev/null; then
+    echo "server did not come up" | say; tail -5 "$f.serve.log" | say
+    kill -TERM $pid 2>/dev/null; wait $pid; continue
+  fi
+  .gpu/trigon bench serve --url http://127.0.0.1:$port --rate inf --num-prompts 2 --max-concurrency 1 \
+    --input-len fixed:128 --output-len fixed:64 --progress=false --json >/dev/null 2>>"$f.err"
+  curl -s localhost:$port/metrics >"$f.metrics0"
+  local np=()
+  [[ -n ${SPEC_PROMPTS:-} ]] && np=(--num-prompts "$SPEC_PROMPTS")
+  .gpu/trigon bench serve --url http://127.0.0.1:$port --rate inf --max-concurrency 1 "${np[@]}" \
+    --dataset-name custom --dataset-path "models/default/prompts/$set.jsonl" --custom-output-len "${SPEC_OUT_LEN:-256}" \
+    --progress=false --json >"$f.json" 2>>"$f.err" || { echo "bench serve rc=$?" | say; tail -3 "$f.err" | say; }
+  curl -s localhost:$port/metrics >"$f.metrics1"
+  kill -TERM $pid; wait $pid
+  spec_summary "$OUT" "spec-$set-$name"
+done
+spec_summary "$OUT"
+local b
+for b in 1 4; do
+  latency "$OUT/spec-verify-8b-$b.json" --arch llama-3-8b --batch $b --input-len 512 --output-len 64 \
+    --speculative-config '{"method": "ngram", "num_speculative_tokens": 4}'
+  python3 - "$OUT/spec-verify-8b-$b.json" <<'PY' 2>&1 | say
+import json, sys
+try:
+    d = json.load(open(sys.argv[1]))
+except Exception as e:
+    sys.exit("no bench latency result: %s" % e)
+d = d[-1] if isinstance(d, list) else d  # with graphs both: the graphs-on result, the engine's case
+v, p, r = d.get("verify_step_ms") or {}, d.get("verify_decode_step_ms") or {}, d.get("verify_ratio")
+print("llama-3-8b batch %d: verify step (k %s) mean %.3f ms p50 %.3f, decode step mean %.3f ms p50 %.3f: verify / decode %s (target <= 1.15)" % (
+    d["batch"], d.get("verify_tokens"), v.get("mean", 0), v.get("p50", 0), p.get("mean", 0), p.get("p50", 0),
+    "%.3f" % r if r else "-"))
+PY
+done
+}
+
+# spec_summary DIR [RUN]: one run's line (RUN: DIR/RUN.json and its
+# metrics), or without RUN the table of every spec-* run in DIR.
+spec_summary() {
+python3 - "$@" <<'PY' 2>&1 | say
+import glob, json, os, re, sys
+out = sys.argv[1]
+def counters(path):
+    c = {}
+    try:
+        for line in open(path):
+            m = re.match(r'^trigon_spec_decode_(num_drafts|num_draft_tokens|num_accepted_tokens)_total(?:\{\})? (\S+)', line)
+            if m:
+                c[m.group(1)] = float(m.group(2))
+            m = re.match(r'^trigon_spec_decode_num_accepted_tokens_per_pos_total\{position="(\d+)"\} (\S+)', line)
+            if m:
+                c["pos%s" % m.group(1)] = float(m.group(2))
+            m = re.match(r'^trigon_spec_decode_draft_seconds_(sum|count) (\S+)', line)
+            if m:
+                c["draft_" + m.group(1)] = float(m.group(2))
+    except OSError:
+        pass
+    return c
+def row(name):
+    try:
+        d = json.load(open(os.path.join(out, name + ".json")))
+    except Exception as e:
+        return None, "%s: no result (%s)" % (name, e)
+    a, b = counters(os.path.join(out, name + ".metrics0")), counters(os.path.join(out, name + ".metrics1"))
+    delta = {k: b[k] - a.get(k, 0) for k in b}
+    _, sset, meth = name.split("-", 2)
+    r = {"set": sset, "method": meth, "tps": d.get("output_token_throughput") or 0, "completed": d.get("completed"),
+         "failed": d.get("failed"), "tpot": (d.get("tpot_ms") or {}).get("p50"), "out": d.get("output_tokens")}
+    drafts, toks, acc = delta.get("num_drafts", 0), delta.get("num_draft_tokens", 0), delta.get("num_accepted_tokens", 0)
+    r["acc"] = acc / toks if toks else None
+    r["per_step"] = 1 + acc / drafts if drafts else None
+    r["pos"] = [int(delta[k]) for k in sorted((k for k in delta if k.startswith("pos")), key=lambda k: int(k[3:]))]
+    r["drafts"], r["draft_tokens"] = int(drafts), int(toks)
+    n = delta.get("draft_count", 0)
+    r["draft_ms"] = 1e3 * delta.get("draft_sum", 0) / n if n else None
+    # Device time per step kind and mode over the run (bench serve's steps).
+    r["steps"] = " ".join("%s/%s %.3f" % (g["kind"], g["mode"], g["device_ms"]["mean"])
+                          for g in ((d.get("steps") or {}).get("groups") or []) if g["device_ms"]["count"]) or "-"
+    try:
+        base = json.load(open(os.path.join(out, "spec-%s-none.json" % sset))).get("output_token_throughput")
+    except Exception:
+        base = None
+    r["ratio"] = r["tps"] / base if base else None
+    return r, None
+def fmt(r):
+    f = lambda v, s: s % v if v is not None else "-"
+    return "| %s | %s | %d/%s | %.1f | %s | %s | %s | %s | %s | %s | %s |" % (
+        r["set"], r["method"], r["completed"] or 0, (r["completed"] or 0) + (r["failed"] or 0), r["tps"],
+        f(r["ratio"], "%.2fx"), f(r["tpot"], "%.3f"), f(r["acc"] and 100 * r["acc"], "%.1f%%"),
+        f(r["per_step"], "%.2f"), (" ".join(map(str, r["pos"])) + " of %d drafts, %d tokens" % (r["drafts"], r["draft_tokens"])) if r["drafts"] else "-",
+        f(r["draft_ms"], "%.3f"), r["steps"])
+head = ("| prompts | speculation | completed | output tok/s | vs none | TPOT p50 ms | acceptance | tokens per verify step | "
+        "accepted per position | draft ms per step | device ms per step (kind/mode) |\n|---|---|---|---|---|---|---|---|---|---|---|")
+if len(sys.argv) > 2:
+    r, err = row(sys.argv[2])
+    print(err or fmt(r))
+else:
+    names = sorted(os.path.basename(p)[:-5] for p in glob.glob(os.path.join(out, "spec-*.json")) if not os.path.basename(p).startswith("spec-verify"))
+    rows = [row(n)[0] for n in names]
+    print(head)
+    for r in rows:
+        if r:
+            print(fmt(r))
 PY
 }
 

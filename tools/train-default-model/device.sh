@@ -3,10 +3,13 @@
 # it: a smoke run of train.py (tiny data and model, through export and
 # evaluation, to fail in seconds rather than after training), the real run, and
 # packing of the results into $OUT as at most 15 MiB pieces (the device returns
-# files of at most 16 MiB). Extra arguments go to the real run.
+# files of at most 16 MiB). Extra arguments go to the real run; those that
+# choose what is trained (--draft, --no-teacher, --tokenizer DIR, --teacher DIR)
+# go to the smoke run too, so that it takes the same path.
 #
 # Run from the repository root with .gpu/train-default-model carried:
-#   bash tools/train-default-model/device.sh
+#   bash tools/train-default-model/device.sh                 # the default model
+#   bash tools/train-default-model/device.sh --draft         # its draft (docs/speculative.md)
 # Reassemble here: cat result.tar.part-* > result.tar && sha256sum -c result.tar.sha256
 set -uo pipefail
 : "${OUT:?OUT must name the folder whose files come back}"
@@ -21,8 +24,18 @@ script=tools/train-default-model/train.py
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 python3 -c 'import torch, transformers, tokenizers; print("torch", torch.__version__, "transformers", transformers.__version__, "tokenizers", tokenizers.__version__)' | tee -a "$OUT/gpu.txt"
 
+smoke=()
+args=("$@")
+for ((i = 0; i < ${#args[@]}; i++)); do
+	case ${args[i]} in
+	--draft | --no-teacher) smoke+=("${args[i]}") ;;
+	--tokenizer | --teacher) smoke+=("${args[i]}" "${args[i + 1]:-}"); i=$((i + 1)) ;;
+	--tokenizer=* | --teacher=*) smoke+=("${args[i]}") ;;
+	esac
+done
+
 rm -rf /tmp/smoke /tmp/run
-python3 "$script" --archive "$archive" --heldout-text "$heldout" --out /tmp/smoke --smoke --no-compile 2>&1 | tee "$OUT/smoke.log"
+python3 "$script" --archive "$archive" --heldout-text "$heldout" --out /tmp/smoke --smoke --no-compile "${smoke[@]}" 2>&1 | tee "$OUT/smoke.log"
 rc=$?
 if ((rc != 0)); then
 	echo "device.sh: smoke run failed ($rc); no real run"

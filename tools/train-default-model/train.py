@@ -24,9 +24,21 @@ training loop runs (and is smoke-tested) on a CPU-only machine with an old
 torch and no transformers; step 5 proves that it is the same function as
 transformers' Llama before anything is shipped.
 
+A draft model for speculative decoding (docs/speculative.md) is trained by
+the same script with --draft: a smaller shape (DRAFT_MODEL, or --hidden,
+--layers, --heads, --kv-heads, --intermediate), the default model's own
+tokenizer (--tokenizer, whose tokenizer.json is shipped byte for byte, so the
+draft's ids are the target's), and by default distilled from the default
+model (--teacher): the loss is the cross-entropy against the teacher's
+next-token distribution, because a draft is useful exactly where its guess is
+the target's, not the corpus's. Step 2 is then skipped; the held-out top-1
+agreement with the teacher (the greedy acceptance rate of one drafted token)
+is evaluated beside the held-out loss.
+
 Usage:
   train.py --archive .gpu/train-default-model/gosrc.tar.xz \
            --heldout-text models/default/heldout.go.txt --out /tmp/run [--smoke]
+  train.py ... --draft [--tokenizer models/default/hf] [--teacher models/default/hf | --no-teacher]
 """
 
 from __future__ import annotations
@@ -40,6 +52,8 @@ import json
 import math
 import os
 import platform
+import shutil
+import struct
 import sys
 import tarfile
 import time
@@ -132,6 +146,14 @@ class ModelConfig:
 # intermediate 704: 8.0M parameters.
 FULL_MODEL = dict(hidden=320, layers=8, heads=10, kv_heads=5, intermediate=864, context=1024)
 SMOKE_MODEL = dict(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=192, context=128)
+# The draft of the default model for speculative decoding: at batch 1 a step
+# of a model this small is bound by its kernel count, which grows with the
+# layers, so the draft keeps two layers and the target's vocabulary and
+# context (its embedding, tied to the LM head, is then most of its
+# parameters). Head dim 32 and matrix input dimensions (256, 704) that are
+# multiples of 32 keep every weight Q8_0-quantizable.
+DRAFT_MODEL = dict(hidden=256, layers=2, heads=8, kv_heads=4, intermediate=704, context=1024)
+DEFAULT_TOKENIZER = "models/default/hf"
 
 
 # ---------------------------------------------------------------- model
@@ -277,6 +299,57 @@ def hf_state_dict(model: Llama) -> dict[str, torch.Tensor]:
     return {f"model.{k}": v.detach() for k, v in model.state_dict().items()}
 
 
+def read_safetensors(path: str) -> dict[str, torch.Tensor]:
+    """The tensors of a .safetensors file, by the safetensors package where
+    it is installed; else read here (8-byte little-endian header length, a
+    JSON header of dtype, shape and byte offsets, then the data), which only
+    the CPU smoke test of a machine without the package needs."""
+    try:
+        from safetensors.torch import load_file
+    except ImportError:
+        load_file = None
+    if load_file is not None:
+        return load_file(path)
+    dtypes = {"BF16": (np.int16, torch.bfloat16), "F16": (np.float16, None), "F32": (np.float32, None)}
+    out = {}
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+        data = f.read()
+    for name, meta in header.items():
+        if name == "__metadata__":
+            continue
+        if meta["dtype"] not in dtypes:
+            raise RuntimeError(f"{path}: tensor {name}: dtype {meta['dtype']} not read here")
+        np_dtype, view = dtypes[meta["dtype"]]
+        a, b = meta["data_offsets"]
+        t = torch.from_numpy(np.frombuffer(data[a:b], dtype=np_dtype).copy()).reshape(meta["shape"])
+        out[name] = t.view(view) if view is not None else t
+    return out
+
+
+def load_teacher(hf_dir: str, device) -> Llama:
+    """An exported Llama directory (config.json, model.safetensors with tied
+    embeddings, as export_hf writes) as our Llama, in eval mode, frozen."""
+    with open(os.path.join(hf_dir, "config.json")) as f:
+        c = json.load(f)
+    rope = c.get("rope_theta") or (c.get("rope_parameters") or {}).get("rope_theta", 10000.0)
+    cfg = ModelConfig(vocab_size=c["vocab_size"], hidden=c["hidden_size"], layers=c["num_hidden_layers"],
+                      heads=c["num_attention_heads"], kv_heads=c.get("num_key_value_heads", c["num_attention_heads"]),
+                      intermediate=c["intermediate_size"], context=c["max_position_embeddings"],
+                      rope_theta=float(rope), norm_eps=c.get("rms_norm_eps", 1e-5))
+    if c.get("head_dim", cfg.head_dim) != cfg.head_dim:
+        raise RuntimeError(f"teacher {hf_dir}: head_dim {c['head_dim']} is not hidden / heads")
+    sd = read_safetensors(os.path.join(hf_dir, "model.safetensors"))
+    sd = {k[len("model."):]: v.float() for k, v in sd.items() if k != "lm_head.weight"}
+    m = Llama(cfg)
+    m.load_state_dict(sd, strict=True)
+    m = m.to(device).eval()
+    for p in m.parameters():
+        p.requires_grad_(False)
+    return m
+
+
 # ---------------------------------------------------------------- data
 
 
@@ -351,16 +424,25 @@ class ByteTokenizer:
         return self.encode_batch_ids([text])[0]
 
     def decode(self, ids: list[int]) -> str:
-        return bytes(i - 1 for i in ids if i > 0).decode("utf-8", errors="replace")
+        # Ids past the bytes come from a model of a larger vocabulary (a
+        # teacher's, in a smoke run): shown as nothing.
+        return bytes(i - 1 for i in ids if 0 < i <= 256).decode("utf-8", errors="replace")
 
     def eot_id(self) -> int:
         return 0
 
 
 class HFTokenizer:
-    def __init__(self, tok):
+    def __init__(self, tok, source: str | None = None):
         self.tok = tok
         self.vocab_size = tok.get_vocab_size(with_added_tokens=True)
+        self.source = source  # the tokenizer.json it was read from, shipped as is
+
+    def save(self, path: str) -> None:
+        if self.source:
+            shutil.copyfile(self.source, path)
+        else:
+            self.tok.save(path)
 
     def encode_batch_ids(self, texts: list[str]) -> list[list[int]]:
         return [e.ids for e in self.tok.encode_batch(texts, add_special_tokens=False)]
@@ -403,6 +485,20 @@ def train_tokenizer(texts: list[str], vocab_size: int) -> HFTokenizer:
     return ht
 
 
+def load_tokenizer(hf_dir: str) -> HFTokenizer:
+    """An existing model's tokenizer (HF directory with tokenizer.json)."""
+    from tokenizers import Tokenizer
+
+    path = os.path.join(hf_dir, "tokenizer.json")
+    try:
+        ht = HFTokenizer(Tokenizer.from_file(path), source=path)
+    except Exception as e:
+        raise RuntimeError(f"load tokenizer {path}: {e}") from e
+    if ht.eot_id() != 0:
+        raise RuntimeError(f"{path}: {EOT} has id {ht.eot_id()}, want 0")
+    return ht
+
+
 def build_stream(tok, docs: list[tuple[str, str]]) -> np.ndarray:
     """[EOT] doc [EOT] doc ... as one uint16 stream (every document is preceded by EOT)."""
     eot = tok.eot_id()
@@ -440,6 +536,25 @@ def heldout_loss(model: nn.Module, windows: torch.Tensor, batch: int, amp_dtype)
         count += w[:, 1:].numel()
     model.train()
     return total / count
+
+
+@torch.no_grad()
+def teacher_agreement(model: nn.Module, teacher: nn.Module, windows: torch.Tensor, batch: int, amp_dtype) -> float:
+    """Fraction of positions of windows [N, T+1] where the model's argmax is
+    the teacher's: the rate at which the target accepts a first drafted token
+    under greedy decoding (on this text, with both models seeing the same
+    prefix)."""
+    model.eval()
+    same, count = 0, 0
+    for i in range(0, windows.shape[0], batch):
+        w = windows[i : i + batch, :-1]
+        with autocast(w.device, amp_dtype):
+            a = model(w).argmax(-1)
+            b = teacher(w).argmax(-1)
+        same += (a == b).sum().item()
+        count += a.numel()
+    model.train()
+    return same / count
 
 
 def autocast(device: torch.device, dtype):
@@ -595,7 +710,7 @@ def export_hf(model: Llama, tok: HFTokenizer, outdir: str, check_ids: torch.Tens
         f.write("\n")
     log(f"export: config.json keys added beside transformers' own: {added}")
 
-    tok.tok.save(os.path.join(outdir, "tokenizer.json"))
+    tok.save(os.path.join(outdir, "tokenizer.json"))
     tok_cfg = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "bos_token": EOT,
@@ -721,14 +836,51 @@ def main() -> int:
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--budget", type=float, default=400, help="seconds for the whole script")
     ap.add_argument("--reserve", type=float, default=60, help="seconds kept for export and evaluation")
-    ap.add_argument("--max-train-seconds", type=float, default=360)
+    ap.add_argument("--max-train-seconds", type=float, default=None, help="default 360, --draft 120")
     ap.add_argument("--max-steps", type=int, default=None,
                     help="stop after this many steps; 0 or unset: by time (--smoke: 30 unless set)")
     ap.add_argument("--eval-every", type=int, default=250)
     ap.add_argument("--log-every", type=int, default=25)
     ap.add_argument("--eval-windows", type=int, default=128)
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--draft", action="store_true",
+                    help=f"train a draft of the default model: shape {DRAFT_MODEL}, --tokenizer and --teacher "
+                         f"default to {DEFAULT_TOKENIZER}, --max-train-seconds to 120")
+    ap.add_argument("--tokenizer", default=None, metavar="HF_DIR",
+                    help="use this model directory's tokenizer.json instead of training one (shipped unchanged)")
+    ap.add_argument("--teacher", default=None, metavar="HF_DIR",
+                    help="distil from this exported Llama (same tokenizer): the loss is the cross-entropy "
+                         "against its next-token distribution, mixed with the data's by --distill-weight")
+    ap.add_argument("--no-teacher", action="store_true", help="with --draft: train on the data alone")
+    ap.add_argument("--distill-weight", type=float, default=1.0,
+                    help="weight of the teacher's loss; the data's gets 1 minus it")
+    for name in ("hidden", "layers", "heads", "kv-heads", "intermediate", "context"):
+        ap.add_argument(f"--{name}", type=int, default=None, help="model shape (default: the full or --draft shape)")
     args = ap.parse_args()
+
+    if args.draft:
+        if args.tokenizer is None:
+            args.tokenizer = DEFAULT_TOKENIZER
+        if args.teacher is None and not args.no_teacher:
+            args.teacher = DEFAULT_TOKENIZER
+        if args.max_train_seconds is None:
+            args.max_train_seconds = 120
+    if args.no_teacher:
+        args.teacher = None
+    if args.max_train_seconds is None:
+        args.max_train_seconds = 360
+    if args.teacher and args.tokenizer is None:
+        args.tokenizer = args.teacher  # the teacher's ids are the only ones its logits judge
+    if not 0.0 <= args.distill_weight <= 1.0:
+        ap.error(f"--distill-weight {args.distill_weight} outside [0, 1]")
+    shape = dict(DRAFT_MODEL if args.draft else FULL_MODEL)
+    for key in ("hidden", "layers", "heads", "kv_heads", "intermediate", "context"):
+        if getattr(args, key) is not None:
+            shape[key] = getattr(args, key)
+    try:
+        ModelConfig(vocab_size=args.vocab, **shape).validate()
+    except ValueError as e:
+        ap.error(f"model shape {shape}: {e}")
 
     if args.smoke:
         args.vocab = min(args.vocab, 512)
@@ -772,7 +924,10 @@ def main() -> int:
         have_tokenizers = True
     except ImportError:
         have_tokenizers = False
-    if have_tokenizers:
+    if have_tokenizers and args.tokenizer:
+        tok = load_tokenizer(args.tokenizer)
+        log(f"tokenizer: {tok.source} (not trained)")
+    elif have_tokenizers:
         tok_docs = take_bytes(train_docs, args.tokenizer_bytes)
         tok = train_tokenizer([t for _, t in tok_docs], args.vocab)
     elif args.smoke:
@@ -789,8 +944,20 @@ def main() -> int:
         f"held out {len(held_stream)}")
 
     # 4. model and training
-    shape = SMOKE_MODEL if args.smoke else FULL_MODEL
-    cfg = ModelConfig(vocab_size=tok.vocab_size, **shape)
+    teacher = None
+    if args.teacher:
+        teacher = load_teacher(args.teacher, device)
+        log(f"teacher {args.teacher}: {teacher.cfg} params {teacher.num_params()}")
+    vocab = tok.vocab_size
+    if teacher is not None and isinstance(tok, ByteTokenizer):
+        vocab = teacher.cfg.vocab_size  # smoke without tokenizers: byte ids are valid teacher ids
+    if teacher is not None and vocab != teacher.cfg.vocab_size:
+        raise RuntimeError(f"tokenizer vocab {vocab} is not the teacher's {teacher.cfg.vocab_size}")
+    if args.smoke:
+        shape = SMOKE_MODEL
+    cfg = ModelConfig(vocab_size=vocab, **shape)
+    if teacher is not None and cfg.context > teacher.cfg.context:
+        raise RuntimeError(f"context {cfg.context} exceeds the teacher's {teacher.cfg.context}")
     model = Llama(cfg).to(device)
     nparams = model.num_params()
     log(f"model: {cfg} params {nparams}")
@@ -816,11 +983,13 @@ def main() -> int:
     except TypeError:
         opt = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
 
-    step_model = model
+    step_model, step_teacher = model, teacher
     compiled = False
     if device.type == "cuda" and not args.no_compile and hasattr(torch, "compile"):
         step_model = torch.compile(model)
+        step_teacher = torch.compile(teacher) if teacher is not None else None
         compiled = True
+    w_kd = args.distill_weight if teacher is not None else 0.0
 
     def train_step(lr: float) -> torch.Tensor:
         for g in opt.param_groups:
@@ -829,7 +998,15 @@ def main() -> int:
         batch = train_t[starts[:, None] + offsets]  # [B, T+1]
         with autocast(device, amp_dtype):
             logits = step_model(batch[:, :-1])  # [B, T, vocab]
-        loss = F.cross_entropy(logits.float().reshape(-1, cfg.vocab_size), batch[:, 1:].reshape(-1))
+        logp = F.log_softmax(logits.float().reshape(-1, cfg.vocab_size), dim=-1)  # [B*T, vocab]
+        loss = torch.zeros((), device=device)
+        if w_kd < 1.0:
+            loss = loss + (1.0 - w_kd) * F.nll_loss(logp, batch[:, 1:].reshape(-1))
+        if w_kd > 0.0:
+            with torch.no_grad(), autocast(device, amp_dtype):
+                t_logits = step_teacher(batch[:, :-1])  # [B, T, vocab]
+            t_prob = F.softmax(t_logits.float().reshape(-1, cfg.vocab_size), dim=-1)  # [B*T, vocab]
+            loss = loss + w_kd * -(t_prob * logp).sum(-1).mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -878,7 +1055,7 @@ def main() -> int:
                 if not compiled:
                     raise
                 log(f"torch.compile failed ({type(e).__name__}: {e}); training eager")
-                step_model, compiled = model, False
+                step_model, step_teacher, compiled = model, teacher, False
                 loss = train_step(lr)
                 sync()
             first_step_s = time.monotonic() - now
@@ -925,7 +1102,8 @@ def main() -> int:
         writer.writerow([step, step * tokens_per_step, f"{train_seconds:.1f}", f"{lr:.6g}",
                          f"{train_loss:.4f}", f"{last_held:.4f}"])
     log_f.close()
-    log(f"trained {step} steps, {step * tokens_per_step} tokens in {train_seconds:.1f}s; held-out loss {last_held:.4f}")
+    log(f"trained {step} steps, {step * tokens_per_step} tokens in {train_seconds:.1f}s; held-out loss {last_held:.4f}"
+        + (" (training loss: against the teacher)" if w_kd > 0 else ""))
     exported_step = step
     if best_state is not None and best_held < last_held - 0.005:
         model.load_state_dict(best_state)
@@ -940,7 +1118,7 @@ def main() -> int:
                 "state_dict": {k: v.to(torch.bfloat16).cpu() for k, v in model.state_dict().items()}},
                os.path.join(args.out, "ckpt.pt"))
     if isinstance(tok, HFTokenizer):
-        tok.tok.save(os.path.join(args.out, "tokenizer.json"))
+        tok.save(os.path.join(args.out, "tokenizer.json"))
     summary = {
         "go_version": corpus.go_version,
         "train_files": len(train_docs),
@@ -972,7 +1150,15 @@ def main() -> int:
         "torch": torch.__version__,
         "python": platform.python_version(),
         "pretokenize_pattern": PRETOKENIZE_PATTERN,
+        "tokenizer_from": args.tokenizer,
+        "teacher": args.teacher,
+        "distill_weight": w_kd,
     }
+    if teacher is not None:
+        agree = teacher_agreement(model, teacher, held_windows, args.batch, amp_dtype)
+        summary["heldout_top1_agreement_with_teacher_bf16"] = agree
+        log(f"held-out top-1 agreement with the teacher (bf16): {agree:.4f}")
+        del teacher, step_teacher
 
     def our_logits(x):
         with autocast(device, amp_dtype):
