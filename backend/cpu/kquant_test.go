@@ -154,7 +154,7 @@ func TestMatMulKQuant(t *testing.T) {
 						want, scale := refMatMul(widen(x), wref, decodeRef(t, backend.F32, bb, sh.out), sh.n, sh.in, sh.out)
 						var q []float64
 						switch {
-						case sh.n < fusedMaxRows:
+						case sh.n <= set.dotsMaxRows(dt):
 							q = quantBoundK(x, wref, sh.n, sh.in, sh.out)
 						case set.gemmQ != nil && set.gemm != nil && (dt == backend.Q4_K || dt == backend.Q5_K):
 							q = quantBound(x, wref, sh.n, sh.in, sh.out) // gemmK: x per 32 values

@@ -10,9 +10,51 @@ import (
 // row loaded from cache then feeds four dot products.
 const tileRows = 4
 
-// fusedMaxRows is the batch size below which MatMul dots x rows straight
-// against the stored weight encoding instead of converting weight tiles.
+// fusedMaxRows is the batch size below which the pure-Go MatMul dots x
+// rows straight against the stored weight encoding instead of converting
+// weight tiles.
 const fusedMaxRows = 4
+
+// dotsMaxRows is the most x rows MatMul dots straight against the stored
+// weight rows (matmulDots) for weights of dtype dt. The GEMMs pack (and,
+// but for the int8 one, convert) the whole weight before the first
+// product, a cost that n vector dot passes over rows held in L1 undercut
+// for small n: up to about ten rows against the int8 GEMM (Q8_0, Q4_0),
+// and beyond the 17 rows of a speculative verify step of 16 draft tokens
+// against the others. Where the set has no vector dot for dt (and without
+// vector kernels, where the tile path converts each weight row once for
+// all x rows) fusedMaxRows holds.
+func (k *kernels) dotsMaxRows(dt backend.DType) int {
+	var vec bool
+	switch dt {
+	case backend.Q8_0:
+		if k.gemmQ != nil && k.dotQ8 != nil {
+			return 9
+		}
+		vec = k.dotQ8 != nil
+	case backend.Q4_0:
+		if k.gemmQ != nil && k.dotQ4 != nil {
+			return 9
+		}
+		vec = k.dotQ4 != nil
+	case backend.F32:
+		vec = k.dotF32 != nil
+	case backend.F16:
+		vec = k.dotF16 != nil
+	case backend.BF16:
+		vec = k.dotBF16 != nil
+	case backend.Q4_K:
+		vec = k.dotQ4K != nil
+	case backend.Q5_K:
+		vec = k.dotQ5K != nil
+	case backend.Q6_K:
+		vec = k.dotQ6K != nil
+	}
+	if !vec {
+		return fusedMaxRows - 1
+	}
+	return 17
+}
 
 // minWork is the fewest multiply-adds worth handing to another goroutine
 // (tens of microseconds): smaller products, as in tiny test models, run
@@ -25,7 +67,7 @@ const xBlockBytes = 256 << 10
 
 // MatMul implements backend.Backend: out = x . w^T (+ bias), f32 accumulate.
 //
-// Under fusedMaxRows rows it dots x against the stored encoding
+// Up to dotsMaxRows rows it dots x against the stored encoding
 // (decodeDot; K-quant weights against x quantized as llama.cpp's Q8_K,
 // kquant.go); above, Q8_0/Q4_0 weights go through the int8 GEMM (gemmQ)
 // and the rest through the f32 GEMM (gemm) where the kernel set has
@@ -87,18 +129,8 @@ func (b *Backend) MatMul(out, x, w, bias backend.Tensor) error {
 		addBias(os, bv, n, outF)
 		return nil
 	}
-	if n < fusedMaxRows {
-		// Decode: each weight row meets at most a few x rows, so converting
-		// it to f32 first would cost as much as the dot products.
-		dotRow := b.decodeDot(wt.dt, xs, n, inF)
-		b.parallel(outF, b.grainFor(outF, minWork/(n*inF)), func(_, lo, hi int) {
-			for r := lo; r < hi; r++ {
-				wrow := wt.data[r*rowBytes : (r+1)*rowBytes]
-				for i := range n {
-					os[i*outF+r] = dotRow(i, wrow)
-				}
-			}
-		})
+	if n <= b.k.dotsMaxRows(wt.dt) {
+		b.matmulDots(os, xs, wt, n, inF, outF)
 		addBias(os, bv, n, outF)
 		return nil
 	}
@@ -149,6 +181,24 @@ func (b *Backend) MatMul(out, x, w, bias backend.Tensor) error {
 }
 
 // addBias adds bias (nil: none) to each of the n rows of out.
+// matmulDots computes out = x . w^T by dotting each x row straight
+// against each stored weight row (decodeDot): for a few x rows, where
+// converting or packing the weight first would cost as much as the dot
+// products. A weight row stays in L1 while the x rows meet it, so the
+// weight is read from memory once.
+func (b *Backend) matmulDots(out, x []float32, w *tensor, n, inF, outF int) {
+	dotRow := b.decodeDot(w.dt, x, n, inF)
+	rowBytes := w.rowBytes()
+	b.parallel(outF, b.grainFor(outF, minWork/(n*inF)), func(_, lo, hi int) {
+		for r := lo; r < hi; r++ {
+			wrow := w.data[r*rowBytes : (r+1)*rowBytes]
+			for i := range n {
+				out[i*outF+r] = dotRow(i, wrow)
+			}
+		}
+	})
+}
+
 func addBias(out, bias []float32, n, outF int) {
 	if bias == nil {
 		return

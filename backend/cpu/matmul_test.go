@@ -72,8 +72,8 @@ func TestMatMul(t *testing.T) {
 							}
 							wref := decodeRef(t, dt, wb, sh.out*sh.in)
 							want, scale := refMatMul(widen(x), wref, bias, sh.n, sh.in, sh.out)
-							decodeQ := sh.n < fusedMaxRows && set.dotQ8 != nil
-							prefillQ := sh.n >= fusedMaxRows && set.gemmQ != nil
+							decodeQ := sh.n <= set.dotsMaxRows(dt) && set.dotQ8 != nil
+							prefillQ := sh.n > set.dotsMaxRows(dt) && set.gemmQ != nil
 							if dt.Quantized() && (decodeQ || prefillQ) {
 								// x quantized to int8 blocks: allow the rounding bound on top.
 								q := quantBound(x, wref, sh.n, sh.in, sh.out)
