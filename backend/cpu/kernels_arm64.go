@@ -2,7 +2,11 @@
 
 package cpu
 
-import "golang.org/x/sys/cpu"
+import (
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+)
 
 // The assembly kernels of kernels_arm64.s. SDOT needs the dot-product
 // extension (ASIMDDP); the others are base NEON (ASIMD), whose f16
@@ -17,6 +21,14 @@ func dotQ4RowsSDOT(xq *int8, xs *float32, w *byte, nb int, rows int, out *float3
 func dotQ8RowsNEON(xq *int8, xs *float32, w *byte, nb int, rows int, out *float32)
 func dotQ4RowsNEON(xq *int8, xs *float32, w *byte, nb int, rows int, out *float32)
 
+func dotF32NEON(x *float32, w unsafe.Pointer, n int) float32
+func dotF16NEON(x *float32, w unsafe.Pointer, n int) float32
+func dotBF16NEON(x *float32, w unsafe.Pointer, n int) float32
+func axpyF32NEON(y *float32, x *float32, a float32, n int)
+func dotRowsF32NEON(x *float32, rows *float32, d int, n int, out *float32)
+func axpyRowsF32NEON(y *float32, p *float32, rows *float32, d int, n int)
+func quantQ8NEON(x *float32, q *int8, meta *uint32, nb int)
+
 // kernelSets lists the vector kernel sets this CPU can run, best first,
 // and the pure-Go set last: "neon-dotprod" where the CPU has the
 // dot-product extension, and "neon" (which every arm64 CPU Go runs on
@@ -27,8 +39,12 @@ func kernelSets() []kernels {
 		return []kernels{{name: "go"}}
 	}
 	neon := kernels{
-		name:  "neon",
-		dotQ8: dotQ8NEON, dotQ4: dotQ4NEON, dotQ8Rows: dotQ8RowsNEON, dotQ4Rows: dotQ4RowsNEON,
+		name:   "neon",
+		lanes:  4,
+		dotF32: dotF32NEON, dotF16: dotF16NEON, dotBF16: dotBF16NEON,
+		axpy: axpyF32NEON, dotRows: dotRowsF32NEON, axpyRows: axpyRowsF32NEON,
+		quantRows: quantQ8NEON,
+		dotQ8:     dotQ8NEON, dotQ4: dotQ4NEON, dotQ8Rows: dotQ8RowsNEON, dotQ4Rows: dotQ4RowsNEON,
 	}
 	if cpu.ARM64.HasASIMDDP {
 		dp := neon

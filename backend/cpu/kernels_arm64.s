@@ -327,3 +327,351 @@ done:
 
 end:
 	RET
+
+// The float dots: R0 walks x, R1 the weights, R2 counts elements (a
+// multiple of 4). Four accumulators V0-V3 take 16 elements a step, then
+// V0 alone takes the remaining multiple of 4.
+
+// SUM4 leaves the sum of V0-V3's lanes in F0.
+#define SUM4 \
+	FADD4(0, 0, 1) /* fadd v0.4s, v0.4s, v1.4s */; \
+	FADD4(2, 2, 3) /* fadd v2.4s, v2.4s, v3.4s */; \
+	FADD4(0, 0, 2) /* fadd v0.4s, v0.4s, v2.4s */; \
+	HSUM0
+
+#define ZERO4 \
+	VEOR V0.B16, V0.B16, V0.B16; \
+	VEOR V1.B16, V1.B16, V1.B16; \
+	VEOR V2.B16, V2.B16, V2.B16; \
+	VEOR V3.B16, V3.B16, V3.B16
+
+// FMLA16 adds V4-V7 times V16-V19 to V0-V3.
+#define FMLA16 \
+	VFMLA V16.S4, V4.S4, V0.S4; \
+	VFMLA V17.S4, V5.S4, V1.S4; \
+	VFMLA V18.S4, V6.S4, V2.S4; \
+	VFMLA V19.S4, V7.S4, V3.S4
+
+// func dotF32NEON(x *float32, w unsafe.Pointer, n int) float32
+TEXT ·dotF32NEON(SB), NOSPLIT, $0-28
+	MOVD x+0(FP), R0
+	MOVD w+8(FP), R1
+	MOVD n+16(FP), R2
+	ZERO4
+	CMP  $16, R2
+	BLT  tail
+
+loop16:
+	VLD1.P 64(R0), [V4.S4, V5.S4, V6.S4, V7.S4]
+	VLD1.P 64(R1), [V16.S4, V17.S4, V18.S4, V19.S4]
+	FMLA16
+	SUB  $16, R2, R2
+	CMP  $16, R2
+	BGE  loop16
+
+tail:
+	CBZ R2, done
+
+loop4:
+	VLD1.P 16(R0), [V4.S4]
+	VLD1.P 16(R1), [V16.S4]
+	VFMLA  V16.S4, V4.S4, V0.S4
+	SUBS   $4, R2, R2
+	BNE    loop4
+
+done:
+	SUM4
+	FMOVS F0, ret+24(FP)
+	RET
+
+// func dotF16NEON(x *float32, w unsafe.Pointer, n int) float32
+TEXT ·dotF16NEON(SB), NOSPLIT, $0-28
+	MOVD x+0(FP), R0
+	MOVD w+8(FP), R1
+	MOVD n+16(FP), R2
+	ZERO4
+	CMP  $16, R2
+	BLT  tail
+
+loop16:
+	VLD1.P 64(R0), [V4.S4, V5.S4, V6.S4, V7.S4]
+	VLD1.P 32(R1), [V20.H8, V21.H8]
+	FCVTL(16, 20)  // fcvtl v16.4s, v20.4h
+	FCVTL2(17, 20) // fcvtl2 v17.4s, v20.8h
+	FCVTL(18, 21)  // fcvtl v18.4s, v21.4h
+	FCVTL2(19, 21) // fcvtl2 v19.4s, v21.8h
+	FMLA16
+	SUB  $16, R2, R2
+	CMP  $16, R2
+	BGE  loop16
+
+tail:
+	CBZ R2, done
+
+loop4:
+	VLD1.P 16(R0), [V4.S4]
+	VLD1.P 8(R1), [V20.H4]
+	FCVTL(16, 20)  // fcvtl v16.4s, v20.4h
+	VFMLA  V16.S4, V4.S4, V0.S4
+	SUBS   $4, R2, R2
+	BNE    loop4
+
+done:
+	SUM4
+	FMOVS F0, ret+24(FP)
+	RET
+
+// func dotBF16NEON(x *float32, w unsafe.Pointer, n int) float32
+TEXT ·dotBF16NEON(SB), NOSPLIT, $0-28
+	MOVD x+0(FP), R0
+	MOVD w+8(FP), R1
+	MOVD n+16(FP), R2
+	ZERO4
+	CMP  $16, R2
+	BLT  tail
+
+loop16:
+	VLD1.P 64(R0), [V4.S4, V5.S4, V6.S4, V7.S4]
+	VLD1.P 32(R1), [V20.H8, V21.H8]
+	SHLL16(16, 20)  // shll v16.4s, v20.4h, #16
+	SHLL216(17, 20) // shll2 v17.4s, v20.8h, #16
+	SHLL16(18, 21)  // shll v18.4s, v21.4h, #16
+	SHLL216(19, 21) // shll2 v19.4s, v21.8h, #16
+	FMLA16
+	SUB  $16, R2, R2
+	CMP  $16, R2
+	BGE  loop16
+
+tail:
+	CBZ R2, done
+
+loop4:
+	VLD1.P 16(R0), [V4.S4]
+	VLD1.P 8(R1), [V20.H4]
+	SHLL16(16, 20) // shll v16.4s, v20.4h, #16
+	VFMLA  V16.S4, V4.S4, V0.S4
+	SUBS   $4, R2, R2
+	BNE    loop4
+
+done:
+	SUM4
+	FMOVS F0, ret+24(FP)
+	RET
+
+// func axpyF32NEON(y *float32, x *float32, a float32, n int)
+TEXT ·axpyF32NEON(SB), NOSPLIT, $0-32
+	MOVD  y+0(FP), R0
+	MOVD  x+8(FP), R1
+	FMOVS a+16(FP), F8
+	MOVD  n+24(FP), R2
+	VDUP  V8.S[0], V8.S4
+	CMP   $16, R2
+	BLT   tail
+
+loop16:
+	VLD1   (R0), [V4.S4, V5.S4, V6.S4, V7.S4]
+	VLD1.P 64(R1), [V16.S4, V17.S4, V18.S4, V19.S4]
+	VFMLA  V8.S4, V16.S4, V4.S4
+	VFMLA  V8.S4, V17.S4, V5.S4
+	VFMLA  V8.S4, V18.S4, V6.S4
+	VFMLA  V8.S4, V19.S4, V7.S4
+	VST1.P [V4.S4, V5.S4, V6.S4, V7.S4], 64(R0)
+	SUB    $16, R2, R2
+	CMP    $16, R2
+	BGE    loop16
+
+tail:
+	CBZ R2, done
+
+loop4:
+	VLD1   (R0), [V4.S4]
+	VLD1.P 16(R1), [V16.S4]
+	VFMLA  V8.S4, V16.S4, V4.S4
+	VST1.P [V4.S4], 16(R0)
+	SUBS   $4, R2, R2
+	BNE    loop4
+
+done:
+	RET
+
+// func dotRowsF32NEON(x *float32, rows *float32, d int, n int, out *float32)
+//
+// dotF32NEON of x with each of n consecutive rows of d floats: R1 runs
+// on from one row into the next, R5 writes out.
+TEXT ·dotRowsF32NEON(SB), NOSPLIT, $0-40
+	MOVD x+0(FP), R0
+	MOVD rows+8(FP), R1
+	MOVD d+16(FP), R3
+	MOVD n+24(FP), R4
+	MOVD out+32(FP), R5
+	CBZ  R4, end
+
+row:
+	MOVD R0, R6
+	MOVD R3, R2
+	ZERO4
+	CMP  $16, R2
+	BLT  tail
+
+loop16:
+	VLD1.P 64(R6), [V4.S4, V5.S4, V6.S4, V7.S4]
+	VLD1.P 64(R1), [V16.S4, V17.S4, V18.S4, V19.S4]
+	FMLA16
+	SUB  $16, R2, R2
+	CMP  $16, R2
+	BGE  loop16
+
+tail:
+	CBZ R2, done
+
+loop4:
+	VLD1.P 16(R6), [V4.S4]
+	VLD1.P 16(R1), [V16.S4]
+	VFMLA  V16.S4, V4.S4, V0.S4
+	SUBS   $4, R2, R2
+	BNE    loop4
+
+done:
+	SUM4
+	FMOVS.P F0, 4(R5)
+	SUBS $1, R4, R4
+	BNE  row
+
+end:
+	RET
+
+// func axpyRowsF32NEON(y *float32, p *float32, rows *float32, d int, n int)
+//
+// y += sum over r < n of p[r]*rows[r], four columns at a time: each
+// vector of y stays in V0 over the n rows (R7 steps down a column by the
+// row stride R8), then moves on to the next four columns.
+TEXT ·axpyRowsF32NEON(SB), NOSPLIT, $0-40
+	MOVD y+0(FP), R0
+	MOVD p+8(FP), R1
+	MOVD rows+16(FP), R2
+	MOVD d+24(FP), R3
+	MOVD n+32(FP), R4
+	CBZ  R4, end
+	CBZ  R3, end
+	LSL  $2, R3, R8
+
+col:
+	VLD1 (R0), [V0.S4]
+	MOVD R2, R7
+	MOVD R1, R6
+	MOVD R4, R5
+
+r:
+	VLD1R.P 4(R6), [V1.S4]
+	VLD1    (R7), [V2.S4]
+	VFMLA   V1.S4, V2.S4, V0.S4
+	ADD     R8, R7, R7
+	SUBS    $1, R5, R5
+	BNE     r
+
+	VST1.P [V0.S4], 16(R0)
+	ADD    $16, R2, R2
+	SUBS   $4, R3, R3
+	BNE    col
+
+end:
+	RET
+
+// func quantQ8NEON(x *float32, q *int8, meta *uint32, nb int)
+//
+// quantizeQ8 of nb blocks of 32 floats, with quantizeRows' meta: per
+// block the f32 bits of d = max|x|/127 and -128 times the sum of q. The
+// steps are quantizeQ8's in f32 (d, 1/d, x*(1/d) each rounded once), and
+// fcvtas rounds ties away from zero as math.Round does, so q matches it
+// bit for bit; |x*(1/d)| exceeds 127 by a few ulps at most, so rounding
+// lands in [-127, 127] and the saturating narrows never clip.
+TEXT ·quantQ8NEON(SB), NOSPLIT, $0-32
+	MOVD  x+0(FP), R0
+	MOVD  q+8(FP), R1
+	MOVD  meta+16(FP), R2
+	MOVD  nb+24(FP), R3
+	MOVW  $0x42fe0000, R9 // 127.0
+	FMOVS R9, F29
+	FMOVS $1.0, F30
+	CBZ   R3, end
+
+blk:
+	VLD1.P 64(R0), [V0.S4, V1.S4, V2.S4, V3.S4]
+	VLD1.P 64(R0), [V4.S4, V5.S4, V6.S4, V7.S4]
+	FABS4(16, 0)       // fabs v16.4s, v0.4s
+	FABS4(17, 1)       // fabs v17.4s, v1.4s
+	FABS4(18, 2)       // fabs v18.4s, v2.4s
+	FABS4(19, 3)       // fabs v19.4s, v3.4s
+	FABS4(20, 4)       // fabs v20.4s, v4.4s
+	FABS4(21, 5)       // fabs v21.4s, v5.4s
+	FABS4(22, 6)       // fabs v22.4s, v6.4s
+	FABS4(23, 7)       // fabs v23.4s, v7.4s
+	FMAX4(16, 16, 17)  // fmax v16.4s, v16.4s, v17.4s
+	FMAX4(18, 18, 19)  // fmax v18.4s, v18.4s, v19.4s
+	FMAX4(20, 20, 21)  // fmax v20.4s, v20.4s, v21.4s
+	FMAX4(22, 22, 23)  // fmax v22.4s, v22.4s, v23.4s
+	FMAX4(16, 16, 18)  // fmax v16.4s, v16.4s, v18.4s
+	FMAX4(20, 20, 22)  // fmax v20.4s, v20.4s, v22.4s
+	FMAX4(16, 16, 20)  // fmax v16.4s, v16.4s, v20.4s
+	FMAXV(16, 16)      // fmaxv s16, v16.4s
+	FDIVS F29, F16, F17 // d = amax/127
+	FMOVS F17, (R2)
+	FCMPS $(0.0), F17
+	BEQ   zero
+	FDIVS F17, F30, F18 // 1/d
+	FMULE(0, 0, 18, 0) // fmul v0.4s, v0.4s, v18.s[0]
+	FMULE(1, 1, 18, 0) // fmul v1.4s, v1.4s, v18.s[0]
+	FMULE(2, 2, 18, 0) // fmul v2.4s, v2.4s, v18.s[0]
+	FMULE(3, 3, 18, 0) // fmul v3.4s, v3.4s, v18.s[0]
+	FMULE(4, 4, 18, 0) // fmul v4.4s, v4.4s, v18.s[0]
+	FMULE(5, 5, 18, 0) // fmul v5.4s, v5.4s, v18.s[0]
+	FMULE(6, 6, 18, 0) // fmul v6.4s, v6.4s, v18.s[0]
+	FMULE(7, 7, 18, 0) // fmul v7.4s, v7.4s, v18.s[0]
+	FCVTAS(0, 0)       // fcvtas v0.4s, v0.4s
+	FCVTAS(1, 1)       // fcvtas v1.4s, v1.4s
+	FCVTAS(2, 2)       // fcvtas v2.4s, v2.4s
+	FCVTAS(3, 3)       // fcvtas v3.4s, v3.4s
+	FCVTAS(4, 4)       // fcvtas v4.4s, v4.4s
+	FCVTAS(5, 5)       // fcvtas v5.4s, v5.4s
+	FCVTAS(6, 6)       // fcvtas v6.4s, v6.4s
+	FCVTAS(7, 7)       // fcvtas v7.4s, v7.4s
+	VADD  V1.S4, V0.S4, V24.S4
+	VADD  V3.S4, V2.S4, V25.S4
+	VADD  V5.S4, V4.S4, V26.S4
+	VADD  V7.S4, V6.S4, V27.S4
+	VADD  V25.S4, V24.S4, V24.S4
+	VADD  V27.S4, V26.S4, V26.S4
+	VADD  V26.S4, V24.S4, V24.S4
+	VADDV V24.S4, V24
+	FMOVS F24, R9
+	NEGW  R9, R9
+	LSLW  $7, R9, R9
+	MOVW  R9, 4(R2)
+	SQXTNH(16, 0)      // sqxtn v16.4h, v0.4s
+	SQXTN2H(16, 1)     // sqxtn2 v16.8h, v1.4s
+	SQXTNH(17, 2)      // sqxtn v17.4h, v2.4s
+	SQXTN2H(17, 3)     // sqxtn2 v17.8h, v3.4s
+	SQXTNH(18, 4)      // sqxtn v18.4h, v4.4s
+	SQXTN2H(18, 5)     // sqxtn2 v18.8h, v5.4s
+	SQXTNH(19, 6)      // sqxtn v19.4h, v6.4s
+	SQXTN2H(19, 7)     // sqxtn2 v19.8h, v7.4s
+	SQXTNB(20, 16)     // sqxtn v20.8b, v16.8h
+	SQXTN2B(20, 17)    // sqxtn2 v20.16b, v17.8h
+	SQXTNB(21, 18)     // sqxtn v21.8b, v18.8h
+	SQXTN2B(21, 19)    // sqxtn2 v21.16b, v19.8h
+	VST1.P [V20.B16, V21.B16], 32(R1)
+	B     next
+
+zero:
+	VEOR   V20.B16, V20.B16, V20.B16
+	VEOR   V21.B16, V21.B16, V21.B16
+	VST1.P [V20.B16, V21.B16], 32(R1)
+	MOVW   ZR, 4(R2)
+
+next:
+	ADD  $8, R2, R2
+	SUBS $1, R3, R3
+	BNE  blk
+
+end:
+	RET
