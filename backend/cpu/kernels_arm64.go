@@ -29,6 +29,13 @@ func dotRowsF32NEON(x *float32, rows *float32, d int, n int, out *float32)
 func axpyRowsF32NEON(y *float32, p *float32, rows *float32, d int, n int)
 func quantQ8NEON(x *float32, q *int8, meta *uint32, nb int)
 
+func gemmN1(a *float32, lda uintptr, b *float32, c *float32, ldc uintptr, k int)
+func gemmN2(a *float32, lda uintptr, b *float32, c *float32, ldc uintptr, k int)
+func gemmN3(a *float32, lda uintptr, b *float32, c *float32, ldc uintptr, k int)
+func gemmN4(a *float32, lda uintptr, b *float32, c *float32, ldc uintptr, k int)
+func gemmN5(a *float32, lda uintptr, b *float32, c *float32, ldc uintptr, k int)
+func gemmN6(a *float32, lda uintptr, b *float32, c *float32, ldc uintptr, k int)
+
 // kernelSets lists the vector kernel sets this CPU can run, best first,
 // and the pure-Go set last: "neon-dotprod" where the CPU has the
 // dot-product extension, and "neon" (which every arm64 CPU Go runs on
@@ -39,12 +46,15 @@ func kernelSets() []kernels {
 		return []kernels{{name: "go"}}
 	}
 	neon := kernels{
-		name:   "neon",
+		name: "neon",
+		// 6 rows of 16 features: 24 accumulators of the 32 registers.
+		gemm:   []gemmKernel{gemmN1, gemmN2, gemmN3, gemmN4, gemmN5, gemmN6},
+		nr:     16,
 		lanes:  4,
 		dotF32: dotF32NEON, dotF16: dotF16NEON, dotBF16: dotBF16NEON,
+		dotQ8: dotQ8NEON, dotQ4: dotQ4NEON, dotQ8Rows: dotQ8RowsNEON, dotQ4Rows: dotQ4RowsNEON,
 		axpy: axpyF32NEON, dotRows: dotRowsF32NEON, axpyRows: axpyRowsF32NEON,
 		quantRows: quantQ8NEON,
-		dotQ8:     dotQ8NEON, dotQ4: dotQ4NEON, dotQ8Rows: dotQ8RowsNEON, dotQ4Rows: dotQ4RowsNEON,
 	}
 	if cpu.ARM64.HasASIMDDP {
 		dp := neon

@@ -675,3 +675,216 @@ next:
 
 end:
 	RET
+
+// The f32 GEMM micro-kernels gemmN<m>: c[i][j] = sum_p a[i][p] * b[p][j]
+// for i < m and j < 16, b a packed panel of k rows of 16 floats (V0-V3 a
+// step). Row i's a pointer is R10+i, its accumulators V(8+4i)-V(11+4i)
+// (up to 6 rows: V8-V31); each step loads a[i][p] into lane 0 of one of
+// V4-V7 and multiplies the panel row by it with fmla by element.
+
+// GZERO clears one row's accumulators.
+#define GZERO(c0, c1, c2, c3) \
+	VEOR c0.B16, c0.B16, c0.B16; \
+	VEOR c1.B16, c1.B16, c1.B16; \
+	VEOR c2.B16, c2.B16, c2.B16; \
+	VEOR c3.B16, c3.B16, c3.B16
+
+// GSTEP adds a[i][p] (loaded through ptr into Fa, register number a)
+// times the panel row V0-V3 to accumulators c0-c3 (register numbers).
+#define GSTEP(ptr, Fa, a, c0, c1, c2, c3) \
+	FMOVS.P 4(ptr), Fa; \
+	FMLAE(c0, 0, a, 0) /* fmla v<c0>.4s, v0.4s, v<a>.s[0] */; \
+	FMLAE(c1, 1, a, 0); \
+	FMLAE(c2, 2, a, 0); \
+	FMLAE(c3, 3, a, 0)
+
+// GSTORE writes one row of c through R3 and moves R3 on by ldc (R4).
+#define GSTORE(c0, c1, c2, c3) \
+	VST1 [c0.S4, c1.S4, c2.S4, c3.S4], (R3); \
+	ADD  R4, R3, R3
+
+// func gemmN1(a *float32, lda uintptr, b *float32, c *float32, ldc uintptr, k int)
+TEXT ·gemmN1(SB), NOSPLIT, $0-48
+	MOVD a+0(FP), R10
+	MOVD lda+8(FP), R1
+	MOVD b+16(FP), R2
+	MOVD c+24(FP), R3
+	MOVD ldc+32(FP), R4
+	MOVD k+40(FP), R5
+	GZERO(V8, V9, V10, V11)
+	CBZ  R5, store
+
+loop:
+	VLD1.P 64(R2), [V0.S4, V1.S4, V2.S4, V3.S4]
+	GSTEP(R10, F4, 4, 8, 9, 10, 11)
+	SUBS $1, R5, R5
+	BNE  loop
+
+store:
+	GSTORE(V8, V9, V10, V11)
+	RET
+
+// func gemmN2(a *float32, lda uintptr, b *float32, c *float32, ldc uintptr, k int)
+TEXT ·gemmN2(SB), NOSPLIT, $0-48
+	MOVD a+0(FP), R10
+	MOVD lda+8(FP), R1
+	MOVD b+16(FP), R2
+	MOVD c+24(FP), R3
+	MOVD ldc+32(FP), R4
+	MOVD k+40(FP), R5
+	ADD  R1, R10, R11
+	GZERO(V8, V9, V10, V11)
+	GZERO(V12, V13, V14, V15)
+	CBZ  R5, store
+
+loop:
+	VLD1.P 64(R2), [V0.S4, V1.S4, V2.S4, V3.S4]
+	GSTEP(R10, F4, 4, 8, 9, 10, 11)
+	GSTEP(R11, F5, 5, 12, 13, 14, 15)
+	SUBS $1, R5, R5
+	BNE  loop
+
+store:
+	GSTORE(V8, V9, V10, V11)
+	GSTORE(V12, V13, V14, V15)
+	RET
+
+// func gemmN3(a *float32, lda uintptr, b *float32, c *float32, ldc uintptr, k int)
+TEXT ·gemmN3(SB), NOSPLIT, $0-48
+	MOVD a+0(FP), R10
+	MOVD lda+8(FP), R1
+	MOVD b+16(FP), R2
+	MOVD c+24(FP), R3
+	MOVD ldc+32(FP), R4
+	MOVD k+40(FP), R5
+	ADD  R1, R10, R11
+	ADD  R1, R11, R12
+	GZERO(V8, V9, V10, V11)
+	GZERO(V12, V13, V14, V15)
+	GZERO(V16, V17, V18, V19)
+	CBZ  R5, store
+
+loop:
+	VLD1.P 64(R2), [V0.S4, V1.S4, V2.S4, V3.S4]
+	GSTEP(R10, F4, 4, 8, 9, 10, 11)
+	GSTEP(R11, F5, 5, 12, 13, 14, 15)
+	GSTEP(R12, F6, 6, 16, 17, 18, 19)
+	SUBS $1, R5, R5
+	BNE  loop
+
+store:
+	GSTORE(V8, V9, V10, V11)
+	GSTORE(V12, V13, V14, V15)
+	GSTORE(V16, V17, V18, V19)
+	RET
+
+// func gemmN4(a *float32, lda uintptr, b *float32, c *float32, ldc uintptr, k int)
+TEXT ·gemmN4(SB), NOSPLIT, $0-48
+	MOVD a+0(FP), R10
+	MOVD lda+8(FP), R1
+	MOVD b+16(FP), R2
+	MOVD c+24(FP), R3
+	MOVD ldc+32(FP), R4
+	MOVD k+40(FP), R5
+	ADD  R1, R10, R11
+	ADD  R1, R11, R12
+	ADD  R1, R12, R13
+	GZERO(V8, V9, V10, V11)
+	GZERO(V12, V13, V14, V15)
+	GZERO(V16, V17, V18, V19)
+	GZERO(V20, V21, V22, V23)
+	CBZ  R5, store
+
+loop:
+	VLD1.P 64(R2), [V0.S4, V1.S4, V2.S4, V3.S4]
+	GSTEP(R10, F4, 4, 8, 9, 10, 11)
+	GSTEP(R11, F5, 5, 12, 13, 14, 15)
+	GSTEP(R12, F6, 6, 16, 17, 18, 19)
+	GSTEP(R13, F7, 7, 20, 21, 22, 23)
+	SUBS $1, R5, R5
+	BNE  loop
+
+store:
+	GSTORE(V8, V9, V10, V11)
+	GSTORE(V12, V13, V14, V15)
+	GSTORE(V16, V17, V18, V19)
+	GSTORE(V20, V21, V22, V23)
+	RET
+
+// func gemmN5(a *float32, lda uintptr, b *float32, c *float32, ldc uintptr, k int)
+TEXT ·gemmN5(SB), NOSPLIT, $0-48
+	MOVD a+0(FP), R10
+	MOVD lda+8(FP), R1
+	MOVD b+16(FP), R2
+	MOVD c+24(FP), R3
+	MOVD ldc+32(FP), R4
+	MOVD k+40(FP), R5
+	ADD  R1, R10, R11
+	ADD  R1, R11, R12
+	ADD  R1, R12, R13
+	ADD  R1, R13, R14
+	GZERO(V8, V9, V10, V11)
+	GZERO(V12, V13, V14, V15)
+	GZERO(V16, V17, V18, V19)
+	GZERO(V20, V21, V22, V23)
+	GZERO(V24, V25, V26, V27)
+	CBZ  R5, store
+
+loop:
+	VLD1.P 64(R2), [V0.S4, V1.S4, V2.S4, V3.S4]
+	GSTEP(R10, F4, 4, 8, 9, 10, 11)
+	GSTEP(R11, F5, 5, 12, 13, 14, 15)
+	GSTEP(R12, F6, 6, 16, 17, 18, 19)
+	GSTEP(R13, F7, 7, 20, 21, 22, 23)
+	GSTEP(R14, F4, 4, 24, 25, 26, 27)
+	SUBS $1, R5, R5
+	BNE  loop
+
+store:
+	GSTORE(V8, V9, V10, V11)
+	GSTORE(V12, V13, V14, V15)
+	GSTORE(V16, V17, V18, V19)
+	GSTORE(V20, V21, V22, V23)
+	GSTORE(V24, V25, V26, V27)
+	RET
+
+// func gemmN6(a *float32, lda uintptr, b *float32, c *float32, ldc uintptr, k int)
+TEXT ·gemmN6(SB), NOSPLIT, $0-48
+	MOVD a+0(FP), R10
+	MOVD lda+8(FP), R1
+	MOVD b+16(FP), R2
+	MOVD c+24(FP), R3
+	MOVD ldc+32(FP), R4
+	MOVD k+40(FP), R5
+	ADD  R1, R10, R11
+	ADD  R1, R11, R12
+	ADD  R1, R12, R13
+	ADD  R1, R13, R14
+	ADD  R1, R14, R15
+	GZERO(V8, V9, V10, V11)
+	GZERO(V12, V13, V14, V15)
+	GZERO(V16, V17, V18, V19)
+	GZERO(V20, V21, V22, V23)
+	GZERO(V24, V25, V26, V27)
+	GZERO(V28, V29, V30, V31)
+	CBZ  R5, store
+
+loop:
+	VLD1.P 64(R2), [V0.S4, V1.S4, V2.S4, V3.S4]
+	GSTEP(R10, F4, 4, 8, 9, 10, 11)
+	GSTEP(R11, F5, 5, 12, 13, 14, 15)
+	GSTEP(R12, F6, 6, 16, 17, 18, 19)
+	GSTEP(R13, F7, 7, 20, 21, 22, 23)
+	GSTEP(R14, F4, 4, 24, 25, 26, 27)
+	GSTEP(R15, F5, 5, 28, 29, 30, 31)
+	SUBS $1, R5, R5
+	BNE  loop
+
+store:
+	GSTORE(V8, V9, V10, V11)
+	GSTORE(V12, V13, V14, V15)
+	GSTORE(V16, V17, V18, V19)
+	GSTORE(V20, V21, V22, V23)
+	GSTORE(V24, V25, V26, V27)
+	GSTORE(V28, V29, V30, V31)
+	RET
