@@ -36,6 +36,11 @@ func gemmN4(a *float32, lda uintptr, b *float32, c *float32, ldc uintptr, k int)
 func gemmN5(a *float32, lda uintptr, b *float32, c *float32, ldc uintptr, k int)
 func gemmN6(a *float32, lda uintptr, b *float32, c *float32, ldc uintptr, k int)
 
+func gemmQD1(x *int8, lda uintptr, meta *uint32, ldm uintptr, panel *byte, c *float32, ldc uintptr, nb int)
+func gemmQD2(x *int8, lda uintptr, meta *uint32, ldm uintptr, panel *byte, c *float32, ldc uintptr, nb int)
+func gemmQD3(x *int8, lda uintptr, meta *uint32, ldm uintptr, panel *byte, c *float32, ldc uintptr, nb int)
+func gemmQD4(x *int8, lda uintptr, meta *uint32, ldm uintptr, panel *byte, c *float32, ldc uintptr, nb int)
+
 // kernelSets lists the vector kernel sets this CPU can run, best first,
 // and the pure-Go set last: "neon-dotprod" where the CPU has the
 // dot-product extension, and "neon" (which every arm64 CPU Go runs on
@@ -60,6 +65,9 @@ func kernelSets() []kernels {
 		dp := neon
 		dp.name = "neon-dotprod"
 		dp.dotQ8, dp.dotQ4, dp.dotQ8Rows, dp.dotQ4Rows = dotQ8SDOT, dotQ4SDOT, dotQ8RowsSDOT, dotQ4RowsSDOT
+		// Quantized prefill: 4 rows of 8 features, signed weights.
+		dp.gemmQ = []quantGemmKernel{gemmQD1, gemmQD2, gemmQD3, gemmQD4}
+		dp.nrQ, dp.qFlip = 8, 0
 		sets = append(sets, dp)
 	}
 	return append(sets, neon, kernels{name: "go"})

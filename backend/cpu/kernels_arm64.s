@@ -888,3 +888,439 @@ store:
 	GSTORE(V24, V25, V26, V27)
 	GSTORE(V28, V29, V30, V31)
 	RET
+
+// The int8 GEMM micro-kernels gemmQD<m> (dot-product extension):
+// c[i][j] = sum over blocks of d_x[i] * d_w[j] * (x_i . w_j) for i < m
+// and j < 8, against a panel packed by packQPanel with nr 8 and flip 0
+// (signed weights): per block, 8 groups of 8 features x 4 consecutive
+// weights (two vectors of 4 features), then the 8 weight scales. sdot by
+// element multiplies a group's 4 features by row i's 4 bytes of that
+// group (lane g%4 of the row's x vector for g/4), so each panel load
+// serves every row. Row i's x pointer is R10+i (32 bytes a block), its
+// meta pointer R19+i (scale bits and the unused offset correction), its
+// int32 block sums V(2i), V(2i+1), its f32 sums V(8+2i), V(9+2i), its x
+// block V(16+2i), V(17+2i); the panel takes V24, V25 (groups, then the
+// weight scales), V26 the row's x scale.
+
+// sdot vd.4s, vn.16b, vm.4b[l]: by lane l of vm.
+#define SDOTE(d, n, m, l) WORD $(0x4f80e000 | ((l)&1)<<21 | ((l)>>1)<<11 | (m)<<16 | (n)<<5 | (d))
+
+// func gemmQD1(x *int8, lda uintptr, meta *uint32, ldm uintptr, panel *byte, c *float32, ldc uintptr, nb int)
+TEXT ·gemmQD1(SB), NOSPLIT, $0-64
+	MOVD x+0(FP), R10
+	MOVD lda+8(FP), R0
+	MOVD meta+16(FP), R19
+	MOVD ldm+24(FP), R1
+	MOVD panel+32(FP), R2
+	MOVD c+40(FP), R3
+	MOVD ldc+48(FP), R4
+	MOVD nb+56(FP), R5
+	VEOR V8.B16, V8.B16, V8.B16
+	VEOR V9.B16, V9.B16, V9.B16
+	CBZ  R5, store
+
+blk:
+	VLD1.P 32(R10), [V16.B16, V17.B16]
+	VEOR   V0.B16, V0.B16, V0.B16
+	VEOR   V1.B16, V1.B16, V1.B16
+	VLD1.P 32(R2), [V24.B16, V25.B16] // group 0
+	SDOTE(0, 24, 16, 0) // sdot v0.4s, v24.16b, v16.4b[0]
+	SDOTE(1, 25, 16, 0) // sdot v1.4s, v25.16b, v16.4b[0]
+	VLD1.P 32(R2), [V24.B16, V25.B16] // group 1
+	SDOTE(0, 24, 16, 1) // sdot v0.4s, v24.16b, v16.4b[1]
+	SDOTE(1, 25, 16, 1) // sdot v1.4s, v25.16b, v16.4b[1]
+	VLD1.P 32(R2), [V24.B16, V25.B16] // group 2
+	SDOTE(0, 24, 16, 2) // sdot v0.4s, v24.16b, v16.4b[2]
+	SDOTE(1, 25, 16, 2) // sdot v1.4s, v25.16b, v16.4b[2]
+	VLD1.P 32(R2), [V24.B16, V25.B16] // group 3
+	SDOTE(0, 24, 16, 3) // sdot v0.4s, v24.16b, v16.4b[3]
+	SDOTE(1, 25, 16, 3) // sdot v1.4s, v25.16b, v16.4b[3]
+	VLD1.P 32(R2), [V24.B16, V25.B16] // group 4
+	SDOTE(0, 24, 17, 0) // sdot v0.4s, v24.16b, v17.4b[0]
+	SDOTE(1, 25, 17, 0) // sdot v1.4s, v25.16b, v17.4b[0]
+	VLD1.P 32(R2), [V24.B16, V25.B16] // group 5
+	SDOTE(0, 24, 17, 1) // sdot v0.4s, v24.16b, v17.4b[1]
+	SDOTE(1, 25, 17, 1) // sdot v1.4s, v25.16b, v17.4b[1]
+	VLD1.P 32(R2), [V24.B16, V25.B16] // group 6
+	SDOTE(0, 24, 17, 2) // sdot v0.4s, v24.16b, v17.4b[2]
+	SDOTE(1, 25, 17, 2) // sdot v1.4s, v25.16b, v17.4b[2]
+	VLD1.P 32(R2), [V24.B16, V25.B16] // group 7
+	SDOTE(0, 24, 17, 3) // sdot v0.4s, v24.16b, v17.4b[3]
+	SDOTE(1, 25, 17, 3) // sdot v1.4s, v25.16b, v17.4b[3]
+	VLD1.P 32(R2), [V24.S4, V25.S4] // weight scales
+	FMOVS.P 8(R19), F26
+	SCVTF(0, 0)        // scvtf v0.4s, v0.4s
+	SCVTF(1, 1)        // scvtf v1.4s, v1.4s
+	FMUL4(0, 0, 24)    // fmul v0.4s, v0.4s, v24.4s
+	FMUL4(1, 1, 25)    // fmul v1.4s, v1.4s, v25.4s
+	FMLAE(8, 0, 26, 0) // fmla v8.4s, v0.4s, v26.s[0]
+	FMLAE(9, 1, 26, 0) // fmla v9.4s, v1.4s, v26.s[0]
+	SUBS $1, R5, R5
+	BNE  blk
+
+store:
+	VST1 [V8.S4, V9.S4], (R3)
+	RET
+
+// func gemmQD2(x *int8, lda uintptr, meta *uint32, ldm uintptr, panel *byte, c *float32, ldc uintptr, nb int)
+TEXT ·gemmQD2(SB), NOSPLIT, $0-64
+	MOVD x+0(FP), R10
+	MOVD lda+8(FP), R0
+	MOVD meta+16(FP), R19
+	MOVD ldm+24(FP), R1
+	MOVD panel+32(FP), R2
+	MOVD c+40(FP), R3
+	MOVD ldc+48(FP), R4
+	MOVD nb+56(FP), R5
+	ADD  R0, R10, R11
+	ADD  R1, R19, R20
+	VEOR V8.B16, V8.B16, V8.B16
+	VEOR V9.B16, V9.B16, V9.B16
+	VEOR V10.B16, V10.B16, V10.B16
+	VEOR V11.B16, V11.B16, V11.B16
+	CBZ  R5, store
+
+blk:
+	VLD1.P 32(R10), [V16.B16, V17.B16]
+	VEOR   V0.B16, V0.B16, V0.B16
+	VEOR   V1.B16, V1.B16, V1.B16
+	VLD1.P 32(R11), [V18.B16, V19.B16]
+	VEOR   V2.B16, V2.B16, V2.B16
+	VEOR   V3.B16, V3.B16, V3.B16
+	VLD1.P 32(R2), [V24.B16, V25.B16] // group 0
+	SDOTE(0, 24, 16, 0) // sdot v0.4s, v24.16b, v16.4b[0]
+	SDOTE(1, 25, 16, 0) // sdot v1.4s, v25.16b, v16.4b[0]
+	SDOTE(2, 24, 18, 0) // sdot v2.4s, v24.16b, v18.4b[0]
+	SDOTE(3, 25, 18, 0) // sdot v3.4s, v25.16b, v18.4b[0]
+	VLD1.P 32(R2), [V24.B16, V25.B16] // group 1
+	SDOTE(0, 24, 16, 1) // sdot v0.4s, v24.16b, v16.4b[1]
+	SDOTE(1, 25, 16, 1) // sdot v1.4s, v25.16b, v16.4b[1]
+	SDOTE(2, 24, 18, 1) // sdot v2.4s, v24.16b, v18.4b[1]
+	SDOTE(3, 25, 18, 1) // sdot v3.4s, v25.16b, v18.4b[1]
+	VLD1.P 32(R2), [V24.B16, V25.B16] // group 2
+	SDOTE(0, 24, 16, 2) // sdot v0.4s, v24.16b, v16.4b[2]
+	SDOTE(1, 25, 16, 2) // sdot v1.4s, v25.16b, v16.4b[2]
+	SDOTE(2, 24, 18, 2) // sdot v2.4s, v24.16b, v18.4b[2]
+	SDOTE(3, 25, 18, 2) // sdot v3.4s, v25.16b, v18.4b[2]
+	VLD1.P 32(R2), [V24.B16, V25.B16] // group 3
+	SDOTE(0, 24, 16, 3) // sdot v0.4s, v24.16b, v16.4b[3]
+	SDOTE(1, 25, 16, 3) // sdot v1.4s, v25.16b, v16.4b[3]
+	SDOTE(2, 24, 18, 3) // sdot v2.4s, v24.16b, v18.4b[3]
+	SDOTE(3, 25, 18, 3) // sdot v3.4s, v25.16b, v18.4b[3]
+	VLD1.P 32(R2), [V24.B16, V25.B16] // group 4
+	SDOTE(0, 24, 17, 0) // sdot v0.4s, v24.16b, v17.4b[0]
+	SDOTE(1, 25, 17, 0) // sdot v1.4s, v25.16b, v17.4b[0]
+	SDOTE(2, 24, 19, 0) // sdot v2.4s, v24.16b, v19.4b[0]
+	SDOTE(3, 25, 19, 0) // sdot v3.4s, v25.16b, v19.4b[0]
+	VLD1.P 32(R2), [V24.B16, V25.B16] // group 5
+	SDOTE(0, 24, 17, 1) // sdot v0.4s, v24.16b, v17.4b[1]
+	SDOTE(1, 25, 17, 1) // sdot v1.4s, v25.16b, v17.4b[1]
+	SDOTE(2, 24, 19, 1) // sdot v2.4s, v24.16b, v19.4b[1]
+	SDOTE(3, 25, 19, 1) // sdot v3.4s, v25.16b, v19.4b[1]
+	VLD1.P 32(R2), [V24.B16, V25.B16] // group 6
+	SDOTE(0, 24, 17, 2) // sdot v0.4s, v24.16b, v17.4b[2]
+	SDOTE(1, 25, 17, 2) // sdot v1.4s, v25.16b, v17.4b[2]
+	SDOTE(2, 24, 19, 2) // sdot v2.4s, v24.16b, v19.4b[2]
+	SDOTE(3, 25, 19, 2) // sdot v3.4s, v25.16b, v19.4b[2]
+	VLD1.P 32(R2), [V24.B16, V25.B16] // group 7
+	SDOTE(0, 24, 17, 3) // sdot v0.4s, v24.16b, v17.4b[3]
+	SDOTE(1, 25, 17, 3) // sdot v1.4s, v25.16b, v17.4b[3]
+	SDOTE(2, 24, 19, 3) // sdot v2.4s, v24.16b, v19.4b[3]
+	SDOTE(3, 25, 19, 3) // sdot v3.4s, v25.16b, v19.4b[3]
+	VLD1.P 32(R2), [V24.S4, V25.S4] // weight scales
+	FMOVS.P 8(R19), F26
+	SCVTF(0, 0)        // scvtf v0.4s, v0.4s
+	SCVTF(1, 1)        // scvtf v1.4s, v1.4s
+	FMUL4(0, 0, 24)    // fmul v0.4s, v0.4s, v24.4s
+	FMUL4(1, 1, 25)    // fmul v1.4s, v1.4s, v25.4s
+	FMLAE(8, 0, 26, 0) // fmla v8.4s, v0.4s, v26.s[0]
+	FMLAE(9, 1, 26, 0) // fmla v9.4s, v1.4s, v26.s[0]
+	FMOVS.P 8(R20), F26
+	SCVTF(2, 2)        // scvtf v2.4s, v2.4s
+	SCVTF(3, 3)        // scvtf v3.4s, v3.4s
+	FMUL4(2, 2, 24)    // fmul v2.4s, v2.4s, v24.4s
+	FMUL4(3, 3, 25)    // fmul v3.4s, v3.4s, v25.4s
+	FMLAE(10, 2, 26, 0) // fmla v10.4s, v2.4s, v26.s[0]
+	FMLAE(11, 3, 26, 0) // fmla v11.4s, v3.4s, v26.s[0]
+	SUBS $1, R5, R5
+	BNE  blk
+
+store:
+	VST1 [V8.S4, V9.S4], (R3)
+	ADD  R4, R3, R3
+	VST1 [V10.S4, V11.S4], (R3)
+	RET
+
+// func gemmQD3(x *int8, lda uintptr, meta *uint32, ldm uintptr, panel *byte, c *float32, ldc uintptr, nb int)
+TEXT ·gemmQD3(SB), NOSPLIT, $0-64
+	MOVD x+0(FP), R10
+	MOVD lda+8(FP), R0
+	MOVD meta+16(FP), R19
+	MOVD ldm+24(FP), R1
+	MOVD panel+32(FP), R2
+	MOVD c+40(FP), R3
+	MOVD ldc+48(FP), R4
+	MOVD nb+56(FP), R5
+	ADD  R0, R10, R11
+	ADD  R1, R19, R20
+	ADD  R0, R11, R12
+	ADD  R1, R20, R21
+	VEOR V8.B16, V8.B16, V8.B16
+	VEOR V9.B16, V9.B16, V9.B16
+	VEOR V10.B16, V10.B16, V10.B16
+	VEOR V11.B16, V11.B16, V11.B16
+	VEOR V12.B16, V12.B16, V12.B16
+	VEOR V13.B16, V13.B16, V13.B16
+	CBZ  R5, store
+
+blk:
+	VLD1.P 32(R10), [V16.B16, V17.B16]
+	VEOR   V0.B16, V0.B16, V0.B16
+	VEOR   V1.B16, V1.B16, V1.B16
+	VLD1.P 32(R11), [V18.B16, V19.B16]
+	VEOR   V2.B16, V2.B16, V2.B16
+	VEOR   V3.B16, V3.B16, V3.B16
+	VLD1.P 32(R12), [V20.B16, V21.B16]
+	VEOR   V4.B16, V4.B16, V4.B16
+	VEOR   V5.B16, V5.B16, V5.B16
+	VLD1.P 32(R2), [V24.B16, V25.B16] // group 0
+	SDOTE(0, 24, 16, 0) // sdot v0.4s, v24.16b, v16.4b[0]
+	SDOTE(1, 25, 16, 0) // sdot v1.4s, v25.16b, v16.4b[0]
+	SDOTE(2, 24, 18, 0) // sdot v2.4s, v24.16b, v18.4b[0]
+	SDOTE(3, 25, 18, 0) // sdot v3.4s, v25.16b, v18.4b[0]
+	SDOTE(4, 24, 20, 0) // sdot v4.4s, v24.16b, v20.4b[0]
+	SDOTE(5, 25, 20, 0) // sdot v5.4s, v25.16b, v20.4b[0]
+	VLD1.P 32(R2), [V24.B16, V25.B16] // group 1
+	SDOTE(0, 24, 16, 1) // sdot v0.4s, v24.16b, v16.4b[1]
+	SDOTE(1, 25, 16, 1) // sdot v1.4s, v25.16b, v16.4b[1]
+	SDOTE(2, 24, 18, 1) // sdot v2.4s, v24.16b, v18.4b[1]
+	SDOTE(3, 25, 18, 1) // sdot v3.4s, v25.16b, v18.4b[1]
+	SDOTE(4, 24, 20, 1) // sdot v4.4s, v24.16b, v20.4b[1]
+	SDOTE(5, 25, 20, 1) // sdot v5.4s, v25.16b, v20.4b[1]
+	VLD1.P 32(R2), [V24.B16, V25.B16] // group 2
+	SDOTE(0, 24, 16, 2) // sdot v0.4s, v24.16b, v16.4b[2]
+	SDOTE(1, 25, 16, 2) // sdot v1.4s, v25.16b, v16.4b[2]
+	SDOTE(2, 24, 18, 2) // sdot v2.4s, v24.16b, v18.4b[2]
+	SDOTE(3, 25, 18, 2) // sdot v3.4s, v25.16b, v18.4b[2]
+	SDOTE(4, 24, 20, 2) // sdot v4.4s, v24.16b, v20.4b[2]
+	SDOTE(5, 25, 20, 2) // sdot v5.4s, v25.16b, v20.4b[2]
+	VLD1.P 32(R2), [V24.B16, V25.B16] // group 3
+	SDOTE(0, 24, 16, 3) // sdot v0.4s, v24.16b, v16.4b[3]
+	SDOTE(1, 25, 16, 3) // sdot v1.4s, v25.16b, v16.4b[3]
+	SDOTE(2, 24, 18, 3) // sdot v2.4s, v24.16b, v18.4b[3]
+	SDOTE(3, 25, 18, 3) // sdot v3.4s, v25.16b, v18.4b[3]
+	SDOTE(4, 24, 20, 3) // sdot v4.4s, v24.16b, v20.4b[3]
+	SDOTE(5, 25, 20, 3) // sdot v5.4s, v25.16b, v20.4b[3]
+	VLD1.P 32(R2), [V24.B16, V25.B16] // group 4
+	SDOTE(0, 24, 17, 0) // sdot v0.4s, v24.16b, v17.4b[0]
+	SDOTE(1, 25, 17, 0) // sdot v1.4s, v25.16b, v17.4b[0]
+	SDOTE(2, 24, 19, 0) // sdot v2.4s, v24.16b, v19.4b[0]
+	SDOTE(3, 25, 19, 0) // sdot v3.4s, v25.16b, v19.4b[0]
+	SDOTE(4, 24, 21, 0) // sdot v4.4s, v24.16b, v21.4b[0]
+	SDOTE(5, 25, 21, 0) // sdot v5.4s, v25.16b, v21.4b[0]
+	VLD1.P 32(R2), [V24.B16, V25.B16] // group 5
+	SDOTE(0, 24, 17, 1) // sdot v0.4s, v24.16b, v17.4b[1]
+	SDOTE(1, 25, 17, 1) // sdot v1.4s, v25.16b, v17.4b[1]
+	SDOTE(2, 24, 19, 1) // sdot v2.4s, v24.16b, v19.4b[1]
+	SDOTE(3, 25, 19, 1) // sdot v3.4s, v25.16b, v19.4b[1]
+	SDOTE(4, 24, 21, 1) // sdot v4.4s, v24.16b, v21.4b[1]
+	SDOTE(5, 25, 21, 1) // sdot v5.4s, v25.16b, v21.4b[1]
+	VLD1.P 32(R2), [V24.B16, V25.B16] // group 6
+	SDOTE(0, 24, 17, 2) // sdot v0.4s, v24.16b, v17.4b[2]
+	SDOTE(1, 25, 17, 2) // sdot v1.4s, v25.16b, v17.4b[2]
+	SDOTE(2, 24, 19, 2) // sdot v2.4s, v24.16b, v19.4b[2]
+	SDOTE(3, 25, 19, 2) // sdot v3.4s, v25.16b, v19.4b[2]
+	SDOTE(4, 24, 21, 2) // sdot v4.4s, v24.16b, v21.4b[2]
+	SDOTE(5, 25, 21, 2) // sdot v5.4s, v25.16b, v21.4b[2]
+	VLD1.P 32(R2), [V24.B16, V25.B16] // group 7
+	SDOTE(0, 24, 17, 3) // sdot v0.4s, v24.16b, v17.4b[3]
+	SDOTE(1, 25, 17, 3) // sdot v1.4s, v25.16b, v17.4b[3]
+	SDOTE(2, 24, 19, 3) // sdot v2.4s, v24.16b, v19.4b[3]
+	SDOTE(3, 25, 19, 3) // sdot v3.4s, v25.16b, v19.4b[3]
+	SDOTE(4, 24, 21, 3) // sdot v4.4s, v24.16b, v21.4b[3]
+	SDOTE(5, 25, 21, 3) // sdot v5.4s, v25.16b, v21.4b[3]
+	VLD1.P 32(R2), [V24.S4, V25.S4] // weight scales
+	FMOVS.P 8(R19), F26
+	SCVTF(0, 0)        // scvtf v0.4s, v0.4s
+	SCVTF(1, 1)        // scvtf v1.4s, v1.4s
+	FMUL4(0, 0, 24)    // fmul v0.4s, v0.4s, v24.4s
+	FMUL4(1, 1, 25)    // fmul v1.4s, v1.4s, v25.4s
+	FMLAE(8, 0, 26, 0) // fmla v8.4s, v0.4s, v26.s[0]
+	FMLAE(9, 1, 26, 0) // fmla v9.4s, v1.4s, v26.s[0]
+	FMOVS.P 8(R20), F26
+	SCVTF(2, 2)        // scvtf v2.4s, v2.4s
+	SCVTF(3, 3)        // scvtf v3.4s, v3.4s
+	FMUL4(2, 2, 24)    // fmul v2.4s, v2.4s, v24.4s
+	FMUL4(3, 3, 25)    // fmul v3.4s, v3.4s, v25.4s
+	FMLAE(10, 2, 26, 0) // fmla v10.4s, v2.4s, v26.s[0]
+	FMLAE(11, 3, 26, 0) // fmla v11.4s, v3.4s, v26.s[0]
+	FMOVS.P 8(R21), F26
+	SCVTF(4, 4)        // scvtf v4.4s, v4.4s
+	SCVTF(5, 5)        // scvtf v5.4s, v5.4s
+	FMUL4(4, 4, 24)    // fmul v4.4s, v4.4s, v24.4s
+	FMUL4(5, 5, 25)    // fmul v5.4s, v5.4s, v25.4s
+	FMLAE(12, 4, 26, 0) // fmla v12.4s, v4.4s, v26.s[0]
+	FMLAE(13, 5, 26, 0) // fmla v13.4s, v5.4s, v26.s[0]
+	SUBS $1, R5, R5
+	BNE  blk
+
+store:
+	VST1 [V8.S4, V9.S4], (R3)
+	ADD  R4, R3, R3
+	VST1 [V10.S4, V11.S4], (R3)
+	ADD  R4, R3, R3
+	VST1 [V12.S4, V13.S4], (R3)
+	RET
+
+// func gemmQD4(x *int8, lda uintptr, meta *uint32, ldm uintptr, panel *byte, c *float32, ldc uintptr, nb int)
+TEXT ·gemmQD4(SB), NOSPLIT, $0-64
+	MOVD x+0(FP), R10
+	MOVD lda+8(FP), R0
+	MOVD meta+16(FP), R19
+	MOVD ldm+24(FP), R1
+	MOVD panel+32(FP), R2
+	MOVD c+40(FP), R3
+	MOVD ldc+48(FP), R4
+	MOVD nb+56(FP), R5
+	ADD  R0, R10, R11
+	ADD  R1, R19, R20
+	ADD  R0, R11, R12
+	ADD  R1, R20, R21
+	ADD  R0, R12, R13
+	ADD  R1, R21, R22
+	VEOR V8.B16, V8.B16, V8.B16
+	VEOR V9.B16, V9.B16, V9.B16
+	VEOR V10.B16, V10.B16, V10.B16
+	VEOR V11.B16, V11.B16, V11.B16
+	VEOR V12.B16, V12.B16, V12.B16
+	VEOR V13.B16, V13.B16, V13.B16
+	VEOR V14.B16, V14.B16, V14.B16
+	VEOR V15.B16, V15.B16, V15.B16
+	CBZ  R5, store
+
+blk:
+	VLD1.P 32(R10), [V16.B16, V17.B16]
+	VEOR   V0.B16, V0.B16, V0.B16
+	VEOR   V1.B16, V1.B16, V1.B16
+	VLD1.P 32(R11), [V18.B16, V19.B16]
+	VEOR   V2.B16, V2.B16, V2.B16
+	VEOR   V3.B16, V3.B16, V3.B16
+	VLD1.P 32(R12), [V20.B16, V21.B16]
+	VEOR   V4.B16, V4.B16, V4.B16
+	VEOR   V5.B16, V5.B16, V5.B16
+	VLD1.P 32(R13), [V22.B16, V23.B16]
+	VEOR   V6.B16, V6.B16, V6.B16
+	VEOR   V7.B16, V7.B16, V7.B16
+	VLD1.P 32(R2), [V24.B16, V25.B16] // group 0
+	SDOTE(0, 24, 16, 0) // sdot v0.4s, v24.16b, v16.4b[0]
+	SDOTE(1, 25, 16, 0) // sdot v1.4s, v25.16b, v16.4b[0]
+	SDOTE(2, 24, 18, 0) // sdot v2.4s, v24.16b, v18.4b[0]
+	SDOTE(3, 25, 18, 0) // sdot v3.4s, v25.16b, v18.4b[0]
+	SDOTE(4, 24, 20, 0) // sdot v4.4s, v24.16b, v20.4b[0]
+	SDOTE(5, 25, 20, 0) // sdot v5.4s, v25.16b, v20.4b[0]
+	SDOTE(6, 24, 22, 0) // sdot v6.4s, v24.16b, v22.4b[0]
+	SDOTE(7, 25, 22, 0) // sdot v7.4s, v25.16b, v22.4b[0]
+	VLD1.P 32(R2), [V24.B16, V25.B16] // group 1
+	SDOTE(0, 24, 16, 1) // sdot v0.4s, v24.16b, v16.4b[1]
+	SDOTE(1, 25, 16, 1) // sdot v1.4s, v25.16b, v16.4b[1]
+	SDOTE(2, 24, 18, 1) // sdot v2.4s, v24.16b, v18.4b[1]
+	SDOTE(3, 25, 18, 1) // sdot v3.4s, v25.16b, v18.4b[1]
+	SDOTE(4, 24, 20, 1) // sdot v4.4s, v24.16b, v20.4b[1]
+	SDOTE(5, 25, 20, 1) // sdot v5.4s, v25.16b, v20.4b[1]
+	SDOTE(6, 24, 22, 1) // sdot v6.4s, v24.16b, v22.4b[1]
+	SDOTE(7, 25, 22, 1) // sdot v7.4s, v25.16b, v22.4b[1]
+	VLD1.P 32(R2), [V24.B16, V25.B16] // group 2
+	SDOTE(0, 24, 16, 2) // sdot v0.4s, v24.16b, v16.4b[2]
+	SDOTE(1, 25, 16, 2) // sdot v1.4s, v25.16b, v16.4b[2]
+	SDOTE(2, 24, 18, 2) // sdot v2.4s, v24.16b, v18.4b[2]
+	SDOTE(3, 25, 18, 2) // sdot v3.4s, v25.16b, v18.4b[2]
+	SDOTE(4, 24, 20, 2) // sdot v4.4s, v24.16b, v20.4b[2]
+	SDOTE(5, 25, 20, 2) // sdot v5.4s, v25.16b, v20.4b[2]
+	SDOTE(6, 24, 22, 2) // sdot v6.4s, v24.16b, v22.4b[2]
+	SDOTE(7, 25, 22, 2) // sdot v7.4s, v25.16b, v22.4b[2]
+	VLD1.P 32(R2), [V24.B16, V25.B16] // group 3
+	SDOTE(0, 24, 16, 3) // sdot v0.4s, v24.16b, v16.4b[3]
+	SDOTE(1, 25, 16, 3) // sdot v1.4s, v25.16b, v16.4b[3]
+	SDOTE(2, 24, 18, 3) // sdot v2.4s, v24.16b, v18.4b[3]
+	SDOTE(3, 25, 18, 3) // sdot v3.4s, v25.16b, v18.4b[3]
+	SDOTE(4, 24, 20, 3) // sdot v4.4s, v24.16b, v20.4b[3]
+	SDOTE(5, 25, 20, 3) // sdot v5.4s, v25.16b, v20.4b[3]
+	SDOTE(6, 24, 22, 3) // sdot v6.4s, v24.16b, v22.4b[3]
+	SDOTE(7, 25, 22, 3) // sdot v7.4s, v25.16b, v22.4b[3]
+	VLD1.P 32(R2), [V24.B16, V25.B16] // group 4
+	SDOTE(0, 24, 17, 0) // sdot v0.4s, v24.16b, v17.4b[0]
+	SDOTE(1, 25, 17, 0) // sdot v1.4s, v25.16b, v17.4b[0]
+	SDOTE(2, 24, 19, 0) // sdot v2.4s, v24.16b, v19.4b[0]
+	SDOTE(3, 25, 19, 0) // sdot v3.4s, v25.16b, v19.4b[0]
+	SDOTE(4, 24, 21, 0) // sdot v4.4s, v24.16b, v21.4b[0]
+	SDOTE(5, 25, 21, 0) // sdot v5.4s, v25.16b, v21.4b[0]
+	SDOTE(6, 24, 23, 0) // sdot v6.4s, v24.16b, v23.4b[0]
+	SDOTE(7, 25, 23, 0) // sdot v7.4s, v25.16b, v23.4b[0]
+	VLD1.P 32(R2), [V24.B16, V25.B16] // group 5
+	SDOTE(0, 24, 17, 1) // sdot v0.4s, v24.16b, v17.4b[1]
+	SDOTE(1, 25, 17, 1) // sdot v1.4s, v25.16b, v17.4b[1]
+	SDOTE(2, 24, 19, 1) // sdot v2.4s, v24.16b, v19.4b[1]
+	SDOTE(3, 25, 19, 1) // sdot v3.4s, v25.16b, v19.4b[1]
+	SDOTE(4, 24, 21, 1) // sdot v4.4s, v24.16b, v21.4b[1]
+	SDOTE(5, 25, 21, 1) // sdot v5.4s, v25.16b, v21.4b[1]
+	SDOTE(6, 24, 23, 1) // sdot v6.4s, v24.16b, v23.4b[1]
+	SDOTE(7, 25, 23, 1) // sdot v7.4s, v25.16b, v23.4b[1]
+	VLD1.P 32(R2), [V24.B16, V25.B16] // group 6
+	SDOTE(0, 24, 17, 2) // sdot v0.4s, v24.16b, v17.4b[2]
+	SDOTE(1, 25, 17, 2) // sdot v1.4s, v25.16b, v17.4b[2]
+	SDOTE(2, 24, 19, 2) // sdot v2.4s, v24.16b, v19.4b[2]
+	SDOTE(3, 25, 19, 2) // sdot v3.4s, v25.16b, v19.4b[2]
+	SDOTE(4, 24, 21, 2) // sdot v4.4s, v24.16b, v21.4b[2]
+	SDOTE(5, 25, 21, 2) // sdot v5.4s, v25.16b, v21.4b[2]
+	SDOTE(6, 24, 23, 2) // sdot v6.4s, v24.16b, v23.4b[2]
+	SDOTE(7, 25, 23, 2) // sdot v7.4s, v25.16b, v23.4b[2]
+	VLD1.P 32(R2), [V24.B16, V25.B16] // group 7
+	SDOTE(0, 24, 17, 3) // sdot v0.4s, v24.16b, v17.4b[3]
+	SDOTE(1, 25, 17, 3) // sdot v1.4s, v25.16b, v17.4b[3]
+	SDOTE(2, 24, 19, 3) // sdot v2.4s, v24.16b, v19.4b[3]
+	SDOTE(3, 25, 19, 3) // sdot v3.4s, v25.16b, v19.4b[3]
+	SDOTE(4, 24, 21, 3) // sdot v4.4s, v24.16b, v21.4b[3]
+	SDOTE(5, 25, 21, 3) // sdot v5.4s, v25.16b, v21.4b[3]
+	SDOTE(6, 24, 23, 3) // sdot v6.4s, v24.16b, v23.4b[3]
+	SDOTE(7, 25, 23, 3) // sdot v7.4s, v25.16b, v23.4b[3]
+	VLD1.P 32(R2), [V24.S4, V25.S4] // weight scales
+	FMOVS.P 8(R19), F26
+	SCVTF(0, 0)        // scvtf v0.4s, v0.4s
+	SCVTF(1, 1)        // scvtf v1.4s, v1.4s
+	FMUL4(0, 0, 24)    // fmul v0.4s, v0.4s, v24.4s
+	FMUL4(1, 1, 25)    // fmul v1.4s, v1.4s, v25.4s
+	FMLAE(8, 0, 26, 0) // fmla v8.4s, v0.4s, v26.s[0]
+	FMLAE(9, 1, 26, 0) // fmla v9.4s, v1.4s, v26.s[0]
+	FMOVS.P 8(R20), F26
+	SCVTF(2, 2)        // scvtf v2.4s, v2.4s
+	SCVTF(3, 3)        // scvtf v3.4s, v3.4s
+	FMUL4(2, 2, 24)    // fmul v2.4s, v2.4s, v24.4s
+	FMUL4(3, 3, 25)    // fmul v3.4s, v3.4s, v25.4s
+	FMLAE(10, 2, 26, 0) // fmla v10.4s, v2.4s, v26.s[0]
+	FMLAE(11, 3, 26, 0) // fmla v11.4s, v3.4s, v26.s[0]
+	FMOVS.P 8(R21), F26
+	SCVTF(4, 4)        // scvtf v4.4s, v4.4s
+	SCVTF(5, 5)        // scvtf v5.4s, v5.4s
+	FMUL4(4, 4, 24)    // fmul v4.4s, v4.4s, v24.4s
+	FMUL4(5, 5, 25)    // fmul v5.4s, v5.4s, v25.4s
+	FMLAE(12, 4, 26, 0) // fmla v12.4s, v4.4s, v26.s[0]
+	FMLAE(13, 5, 26, 0) // fmla v13.4s, v5.4s, v26.s[0]
+	FMOVS.P 8(R22), F26
+	SCVTF(6, 6)        // scvtf v6.4s, v6.4s
+	SCVTF(7, 7)        // scvtf v7.4s, v7.4s
+	FMUL4(6, 6, 24)    // fmul v6.4s, v6.4s, v24.4s
+	FMUL4(7, 7, 25)    // fmul v7.4s, v7.4s, v25.4s
+	FMLAE(14, 6, 26, 0) // fmla v14.4s, v6.4s, v26.s[0]
+	FMLAE(15, 7, 26, 0) // fmla v15.4s, v7.4s, v26.s[0]
+	SUBS $1, R5, R5
+	BNE  blk
+
+store:
+	VST1 [V8.S4, V9.S4], (R3)
+	ADD  R4, R3, R3
+	VST1 [V10.S4, V11.S4], (R3)
+	ADD  R4, R3, R3
+	VST1 [V12.S4, V13.S4], (R3)
+	ADD  R4, R3, R3
+	VST1 [V14.S4, V15.S4], (R3)
+	RET
