@@ -41,6 +41,10 @@ func gemmQD2(x *int8, lda uintptr, meta *uint32, ldm uintptr, panel *byte, c *fl
 func gemmQD3(x *int8, lda uintptr, meta *uint32, ldm uintptr, panel *byte, c *float32, ldc uintptr, nb int)
 func gemmQD4(x *int8, lda uintptr, meta *uint32, ldm uintptr, panel *byte, c *float32, ldc uintptr, nb int)
 
+func dotQ4KSDOT(w *byte, xq *int8, xd *float32, xs *int16, nb int) float32
+func dotQ5KSDOT(w *byte, xq *int8, xd *float32, xs *int16, nb int) float32
+func dotQ6KSDOT(w *byte, xq *int8, xd *float32, xs *int16, nb int) float32
+
 // kernelSets lists the vector kernel sets this CPU can run, best first,
 // and the pure-Go set last: "neon-dotprod" where the CPU has the
 // dot-product extension, and "neon" (which every arm64 CPU Go runs on
@@ -68,6 +72,7 @@ func kernelSets() []kernels {
 		// Quantized prefill: 4 rows of 8 features, signed weights.
 		dp.gemmQ = []quantGemmKernel{gemmQD1, gemmQD2, gemmQD3, gemmQD4}
 		dp.nrQ, dp.qFlip = 8, 0
+		dp.dotQ4K, dp.dotQ5K, dp.dotQ6K = dotQ4KSDOT, dotQ5KSDOT, dotQ6KSDOT
 		sets = append(sets, dp)
 	}
 	return append(sets, neon, kernels{name: "go"})

@@ -1324,3 +1324,507 @@ store:
 	ADD  R4, R3, R3
 	VST1 [V14.S4, V15.S4], (R3)
 	RET
+
+// The K-quant decode dots (dot-product extension) for kDot:
+//
+//	func dotQ4KSDOT(w *byte, xq *int8, xd *float32, xs *int16, nb int) float32
+//
+// (backend/cpu/kquant.go has the Go references, backend/kquant.go the
+// layouts). R0 walks the weight blocks, R1 the Q8_K activations (256 a
+// block), R2 their scales, R3 their per-16 sums, R4 counts blocks; F0
+// (lane 0 of V0) sums the blocks in f32. The weights are unsigned (4, 5
+// or 6 bits), so sdot multiplies them with the signed activations as
+// they are. Each sub-block's sdot goes to its own accumulator; three
+// addp fold four of those into one vector of four sub-block dots, which
+// mla multiplies by the sub-blocks' scales as int32 and adds to V28
+// (|sum| < 2^31: at most 16 sub-blocks of 64*127*32 times a 6-bit or
+// int8 scale).
+
+// mla vd.4s, vn.4s, vm.4s: int32 multiply-add.
+#define MLA4(d, n, m) WORD $(0x4ea09400 | (m)<<16 | (n)<<5 | (d))
+// smull vd.4s, vn.4h, vm.4h; smlal vd.4s, vn.4h, vm.4h; smlal2 vd.4s,
+// vn.8h, vm.8h: signed int16 products widened to int32.
+#define SMULLH(d, n, m) WORD $(0x0e60c000 | (m)<<16 | (n)<<5 | (d))
+#define SMLALH(d, n, m) WORD $(0x0e608000 | (m)<<16 | (n)<<5 | (d))
+#define SMLAL2H(d, n, m) WORD $(0x4e608000 | (m)<<16 | (n)<<5 | (d))
+// sshll vd.8h, vn.8b, #0 / sshll2 vd.8h, vn.16b, #0 and sshll vd.4s,
+// vn.4h, #0 / sshll2 vd.4s, vn.8h, #0: sign extension of the low / high
+// half.
+#define SXTLB(d, n) WORD $(0x0f08a400 | (n)<<5 | (d))
+#define SXTL2B(d, n) WORD $(0x4f08a400 | (n)<<5 | (d))
+#define SXTLH(d, n) WORD $(0x0f10a400 | (n)<<5 | (d))
+#define SXTL2H(d, n) WORD $(0x4f10a400 | (n)<<5 | (d))
+
+// KMINHEAD reads a Q4_K/Q5_K block's header (d bits R5, dmin bits R6)
+// and leaves its 8 6-bit sub-block scales as int32 in V22 (0-3) and V23
+// (4-7), and in R14 the sum over sub-blocks j of m_j times the sum of
+// x's values in j (the per-16 sums in pairs). With w0, w1, w2 the scale
+// bytes 0-3, 4-7, 8-11: scales 0-3 are w0&0x3f3f3f3f, 4-7
+// (w2&0x0f0f0f0f) | ((w0>>6)&0x03030303)<<4; mins 0-3 w1&0x3f3f3f3f, 4-7
+// ((w2>>4)&0x0f0f0f0f) | ((w1>>6)&0x03030303)<<4 (KScaleMin). R0 moves
+// past the header.
+#define KMINHEAD \
+	MOVHU (R0), R5; \
+	MOVHU 2(R0), R6; \
+	MOVWU 4(R0), R7; \
+	MOVWU 8(R0), R8; \
+	MOVWU 12(R0), R9; \
+	ADD   $16, R0, R0; \
+	ANDW  $0x3f3f3f3f, R7, R10; \
+	LSRW  $6, R7, R11; \
+	ANDW  $0x03030303, R11, R11; \
+	ANDW  $0x0f0f0f0f, R9, R12; \
+	ORRW  R11<<4, R12, R11; \
+	ANDW  $0x3f3f3f3f, R8, R12; \
+	LSRW  $6, R8, R13; \
+	ANDW  $0x03030303, R13, R13; \
+	LSRW  $4, R9, R15; \
+	ANDW  $0x0f0f0f0f, R15, R15; \
+	ORRW  R13<<4, R15, R13; \
+	VMOV  R10, V20.S[0]; \
+	VMOV  R11, V20.S[1]; \
+	VUXTL V20.B8, V21.H8; \
+	VUXTL V21.H4, V22.S4; \
+	VUXTL2 V21.H8, V23.S4; \
+	VMOV  R12, V24.S[0]; \
+	VMOV  R13, V24.S[1]; \
+	VUXTL V24.B8, V24.H8; \
+	VLD1.P 32(R3), [V25.H8, V26.H8]; \
+	VADDP V26.H8, V25.H8, V25.H8; \
+	SMULLH(27, 24, 25) /* smull v27.4s, v24.4h, v25.4h */; \
+	SMLAL2H(27, 24, 25) /* smlal2 v27.4s, v24.8h, v25.8h */; \
+	VADDV V27.S4, V27; \
+	FMOVS F27, R14
+
+// KMINTAIL adds d_x*(d*sumi - dmin*summ) to F0, sumi the lane sum of V28
+// and summ R14 (dotKMin's order).
+#define KMINTAIL \
+	VADDV   V28.S4, V28; \
+	FMOVS   F28, R15; \
+	SCVTFWS R15, F1; \
+	SCVTFWS R14, F2; \
+	FMOVS   R5, F3; \
+	FCVTHS  F3, F3; \
+	FMOVS   R6, F4; \
+	FCVTHS  F4, F4; \
+	FMULS   F3, F1, F1; \
+	FMULS   F4, F2, F2; \
+	FSUBS   F2, F1, F1; \
+	FMOVS.P 4(R2), F3; \
+	FMULS   F3, F1, F1; \
+	FADDS   F1, F0, F0
+
+// KFOLD folds V24-V27 (four sub-blocks' sdot lanes) into V24's four
+// sub-block dots and adds them times the scales in V<sc> to V28.
+#define KFOLD(sc) \
+	VADDP V25.S4, V24.S4, V24.S4; \
+	VADDP V27.S4, V26.S4, V26.S4; \
+	VADDP V26.S4, V24.S4, V24.S4; \
+	MLA4(28, 24, sc) /* mla v28.4s, v24.4s, v<sc>.4s */
+
+// func dotQ4KSDOT(w *byte, xq *int8, xd *float32, xs *int16, nb int) float32
+//
+// Q4_K: each 64-value chunk c is 32 bytes whose low nibbles are
+// sub-block 2c and high nibbles 2c+1 (V31 holds 0x0f bytes).
+TEXT ·dotQ4KSDOT(SB), NOSPLIT, $0-44
+	MOVD w+0(FP), R0
+	MOVD xq+8(FP), R1
+	MOVD xd+16(FP), R2
+	MOVD xs+24(FP), R3
+	MOVD nb+32(FP), R4
+	VMOVI $15, V31.B16
+	VEOR V0.B16, V0.B16, V0.B16
+	CBZ  R4, done
+
+blk:
+	KMINHEAD
+	VEOR V28.B16, V28.B16, V28.B16
+	// chunk 0: sub-blocks 0 (V24) and 1 (V25)
+	VLD1.P 32(R0), [V1.B16, V2.B16]
+	VAND   V31.B16, V1.B16, V3.B16
+	VAND   V31.B16, V2.B16, V4.B16
+	VUSHR  $4, V1.B16, V5.B16
+	VUSHR  $4, V2.B16, V6.B16
+	VLD1.P 64(R1), [V16.B16, V17.B16, V18.B16, V19.B16]
+	VEOR   V24.B16, V24.B16, V24.B16
+	VEOR   V25.B16, V25.B16, V25.B16
+	SDOT(24, 3, 16) // sdot v24.4s, v3.16b, v16.16b
+	SDOT(24, 4, 17) // sdot v24.4s, v4.16b, v17.16b
+	SDOT(25, 5, 18) // sdot v25.4s, v5.16b, v18.16b
+	SDOT(25, 6, 19) // sdot v25.4s, v6.16b, v19.16b
+	// chunk 1: sub-blocks 2 (V26) and 3 (V27)
+	VLD1.P 32(R0), [V1.B16, V2.B16]
+	VAND   V31.B16, V1.B16, V3.B16
+	VAND   V31.B16, V2.B16, V4.B16
+	VUSHR  $4, V1.B16, V5.B16
+	VUSHR  $4, V2.B16, V6.B16
+	VLD1.P 64(R1), [V16.B16, V17.B16, V18.B16, V19.B16]
+	VEOR   V26.B16, V26.B16, V26.B16
+	VEOR   V27.B16, V27.B16, V27.B16
+	SDOT(26, 3, 16) // sdot v26.4s, v3.16b, v16.16b
+	SDOT(26, 4, 17) // sdot v26.4s, v4.16b, v17.16b
+	SDOT(27, 5, 18) // sdot v27.4s, v5.16b, v18.16b
+	SDOT(27, 6, 19) // sdot v27.4s, v6.16b, v19.16b
+	KFOLD(22)
+	// chunk 2: sub-blocks 4 (V24) and 5 (V25)
+	VLD1.P 32(R0), [V1.B16, V2.B16]
+	VAND   V31.B16, V1.B16, V3.B16
+	VAND   V31.B16, V2.B16, V4.B16
+	VUSHR  $4, V1.B16, V5.B16
+	VUSHR  $4, V2.B16, V6.B16
+	VLD1.P 64(R1), [V16.B16, V17.B16, V18.B16, V19.B16]
+	VEOR   V24.B16, V24.B16, V24.B16
+	VEOR   V25.B16, V25.B16, V25.B16
+	SDOT(24, 3, 16) // sdot v24.4s, v3.16b, v16.16b
+	SDOT(24, 4, 17) // sdot v24.4s, v4.16b, v17.16b
+	SDOT(25, 5, 18) // sdot v25.4s, v5.16b, v18.16b
+	SDOT(25, 6, 19) // sdot v25.4s, v6.16b, v19.16b
+	// chunk 3: sub-blocks 6 (V26) and 7 (V27)
+	VLD1.P 32(R0), [V1.B16, V2.B16]
+	VAND   V31.B16, V1.B16, V3.B16
+	VAND   V31.B16, V2.B16, V4.B16
+	VUSHR  $4, V1.B16, V5.B16
+	VUSHR  $4, V2.B16, V6.B16
+	VLD1.P 64(R1), [V16.B16, V17.B16, V18.B16, V19.B16]
+	VEOR   V26.B16, V26.B16, V26.B16
+	VEOR   V27.B16, V27.B16, V27.B16
+	SDOT(26, 3, 16) // sdot v26.4s, v3.16b, v16.16b
+	SDOT(26, 4, 17) // sdot v26.4s, v4.16b, v17.16b
+	SDOT(27, 5, 18) // sdot v27.4s, v5.16b, v18.16b
+	SDOT(27, 6, 19) // sdot v27.4s, v6.16b, v19.16b
+	KFOLD(23)
+	KMINTAIL
+	SUBS $1, R4, R4
+	BNE  blk
+
+done:
+	FMOVS F0, ret+40(FP)
+	RET
+
+// func dotQ5KSDOT(w *byte, xq *int8, xd *float32, xs *int16, nb int) float32
+//
+// Q5_K: the fifth bits of chunk c's values are bits 2c (low nibbles)
+// and 2c+1 (high) of the 32 qh bytes (V9, V10, shifted down 2 a chunk),
+// moved to bit 4 (V29 holds 0x01 bytes, V30 0x02).
+TEXT ·dotQ5KSDOT(SB), NOSPLIT, $0-44
+	MOVD w+0(FP), R0
+	MOVD xq+8(FP), R1
+	MOVD xd+16(FP), R2
+	MOVD xs+24(FP), R3
+	MOVD nb+32(FP), R4
+	VMOVI $15, V31.B16
+	VMOVI $1, V29.B16
+	VMOVI $2, V30.B16
+	VEOR V0.B16, V0.B16, V0.B16
+	CBZ  R4, done
+
+blk:
+	KMINHEAD
+	VLD1.P 32(R0), [V9.B16, V10.B16]
+	VEOR V28.B16, V28.B16, V28.B16
+	// chunk 0: sub-blocks 0 (V24) and 1 (V25)
+	VLD1.P 32(R0), [V1.B16, V2.B16]
+	VAND   V31.B16, V1.B16, V3.B16
+	VAND   V31.B16, V2.B16, V4.B16
+	VUSHR  $4, V1.B16, V5.B16
+	VUSHR  $4, V2.B16, V6.B16
+	VAND   V29.B16, V9.B16, V11.B16
+	VAND   V29.B16, V10.B16, V12.B16
+	VAND   V30.B16, V9.B16, V13.B16
+	VAND   V30.B16, V10.B16, V14.B16
+	VSHL   $4, V11.B16, V11.B16
+	VSHL   $4, V12.B16, V12.B16
+	VSHL   $3, V13.B16, V13.B16
+	VSHL   $3, V14.B16, V14.B16
+	VORR   V11.B16, V3.B16, V3.B16
+	VORR   V12.B16, V4.B16, V4.B16
+	VORR   V13.B16, V5.B16, V5.B16
+	VORR   V14.B16, V6.B16, V6.B16
+	VUSHR  $2, V9.B16, V9.B16
+	VUSHR  $2, V10.B16, V10.B16
+	VLD1.P 64(R1), [V16.B16, V17.B16, V18.B16, V19.B16]
+	VEOR   V24.B16, V24.B16, V24.B16
+	VEOR   V25.B16, V25.B16, V25.B16
+	SDOT(24, 3, 16) // sdot v24.4s, v3.16b, v16.16b
+	SDOT(24, 4, 17) // sdot v24.4s, v4.16b, v17.16b
+	SDOT(25, 5, 18) // sdot v25.4s, v5.16b, v18.16b
+	SDOT(25, 6, 19) // sdot v25.4s, v6.16b, v19.16b
+	// chunk 1: sub-blocks 2 (V26) and 3 (V27)
+	VLD1.P 32(R0), [V1.B16, V2.B16]
+	VAND   V31.B16, V1.B16, V3.B16
+	VAND   V31.B16, V2.B16, V4.B16
+	VUSHR  $4, V1.B16, V5.B16
+	VUSHR  $4, V2.B16, V6.B16
+	VAND   V29.B16, V9.B16, V11.B16
+	VAND   V29.B16, V10.B16, V12.B16
+	VAND   V30.B16, V9.B16, V13.B16
+	VAND   V30.B16, V10.B16, V14.B16
+	VSHL   $4, V11.B16, V11.B16
+	VSHL   $4, V12.B16, V12.B16
+	VSHL   $3, V13.B16, V13.B16
+	VSHL   $3, V14.B16, V14.B16
+	VORR   V11.B16, V3.B16, V3.B16
+	VORR   V12.B16, V4.B16, V4.B16
+	VORR   V13.B16, V5.B16, V5.B16
+	VORR   V14.B16, V6.B16, V6.B16
+	VUSHR  $2, V9.B16, V9.B16
+	VUSHR  $2, V10.B16, V10.B16
+	VLD1.P 64(R1), [V16.B16, V17.B16, V18.B16, V19.B16]
+	VEOR   V26.B16, V26.B16, V26.B16
+	VEOR   V27.B16, V27.B16, V27.B16
+	SDOT(26, 3, 16) // sdot v26.4s, v3.16b, v16.16b
+	SDOT(26, 4, 17) // sdot v26.4s, v4.16b, v17.16b
+	SDOT(27, 5, 18) // sdot v27.4s, v5.16b, v18.16b
+	SDOT(27, 6, 19) // sdot v27.4s, v6.16b, v19.16b
+	KFOLD(22)
+	// chunk 2: sub-blocks 4 (V24) and 5 (V25)
+	VLD1.P 32(R0), [V1.B16, V2.B16]
+	VAND   V31.B16, V1.B16, V3.B16
+	VAND   V31.B16, V2.B16, V4.B16
+	VUSHR  $4, V1.B16, V5.B16
+	VUSHR  $4, V2.B16, V6.B16
+	VAND   V29.B16, V9.B16, V11.B16
+	VAND   V29.B16, V10.B16, V12.B16
+	VAND   V30.B16, V9.B16, V13.B16
+	VAND   V30.B16, V10.B16, V14.B16
+	VSHL   $4, V11.B16, V11.B16
+	VSHL   $4, V12.B16, V12.B16
+	VSHL   $3, V13.B16, V13.B16
+	VSHL   $3, V14.B16, V14.B16
+	VORR   V11.B16, V3.B16, V3.B16
+	VORR   V12.B16, V4.B16, V4.B16
+	VORR   V13.B16, V5.B16, V5.B16
+	VORR   V14.B16, V6.B16, V6.B16
+	VUSHR  $2, V9.B16, V9.B16
+	VUSHR  $2, V10.B16, V10.B16
+	VLD1.P 64(R1), [V16.B16, V17.B16, V18.B16, V19.B16]
+	VEOR   V24.B16, V24.B16, V24.B16
+	VEOR   V25.B16, V25.B16, V25.B16
+	SDOT(24, 3, 16) // sdot v24.4s, v3.16b, v16.16b
+	SDOT(24, 4, 17) // sdot v24.4s, v4.16b, v17.16b
+	SDOT(25, 5, 18) // sdot v25.4s, v5.16b, v18.16b
+	SDOT(25, 6, 19) // sdot v25.4s, v6.16b, v19.16b
+	// chunk 3: sub-blocks 6 (V26) and 7 (V27)
+	VLD1.P 32(R0), [V1.B16, V2.B16]
+	VAND   V31.B16, V1.B16, V3.B16
+	VAND   V31.B16, V2.B16, V4.B16
+	VUSHR  $4, V1.B16, V5.B16
+	VUSHR  $4, V2.B16, V6.B16
+	VAND   V29.B16, V9.B16, V11.B16
+	VAND   V29.B16, V10.B16, V12.B16
+	VAND   V30.B16, V9.B16, V13.B16
+	VAND   V30.B16, V10.B16, V14.B16
+	VSHL   $4, V11.B16, V11.B16
+	VSHL   $4, V12.B16, V12.B16
+	VSHL   $3, V13.B16, V13.B16
+	VSHL   $3, V14.B16, V14.B16
+	VORR   V11.B16, V3.B16, V3.B16
+	VORR   V12.B16, V4.B16, V4.B16
+	VORR   V13.B16, V5.B16, V5.B16
+	VORR   V14.B16, V6.B16, V6.B16
+	VLD1.P 64(R1), [V16.B16, V17.B16, V18.B16, V19.B16]
+	VEOR   V26.B16, V26.B16, V26.B16
+	VEOR   V27.B16, V27.B16, V27.B16
+	SDOT(26, 3, 16) // sdot v26.4s, v3.16b, v16.16b
+	SDOT(26, 4, 17) // sdot v26.4s, v4.16b, v17.16b
+	SDOT(27, 5, 18) // sdot v27.4s, v5.16b, v18.16b
+	SDOT(27, 6, 19) // sdot v27.4s, v6.16b, v19.16b
+	KFOLD(23)
+	KMINTAIL
+	SUBS $1, R4, R4
+	BNE  blk
+
+done:
+	FMOVS F0, ret+40(FP)
+	RET
+
+// func dotQ6KSDOT(w *byte, xq *int8, xd *float32, xs *int16, nb int) float32
+//
+// Q6_K: sumi = sum over the 16 sub-blocks j of sc_j*dot_j, less 32 times
+// sum_j sc_j*(the sum of x's values in j) for the stored offset of 32
+// (R9). Half h's values come from ql (64 bytes, V1-V4) and qh (32 bytes,
+// V5, V6, through R7): group g of 32 values takes the low (g 0, 1) or high
+// (g 2, 3) nibbles of ql bytes 0-31 (g even) or 32-63 (g odd) and bits
+// 2g, 2g+1 of qh as bits 4, 5; its sub-blocks 8h+2g and 8h+2g+1 are its
+// first and second 16 values. V30 holds 0x0f bytes, V31 0x03.
+TEXT ·dotQ6KSDOT(SB), NOSPLIT, $0-44
+	MOVD w+0(FP), R0
+	MOVD xq+8(FP), R1
+	MOVD xd+16(FP), R2
+	MOVD xs+24(FP), R3
+	MOVD nb+32(FP), R4
+	VMOVI $15, V30.B16
+	VMOVI $3, V31.B16
+	VEOR V0.B16, V0.B16, V0.B16
+	CBZ  R4, done
+
+blk:
+	ADD    $192, R0, R5
+	VLD1   (R5), [V20.B16]
+	MOVHU  208(R0), R6
+	ADD    $128, R0, R7
+	SXTLB(21, 20)  // sshll v21.8h, v20.8b, #0
+	SXTL2B(22, 20) // sshll2 v22.8h, v20.16b, #0
+	SXTLH(23, 21)  // sshll v23.4s, v21.4h, #0
+	SXTL2H(24, 21) // sshll2 v24.4s, v21.8h, #0
+	SXTLH(25, 22)  // sshll v25.4s, v22.4h, #0
+	SXTL2H(26, 22) // sshll2 v26.4s, v22.8h, #0
+	VLD1.P 32(R3), [V16.H8, V17.H8]
+	SMULLH(18, 21, 16)  // smull v18.4s, v21.4h, v16.4h
+	SMLAL2H(18, 21, 16) // smlal2 v18.4s, v21.8h, v16.8h
+	SMLALH(18, 22, 17)  // smlal v18.4s, v22.4h, v17.4h
+	SMLAL2H(18, 22, 17) // smlal2 v18.4s, v22.8h, v17.8h
+	VADDV  V18.S4, V18
+	FMOVS  F18, R9
+	VEOR   V28.B16, V28.B16, V28.B16
+	// half 0: sub-blocks 0-7
+	VLD1.P 64(R0), [V1.B16, V2.B16, V3.B16, V4.B16]
+	VLD1.P 32(R7), [V5.B16, V6.B16]
+	VEOR   V9.B16, V9.B16, V9.B16
+	VEOR   V10.B16, V10.B16, V10.B16
+	VEOR   V11.B16, V11.B16, V11.B16
+	VEOR   V12.B16, V12.B16, V12.B16
+	VEOR   V13.B16, V13.B16, V13.B16
+	VEOR   V14.B16, V14.B16, V14.B16
+	VEOR   V15.B16, V15.B16, V15.B16
+	VEOR   V18.B16, V18.B16, V18.B16
+	VLD1.P 32(R1), [V16.B16, V17.B16]
+	VAND   V30.B16, V1.B16, V7.B16
+	VAND   V31.B16, V5.B16, V8.B16
+	VSHL   $4, V8.B16, V8.B16
+	VORR   V8.B16, V7.B16, V7.B16
+	SDOT(9, 7, 16) // sdot v9.4s, v7.16b, v16.16b
+	VAND   V30.B16, V2.B16, V7.B16
+	VAND   V31.B16, V6.B16, V8.B16
+	VSHL   $4, V8.B16, V8.B16
+	VORR   V8.B16, V7.B16, V7.B16
+	SDOT(10, 7, 17) // sdot v10.4s, v7.16b, v17.16b
+	VLD1.P 32(R1), [V16.B16, V17.B16]
+	VAND   V30.B16, V3.B16, V7.B16
+	VUSHR  $2, V5.B16, V8.B16
+	VAND   V31.B16, V8.B16, V8.B16
+	VSHL   $4, V8.B16, V8.B16
+	VORR   V8.B16, V7.B16, V7.B16
+	SDOT(11, 7, 16) // sdot v11.4s, v7.16b, v16.16b
+	VAND   V30.B16, V4.B16, V7.B16
+	VUSHR  $2, V6.B16, V8.B16
+	VAND   V31.B16, V8.B16, V8.B16
+	VSHL   $4, V8.B16, V8.B16
+	VORR   V8.B16, V7.B16, V7.B16
+	SDOT(12, 7, 17) // sdot v12.4s, v7.16b, v17.16b
+	VLD1.P 32(R1), [V16.B16, V17.B16]
+	VUSHR  $4, V1.B16, V7.B16
+	VUSHR  $4, V5.B16, V8.B16
+	VAND   V31.B16, V8.B16, V8.B16
+	VSHL   $4, V8.B16, V8.B16
+	VORR   V8.B16, V7.B16, V7.B16
+	SDOT(13, 7, 16) // sdot v13.4s, v7.16b, v16.16b
+	VUSHR  $4, V2.B16, V7.B16
+	VUSHR  $4, V6.B16, V8.B16
+	VAND   V31.B16, V8.B16, V8.B16
+	VSHL   $4, V8.B16, V8.B16
+	VORR   V8.B16, V7.B16, V7.B16
+	SDOT(14, 7, 17) // sdot v14.4s, v7.16b, v17.16b
+	VLD1.P 32(R1), [V16.B16, V17.B16]
+	VUSHR  $4, V3.B16, V7.B16
+	VUSHR  $6, V5.B16, V8.B16
+	VSHL   $4, V8.B16, V8.B16
+	VORR   V8.B16, V7.B16, V7.B16
+	SDOT(15, 7, 16) // sdot v15.4s, v7.16b, v16.16b
+	VUSHR  $4, V4.B16, V7.B16
+	VUSHR  $6, V6.B16, V8.B16
+	VSHL   $4, V8.B16, V8.B16
+	VORR   V8.B16, V7.B16, V7.B16
+	SDOT(18, 7, 17) // sdot v18.4s, v7.16b, v17.16b
+	VADDP  V10.S4, V9.S4, V9.S4
+	VADDP  V12.S4, V11.S4, V11.S4
+	VADDP  V11.S4, V9.S4, V9.S4
+	VADDP  V14.S4, V13.S4, V13.S4
+	VADDP  V18.S4, V15.S4, V15.S4
+	VADDP  V15.S4, V13.S4, V13.S4
+	MLA4(28, 9, 23)  // mla v28.4s, v9.4s, v23.4s
+	MLA4(28, 13, 24) // mla v28.4s, v13.4s, v24.4s
+	// half 1: sub-blocks 8-15
+	VLD1.P 64(R0), [V1.B16, V2.B16, V3.B16, V4.B16]
+	VLD1.P 32(R7), [V5.B16, V6.B16]
+	VEOR   V9.B16, V9.B16, V9.B16
+	VEOR   V10.B16, V10.B16, V10.B16
+	VEOR   V11.B16, V11.B16, V11.B16
+	VEOR   V12.B16, V12.B16, V12.B16
+	VEOR   V13.B16, V13.B16, V13.B16
+	VEOR   V14.B16, V14.B16, V14.B16
+	VEOR   V15.B16, V15.B16, V15.B16
+	VEOR   V18.B16, V18.B16, V18.B16
+	VLD1.P 32(R1), [V16.B16, V17.B16]
+	VAND   V30.B16, V1.B16, V7.B16
+	VAND   V31.B16, V5.B16, V8.B16
+	VSHL   $4, V8.B16, V8.B16
+	VORR   V8.B16, V7.B16, V7.B16
+	SDOT(9, 7, 16) // sdot v9.4s, v7.16b, v16.16b
+	VAND   V30.B16, V2.B16, V7.B16
+	VAND   V31.B16, V6.B16, V8.B16
+	VSHL   $4, V8.B16, V8.B16
+	VORR   V8.B16, V7.B16, V7.B16
+	SDOT(10, 7, 17) // sdot v10.4s, v7.16b, v17.16b
+	VLD1.P 32(R1), [V16.B16, V17.B16]
+	VAND   V30.B16, V3.B16, V7.B16
+	VUSHR  $2, V5.B16, V8.B16
+	VAND   V31.B16, V8.B16, V8.B16
+	VSHL   $4, V8.B16, V8.B16
+	VORR   V8.B16, V7.B16, V7.B16
+	SDOT(11, 7, 16) // sdot v11.4s, v7.16b, v16.16b
+	VAND   V30.B16, V4.B16, V7.B16
+	VUSHR  $2, V6.B16, V8.B16
+	VAND   V31.B16, V8.B16, V8.B16
+	VSHL   $4, V8.B16, V8.B16
+	VORR   V8.B16, V7.B16, V7.B16
+	SDOT(12, 7, 17) // sdot v12.4s, v7.16b, v17.16b
+	VLD1.P 32(R1), [V16.B16, V17.B16]
+	VUSHR  $4, V1.B16, V7.B16
+	VUSHR  $4, V5.B16, V8.B16
+	VAND   V31.B16, V8.B16, V8.B16
+	VSHL   $4, V8.B16, V8.B16
+	VORR   V8.B16, V7.B16, V7.B16
+	SDOT(13, 7, 16) // sdot v13.4s, v7.16b, v16.16b
+	VUSHR  $4, V2.B16, V7.B16
+	VUSHR  $4, V6.B16, V8.B16
+	VAND   V31.B16, V8.B16, V8.B16
+	VSHL   $4, V8.B16, V8.B16
+	VORR   V8.B16, V7.B16, V7.B16
+	SDOT(14, 7, 17) // sdot v14.4s, v7.16b, v17.16b
+	VLD1.P 32(R1), [V16.B16, V17.B16]
+	VUSHR  $4, V3.B16, V7.B16
+	VUSHR  $6, V5.B16, V8.B16
+	VSHL   $4, V8.B16, V8.B16
+	VORR   V8.B16, V7.B16, V7.B16
+	SDOT(15, 7, 16) // sdot v15.4s, v7.16b, v16.16b
+	VUSHR  $4, V4.B16, V7.B16
+	VUSHR  $6, V6.B16, V8.B16
+	VSHL   $4, V8.B16, V8.B16
+	VORR   V8.B16, V7.B16, V7.B16
+	SDOT(18, 7, 17) // sdot v18.4s, v7.16b, v17.16b
+	VADDP  V10.S4, V9.S4, V9.S4
+	VADDP  V12.S4, V11.S4, V11.S4
+	VADDP  V11.S4, V9.S4, V9.S4
+	VADDP  V14.S4, V13.S4, V13.S4
+	VADDP  V18.S4, V15.S4, V15.S4
+	VADDP  V15.S4, V13.S4, V13.S4
+	MLA4(28, 9, 25)  // mla v28.4s, v9.4s, v25.4s
+	MLA4(28, 13, 26) // mla v28.4s, v13.4s, v26.4s
+	ADD     $82, R0, R0
+	VADDV   V28.S4, V28
+	FMOVS   F28, R10
+	SUBW    R9<<5, R10, R10
+	SCVTFWS R10, F1
+	FMOVS   R6, F2
+	FCVTHS  F2, F2
+	FMOVS.P 4(R2), F3
+	FMULS   F2, F3, F3
+	FMULS   F3, F1, F1
+	FADDS   F1, F0, F0
+	SUBS    $1, R4, R4
+	BNE     blk
+
+done:
+	FMOVS F0, ret+40(FP)
+	RET
