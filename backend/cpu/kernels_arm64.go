@@ -44,6 +44,9 @@ func gemmQD4(x *int8, lda uintptr, meta *uint32, ldm uintptr, panel *byte, c *fl
 func dotQ4KSDOT(w *byte, xq *int8, xd *float32, xs *int16, nb int) float32
 func dotQ5KSDOT(w *byte, xq *int8, xd *float32, xs *int16, nb int) float32
 func dotQ6KSDOT(w *byte, xq *int8, xd *float32, xs *int16, nb int) float32
+func dotQ4KNEON(w *byte, xq *int8, xd *float32, xs *int16, nb int) float32
+func dotQ5KNEON(w *byte, xq *int8, xd *float32, xs *int16, nb int) float32
+func dotQ6KNEON(w *byte, xq *int8, xd *float32, xs *int16, nb int) float32
 
 // kernelSets lists the vector kernel sets this CPU can run, best first,
 // and the pure-Go set last: "neon-dotprod" where the CPU has the
@@ -62,6 +65,7 @@ func kernelSets() []kernels {
 		lanes:  4,
 		dotF32: dotF32NEON, dotF16: dotF16NEON, dotBF16: dotBF16NEON,
 		dotQ8: dotQ8NEON, dotQ4: dotQ4NEON, dotQ8Rows: dotQ8RowsNEON, dotQ4Rows: dotQ4RowsNEON,
+		dotQ4K: dotQ4KNEON, dotQ5K: dotQ5KNEON, dotQ6K: dotQ6KNEON,
 		axpy: axpyF32NEON, dotRows: dotRowsF32NEON, axpyRows: axpyRowsF32NEON,
 		quantRows: quantQ8NEON,
 	}

@@ -1325,7 +1325,7 @@ store:
 	VST1 [V14.S4, V15.S4], (R3)
 	RET
 
-// The K-quant decode dots (dot-product extension) for kDot:
+// The K-quant decode dots for kDot:
 //
 //	func dotQ4KSDOT(w *byte, xq *int8, xd *float32, xs *int16, nb int) float32
 //
@@ -1333,12 +1333,13 @@ store:
 // layouts). R0 walks the weight blocks, R1 the Q8_K activations (256 a
 // block), R2 their scales, R3 their per-16 sums, R4 counts blocks; F0
 // (lane 0 of V0) sums the blocks in f32. The weights are unsigned (4, 5
-// or 6 bits), so sdot multiplies them with the signed activations as
-// they are. Each sub-block's sdot goes to its own accumulator; three
-// addp fold four of those into one vector of four sub-block dots, which
-// mla multiplies by the sub-blocks' scales as int32 and adds to V28
-// (|sum| < 2^31: at most 16 sub-blocks of 64*127*32 times a 6-bit or
-// int8 scale).
+// or 6 bits), so they multiply the signed activations as they are: by
+// sdot (the SDOT forms), or by smull/smlal2 into int16, where a pair
+// stays under 2*63*127 < 32768, and sadalp into int32 (the NEON forms).
+// Each sub-block's products go to their own accumulator; three addp fold
+// four of those into one vector of four sub-block dots, which mla
+// multiplies by the sub-blocks' scales as int32 and adds to V28 (|sum| <
+// 2^31: at most 16 sub-blocks of 64*127*32 times a 6-bit or int8 scale).
 
 // mla vd.4s, vn.4s, vm.4s: int32 multiply-add.
 #define MLA4(d, n, m) WORD $(0x4ea09400 | (m)<<16 | (n)<<5 | (d))
@@ -1414,8 +1415,8 @@ store:
 	FMULS   F3, F1, F1; \
 	FADDS   F1, F0, F0
 
-// KFOLD folds V24-V27 (four sub-blocks' sdot lanes) into V24's four
-// sub-block dots and adds them times the scales in V<sc> to V28.
+// KFOLD folds V24-V27 (four sub-blocks' lanes) into V24's four sub-block
+// dots and adds them times the scales in V<sc> to V28.
 #define KFOLD(sc) \
 	VADDP V25.S4, V24.S4, V24.S4; \
 	VADDP V27.S4, V26.S4, V26.S4; \
@@ -1503,9 +1504,9 @@ done:
 
 // func dotQ5KSDOT(w *byte, xq *int8, xd *float32, xs *int16, nb int) float32
 //
-// Q5_K: the fifth bits of chunk c's values are bits 2c (low nibbles)
-// and 2c+1 (high) of the 32 qh bytes (V9, V10, shifted down 2 a chunk),
-// moved to bit 4 (V29 holds 0x01 bytes, V30 0x02).
+// Q5_K: Q4_K's chunks, with the fifth bits of chunk c's values in bits
+// 2c (low nibbles) and 2c+1 (high) of the 32 qh bytes (V9, V10, shifted
+// down 2 a chunk), moved to bit 4 (V29 holds 0x01 bytes, V30 0x02).
 TEXT ·dotQ5KSDOT(SB), NOSPLIT, $0-44
 	MOVD w+0(FP), R0
 	MOVD xq+8(FP), R1
@@ -1803,6 +1804,503 @@ blk:
 	VSHL   $4, V8.B16, V8.B16
 	VORR   V8.B16, V7.B16, V7.B16
 	SDOT(18, 7, 17) // sdot v18.4s, v7.16b, v17.16b
+	VADDP  V10.S4, V9.S4, V9.S4
+	VADDP  V12.S4, V11.S4, V11.S4
+	VADDP  V11.S4, V9.S4, V9.S4
+	VADDP  V14.S4, V13.S4, V13.S4
+	VADDP  V18.S4, V15.S4, V15.S4
+	VADDP  V15.S4, V13.S4, V13.S4
+	MLA4(28, 9, 25)  // mla v28.4s, v9.4s, v25.4s
+	MLA4(28, 13, 26) // mla v28.4s, v13.4s, v26.4s
+	ADD     $82, R0, R0
+	VADDV   V28.S4, V28
+	FMOVS   F28, R10
+	SUBW    R9<<5, R10, R10
+	SCVTFWS R10, F1
+	FMOVS   R6, F2
+	FCVTHS  F2, F2
+	FMOVS.P 4(R2), F3
+	FMULS   F2, F3, F3
+	FMULS   F3, F1, F1
+	FADDS   F1, F0, F0
+	SUBS    $1, R4, R4
+	BNE     blk
+
+done:
+	FMOVS F0, ret+40(FP)
+	RET
+
+// func dotQ4KNEON(w *byte, xq *int8, xd *float32, xs *int16, nb int) float32
+//
+// Q4_K: each 64-value chunk c is 32 bytes whose low nibbles are
+// sub-block 2c and high nibbles 2c+1 (V31 holds 0x0f bytes).
+TEXT ·dotQ4KNEON(SB), NOSPLIT, $0-44
+	MOVD w+0(FP), R0
+	MOVD xq+8(FP), R1
+	MOVD xd+16(FP), R2
+	MOVD xs+24(FP), R3
+	MOVD nb+32(FP), R4
+	VMOVI $15, V31.B16
+	VEOR V0.B16, V0.B16, V0.B16
+	CBZ  R4, done
+
+blk:
+	KMINHEAD
+	VEOR V28.B16, V28.B16, V28.B16
+	// chunk 0: sub-blocks 0 (V24) and 1 (V25)
+	VLD1.P 32(R0), [V1.B16, V2.B16]
+	VAND   V31.B16, V1.B16, V3.B16
+	VAND   V31.B16, V2.B16, V4.B16
+	VUSHR  $4, V1.B16, V5.B16
+	VUSHR  $4, V2.B16, V6.B16
+	VLD1.P 64(R1), [V16.B16, V17.B16, V18.B16, V19.B16]
+	VEOR   V24.B16, V24.B16, V24.B16
+	VEOR   V25.B16, V25.B16, V25.B16
+	SMULL(7, 3, 16)  // smull v7.8h, v3.8b, v16.8b
+	SMLAL2(7, 3, 16) // smlal2 v7.8h, v3.16b, v16.16b
+	SADALP(24, 7)     // sadalp v24.4s, v7.8h
+	SMULL(7, 4, 17)  // smull v7.8h, v4.8b, v17.8b
+	SMLAL2(7, 4, 17) // smlal2 v7.8h, v4.16b, v17.16b
+	SADALP(24, 7)     // sadalp v24.4s, v7.8h
+	SMULL(7, 5, 18)  // smull v7.8h, v5.8b, v18.8b
+	SMLAL2(7, 5, 18) // smlal2 v7.8h, v5.16b, v18.16b
+	SADALP(25, 7)     // sadalp v25.4s, v7.8h
+	SMULL(7, 6, 19)  // smull v7.8h, v6.8b, v19.8b
+	SMLAL2(7, 6, 19) // smlal2 v7.8h, v6.16b, v19.16b
+	SADALP(25, 7)     // sadalp v25.4s, v7.8h
+	// chunk 1: sub-blocks 2 (V26) and 3 (V27)
+	VLD1.P 32(R0), [V1.B16, V2.B16]
+	VAND   V31.B16, V1.B16, V3.B16
+	VAND   V31.B16, V2.B16, V4.B16
+	VUSHR  $4, V1.B16, V5.B16
+	VUSHR  $4, V2.B16, V6.B16
+	VLD1.P 64(R1), [V16.B16, V17.B16, V18.B16, V19.B16]
+	VEOR   V26.B16, V26.B16, V26.B16
+	VEOR   V27.B16, V27.B16, V27.B16
+	SMULL(7, 3, 16)  // smull v7.8h, v3.8b, v16.8b
+	SMLAL2(7, 3, 16) // smlal2 v7.8h, v3.16b, v16.16b
+	SADALP(26, 7)     // sadalp v26.4s, v7.8h
+	SMULL(7, 4, 17)  // smull v7.8h, v4.8b, v17.8b
+	SMLAL2(7, 4, 17) // smlal2 v7.8h, v4.16b, v17.16b
+	SADALP(26, 7)     // sadalp v26.4s, v7.8h
+	SMULL(7, 5, 18)  // smull v7.8h, v5.8b, v18.8b
+	SMLAL2(7, 5, 18) // smlal2 v7.8h, v5.16b, v18.16b
+	SADALP(27, 7)     // sadalp v27.4s, v7.8h
+	SMULL(7, 6, 19)  // smull v7.8h, v6.8b, v19.8b
+	SMLAL2(7, 6, 19) // smlal2 v7.8h, v6.16b, v19.16b
+	SADALP(27, 7)     // sadalp v27.4s, v7.8h
+	KFOLD(22)
+	// chunk 2: sub-blocks 4 (V24) and 5 (V25)
+	VLD1.P 32(R0), [V1.B16, V2.B16]
+	VAND   V31.B16, V1.B16, V3.B16
+	VAND   V31.B16, V2.B16, V4.B16
+	VUSHR  $4, V1.B16, V5.B16
+	VUSHR  $4, V2.B16, V6.B16
+	VLD1.P 64(R1), [V16.B16, V17.B16, V18.B16, V19.B16]
+	VEOR   V24.B16, V24.B16, V24.B16
+	VEOR   V25.B16, V25.B16, V25.B16
+	SMULL(7, 3, 16)  // smull v7.8h, v3.8b, v16.8b
+	SMLAL2(7, 3, 16) // smlal2 v7.8h, v3.16b, v16.16b
+	SADALP(24, 7)     // sadalp v24.4s, v7.8h
+	SMULL(7, 4, 17)  // smull v7.8h, v4.8b, v17.8b
+	SMLAL2(7, 4, 17) // smlal2 v7.8h, v4.16b, v17.16b
+	SADALP(24, 7)     // sadalp v24.4s, v7.8h
+	SMULL(7, 5, 18)  // smull v7.8h, v5.8b, v18.8b
+	SMLAL2(7, 5, 18) // smlal2 v7.8h, v5.16b, v18.16b
+	SADALP(25, 7)     // sadalp v25.4s, v7.8h
+	SMULL(7, 6, 19)  // smull v7.8h, v6.8b, v19.8b
+	SMLAL2(7, 6, 19) // smlal2 v7.8h, v6.16b, v19.16b
+	SADALP(25, 7)     // sadalp v25.4s, v7.8h
+	// chunk 3: sub-blocks 6 (V26) and 7 (V27)
+	VLD1.P 32(R0), [V1.B16, V2.B16]
+	VAND   V31.B16, V1.B16, V3.B16
+	VAND   V31.B16, V2.B16, V4.B16
+	VUSHR  $4, V1.B16, V5.B16
+	VUSHR  $4, V2.B16, V6.B16
+	VLD1.P 64(R1), [V16.B16, V17.B16, V18.B16, V19.B16]
+	VEOR   V26.B16, V26.B16, V26.B16
+	VEOR   V27.B16, V27.B16, V27.B16
+	SMULL(7, 3, 16)  // smull v7.8h, v3.8b, v16.8b
+	SMLAL2(7, 3, 16) // smlal2 v7.8h, v3.16b, v16.16b
+	SADALP(26, 7)     // sadalp v26.4s, v7.8h
+	SMULL(7, 4, 17)  // smull v7.8h, v4.8b, v17.8b
+	SMLAL2(7, 4, 17) // smlal2 v7.8h, v4.16b, v17.16b
+	SADALP(26, 7)     // sadalp v26.4s, v7.8h
+	SMULL(7, 5, 18)  // smull v7.8h, v5.8b, v18.8b
+	SMLAL2(7, 5, 18) // smlal2 v7.8h, v5.16b, v18.16b
+	SADALP(27, 7)     // sadalp v27.4s, v7.8h
+	SMULL(7, 6, 19)  // smull v7.8h, v6.8b, v19.8b
+	SMLAL2(7, 6, 19) // smlal2 v7.8h, v6.16b, v19.16b
+	SADALP(27, 7)     // sadalp v27.4s, v7.8h
+	KFOLD(23)
+	KMINTAIL
+	SUBS $1, R4, R4
+	BNE  blk
+
+done:
+	FMOVS F0, ret+40(FP)
+	RET
+
+// func dotQ5KNEON(w *byte, xq *int8, xd *float32, xs *int16, nb int) float32
+//
+// Q5_K: Q4_K's chunks, with the fifth bits of chunk c's values in bits
+// 2c (low nibbles) and 2c+1 (high) of the 32 qh bytes (V9, V10, shifted
+// down 2 a chunk), moved to bit 4 (V29 holds 0x01 bytes, V30 0x02).
+TEXT ·dotQ5KNEON(SB), NOSPLIT, $0-44
+	MOVD w+0(FP), R0
+	MOVD xq+8(FP), R1
+	MOVD xd+16(FP), R2
+	MOVD xs+24(FP), R3
+	MOVD nb+32(FP), R4
+	VMOVI $15, V31.B16
+	VMOVI $1, V29.B16
+	VMOVI $2, V30.B16
+	VEOR V0.B16, V0.B16, V0.B16
+	CBZ  R4, done
+
+blk:
+	KMINHEAD
+	VLD1.P 32(R0), [V9.B16, V10.B16]
+	VEOR V28.B16, V28.B16, V28.B16
+	// chunk 0: sub-blocks 0 (V24) and 1 (V25)
+	VLD1.P 32(R0), [V1.B16, V2.B16]
+	VAND   V31.B16, V1.B16, V3.B16
+	VAND   V31.B16, V2.B16, V4.B16
+	VUSHR  $4, V1.B16, V5.B16
+	VUSHR  $4, V2.B16, V6.B16
+	VAND   V29.B16, V9.B16, V11.B16
+	VAND   V29.B16, V10.B16, V12.B16
+	VAND   V30.B16, V9.B16, V13.B16
+	VAND   V30.B16, V10.B16, V14.B16
+	VSHL   $4, V11.B16, V11.B16
+	VSHL   $4, V12.B16, V12.B16
+	VSHL   $3, V13.B16, V13.B16
+	VSHL   $3, V14.B16, V14.B16
+	VORR   V11.B16, V3.B16, V3.B16
+	VORR   V12.B16, V4.B16, V4.B16
+	VORR   V13.B16, V5.B16, V5.B16
+	VORR   V14.B16, V6.B16, V6.B16
+	VUSHR  $2, V9.B16, V9.B16
+	VUSHR  $2, V10.B16, V10.B16
+	VLD1.P 64(R1), [V16.B16, V17.B16, V18.B16, V19.B16]
+	VEOR   V24.B16, V24.B16, V24.B16
+	VEOR   V25.B16, V25.B16, V25.B16
+	SMULL(7, 3, 16)  // smull v7.8h, v3.8b, v16.8b
+	SMLAL2(7, 3, 16) // smlal2 v7.8h, v3.16b, v16.16b
+	SADALP(24, 7)     // sadalp v24.4s, v7.8h
+	SMULL(7, 4, 17)  // smull v7.8h, v4.8b, v17.8b
+	SMLAL2(7, 4, 17) // smlal2 v7.8h, v4.16b, v17.16b
+	SADALP(24, 7)     // sadalp v24.4s, v7.8h
+	SMULL(7, 5, 18)  // smull v7.8h, v5.8b, v18.8b
+	SMLAL2(7, 5, 18) // smlal2 v7.8h, v5.16b, v18.16b
+	SADALP(25, 7)     // sadalp v25.4s, v7.8h
+	SMULL(7, 6, 19)  // smull v7.8h, v6.8b, v19.8b
+	SMLAL2(7, 6, 19) // smlal2 v7.8h, v6.16b, v19.16b
+	SADALP(25, 7)     // sadalp v25.4s, v7.8h
+	// chunk 1: sub-blocks 2 (V26) and 3 (V27)
+	VLD1.P 32(R0), [V1.B16, V2.B16]
+	VAND   V31.B16, V1.B16, V3.B16
+	VAND   V31.B16, V2.B16, V4.B16
+	VUSHR  $4, V1.B16, V5.B16
+	VUSHR  $4, V2.B16, V6.B16
+	VAND   V29.B16, V9.B16, V11.B16
+	VAND   V29.B16, V10.B16, V12.B16
+	VAND   V30.B16, V9.B16, V13.B16
+	VAND   V30.B16, V10.B16, V14.B16
+	VSHL   $4, V11.B16, V11.B16
+	VSHL   $4, V12.B16, V12.B16
+	VSHL   $3, V13.B16, V13.B16
+	VSHL   $3, V14.B16, V14.B16
+	VORR   V11.B16, V3.B16, V3.B16
+	VORR   V12.B16, V4.B16, V4.B16
+	VORR   V13.B16, V5.B16, V5.B16
+	VORR   V14.B16, V6.B16, V6.B16
+	VUSHR  $2, V9.B16, V9.B16
+	VUSHR  $2, V10.B16, V10.B16
+	VLD1.P 64(R1), [V16.B16, V17.B16, V18.B16, V19.B16]
+	VEOR   V26.B16, V26.B16, V26.B16
+	VEOR   V27.B16, V27.B16, V27.B16
+	SMULL(7, 3, 16)  // smull v7.8h, v3.8b, v16.8b
+	SMLAL2(7, 3, 16) // smlal2 v7.8h, v3.16b, v16.16b
+	SADALP(26, 7)     // sadalp v26.4s, v7.8h
+	SMULL(7, 4, 17)  // smull v7.8h, v4.8b, v17.8b
+	SMLAL2(7, 4, 17) // smlal2 v7.8h, v4.16b, v17.16b
+	SADALP(26, 7)     // sadalp v26.4s, v7.8h
+	SMULL(7, 5, 18)  // smull v7.8h, v5.8b, v18.8b
+	SMLAL2(7, 5, 18) // smlal2 v7.8h, v5.16b, v18.16b
+	SADALP(27, 7)     // sadalp v27.4s, v7.8h
+	SMULL(7, 6, 19)  // smull v7.8h, v6.8b, v19.8b
+	SMLAL2(7, 6, 19) // smlal2 v7.8h, v6.16b, v19.16b
+	SADALP(27, 7)     // sadalp v27.4s, v7.8h
+	KFOLD(22)
+	// chunk 2: sub-blocks 4 (V24) and 5 (V25)
+	VLD1.P 32(R0), [V1.B16, V2.B16]
+	VAND   V31.B16, V1.B16, V3.B16
+	VAND   V31.B16, V2.B16, V4.B16
+	VUSHR  $4, V1.B16, V5.B16
+	VUSHR  $4, V2.B16, V6.B16
+	VAND   V29.B16, V9.B16, V11.B16
+	VAND   V29.B16, V10.B16, V12.B16
+	VAND   V30.B16, V9.B16, V13.B16
+	VAND   V30.B16, V10.B16, V14.B16
+	VSHL   $4, V11.B16, V11.B16
+	VSHL   $4, V12.B16, V12.B16
+	VSHL   $3, V13.B16, V13.B16
+	VSHL   $3, V14.B16, V14.B16
+	VORR   V11.B16, V3.B16, V3.B16
+	VORR   V12.B16, V4.B16, V4.B16
+	VORR   V13.B16, V5.B16, V5.B16
+	VORR   V14.B16, V6.B16, V6.B16
+	VUSHR  $2, V9.B16, V9.B16
+	VUSHR  $2, V10.B16, V10.B16
+	VLD1.P 64(R1), [V16.B16, V17.B16, V18.B16, V19.B16]
+	VEOR   V24.B16, V24.B16, V24.B16
+	VEOR   V25.B16, V25.B16, V25.B16
+	SMULL(7, 3, 16)  // smull v7.8h, v3.8b, v16.8b
+	SMLAL2(7, 3, 16) // smlal2 v7.8h, v3.16b, v16.16b
+	SADALP(24, 7)     // sadalp v24.4s, v7.8h
+	SMULL(7, 4, 17)  // smull v7.8h, v4.8b, v17.8b
+	SMLAL2(7, 4, 17) // smlal2 v7.8h, v4.16b, v17.16b
+	SADALP(24, 7)     // sadalp v24.4s, v7.8h
+	SMULL(7, 5, 18)  // smull v7.8h, v5.8b, v18.8b
+	SMLAL2(7, 5, 18) // smlal2 v7.8h, v5.16b, v18.16b
+	SADALP(25, 7)     // sadalp v25.4s, v7.8h
+	SMULL(7, 6, 19)  // smull v7.8h, v6.8b, v19.8b
+	SMLAL2(7, 6, 19) // smlal2 v7.8h, v6.16b, v19.16b
+	SADALP(25, 7)     // sadalp v25.4s, v7.8h
+	// chunk 3: sub-blocks 6 (V26) and 7 (V27)
+	VLD1.P 32(R0), [V1.B16, V2.B16]
+	VAND   V31.B16, V1.B16, V3.B16
+	VAND   V31.B16, V2.B16, V4.B16
+	VUSHR  $4, V1.B16, V5.B16
+	VUSHR  $4, V2.B16, V6.B16
+	VAND   V29.B16, V9.B16, V11.B16
+	VAND   V29.B16, V10.B16, V12.B16
+	VAND   V30.B16, V9.B16, V13.B16
+	VAND   V30.B16, V10.B16, V14.B16
+	VSHL   $4, V11.B16, V11.B16
+	VSHL   $4, V12.B16, V12.B16
+	VSHL   $3, V13.B16, V13.B16
+	VSHL   $3, V14.B16, V14.B16
+	VORR   V11.B16, V3.B16, V3.B16
+	VORR   V12.B16, V4.B16, V4.B16
+	VORR   V13.B16, V5.B16, V5.B16
+	VORR   V14.B16, V6.B16, V6.B16
+	VLD1.P 64(R1), [V16.B16, V17.B16, V18.B16, V19.B16]
+	VEOR   V26.B16, V26.B16, V26.B16
+	VEOR   V27.B16, V27.B16, V27.B16
+	SMULL(7, 3, 16)  // smull v7.8h, v3.8b, v16.8b
+	SMLAL2(7, 3, 16) // smlal2 v7.8h, v3.16b, v16.16b
+	SADALP(26, 7)     // sadalp v26.4s, v7.8h
+	SMULL(7, 4, 17)  // smull v7.8h, v4.8b, v17.8b
+	SMLAL2(7, 4, 17) // smlal2 v7.8h, v4.16b, v17.16b
+	SADALP(26, 7)     // sadalp v26.4s, v7.8h
+	SMULL(7, 5, 18)  // smull v7.8h, v5.8b, v18.8b
+	SMLAL2(7, 5, 18) // smlal2 v7.8h, v5.16b, v18.16b
+	SADALP(27, 7)     // sadalp v27.4s, v7.8h
+	SMULL(7, 6, 19)  // smull v7.8h, v6.8b, v19.8b
+	SMLAL2(7, 6, 19) // smlal2 v7.8h, v6.16b, v19.16b
+	SADALP(27, 7)     // sadalp v27.4s, v7.8h
+	KFOLD(23)
+	KMINTAIL
+	SUBS $1, R4, R4
+	BNE  blk
+
+done:
+	FMOVS F0, ret+40(FP)
+	RET
+
+// func dotQ6KNEON(w *byte, xq *int8, xd *float32, xs *int16, nb int) float32
+//
+// dotQ6KSDOT without the extension.
+TEXT ·dotQ6KNEON(SB), NOSPLIT, $0-44
+	MOVD w+0(FP), R0
+	MOVD xq+8(FP), R1
+	MOVD xd+16(FP), R2
+	MOVD xs+24(FP), R3
+	MOVD nb+32(FP), R4
+	VMOVI $15, V30.B16
+	VMOVI $3, V31.B16
+	VEOR V0.B16, V0.B16, V0.B16
+	CBZ  R4, done
+
+blk:
+	ADD    $192, R0, R5
+	VLD1   (R5), [V20.B16]
+	MOVHU  208(R0), R6
+	ADD    $128, R0, R7
+	SXTLB(21, 20)  // sshll v21.8h, v20.8b, #0
+	SXTL2B(22, 20) // sshll2 v22.8h, v20.16b, #0
+	SXTLH(23, 21)  // sshll v23.4s, v21.4h, #0
+	SXTL2H(24, 21) // sshll2 v24.4s, v21.8h, #0
+	SXTLH(25, 22)  // sshll v25.4s, v22.4h, #0
+	SXTL2H(26, 22) // sshll2 v26.4s, v22.8h, #0
+	VLD1.P 32(R3), [V16.H8, V17.H8]
+	SMULLH(18, 21, 16)  // smull v18.4s, v21.4h, v16.4h
+	SMLAL2H(18, 21, 16) // smlal2 v18.4s, v21.8h, v16.8h
+	SMLALH(18, 22, 17)  // smlal v18.4s, v22.4h, v17.4h
+	SMLAL2H(18, 22, 17) // smlal2 v18.4s, v22.8h, v17.8h
+	VADDV  V18.S4, V18
+	FMOVS  F18, R9
+	VEOR   V28.B16, V28.B16, V28.B16
+	// half 0: sub-blocks 0-7
+	VLD1.P 64(R0), [V1.B16, V2.B16, V3.B16, V4.B16]
+	VLD1.P 32(R7), [V5.B16, V6.B16]
+	VEOR   V9.B16, V9.B16, V9.B16
+	VEOR   V10.B16, V10.B16, V10.B16
+	VEOR   V11.B16, V11.B16, V11.B16
+	VEOR   V12.B16, V12.B16, V12.B16
+	VEOR   V13.B16, V13.B16, V13.B16
+	VEOR   V14.B16, V14.B16, V14.B16
+	VEOR   V15.B16, V15.B16, V15.B16
+	VEOR   V18.B16, V18.B16, V18.B16
+	VLD1.P 32(R1), [V16.B16, V17.B16]
+	VAND   V30.B16, V1.B16, V7.B16
+	VAND   V31.B16, V5.B16, V8.B16
+	VSHL   $4, V8.B16, V8.B16
+	VORR   V8.B16, V7.B16, V7.B16
+	SMULL(8, 7, 16)  // smull v8.8h, v7.8b, v16.8b
+	SMLAL2(8, 7, 16) // smlal2 v8.8h, v7.16b, v16.16b
+	SADALP(9, 8)     // sadalp v9.4s, v8.8h
+	VAND   V30.B16, V2.B16, V7.B16
+	VAND   V31.B16, V6.B16, V8.B16
+	VSHL   $4, V8.B16, V8.B16
+	VORR   V8.B16, V7.B16, V7.B16
+	SMULL(8, 7, 17)  // smull v8.8h, v7.8b, v17.8b
+	SMLAL2(8, 7, 17) // smlal2 v8.8h, v7.16b, v17.16b
+	SADALP(10, 8)     // sadalp v10.4s, v8.8h
+	VLD1.P 32(R1), [V16.B16, V17.B16]
+	VAND   V30.B16, V3.B16, V7.B16
+	VUSHR  $2, V5.B16, V8.B16
+	VAND   V31.B16, V8.B16, V8.B16
+	VSHL   $4, V8.B16, V8.B16
+	VORR   V8.B16, V7.B16, V7.B16
+	SMULL(8, 7, 16)  // smull v8.8h, v7.8b, v16.8b
+	SMLAL2(8, 7, 16) // smlal2 v8.8h, v7.16b, v16.16b
+	SADALP(11, 8)     // sadalp v11.4s, v8.8h
+	VAND   V30.B16, V4.B16, V7.B16
+	VUSHR  $2, V6.B16, V8.B16
+	VAND   V31.B16, V8.B16, V8.B16
+	VSHL   $4, V8.B16, V8.B16
+	VORR   V8.B16, V7.B16, V7.B16
+	SMULL(8, 7, 17)  // smull v8.8h, v7.8b, v17.8b
+	SMLAL2(8, 7, 17) // smlal2 v8.8h, v7.16b, v17.16b
+	SADALP(12, 8)     // sadalp v12.4s, v8.8h
+	VLD1.P 32(R1), [V16.B16, V17.B16]
+	VUSHR  $4, V1.B16, V7.B16
+	VUSHR  $4, V5.B16, V8.B16
+	VAND   V31.B16, V8.B16, V8.B16
+	VSHL   $4, V8.B16, V8.B16
+	VORR   V8.B16, V7.B16, V7.B16
+	SMULL(8, 7, 16)  // smull v8.8h, v7.8b, v16.8b
+	SMLAL2(8, 7, 16) // smlal2 v8.8h, v7.16b, v16.16b
+	SADALP(13, 8)     // sadalp v13.4s, v8.8h
+	VUSHR  $4, V2.B16, V7.B16
+	VUSHR  $4, V6.B16, V8.B16
+	VAND   V31.B16, V8.B16, V8.B16
+	VSHL   $4, V8.B16, V8.B16
+	VORR   V8.B16, V7.B16, V7.B16
+	SMULL(8, 7, 17)  // smull v8.8h, v7.8b, v17.8b
+	SMLAL2(8, 7, 17) // smlal2 v8.8h, v7.16b, v17.16b
+	SADALP(14, 8)     // sadalp v14.4s, v8.8h
+	VLD1.P 32(R1), [V16.B16, V17.B16]
+	VUSHR  $4, V3.B16, V7.B16
+	VUSHR  $6, V5.B16, V8.B16
+	VSHL   $4, V8.B16, V8.B16
+	VORR   V8.B16, V7.B16, V7.B16
+	SMULL(8, 7, 16)  // smull v8.8h, v7.8b, v16.8b
+	SMLAL2(8, 7, 16) // smlal2 v8.8h, v7.16b, v16.16b
+	SADALP(15, 8)     // sadalp v15.4s, v8.8h
+	VUSHR  $4, V4.B16, V7.B16
+	VUSHR  $6, V6.B16, V8.B16
+	VSHL   $4, V8.B16, V8.B16
+	VORR   V8.B16, V7.B16, V7.B16
+	SMULL(8, 7, 17)  // smull v8.8h, v7.8b, v17.8b
+	SMLAL2(8, 7, 17) // smlal2 v8.8h, v7.16b, v17.16b
+	SADALP(18, 8)     // sadalp v18.4s, v8.8h
+	VADDP  V10.S4, V9.S4, V9.S4
+	VADDP  V12.S4, V11.S4, V11.S4
+	VADDP  V11.S4, V9.S4, V9.S4
+	VADDP  V14.S4, V13.S4, V13.S4
+	VADDP  V18.S4, V15.S4, V15.S4
+	VADDP  V15.S4, V13.S4, V13.S4
+	MLA4(28, 9, 23)  // mla v28.4s, v9.4s, v23.4s
+	MLA4(28, 13, 24) // mla v28.4s, v13.4s, v24.4s
+	// half 1: sub-blocks 8-15
+	VLD1.P 64(R0), [V1.B16, V2.B16, V3.B16, V4.B16]
+	VLD1.P 32(R7), [V5.B16, V6.B16]
+	VEOR   V9.B16, V9.B16, V9.B16
+	VEOR   V10.B16, V10.B16, V10.B16
+	VEOR   V11.B16, V11.B16, V11.B16
+	VEOR   V12.B16, V12.B16, V12.B16
+	VEOR   V13.B16, V13.B16, V13.B16
+	VEOR   V14.B16, V14.B16, V14.B16
+	VEOR   V15.B16, V15.B16, V15.B16
+	VEOR   V18.B16, V18.B16, V18.B16
+	VLD1.P 32(R1), [V16.B16, V17.B16]
+	VAND   V30.B16, V1.B16, V7.B16
+	VAND   V31.B16, V5.B16, V8.B16
+	VSHL   $4, V8.B16, V8.B16
+	VORR   V8.B16, V7.B16, V7.B16
+	SMULL(8, 7, 16)  // smull v8.8h, v7.8b, v16.8b
+	SMLAL2(8, 7, 16) // smlal2 v8.8h, v7.16b, v16.16b
+	SADALP(9, 8)     // sadalp v9.4s, v8.8h
+	VAND   V30.B16, V2.B16, V7.B16
+	VAND   V31.B16, V6.B16, V8.B16
+	VSHL   $4, V8.B16, V8.B16
+	VORR   V8.B16, V7.B16, V7.B16
+	SMULL(8, 7, 17)  // smull v8.8h, v7.8b, v17.8b
+	SMLAL2(8, 7, 17) // smlal2 v8.8h, v7.16b, v17.16b
+	SADALP(10, 8)     // sadalp v10.4s, v8.8h
+	VLD1.P 32(R1), [V16.B16, V17.B16]
+	VAND   V30.B16, V3.B16, V7.B16
+	VUSHR  $2, V5.B16, V8.B16
+	VAND   V31.B16, V8.B16, V8.B16
+	VSHL   $4, V8.B16, V8.B16
+	VORR   V8.B16, V7.B16, V7.B16
+	SMULL(8, 7, 16)  // smull v8.8h, v7.8b, v16.8b
+	SMLAL2(8, 7, 16) // smlal2 v8.8h, v7.16b, v16.16b
+	SADALP(11, 8)     // sadalp v11.4s, v8.8h
+	VAND   V30.B16, V4.B16, V7.B16
+	VUSHR  $2, V6.B16, V8.B16
+	VAND   V31.B16, V8.B16, V8.B16
+	VSHL   $4, V8.B16, V8.B16
+	VORR   V8.B16, V7.B16, V7.B16
+	SMULL(8, 7, 17)  // smull v8.8h, v7.8b, v17.8b
+	SMLAL2(8, 7, 17) // smlal2 v8.8h, v7.16b, v17.16b
+	SADALP(12, 8)     // sadalp v12.4s, v8.8h
+	VLD1.P 32(R1), [V16.B16, V17.B16]
+	VUSHR  $4, V1.B16, V7.B16
+	VUSHR  $4, V5.B16, V8.B16
+	VAND   V31.B16, V8.B16, V8.B16
+	VSHL   $4, V8.B16, V8.B16
+	VORR   V8.B16, V7.B16, V7.B16
+	SMULL(8, 7, 16)  // smull v8.8h, v7.8b, v16.8b
+	SMLAL2(8, 7, 16) // smlal2 v8.8h, v7.16b, v16.16b
+	SADALP(13, 8)     // sadalp v13.4s, v8.8h
+	VUSHR  $4, V2.B16, V7.B16
+	VUSHR  $4, V6.B16, V8.B16
+	VAND   V31.B16, V8.B16, V8.B16
+	VSHL   $4, V8.B16, V8.B16
+	VORR   V8.B16, V7.B16, V7.B16
+	SMULL(8, 7, 17)  // smull v8.8h, v7.8b, v17.8b
+	SMLAL2(8, 7, 17) // smlal2 v8.8h, v7.16b, v17.16b
+	SADALP(14, 8)     // sadalp v14.4s, v8.8h
+	VLD1.P 32(R1), [V16.B16, V17.B16]
+	VUSHR  $4, V3.B16, V7.B16
+	VUSHR  $6, V5.B16, V8.B16
+	VSHL   $4, V8.B16, V8.B16
+	VORR   V8.B16, V7.B16, V7.B16
+	SMULL(8, 7, 16)  // smull v8.8h, v7.8b, v16.8b
+	SMLAL2(8, 7, 16) // smlal2 v8.8h, v7.16b, v16.16b
+	SADALP(15, 8)     // sadalp v15.4s, v8.8h
+	VUSHR  $4, V4.B16, V7.B16
+	VUSHR  $6, V6.B16, V8.B16
+	VSHL   $4, V8.B16, V8.B16
+	VORR   V8.B16, V7.B16, V7.B16
+	SMULL(8, 7, 17)  // smull v8.8h, v7.8b, v17.8b
+	SMLAL2(8, 7, 17) // smlal2 v8.8h, v7.16b, v17.16b
+	SADALP(18, 8)     // sadalp v18.4s, v8.8h
 	VADDP  V10.S4, V9.S4, V9.S4
 	VADDP  V12.S4, V11.S4, V11.S4
 	VADDP  V11.S4, V9.S4, V9.S4
