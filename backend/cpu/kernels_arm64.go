@@ -8,9 +8,11 @@ import (
 	"golang.org/x/sys/cpu"
 )
 
-// The assembly kernels of kernels_arm64.s. SDOT needs the dot-product
-// extension (ASIMDDP); the others are base NEON (ASIMD), whose f16
-// conversions (fcvtl, fcvt) need no half-precision arithmetic extension.
+// The assembly kernels of kernels_arm64.s (by hand) and
+// kernels_gen_arm64.s (written by internal/arm64gen). SDOT needs the
+// dot-product extension (ASIMDDP); the others are base NEON (ASIMD),
+// whose f16 conversions (fcvtl, fcvt) need no half-precision arithmetic
+// extension.
 
 func dotQ8SDOT(xq *int8, xs *float32, w *byte, nb int) float32
 func dotQ4SDOT(xq *int8, xs *float32, w *byte, nb int) float32
