@@ -30,6 +30,7 @@ func axpyF32NEON(y *float32, x *float32, a float32, n int)
 func dotRowsF32NEON(x *float32, rows *float32, d int, n int, out *float32)
 func axpyRowsF32NEON(y *float32, p *float32, rows *float32, d int, n int)
 func quantQ8NEON(x *float32, q *int8, meta *uint32, nb int)
+func expSumNEON(x *float32, n int, m, scale float32) float32
 
 func gemmN1(a *float32, lda uintptr, b *float32, c *float32, ldc uintptr, k int)
 func gemmN2(a *float32, lda uintptr, b *float32, c *float32, ldc uintptr, k int)
@@ -69,7 +70,7 @@ func kernelSets() []kernels {
 		dotQ8: dotQ8NEON, dotQ4: dotQ4NEON, dotQ8Rows: dotQ8RowsNEON, dotQ4Rows: dotQ4RowsNEON,
 		dotQ4K: dotQ4KNEON, dotQ5K: dotQ5KNEON, dotQ6K: dotQ6KNEON,
 		axpy: axpyF32NEON, dotRows: dotRowsF32NEON, axpyRows: axpyRowsF32NEON,
-		quantRows: quantQ8NEON,
+		quantRows: quantQ8NEON, expSum: expSumNEON,
 	}
 	if cpu.ARM64.HasASIMDDP {
 		dp := neon

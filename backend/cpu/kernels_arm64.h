@@ -63,3 +63,8 @@
 #define SXTL2B(d, n) WORD $(0x4f08a400 | (n)<<5 | (d))
 #define SXTLH(d, n) WORD $(0x0f10a400 | (n)<<5 | (d))
 #define SXTL2H(d, n) WORD $(0x4f10a400 | (n)<<5 | (d))
+// fsub vd.4s, vn.4s, vm.4s; fcmge vd.4s, vn.4s, vm.4s (all ones where
+// vn >= vm); fcvtns vd.4s, vn.4s (f32 to int32, nearest, ties to even).
+#define FSUB4(d, n, m) WORD $(0x4ea0d400 | (m)<<16 | (n)<<5 | (d))
+#define FCMGE4(d, n, m) WORD $(0x6e20e400 | (m)<<16 | (n)<<5 | (d))
+#define FCVTNS(d, n) WORD $(0x4e21a800 | (n)<<5 | (d))

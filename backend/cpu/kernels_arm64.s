@@ -631,3 +631,77 @@ next:
 
 end:
 	RET
+
+// func expSumNEON(x *float32, n int, m, scale float32) float32
+//
+// x[i] = exp(t), t = scale*(x[i] - m), for n elements (a multiple of 4),
+// returning their sum. exp(t) = 2^k * e^f with k = round(t*log2 e) and
+// f = t - k*ln 2 in [-ln2/2, ln2/2] (ln 2 in two parts, so f is exact to
+// f32 rounding); e^f is its degree-6 Taylor polynomial (truncation under
+// 1.3e-7 relative), and 2^k is added to its exponent field as an integer.
+// That scale is a normal number for t >= -87; below (-Inf included) the
+// result is set to 0, the exact one being under 2^-125.
+TEXT ·expSumNEON(SB), NOSPLIT, $0-28
+	MOVD  x+0(FP), R0
+	MOVD  n+8(FP), R1
+	FMOVS m+16(FP), F20
+	VDUP  V20.S[0], V20.S4
+	FMOVS scale+20(FP), F19
+	VDUP  V19.S[0], V19.S4
+	MOVW  $0x3FB8AA3B, R9 // log2 e
+	VDUP  R9, V21.S4
+	MOVW  $0x3F318000, R9 // ln 2, high part
+	VDUP  R9, V22.S4
+	MOVW  $0xB95E8083, R9 // ln 2, low part (negative)
+	VDUP  R9, V23.S4
+	MOVW  $0x3AB60B61, R9 // 1/720
+	VDUP  R9, V24.S4
+	MOVW  $0x3C088889, R9 // 1/120
+	VDUP  R9, V25.S4
+	MOVW  $0x3D2AAAAB, R9 // 1/24
+	VDUP  R9, V26.S4
+	MOVW  $0x3E2AAAAB, R9 // 1/6
+	VDUP  R9, V27.S4
+	MOVW  $0x3F000000, R9 // 1/2
+	VDUP  R9, V28.S4
+	MOVW  $0x3F800000, R9 // 1
+	VDUP  R9, V29.S4
+	MOVW  $0xC2AE0000, R9 // -87
+	VDUP  R9, V30.S4
+	VEOR  V0.B16, V0.B16, V0.B16
+	CBZ   R1, done
+
+loop:
+	VLD1   (R0), [V1.S4]
+	FSUB4(1, 1, 20)   // fsub v1.4s, v1.4s, v20.4s
+	FMUL4(1, 1, 19)   // fmul v1.4s, v1.4s, v19.4s
+	FCMGE4(6, 1, 30)  // fcmge v6.4s, v1.4s, v30.4s
+	FMUL4(2, 1, 21)   // fmul v2.4s, v1.4s, v21.4s
+	FCVTNS(4, 2)      // fcvtns v4.4s, v2.4s
+	SCVTF(2, 4)       // scvtf v2.4s, v4.4s
+	VFMLS  V22.S4, V2.S4, V1.S4
+	VFMLS  V23.S4, V2.S4, V1.S4
+	FMUL4(3, 24, 1)   // fmul v3.4s, v24.4s, v1.4s
+	FADD4(3, 3, 25)   // fadd v3.4s, v3.4s, v25.4s
+	FMUL4(3, 3, 1)    // fmul v3.4s, v3.4s, v1.4s
+	FADD4(3, 3, 26)   // fadd v3.4s, v3.4s, v26.4s
+	FMUL4(3, 3, 1)    // fmul v3.4s, v3.4s, v1.4s
+	FADD4(3, 3, 27)   // fadd v3.4s, v3.4s, v27.4s
+	FMUL4(3, 3, 1)    // fmul v3.4s, v3.4s, v1.4s
+	FADD4(3, 3, 28)   // fadd v3.4s, v3.4s, v28.4s
+	FMUL4(3, 3, 1)    // fmul v3.4s, v3.4s, v1.4s
+	FADD4(3, 3, 29)   // fadd v3.4s, v3.4s, v29.4s
+	FMUL4(3, 3, 1)    // fmul v3.4s, v3.4s, v1.4s
+	FADD4(3, 3, 29)   // fadd v3.4s, v3.4s, v29.4s
+	VSHL   $23, V4.S4, V4.S4
+	VADD   V4.S4, V3.S4, V3.S4
+	VAND   V6.B16, V3.B16, V3.B16
+	VST1.P [V3.S4], 16(R0)
+	FADD4(0, 0, 3)    // fadd v0.4s, v0.4s, v3.4s
+	SUBS   $4, R1, R1
+	BNE    loop
+
+done:
+	HSUM0
+	FMOVS F0, ret+24(FP)
+	RET
