@@ -2,7 +2,8 @@
 
 // The arm64 kernels that are one short loop each, written by hand (NEON;
 // SDOT where the dot-product extension is present): the quantized and
-// float decode dots, axpy, attention's row kernels and the row quantizer.
+// float decode dots, axpy, attention's row kernels, the row quantizer
+// and the softmax's exp.
 // The unrolled GEMM micro-kernels and K-quant dots are generated into
 // kernels_gen_arm64.s; kernels_arm64.h encodes the instructions Go's
 // assembler lacks.
