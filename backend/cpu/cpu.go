@@ -97,8 +97,8 @@ func (b *Backend) Name() string { return "cpu" }
 // ActDType implements backend.Backend: the CPU computes activations in F32.
 func (b *Backend) ActDType() backend.DType { return backend.F32 }
 
-// Kernels names the vector kernel set the backend runs (avx512, avx2, or
-// go for the pure-Go code).
+// Kernels names the vector kernel set the backend runs (avx512, avx2,
+// neon-dotprod, neon, or go for the pure-Go code).
 func (b *Backend) Kernels() string { return b.k.name }
 
 // Threads reports the number of goroutines ops may use.

@@ -6,6 +6,7 @@ import (
 )
 
 //go:generate go run ./internal/asmgen -o kernels_amd64.s
+//go:generate go run ./internal/arm64gen -o kernels_gen_arm64.s
 
 // gemmKernel computes c[i][j] = sum_p a[i][p] * b[p][j] for the kernel's
 // row count i and panel width j over k steps: a and c are row-major with

@@ -1,7 +1,7 @@
-//go:build !amd64 || purego
+//go:build !(amd64 || arm64) || purego
 
 package cpu
 
 // kernelSets lists the kernel sets of this architecture: only the pure-Go
-// one (vector kernels are written for amd64).
+// one (vector kernels are written for amd64 and arm64).
 func kernelSets() []kernels { return []kernels{{name: "go"}} }
