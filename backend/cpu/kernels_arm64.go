@@ -18,10 +18,10 @@ func dotQ8SDOT(xq *int8, xs *float32, w *byte, nb int) float32
 func dotQ4SDOT(xq *int8, xs *float32, w *byte, nb int) float32
 func dotQ8NEON(xq *int8, xs *float32, w *byte, nb int) float32
 func dotQ4NEON(xq *int8, xs *float32, w *byte, nb int) float32
-func dotQ8RowsSDOT(xq *int8, xs *float32, w *byte, nb int, rows int, out *float32)
-func dotQ4RowsSDOT(xq *int8, xs *float32, w *byte, nb int, rows int, out *float32)
-func dotQ8RowsNEON(xq *int8, xs *float32, w *byte, nb int, rows int, out *float32)
-func dotQ4RowsNEON(xq *int8, xs *float32, w *byte, nb int, rows int, out *float32)
+func dotQ8RowsSDOT(xq *int8, xm *uint32, w *byte, nb int, rows int, out *float32)
+func dotQ4RowsSDOT(xq *int8, xm *uint32, w *byte, nb int, rows int, out *float32)
+func dotQ8RowsNEON(xq *int8, xm *uint32, w *byte, nb int, rows int, out *float32)
+func dotQ4RowsNEON(xq *int8, xm *uint32, w *byte, nb int, rows int, out *float32)
 
 func dotF32NEON(x *float32, w unsafe.Pointer, n int) float32
 func dotF16NEON(x *float32, w unsafe.Pointer, n int) float32

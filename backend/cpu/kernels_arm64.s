@@ -64,6 +64,16 @@
 	FMULS F7, F6, F6; \
 	FMLAE(0, 5, 6, 0) /* fmla v0.4s, v5.4s, v6.s[0] */
 
+// QSCALEM is QSCALE with x's block scale read from quantizeRows' meta
+// words (the scale's bits, then the block's offset sum: 8 bytes a block).
+#define QSCALEM \
+	SCVTF(5, 5) /* scvtf v5.4s, v5.4s */; \
+	FMOVS R4, F6; \
+	FCVTHS F6, F6; \
+	FMOVS.P 8(R1), F7; \
+	FMULS F7, F6, F6; \
+	FMLAE(0, 5, 6, 0) /* fmla v0.4s, v5.4s, v6.s[0] */
+
 // HSUM0 leaves the sum of V0's lanes in F0.
 #define HSUM0 \
 	FADDP4(0, 0, 0) /* faddp v0.4s, v0.4s, v0.4s */; \
@@ -161,9 +171,10 @@ done:
 
 // The Rows forms run the dot over rows consecutive weight rows (R2 runs
 // on from one row into the next) against the same activations, writing
-// out[0..rows) through R6; R5 counts rows.
+// out[0..rows) through R6; R5 counts rows. x's scales come from
+// quantizeRows' meta words (QSCALEM); Q4_0 does not use their offset sums.
 
-// func dotQ8RowsSDOT(xq *int8, xs *float32, w *byte, nb int, rows int, out *float32)
+// func dotQ8RowsSDOT(xq *int8, xm *uint32, w *byte, nb int, rows int, out *float32)
 TEXT ·dotQ8RowsSDOT(SB), NOSPLIT, $0-48
 	MOVD w+16(FP), R2
 	MOVD rows+32(FP), R5
@@ -172,7 +183,7 @@ TEXT ·dotQ8RowsSDOT(SB), NOSPLIT, $0-48
 
 row:
 	MOVD xq+0(FP), R0
-	MOVD xs+8(FP), R1
+	MOVD xm+8(FP), R1
 	MOVD nb+24(FP), R3
 	VEOR V0.B16, V0.B16, V0.B16
 	CBZ  R3, done
@@ -180,7 +191,7 @@ row:
 loop:
 	Q8LOAD
 	ISUMDOT
-	QSCALE
+	QSCALEM
 	SUBS $1, R3, R3
 	BNE  loop
 
@@ -193,7 +204,7 @@ done:
 end:
 	RET
 
-// func dotQ4RowsSDOT(xq *int8, xs *float32, w *byte, nb int, rows int, out *float32)
+// func dotQ4RowsSDOT(xq *int8, xm *uint32, w *byte, nb int, rows int, out *float32)
 TEXT ·dotQ4RowsSDOT(SB), NOSPLIT, $0-48
 	MOVD w+16(FP), R2
 	MOVD rows+32(FP), R5
@@ -203,7 +214,7 @@ TEXT ·dotQ4RowsSDOT(SB), NOSPLIT, $0-48
 
 row:
 	MOVD xq+0(FP), R0
-	MOVD xs+8(FP), R1
+	MOVD xm+8(FP), R1
 	MOVD nb+24(FP), R3
 	VEOR V0.B16, V0.B16, V0.B16
 	CBZ  R3, done
@@ -211,7 +222,7 @@ row:
 loop:
 	Q4LOAD
 	ISUMDOT
-	QSCALE
+	QSCALEM
 	SUBS $1, R3, R3
 	BNE  loop
 
@@ -224,7 +235,7 @@ done:
 end:
 	RET
 
-// func dotQ8RowsNEON(xq *int8, xs *float32, w *byte, nb int, rows int, out *float32)
+// func dotQ8RowsNEON(xq *int8, xm *uint32, w *byte, nb int, rows int, out *float32)
 TEXT ·dotQ8RowsNEON(SB), NOSPLIT, $0-48
 	MOVD w+16(FP), R2
 	MOVD rows+32(FP), R5
@@ -233,7 +244,7 @@ TEXT ·dotQ8RowsNEON(SB), NOSPLIT, $0-48
 
 row:
 	MOVD xq+0(FP), R0
-	MOVD xs+8(FP), R1
+	MOVD xm+8(FP), R1
 	MOVD nb+24(FP), R3
 	VEOR V0.B16, V0.B16, V0.B16
 	CBZ  R3, done
@@ -241,7 +252,7 @@ row:
 loop:
 	Q8LOAD
 	ISUMNEON
-	QSCALE
+	QSCALEM
 	SUBS $1, R3, R3
 	BNE  loop
 
@@ -254,7 +265,7 @@ done:
 end:
 	RET
 
-// func dotQ4RowsNEON(xq *int8, xs *float32, w *byte, nb int, rows int, out *float32)
+// func dotQ4RowsNEON(xq *int8, xm *uint32, w *byte, nb int, rows int, out *float32)
 TEXT ·dotQ4RowsNEON(SB), NOSPLIT, $0-48
 	MOVD w+16(FP), R2
 	MOVD rows+32(FP), R5
@@ -264,7 +275,7 @@ TEXT ·dotQ4RowsNEON(SB), NOSPLIT, $0-48
 
 row:
 	MOVD xq+0(FP), R0
-	MOVD xs+8(FP), R1
+	MOVD xm+8(FP), R1
 	MOVD nb+24(FP), R3
 	VEOR V0.B16, V0.B16, V0.B16
 	CBZ  R3, done
@@ -272,7 +283,7 @@ row:
 loop:
 	Q4LOAD
 	ISUMNEON
-	QSCALE
+	QSCALEM
 	SUBS $1, R3, R3
 	BNE  loop
 

@@ -129,8 +129,18 @@ func TestQuantDotExact(t *testing.T) {
 					}
 					checkClose(t, "dot", got, want, scale, 1e-5, 1e-30)
 					if rowsDot != nil {
+						// The Rows forms take quantizeRows' meta words: each
+						// block's scale bits, then -128 times its sum.
+						xm := make([]uint32, 2*nb)
+						for b := range nb {
+							var sum int32
+							for _, v := range xq[b*qk : (b+1)*qk] {
+								sum += int32(v)
+							}
+							xm[2*b], xm[2*b+1] = math.Float32bits(xs[b]), uint32(-128*sum)
+						}
 						gotRows := make([]float32, rows)
-						rowsDot(&xq[0], &xs[0], &w[0], nb, rows, &gotRows[0])
+						rowsDot(&xq[0], &xm[0], &w[0], nb, rows, &gotRows[0])
 						checkClose(t, "rows", gotRows, want, scale, 1e-5, 1e-30)
 					}
 				})
