@@ -109,6 +109,32 @@ func timeGraphOps(b *testing.B, g *Backend, bytesPerOp float64, reps int, op fun
 	b.ReportMetric(b.Elapsed().Seconds()*1e6/ops, "us/op")
 }
 
+// timeGraphProduct times y[n,out] = x[n,in] . w^T from a graph over
+// enough copies of the weight (each made by newW, weightBytes on the
+// device) that none is still in L2 when its turn comes again, reporting
+// weight bytes streamed per second.
+func timeGraphProduct(b *testing.B, g *Backend, n, in, out, weightBytes int, newW func() backend.Tensor) {
+	copies := min(8, max(2, (256<<20)/weightBytes))
+	ws := make([]backend.Tensor, copies)
+	for i := range ws {
+		ws[i] = newW()
+	}
+	x := randomBF16(b, g, 1, n, in)
+	y, _ := g.Alloc(backend.BF16, n, out)
+	defer func() {
+		for _, w := range ws {
+			g.Free(w)
+		}
+		g.Free(x)
+		g.Free(y)
+	}()
+	next := 0
+	timeGraphOps(b, g, float64(weightBytes), 4*copies, func() error {
+		next = (next + 1) % copies
+		return g.MatMul(y, x, ws[next], nil)
+	})
+}
+
 // BenchmarkMatMulDecode times decode-shaped products (a few rows against
 // a large weight) and reports weight bytes streamed per second.
 func BenchmarkMatMulDecode(b *testing.B) {
@@ -131,25 +157,7 @@ func BenchmarkMatMulDecode(b *testing.B) {
 	}{{"qkv", 4, 4096, 6144}, {"o", 4, 4096, 4096}, {"gate_up", 4, 4096, 28672}, {"down", 4, 14336, 4096},
 		{"o", 1, 4096, 4096}, {"down", 1, 14336, 4096}, {"o", 16, 4096, 4096}, {"lm_head", 4, 4096, 128256}} {
 		b.Run(fmt.Sprintf("graph_%s_n%d_%dx%d", s.name, s.n, s.in, s.out), func(b *testing.B) {
-			copies := min(8, max(2, (256<<20)/(s.in*s.out*2)))
-			ws := make([]backend.Tensor, copies)
-			for i := range ws {
-				ws[i] = randomBF16(b, g, 0.02, s.out, s.in)
-			}
-			x := randomBF16(b, g, 1, s.n, s.in)
-			y, _ := g.Alloc(backend.BF16, s.n, s.out)
-			defer func() {
-				for _, w := range ws {
-					g.Free(w)
-				}
-				g.Free(x)
-				g.Free(y)
-			}()
-			next := 0
-			timeGraphOps(b, g, float64(s.out*s.in*2), 4*copies, func() error {
-				next = (next + 1) % copies
-				return g.MatMul(y, x, ws[next], nil)
-			})
+			timeGraphProduct(b, g, s.n, s.in, s.out, s.in*s.out*2, func() backend.Tensor { return randomBF16(b, g, 0.02, s.out, s.in) })
 		})
 	}
 	for _, c := range g.GEMMChoices() {
@@ -206,28 +214,12 @@ func BenchmarkMatMulWQuant(b *testing.B) {
 			for _, waves := range []int{2, 4, 8} {
 				b.Run(fmt.Sprintf("%v_%s_n%d_%dx%d_waves%d", dt, s.name, s.n, s.in, s.out, waves), func(b *testing.B) {
 					g := backendWith(b, Tuning{WQWaves: waves}, "")
-					copies := min(8, max(2, (256<<20)/len(enc)))
-					ws := make([]backend.Tensor, copies)
-					for i := range ws {
+					timeGraphProduct(b, g, s.n, s.in, s.out, len(enc), func() backend.Tensor {
 						w, err := g.Upload(dt, []int{s.out, s.in}, enc)
 						if err != nil {
 							b.Fatal(err)
 						}
-						ws[i] = w
-					}
-					x := randomBF16(b, g, 1, s.n, s.in)
-					y, _ := g.Alloc(backend.BF16, s.n, s.out)
-					defer func() {
-						for _, w := range ws {
-							g.Free(w)
-						}
-						g.Free(x)
-						g.Free(y)
-					}()
-					next := 0
-					timeGraphOps(b, g, float64(len(enc)), 4*copies, func() error {
-						next = (next + 1) % copies
-						return g.MatMul(y, x, ws[next], nil)
+						return w
 					})
 				})
 			}
