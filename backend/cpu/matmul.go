@@ -56,6 +56,10 @@ func (k *kernels) dotsMaxRows(dt backend.DType) int {
 	return 17
 }
 
+// dotsChunkBytes bounds the weight rows matmulDots runs each x row over
+// in one rows-kernel call, so that they stay in L2 for the next x row.
+const dotsChunkBytes = 256 << 10
+
 // minWork is the fewest multiply-adds worth handing to another goroutine
 // (tens of microseconds): smaller products, as in tiny test models, run
 // on the calling goroutine.
@@ -187,8 +191,24 @@ func (b *Backend) MatMul(out, x, w, bias backend.Tensor) error {
 // products. A weight row stays in L1 while the x rows meet it, so the
 // weight is read from memory once.
 func (b *Backend) matmulDots(out, x []float32, w *tensor, n, inF, outF int) {
-	dotRow := b.decodeDot(w.dt, x, n, inF)
 	rowBytes := w.rowBytes()
+	if rk := b.decodeRows(w.dt); rk != nil {
+		// The set's rows kernel over a chunk of weight rows small enough to
+		// stay in L2 while each x row meets it: one call a chunk and row.
+		xq, xm := b.quantizeRows(x, n, inF)
+		nb := inF / qk
+		chunk := max(1, dotsChunkBytes/rowBytes)
+		b.parallel(outF, b.grainFor(outF, minWork/(n*inF)), func(_, lo, hi int) {
+			for r0 := lo; r0 < hi; r0 += chunk {
+				r1 := min(hi, r0+chunk)
+				for i := range n {
+					rk(&xq[i*inF], &xm[2*i*nb], &w.data[r0*rowBytes], nb, r1-r0, &out[i*outF+r0])
+				}
+			}
+		})
+		return
+	}
+	dotRow := b.decodeDot(w.dt, x, n, inF)
 	b.parallel(outF, b.grainFor(outF, minWork/(n*inF)), func(_, lo, hi int) {
 		for r := lo; r < hi; r++ {
 			wrow := w.data[r*rowBytes : (r+1)*rowBytes]
