@@ -227,17 +227,23 @@ func TestSpeculativeStopsExact(t *testing.T) {
 		jobs[i].p = p
 	}
 	run := func(l *engine.Loaded) []result {
+		// Every request is submitted before any is read, so that they all
+		// wait together however the goroutines are scheduled: the small
+		// pool must then preempt.
+		chans := make([]<-chan engine.Event, len(prompts))
+		for i, j := range jobs {
+			ch, err := l.Engine.Submit(context.Background(), &engine.Request{Prompt: prompts[i], N: 1, Params: j.p, Logprobs: j.logprobs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			chans[i] = ch
+		}
 		out := make([]result, len(prompts))
 		var wg sync.WaitGroup
-		for i, j := range jobs {
+		for i, ch := range chans {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				ch, err := l.Engine.Submit(context.Background(), &engine.Request{Prompt: prompts[i], N: 1, Params: j.p, Logprobs: j.logprobs})
-				if err != nil {
-					t.Error(err)
-					return
-				}
 				out[i] = collect(t, ch, 1)[0]
 			}()
 		}
