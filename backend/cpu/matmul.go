@@ -18,10 +18,10 @@ const fusedMaxRows = 4
 // dotsMaxRows is the most x rows MatMul dots straight against the stored
 // weight rows (matmulDots) for weights of dtype dt. The GEMMs pack (and,
 // but for the int8 one, convert) the whole weight before the first
-// product, a cost that n vector dot passes over rows held in L1 undercut
-// for small n: up to about ten rows against the int8 GEMM (Q8_0, Q4_0),
-// and beyond the 17 rows of a speculative verify step of 16 draft tokens
-// against the others. Where the set has no vector dot for dt (and without
+// product, a cost that n vector dot passes over rows held in cache
+// undercut for small n: up to about ten rows against the int8 GEMM (Q8_0,
+// Q4_0), and at least up to the 17 rows of a speculative verify step of 16
+// draft tokens against the others. Where the set has no vector dot for dt (and without
 // vector kernels, where the tile path converts each weight row once for
 // all x rows) fusedMaxRows holds.
 func (k *kernels) dotsMaxRows(dt backend.DType) int {
@@ -184,12 +184,13 @@ func (b *Backend) MatMul(out, x, w, bias backend.Tensor) error {
 	return nil
 }
 
-// addBias adds bias (nil: none) to each of the n rows of out.
 // matmulDots computes out = x . w^T by dotting each x row straight
-// against each stored weight row (decodeDot): for a few x rows, where
-// converting or packing the weight first would cost as much as the dot
-// products. A weight row stays in L1 while the x rows meet it, so the
-// weight is read from memory once.
+// against the stored weight rows: for a few x rows, where converting or
+// packing the weight first would cost as much as the dot products. Q8_0
+// and Q4_0 go through the set's rows kernel a chunk of weight rows at a
+// time (the chunk stays in L2 while every x row meets it), the rest
+// through decodeDot a weight row at a time (the row stays in L1); either
+// way the weight is read from memory once.
 func (b *Backend) matmulDots(out, x []float32, w *tensor, n, inF, outF int) {
 	rowBytes := w.rowBytes()
 	if rk := b.decodeRows(w.dt); rk != nil {
@@ -219,6 +220,7 @@ func (b *Backend) matmulDots(out, x []float32, w *tensor, n, inF, outF int) {
 	})
 }
 
+// addBias adds bias (nil: none) to each of the n rows of out.
 func addBias(out, bias []float32, n, outF int) {
 	if bias == nil {
 		return
