@@ -85,6 +85,10 @@ type LoadOptions struct {
 	// feature, activations quantized per token at run time, as vLLM's
 	// dynamic FP8); "" or "none" loads the weights as stored.
 	Quantization string
+	// Warm prepares the backend's kernels and runs a decode step of each
+	// decode batch bucket at load, so that no request pays for a shape's
+	// first run (warm.go): for servers.
+	Warm bool
 }
 
 // QuantizationDType is the weight dtype LoadOptions.Quantization names,
@@ -240,6 +244,13 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		return nil, fmt.Errorf("load %s: %w", opts.Model, err)
 	}
 	opts.Metrics.SetKVCache(spec.Name(), r.CapacityTokens())
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if opts.Warm {
+		prepareKernels(opts.TensorParallel.backends(b), log)
+	}
 	budget := opts.MaxBatchedTokens
 	if measure {
 		target := opts.StepTime
@@ -257,6 +268,21 @@ func Load(opts LoadOptions) (*Loaded, error) {
 			closeProposer()
 			return nil, fmt.Errorf("load %s: %w", opts.Model, err)
 		}
+	}
+	if opts.Warm {
+		sizes := r.GraphBuckets()
+		if sizes == nil {
+			sizes = runner.DefaultBuckets(opts.MaxSeqs)
+		}
+		t0 := time.Now()
+		if err := warmDecode(r, sizes, blocks); err != nil {
+			r.Close()
+			m.Close()
+			w.Close()
+			closeProposer()
+			return nil, fmt.Errorf("load %s: %w", opts.Model, err)
+		}
+		log.Info("decode shapes warmed", "batch_sizes", len(sizes), "took", time.Since(t0).Round(time.Millisecond))
 	}
 	pool, err := kvcache.NewPool(kvcache.Options{NumBlocks: blocks, BlockSize: kvcache.DefaultBlockSize, EnablePrefixCache: true})
 	if err != nil {

@@ -316,6 +316,15 @@ func (r *Runner) SetGraphVersions(weights, adapters uint64) {
 	}
 }
 
+// GraphBuckets are the batch sizes decode steps are padded to for their
+// graphs, ascending; nil when graphs are off.
+func (r *Runner) GraphBuckets() []int {
+	if r.graphs == nil {
+		return nil
+	}
+	return slices.Clone(r.graphs.buckets)
+}
+
 // GraphStats reports the graph path's counters (zero when graphs are off).
 func (r *Runner) GraphStats() GraphStats {
 	if r.graphs == nil {

@@ -321,6 +321,13 @@ func warmSpecs(t tuning) []modSpec {
 	return specs
 }
 
+// PrepareKernels is WarmKernels without the reports: what a server runs
+// at load (engine.KernelPreparer).
+func (b *Backend) PrepareKernels(ctx context.Context) error {
+	_, err := b.WarmKernels(ctx)
+	return err
+}
+
 // WarmKernels compiles (or loads from the on-disk cache) and loads the
 // kernel modules a typical model needs, so the first request does not pay
 // for NVRTC. NVRTC runs on all cores in parallel (it needs no context);

@@ -62,6 +62,7 @@ func serveCmd() *cobra.Command {
 				shutdownTracing(fctx)
 			}()
 			mf.maxQueue = maxQueue
+			mf.warm = true
 			if name == "" {
 				name = modelName(mf.model)
 			}

@@ -1,0 +1,102 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/trigon-llm/trigon/backend"
+	"github.com/trigon-llm/trigon/backend/cpu"
+	"github.com/trigon-llm/trigon/engine"
+	"github.com/trigon-llm/trigon/runner"
+)
+
+// preparing records what Load asks of a backend that builds kernels at
+// run time: PrepareKernels calls and the row counts of the products (x
+// rows) its steps run.
+type preparing struct {
+	backend.Backend
+	mu       sync.Mutex
+	prepared int
+	rows     map[int]bool
+}
+
+func (p *preparing) PrepareKernels(context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.prepared++
+	return nil
+}
+
+func (p *preparing) MatMul(out, x, w, bias backend.Tensor) error {
+	p.mu.Lock()
+	p.rows[x.Shape()[0]] = true
+	p.mu.Unlock()
+	return p.Backend.MatMul(out, x, w, bias)
+}
+
+func (p *preparing) seen() (prepared int, rows map[int]bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.prepared, maps.Clone(p.rows)
+}
+
+// preparingGraphs is preparing with graph capture (replayer's).
+type preparingGraphs struct{ *preparing }
+
+func (p preparingGraphs) CaptureGraph(fn func() error) (backend.Graph, error) { return replay{fn}, nil }
+
+// TestLoadWarm: with Warm, Load prepares the backend's kernels once and
+// runs a decode step at every decode batch bucket before serving (with
+// graphs on, the padded buckets; off, the default buckets), and the
+// warmed engine's greedy outputs equal an unwarmed one's: the KV the warm
+// steps wrote into free blocks never reaches a request.
+func TestLoadWarm(t *testing.T) {
+	const maxSeqs = 12
+	plain := start(t, nil, engine.LoadOptions{MaxSeqs: maxSeqs, MaxBatchedTokens: 256})
+	rng := rand.New(rand.NewPCG(3, 4))
+	prompts := make([][]int32, 9)
+	want := make([][]int32, len(prompts))
+	for i := range prompts {
+		prompts[i] = randomPrompt(rng, 1+rng.IntN(40))
+		want[i] = submit(t, plain, context.Background(), prompts[i], 1, greedy(10))[0].tokens
+	}
+	for _, graphs := range []bool{false, true} {
+		t.Run(fmt.Sprintf("graphs=%v", graphs), func(t *testing.T) {
+			p := &preparing{Backend: cpu.New(cpu.Options{Threads: 2}), rows: map[int]bool{}}
+			var b backend.Backend = p
+			if graphs {
+				b = preparingGraphs{p}
+			}
+			l := start(t, b, engine.LoadOptions{MaxSeqs: maxSeqs, MaxBatchedTokens: 256, Graphs: graphs, Warm: true})
+			prepared, rows := p.seen()
+			if prepared != 1 {
+				t.Errorf("PrepareKernels called %d times, want 1", prepared)
+			}
+			for _, n := range runner.DefaultBuckets(maxSeqs) {
+				if !rows[n] {
+					t.Errorf("no product of %d rows ran at load (rows seen %v)", n, slices.Sorted(maps.Keys(rows)))
+				}
+			}
+			if st := l.Engine.Stats().Graphs; graphs && st.EagerDecodes < uint64(len(runner.DefaultBuckets(maxSeqs))) {
+				t.Errorf("graph stats after a warm load %+v: want an eager decode per bucket", st)
+			}
+			var wg sync.WaitGroup
+			for i, pr := range prompts {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					got := submit(t, l, context.Background(), pr, 1, greedy(10))[0].tokens
+					if fmt.Sprint(got) != fmt.Sprint(want[i]) {
+						t.Errorf("prompt %d warmed: %v, unwarmed %v", i, got, want[i])
+					}
+				}()
+			}
+			wg.Wait()
+		})
+	}
+}
