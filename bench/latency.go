@@ -170,6 +170,13 @@ type LatencyResult struct {
 	PrefillFLOPs       float64  `json:"prefill_flops"`
 	MatMulFLOPsPerS    *float64 `json:"matmul_flops_per_s"` // measured on the gate/up projection: best of three 50 ms bursts
 	PrefillGEMMFloorMS *float64 `json:"prefill_gemm_floor_ms"`
+	// DecodeFLOPs counts a decode step's projections the same way (every
+	// matrix for each of the batch's rows, the LM head included);
+	// DecodeGEMMFloorMS is that at MatMulFLOPsPerS: the floor of a step
+	// large enough to be bound by arithmetic rather than bytes (the
+	// step's floor is the larger of it and DecodeFloorMS).
+	DecodeFLOPs       float64  `json:"decode_flops"`
+	DecodeGEMMFloorMS *float64 `json:"decode_gemm_floor_ms"`
 	// The same over the second half of SustainedProbe of back-to-back
 	// products (null when not measured): the floor at the rate the device
 	// sustains under its power limit.
@@ -833,6 +840,7 @@ func (run *latencyRun) newResult() *LatencyResult {
 	// logits rows.
 	prefillTokens := float64(o.Batch) * float64(o.InputLen)
 	res.PrefillFLOPs = 2*float64(matrixParams)*prefillTokens + 2*float64(c.VocabSize)*float64(c.Hidden)*float64(o.Batch)
+	res.DecodeFLOPs = 2 * (float64(matrixParams) + float64(c.VocabSize)*float64(c.Hidden)) * float64(o.Batch)
 	return res
 }
 
@@ -886,6 +894,9 @@ func (run *latencyRun) finish(res *LatencyResult, prefill, itl, e2e []float64, k
 	if rate > 0 {
 		res.MatMulFLOPsPerS = ptr(rate)
 		res.PrefillGEMMFloorMS = ptr(res.PrefillFLOPs / rate * 1e3)
+		if res.DecodeTokensPerS != nil {
+			res.DecodeGEMMFloorMS = ptr(res.DecodeFLOPs / rate * 1e3)
+		}
 	}
 	if sustained > 0 {
 		res.MatMulFLOPsPerSSustained = ptr(sustained)

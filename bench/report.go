@@ -82,6 +82,9 @@ func (r *LatencyResult) WriteText(w io.Writer) error {
 	} else {
 		p("prefill GEMM floor", "n/a")
 	}
+	if r.DecodeGEMMFloorMS != nil {
+		p("decode GEMM floor", "%s per step at the same rate (projections only)", ms(*r.DecodeGEMMFloorMS))
+	}
 	if r.PrefillGEMMFloorSustainedMS != nil {
 		p("sustained GEMM floor", "%s at %sFLOP/s held under the power limit", ms(*r.PrefillGEMMFloorSustainedMS), count(*r.MatMulFLOPsPerSSustained))
 	}
