@@ -39,6 +39,8 @@
 #   wq_bench       BenchmarkMatMulWQuant: AWQ4 and FP8 decode products at Tuning.WQWaves 2, 4, 8
 #   fix_tests      the two tests a compile error failed (TestKVReadersRefuseOtherFormats, TestF8ActQuant)
 #   rows_large     batch 128 and 256 at 192-token prompts (the serving issue's shape)
+#   rows_256       bench latency batch 256 at 192- and 16-token prompts
+#   serve_budget   128/128 at 256 in flight against a fresh server per step token budget
 #   serve_ab       bench serve against trigon serve on the default model, --queue-ahead off and on
 #   spec_rows      speculative decoding at batch 1 on the default model: bench serve over the
 #                  code-editing and held-out Go prompt sets, no speculation, prompt lookup and
@@ -77,11 +79,12 @@ for r in d if isinstance(d, list) else [d]:
         return f % v if v is not None else "-"
     fl, fa = r.get("decode_floor_ms"), r.get("decode_floor_all_weights_ms")
     gb, gs = r.get("prefill_gemm_floor_ms"), r.get("prefill_gemm_floor_sustained_ms")
+    dg = r.get("decode_gemm_floor_ms")
     print("%s batch %d, %d in, %d out, graphs %s: ITL p50 %.3f p99 %.3f ms = %s / %s the decode floor %s, "
-          "%s / %s the all-weights floor %s; prefill p50 %.1f ms = %s the GEMM floor %s (burst), %s the sustained %s; "
+          "%s / %s the all-weights floor %s, %s the decode GEMM floor %s; prefill p50 %.1f ms = %s the GEMM floor %s (burst), %s the sustained %s; "
           "%.1f decode tok/s" % (
               r["arch"], r["batch"], r["input_len"], r["output_len"], r["cuda_graphs"], i["p50"], i["p99"],
-              x(i["p50"], fl), x(i["p99"], fl), ms(fl), x(i["p50"], fa), x(i["p99"], fa), ms(fa),
+              x(i["p50"], fl), x(i["p99"], fl), ms(fl), x(i["p50"], fa), x(i["p99"], fa), ms(fa), x(i["p50"], dg), ms(dg),
               p, x(p, gb), ms(gb, "%.1f"), x(p, gs), ms(gs, "%.1f"), r.get("decode_tokens_per_s") or 0))
 PY
 }
@@ -645,6 +648,34 @@ done
 kill -TERM "$pid"; wait "$pid"; echo "serve exit=$?" | say
 }
 
+# rows_256: bench latency at batch 256 with 192-token prompts (the serving
+# issue's row) and with 16-token prompts (the same step with almost no
+# attention), for the split between the projections and the rest.
+rows_256() {
+latency "$OUT/latency-256-192.json" --arch llama-3-8b --batch 256 --input-len 192 --output-len 128 --cuda-graphs on
+latency "$OUT/latency-256-16.json" --arch llama-3-8b --batch 256 --input-len 16 --output-len 64 --cuda-graphs on
+}
+
+# serve_budget: 128/128 with 256 in flight (1000 prompts) against a fresh
+# server per step token budget (BUDGETS, default "8192 2048 1024"): how the
+# budget trades prefill bursts against decode rows at full load.
+serve_budget() {
+local bt pid i
+for bt in ${BUDGETS:-8192 2048 1024}; do
+  log "trigon serve --load-format dummy --model llama-3-8b --max-seqs 256 --max-num-batched-tokens $bt; bench serve 128/128, 256 in flight"
+  .gpu/trigon serve --device cuda --port 8015 --load-format dummy --model llama-3-8b --max-seqs 256 \
+    --max-num-batched-tokens "$bt" >"$OUT/serve-budget-$bt.log" 2>&1 &
+  pid=$!
+  for i in $(seq 600); do curl -sf localhost:8015/health >/dev/null && break; sleep 0.2; done
+  grep -E -m3 'model loaded|kernels prepared|decode shapes warmed' "$OUT/serve-budget-$bt.log" | say
+  .gpu/trigon bench serve --url http://127.0.0.1:8015 --rate inf --max-concurrency 256 --num-prompts "${BUDGET_N:-1000}" \
+    --input-len fixed:128 --output-len fixed:128 --token-ids 100-100000 --progress=false \
+    >"$OUT/serve-budget-$bt.txt" 2>>"$OUT/serve-budget.err" || tail -3 "$OUT/serve-budget.err" | say
+  grep -E "^(completed|failed|duration|output throughput)|^(TTFT|ITL) |^(decode|prefill|mixed) |summed|tokens per step" "$OUT/serve-budget-$bt.txt" | say
+  kill -TERM "$pid"; wait "$pid"; echo "serve exit=$?" | say
+done
+}
+
 # serve_sweep: issue #28's rate sweep at 1024/128 on dummy Llama-3-8B
 # weights: 2, 4, 8, 16 and 32 requests/s, goodput at TTFT <= 1 s and ITL
 # p99 <= 85 ms, the curve as JSON and PNG ($OUT/sweep.png).
@@ -654,7 +685,7 @@ log "trigon serve --load-format dummy --model llama-3-8b --max-seqs 256; bench s
   >"$OUT/serve-sweep.log" 2>&1 &
 local pid=$! i
 for i in $(seq 600); do curl -sf localhost:8014/health >/dev/null && break; sleep 0.2; done
-grep -m1 'model loaded' "$OUT/serve-sweep.log" | say
+grep -E -m3 'model loaded|kernels prepared|decode shapes warmed' "$OUT/serve-sweep.log" | say
 .gpu/trigon bench serve --url http://127.0.0.1:8014 --rate "${SWEEP:-2,4,8,16,32}" --num-prompts "${SWEEP_N:-100}" \
   --input-len fixed:1024 --output-len fixed:128 --token-ids 100-100000 --goodput ttft:1000,itl:85 \
   --plot "$OUT/sweep.png" --progress=false >"$OUT/sweep.txt" 2>>"$OUT/serve-sweep.err" || tail -3 "$OUT/serve-sweep.err" | say
