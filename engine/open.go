@@ -85,9 +85,10 @@ type LoadOptions struct {
 	// feature, activations quantized per token at run time, as vLLM's
 	// dynamic FP8); "" or "none" loads the weights as stored.
 	Quantization string
-	// Warm prepares the backend's kernels and runs a decode step of each
-	// decode batch bucket at load, so that no request pays for a shape's
-	// first run (warm.go): for servers.
+	// Warm, on a backend that builds kernels at run time (KernelPreparer),
+	// prepares its kernels and runs a decode step of each decode batch
+	// bucket at load, so that no request pays for a shape's first run
+	// (warm.go): for servers.
 	Warm bool
 }
 
@@ -248,9 +249,9 @@ func Load(opts LoadOptions) (*Loaded, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	if opts.Warm {
-		prepareKernels(opts.TensorParallel.backends(b), log)
-	}
+	// Only backends that build kernels at run time pay for a shape's
+	// first run.
+	warm := opts.Warm && prepareKernels(opts.TensorParallel.backends(b), log)
 	budget := opts.MaxBatchedTokens
 	if measure {
 		target := opts.StepTime
@@ -269,7 +270,7 @@ func Load(opts LoadOptions) (*Loaded, error) {
 			return nil, fmt.Errorf("load %s: %w", opts.Model, err)
 		}
 	}
-	if opts.Warm {
+	if warm {
 		sizes := r.GraphBuckets()
 		if sizes == nil {
 			sizes = runner.DefaultBuckets(opts.MaxSeqs)

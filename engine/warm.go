@@ -32,15 +32,17 @@ type KernelPreparer interface {
 	PrepareKernels(ctx context.Context) error
 }
 
-// prepareKernels runs PrepareKernels on each backend that has it. A
-// failure is logged, not returned: a module it could not build is built
-// again where a step needs it, and reports its error there.
-func prepareKernels(bs []backend.Backend, log *slog.Logger) {
+// prepareKernels runs PrepareKernels on each backend that has it and
+// reports whether any had. A failure is logged, not returned: a module it
+// could not build is built again where a step needs it, and reports its
+// error there.
+func prepareKernels(bs []backend.Backend, log *slog.Logger) (found bool) {
 	for _, b := range bs {
 		p, ok := b.(KernelPreparer)
 		if !ok {
 			continue
 		}
+		found = true
 		t0 := time.Now()
 		if err := p.PrepareKernels(context.Background()); err != nil {
 			log.Warn("preparing kernels at load failed; they build on first use", "backend", b.Name(), "err", err)
@@ -48,6 +50,7 @@ func prepareKernels(bs []backend.Backend, log *slog.Logger) {
 		}
 		log.Info("kernels prepared", "backend", b.Name(), "took", time.Since(t0).Round(time.Millisecond))
 	}
+	return found
 }
 
 // warmDecode runs one decode step of each batch size in sizes on r, and

@@ -15,14 +15,32 @@ import (
 	"github.com/trigon-llm/trigon/runner"
 )
 
-// preparing records what Load asks of a backend that builds kernels at
-// run time: PrepareKernels calls and the row counts of the products (x
-// rows) its steps run.
-type preparing struct {
+// recording records the row counts of the products (x rows) a backend's
+// steps run.
+type recording struct {
 	backend.Backend
-	mu       sync.Mutex
+	mu   sync.Mutex
+	rows map[int]bool
+}
+
+func (p *recording) MatMul(out, x, w, bias backend.Tensor) error {
+	p.mu.Lock()
+	p.rows[x.Shape()[0]] = true
+	p.mu.Unlock()
+	return p.Backend.MatMul(out, x, w, bias)
+}
+
+func (p *recording) seen() map[int]bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return maps.Clone(p.rows)
+}
+
+// preparing is recording for a backend that builds kernels at run time:
+// it counts PrepareKernels calls too.
+type preparing struct {
+	recording
 	prepared int
-	rows     map[int]bool
 }
 
 func (p *preparing) PrepareKernels(context.Context) error {
@@ -32,14 +50,7 @@ func (p *preparing) PrepareKernels(context.Context) error {
 	return nil
 }
 
-func (p *preparing) MatMul(out, x, w, bias backend.Tensor) error {
-	p.mu.Lock()
-	p.rows[x.Shape()[0]] = true
-	p.mu.Unlock()
-	return p.Backend.MatMul(out, x, w, bias)
-}
-
-func (p *preparing) seen() (prepared int, rows map[int]bool) {
+func (p *preparing) counts() (prepared int, rows map[int]bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.prepared, maps.Clone(p.rows)
@@ -50,11 +61,12 @@ type preparingGraphs struct{ *preparing }
 
 func (p preparingGraphs) CaptureGraph(fn func() error) (backend.Graph, error) { return replay{fn}, nil }
 
-// TestLoadWarm: with Warm, Load prepares the backend's kernels once and
-// runs a decode step at every decode batch bucket before serving (with
-// graphs on, the padded buckets; off, the default buckets), and the
-// warmed engine's greedy outputs equal an unwarmed one's: the KV the warm
-// steps wrote into free blocks never reaches a request.
+// TestLoadWarm: with Warm, Load prepares the kernels of a backend that
+// builds them at run time once and runs a decode step at every decode
+// batch bucket before serving (with graphs on, the padded buckets; off,
+// the default buckets), and the warmed engine's greedy outputs equal an
+// unwarmed one's: the KV the warm steps wrote into free blocks never
+// reaches a request. A backend without kernels to build is not warmed.
 func TestLoadWarm(t *testing.T) {
 	const maxSeqs = 12
 	plain := start(t, nil, engine.LoadOptions{MaxSeqs: maxSeqs, MaxBatchedTokens: 256})
@@ -65,15 +77,20 @@ func TestLoadWarm(t *testing.T) {
 		prompts[i] = randomPrompt(rng, 1+rng.IntN(40))
 		want[i] = submit(t, plain, context.Background(), prompts[i], 1, greedy(10))[0].tokens
 	}
+	rec := &recording{Backend: cpu.New(cpu.Options{Threads: 2}), rows: map[int]bool{}}
+	start(t, rec, engine.LoadOptions{MaxSeqs: maxSeqs, MaxBatchedTokens: 256, Warm: true})
+	if rows := rec.seen(); len(rows) != 0 {
+		t.Errorf("a backend with no kernels to build ran products of %v rows at a warm load", slices.Sorted(maps.Keys(rows)))
+	}
 	for _, graphs := range []bool{false, true} {
 		t.Run(fmt.Sprintf("graphs=%v", graphs), func(t *testing.T) {
-			p := &preparing{Backend: cpu.New(cpu.Options{Threads: 2}), rows: map[int]bool{}}
+			p := &preparing{recording: recording{Backend: cpu.New(cpu.Options{Threads: 2}), rows: map[int]bool{}}}
 			var b backend.Backend = p
 			if graphs {
 				b = preparingGraphs{p}
 			}
 			l := start(t, b, engine.LoadOptions{MaxSeqs: maxSeqs, MaxBatchedTokens: 256, Graphs: graphs, Warm: true})
-			prepared, rows := p.seen()
+			prepared, rows := p.counts()
 			if prepared != 1 {
 				t.Errorf("PrepareKernels called %d times, want 1", prepared)
 			}

@@ -68,8 +68,8 @@ func timeOps(b *testing.B, g *Backend, bytesPerOp float64, op func() error) {
 // timeGraphOps times op from a CUDA graph holding reps copies of it, so
 // that the host's launch cost (several microseconds an op) does not hide
 // kernels shorter than that; it reports the same metrics as timeOps, per
-// op.
-func timeGraphOps(b *testing.B, g *Backend, bytesPerOp float64, reps int, op func() error) {
+// op, and returns the seconds an op took.
+func timeGraphOps(b *testing.B, g *Backend, bytesPerOp float64, reps int, op func() error) (secsPerOp float64) {
 	b.Helper()
 	if err := op(); err != nil { // load the kernels outside the capture
 		b.Fatal(err)
@@ -107,13 +107,14 @@ func timeGraphOps(b *testing.B, g *Backend, bytesPerOp float64, reps int, op fun
 		b.ReportMetric(bytesPerOp*ops/b.Elapsed().Seconds()/1e12, "TB/s")
 	}
 	b.ReportMetric(b.Elapsed().Seconds()*1e6/ops, "us/op")
+	return b.Elapsed().Seconds() / ops
 }
 
 // timeGraphProduct times y[n,out] = x[n,in] . w^T from a graph over
 // enough copies of the weight (each made by newW, weightBytes on the
 // device) that none is still in L2 when its turn comes again, reporting
 // weight bytes streamed per second.
-func timeGraphProduct(b *testing.B, g *Backend, n, in, out, weightBytes int, newW func() backend.Tensor) {
+func timeGraphProduct(b *testing.B, g *Backend, n, in, out, weightBytes int, newW func() backend.Tensor) (secsPerOp float64) {
 	copies := min(8, max(2, (256<<20)/weightBytes))
 	ws := make([]backend.Tensor, copies)
 	for i := range ws {
@@ -129,10 +130,38 @@ func timeGraphProduct(b *testing.B, g *Backend, n, in, out, weightBytes int, new
 		g.Free(y)
 	}()
 	next := 0
-	timeGraphOps(b, g, float64(weightBytes), 4*copies, func() error {
+	return timeGraphOps(b, g, float64(weightBytes), 4*copies, func() error {
 		next = (next + 1) % copies
 		return g.MatMul(y, x, ws[next], nil)
 	})
+}
+
+// BenchmarkMatMulLargeBatch times Llama-3-8B's five products at the row
+// counts of large decode batches (128 and 256 sequences), as
+// BenchmarkMatMulDecode's graph cases, with cuBLASLt's heuristic choice
+// (the default: Tuning.TuneMaxRows is below these rows) and with the
+// tuner timing the heuristic's candidates (TuneMaxRows raised), reporting
+// TFLOP/s: at these rows a product is bound by arithmetic, not bytes, and
+// the output features of the smaller products fill few tiles.
+func BenchmarkMatMulLargeBatch(b *testing.B) {
+	for _, n := range []int{128, 256} {
+		for _, s := range []struct {
+			name    string
+			in, out int
+		}{{"qkv", 4096, 6144}, {"o", 4096, 4096}, {"gate_up", 4096, 28672}, {"down", 14336, 4096}, {"lm_head", 4096, 128256}} {
+			for _, tuned := range []bool{false, true} {
+				b.Run(fmt.Sprintf("%s_n%d_%dx%d_tuned=%v", s.name, n, s.in, s.out, tuned), func(b *testing.B) {
+					var tune Tuning
+					if tuned {
+						tune.TuneMaxRows = 1 << 20
+					}
+					g := backendWith(b, tune, "")
+					secs := timeGraphProduct(b, g, n, s.in, s.out, s.in*s.out*2, func() backend.Tensor { return randomBF16(b, g, 0.02, s.out, s.in) })
+					b.ReportMetric(2*float64(n)*float64(s.in)*float64(s.out)/secs/1e12, "TFLOP/s")
+				})
+			}
+		}
+	}
 }
 
 // BenchmarkMatMulDecode times decode-shaped products (a few rows against
