@@ -66,19 +66,23 @@ func loadDraft(opts LoadOptions, b backend.Backend, target model.Config, tok *to
 			return nil, fmt.Errorf("draft model %s on %s: %w: %w", path, b.Name(), ErrUnsupportedModel, err)
 		}
 	}
-	m, err := arch.New(b, cfg, w, model.Options{MaxTokens: opts.MaxBatchedTokens, MaxLogits: opts.MaxSeqs})
+	// A catch-up of the 1..k+1 tokens the target added since wants all
+	// its rows' logits where it replays from a graph (specdec.Draft), as
+	// the target's verify steps do.
+	k := opts.Speculative.NumSpeculativeTokens
+	maxLogits := min(opts.MaxSeqs*(1+k), opts.MaxBatchedTokens)
+	m, err := arch.New(b, cfg, w, model.Options{MaxTokens: opts.MaxBatchedTokens, MaxLogits: maxLogits})
 	if err != nil {
 		return nil, fmt.Errorf("draft model %s: %w", path, err)
 	}
 	closers = append(closers, m.Close)
-	k := opts.Speculative.NumSpeculativeTokens
 	seqLen := min(ctxLen, cfg.MaxPositions)
 	blocks := draftBlocks(opts, b.ActDType(), cfg, seqLen, k)
 	r, err := runner.New(b, m, runner.Options{
 		NumBlocks: blocks, BlockSize: kvcache.DefaultBlockSize,
 		MaxTokens: opts.MaxBatchedTokens, MaxSeqs: opts.MaxSeqs, MaxSeqLen: seqLen,
 		NumLayers: cfg.NumLayers, NumKVHeads: cfg.NumKVHeads, HeadDim: cfg.HeadDim,
-		Graphs: runner.GraphOptions{Enabled: opts.Graphs, MemoryBudget: opts.GraphMemory},
+		Graphs: runner.GraphOptions{Enabled: opts.Graphs, MemoryBudget: opts.GraphMemory, VerifyTokens: k},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("draft model %s: %w", path, err)

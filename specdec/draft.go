@@ -136,6 +136,11 @@ func (d *Draft) draft(ws []*draftWork) error {
 	// prev are the rows of the step just run when its ids were left on
 	// the device (nil otherwise): the only step a fed step may follow.
 	var prev []*draftWork
+	if n := d.evenCatchUp(ws); n > 0 {
+		if err := d.runCatchUp(ws, n); err != nil {
+			return err
+		}
+	}
 	for {
 		var step runner.Step
 		var rows []*draftWork
@@ -193,6 +198,63 @@ func (d *Draft) draft(ws []*draftWork) error {
 		}
 	}
 	return resolve(&pend, len(pend))
+}
+
+// evenCatchUp is the catch-up length n every sequence of ws has left to
+// feed where one step of them all, every row's logits wanted, is the
+// verify-shaped step the draft's runner replays from a graph (1 < n <=
+// 1 + its GraphOptions.VerifyTokens, within its token bound); else 0.
+// After the first proposal a sequence's catch-up is the 1..k+1 tokens
+// the target added, the same count for every sequence at batch 1 and
+// often beyond; a step of uneven or longer catch-ups runs eagerly.
+func (d *Draft) evenCatchUp(ws []*draftWork) int {
+	o := d.r.Options().Graphs
+	if !o.Enabled || len(ws) == 0 {
+		return 0
+	}
+	n := len(ws[0].feed)
+	for _, w := range ws {
+		if len(w.feed) != n {
+			return 0
+		}
+	}
+	if n < 2 || n > 1+o.VerifyTokens || n*len(ws) > d.maxTokens {
+		return 0
+	}
+	return n
+}
+
+// runCatchUp feeds every sequence of ws its n catch-up tokens in one step
+// that wants all their logits and takes each sequence's last row's argmax
+// as its first guess (read at once: the rows the device would leave for a
+// fed step are not one a sequence).
+func (d *Draft) runCatchUp(ws []*draftWork, n int) error {
+	step := runner.Step{Seqs: make([]runner.Seq, len(ws))}
+	for i, w := range ws {
+		step.Seqs[i] = runner.Seq{Tokens: w.feed, Start: len(w.st.fed), BlockTable: ids(w.st.table), AllLogits: true}
+		w.st.fed = append(w.st.fed, w.feed...)
+		w.feed = nil
+	}
+	res, err := d.r.Execute(&step)
+	if err != nil {
+		return fmt.Errorf("specdec: draft catch-up: %w", err)
+	}
+	if res.Rows != n*len(ws) {
+		return fmt.Errorf("specdec: draft catch-up: %d logits rows for %d sequences of %d", res.Rows, len(ws), n)
+	}
+	rules := make([]backend.SampleRow, res.Rows)
+	for i := range rules {
+		rules[i] = backend.SampleRow{Temperature: 0, TopP: 1} // greedy: the argmax
+	}
+	toks, err := res.Sample(rules)
+	if err != nil {
+		return fmt.Errorf("specdec: draft catch-up: %w", err)
+	}
+	for i, w := range ws {
+		w.draft = append(w.draft, toks[i*n+n-1])
+		w.n++
+	}
+	return nil
 }
 
 // run executes one draft step and samples each row's argmax for rows (in

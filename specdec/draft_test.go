@@ -1,6 +1,7 @@
 package specdec_test
 
 import (
+	"maps"
 	"slices"
 	"testing"
 
@@ -15,16 +16,44 @@ import (
 
 const fixture = "../testdata/models/llama3"
 
-// newRunner builds the fixture model's runner on b with numBlocks blocks.
-func newRunner(t *testing.T, b backend.Backend, cfg model.Config, w model.Weights, numBlocks int) *runner.Runner {
+// replayer stands in for a backend's graphs on the CPU: a graph replays
+// by running its captured function again.
+type replayer struct {
+	backend.Backend
+	captures int
+	vocab    int
+	lmRows   map[int]bool // row counts of the LM head's products (out width vocab)
+}
+
+func (r *replayer) MatMul(out, x, w, bias backend.Tensor) error {
+	if out.Shape()[1] == r.vocab {
+		r.lmRows[x.Shape()[0]] = true
+	}
+	return r.Backend.MatMul(out, x, w, bias)
+}
+
+type replay struct{ fn func() error }
+
+func (g replay) Launch() error { return g.fn() }
+func (g replay) Close()        {}
+
+func (r *replayer) CaptureGraph(fn func() error) (backend.Graph, error) {
+	r.captures++
+	return replay{fn}, nil
+}
+
+// newRunner builds the fixture model's runner on b with numBlocks blocks,
+// with decode and verify graphs (of up to 3 draft tokens) where graphs.
+func newRunner(t *testing.T, b backend.Backend, cfg model.Config, w model.Weights, numBlocks int, graphs bool) *runner.Runner {
 	t.Helper()
-	m, err := arch.New(b, cfg, w, model.Options{MaxTokens: 64, MaxLogits: 4})
+	m, err := arch.New(b, cfg, w, model.Options{MaxTokens: 64, MaxLogits: 16})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(m.Close)
 	r, err := runner.New(b, m, runner.Options{NumBlocks: numBlocks, BlockSize: kvcache.DefaultBlockSize, MaxTokens: 64, MaxSeqs: 4,
-		MaxSeqLen: 256, NumLayers: cfg.NumLayers, NumKVHeads: cfg.NumKVHeads, HeadDim: cfg.HeadDim})
+		MaxSeqLen: 256, NumLayers: cfg.NumLayers, NumKVHeads: cfg.NumKVHeads, HeadDim: cfg.HeadDim,
+		Graphs: runner.GraphOptions{Enabled: graphs, VerifyTokens: 3}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,8 +65,15 @@ func newRunner(t *testing.T, b backend.Backend, cfg model.Config, w model.Weight
 // each sequence, follows the sequence through accepted and rejected
 // guesses (its cache keeps only what still matches), proposes nothing
 // for a sequence its pool has no room for, and gives every block back on
-// Forget.
+// Forget; with graphs, where catch-ups of 2 to 4 tokens run as one
+// verify-shaped step, as without.
 func TestDraftProposer(t *testing.T) {
+	for _, graphs := range []bool{false, true} {
+		t.Run(map[bool]string{false: "eager", true: "graphs"}[graphs], func(t *testing.T) { testDraftProposer(t, graphs) })
+	}
+}
+
+func testDraftProposer(t *testing.T, graphs bool) {
 	cfg, _, w, err := model.OpenWeights(fixture)
 	if err != nil {
 		t.Fatal(err)
@@ -46,7 +82,7 @@ func TestDraftProposer(t *testing.T) {
 	b := cpu.New(cpu.Options{Threads: 2})
 	// greedy is the reference: n greedy tokens after tokens, computed from
 	// scratch on a runner of its own.
-	ref := newRunner(t, b, cfg, w, 20)
+	ref := newRunner(t, b, cfg, w, 20, false)
 	greedy := func(tokens []int32, n int) []int32 {
 		table := make([]int32, 16)
 		for i := range table {
@@ -77,7 +113,10 @@ func TestDraftProposer(t *testing.T) {
 		return out
 	}
 	const blocks = 9 // 8 usable blocks of 16 tokens
-	r := newRunner(t, b, cfg, w, blocks)
+	// Wrapped either way, so that both record the LM head's rows; only
+	// the graphs case is given graphs.
+	db := &replayer{Backend: b, vocab: cfg.VocabSize, lmRows: map[int]bool{}}
+	r := newRunner(t, db, cfg, w, blocks, graphs)
 	pool, err := kvcache.NewPool(kvcache.Options{NumBlocks: blocks, BlockSize: kvcache.DefaultBlockSize})
 	if err != nil {
 		t.Fatal(err)
@@ -133,6 +172,11 @@ func TestDraftProposer(t *testing.T) {
 	// the runner's 64 tokens).
 	if got := propose(long, 2); !slices.Equal(got, greedy(long, 2)) {
 		t.Errorf("long sequence alone: %v, want %v", got, greedy(long, 2))
+	}
+	// A catch-up of several tokens wants all its rows' logits only where
+	// it can replay from a graph.
+	if all := db.lmRows[2] || db.lmRows[3] || db.lmRows[4]; all != graphs {
+		t.Errorf("LM head row counts %v: an all-logits catch-up ran %v, want %v", slices.Sorted(maps.Keys(db.lmRows)), all, graphs)
 	}
 	if _, err := specdec.NewDraft(r, mustPool(t, blocks+1, false), nil); err == nil {
 		t.Error("NewDraft took a pool of another size than the runner's")
