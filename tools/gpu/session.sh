@@ -37,6 +37,8 @@
 #                  2048-token prompts; AWQ with the int8 KV cache at batch 4
 #   spec_verify    the 8B verify step of k=4 draft tokens against a decode step, batch 1 and 4
 #   wq_bench       BenchmarkMatMulWQuant: AWQ4 and FP8 decode products at Tuning.WQWaves 2, 4, 8
+#   gemm_large     BenchmarkMatMulLargeBatch: the 8B products at 128 and 256 rows, heuristic against tuned
+#   spec_tests     TestSpeculativeCUDA (engine, graphs off and on) and TestGraphVerifyAttention
 #   fix_tests      the two tests a compile error failed (TestKVReadersRefuseOtherFormats, TestF8ActQuant)
 #   rows_large     batch 128 and 256 at 192-token prompts (the serving issue's shape)
 #   rows_256       bench latency batch 256 at 192- and 16-token prompts
@@ -286,6 +288,26 @@ log "BenchmarkMatMulWQuant"
 (cd backend/cuda && "$root/.gpu/cuda.test" -test.run XXX -test.bench 'BenchmarkMatMulWQuant' -test.benchtime 20x >"$OUT/wq-bench.log" 2>&1)
 echo "rc=$?" | say
 grep -E "^Benchmark|FAIL|panic" "$OUT/wq-bench.log" | say
+}
+
+# gemm_large: Llama-3-8B's products at 128 and 256 rows, cuBLASLt's
+# heuristic choice against the tuner's (BenchmarkMatMulLargeBatch).
+gemm_large() {
+log "BenchmarkMatMulLargeBatch"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.run XXX -test.bench 'BenchmarkMatMulLargeBatch' -test.benchtime 20x >"$OUT/gemm-large.log" 2>&1)
+echo "rc=$?" | say
+grep -E "^Benchmark|FAIL|panic" "$OUT/gemm-large.log" | say
+}
+
+# spec_tests: the speculative-decoding GPU tests (greedy identity through
+# the engine, graphs off and on; verify-shaped attention from a graph).
+spec_tests() {
+log "model/llama: TestSpeculativeCUDA; backend/cuda: TestGraphVerifyAttention"
+(cd model/llama && "$root/.gpu/llama.test" -test.run 'TestSpeculativeCUDA' -test.v >"$OUT/spec-tests.log" 2>&1)
+echo "rc=$?" | say
+grep -E "prompts as plain|accepted|^(--- FAIL|--- PASS|FAIL|PASS|ok)|^\s+--- (FAIL|PASS)|Error|graph" "$OUT/spec-tests.log" | head -30 | say
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.run 'TestGraphVerifyAttention' >"$OUT/spec-tests-cuda.log" 2>&1)
+echo "rc=$?" | say
 }
 
 # fix_tests: the tests that failed on compile errors of the tests' own
