@@ -88,10 +88,8 @@ type graphCache struct {
 	width map[int]int
 	clock uint64
 	hist  map[int]uint64 // decode steps per bucket
-	// verifyChoice is each verify shape's form (verify.go).
-	verifyChoice map[verifyKey]verifyChoice
-	steps        uint64
-	stats        GraphStats
+	steps uint64
+	stats GraphStats
 }
 
 // graphShape is what a graph's kernels are specialised on: its padded
@@ -109,11 +107,8 @@ type graphEntry struct {
 // GraphStats count what the graph path did.
 type GraphStats struct {
 	Captures, Replays, Evictions, EagerDecodes, CaptureFailures uint64
-	// FlatVerifies counts verify steps run as decode rows (verify.go),
-	// VerifyTimings the verify shapes whose two forms were timed.
-	FlatVerifies, VerifyTimings uint64
-	Cached                      int
-	Bytes                       int64 // device bytes the cached graphs hold
+	Cached                                                      int
+	Bytes                                                       int64 // device bytes the cached graphs hold
 }
 
 func newGraphCache(b backend.Backend, o GraphOptions, maxSeqs int) (*graphCache, error) {
@@ -139,8 +134,7 @@ func newGraphCache(b backend.Backend, o GraphOptions, maxSeqs int) (*graphCache,
 		return nil, fmt.Errorf("runner: graph verify tokens %d < 0", o.VerifyTokens)
 	}
 	return &graphCache{capture: cp, buckets: buckets, verify: o.VerifyTokens, max: max, budget: o.MemoryBudget,
-		graphs: map[GraphKey]*graphEntry{}, warm: map[graphShape]bool{}, uncapturable: map[graphShape]bool{}, width: map[int]int{}, hist: map[int]uint64{},
-		verifyChoice: map[verifyKey]verifyChoice{}}, nil
+		graphs: map[GraphKey]*graphEntry{}, warm: map[graphShape]bool{}, uncapturable: map[graphShape]bool{}, width: map[int]int{}, hist: map[int]uint64{}}, nil
 }
 
 // bucket is the smallest bucket holding n sequences, or 0.
