@@ -223,8 +223,9 @@ func TestF8ActQuant(t *testing.T) {
 }
 
 // TestAWQGemvCUDACores runs awq_gemv, the AWQ decode kernel of devices
-// before sm_80 (MatMul takes awq_mma on later ones), directly against the
-// CPU: one row, a partial 8-row tile, two tiles.
+// before sm_80 (MatMul takes awq_dec / awq_mma on later ones), directly
+// against the CPU: one row, a partial 8-row tile, two tiles, and rows
+// whose last 128-wide chunk of the device layout is short (160, 192).
 func TestAWQGemvCUDACores(t *testing.T) {
 	g := sharedBackend(t, true)
 	for _, dt := range []backend.DType{backend.AWQ4G32, backend.AWQ4G64, backend.AWQ4G128} {
