@@ -270,9 +270,9 @@ func BenchmarkMatMulWQuant(b *testing.B) {
 }
 
 // wqDecodeTunings are the decode kernels' tunings BenchmarkMatMulWQuant
-// times: the default, each other k split inside a block, and k split
-// across blocks too.
-var wqDecodeTunings = []Tuning{{}, {WQDecodeKSplit: 2}, {WQDecodeKSplit: 8}, {WQDecodeWaves: 2}, {WQDecodeKSplit: 8, WQDecodeWaves: 2}}
+// times: the default, each k split inside a block, and k split across
+// blocks too.
+var wqDecodeTunings = []Tuning{{}, {WQDecodeKSplit: 2}, {WQDecodeKSplit: 4}, {WQDecodeKSplit: 8}, {WQDecodeWaves: 2}, {WQDecodeWaves: 4}}
 
 // BenchmarkAttentionDecode times one decode step of attention (one query
 // row per sequence, Llama-3-8B's 32 query and 8 KV heads of 128 dims),

@@ -55,10 +55,12 @@ type Tuning struct {
 	WQWaves int
 	// WQDecodeKSplit is how many of the 8 warps of an awq_dec / f8_dec
 	// block (the weight-quantized products of at most 16 rows) split the
-	// block's k range: 1, 2, 4 or 8 (default 4); the others take more
-	// output features (8 / WQDecodeKSplit tiles of 16 a block), which then
-	// share x's reads in L1. Their partial sums are added in shared
-	// memory at the block's end.
+	// block's k range: 1, 2, 4 or 8 (default 8 for up to 8 rows, 4 for
+	// more); the others take more output features (8 / WQDecodeKSplit
+	// tiles of 16 a block), which then share x's reads in L1. Their
+	// partial sums are added in shared memory at the block's end. More
+	// warps on k give more blocks (more weight loads in flight); more on
+	// features read x from L2 fewer times, which counts as rows grow.
 	WQDecodeKSplit int
 	// WQDecodeWaves is how many blocks per SM the grid of awq_dec / f8_dec
 	// aims for where the output features alone give fewer, 1 to 16
@@ -85,7 +87,7 @@ type tuning struct {
 	normPrefetch    int // bytes; 0: none
 	qkvGEMV         gemvConfig
 	wqWaves         int
-	wqDecKSplit     int
+	wqDecKSplit     int // 0: by rows (decKSplit)
 	wqDecWaves      int
 }
 
@@ -98,7 +100,7 @@ const defaultDecodeStages = 3
 func (t Tuning) resolve() (tuning, error) {
 	r := tuning{decodeStages: defaultDecodeStages, decodeMaxSplits: 32, decodeWaves: 4, decodeUnroll: 2, gemvMargin: tuneMargin,
 		tuneMaxRows: 64, normPrefetch: 12 << 20, qkvGEMV: gemvConfig{nw: 8, ur: 2}, wqWaves: 4,
-		wqDecKSplit: 4, wqDecWaves: 1}
+		wqDecWaves: 1}
 	bad := func(field string, v any, want string) (tuning, error) {
 		return tuning{}, fmt.Errorf("cuda: Options.Tuning.%s %v: want %s", field, v, want)
 	}

@@ -173,7 +173,7 @@ func TestValidationWithoutGPU(t *testing.T) {
 func TestTuning(t *testing.T) {
 	def := tuning{decodeStages: 3, decodeMaxSplits: 32, decodeWaves: 4, decodeUnroll: 2, gemvMargin: 0.03,
 		tuneMaxRows: 64, normPrefetch: 12 << 20, qkvGEMV: gemvConfig{nw: 8, ur: 2}, wqWaves: 4,
-		wqDecKSplit: 4, wqDecWaves: 1}
+		wqDecWaves: 1}
 	with := func(f func(*tuning)) tuning {
 		r := def
 		f(&r)

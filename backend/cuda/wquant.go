@@ -186,14 +186,28 @@ func (b *Backend) mmaSplits(m, k int) (splits, cps int) {
 	return (chunks + cps - 1) / cps, cps
 }
 
-// decSplits chooses the grid of awq_dec and f8_dec for m output features
-// and chunks chunks of k: blocks of 16*8/Tuning.WQDecodeKSplit features,
-// and enough blocks splitting k for Tuning.WQDecodeWaves blocks per SM
-// where the features alone give fewer, each split at least one chunk a
-// warp. It returns the blocks along m, the splits and the chunks each
-// takes.
-func (b *Backend) decSplits(m, chunks int) (fb, splits, cps int) {
-	kw := b.tune.wqDecKSplit
+// decKSplit is the warps of an awq_dec / f8_dec block that split k for a
+// product of n rows: Tuning.WQDecodeKSplit, by default all 8 for one 8-row
+// tile (x is small; more blocks keep more weight loads in flight) and 4
+// for two (x's reads from L2 grow with the rows; features sharing them
+// in L1 halve them).
+func (b *Backend) decKSplit(n int) int {
+	if kw := b.tune.wqDecKSplit; kw != 0 {
+		return kw
+	}
+	if n <= 8 {
+		return 8
+	}
+	return 4
+}
+
+// decSplits chooses the grid of awq_dec and f8_dec for m output features,
+// chunks chunks of k and kw warps of a block on k: blocks of 16*8/kw
+// features, and enough blocks splitting k for Tuning.WQDecodeWaves blocks
+// per SM where the features alone give fewer, each split at least one
+// chunk a warp. It returns the blocks along m, the splits and the chunks
+// each takes.
+func (b *Backend) decSplits(m, chunks, kw int) (fb, splits, cps int) {
 	fb = (m + 16*(wqDecWarps/kw) - 1) / (16 * (wqDecWarps / kw))
 	splits = max(1, min((chunks+kw-1)/kw, b.tune.wqDecWaves*b.sms/fb))
 	cps = (chunks + splits - 1) / splits
@@ -215,9 +229,10 @@ func (b *Backend) wqDec(y uint64, ot int, x, sx uint64, wt *tensor, n, m, k int,
 	if err != nil {
 		return err
 	}
-	fb, splits, cps := b.decSplits(m, (k+chunk-1)/chunk)
+	kwn := b.decKSplit(n)
+	fb, splits, cps := b.decSplits(m, (k+chunk-1)/chunk, kwn)
 	grid := [3]int{fb, splits, 1}
-	kw := i32(b.tune.wqDecKSplit)
+	kw := i32(kwn)
 	args := func(y, part uint64) []uint64 {
 		if f8 {
 			return []uint64{y, part, x, sx, wt.ptr, i32(n), i32(m), i32(k), i32(cps), kw, flag(pristine)}

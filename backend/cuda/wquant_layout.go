@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	"github.com/trigon-llm/trigon/backend"
@@ -42,24 +43,24 @@ func awqRepack(dt backend.DType, dst, src []byte, k int, toDevice bool) error {
 	if g == 0 || k%32 != 0 || len(dst) != len(src) || rb == 0 || len(src)%rb != 0 {
 		return fmt.Errorf("cuda: awq repack: %d bytes of %v rows of %d inputs: %w", len(src), dt, k, backend.ErrShape)
 	}
-	bb, groups, half := 4+g/2, k/g, k/2
+	// The row's word moves, format offset to device offset, computed once.
+	bb, wpb, words, half := 4+g/2, g/8, k/8, k/2
+	fmtOff, devOff := make([]int, 0, words+k/g), make([]int, 0, words+k/g)
+	for j := range k / g { // headers: the format's block starts, the device's header plane
+		fmtOff, devOff = append(fmtOff, j*bb), append(devOff, half+4*j)
+	}
+	for w := range words {
+		fmtOff, devOff = append(fmtOff, (w/wpb)*bb+4+4*(w%wpb)), append(devOff, awqWordOffset(w, k))
+	}
+	from, to := fmtOff, devOff
+	if !toDevice {
+		from, to = devOff, fmtOff
+	}
+	le := binary.LittleEndian
 	for r := 0; r < len(src); r += rb {
 		s, d := src[r:r+rb], dst[r:r+rb]
-		for j := range groups {
-			fo, do := j*bb, half+4*j // the header: format block start, device header plane
-			if toDevice {
-				copy(d[do:do+4], s[fo:fo+4])
-			} else {
-				copy(d[fo:fo+4], s[do:do+4])
-			}
-		}
-		for w := range k / 8 {
-			fo, do := (w/(g/8))*bb+4+4*(w%(g/8)), awqWordOffset(w, k)
-			if toDevice {
-				copy(d[do:do+4], s[fo:fo+4])
-			} else {
-				copy(d[fo:fo+4], s[do:do+4])
-			}
+		for i, f := range from {
+			le.PutUint32(d[to[i]:], le.Uint32(s[f:]))
 		}
 	}
 	return nil

@@ -143,15 +143,15 @@ var wqDecodeShapes = []wqShape{{1, 160, 100}, {2, 192, 72}, {4, 224, 300}, {8, 6
 	{16, 4128, 100}, {1, 14336, 300}, {2, 4096, 1000}, {4, 14336, 520}, {5, 1024, 1000}, {9, 4096, 300}, {16, 4096, 1000}, {12, 512, 4096}}
 
 // TestWQDecodeTunings runs the decode kernels (awq_dec, f8_dec) against
-// the CPU with each k split inside a block (Tuning.WQDecodeKSplit) and
-// with k split across blocks where the default splits none
-// (Tuning.WQDecodeWaves).
+// the CPU with each k split inside a block (Tuning.WQDecodeKSplit), with
+// k split across blocks where the default splits none, and with no split
+// where it splits (Tuning.WQDecodeWaves).
 func TestWQDecodeTunings(t *testing.T) {
 	sharedBackend(t, true)
-	for _, tune := range []Tuning{{WQDecodeKSplit: 1}, {WQDecodeKSplit: 2}, {WQDecodeKSplit: 8}, {WQDecodeKSplit: 8, WQDecodeWaves: 16}, {WQDecodeKSplit: 1, WQDecodeWaves: 16}} {
+	for _, tune := range []Tuning{{WQDecodeKSplit: 1}, {WQDecodeKSplit: 2}, {WQDecodeKSplit: 8}, {WQDecodeKSplit: 4}, {WQDecodeKSplit: 8, WQDecodeWaves: 16}, {WQDecodeKSplit: 1, WQDecodeWaves: 16}, {WQDecodeWaves: 16}} {
 		g := backendWith(t, tune, "")
 		for _, dt := range []backend.DType{backend.AWQ4G32, backend.AWQ4G64, backend.AWQ4G128, backend.F8E4M3Row} {
-			for _, s := range []wqShape{{1, 4096, 1000}, {4, 640, 300}, {16, 2048, 200}, {7, 14336, 64}} {
+			for _, s := range []wqShape{{1, 4096, 1000}, {4, 640, 300}, {16, 2048, 200}, {7, 14336, 64}, {3, 4096, 4600}} {
 				if s.in%dt.BlockSize() != 0 {
 					continue
 				}
