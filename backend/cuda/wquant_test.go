@@ -173,11 +173,18 @@ func TestWQDecodeTunings(t *testing.T) {
 
 // TestF8ActQuant checks the activation quantizer's codes against
 // backend.F32ToE4M3 bit for bit, over rows that reach e4m3's subnormals,
-// its ties and a row of zeros.
+// its ties and a row of zeros, at a row width of whole 2048-value passes of
+// the block (4096) and one that ends inside a pass (336).
 func TestF8ActQuant(t *testing.T) {
+	for _, k := range []int{4096, 336} {
+		t.Run(fmt.Sprintf("k%d", k), func(t *testing.T) { testF8ActQuant(t, k) })
+	}
+}
+
+func testF8ActQuant(t *testing.T, k int) {
 	g := sharedBackend(t, true)
 	p := newPair(t)
-	n, k := 5, 4096
+	n := 5
 	vals := p.normal(n*k, 1)
 	for i := range k {
 		vals[2*k+i] = 0 // a row of zeros: scale 1
