@@ -232,22 +232,23 @@ func (b *Backend) wqDec(y uint64, ot int, x, sx uint64, wt *tensor, n, m, k int,
 	kwn := b.decKSplit(n)
 	fb, splits, cps := b.decSplits(m, (k+chunk-1)/chunk, kwn)
 	grid := [3]int{fb, splits, 1}
-	kw := i32(kwn)
-	args := func(y, part uint64) []uint64 {
-		if f8 {
-			return []uint64{y, part, x, sx, wt.ptr, i32(n), i32(m), i32(k), i32(cps), kw, flag(pristine)}
-		}
-		return []uint64{y, part, x, wt.ptr, i32(n), i32(m), i32(k), i32(cps), kw, flag(pristine)}
+	// The kernels' arguments after (y, part): f8_dec has sx after x.
+	args := [11]uint64{y, 0, x, wt.ptr, i32(n), i32(m), i32(k), i32(cps), i32(kwn), flag(pristine)}
+	na := 10
+	if f8 {
+		args = [11]uint64{y, 0, x, sx, wt.ptr, i32(n), i32(m), i32(k), i32(cps), i32(kwn), flag(pristine)}
+		na = 11
 	}
 	if splits == 1 {
-		return b.launch(f, grid, 32*wqDecWarps, 0, args(y, 0)...)
+		return b.launch(f, grid, 32*wqDecWarps, 0, args[:na]...)
 	}
 	part, err := b.tmpGet(splits * n * m * 4)
 	if err != nil {
 		return err
 	}
 	defer b.tmpPut(part)
-	if err := b.launch(f, grid, 32*wqDecWarps, 0, args(0, part)...); err != nil {
+	args[0], args[1] = 0, part
+	if err := b.launch(f, grid, 32*wqDecWarps, 0, args[:na]...); err != nil {
 		return err
 	}
 	if f8 {
