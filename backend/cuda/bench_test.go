@@ -220,9 +220,12 @@ func BenchmarkMatMulDecode(b *testing.B) {
 // BenchmarkMatMulWQuant times the weight-quantized decode products at
 // Llama-3-8B's shapes from a graph (as BenchmarkMatMulDecode's graph
 // cases, over enough copies of the weight that none stays in L2), for
-// AWQ4 group 128 and FP8 row weights at each Tuning.WQWaves of the list,
-// reporting packed weight bytes per second: the decode floor of these
-// formats is their packed bytes at the copy ceiling.
+// AWQ4 group 128 and FP8 row weights, reporting packed weight bytes per
+// second: the decode floor of these formats is their packed bytes at the
+// copy ceiling. Products of at most 16 rows (awq_dec, f8_dec) run at each
+// tuning of wqDecodeTunings (ksplit: Tuning.WQDecodeKSplit, dwaves:
+// Tuning.WQDecodeWaves, 0 the default); the 32-row case (awq_mma, f8_mma)
+// at each Tuning.WQWaves of the list.
 func BenchmarkMatMulWQuant(b *testing.B) {
 	pool := make([]float32, 1<<20) // values tiled into each weight: the data does not change the work, zeros would
 	r := rand.New(rand.NewPCG(3, 4))
@@ -234,15 +237,25 @@ func BenchmarkMatMulWQuant(b *testing.B) {
 			name       string
 			n, in, out int
 		}{{"qkv", 1, 4096, 6144}, {"gate_up", 1, 4096, 28672}, {"down", 1, 14336, 4096}, {"o", 1, 4096, 4096},
-			{"qkv", 4, 4096, 6144}, {"down", 4, 14336, 4096}, {"down", 16, 14336, 4096}} {
+			{"qkv", 4, 4096, 6144}, {"down", 4, 14336, 4096}, {"gate_up", 8, 4096, 28672}, {"down", 16, 14336, 4096}, {"down", 32, 14336, 4096}} {
 			var enc []byte
 			for row := range s.out {
 				off := (row * 7919) % (len(pool) - s.in)
 				enc = append(enc, encodeWQ(b, dt, pool[off:off+s.in], 1, s.in)...)
 			}
-			for _, waves := range []int{2, 4, 8} {
-				b.Run(fmt.Sprintf("%v_%s_n%d_%dx%d_waves%d", dt, s.name, s.n, s.in, s.out, waves), func(b *testing.B) {
-					g := backendWith(b, Tuning{WQWaves: waves}, "")
+			var tunes []Tuning
+			if s.n <= wqDecMaxRows {
+				tunes = wqDecodeTunings
+			} else {
+				tunes = []Tuning{{WQWaves: 2}, {WQWaves: 4}, {WQWaves: 8}}
+			}
+			for _, tune := range tunes {
+				name := fmt.Sprintf("%v_%s_n%d_%dx%d_waves%d", dt, s.name, s.n, s.in, s.out, tune.WQWaves)
+				if s.n <= wqDecMaxRows {
+					name = fmt.Sprintf("%v_%s_n%d_%dx%d_ksplit%d_dwaves%d", dt, s.name, s.n, s.in, s.out, tune.WQDecodeKSplit, tune.WQDecodeWaves)
+				}
+				b.Run(name, func(b *testing.B) {
+					g := backendWith(b, tune, "")
 					timeGraphProduct(b, g, s.n, s.in, s.out, len(enc), func() backend.Tensor {
 						w, err := g.Upload(dt, []int{s.out, s.in}, enc)
 						if err != nil {
@@ -255,6 +268,11 @@ func BenchmarkMatMulWQuant(b *testing.B) {
 		}
 	}
 }
+
+// wqDecodeTunings are the decode kernels' tunings BenchmarkMatMulWQuant
+// times: the default, each k split inside a block, and k split across
+// blocks too.
+var wqDecodeTunings = []Tuning{{}, {WQDecodeKSplit: 2}, {WQDecodeKSplit: 4}, {WQDecodeKSplit: 8}, {WQDecodeWaves: 2}, {WQDecodeWaves: 4}}
 
 // BenchmarkAttentionDecode times one decode step of attention (one query
 // row per sequence, Llama-3-8B's 32 query and 8 KV heads of 128 dims),

@@ -358,6 +358,7 @@ var lateWaiters = map[string]string{"attn_decode_mma": "*(const uint4*)(q +"}
 // the flag parameter.
 var earlyReaders = map[string]string{
 	"gemv_bf16": "early_w", "qkv_rope_bf16": "early_w", "gemv_add_bf16": "early_w",
+	"awq_dec": "early", "f8_dec": "early",
 }
 
 // prefetchFirst are the kernels whose extra blocks prefetch a weight into

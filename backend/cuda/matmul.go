@@ -152,7 +152,7 @@ func (b *Backend) matmul(o, xt, wt, bt *tensor, n, m, k int, pristine bool) erro
 			}
 		}
 	case backend.AWQ4G32, backend.AWQ4G64, backend.AWQ4G128, backend.F8E4M3Row:
-		if err := b.matmulWQ(o, wt, xptr, n, m, k); err != nil {
+		if err := b.matmulWQ(o, wt, xptr, n, m, k, pristine); err != nil {
 			return err
 		}
 	default:

@@ -199,6 +199,10 @@ func (b *Backend) Write(t backend.Tensor, data []byte) error {
 	if len(data) != ct.bytes {
 		return backend.ShapeError("cuda: write", "data", "%d bytes for a %v%v tensor of %d bytes", len(data), ct.dt, ct.shape, ct.bytes)
 	}
+	data, err = deviceBytes(ct, data) // AWQ4: the device layout (wquant_layout.go)
+	if err != nil {
+		return fmt.Errorf("cuda: write: %w", err)
+	}
 	return b.call(func() error {
 		b.dropShadows(ct.ptr, ct.ptr+uint64(ct.bytes))
 		return b.copyIn(ct.ptr, data)
@@ -276,6 +280,9 @@ func (b *Backend) Read(t backend.Tensor, dst []byte) error {
 		if err := b.copyOut(dst, ct.ptr); err != nil {
 			return err
 		}
+		if err := hostBytes(ct, dst); err != nil { // AWQ4: back to the format
+			return err
+		}
 		// A queued op that failed to launch (a kernel that did not
 		// compile, say) left t's bytes other than its result: report it
 		// here, as Sync would, rather than hand back stale data.
@@ -329,6 +336,10 @@ func (b *Backend) Reshape(t backend.Tensor, shape ...int) (backend.Tensor, error
 	}
 	if n != ct.bytes {
 		return nil, backend.ShapeError("cuda: reshape", "shape", "%v (%d bytes) to %v (%d bytes)", ct.shape, ct.bytes, shape, n)
+	}
+	if isAWQ(ct.dt) && shape[len(shape)-1] != ct.shape[len(ct.shape)-1] {
+		// The device layout orders each row by its width.
+		return nil, backend.ShapeError("cuda: reshape", "shape", "%v rows of %d to rows of %d: the device layout is per row", ct.dt, ct.shape[len(ct.shape)-1], shape[len(shape)-1])
 	}
 	return &tensor{b: b, dt: ct.dt, shape: append([]int(nil), shape...), ptr: ct.ptr, bytes: n, owner: ct.owner}, nil
 }

@@ -129,6 +129,9 @@ func (b *Backend) ReadAsync(t backend.Tensor, dst []byte) (func() error, error) 
 				return err
 			}
 			copy(dst, slot.mem.b[:len(dst)])
+			if err := hostBytes(ct, dst); err != nil { // AWQ4: back to the format
+				return err
+			}
 			err := b.deviceCheck()
 			if err == nil {
 				err = b.deferred

@@ -49,8 +49,24 @@ type Tuning struct {
 	// alone give fewer blocks, 1 to 16 (default 4): their k is split into
 	// that many more blocks, whose partial sums wq_reduce adds. Each
 	// thread keeps one chunk of weights in flight, so the blocks resident
-	// on an SM are what keeps its loads outstanding.
+	// on an SM are what keeps its loads outstanding. Products of at most
+	// 16 rows run awq_dec / f8_dec instead (WQDecodeKSplit,
+	// WQDecodeWaves).
 	WQWaves int
+	// WQDecodeKSplit is how many of the 8 warps of an awq_dec / f8_dec
+	// block (the weight-quantized products of at most 16 rows) split the
+	// block's k range: 1, 2, 4 or 8 (default 8 for up to 8 rows, 4 for
+	// more); the others take more output features (8 / WQDecodeKSplit
+	// tiles of 16 a block), which then share x's reads in L1. Their
+	// partial sums are added in shared memory at the block's end. More
+	// warps on k give more blocks (more weight loads in flight); more on
+	// features read x from L2 fewer times, which counts as rows grow.
+	WQDecodeKSplit int
+	// WQDecodeWaves is how many blocks per SM the grid of awq_dec / f8_dec
+	// aims for where the output features alone give fewer, 1 to 16
+	// (default 1): k is then split across blocks too, whose partial sums
+	// wq_reduce (f8_epilogue_parts) adds in a second kernel.
+	WQDecodeWaves int
 }
 
 // GEMVVariant names a variant of the register GEMV (kernels/gemv.cu):
@@ -71,6 +87,8 @@ type tuning struct {
 	normPrefetch    int // bytes; 0: none
 	qkvGEMV         gemvConfig
 	wqWaves         int
+	wqDecKSplit     int // 0: by rows (decKSplit)
+	wqDecWaves      int
 }
 
 // defaultDecodeStages is the tensor-core decode kernel's default ring
@@ -81,7 +99,8 @@ const defaultDecodeStages = 3
 // resolve checks t and returns it with the defaults filled in.
 func (t Tuning) resolve() (tuning, error) {
 	r := tuning{decodeStages: defaultDecodeStages, decodeMaxSplits: 32, decodeWaves: 4, decodeUnroll: 2, gemvMargin: tuneMargin,
-		tuneMaxRows: 64, normPrefetch: 12 << 20, qkvGEMV: gemvConfig{nw: 8, ur: 2}, wqWaves: 4}
+		tuneMaxRows: 64, normPrefetch: 12 << 20, qkvGEMV: gemvConfig{nw: 8, ur: 2}, wqWaves: 4,
+		wqDecWaves: 1}
 	bad := func(field string, v any, want string) (tuning, error) {
 		return tuning{}, fmt.Errorf("cuda: Options.Tuning.%s %v: want %s", field, v, want)
 	}
@@ -144,6 +163,19 @@ func (t Tuning) resolve() (tuning, error) {
 			return bad("WQWaves", t.WQWaves, "1 to 16, or 0 for the default")
 		}
 		r.wqWaves = t.WQWaves
+	}
+	switch t.WQDecodeKSplit {
+	case 0:
+	case 1, 2, 4, 8:
+		r.wqDecKSplit = t.WQDecodeKSplit
+	default:
+		return bad("WQDecodeKSplit", t.WQDecodeKSplit, "1, 2, 4 or 8, or 0 for the default")
+	}
+	if t.WQDecodeWaves != 0 {
+		if t.WQDecodeWaves < 1 || t.WQDecodeWaves > 16 {
+			return bad("WQDecodeWaves", t.WQDecodeWaves, "1 to 16, or 0 for the default")
+		}
+		r.wqDecWaves = t.WQDecodeWaves
 	}
 	return r, nil
 }

@@ -172,7 +172,8 @@ func TestValidationWithoutGPU(t *testing.T) {
 // device.
 func TestTuning(t *testing.T) {
 	def := tuning{decodeStages: 3, decodeMaxSplits: 32, decodeWaves: 4, decodeUnroll: 2, gemvMargin: 0.03,
-		tuneMaxRows: 64, normPrefetch: 12 << 20, qkvGEMV: gemvConfig{nw: 8, ur: 2}, wqWaves: 4}
+		tuneMaxRows: 64, normPrefetch: 12 << 20, qkvGEMV: gemvConfig{nw: 8, ur: 2}, wqWaves: 4,
+		wqDecWaves: 1}
 	with := func(f func(*tuning)) tuning {
 		r := def
 		f(&r)
@@ -198,6 +199,10 @@ func TestTuning(t *testing.T) {
 		{name: "8 WQ waves", in: Tuning{WQWaves: 8}, want: with(func(r *tuning) { r.wqWaves = 8 })},
 		{name: "17 WQ waves", in: Tuning{WQWaves: 17}, bad: "WQWaves"},
 		{name: "negative WQ waves", in: Tuning{WQWaves: -1}, bad: "WQWaves"},
+		{name: "WQ decode k split 2", in: Tuning{WQDecodeKSplit: 2}, want: with(func(r *tuning) { r.wqDecKSplit = 2 })},
+		{name: "WQ decode k split 3", in: Tuning{WQDecodeKSplit: 3}, bad: "WQDecodeKSplit"},
+		{name: "WQ decode waves 4", in: Tuning{WQDecodeWaves: 4}, want: with(func(r *tuning) { r.wqDecWaves = 4 })},
+		{name: "17 WQ decode waves", in: Tuning{WQDecodeWaves: 17}, bad: "WQDecodeWaves"},
 		{name: "unroll 8", in: Tuning{DecodeUnroll: 8}, want: with(func(r *tuning) { r.decodeUnroll = 8 })},
 		{name: "unroll 3", in: Tuning{DecodeUnroll: 3}, bad: "DecodeUnroll"},
 		{name: "margin 0.1", in: Tuning{GEMVMargin: 0.1}, want: with(func(r *tuning) { r.gemvMargin = 0.1 })},

@@ -9,17 +9,22 @@ import (
 // Products against the weight-quantized dtypes of backend/wquant.go
 // (kernels/wquant.cu).
 //
-// AWQ4 (W4A16): up to wqGemvMaxRows rows run awq_mma on sm_80 and later,
-// which streams the packed weight once, widens it to bf16 pairs in
-// registers and multiplies on the tensor cores (mma.sync), or awq_gemv on
-// the CUDA cores before sm_80 (one weight read per MAXN-row tile); more
-// rows dequantize the weight into a pooled BF16 temporary for the BF16
+// AWQ4 (W4A16) weights live on the device in a layout of their own
+// (wquant_layout.go, kernels/wquant.cu's header), which Write and Read
+// translate. Up to wqDecMaxRows rows run awq_dec on sm_80 and later,
+// which streams the packed weight with several 16-byte loads in flight a
+// thread, widens it to bf16 pairs in registers and multiplies on the
+// tensor cores (mma.sync); up to wqGemvMaxRows run awq_mma (the same
+// product, x staged in shared memory chunk by chunk), or awq_gemv on the
+// CUDA cores before sm_80 (one weight read per MAXN-row tile); more rows
+// dequantize the weight into a pooled BF16 temporary for the BF16
 // cuBLASLt GEMM, as Q8_0 does.
 //
 // F8E4M3Row (W8A8): x is first quantized per row to e4m3 (f8_act_quant:
-// backend.QuantizeActE4M3's codes and scales). Up to wqGemvMaxRows rows
-// then run f8_mma (the FP8 tensor cores, sm_89 and later) or f8_gemv (CUDA
-// cores); more run cuBLASLt's FP8 GEMM of the codes (sm_89 and
+// backend.QuantizeActE4M3's codes and scales). Up to wqDecMaxRows rows
+// then run f8_dec, up to wqGemvMaxRows f8_mma (both the FP8 tensor cores,
+// sm_89 and later), or f8_gemv (CUDA cores); more run cuBLASLt's FP8 GEMM
+// of the codes (sm_89 and
 // later: e4m3 x e4m3 into f32) and f8_epilogue applies the activation and
 // weight scales. Where cuBLASLt has no FP8 algorithm for the shape or the
 // device, the codes are widened to BF16 (exact: e4m3 has 4 significant
@@ -28,6 +33,14 @@ import (
 // wqGemvMaxRows is the most rows the quantized GEMVs take (the decode
 // batches the engine captures in graphs go up to 64).
 const wqGemvMaxRows = 64
+
+// wqDecMaxRows is the most rows awq_dec and f8_dec take (two 8-row
+// tiles: NT 1 or 2).
+const wqDecMaxRows = 16
+
+// wqDecWarps is DEC_NW of kernels/wquant.cu: warps per awq_dec / f8_dec
+// block.
+const wqDecWarps = 8
 
 // wqMaxn is MAXN of kernels/wquant.cu: token rows per GEMV block row.
 const wqMaxn = 8
@@ -64,7 +77,9 @@ func (s *f8State) close(l *lt) {
 
 // matmulWQ computes y = x . w^T for a weight-quantized w; x is BF16 at
 // xptr. The caller adds the bias. CUDA thread only.
-func (b *Backend) matmulWQ(o, wt *tensor, xptr uint64, n, m, k int) error {
+// pristine: no kernel ever wrote w (the decode kernels may then load it
+// before the previous kernel completes).
+func (b *Backend) matmulWQ(o, wt *tensor, xptr uint64, n, m, k int, pristine bool) error {
 	yt := cudaR16BF
 	if o.dt == backend.F32 {
 		yt = cudaR32F
@@ -72,6 +87,9 @@ func (b *Backend) matmulWQ(o, wt *tensor, xptr uint64, n, m, k int) error {
 	spec := modSpec{file: "wquant", p: [8]int{int(wt.dt), int(o.dt), 1}}
 	grid := [3]int{(m + 7) / 8, (n + wqMaxn - 1) / wqMaxn, 1}
 	if wt.dt != backend.F8E4M3Row {
+		if n <= wqDecMaxRows && b.cc >= 80 {
+			return b.wqDec(o.ptr, int(o.dt), xptr, 0, wt, n, m, k, pristine)
+		}
 		if n <= wqGemvMaxRows && b.cc >= 80 {
 			return b.awqMMA(o.ptr, int(o.dt), xptr, wt, n, m, k)
 		}
@@ -110,6 +128,9 @@ func (b *Backend) matmulWQ(o, wt *tensor, xptr uint64, n, m, k int) error {
 	}
 	if err := b.launch(f, [3]int{n, 1, 1}, 256, 0, xq, sx, xptr, i32(n), i32(k)); err != nil {
 		return err
+	}
+	if n <= wqDecMaxRows && b.cc >= 89 {
+		return b.wqDec(o.ptr, int(o.dt), xq, sx, wt, n, m, k, pristine)
 	}
 	if n <= wqGemvMaxRows && b.cc >= 89 {
 		return b.f8MMA(o.ptr, int(o.dt), xq, sx, wt, n, m, k)
@@ -163,6 +184,85 @@ func (b *Backend) mmaSplits(m, k int) (splits, cps int) {
 	splits = max(1, min(chunks, (b.tune.wqWaves*b.sms+fb-1)/fb))
 	cps = (chunks + splits - 1) / splits
 	return (chunks + cps - 1) / cps, cps
+}
+
+// decKSplit is the warps of an awq_dec / f8_dec block that split k for a
+// product of n rows: Tuning.WQDecodeKSplit, by default all 8 for one 8-row
+// tile (x is small; more blocks keep more weight loads in flight) and 4
+// for two (x's reads from L2 grow with the rows; features sharing them
+// in L1 halve them).
+func (b *Backend) decKSplit(n int) int {
+	if kw := b.tune.wqDecKSplit; kw != 0 {
+		return kw
+	}
+	if n <= 8 {
+		return 8
+	}
+	return 4
+}
+
+// decSplits chooses the grid of awq_dec and f8_dec for m output features,
+// chunks chunks of k and kw warps of a block on k: blocks of 16*8/kw
+// features, and enough blocks splitting k for Tuning.WQDecodeWaves blocks
+// per SM where the features alone give fewer, each split at least one
+// chunk a warp. It returns the blocks along m, the splits and the chunks
+// each takes.
+func (b *Backend) decSplits(m, chunks, kw int) (fb, splits, cps int) {
+	fb = (m + 16*(wqDecWarps/kw) - 1) / (16 * (wqDecWarps / kw))
+	splits = max(1, min((chunks+kw-1)/kw, b.tune.wqDecWaves*b.sms/fb))
+	cps = (chunks + splits - 1) / splits
+	return fb, (chunks + cps - 1) / cps, cps
+}
+
+// wqDec queues awq_dec (AWQ4 w, x BF16 at x) or f8_dec (F8E4M3Row w, x
+// the e4m3 codes at x and their scales at sx), and the kernel adding the
+// partial sums when k is split: y[n,m] (dtype ot) = x . w^T for n <= 16
+// rows. CUDA thread only.
+func (b *Backend) wqDec(y uint64, ot int, x, sx uint64, wt *tensor, n, m, k int, pristine bool) error {
+	spec := modSpec{file: "wquant", p: [8]int{int(wt.dt), ot, (n + 7) / 8}}
+	f8 := wt.dt == backend.F8E4M3Row
+	name, chunk := "awq_dec", 128
+	if f8 {
+		name, chunk = "f8_dec", 64
+	}
+	f, err := b.fn(fnKey{spec, name})
+	if err != nil {
+		return err
+	}
+	kwn := b.decKSplit(n)
+	fb, splits, cps := b.decSplits(m, (k+chunk-1)/chunk, kwn)
+	grid := [3]int{fb, splits, 1}
+	// The kernels' arguments after (y, part): f8_dec has sx after x.
+	args := [11]uint64{y, 0, x, wt.ptr, i32(n), i32(m), i32(k), i32(cps), i32(kwn), flag(pristine)}
+	na := 10
+	if f8 {
+		args = [11]uint64{y, 0, x, sx, wt.ptr, i32(n), i32(m), i32(k), i32(cps), i32(kwn), flag(pristine)}
+		na = 11
+	}
+	if splits == 1 {
+		return b.launch(f, grid, 32*wqDecWarps, 0, args[:na]...)
+	}
+	part, err := b.tmpGet(splits * n * m * 4)
+	if err != nil {
+		return err
+	}
+	defer b.tmpPut(part)
+	args[0], args[1] = 0, part
+	if err := b.launch(f, grid, 32*wqDecWarps, 0, args[:na]...); err != nil {
+		return err
+	}
+	if f8 {
+		r, err := b.fn(fnKey{spec, "f8_epilogue_parts"})
+		if err != nil {
+			return err
+		}
+		return b.launch(r, [3]int{b.gridFor(n * m), 1, 1}, 256, 0, y, part, i32(splits), sx, wt.ptr, i32(n), i32(m), i32(k))
+	}
+	r, err := b.fn(fnKey{spec, "wq_reduce"})
+	if err != nil {
+		return err
+	}
+	return b.launch(r, [3]int{b.gridFor(n * m), 1, 1}, 256, 0, y, part, i32(splits), i32(n), i32(m))
 }
 
 // awqMMA queues awq_mma (and wq_reduce when k is split): y[n,m] (dtype

@@ -5,6 +5,7 @@ import (
 	"math"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/trigon-llm/trigon/backend"
@@ -52,20 +53,24 @@ func encodeWQ(t testing.TB, dt backend.DType, v []float32, rows, cols int) []byt
 
 // TestMatMulWQuant runs MatMul against AWQ4 and F8E4M3Row weights on the
 // GPU and the CPU (the oracle: it quantizes FP8 activations per row as the
-// GPU does) on fresh random inputs: the GEMVs (up to 64 rows, partial
+// GPU does) on fresh random inputs: the decode kernels (awq_dec, f8_dec:
+// 1 to 16 rows), the GEMVs of 17 to 64 rows (awq_mma, f8_mma: partial
 // 8-row tiles), the prefill paths above, BF16 and F32 outputs, biases.
 // fallback forces the FP8 prefill through the BF16 GEMM of codes, the
 // path of devices without FP8 GEMMs.
 func TestMatMulWQuant(t *testing.T) {
 	g := sharedBackend(t, true)
-	type shape struct{ n, in, out int }
 	// 320 and 336 leave partial 128-wide k chunks (336 a partial 32-code
 	// piece: FP8 only); 1000, 200 and 20 partial 64-feature blocks; the
-	// rest split k across blocks (mmaSplits).
-	shapes := []shape{{1, 4096, 1000}, {3, 1024, 512}, {8, 4096, 4096}, {17, 2048, 1000}, {64, 1024, 1000}, {65, 4096, 1000}, {200, 1024, 2048},
+	// rest split k across blocks (mmaSplits, decSplits).
+	shapes := []wqShape{{1, 4096, 1000}, {3, 1024, 512}, {8, 4096, 4096}, {17, 2048, 1000}, {64, 1024, 1000}, {65, 4096, 1000}, {200, 1024, 2048},
 		{4, 320, 864}, {2, 336, 200}, {40, 864, 320}, {128, 2048, 1024},
 		// One 128-wide k chunk: the tensor-core kernels' unsplit path.
 		{4, 128, 1000}}
+	shapes = append(shapes, wqDecodeShapes...)
+	// The last chunk's tails (32, 64, 96 inputs) and rows that are not
+	// 16-byte aligned in the GEMV of 17..64 rows and in the dequantizer.
+	shapes = append(shapes, wqShape{24, 192, 72}, wqShape{33, 224, 40}, wqShape{70, 224, 40}, wqShape{80, 160, 100})
 	for _, dt := range []backend.DType{backend.AWQ4G32, backend.AWQ4G64, backend.AWQ4G128, backend.F8E4M3Row} {
 		for i, s := range shapes {
 			if s.in%dt.BlockSize() != 0 {
@@ -123,13 +128,63 @@ func TestMatMulWQuant(t *testing.T) {
 	}
 }
 
+// wqShape is a product of n rows against a weight of out x in.
+type wqShape struct{ n, in, out int }
+
+// wqDecodeShapes are the decode kernels' cases (1, 2, 4, 8 and 16 rows,
+// and between): inputs whose last 128-wide chunk holds 32 (160, 4128),
+// 64 (192), 96 (224) or 128 inputs, AWQ4 rows that are not 16-byte
+// aligned (groups not a multiple of 4: 160, 192 and 224 in groups of 32,
+// 192 and 640 in groups of 64, 640 in groups of 128) beside ones that are,
+// output features that fill no 16- or 32-feature tile (100, 72, 300,
+// 520, 1000), and k long enough for several chunks in flight per warp
+// (14336).
+var wqDecodeShapes = []wqShape{{1, 160, 100}, {2, 192, 72}, {4, 224, 300}, {8, 640, 300}, {16, 640, 520},
+	{16, 4128, 100}, {1, 14336, 300}, {2, 4096, 1000}, {4, 14336, 520}, {5, 1024, 1000}, {9, 4096, 300}, {16, 4096, 1000}, {12, 512, 4096}}
+
+// TestWQDecodeTunings runs the decode kernels (awq_dec, f8_dec) against
+// the CPU with each k split inside a block (Tuning.WQDecodeKSplit), with
+// k split across blocks where the default splits none, and with no split
+// where it splits (Tuning.WQDecodeWaves).
+func TestWQDecodeTunings(t *testing.T) {
+	sharedBackend(t, true)
+	for _, tune := range []Tuning{{WQDecodeKSplit: 1}, {WQDecodeKSplit: 2}, {WQDecodeKSplit: 8}, {WQDecodeKSplit: 4}, {WQDecodeKSplit: 8, WQDecodeWaves: 16}, {WQDecodeKSplit: 1, WQDecodeWaves: 16}, {WQDecodeWaves: 16}} {
+		g := backendWith(t, tune, "")
+		for _, dt := range []backend.DType{backend.AWQ4G32, backend.AWQ4G64, backend.AWQ4G128, backend.F8E4M3Row} {
+			for _, s := range []wqShape{{1, 4096, 1000}, {4, 640, 300}, {16, 2048, 200}, {7, 14336, 64}, {3, 4096, 4600}} {
+				if s.in%dt.BlockSize() != 0 {
+					continue
+				}
+				t.Run(fmt.Sprintf("ksplit%d_waves%d_%v_n%d_%dx%d", tune.WQDecodeKSplit, tune.WQDecodeWaves, dt, s.n, s.in, s.out), func(t *testing.T) {
+					p := newPairOn(t, g)
+					cx, gx := p.act(backend.BF16, []int{s.n, s.in}, p.normal(s.n*s.in, 1))
+					wv := p.normal(s.out*s.in, float32(1/math.Sqrt(float64(s.in))))
+					cw, gw := p.same(dt, []int{s.out, s.in}, encodeWQ(t, dt, wv, s.out, s.in))
+					co, gout := p.cpuOut(s.n, s.out), p.poisoned(backend.F32, s.n, s.out)
+					p.must("cpu", p.c.MatMul(co, cx, cw, nil))
+					p.must("gpu", g.MatMul(gout, gx, gw, nil))
+					p.must("sync", g.Sync())
+					p.expectClose("matmul", read(t, g, gout), read(t, p.c, co), bf16Tol)
+				})
+			}
+		}
+	}
+}
+
 // TestF8ActQuant checks the activation quantizer's codes against
 // backend.F32ToE4M3 bit for bit, over rows that reach e4m3's subnormals,
-// its ties and a row of zeros.
+// its ties and a row of zeros, at a row width of whole 2048-value passes of
+// the block (4096) and one that ends inside a pass (336).
 func TestF8ActQuant(t *testing.T) {
+	for _, k := range []int{4096, 336} {
+		t.Run(fmt.Sprintf("k%d", k), func(t *testing.T) { testF8ActQuant(t, k) })
+	}
+}
+
+func testF8ActQuant(t *testing.T, k int) {
 	g := sharedBackend(t, true)
 	p := newPair(t)
-	n, k := 5, 4096
+	n := 5
 	vals := p.normal(n*k, 1)
 	for i := range k {
 		vals[2*k+i] = 0 // a row of zeros: scale 1
@@ -175,15 +230,19 @@ func TestF8ActQuant(t *testing.T) {
 }
 
 // TestAWQGemvCUDACores runs awq_gemv, the AWQ decode kernel of devices
-// before sm_80 (MatMul takes awq_mma on later ones), directly against the
-// CPU: one row, a partial 8-row tile, two tiles.
+// before sm_80 (MatMul takes awq_dec / awq_mma on later ones), directly
+// against the CPU: one row, a partial 8-row tile, two tiles, and rows
+// whose last 128-wide chunk of the device layout is short (160, 192).
 func TestAWQGemvCUDACores(t *testing.T) {
 	g := sharedBackend(t, true)
-	for _, dt := range []backend.DType{backend.AWQ4G32, backend.AWQ4G128} {
-		for _, n := range []int{1, 5, 16} {
-			t.Run(fmt.Sprintf("%v_n%d", dt, n), func(t *testing.T) {
+	for _, dt := range []backend.DType{backend.AWQ4G32, backend.AWQ4G64, backend.AWQ4G128} {
+		for _, c := range []struct{ n, in, out int }{{1, 1024, 300}, {5, 1024, 300}, {16, 1024, 300}, {3, 160, 40}, {9, 192, 40}, {2, 640, 20}} {
+			n, in, out := c.n, c.in, c.out
+			if in%backend.AWQGroup(dt) != 0 {
+				continue
+			}
+			t.Run(fmt.Sprintf("%v_n%d_%dx%d", dt, n, in, out), func(t *testing.T) {
 				p := newPair(t)
-				in, out := 1024, 300
 				cx, gx := p.act(backend.BF16, []int{n, in}, p.normal(n*in, 1))
 				wv := p.normal(out*in, float32(1/math.Sqrt(float64(in))))
 				cw, gw := p.same(dt, []int{out, in}, encodeWQ(t, dt, wv, out, in))
@@ -220,10 +279,10 @@ func TestAWQGemvCUDACores(t *testing.T) {
 // CPU, after f8_act_quant.
 func TestF8GemvCUDACores(t *testing.T) {
 	g := sharedBackend(t, true)
-	for _, n := range []int{1, 5, 16} {
-		t.Run(fmt.Sprintf("n%d", n), func(t *testing.T) {
+	for _, c := range []struct{ n, in, out int }{{1, 1024, 300}, {5, 1024, 300}, {16, 1024, 300}, {3, 336, 40}} {
+		n, in, out := c.n, c.in, c.out
+		t.Run(fmt.Sprintf("n%d_%dx%d", n, in, out), func(t *testing.T) {
 			p := newPair(t)
-			in, out := 1024, 300
 			dt := backend.F8E4M3Row
 			cx, gx := p.act(backend.BF16, []int{n, in}, p.normal(n*in, 1))
 			wv := p.normal(out*in, float32(1/math.Sqrt(float64(in))))
@@ -265,5 +324,30 @@ func TestF8GemvCUDACores(t *testing.T) {
 			p.must("sync", g.Sync())
 			p.expectClose("f8_gemv", read(t, g, gout), read(t, p.c, co), bf16Tol)
 		})
+	}
+}
+
+// TestWQuantKernelsCompile builds kernels/wquant.cu for each weight dtype
+// at the row tiles MatMul asks for (NT 1 and 2: awq_dec, f8_dec and the
+// smallest awq_mma / f8_mma; 8: the largest), BF16 and F32 out, with NVRTC
+// for the device's target, or the newest up to Hopper without a GPU.
+// Without a GPU the check stops at PTX: the NVRTC of a machine without one
+// may predate ptxas's e4m3 mma.sync (CUDA 12.4), which f8_mma and f8_dec
+// use; with a GPU the cubin is built as the backend builds it.
+func TestWQuantKernelsCompile(t *testing.T) {
+	c := testCompiler(t, t.TempDir())
+	if sharedBackend(t, false) == nil {
+		c = &compiler{nv: c.nv, arch: strings.Replace(c.arch, "sm_", "compute_", 1), cubin: false, cache: c.cache}
+	}
+	for _, dt := range []backend.DType{backend.AWQ4G32, backend.AWQ4G64, backend.AWQ4G128, backend.F8E4M3Row} {
+		for _, v := range []struct{ ot, nt int }{{int(backend.BF16), 1}, {int(backend.F32), 2}, {int(backend.BF16), 8}} {
+			s := modSpec{file: "wquant", p: [8]int{int(dt), v.ot, v.nt}}
+			t.Run(s.String(), func(t *testing.T) {
+				t.Parallel() // NVRTC is thread-safe
+				if _, _, err := c.build(s, true); err != nil {
+					t.Fatal(err)
+				}
+			})
+		}
 	}
 }

@@ -36,7 +36,7 @@
 #   wq_rows        quantized weights beside bf16: AWQ, FP8 and Q4_K at batch 1, 4 and 16,
 #                  2048-token prompts; AWQ with the int8 KV cache at batch 4
 #   spec_verify    the 8B verify step of k=4 draft tokens against a decode step, batch 1 and 4
-#   wq_bench       BenchmarkMatMulWQuant: AWQ4 and FP8 decode products at Tuning.WQWaves 2, 4, 8
+#   wq_bench       BenchmarkMatMulWQuant: AWQ4 and FP8 decode products at each decode tuning
 #   gemm_large     BenchmarkMatMulLargeBatch: the 8B products at 128 and 256 rows, heuristic against tuned
 #   spec_tests     TestSpeculativeCUDA (engine, graphs off and on) and TestGraphVerifyAttention
 #   fix_tests      the two tests a compile error failed (TestKVReadersRefuseOtherFormats, TestF8ActQuant)
@@ -282,7 +282,8 @@ done
 }
 
 # wq_bench: the weight-quantized decode products at the 8B shapes, graph
-# timed, at each Tuning.WQWaves (BenchmarkMatMulWQuant).
+# timed, at each Tuning.WQDecodeKSplit / WQDecodeWaves (WQWaves for 32 rows)
+# of BenchmarkMatMulWQuant.
 wq_bench() {
 log "BenchmarkMatMulWQuant"
 (cd backend/cuda && "$root/.gpu/cuda.test" -test.run XXX -test.bench 'BenchmarkMatMulWQuant' -test.benchtime 20x >"$OUT/wq-bench.log" 2>&1)
@@ -353,7 +354,7 @@ grep -E "^Benchmark|FAIL|panic" "$OUT/kv-attn-bench.log" | say
 new_tests() {
 log "backend/cuda: the new kernels' tests"
 (cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.timeout 4m -test.run \
-  'TestAttentionQuant|TestRoPEStoreKVQuant|TestKVReadersRefuseOtherFormats|TestMatMulWQuant|TestAWQGemvCUDACores|TestF8GemvCUDACores|TestF8ActQuant|TestWQuantCodes|TestKQuant|TestGraphVerifyAttention|TestSampleTo|TestSmallCopies|TestEmbedShard|TestNCCL|TestLaunchEarly' \
+  'TestAttentionQuant|TestRoPEStoreKVQuant|TestKVReadersRefuseOtherFormats|TestMatMulWQuant|TestWQDecodeTunings|TestAWQReadBack|TestAWQGemvCUDACores|TestF8GemvCUDACores|TestF8ActQuant|TestWQuantCodes|TestKQuant|TestGraphVerifyAttention|TestSampleTo|TestSmallCopies|TestEmbedShard|TestNCCL|TestLaunchEarly' \
   >"$OUT/new-cuda.log" 2>&1)
 echo "rc=$?" | say
 grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/new-cuda.log" | tail -12 | say

@@ -1,8 +1,30 @@
 // wquant.cu: products against the weight-quantized dtypes of
 // backend/wquant.go (AWQ4_G32/G64/G128 and F8_E4M3_ROW), and the FP8
 // activation quantizer. Specialised with -DWT=<weight dtype> -DOT=<out
-// dtype> -DNT=<8-row tiles of x, awq_mma; 1 elsewhere>; x is bf16. The FP8
-// kernels (f8_*) do not depend on WT.
+// dtype> -DNT=<8-row tiles of x: awq_mma, f8_mma, awq_dec, f8_dec; 1
+// elsewhere>; x is bf16. The FP8 kernels (f8_*) do not depend on WT.
+//
+// Device layout of AWQ4 (the CUDA backend permutes each row at upload and
+// back at read, wquant_layout.go; backend/wquant.go's blocks stay the
+// format). A row of k inputs in groups of g keeps its byte count, k/2 +
+// 4*(k/g), and is two planes:
+//
+//	[ nibbles: k/2 bytes, 64 a 128-input chunk | headers: k/g u32 ]
+//
+// Header j is group j's {f16 scale (low half); f16 zero (high half)}, as
+// in the format. Word W_i of chunk c (i = 0..15, inputs 128c + 8i ..
+// +7, nibbles in the format's order: nibble p and p+4 are inputs 2p and
+// 2p+1 of the word) sits at byte 64c + 4*(tq*Q + q) of the row, where i =
+// tq + 4q and Q = min(4, inputs left from 128c / 32): a full chunk stores
+// W0 W4 W8 W12 | W1 W5 W9 W13 | W2 .. | W3 .., so the mma lane of
+// quad tq reads its four words (inputs 128c + 8tq + 32q) as one 16-byte
+// load, and the four lanes of a quad read 64 contiguous bytes of the row
+// and of each x row. A last chunk of 32, 64 or 96 inputs (Q = 1..3)
+// stores the same words Q to a lane, 4-byte aligned. Rows are 16-byte
+// aligned when k/g is a multiple of 4 (a row is 4*(k/g)*(g+8)/8 bytes);
+// the kernels fall back to 4-byte loads of the same layout otherwise.
+// F8_E4M3_ROW is read in the format's own layout: its rows are 16-byte
+// aligned and its values a matrix cuBLASLt reads in place.
 #include "mma.cuh"
 
 // Dtype codes of backend/wquant.go (kept equal by TestWQuantCodes).
@@ -13,26 +35,84 @@
 
 #define MAXN 8  // token rows per blockIdx.y of the GEMVs
 
-// AWQ4 block: {f16 scale; f16 zero; u32 qs[AWQ_G/8]}; word w holds
-// elements 8w..8w+7, nibble i (bits 4i..4i+3) element 8w + [0,2,4,6,1,3,5,7][i],
-// so nibbles p and p+4 are elements 2p and 2p+1; value = (q - zero) * scale.
+// AWQ4 values: value = (q - zero) * scale, q the 4-bit code; g = AWQ_G.
 #define AWQ_G (WT == DT_AWQ4_G64 ? 64 : (WT == DT_AWQ4_G128 ? 128 : 32))
-#define AWQ_BB (4 + AWQ_G / 2)
-#define AWQ_WPB (AWQ_G / 8)  // words per block
 
-// awq_word decodes word c (elements 8c..8c+7) of an AWQ4 row into f32.
-// Blocks are multiples of 4 bytes, so on a 4-byte aligned row the header
-// and every word are 4-byte aligned.
-__device__ __forceinline__ void awq_word(const unsigned char* row, int c, float* wv) {
-  const unsigned char* bp = row + (i64)(c / AWQ_WPB) * AWQ_BB;
-  u32 hdr = *(const u32*)bp;
+// Weights are read once per product: keep them out of L1 (which holds x).
+__device__ __forceinline__ uint4 ld_stream16(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ u32 ld_stream4(const void* p) {
+  u32 v;
+  asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
+
+// awq_row_bytes is the bytes of a row of k inputs (both layouts).
+__device__ __forceinline__ i64 awq_row_bytes(int k) { return (i64)(k >> 1) + 4 * (i64)(k / AWQ_G); }
+
+// awq_wofs is the byte offset, in a device row of k inputs, of word w
+// (inputs 8w..8w+7): chunk c = w/16, i = w%16 = tq + 4q at 64c +
+// 4*(tq*Q + q) (the header comment's layout).
+__device__ __forceinline__ int awq_wofs(int w, int k) {
+  int c = w >> 4, i = w & 15, Q = min(4, (k >> 5) - 4 * c);
+  return 64 * c + 4 * ((i & 3) * Q + (i >> 2));
+}
+
+// awq_word decodes word c (inputs 8c..8c+7) of a device row into f32.
+// Every word and header is 4-byte aligned on a 4-byte aligned row.
+__device__ __forceinline__ void awq_word(const unsigned char* row, int c, int k, float* wv) {
+  u32 hdr = *(const u32*)(row + (k >> 1) + 4 * ((8 * c) / AWQ_G));
   float s = f16_to_f32((u16)(hdr & 0xffffu)), z = f16_to_f32((u16)(hdr >> 16));
-  u32 q = *(const u32*)(bp + 4 + 4 * (c % AWQ_WPB));
+  u32 q = *(const u32*)(row + awq_wofs(c, k));
 #pragma unroll
   for (int p = 0; p < 4; p++) {
     wv[2 * p] = ((float)((q >> (4 * p)) & 15u) - z) * s;
     wv[2 * p + 1] = ((float)((q >> (4 * p + 16)) & 15u) - z) * s;
   }
+}
+
+// awq_quad loads what lane quad tq takes of chunk c (inputs 128c ..) of
+// device row `row` (k inputs): wd[q] = word tq + 4q of the chunk (inputs
+// 128c + 8tq + 32q .. +7) and hd[q] its group's header. Words past the
+// row's end, and everything when !ok, are zero (they widen to zero).
+// v16: the row is 16-byte aligned (a full chunk is then one 16-byte load).
+__device__ __forceinline__ void awq_quad(const unsigned char* row, int k, int c, int tq, bool ok, bool v16, u32* wd, u32* hd) {
+#pragma unroll
+  for (int q = 0; q < 4; q++) wd[q] = hd[q] = 0u;
+  if (!ok) return;
+  int Q = min(4, (k >> 5) - 4 * c);  // >= 1 for a chunk of the row
+  const unsigned char* cp = row + 64 * c + 4 * tq * Q;
+  if (Q == 4 && v16) {
+    uint4 v = ld_stream16(cp);
+    wd[0] = v.x;
+    wd[1] = v.y;
+    wd[2] = v.z;
+    wd[3] = v.w;
+  } else {
+#pragma unroll
+    for (int q = 0; q < 4; q++)
+      if (q < Q) wd[q] = ld_stream4(cp + 4 * q);
+  }
+  const unsigned char* hp = row + (k >> 1);
+#if AWQ_G == 128
+  u32 h = ld_stream4(hp + 4 * c);  // k is a multiple of 128: Q == 4
+  hd[0] = hd[1] = hd[2] = hd[3] = h;
+#elif AWQ_G == 64
+  u32 h0 = ld_stream4(hp + 8 * c);  // Q is 2 or 4
+  u32 h1 = Q > 2 ? ld_stream4(hp + 8 * c + 4) : 0u;
+  hd[0] = hd[1] = h0;
+  hd[2] = hd[3] = h1;
+#else
+#pragma unroll
+  for (int q = 0; q < 4; q++)
+    if (q < Q) hd[q] = ld_stream4(hp + 16 * c + 4 * q);
+#endif
 }
 
 // awq_gemv: y[t, o] = sum_k x[t, k] * w[o, k] for the MAXN rows of
@@ -48,7 +128,7 @@ extern "C" __global__ void __launch_bounds__(256) awq_gemv(void* y, const u16* x
   if (o >= m) return;
   int t0 = blockIdx.y * MAXN;
   int nt = min(MAXN, n - t0);
-  const unsigned char* wr = w + (i64)o * (k / AWQ_G) * AWQ_BB;
+  const unsigned char* wr = w + (i64)o * awq_row_bytes(k);
   const u16* xb = x + (i64)t0 * k;
   float acc[MAXN];
 #pragma unroll
@@ -56,7 +136,7 @@ extern "C" __global__ void __launch_bounds__(256) awq_gemv(void* y, const u16* x
   int words = k >> 3;
   for (int c = lane; c < words; c += 32) {
     float wv[8];
-    awq_word(wr, c, wv);
+    awq_word(wr, c, k, wv);
 #pragma unroll
     for (int t = 0; t < MAXN; t++) {
       if (t < nt) {
@@ -101,56 +181,55 @@ __device__ __forceinline__ void awq_pairs(u32 q, u32 s2, u32 nz2, u32* out) {
   }
 }
 
-// awq_load reads what awq_widen needs of the 32 elements k0..k0+31 (whole
-// words of one group: groups are at least 32) of AWQ4 row `row`: the
-// block's header and 4 words; zeros when !ok, which widen to zeros.
-__device__ __forceinline__ void awq_load(const unsigned char* row, int k0, bool ok, u32& hdr, u32* wd) {
-  hdr = 0u;
-#pragma unroll
-  for (int j = 0; j < 4; j++) wd[j] = 0u;
-  if (ok) {
-    const unsigned char* bp = row + (i64)(k0 / AWQ_G) * AWQ_BB;
-    hdr = *(const u32*)bp;
-    const u32* wp = (const u32*)(bp + 4) + (k0 % AWQ_G) / 8;
-#pragma unroll
-    for (int j = 0; j < 4; j++) wd[j] = wp[j];
-  }
-}
-
-// awq_widen turns awq_load's header and words into 16 bf16x2 pairs, pair i
-// holding elements k0 + 2i and k0 + 2i + 1.
-__device__ __forceinline__ void awq_widen(u32 hdr, const u32* wd, u32* out) {
+// awq_hdr2 turns a header into the bf16x2 pairs awq_pairs takes: the
+// scale rounded to bf16 and -(128 + zero), in both halves.
+__device__ __forceinline__ void awq_hdr2(u32 hdr, u32& s2, u32& nz2) {
   float s = f16_to_f32((u16)(hdr & 0xffffu)), z = f16_to_f32((u16)(hdr >> 16));
   u32 sb = f32_to_bf16(s), nb = f32_to_bf16(-(128.f + z));
-  u32 s2 = sb | (sb << 16), nz2 = nb | (nb << 16);
+  s2 = sb | (sb << 16);
+  nz2 = nb | (nb << 16);
+}
+
+// awq_widen turns awq_quad's words and headers into 16 bf16x2 pairs, pair
+// 4q + p holding inputs 2p and 2p+1 of word q.
+__device__ __forceinline__ void awq_widen(const u32* wd, const u32* hd, u32* out) {
 #pragma unroll
-  for (int j = 0; j < 4; j++) awq_pairs(wd[j], s2, nz2, out + 4 * j);
+  for (int q = 0; q < 4; q++) {
+    u32 s2, nz2;
+    awq_hdr2(hd[q], s2, nz2);
+    awq_pairs(wd[q], s2, nz2, out + 4 * q);
+  }
 }
 
 #define AWQ_NW 4  // warps per awq_mma / f8_mma block, each owning 16 output features
 
 // awq_mma: y = x . w^T for n <= 8*NT rows on the tensor cores (mma.sync
-// m16n8k16, bf16 in, f32 accumulate), w dequantized in registers. A block
-// owns 64 output features, 16 per warp (the mma's A rows gid and gid + 8
-// of each thread), and a range of 128-wide k chunks: gridDim.y blocks
-// split k, cps chunks each, so that small products still fill the GPU.
-// Each chunk of x is staged in shared memory once for the four warps. The
-// k order inside an mma is free, so thread (gid, tq) feeds mma j pairs 2j
-// and 2j+1 of its own 32 contiguous elements 32tq .. of the chunk in both
-// operands (A: its two weight rows, B: x row t*8 + gid): logical k 2tq,
-// 2tq+1 is pair 2j, logical 2tq+8, +9 pair 2j+1, alike in A and B. The raw
+// m16n8k16, bf16 in, f32 accumulate), w dequantized in registers: the
+// product of 17..64 rows (awq_dec takes fewer). A block owns 64 output
+// features, 16 per warp (the mma's A rows gid and gid + 8 of each thread),
+// and a range of 128-wide k chunks: gridDim.y blocks split k, cps chunks
+// each, so that small products still fill the GPU. Each chunk of x is
+// staged in shared memory once for the four warps. The k order inside an
+// mma is free, so thread (gid, tq) feeds mma 2q + h (h = 0, 1) pairs 4q +
+// 2h and 4q + 2h + 1 of its word q (awq_quad: inputs 128c + 8tq + 32q ..)
+// in both operands (A: its two weight rows, B: x row t*8 + gid). The raw
 // weights of the next chunk are loaded before this chunk's mmas.
 //   y [n, m] OT (gridDim.y == 1), else part [gridDim.y][n][m] f32 for
-//   awq_reduce;  x [n, k] bf16 (rows 16-byte aligned);  w [m, k] WT
+//   wq_reduce;  x [n, k] bf16 (rows 16-byte aligned);  w [m, k] WT (device
+//   layout)
 // grid (ceil(m/64), splits), block 32*AWQ_NW.
 extern "C" __global__ void __launch_bounds__(32 * AWQ_NW) awq_mma(void* y, float* part, const u16* x, const unsigned char* w, int n, int m, int k, int cps) {
   grid_dep_sync();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800  // mma.sync bf16 and fma.bf16x2: the host launches it on sm_80 and later only
-  __shared__ uint4 xs[NT * 8][17];  // a 128-wide chunk of each x row (16 uint4) and one of padding
+  // A 128-wide chunk of each x row (16 uint4) and 4 of padding: the rows
+  // are 320 bytes apart, so the two x rows of a quarter warp's 16-byte
+  // loads (uint4 4q + tq of rows gid, gid + 1) fall in disjoint banks.
+  __shared__ uint4 xs[NT * 8][20];
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tq = lane & 3;
   int r0 = blockIdx.x * 64 + warp * 16;
   int ra = r0 + gid, rb = r0 + gid + 8;
-  i64 rowb = (i64)(k / AWQ_G) * AWQ_BB;
+  i64 rowb = awq_row_bytes(k);
+  bool v16 = (((u64)w | (u64)rowb) & 15u) == 0;
   const unsigned char* wa = w + (i64)(ra < m ? ra : 0) * rowb;
   const unsigned char* wb = w + (i64)(rb < m ? rb : 0) * rowb;
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
@@ -159,13 +238,9 @@ extern "C" __global__ void __launch_bounds__(32 * AWQ_NW) awq_mma(void* y, float
   for (int t = 0; t < NT; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
   int chunks = (k + 127) >> 7;
   int c0 = blockIdx.y * cps, c1 = min(chunks, c0 + cps);
-  u32 ha, hb, wda[4], wdb[4];
-  {
-    int kk = c0 * 128 + tq * 32;
-    bool ok = c0 < c1 && kk < k;
-    awq_load(wa, kk, ok && ra < m, ha, wda);
-    awq_load(wb, kk, ok && rb < m, hb, wdb);
-  }
+  u32 ha[4], hb[4], wda[4], wdb[4];
+  awq_quad(wa, k, c0, tq, c0 < c1 && ra < m, v16, wda, ha);
+  awq_quad(wb, k, c0, tq, c0 < c1 && rb < m, v16, wdb, hb);
   for (int c = c0; c < c1; c++) {
     __syncthreads();  // the previous chunk's fragments are read
     for (int i = threadIdx.x; i < NT * 8 * 16; i += 32 * AWQ_NW) {
@@ -174,27 +249,18 @@ extern "C" __global__ void __launch_bounds__(32 * AWQ_NW) awq_mma(void* y, float
     }
     __syncthreads();
     u32 pa[16], pb[16];
-    awq_widen(ha, wda, pa);
-    awq_widen(hb, wdb, pb);
-    {
-      int kk = (c + 1) * 128 + tq * 32;
-      bool ok = c + 1 < c1 && kk < k;
-      awq_load(wa, kk, ok && ra < m, ha, wda);
-      awq_load(wb, kk, ok && rb < m, hb, wdb);
-    }
+    awq_widen(wda, ha, pa);
+    awq_widen(wdb, hb, pb);
+    awq_quad(wa, k, c + 1, tq, c + 1 < c1 && ra < m, v16, wda, ha);
+    awq_quad(wb, k, c + 1, tq, c + 1 < c1 && rb < m, v16, wdb, hb);
 #pragma unroll
     for (int t = 0; t < NT; t++) {
-      u32 xp[16];
 #pragma unroll
       for (int q = 0; q < 4; q++) {
-        uint4 v = xs[t * 8 + gid][tq * 4 + q];
-        xp[4 * q] = v.x;
-        xp[4 * q + 1] = v.y;
-        xp[4 * q + 2] = v.z;
-        xp[4 * q + 3] = v.w;
+        uint4 v = xs[t * 8 + gid][4 * q + tq];  // inputs 128c + 32q + 8tq ..
+        mma16816(acc[t], pa[4 * q], pb[4 * q], pa[4 * q + 1], pb[4 * q + 1], v.x, v.y);
+        mma16816(acc[t], pa[4 * q + 2], pb[4 * q + 2], pa[4 * q + 3], pb[4 * q + 3], v.z, v.w);
       }
-#pragma unroll
-      for (int j = 0; j < 8; j++) mma16816(acc[t], pa[2 * j], pb[2 * j], pa[2 * j + 1], pb[2 * j + 1], xp[2 * j], xp[2 * j + 1]);
     }
   }
   // C element e: feature r0 + gid + (e/2)*8, x row t*8 + tq*2 + e%2.
@@ -209,6 +275,150 @@ extern "C" __global__ void __launch_bounds__(32 * AWQ_NW) awq_mma(void* y, float
       }
     }
   }
+#endif
+}
+
+#define DEC_NW 8  // warps per awq_dec / f8_dec block
+#define DEC_U 4   // chunks of weights in flight per warp (awq_dec, f8_dec)
+
+// ld_x16 reads 16 bytes of x (kept in L1: every warp on the same k reads
+// them).
+__device__ __forceinline__ uint4 ld_x16(const void* p) { return *(const uint4*)p; }
+
+// awq_dec: y = x . w^T for n <= 8*NT rows (NT 1 or 2: the decode product)
+// on the tensor cores, w streamed with DEC_U chunks in flight per warp and
+// no block barrier in the loop. A block is DEC_NW warps: kw of them (kw
+// divides DEC_NW) split the block's k range, chunk by chunk (warp slice kl
+// = warp / fw takes chunks c0 + kl, c0 + kl + kw, ..), and fw = DEC_NW/kw
+// own 16 output features each (tile ft = warp % fw); the kw partial sums
+// of a tile are added in shared memory at the end, in slice order.
+// gridDim.y blocks split k as in awq_mma (cps chunks each). Lane (gid,
+// tq) of a warp holds A rows gid and gid + 8 of its tile and, per chunk c,
+// awq_quad's four words of each (one 16-byte load each on a 16-byte
+// aligned row); word q's inputs 128c + 32q + 8tq .. +7 meet the same
+// inputs of x row t*8 + gid (one 16-byte load, from L1 or L2), two mmas a
+// word, so the four lanes of a quad read 64 contiguous bytes of each
+// weight and x row. x's loads of a chunk are issued one chunk ahead.
+// early: no kernel writes w, so the first DEC_U chunks are loaded before
+// griddepcontrol.wait (the kernel is launched with PDL behind the norm).
+//   y [n, m] OT (gridDim.y == 1), else part [gridDim.y][n][m] f32 for
+//   wq_reduce;  x [n, k] bf16 (rows 16-byte aligned);  w [m, k] WT (device
+//   layout)
+// grid (ceil(m/(16*fw)), splits), block 32*DEC_NW.
+// Two blocks an SM where the registers allow it (one 8-row tile, groups
+// of 64 or 128: group 32 keeps four headers a chunk in flight).
+extern "C" __global__ void __launch_bounds__(32 * DEC_NW, NT == 1 && AWQ_G != 32 ? 2 : 1) awq_dec(void* y, float* part, const u16* x, const unsigned char* w, int n, int m, int k, int cps, int kw, int early) {
+  if (!early) grid_dep_wait();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && NT <= 2  // mma.sync bf16 and fma.bf16x2: the host launches it on sm_80 and later only, NT 1 or 2
+  __shared__ float red[DEC_NW][NT * 4][32];  // the slices' partial sums, lane-major (no bank conflicts)
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tq = lane & 3;
+  int fw = DEC_NW / kw, ft = warp % fw, kl = warp / fw;
+  int r0 = (blockIdx.x * fw + ft) * 16;
+  int ra = r0 + gid, rb = r0 + gid + 8;
+  i64 rowb = awq_row_bytes(k);
+  bool v16 = (((u64)w | (u64)rowb) & 15u) == 0;
+  const unsigned char* wa = w + (i64)(ra < m ? ra : 0) * rowb;
+  const unsigned char* wb = w + (i64)(rb < m ? rb : 0) * rowb;
+  int chunks = (k + 127) >> 7;
+  int c0 = blockIdx.y * cps, c1 = min(chunks, c0 + cps);
+  int first = c0 + kl;  // this warp's chunks: first + i*kw, i < nc
+  int nc = first < c1 ? (c1 - first + kw - 1) / kw : 0;
+  u32 wra[DEC_U][4], hra[DEC_U][4], wrb[DEC_U][4], hrb[DEC_U][4];
+#pragma unroll
+  for (int u = 0; u < DEC_U; u++) {
+    awq_quad(wa, k, first + u * kw, tq, u < nc && ra < m, v16, wra[u], hra[u]);
+    awq_quad(wb, k, first + u * kw, tq, u < nc && rb < m, v16, wrb[u], hrb[u]);
+  }
+  if (early) grid_dep_wait();
+  float acc[NT][4];
+#pragma unroll
+  for (int t = 0; t < NT; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
+  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+  // xn: chunk i's x (word q of tile t: xn[t][q]), loaded during chunk i-1.
+  uint4 xn[NT][4];
+#pragma unroll
+  for (int t = 0; t < NT; t++) {
+    int row = t * 8 + gid;
+    int Q = nc > 0 ? min(4, (k >> 5) - 4 * first) : 0;
+#pragma unroll
+    for (int q = 0; q < 4; q++)
+      xn[t][q] = row < n && q < Q ? ld_x16(x + (i64)row * k + 128 * first + 32 * q + 8 * tq) : zero;
+  }
+  for (int i0 = 0; i0 < nc; i0 += DEC_U) {
+#pragma unroll
+    for (int u = 0; u < DEC_U; u++) {
+      int i = i0 + u;
+      if (i < nc) {  // warp-uniform
+        int c = first + i * kw;
+        u32 cwa[4], cha[4], cwb[4], chb[4];  // this chunk's raw words, then the slot's next chunk, DEC_U ahead
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+          cwa[q] = wra[u][q];
+          cha[q] = hra[u][q];
+          cwb[q] = wrb[u][q];
+          chb[q] = hrb[u][q];
+        }
+        awq_quad(wa, k, c + DEC_U * kw, tq, i + DEC_U < nc && ra < m, v16, wra[u], hra[u]);
+        awq_quad(wb, k, c + DEC_U * kw, tq, i + DEC_U < nc && rb < m, v16, wrb[u], hrb[u]);
+        uint4 xc[NT][4];
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+          int row = t * 8 + gid;
+          int cn = c + kw, Qn = i + 1 < nc ? min(4, (k >> 5) - 4 * cn) : 0;
+#pragma unroll
+          for (int q = 0; q < 4; q++) {
+            xc[t][q] = xn[t][q];
+            xn[t][q] = row < n && q < Qn ? ld_x16(x + (i64)row * k + 128 * cn + 32 * q + 8 * tq) : zero;
+          }
+        }
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+          u32 s2, nz2, pa[4], pb[4];
+          awq_hdr2(cha[q], s2, nz2);
+          awq_pairs(cwa[q], s2, nz2, pa);
+          awq_hdr2(chb[q], s2, nz2);
+          awq_pairs(cwb[q], s2, nz2, pb);
+#pragma unroll
+          for (int t = 0; t < NT; t++) {
+            mma16816(acc[t], pa[0], pb[0], pa[1], pb[1], xc[t][q].x, xc[t][q].y);
+            mma16816(acc[t], pa[2], pb[2], pa[3], pb[3], xc[t][q].z, xc[t][q].w);
+          }
+        }
+      }
+    }
+  }
+  grid_dep_launch();
+  if (kw > 1) {  // block-uniform
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) red[warp][t * 4 + e][lane] = acc[t][e];
+    __syncthreads();
+    if (kl == 0) {
+      for (int j = 1; j < kw; j++) {
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) acc[t][e] += red[ft + j * fw][t * 4 + e][lane];
+      }
+    }
+  }
+  if (kl != 0) return;
+  // C element e: feature r0 + gid + (e/2)*8, x row t*8 + tq*2 + e%2.
+#pragma unroll
+  for (int t = 0; t < NT; t++) {
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      int f = r0 + gid + (e >> 1) * 8, row = t * 8 + tq * 2 + (e & 1);
+      if (f < m && row < n) {
+        if (gridDim.y == 1) store_f<OT>(y, (i64)row * m + f, acc[t][e]);
+        else part[((i64)blockIdx.y * n + row) * m + f] = acc[t][e];
+      }
+    }
+  }
+#else
+  if (early) grid_dep_wait();
+  grid_dep_launch();
 #endif
 }
 
@@ -231,12 +441,12 @@ extern "C" __global__ void awq_dequant(u16* dst, const unsigned char* w, int m, 
   grid_dep_sync();
   int words = k >> 3;
   i64 total = (i64)m * words;
-  i64 rb = (i64)(k / AWQ_G) * AWQ_BB;
+  i64 rb = awq_row_bytes(k);
   for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (i64)gridDim.x * blockDim.x) {
     i64 r = i / words;
     int c = (int)(i - r * words);
     float wv[8];
-    awq_word(w + r * rb, c, wv);
+    awq_word(w + r * rb, c, k, wv);
     uint4 v;
     v.x = pack_bf16x2(wv[0], wv[1]);
     v.y = pack_bf16x2(wv[2], wv[3]);
@@ -279,15 +489,27 @@ __device__ __forceinline__ float e4m3_to_f32(u32 b) {
 // f8_act_quant: per row t, s = max|x[t]| / 448 (1 for a row of zeros or
 // with an infinity; NaN ignored), xq[t, i] = e4m3(x[t, i] * (1/s)),
 // sx[t] = s: backend.QuantizeActE4M3 on the bf16 values.
-//   xq [n, k] e4m3;  sx [n] f32;  x [n, k] bf16
+// Each thread takes 8 values at a time (one 16-byte load, one 8-byte
+// store): k is a multiple of 16 (F8_E4M3_ROW's rows).
+//   xq [n, k] e4m3 (rows 8-byte aligned);  sx [n] f32;  x [n, k] bf16
+//   (rows 16-byte aligned)
 // grid (n), block 256.
 extern "C" __global__ void __launch_bounds__(256) f8_act_quant(unsigned char* xq, float* sx, const u16* x, int n, int k) {
   grid_dep_sync();
   __shared__ float scratch[32];
   int t = blockIdx.x;
-  const u16* xr = x + (i64)t * k;
+  const uint4* xr = (const uint4*)(x + (i64)t * k);
+  int k8 = k >> 3;
   float amax = 0.f;
-  for (int i = threadIdx.x; i < k; i += blockDim.x) amax = fmaxf(amax, fabsf(bf16_to_f32(xr[i])));
+  for (int i = threadIdx.x; i < k8; i += blockDim.x) {
+    uint4 v = xr[i];
+    u32 wd[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int e = 0; e < 4; e++) {  // word e: values 2e (low half) and 2e+1
+      amax = fmaxf(amax, fabsf(__uint_as_float(wd[e] << 16)));
+      amax = fmaxf(amax, fabsf(__uint_as_float(wd[e] & 0xffff0000u)));
+    }
+  }
   amax = warp_max(amax);
   __syncthreads();
   if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = amax;
@@ -296,8 +518,17 @@ extern "C" __global__ void __launch_bounds__(256) f8_act_quant(unsigned char* xq
   amax = warp_max(amax);
   float s = (amax == 0.f || __float_as_uint(amax) == 0x7f800000u) ? 1.f : amax / 448.f;  // amax >= 0: +inf's bits
   float inv = 1.f / s;
-  unsigned char* qr = xq + (i64)t * k;
-  for (int i = threadIdx.x; i < k; i += blockDim.x) qr[i] = (unsigned char)f32_to_e4m3(bf16_to_f32(xr[i]) * inv);
+  uint2* qr = (uint2*)(xq + (i64)t * k);
+  for (int i = threadIdx.x; i < k8; i += blockDim.x) {
+    uint4 v = xr[i];
+    u32 wd[4] = {v.x, v.y, v.z, v.w}, c[2] = {0u, 0u};
+#pragma unroll
+    for (int e = 0; e < 4; e++) {  // values 2e, 2e+1: bytes 2e, 2e+1 of the 8 codes
+      c[e >> 1] |= f32_to_e4m3(__uint_as_float(wd[e] << 16) * inv) << (16 * (e & 1));
+      c[e >> 1] |= f32_to_e4m3(__uint_as_float(wd[e] & 0xffff0000u) * inv) << (16 * (e & 1) + 8);
+    }
+    qr[i] = make_uint2(c[0], c[1]);
+  }
   if (threadIdx.x == 0) sx[t] = s;
 }
 
@@ -433,6 +664,117 @@ extern "C" __global__ void __launch_bounds__(32 * AWQ_NW) f8_mma(void* y, float*
       }
     }
   }
+#endif
+}
+
+// f8_dec: f8_mma's product for n <= 8*NT rows (NT 1 or 2: the decode
+// product), structured as awq_dec: DEC_NW warps a block, kw of them
+// splitting the block's k range chunk by chunk and fw = DEC_NW/kw owning
+// 16 output features each, partial sums added in shared memory at the end;
+// gridDim.y blocks split k (cps chunks each). A chunk is 64 codes: lane
+// (gid, tq) loads the 16 codes 64c + 16tq .. of its two weight rows (one
+// 16-byte load each, DEC_U chunks in flight, rows 16-byte aligned: k + 16
+// bytes apart) and of x row t*8 + gid (one chunk ahead, from L1 or L2);
+// mma h (0, 1) takes their words 2h (logical k 4tq..4tq+3) and 2h + 1
+// (logical 4tq+16..+19), alike in A and B (f8_mma's fragments). k is a
+// multiple of 16: each lane's 16 codes are wholly in or out.
+// early: as awq_dec's.
+//   y [n, m] OT (gridDim.y == 1; scaled), else part [gridDim.y][n][m] f32
+//   (unscaled, for f8_epilogue_parts);  xq [n, k] e4m3, sx [n] f32;
+//   w [m, k] F8_E4M3_ROW
+// grid (ceil(m/(16*fw)), splits), block 32*DEC_NW.
+extern "C" __global__ void __launch_bounds__(32 * DEC_NW, 2) f8_dec(void* y, float* part, const unsigned char* xq, const float* sx, const unsigned char* w, int n, int m, int k, int cps, int kw, int early) {
+  if (!early) grid_dep_wait();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890 && NT <= 2  // e4m3 mma.sync: the host launches it on sm_89 and later only, NT 1 or 2
+  __shared__ float red[DEC_NW][NT * 4][32];
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tq = lane & 3;
+  int fw = DEC_NW / kw, ft = warp % fw, kl = warp / fw;
+  int r0 = (blockIdx.x * fw + ft) * 16;
+  int ra = r0 + gid, rb = r0 + gid + 8;
+  const unsigned char* wa = w + (i64)(ra < m ? ra : 0) * (k + 16) + 16 * tq;
+  const unsigned char* wb = w + (i64)(rb < m ? rb : 0) * (k + 16) + 16 * tq;
+  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+  int chunks = (k + 63) >> 6;
+  int c0 = blockIdx.y * cps, c1 = min(chunks, c0 + cps);
+  int first = c0 + kl;
+  int nc = first < c1 ? (c1 - first + kw - 1) / kw : 0;
+  uint4 ra_[DEC_U], rb_[DEC_U];
+#pragma unroll
+  for (int u = 0; u < DEC_U; u++) {
+    int kk = 64 * (first + u * kw) + 16 * tq;
+    bool in = u < nc && kk < k;
+    ra_[u] = in && ra < m ? ld_stream16(wa + 64 * (first + u * kw)) : zero;
+    rb_[u] = in && rb < m ? ld_stream16(wb + 64 * (first + u * kw)) : zero;
+  }
+  if (early) grid_dep_wait();
+  float acc[NT][4];
+#pragma unroll
+  for (int t = 0; t < NT; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
+  uint4 xn[NT];
+#pragma unroll
+  for (int t = 0; t < NT; t++) {
+    int row = t * 8 + gid, kk = 64 * first + 16 * tq;
+    xn[t] = row < n && nc > 0 && kk < k ? ld_x16(xq + (i64)row * k + kk) : zero;
+  }
+  for (int i0 = 0; i0 < nc; i0 += DEC_U) {
+#pragma unroll
+    for (int u = 0; u < DEC_U; u++) {
+      int i = i0 + u;
+      if (i < nc) {  // warp-uniform
+        int c = first + i * kw;
+        uint4 a = ra_[u], b = rb_[u];
+        {
+          int cn = c + DEC_U * kw, kk = 64 * cn + 16 * tq;
+          bool in = i + DEC_U < nc && kk < k;
+          ra_[u] = in && ra < m ? ld_stream16(wa + 64 * cn) : zero;
+          rb_[u] = in && rb < m ? ld_stream16(wb + 64 * cn) : zero;
+        }
+        uint4 xc[NT];
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+          int row = t * 8 + gid, kk = 64 * (c + kw) + 16 * tq;
+          xc[t] = xn[t];
+          xn[t] = row < n && i + 1 < nc && kk < k ? ld_x16(xq + (i64)row * k + kk) : zero;
+        }
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+          mma16832_e4m3(acc[t], a.x, b.x, a.y, b.y, xc[t].x, xc[t].y);
+          mma16832_e4m3(acc[t], a.z, b.z, a.w, b.w, xc[t].z, xc[t].w);
+        }
+      }
+    }
+  }
+  grid_dep_launch();
+  if (kw > 1) {  // block-uniform
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) red[warp][t * 4 + e][lane] = acc[t][e];
+    __syncthreads();
+    if (kl == 0) {
+      for (int j = 1; j < kw; j++) {
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) acc[t][e] += red[ft + j * fw][t * 4 + e][lane];
+      }
+    }
+  }
+  if (kl != 0) return;
+#pragma unroll
+  for (int t = 0; t < NT; t++) {
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      int f = r0 + gid + (e >> 1) * 8, row = t * 8 + tq * 2 + (e & 1);
+      if (f < m && row < n) {
+        if (gridDim.y == 1) store_f<OT>(y, (i64)row * m + f, acc[t][e] * sx[row] * f8_row_scale(w, f, k));
+        else part[((i64)blockIdx.y * n + row) * m + f] = acc[t][e];
+      }
+    }
+  }
+#else
+  if (early) grid_dep_wait();
+  grid_dep_launch();
 #endif
 }
 
