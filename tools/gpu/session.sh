@@ -37,6 +37,7 @@
 #                  2048-token prompts; AWQ with the int8 KV cache at batch 4
 #   spec_verify    the 8B verify step of k=4 draft tokens against a decode step, batch 1 and 4
 #   wq_bench       BenchmarkMatMulWQuant: AWQ4 and FP8 decode products at each decode tuning
+#   wq_tests       the quantized-weight kernels' tests, then the default model quantized on CUDA
 #   gemm_large     BenchmarkMatMulLargeBatch: the 8B products at 128 and 256 rows, heuristic against tuned
 #   spec_tests     TestSpeculativeCUDA (engine, graphs off and on) and TestGraphVerifyAttention
 #   fix_tests      the two tests a compile error failed (TestKVReadersRefuseOtherFormats, TestF8ActQuant)
@@ -289,6 +290,24 @@ log "BenchmarkMatMulWQuant"
 (cd backend/cuda && "$root/.gpu/cuda.test" -test.run XXX -test.bench 'BenchmarkMatMulWQuant' -test.benchtime 20x >"$OUT/wq-bench.log" 2>&1)
 echo "rc=$?" | say
 grep -E "^Benchmark|FAIL|panic" "$OUT/wq-bench.log" | say
+}
+
+# wq_tests: the weight-quantized products' GPU tests (the AWQ4 device
+# layout, the 1-16-row decode kernels at every tuning, the CUDA-core
+# fallbacks), then the default model quantized, CUDA against CPU.
+wq_tests() {
+log "backend/cuda: the quantized-weight tests"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.timeout 8m -test.run \
+  'TestWQuantKernelsCompile|TestF8ActQuant|TestAWQReadBack|TestMatMulWQuant|TestWQDecodeTunings|TestAWQGemvCUDACores|TestF8GemvCUDACores|TestKernelsWaitForPredecessor|TestAWQRepack|TestWQuantCodes' \
+  >"$OUT/wq-tests.log" 2>&1)
+echo "rc=$?" | say
+grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/wq-tests.log" | tail -12 | say
+grep -c -- "--- PASS" "$OUT/wq-tests.log" | sed 's/^/passed (tests and subtests): /' | say
+grep -E "^\s+--- FAIL|_test.go:[0-9]+:" "$OUT/wq-tests.log" | head -20 | say
+log "model/llama: TestDefaultModelQuantizedCUDAMatchesCPU"
+(cd model/llama && "$root/.gpu/llama.test" -test.v -test.run 'TestDefaultModelQuantizedCUDAMatchesCPU' >"$OUT/wq-llama.log" 2>&1)
+echo "rc=$?" | say
+grep -E "relative|^(--- FAIL|--- PASS|FAIL|PASS)|^\s+--- (FAIL|PASS)" "$OUT/wq-llama.log" | head -12 | say
 }
 
 # gemm_large: Llama-3-8B's products at 128 and 256 rows, cuBLASLt's
