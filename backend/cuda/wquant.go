@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"fmt"
 	"unsafe"
 
 	"github.com/trigon-llm/trigon/backend"
@@ -54,6 +55,9 @@ type f8Plan struct {
 	desc, a, b, d uintptr
 	algo          [64]byte
 	ok            bool // false: no algorithm; use the BF16 GEMM of codes
+	// refused says why ok is false (cuBLASLt's status and result count,
+	// the workspace asked, or the launch's status), for reports.
+	refused string
 }
 
 // f8State caches the FP8 plans by shape. CUDA thread only.
@@ -161,6 +165,9 @@ func (b *Backend) matmulWQ(o, wt *tensor, xptr uint64, n, m, k int, pristine boo
 		// call then declines) sends this shape to the BF16 GEMM of codes
 		// from now on; nothing was queued.
 		p.ok = st == 0
+		if !p.ok {
+			p.refused = fmt.Sprintf("cublasLtMatmul: status %d", st)
+		}
 	}
 	if !p.ok {
 		if err := b.f8CodesGemm(acc, xq, wt.ptr, n, m, k); err != nil {
@@ -366,6 +373,7 @@ func (b *Backend) f8PlanFor(n, m, k int) (*f8Plan, error) {
 	p := &f8Plan{}
 	b.f8.plans[key] = p
 	if b.cc < 89 {
+		p.refused = fmt.Sprintf("compute capability %d: FP8 GEMMs need 89", b.cc)
 		return p, nil
 	}
 	g := &b.blas
@@ -396,8 +404,10 @@ func (b *Backend) f8PlanFor(n, m, k int) (*f8Plan, error) {
 	var res [ltHeuristicResultBytes]byte
 	var count int32
 	st := l.call(l.heuristic, g.handle, p.desc, p.a, p.b, p.d, p.d, g.pref, 1, uintptr(unsafe.Pointer(&res[0])), uintptr(unsafe.Pointer(&count)))
-	if st != 0 || count < 1 || *(*uint64)(unsafe.Pointer(&res[64])) > ltWorkspaceBytes {
-		return p, nil // no FP8 algorithm: the BF16 GEMM of codes
+	if ws := *(*uint64)(unsafe.Pointer(&res[64])); st != 0 || count < 1 || ws > ltWorkspaceBytes {
+		// No FP8 algorithm: the BF16 GEMM of codes.
+		p.refused = fmt.Sprintf("cublasLtMatmulAlgoGetHeuristic: status %d, %d results, workspace %d (at most %d)", st, count, ws, ltWorkspaceBytes)
+		return p, nil
 	}
 	copy(p.algo[:], res[:64])
 	p.ok = true

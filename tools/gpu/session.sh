@@ -38,6 +38,7 @@
 #   spec_verify    the 8B verify step of k=4 draft tokens against a decode step, batch 1 and 4
 #   wq_bench       BenchmarkMatMulWQuant: AWQ4 and FP8 decode products at each decode tuning
 #   wq_tests       the quantized-weight kernels' tests, then the default model quantized on CUDA
+#   f8_plan        TestF8GemmPlan: FP8 prefill products on cuBLASLt's FP8 GEMM, or why not
 #   gemm_large     BenchmarkMatMulLargeBatch: the 8B products at 128 and 256 rows, heuristic against tuned
 #   spec_tests     TestSpeculativeCUDA (engine, graphs off and on) and TestGraphVerifyAttention
 #   fix_tests      the two tests a compile error failed (TestKVReadersRefuseOtherFormats, TestF8ActQuant)
@@ -308,6 +309,15 @@ log "model/llama: TestDefaultModelQuantizedCUDAMatchesCPU"
 (cd model/llama && "$root/.gpu/llama.test" -test.v -test.run 'TestDefaultModelQuantizedCUDAMatchesCPU' >"$OUT/wq-llama.log" 2>&1)
 echo "rc=$?" | say
 grep -E "relative|^(--- FAIL|--- PASS|FAIL|PASS)|^\s+--- (FAIL|PASS)" "$OUT/wq-llama.log" | head -12 | say
+}
+
+# f8_plan: whether the FP8 products of prefill-sized rows run on cuBLASLt's
+# FP8 GEMM (TestF8GemmPlan), and why not.
+f8_plan() {
+log "backend/cuda: TestF8GemmPlan"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.run 'TestF8GemmPlan' >"$OUT/f8-plan.log" 2>&1)
+echo "rc=$?" | say
+grep -E "FP8 GEMM|^(--- FAIL|--- PASS|FAIL|PASS)|^\s+--- (FAIL|PASS)" "$OUT/f8-plan.log" | head -20 | say
 }
 
 # gemm_large: Llama-3-8B's products at 128 and 256 rows, cuBLASLt's
