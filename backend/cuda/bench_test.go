@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 
 	"github.com/trigon-llm/trigon/backend"
 )
@@ -599,4 +600,90 @@ func normPrefetch(g *Backend, out, x, res, w, pf backend.Tensor, pfBytes int) er
 	return g.post(func() error {
 		return g.addRMSNorm(k, rows, normThreads(dim, rows), ts[0], ts[1], ts[2], ts[3], dim, 1e-5, 1, ts[4].ptr, pfBytes)
 	})
+}
+
+// BenchmarkF8Prefill times the FP8 (W8A8) product of prefill-sized rows
+// at Llama-3-8B's gate/up and down shapes against the BF16 one, and each
+// of the FP8 path's passes alone: the activations' quantizer, cuBLASLt's
+// FP8 GEMM into F32, and the epilogue that scales it into BF16. It
+// reports TFLOP/s of the product's arithmetic for every case, so the
+// passes' shares of the FP8 product's time add up.
+func BenchmarkF8Prefill(b *testing.B) {
+	g := benchBackend(b)
+	if g.cc < 89 {
+		b.Skipf("compute capability %d: no FP8 tensor cores", g.cc)
+	}
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, s := range []struct {
+		name    string
+		n, k, m int
+	}{{"gate_up", 2048, 4096, 28672}, {"down", 2048, 14336, 4096}, {"gate_up", 8192, 4096, 28672}} {
+		flops := 2 * float64(s.n) * float64(s.k) * float64(s.m)
+		vals := make([]float32, s.m*s.k)
+		for i := range vals {
+			vals[i] = float32(r.NormFloat64() * 0.02)
+		}
+		w8, err := g.Upload(backend.F8E4M3Row, []int{s.m, s.k}, encodeWQ(b, backend.F8E4M3Row, vals, s.m, s.k))
+		if err != nil {
+			b.Fatal(err)
+		}
+		wb := randomBF16(b, g, 0.02, s.m, s.k)
+		x := randomBF16(b, g, 1, s.n, s.k)
+		y, _ := g.Alloc(backend.BF16, s.n, s.m)
+		report := func(b *testing.B) {
+			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e12, "TFLOP/s")
+		}
+		b.Run(fmt.Sprintf("%s_n%d_bf16", s.name, s.n), func(b *testing.B) {
+			timeOps(b, g, 0, func() error { return g.MatMul(y, x, wb, nil) })
+			report(b)
+		})
+		b.Run(fmt.Sprintf("%s_n%d_fp8", s.name, s.n), func(b *testing.B) {
+			timeOps(b, g, 0, func() error { return g.MatMul(y, x, w8, nil) })
+			report(b)
+		})
+		// The passes alone, on buffers of their own.
+		xq, _ := g.Alloc(backend.I32, (s.n*s.k+4*s.n+16+3)/4)
+		acc, _ := g.Alloc(backend.F32, s.n, s.m)
+		wt, _ := g.tensorOf("bench", "w", w8)
+		xt, _ := g.tensorOf("bench", "x", x)
+		qt, _ := g.tensorOf("bench", "xq", xq)
+		at, _ := g.tensorOf("bench", "acc", acc)
+		yt, _ := g.tensorOf("bench", "y", y)
+		sx := qt.ptr + uint64((s.n*s.k+15)/16*16)
+		spec := modSpec{file: "wquant", p: [8]int{int(backend.F8E4M3Row), int(backend.BF16), 1}}
+		pass := func(name string, run func() error) {
+			b.Run(fmt.Sprintf("%s_n%d_fp8_%s", s.name, s.n, name), func(b *testing.B) {
+				timeOps(b, g, 0, func() error { return g.call(run) })
+				report(b)
+			})
+		}
+		pass("quant", func() error {
+			f, err := g.fn(fnKey{spec, "f8_act_quant"})
+			if err != nil {
+				return err
+			}
+			return g.launch(f, [3]int{s.n, 1, 1}, 256, 0, qt.ptr, sx, xt.ptr, i32(s.n), i32(s.k))
+		})
+		pass("gemm", func() error {
+			p, err := g.f8PlanFor(s.n, s.m, s.k)
+			if err != nil || !p.ok {
+				return fmt.Errorf("no FP8 plan (%v): %s", err, p.refused)
+			}
+			l := &g.blas
+			alpha := uintptr(unsafe.Pointer(&l.scalars[0]))
+			beta := uintptr(unsafe.Pointer(&l.scalars[4]))
+			return l.lib.check("cublasLtMatmul", l.lib.call(l.lib.matmul, l.handle, p.desc, alpha, uintptr(wt.ptr), p.a, uintptr(qt.ptr), p.b, beta,
+				uintptr(at.ptr), p.d, uintptr(at.ptr), p.d, uintptr(unsafe.Pointer(&p.algo[0])), uintptr(l.workspace), ltWorkspaceBytes, g.stream))
+		})
+		pass("epilogue", func() error {
+			f, err := g.fn(fnKey{spec, "f8_epilogue"})
+			if err != nil {
+				return err
+			}
+			return g.launch(f, [3]int{g.gridFor(s.n * s.m), 1, 1}, 256, 0, yt.ptr, at.ptr, sx, wt.ptr, i32(s.n), i32(s.m), i32(s.k))
+		})
+		for _, t := range []backend.Tensor{w8, wb, x, y, xq, acc} {
+			g.Free(t)
+		}
+	}
 }

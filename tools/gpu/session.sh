@@ -39,6 +39,7 @@
 #   wq_bench       BenchmarkMatMulWQuant: AWQ4 and FP8 decode products at each decode tuning
 #   wq_tests       the quantized-weight kernels' tests, then the default model quantized on CUDA
 #   f8_plan        TestF8GemmPlan: FP8 prefill products on cuBLASLt's FP8 GEMM, or why not
+#   f8_prefill     BenchmarkF8Prefill: the FP8 prefill product and its passes against BF16
 #   gemm_large     BenchmarkMatMulLargeBatch: the 8B products at 128 and 256 rows, heuristic against tuned
 #   spec_tests     TestSpeculativeCUDA (engine, graphs off and on) and TestGraphVerifyAttention
 #   fix_tests      the two tests a compile error failed (TestKVReadersRefuseOtherFormats, TestF8ActQuant)
@@ -318,6 +319,15 @@ log "backend/cuda: TestF8GemmPlan"
 (cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.run 'TestF8GemmPlan' >"$OUT/f8-plan.log" 2>&1)
 echo "rc=$?" | say
 grep -E "FP8 GEMM|^(--- FAIL|--- PASS|FAIL|PASS)|^\s+--- (FAIL|PASS)" "$OUT/f8-plan.log" | head -20 | say
+}
+
+# f8_prefill: the FP8 product of prefill-sized rows against BF16's, and
+# its passes alone (BenchmarkF8Prefill).
+f8_prefill() {
+log "BenchmarkF8Prefill"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.run XXX -test.bench 'BenchmarkF8Prefill' -test.benchtime 20x >"$OUT/f8-prefill.log" 2>&1)
+echo "rc=$?" | say
+grep -E "^Benchmark|FAIL|panic|Error" "$OUT/f8-prefill.log" | say
 }
 
 # gemm_large: Llama-3-8B's products at 128 and 256 rows, cuBLASLt's
