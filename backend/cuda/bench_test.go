@@ -680,7 +680,7 @@ func BenchmarkF8Prefill(b *testing.B) {
 			if err != nil {
 				return err
 			}
-			return g.launch(f, [3]int{g.gridFor(s.n * s.m), 1, 1}, 256, 0, yt.ptr, at.ptr, sx, wt.ptr, i32(s.n), i32(s.m), i32(s.k))
+			return g.launch(f, [3]int{(s.m + 255) / 256, (s.n + f8EpiRows - 1) / f8EpiRows, 1}, 256, 0, yt.ptr, at.ptr, sx, wt.ptr, i32(s.n), i32(s.m), i32(s.k))
 		})
 		for _, t := range []backend.Tensor{w8, wb, x, y, xq, acc} {
 			g.Free(t)

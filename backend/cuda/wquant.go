@@ -178,8 +178,12 @@ func (b *Backend) matmulWQ(o, wt *tensor, xptr uint64, n, m, k int, pristine boo
 	if err != nil {
 		return err
 	}
-	return b.launch(f, [3]int{b.gridFor(n * m), 1, 1}, 256, 0, o.ptr, acc, sx, wt.ptr, i32(n), i32(m), i32(k))
+	return b.launch(f, [3]int{(m + 255) / 256, (n + f8EpiRows - 1) / f8EpiRows, 1}, 256, 0, o.ptr, acc, sx, wt.ptr, i32(n), i32(m), i32(k))
 }
+
+// f8EpiRows mirrors F8_EPI_ROWS in kernels/wquant.cu: the rows of acc one
+// f8_epilogue thread scales.
+const f8EpiRows = 16
 
 // mmaSplits chooses how many blocks split k in awq_mma and f8_mma (64
 // output features a block): enough for Tuning.WQWaves blocks per SM where

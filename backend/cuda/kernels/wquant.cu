@@ -793,16 +793,26 @@ extern "C" __global__ void f8_epilogue_parts(void* y, const float* part, int spl
   }
 }
 
+// F8_EPI_ROWS is how many rows of acc one f8_epilogue thread scales.
+#define F8_EPI_ROWS 16
+
 // f8_epilogue: y[t, o] = acc[t, o] * sx[t] * scale[o], the scales of an
-// FP8 GEMM whose product of codes (acc, f32) ran without them.
+// FP8 GEMM whose product of codes (acc, f32) ran without them. Thread o
+// of the grid's x owns output feature o: it reads its weight row's scale
+// (a trailer k + 16 bytes from the next row's) once, then F8_EPI_ROWS
+// rows of blockIdx.y, so a warp's loads and stores are consecutive
+// features of one row.
 //   y [n, m] OT;  acc [n, m] f32;  sx [n] f32;  w [m, k] F8_E4M3_ROW
-extern "C" __global__ void f8_epilogue(void* y, const float* acc, const float* sx, const unsigned char* w, int n, int m, int k) {
+// grid (ceil(m/256), ceil(n/F8_EPI_ROWS)), block 256.
+extern "C" __global__ void __launch_bounds__(256) f8_epilogue(void* y, const float* acc, const float* sx, const unsigned char* w, int n, int m, int k) {
   grid_dep_sync();
-  i64 total = (i64)n * m;
-  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (i64)gridDim.x * blockDim.x) {
-    i64 t = i / m;
-    int o = (int)(i - t * m);
-    store_f<OT>(y, i, acc[i] * sx[t] * f8_row_scale(w, o, k));
+  int o = blockIdx.x * blockDim.x + threadIdx.x;
+  if (o >= m) return;
+  float sw = f8_row_scale(w, o, k);
+  int t0 = blockIdx.y * F8_EPI_ROWS, t1 = min(n, t0 + F8_EPI_ROWS);
+  for (int t = t0; t < t1; t++) {
+    i64 i = (i64)t * m + o;
+    store_f<OT>(y, i, acc[i] * sx[t] * sw);
   }
 }
 
