@@ -248,6 +248,12 @@ func TestLatencyAccounting(t *testing.T) {
 				math.Abs(*res.PrefillGEMMFloorMS - wantFLOPs / *res.MatMulFLOPsPerS * 1e3) > 1e-6**res.PrefillGEMMFloorMS {
 				t.Errorf("GEMM floor %v at %v FLOP/s, want FLOPs / rate", res.PrefillGEMMFloorMS, res.MatMulFLOPsPerS)
 			}
+			// A decode step: every matrix and the LM head for each row.
+			wantDecodeFLOPs := 2 * float64(L*layerMatrix+V*H) * batch
+			if math.Abs(res.DecodeFLOPs-wantDecodeFLOPs) > 1e-9*wantDecodeFLOPs || res.DecodeGEMMFloorMS == nil ||
+				math.Abs(*res.DecodeGEMMFloorMS - wantDecodeFLOPs / *res.MatMulFLOPsPerS * 1e3) > 1e-6**res.DecodeGEMMFloorMS {
+				t.Errorf("decode FLOPs %g, GEMM floor %v; want %g at %v FLOP/s", res.DecodeFLOPs, res.DecodeGEMMFloorMS, wantDecodeFLOPs, *res.MatMulFLOPsPerS)
+			}
 			if tc.sustain == 0 {
 				if res.MatMulFLOPsPerSSustained != nil || res.PrefillGEMMFloorSustainedMS != nil {
 					t.Errorf("sustained rate %v, floor %v without the probe; want n/a", res.MatMulFLOPsPerSSustained, res.PrefillGEMMFloorSustainedMS)
