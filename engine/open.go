@@ -271,12 +271,17 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		}
 	}
 	if warm {
-		sizes := r.GraphBuckets()
-		if sizes == nil {
-			sizes = runner.DefaultBuckets(opts.MaxSeqs)
-		}
+		sizes := warmSizes(r)
 		t0 := time.Now()
-		if err := warmDecode(r, sizes, blocks); err != nil {
+		err := warmSteps(r, sizes, blocks, 1)
+		if k := opts.Speculative.NumSpeculativeTokens; err == nil && opts.Speculative.Enabled() {
+			err = warmSteps(r, sizes, blocks, 1+k)
+		}
+		if d, ok := proposer.(*specdec.Draft); err == nil && ok {
+			dr := d.Runner()
+			err = warmSteps(dr, warmSizes(dr), dr.Options().NumBlocks, 1)
+		}
+		if err != nil {
 			r.Close()
 			m.Close()
 			w.Close()

@@ -19,8 +19,10 @@ import (
 // stream for seconds, the first time traffic reaches a new batch size.
 // Load moves it before the first request: the backend prepares its usual
 // modules (KernelPreparer), compiling them in parallel, and one decode
-// step runs at each decode batch bucket (warmDecode), so that each
-// bucket's products are tuned and its kernels loaded. Mixed steps use the
+// step runs at each decode batch bucket (warmSteps), so that each
+// bucket's products are tuned and its kernels loaded; with speculative
+// decoding, one verify step of 1+k rows a sequence at each bucket too,
+// and a decode step at each of the draft model's buckets. Mixed steps use the
 // decode and prefill kernels that these steps and the budget probe have
 // loaded; their logits products, of any row count, tune on first use
 // without compiling.
@@ -53,32 +55,49 @@ func prepareKernels(bs []backend.Backend, log *slog.Logger) (found bool) {
 	return found
 }
 
-// warmDecode runs one decode step of each batch size in sizes on r, and
-// samples its rows on the device, alternately greedy and at a
-// temperature, so that both sampling kernels load. Sequence i feeds one
-// token at position 0 in block i+1 of the pools: no sequence holds blocks
-// yet, and the KV written there is never read. Sizes over the pools'
-// blocks are skipped.
-func warmDecode(r *runner.Runner, sizes []int, numBlocks int) error {
+// warmSteps runs one step of each batch size in sizes on r, every
+// sequence feeding q tokens and wanting all their logits (q 1: a decode
+// step; 1+k: a speculative verify step), and samples the rows on the
+// device, alternately greedy and at a temperature, so that both sampling
+// kernels load. Sequence i's tokens sit at positions 0..q-1 in blocks of
+// its own, from 1 + i*ceil(q/BlockSize) on: no sequence holds blocks yet,
+// and the KV written there is never read. Sizes whose step would not fit
+// the pools' blocks or the runner's token bound are skipped.
+func warmSteps(r *runner.Runner, sizes []int, numBlocks, q int) error {
+	o := r.Options()
+	nb := (q + o.BlockSize - 1) / o.BlockSize
 	for _, n := range sizes {
-		if n < 1 || n > numBlocks-1 {
+		if n < 1 || n*nb > numBlocks-1 || n*q > o.MaxTokens || n > o.MaxSeqs {
 			continue
 		}
 		step := &runner.Step{Seqs: make([]runner.Seq, n)}
 		for i := range step.Seqs {
-			step.Seqs[i] = runner.Seq{Tokens: []int32{0}, BlockTable: []int32{int32(i + 1)}, WantLogits: true}
+			table := make([]int32, nb)
+			for j := range table {
+				table[j] = int32(1 + i*nb + j)
+			}
+			step.Seqs[i] = runner.Seq{Tokens: make([]int32, q), BlockTable: table, WantLogits: q == 1, AllLogits: q > 1}
 		}
 		out, err := r.Execute(step)
 		if err != nil {
-			return fmt.Errorf("engine: warm decode step of %d sequences: %w", n, err)
+			return fmt.Errorf("engine: warm step of %d sequences of %d tokens: %w", n, q, err)
 		}
-		rows := make([]backend.SampleRow, n)
-		for i := 1; i < n; i += 2 {
+		rows := make([]backend.SampleRow, out.Rows)
+		for i := 1; i < len(rows); i += 2 {
 			rows[i] = backend.SampleRow{Temperature: 1, TopP: 0.9, U: 0.5}
 		}
 		if _, err := out.Sample(rows); err != nil {
-			return fmt.Errorf("engine: warm decode step of %d sequences: sample: %w", n, err)
+			return fmt.Errorf("engine: warm step of %d sequences of %d tokens: sample: %w", n, q, err)
 		}
 	}
 	return nil
+}
+
+// warmSizes are the batch sizes warmSteps runs on r: its decode graphs'
+// buckets, or with graphs off the buckets they would have.
+func warmSizes(r *runner.Runner) []int {
+	if b := r.GraphBuckets(); b != nil {
+		return b
+	}
+	return runner.DefaultBuckets(r.Options().MaxSeqs)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/trigon-llm/trigon/backend/cpu"
 	"github.com/trigon-llm/trigon/engine"
 	"github.com/trigon-llm/trigon/runner"
+	"github.com/trigon-llm/trigon/specdec"
 )
 
 // recording records the row counts of the products (x rows) a backend's
@@ -82,6 +83,14 @@ func TestLoadWarm(t *testing.T) {
 	if rows := rec.seen(); len(rows) != 0 {
 		t.Errorf("a backend with no kernels to build ran products of %v rows at a warm load", slices.Sorted(maps.Keys(rows)))
 	}
+	// With speculation, a verify step of 1+k rows a sequence at every
+	// bucket too: 16, 32 and 48 rows are no decode bucket's.
+	ps := &preparing{recording: recording{Backend: cpu.New(cpu.Options{Threads: 2}), rows: map[int]bool{}}}
+	start(t, preparingGraphs{ps}, engine.LoadOptions{MaxSeqs: maxSeqs, MaxBatchedTokens: 256, Graphs: true, Warm: true,
+		Speculative: specdec.Config{Method: specdec.MethodNGram, NumSpeculativeTokens: 3, PromptLookupMin: 1, PromptLookupMax: 3}})
+	if _, rows := ps.counts(); !rows[16] || !rows[32] || !rows[48] {
+		t.Errorf("speculative warm load ran products of %v rows, want the verify steps' 16, 32 and 48 among them", slices.Sorted(maps.Keys(rows)))
+	}
 	for _, graphs := range []bool{false, true} {
 		t.Run(fmt.Sprintf("graphs=%v", graphs), func(t *testing.T) {
 			p := &preparing{recording: recording{Backend: cpu.New(cpu.Options{Threads: 2}), rows: map[int]bool{}}}
@@ -115,5 +124,27 @@ func TestLoadWarm(t *testing.T) {
 			}
 			wg.Wait()
 		})
+	}
+}
+
+// TestLoadWarmDraft: a warm load with a draft model warms the draft's
+// runner too (its own pools, before any proposal), and the engine's
+// greedy outputs stay those of plain decoding.
+func TestLoadWarmDraft(t *testing.T) {
+	prompts := heldoutPrompts(t, 3)
+	want := generate(t, startDefault(t, specdec.Config{}), prompts, greedy(12))
+	p := &preparing{recording: recording{Backend: cpu.New(cpu.Options{Threads: 2}), rows: map[int]bool{}}}
+	l := startDefaultWith(t, engine.LoadOptions{Backend: preparingGraphs{p}, Graphs: true, Warm: true,
+		Speculative: specdec.Config{Method: specdec.MethodDraftModel, NumSpeculativeTokens: 3, Model: defaultModelHF}})
+	// The target's verify steps of 4 rows: bucket 16 gives 64 rows, no
+	// decode bucket's of 16 sequences.
+	if _, rows := p.counts(); !rows[64] {
+		t.Errorf("warm load ran products of %v rows, want the verify steps' among them", slices.Sorted(maps.Keys(rows)))
+	}
+	got := generate(t, l, prompts, greedy(12))
+	for i := range prompts {
+		if fmt.Sprint(got[i].tokens) != fmt.Sprint(want[i].tokens) {
+			t.Errorf("prompt %d after a warm load with a draft: %v, plain decoding %v", i, got[i].tokens, want[i].tokens)
+		}
 	}
 }

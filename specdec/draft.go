@@ -55,6 +55,11 @@ func NewDraft(r *runner.Runner, pool *kvcache.Pool, close func()) (*Draft, error
 	return &Draft{r: r, pool: pool, seqs: map[int64]*draftSeq{}, maxTokens: o.MaxTokens, maxSeqs: o.MaxSeqs, maxSeqLen: o.MaxSeqLen, owned: close}, nil
 }
 
+// Runner is the draft model's runner, for warming its shapes at load
+// (engine.LoadOptions.Warm) before any proposal: no sequence holds its
+// blocks then.
+func (d *Draft) Runner() *runner.Runner { return d.r }
+
 // Propose implements Proposer. A sequence the draft has no room for (its
 // pool or context is short) gets no draft.
 func (d *Draft) Propose(seqs []Seq) ([][]int32, error) {
