@@ -87,8 +87,9 @@ type LoadOptions struct {
 	Quantization string
 	// Warm, on a backend that builds kernels at run time (KernelPreparer),
 	// prepares its kernels and runs a decode step of each decode batch
-	// bucket at load, so that no request pays for a shape's first run
-	// (warm.go): for servers.
+	// bucket at load (and, with Speculative, a verify step of each and
+	// the draft's decode steps), so that no request pays for a shape's
+	// first run (warm.go): for servers.
 	Warm bool
 }
 

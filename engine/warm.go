@@ -22,10 +22,10 @@ import (
 // step runs at each decode batch bucket (warmSteps), so that each
 // bucket's products are tuned and its kernels loaded; with speculative
 // decoding, one verify step of 1+k rows a sequence at each bucket too,
-// and a decode step at each of the draft model's buckets. Mixed steps use the
-// decode and prefill kernels that these steps and the budget probe have
-// loaded; their logits products, of any row count, tune on first use
-// without compiling.
+// and a decode step at each of the draft model's buckets. Mixed steps
+// use the decode and prefill kernels that these steps and the budget
+// probe have loaded; their logits products, of any row count, tune on
+// first use without compiling.
 
 // KernelPreparer is an optional Backend interface, for backends that
 // build kernels at run time: PrepareKernels compiles (or loads from a
