@@ -99,6 +99,12 @@ func serveCmd() *cobra.Command {
 // closed after this.
 const writeGrace = time.Second
 
+// finishGrace bounds the wait, once every reply is written, for net/http
+// to end the responses (the last chunk of a stream's body) before the
+// connections are closed: a write of a few bytes, unless the client has
+// stopped reading.
+const finishGrace = 200 * time.Millisecond
+
 // tracingFlushTimeout bounds the export of buffered spans at exit.
 const tracingFlushTimeout = 2 * time.Second
 
@@ -192,8 +198,9 @@ func (o serveOptions) info() (*tokenizer.Tokenizer, int, error) {
 // aborts the rest after the step in progress: every stream then ends
 // with a final chunk, finish_reason "abort", and [DONE], and a
 // non-streamed request gets its reply, finish_reason "abort". Once those
-// replies are written (writeGrace at most), every connection is closed,
-// including those of clients still sending a body.
+// replies are written and their responses finished (writeGrace at most),
+// every connection is closed, including those of clients still sending a
+// body.
 func drain(srv *api.Server, hs *http.Server, eng *engine.Engine, timeout time.Duration, log *slog.Logger) {
 	start := time.Now()
 	log.Info("draining: new requests get 503; a second signal exits at once", "timeout", timeout)
@@ -209,7 +216,15 @@ func drain(srv *api.Server, hs *http.Server, eng *engine.Engine, timeout time.Du
 	if err := srv.WaitReplies(wctx); err != nil {
 		log.Warn("closing connections whose clients did not read their last reply", "grace", writeGrace)
 	}
-	hs.Close()
+	// Shutdown before Close: a reply's handler has returned, but net/http
+	// may not have written the end of its chunked body yet; Shutdown waits
+	// for connections to finish their responses (finishGrace at most), and
+	// Close then cuts what is left (clients still sending a body).
+	fctx, fcancel := context.WithTimeout(context.Background(), finishGrace)
+	defer fcancel()
+	if err := hs.Shutdown(fctx); err != nil {
+		hs.Close()
+	}
 	log.Info("stopped", "drained_for", time.Since(start).Round(time.Millisecond))
 }
 
