@@ -247,11 +247,7 @@ func (d *Draft) runCatchUp(ws []*draftWork, n int) error {
 	if res.Rows != n*len(ws) {
 		return fmt.Errorf("specdec: draft catch-up: %d logits rows for %d sequences of %d", res.Rows, len(ws), n)
 	}
-	rules := make([]backend.SampleRow, res.Rows)
-	for i := range rules {
-		rules[i] = backend.SampleRow{Temperature: 0, TopP: 1} // greedy: the argmax
-	}
-	toks, err := res.Sample(rules)
+	toks, err := res.Sample(argmaxRows(res.Rows))
 	if err != nil {
 		return fmt.Errorf("specdec: draft catch-up: %w", err)
 	}
@@ -277,10 +273,7 @@ func (d *Draft) run(step *runner.Step, rows []*draftWork, pend *[]pendingIDs) ([
 	if len(rows) == 0 {
 		return nil, nil
 	}
-	rules := make([]backend.SampleRow, len(rows))
-	for i := range rules {
-		rules[i] = backend.SampleRow{Temperature: 0, TopP: 1} // greedy: the argmax
-	}
+	rules := argmaxRows(len(rows))
 	for _, w := range rows {
 		w.n++
 	}
@@ -308,6 +301,16 @@ func (d *Draft) run(step *runner.Step, rows []*draftWork, pend *[]pendingIDs) ([
 		w.draft = append(w.draft, toks[i])
 	}
 	return nil, nil
+}
+
+// argmaxRows are n greedy sampling rules: each row's argmax, the draft's
+// guess.
+func argmaxRows(n int) []backend.SampleRow {
+	rules := make([]backend.SampleRow, n)
+	for i := range rules {
+		rules[i] = backend.SampleRow{Temperature: 0, TopP: 1}
+	}
+	return rules
 }
 
 // resolve waits for the oldest n pending reads, in order, and appends

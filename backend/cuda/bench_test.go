@@ -6,7 +6,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
-	"unsafe"
 
 	"github.com/trigon-llm/trigon/backend"
 )
@@ -669,11 +668,7 @@ func BenchmarkF8Prefill(b *testing.B) {
 			if err != nil || !p.ok {
 				return fmt.Errorf("no FP8 plan (%v): %s", err, p.refused)
 			}
-			l := &g.blas
-			alpha := uintptr(unsafe.Pointer(&l.scalars[0]))
-			beta := uintptr(unsafe.Pointer(&l.scalars[4]))
-			return l.lib.check("cublasLtMatmul", l.lib.call(l.lib.matmul, l.handle, p.desc, alpha, uintptr(wt.ptr), p.a, uintptr(qt.ptr), p.b, beta,
-				uintptr(at.ptr), p.d, uintptr(at.ptr), p.d, uintptr(unsafe.Pointer(&p.algo[0])), uintptr(l.workspace), ltWorkspaceBytes, g.stream))
+			return g.blas.lib.check("cublasLtMatmul", g.f8GemmCall(p, wt.ptr, qt.ptr, at.ptr))
 		})
 		pass("epilogue", func() error {
 			f, err := g.fn(fnKey{spec, "f8_epilogue"})

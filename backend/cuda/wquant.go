@@ -156,11 +156,7 @@ func (b *Backend) matmulWQ(o, wt *tensor, xptr uint64, n, m, k int, pristine boo
 		return err
 	}
 	if p.ok {
-		g := &b.blas
-		alpha := uintptr(unsafe.Pointer(&g.scalars[0]))
-		beta := uintptr(unsafe.Pointer(&g.scalars[4]))
-		st := g.lib.call(g.lib.matmul, g.handle, p.desc, alpha, uintptr(wt.ptr), p.a, uintptr(xq), p.b, beta,
-			uintptr(acc), p.d, uintptr(acc), p.d, uintptr(unsafe.Pointer(&p.algo[0])), uintptr(g.workspace), ltWorkspaceBytes, b.stream)
+		st := b.f8GemmCall(p, wt.ptr, xq, acc)
 		// A refusal at launch (the heuristic offered an algorithm the
 		// call then declines) sends this shape to the BF16 GEMM of codes
 		// from now on; nothing was queued.
@@ -361,6 +357,16 @@ func (b *Backend) f8CodesGemm(acc, xq, w uint64, n, m, k int) error {
 		return err
 	}
 	return b.gemm(acc, cudaR32F, xb, wb, n, m, k, false)
+}
+
+// f8GemmCall queues plan p's FP8 GEMM, acc = w . xq^T of the codes (F32,
+// unscaled), returning cuBLASLt's status. CUDA thread only.
+func (b *Backend) f8GemmCall(p *f8Plan, w, xq, acc uint64) int {
+	g := &b.blas
+	alpha := uintptr(unsafe.Pointer(&g.scalars[0]))
+	beta := uintptr(unsafe.Pointer(&g.scalars[4]))
+	return g.lib.call(g.lib.matmul, g.handle, p.desc, alpha, uintptr(w), p.a, uintptr(xq), p.b, beta,
+		uintptr(acc), p.d, uintptr(acc), p.d, uintptr(unsafe.Pointer(&p.algo[0])), uintptr(g.workspace), ltWorkspaceBytes, b.stream)
 }
 
 // f8PlanFor returns the FP8 plan of the shape, made on first use; a plan

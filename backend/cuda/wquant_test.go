@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"unsafe"
 
 	"github.com/trigon-llm/trigon/backend"
 )
@@ -356,9 +355,8 @@ func TestWQuantKernelsCompile(t *testing.T) {
 
 // TestF8GemmPlan: on a GPU with FP8 tensor cores (sm_89 and later), the
 // FP8 products of prefill-sized row counts at Llama-3-8B's shapes run on
-// cuBLASLt's FP8 GEMM, not on the BF16 GEMM of codes, both when the plan
-// is made and after a product ran. It logs why a plan was refused, and
-// whether cuBLASLt offers an FP8 algorithm writing BF16 instead of F32.
+// cuBLASLt's FP8 GEMM, not on the BF16 GEMM of codes, once a product ran;
+// it logs why a plan was refused.
 func TestF8GemmPlan(t *testing.T) {
 	g := sharedBackend(t, true)
 	if g.cc < 89 {
@@ -397,54 +395,21 @@ func TestF8GemmPlan(t *testing.T) {
 				t.Fatal(err)
 			}
 			var ok bool
-			var why, bf16 string
+			var why string
 			if err := g.call(func() error {
 				p := g.f8.plans[[3]int{s.n, s.m, s.k}]
 				if p == nil {
 					return fmt.Errorf("no FP8 plan for the shape")
 				}
 				ok, why = p.ok, p.refused
-				bf16 = g.f8HeuristicProbe(s.n, s.m, s.k, cudaR16BF)
 				return nil
 			}); err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("FP8 GEMM ok %v (%s); with BF16 out: %s", ok, why, bf16)
+			t.Logf("FP8 GEMM ok %v (%s)", ok, why)
 			if !ok {
 				t.Errorf("the FP8 product runs the BF16 GEMM of codes: %s", why)
 			}
 		})
 	}
-}
-
-// f8HeuristicProbe asks cuBLASLt for an FP8 algorithm of f8PlanFor's
-// layouts with D (and C) of dtype dt, and says what it answered. CUDA
-// thread only.
-func (b *Backend) f8HeuristicProbe(n, m, k, dt int) string {
-	g := &b.blas
-	l := g.lib
-	var desc, a, bl, d uintptr
-	if st := l.call(l.descCreate, uintptr(unsafe.Pointer(&desc)), cublasCompute32F, cudaR32F); st != 0 {
-		return fmt.Sprintf("desc create status %d", st)
-	}
-	defer l.call(l.descDestroy, desc)
-	for _, v := range []struct {
-		attr int
-		val  int32
-	}{{ltDescTransA, cublasOpT}, {ltDescTransB, cublasOpN}} {
-		val := v.val
-		l.call(l.descSetAttr, desc, uintptr(v.attr), uintptr(unsafe.Pointer(&val)), 4)
-	}
-	l.call(l.layoutCreate, uintptr(unsafe.Pointer(&a)), cudaR8FE4M3, uintptr(k), uintptr(m), uintptr(k+16))
-	l.call(l.layoutCreate, uintptr(unsafe.Pointer(&bl)), cudaR8FE4M3, uintptr(k), uintptr(n), uintptr(k))
-	l.call(l.layoutCreate, uintptr(unsafe.Pointer(&d)), uintptr(dt), uintptr(m), uintptr(n), uintptr(m))
-	defer func() {
-		for _, h := range []uintptr{a, bl, d} {
-			l.call(l.layoutDestroy, h)
-		}
-	}()
-	var res [ltHeuristicResultBytes]byte
-	var count int32
-	st := l.call(l.heuristic, g.handle, desc, a, bl, d, d, g.pref, 1, uintptr(unsafe.Pointer(&res[0])), uintptr(unsafe.Pointer(&count)))
-	return fmt.Sprintf("status %d, %d results, workspace %d", st, count, *(*uint64)(unsafe.Pointer(&res[64])))
 }

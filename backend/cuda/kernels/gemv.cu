@@ -37,15 +37,6 @@
 #define KV_DT DT_BF16
 #include "kv.cuh"
 
-// Weights are read once per product: keep them out of L1.
-__device__ __forceinline__ uint4 ld_stream(const u16* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
 // WRows is one thread's share of a block's 16 weight rows: A rows gid
 // (a) and gid + 8 (b) of the mma, from column tq*8 on, and the UR spans of
 // them a step multiplies. Which output features the rows are is the
@@ -64,8 +55,8 @@ struct WRows {
       int s = s0 + u * NW;
       int kk = s * 32;
       bool in = s < spans && kk + tq * 8 < k;
-      a[u] = in && oka ? ld_stream(pa + kk) : zero;
-      b[u] = in && okb ? ld_stream(pb + kk) : zero;
+      a[u] = in && oka ? ld_stream16(pa + kk) : zero;
+      b[u] = in && okb ? ld_stream16(pb + kk) : zero;
     }
   }
 };

@@ -38,21 +38,6 @@
 // AWQ4 values: value = (q - zero) * scale, q the 4-bit code; g = AWQ_G.
 #define AWQ_G (WT == DT_AWQ4_G64 ? 64 : (WT == DT_AWQ4_G128 ? 128 : 32))
 
-// Weights are read once per product: keep them out of L1 (which holds x).
-__device__ __forceinline__ uint4 ld_stream16(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
-__device__ __forceinline__ u32 ld_stream4(const void* p) {
-  u32 v;
-  asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
-  return v;
-}
-
 // awq_row_bytes is the bytes of a row of k inputs (both layouts).
 __device__ __forceinline__ i64 awq_row_bytes(int k) { return (i64)(k >> 1) + 4 * (i64)(k / AWQ_G); }
 
