@@ -52,6 +52,8 @@
 #                  the draft model (DRAFT), tokens/s against plain and the acceptance; then the
 #                  8B-shape verify step against a decode step at batch 1 and 4
 #   prefill_attn_bench  BenchmarkAttentionPrefill (graph-timed)
+#   spec_profile   ncu, kernel by kernel: the default model's decode step against its verify step
+#                  of 1+SPEC_K rows (default 8)
 #   ab_old         this build against .gpu/trigon_old, alternating, and the before/after table
 #   final          cuda_tests and model_tests (stopping on a failure), then default_model,
 #                  peers, BATCHES="1 64" bench_rows and serve_smoke
@@ -613,6 +615,45 @@ else:
     for r in rows:
         if r:
             print(fmt(r))
+PY
+}
+
+# spec_profile: the default model's decode step and its verify step of
+# 1+SPEC_K rows (prompt lookup's shape), kernel by kernel under ncu with
+# each graph node profiled alone. bench latency's last 18 steps are the
+# verify steps and the 18 before them plain decode steps; a step starts
+# at its embedding kernel. Prints the last decode and the last verify
+# step's kernels with their durations.
+spec_profile() {
+local k=${SPEC_K:-8} ncu
+ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+log "ncu: default model, batch 1, decode step against a verify step of 1+$k rows"
+"$ncu" --graph-profiling node --metrics gpu__time_duration.sum --csv --print-units base \
+  .gpu/trigon bench latency --device cuda --batch 1 --input-len 128 --output-len 4 --iters 1 --warmup 0 \
+  --cuda-graphs on --sustained-probe 0 --speculative-config "{\"method\": \"ngram\", \"num_speculative_tokens\": $k}" \
+  >"$OUT/spec-ncu.csv" 2>"$OUT/spec-ncu.err"
+echo "rc=$?" | say
+$PY - "$OUT/spec-ncu.csv" <<'PY' 2>&1 | say
+import csv, sys
+rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]
+h = rows[0]; rows = rows[1:]
+ki, mi, vi = h.index("Kernel Name"), h.index("Metric Name"), h.index("Metric Value")
+ks = [(r[ki], float(r[vi].replace(",", ""))) for r in rows if r[mi] == "gpu__time_duration.sum"]
+steps, cur = [], []
+for name, ns in ks:
+    if name.startswith("embed") and cur:
+        steps.append(cur); cur = []
+    cur.append((name, ns))
+steps.append(cur)
+print(f"{len(ks)} kernels, {len(steps)} steps")
+for label, st in (("decode", steps[-19]), ("verify", steps[-1])):
+    print(f"-- {label} step: {len(st)} kernels, {sum(n for _, n in st)/1e3:.1f} us")
+    agg = {}
+    for name, ns in st:
+        short = name.split("(")[0][:60]
+        c, t = agg.get(short, (0, 0.0)); agg[short] = (c + 1, t + ns)
+    for short, (c, t) in sorted(agg.items(), key=lambda x: -x[1][1]):
+        print(f"   {t/1e3:8.1f} us  {c:3d}x  {short}")
 PY
 }
 
