@@ -54,6 +54,7 @@
 #   prefill_attn_bench  BenchmarkAttentionPrefill (graph-timed)
 #   spec_profile   ncu, kernel by kernel: the default model's decode step against its verify step
 #                  of 1+SPEC_K rows (default 8)
+#   step_profile   ncu, kernel by kernel: a llama-3-8b decode step at PROFILE_BATCH (default 256)
 #   ab_old         this build against .gpu/trigon_old, alternating, and the before/after table
 #   final          cuda_tests and model_tests (stopping on a failure), then default_model,
 #                  peers, BATCHES="1 64" bench_rows and serve_smoke
@@ -618,25 +619,27 @@ else:
 PY
 }
 
-# spec_profile: the default model's decode step and its verify step of
-# 1+SPEC_K rows (prompt lookup's shape), kernel by kernel under ncu with
-# each graph node profiled alone. bench latency's last 18 steps are the
-# verify steps and the 18 before them plain decode steps; a step starts
-# at its embedding kernel. Prints the last decode and the last verify
-# step's kernels with their durations.
-spec_profile() {
-local k=${SPEC_K:-8} ncu
+# ncu_kernels CMD...: runs CMD under ncu, every graph node profiled
+# alone at the clocks and caches the GPU has (no clock lock, no cache
+# flush), one duration a kernel, into $OUT/$ncu_name.csv.
+ncu_kernels() {
+local ncu
 ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-log "ncu: default model, batch 1, decode step against a verify step of 1+$k rows"
-"$ncu" --graph-profiling node --metrics gpu__time_duration.sum --csv --print-units base \
-  .gpu/trigon bench latency --device cuda --batch 1 --input-len 128 --output-len 4 --iters 1 --warmup 0 \
-  --cuda-graphs on --sustained-probe 0 --speculative-config "{\"method\": \"ngram\", \"num_speculative_tokens\": $k}" \
-  >"$OUT/spec-ncu.csv" 2>"$OUT/spec-ncu.err"
+timeout "${NCU_TIMEOUT:-240}" "$ncu" --graph-profiling node --clock-control none --cache-control none --metrics gpu__time_duration.sum \
+  --csv --print-units base ${ncu_flags:-} "$@" >"$OUT/$ncu_name.csv" 2>"$OUT/$ncu_name.err"
 echo "rc=$?" | say
-$PY - "$OUT/spec-ncu.csv" <<'PY' 2>&1 | say
+}
+
+# ncu_steps CSV LABEL:INDEX...: cuts the kernels of CSV into steps, each
+# starting at an embedding kernel, and prints the steps named by INDEX
+# (Python's: -1 the last) kernel by kernel, summed over kernels of a name.
+ncu_steps() {
+$PY - "$@" <<'PY' 2>&1 | say
 import csv, sys
-rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]
-h = rows[0]; rows = rows[1:]
+rows = list(csv.reader(l for l in open(sys.argv[1]) if l.startswith('"')))
+if not rows:
+    sys.exit("no kernels in " + sys.argv[1])
+h, rows = rows[0], rows[1:]
 ki, mi, vi = h.index("Kernel Name"), h.index("Metric Name"), h.index("Metric Value")
 ks = [(r[ki], float(r[vi].replace(",", ""))) for r in rows if r[mi] == "gpu__time_duration.sum"]
 steps, cur = [], []
@@ -646,15 +649,42 @@ for name, ns in ks:
     cur.append((name, ns))
 steps.append(cur)
 print(f"{len(ks)} kernels, {len(steps)} steps")
-for label, st in (("decode", steps[-19]), ("verify", steps[-1])):
-    print(f"-- {label} step: {len(st)} kernels, {sum(n for _, n in st)/1e3:.1f} us")
+for arg in sys.argv[2:]:
+    label, idx = arg.split(":")
+    st = steps[int(idx)]
+    print(f"-- {label} (step {idx}): {len(st)} kernels, {sum(n for _, n in st)/1e3:.1f} us")
     agg = {}
     for name, ns in st:
         short = name.split("(")[0][:60]
         c, t = agg.get(short, (0, 0.0)); agg[short] = (c + 1, t + ns)
     for short, (c, t) in sorted(agg.items(), key=lambda x: -x[1][1]):
-        print(f"   {t/1e3:8.1f} us  {c:3d}x  {short}")
+        print(f"   {t/1e3:9.1f} us  {c:4d}x  {short}")
 PY
+}
+
+# spec_profile: the default model's decode step and its verify step of
+# 1+SPEC_K rows (prompt lookup's shape), kernel by kernel. bench
+# latency's last 18 steps are verify steps, the 18 before them plain
+# decode steps.
+spec_profile() {
+local k=${SPEC_K:-8}
+log "ncu: default model, batch 1, decode step against a verify step of 1+$k rows"
+ncu_name=spec-ncu ncu_kernels .gpu/trigon bench latency --device cuda --batch 1 --input-len 128 --output-len 4 \
+  --iters 1 --warmup 0 --cuda-graphs on --sustained-probe 0 \
+  --speculative-config "{\"method\": \"ngram\", \"num_speculative_tokens\": $k}"
+ncu_steps "$OUT/spec-ncu.csv" decode:-19 verify:-1
+}
+
+# step_profile: one llama-3-8b decode step at PROFILE_BATCH (default 256)
+# sequences of 192-token prompts, kernel by kernel (bench latency's
+# --profile-steps brackets the prefill and that step).
+step_profile() {
+local n=${PROFILE_BATCH:-256}
+log "ncu: llama-3-8b decode step at batch $n, 192-token prompts"
+ncu_name=step-ncu-$n ncu_flags="--profile-from-start off" ncu_kernels .gpu/trigon bench latency --device cuda \
+  --arch llama-3-8b --batch "$n" --input-len 192 --output-len 4 --iters 1 --warmup 0 --cuda-graphs on \
+  --sustained-probe 0 --profile-steps 1
+ncu_steps "$OUT/step-ncu-$n.csv" decode:-1
 }
 
 # prefill_attn_bench: the prefill attention kernels alone, graph-timed
