@@ -801,6 +801,15 @@ extern "C" __global__ void __launch_bounds__(256) f8_epilogue(void* y, const flo
   }
 }
 
+// f8_row_scales: sw[o] = the scale in the trailer of row o, the weight's
+// scales as one vector (cuBLASLt's outer-vector scale of the weight's
+// rows, which it cannot read k + 16 bytes apart).
+//   sw [m] f32;  w [m, k] F8_E4M3_ROW
+extern "C" __global__ void f8_row_scales(float* sw, const unsigned char* w, int m, int k) {
+  grid_dep_sync();
+  for (int o = blockIdx.x * blockDim.x + threadIdx.x; o < m; o += gridDim.x * blockDim.x) sw[o] = f8_row_scale(w, o, k);
+}
+
 // f8_codes: dst[r, i] = bf16(e4m3(src[r * ld + i])), the codes without
 // their scales (exact in bf16: 4 significant bits), for devices without
 // FP8 GEMMs, whose BF16 GEMM of codes then equals the FP8 one.
