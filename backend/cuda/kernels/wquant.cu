@@ -127,6 +127,30 @@ __device__ __forceinline__ u32 bf16x2_fma(u32 a, u32 b, u32 c) {
 // them).
 __device__ __forceinline__ uint4 ld_x16(const void* p) { return *(const uint4*)p; }
 
+// dec_reduce adds the partial sums of a decode kernel's tile (awq_dec,
+// f8_dec) over the kw warps of a block that split its k range (warp =
+// ft + kl * fw): with kw > 1 (block-uniform), each warp writes acc to red
+// and slice 0 adds the others' in slice order. It returns whether this
+// warp stores the tile (slice 0). Every thread of the block calls it.
+__device__ __forceinline__ bool dec_reduce(float (*acc)[4], float (*red)[NT * 4][32], int warp, int lane, int ft, int fw, int kl, int kw) {
+  if (kw > 1) {
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) red[warp][t * 4 + e][lane] = acc[t][e];
+    __syncthreads();
+    if (kl == 0) {
+      for (int j = 1; j < kw; j++) {
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) acc[t][e] += red[ft + j * fw][t * 4 + e][lane];
+      }
+    }
+  }
+  return kl == 0;
+}
+
 __device__ __forceinline__ u32 lop3_and_or(u32 a, u32 b, u32 c) {  // (a & b) | c
   u32 d;
   asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
@@ -431,8 +455,8 @@ extern "C" __global__ void __launch_bounds__(32 * AWQ_NW) awq_mma(void* y, float
 // divides DEC_NW) split the block's k range, chunk by chunk (warp slice kl
 // = warp / fw takes chunks c0 + kl, c0 + kl + kw, ..), and fw = DEC_NW/kw
 // own 16 output features each (tile ft = warp % fw); the kw partial sums
-// of a tile are added in shared memory at the end, in slice order.
-// gridDim.y blocks split k as in awq_mma (cps chunks each).
+// of a tile are added in shared memory at the end, in slice order
+// (dec_reduce). gridDim.y blocks split k as in awq_mma (cps chunks each).
 // Lane (gid, tq) of a warp holds A rows gid and gid + 8 of its tile and,
 // per chunk c, awq_quadh's four words of each (one 16-byte load each on a
 // 16-byte aligned row) and the chunk's group headers; word q's inputs
@@ -471,22 +495,7 @@ extern "C" __global__ void __launch_bounds__(32 * DEC_NW, NT == 1 && AWQ_G != 32
   if (v16 && (k & 127) == 0) awq_dec_loop<true>(acc, x, wa, wb, n, m, k, ra, rb, gid, tq, first, nc, kw, v16, early);
   else awq_dec_loop<false>(acc, x, wa, wb, n, m, k, ra, rb, gid, tq, first, nc, kw, v16, early);
   grid_dep_launch();
-  if (kw > 1) {  // block-uniform
-#pragma unroll
-    for (int t = 0; t < NT; t++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) red[warp][t * 4 + e][lane] = acc[t][e];
-    __syncthreads();
-    if (kl == 0) {
-      for (int j = 1; j < kw; j++) {
-#pragma unroll
-        for (int t = 0; t < NT; t++)
-#pragma unroll
-          for (int e = 0; e < 4; e++) acc[t][e] += red[ft + j * fw][t * 4 + e][lane];
-      }
-    }
-  }
-  if (kl != 0) return;
+  if (!dec_reduce(acc, red, warp, lane, ft, fw, kl, kw)) return;
   // C element e: feature r0 + gid + (e/2)*8, x row t*8 + tq*2 + e%2.
 #pragma unroll
   for (int t = 0; t < NT; t++) {
@@ -753,7 +762,8 @@ extern "C" __global__ void __launch_bounds__(32 * AWQ_NW) f8_mma(void* y, float*
 // f8_dec: f8_mma's product for n <= 8*NT rows (NT 1 or 2: the decode
 // product), structured as awq_dec: DEC_NW warps a block, kw of them
 // splitting the block's k range chunk by chunk and fw = DEC_NW/kw owning
-// 16 output features each, partial sums added in shared memory at the end;
+// 16 output features each, partial sums added in shared memory at the end
+// (dec_reduce);
 // gridDim.y blocks split k (cps chunks each). A chunk is 64 codes: lane
 // (gid, tq) loads the 16 codes 64c + 16tq .. of its two weight rows (one
 // 16-byte load each, DEC_U chunks in flight, rows 16-byte aligned: k + 16
@@ -828,22 +838,7 @@ extern "C" __global__ void __launch_bounds__(32 * DEC_NW, 2) f8_dec(void* y, flo
     }
   }
   grid_dep_launch();
-  if (kw > 1) {  // block-uniform
-#pragma unroll
-    for (int t = 0; t < NT; t++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) red[warp][t * 4 + e][lane] = acc[t][e];
-    __syncthreads();
-    if (kl == 0) {
-      for (int j = 1; j < kw; j++) {
-#pragma unroll
-        for (int t = 0; t < NT; t++)
-#pragma unroll
-          for (int e = 0; e < 4; e++) acc[t][e] += red[ft + j * fw][t * 4 + e][lane];
-      }
-    }
-  }
-  if (kl != 0) return;
+  if (!dec_reduce(acc, red, warp, lane, ft, fw, kl, kw)) return;
 #pragma unroll
   for (int t = 0; t < NT; t++) {
 #pragma unroll
