@@ -602,10 +602,14 @@ func normPrefetch(g *Backend, out, x, res, w, pf backend.Tensor, pfBytes int) er
 }
 
 // BenchmarkF8Prefill times the FP8 (W8A8) product of prefill-sized rows
-// at Llama-3-8B's gate/up and down shapes against the BF16 one, and each
-// of the FP8 path's passes alone: the activations' quantizer, cuBLASLt's
-// FP8 GEMM into F32, and the epilogue that scales it into BF16. It
-// reports TFLOP/s of the product's arithmetic for every case, so the
+// at Llama-3-8B's gate/up and down shapes against the BF16 one: the
+// product as MatMul runs it (fp8: the scales inside cuBLASLt where it
+// takes outer-vector scales) and on the F32 GEMM and f8_epilogue
+// (fp8_epipath), and each pass alone: the activations' quantizer, the
+// GEMM with the scales in it (scaled_gemm; skipped where cuBLASLt refuses
+// them), cuBLASLt's FP8 GEMM into F32 and the epilogue that scales it into
+// BF16, and the gather of the weight's scales (row_scales, once a weight).
+// It reports TFLOP/s of the product's arithmetic for every case, so the
 // passes' shares of the FP8 product's time add up.
 func BenchmarkF8Prefill(b *testing.B) {
 	g := benchBackend(b)
@@ -632,6 +636,10 @@ func BenchmarkF8Prefill(b *testing.B) {
 		report := func(b *testing.B) {
 			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e12, "TFLOP/s")
 		}
+		var plan *f8Plan
+		if err := g.call(func() (err error) { plan, err = g.f8PlanFor(s.n, s.m, s.k, backend.BF16); return err }); err != nil {
+			b.Fatal(err)
+		}
 		b.Run(fmt.Sprintf("%s_n%d_bf16", s.name, s.n), func(b *testing.B) {
 			timeOps(b, g, 0, func() error { return g.MatMul(y, x, wb, nil) })
 			report(b)
@@ -639,15 +647,28 @@ func BenchmarkF8Prefill(b *testing.B) {
 		b.Run(fmt.Sprintf("%s_n%d_fp8", s.name, s.n), func(b *testing.B) {
 			timeOps(b, g, 0, func() error { return g.MatMul(y, x, w8, nil) })
 			report(b)
+			var path f8Path
+			var why string
+			_ = g.call(func() error { path, why = plan.path, plan.refused; return nil })
+			b.Logf("path: %v (%s)", path, why)
+		})
+		b.Run(fmt.Sprintf("%s_n%d_fp8_epipath", s.name, s.n), func(b *testing.B) {
+			var was f8Path
+			_ = g.call(func() error { was, plan.path = plan.path, min(plan.path, f8Epilogue); return nil })
+			defer func() { _ = g.call(func() error { plan.path = was; return nil }) }()
+			timeOps(b, g, 0, func() error { return g.MatMul(y, x, w8, nil) })
+			report(b)
 		})
 		// The passes alone, on buffers of their own.
 		xq, _ := g.Alloc(backend.I32, (s.n*s.k+4*s.n+16+3)/4)
 		acc, _ := g.Alloc(backend.F32, s.n, s.m)
+		sws, _ := g.Alloc(backend.F32, s.m)
 		wt, _ := g.tensorOf("bench", "w", w8)
 		xt, _ := g.tensorOf("bench", "x", x)
 		qt, _ := g.tensorOf("bench", "xq", xq)
 		at, _ := g.tensorOf("bench", "acc", acc)
 		yt, _ := g.tensorOf("bench", "y", y)
+		st, _ := g.tensorOf("bench", "sw", sws)
 		sx := qt.ptr + uint64((s.n*s.k+15)/16*16)
 		spec := modSpec{file: "wquant", p: [8]int{int(backend.F8E4M3Row), int(backend.BF16), 1}}
 		pass := func(name string, run func() error) {
@@ -663,12 +684,27 @@ func BenchmarkF8Prefill(b *testing.B) {
 			}
 			return g.launch(f, [3]int{s.n, 1, 1}, 256, 0, qt.ptr, sx, xt.ptr, i32(s.n), i32(s.k))
 		})
-		pass("gemm", func() error {
-			p, err := g.f8PlanFor(s.n, s.m, s.k)
-			if err != nil || !p.ok {
-				return fmt.Errorf("no FP8 plan (%v): %s", err, p.refused)
+		pass("row_scales", func() error {
+			f, err := g.fn(fnKey{spec, "f8_row_scales"})
+			if err != nil {
+				return err
 			}
-			return g.blas.lib.check("cublasLtMatmul", g.f8GemmCall(p, wt.ptr, qt.ptr, at.ptr))
+			return g.launch(f, [3]int{g.gridFor(s.m), 1, 1}, 256, 0, st.ptr, wt.ptr, i32(s.m), i32(s.k))
+		})
+		var scaled bool
+		_ = g.call(func() error { scaled = plan.scaled.desc != 0 && plan.path == f8Scaled; return nil })
+		if scaled {
+			pass("scaled_gemm", func() error {
+				return g.blas.lib.check("cublasLtMatmul", g.f8GemmCall(&plan.scaled, wt.ptr, qt.ptr, st.ptr, sx, yt.ptr))
+			})
+		} else {
+			b.Logf("%s_n%d: no scaled_gemm: %s", s.name, s.n, plan.refused)
+		}
+		pass("gemm", func() error {
+			if plan.path < f8Epilogue {
+				return fmt.Errorf("no FP8 GEMM: %s", plan.refused)
+			}
+			return g.blas.lib.check("cublasLtMatmul", g.f8GemmCall(&plan.plain, wt.ptr, qt.ptr, 0, 0, at.ptr))
 		})
 		pass("epilogue", func() error {
 			f, err := g.fn(fnKey{spec, "f8_epilogue"})
@@ -677,7 +713,7 @@ func BenchmarkF8Prefill(b *testing.B) {
 			}
 			return g.launch(f, [3]int{(s.m + 255) / 256, (s.n + f8EpiRows - 1) / f8EpiRows, 1}, 256, 0, yt.ptr, at.ptr, sx, wt.ptr, i32(s.n), i32(s.m), i32(s.k))
 		})
-		for _, t := range []backend.Tensor{w8, wb, x, y, xq, acc} {
+		for _, t := range []backend.Tensor{w8, wb, x, y, xq, acc, sws} {
 			g.Free(t)
 		}
 	}

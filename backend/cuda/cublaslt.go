@@ -24,6 +24,19 @@ const (
 	cublasStatusNotSupported = 15
 )
 
+// The FP8 scale attributes of cublasLtMatmulDescAttributes_t and the
+// outer-vector mode of cublasLtMatmulMatrixScale_t (cuBLASLt 12.9 and
+// later): with A's and B's modes both outer-vector, the A scale is an f32
+// vector over op(A)'s M rows and the B scale one over op(B)'s N columns,
+// D[i,j] = alpha * scaleA[i] * scaleB[j] * sum_l op(A)[i,l] op(B)[l,j].
+const (
+	ltDescAScalePointer = 17
+	ltDescBScalePointer = 18
+	ltDescAScaleMode    = 31
+	ltDescBScaleMode    = 32
+	ltScaleOuterVec32F  = 3
+)
+
 var cublasStatusNames = map[int]string{
 	1: "CUBLAS_STATUS_NOT_INITIALIZED", 3: "CUBLAS_STATUS_ALLOC_FAILED", 7: "CUBLAS_STATUS_INVALID_VALUE",
 	8: "CUBLAS_STATUS_ARCH_MISMATCH", 11: "CUBLAS_STATUS_MAPPING_ERROR", 13: "CUBLAS_STATUS_EXECUTION_FAILED",
@@ -35,6 +48,7 @@ type lt struct {
 	create, destroy, descCreate, descDestroy, descSetAttr             uintptr
 	layoutCreate, layoutDestroy, prefCreate, prefDestroy, prefSetAttr uintptr
 	heuristic, matmul                                                 uintptr
+	version                                                           uintptr // cublasLtGetVersion: major*10000 + minor*100 + patch
 }
 
 var (
@@ -64,6 +78,7 @@ func loadLt() (*lt, error) {
 			"cublasLtMatmulPreferenceSetAttribute": &l.prefSetAttr,
 			"cublasLtMatmulAlgoGetHeuristic":       &l.heuristic,
 			"cublasLtMatmul":                       &l.matmul,
+			"cublasLtGetVersion":                   &l.version,
 		})
 		if ltErr == nil {
 			ltLib = l

@@ -168,13 +168,16 @@ func (b *Backend) matmul(o, xt, wt, bt *tensor, n, m, k int, pristine bool) erro
 	return nil
 }
 
-// dropShadows forgets the BF16 copies of weights in [lo, hi) (the weight
-// was freed or overwritten). CUDA thread only.
+// dropShadows forgets the BF16 copies of weights in [lo, hi), and the
+// FP8 weights' scale vectors there (the weight was freed or overwritten).
+// CUDA thread only.
 func (b *Backend) dropShadows(lo, hi uint64) {
-	for sk, sh := range b.shadows {
-		if sk.ptr < hi && lo < sk.ptr+uint64(sk.bytes) {
-			b.pool.put(sh)
-			delete(b.shadows, sk)
+	for _, m := range []map[shadowKey]uint64{b.shadows, b.f8.scales} {
+		for sk, sh := range m {
+			if sk.ptr < hi && lo < sk.ptr+uint64(sk.bytes) {
+				b.pool.put(sh)
+				delete(m, sk)
+			}
 		}
 	}
 }

@@ -57,8 +57,11 @@ func encodeWQ(t testing.TB, dt backend.DType, v []float32, rows, cols int) []byt
 // GPU does) on fresh random inputs: the decode kernels (awq_dec, f8_dec:
 // 1 to 16 rows), the GEMVs of 17 to 64 rows (awq_mma, f8_mma: partial
 // 8-row tiles), the prefill paths above, BF16 and F32 outputs, biases.
-// fallback forces the FP8 prefill through the BF16 GEMM of codes, the
-// path of devices without FP8 GEMMs.
+// The FP8 prefill shapes run on each path (f8Path) at most what the
+// device and cuBLASLt offer: the default (outer-vector scales in cuBLASLt
+// where it has them), cuBLASLt's F32 product with f8_epilogue, and the
+// BF16 GEMM of codes (the path of devices without FP8 GEMMs), each forced
+// by lowering the shape's plan before the product.
 func TestMatMulWQuant(t *testing.T) {
 	g := sharedBackend(t, true)
 	// 320 and 336 leave partial 128-wide k chunks (336 a partial 32-code
@@ -79,24 +82,27 @@ func TestMatMulWQuant(t *testing.T) {
 			}
 			out := []backend.DType{backend.BF16, backend.F32}[i%2]
 			withBias := i%3 == 1
-			for _, fallback := range []bool{false, true} {
-				if fallback && (dt != backend.F8E4M3Row || s.n <= wqGemvMaxRows) {
+			for _, most := range []f8Path{f8Scaled, f8Epilogue, f8Codes} {
+				if most != f8Scaled && (dt != backend.F8E4M3Row || s.n <= wqGemvMaxRows) {
 					continue
 				}
-				name := fmt.Sprintf("%v_n%d_%dx%d_out%v_bias%v_fallback%v", dt, s.n, s.in, s.out, out, withBias, fallback)
+				name := fmt.Sprintf("%v_n%d_%dx%d_out%v_bias%v", dt, s.n, s.in, s.out, out, withBias)
+				if dt == backend.F8E4M3Row && s.n > wqGemvMaxRows {
+					name += []string{f8Codes: "_codes", f8Epilogue: "_epilogue", f8Scaled: "_scaled"}[most]
+				}
 				t.Run(name, func(t *testing.T) {
 					p := newPair(t)
-					if fallback {
-						p.must("force fallback", g.call(func() error {
-							if g.f8.plans == nil {
-								g.f8.plans = map[[3]int]*f8Plan{}
+					key := f8Key{s.n, s.out, s.in, out}
+					if most != f8Scaled {
+						p.must("force the path", g.call(func() error {
+							pl, err := g.f8PlanFor(s.n, s.out, s.in, out)
+							if err != nil {
+								return err
 							}
-							g.f8.plans[[3]int{s.n, s.out, s.in}] = &f8Plan{}
+							pl.path = min(pl.path, most)
 							return nil
 						}))
-						t.Cleanup(func() {
-							_ = g.call(func() error { delete(g.f8.plans, [3]int{s.n, s.out, s.in}); return nil })
-						})
+						t.Cleanup(func() { _ = g.call(func() error { g.f8DropPlan(key); return nil }) })
 					}
 					cx, gx := p.act(backend.BF16, []int{s.n, s.in}, p.normal(s.n*s.in, 1))
 					wv := p.normal(s.out*s.in, float32(1/math.Sqrt(float64(s.in))))
@@ -110,17 +116,18 @@ func TestMatMulWQuant(t *testing.T) {
 					p.must("gpu", p.g.MatMul(gout, gx, gw, gb))
 					p.must("sync", p.g.Sync())
 					p.expectClose("matmul", read(t, p.g, gout), read(t, p.c, co), bf16Tol)
-					if dt == backend.F8E4M3Row && s.n > wqGemvMaxRows && !fallback {
-						var used bool
+					if dt == backend.F8E4M3Row && s.n > wqGemvMaxRows {
+						var path f8Path
+						var why string
 						_ = g.call(func() error {
-							if pl := g.f8.plans[[3]int{s.n, s.out, s.in}]; pl != nil {
-								used = pl.ok
+							if pl := g.f8.plans[key]; pl != nil {
+								path, why = pl.path, pl.refused
 							}
 							return nil
 						})
-						t.Logf("cuBLASLt FP8 GEMM used: %v (sm_%d)", used, g.cc)
-						if !used && g.cc >= 89 && s.n%16 == 0 {
-							t.Errorf("sm_%d: cuBLASLt took no FP8 algorithm for [%d,%d]x[%d,%d]^T; the BF16 GEMM of codes ran", g.cc, s.n, s.in, s.out, s.in)
+						t.Logf("sm_%d: %v (%s)", g.cc, path, why)
+						if most >= f8Epilogue && path == f8Codes && g.cc >= 89 && s.n%16 == 0 {
+							t.Errorf("sm_%d: cuBLASLt took no FP8 algorithm for [%d,%d]x[%d,%d]^T; the BF16 GEMM of codes ran: %s", g.cc, s.n, s.in, s.out, s.in, why)
 						}
 					}
 				})
@@ -353,15 +360,30 @@ func TestWQuantKernelsCompile(t *testing.T) {
 	}
 }
 
+// f8DropPlan forgets the FP8 plan of key, destroying its descriptors (a
+// test that lowered a plan's path restores the default). CUDA thread only.
+func (b *Backend) f8DropPlan(key f8Key) {
+	if p := b.f8.plans[key]; p != nil {
+		p.scaled.destroy(b.blas.lib)
+		p.plain.destroy(b.blas.lib)
+		delete(b.f8.plans, key)
+	}
+}
+
 // TestF8GemmPlan: on a GPU with FP8 tensor cores (sm_89 and later), the
 // FP8 products of prefill-sized row counts at Llama-3-8B's shapes run on
 // cuBLASLt's FP8 GEMM, not on the BF16 GEMM of codes, once a product ran;
-// it logs why a plan was refused.
+// on Hopper with cuBLASLt 12.9 or later (outer-vector scales), with the
+// scales applied inside cuBLASLt. It logs each shape's path and why a
+// faster one was refused.
 func TestF8GemmPlan(t *testing.T) {
 	g := sharedBackend(t, true)
 	if g.cc < 89 {
 		t.Skipf("compute capability %d: no FP8 tensor cores", g.cc)
 	}
+	var ver int
+	_ = g.call(func() error { ver = g.blas.lib.call(g.blas.lib.version); return nil })
+	t.Logf("cuBLASLt %d, sm_%d", ver, g.cc)
 	r := rand.New(rand.NewPCG(5, 6))
 	for _, s := range []struct{ n, m, k int }{{256, 6144, 4096}, {256, 4096, 4096}, {256, 28672, 4096}, {256, 4096, 14336}, {2048, 28672, 4096}} {
 		t.Run(fmt.Sprintf("n%d_%dx%d", s.n, s.k, s.m), func(t *testing.T) {
@@ -394,21 +416,24 @@ func TestF8GemmPlan(t *testing.T) {
 			if err := g.Sync(); err != nil {
 				t.Fatal(err)
 			}
-			var ok bool
+			var path f8Path
 			var why string
 			if err := g.call(func() error {
-				p := g.f8.plans[[3]int{s.n, s.m, s.k}]
+				p := g.f8.plans[f8Key{s.n, s.m, s.k, backend.BF16}]
 				if p == nil {
 					return fmt.Errorf("no FP8 plan for the shape")
 				}
-				ok, why = p.ok, p.refused
+				path, why = p.path, p.refused
 				return nil
 			}); err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("FP8 GEMM ok %v (%s)", ok, why)
-			if !ok {
+			t.Logf("FP8 GEMM path: %v (%s)", path, why)
+			if path == f8Codes {
 				t.Errorf("the FP8 product runs the BF16 GEMM of codes: %s", why)
+			}
+			if g.cc == 90 && ver >= 120900 && path != f8Scaled {
+				t.Errorf("sm_90, cuBLASLt %d: the scales are not applied in cuBLASLt: %s", ver, why)
 			}
 		})
 	}

@@ -40,6 +40,8 @@
 #   wq_tests       the quantized-weight kernels' tests, then the default model quantized on CUDA
 #   f8_plan        TestF8GemmPlan: FP8 prefill products on cuBLASLt's FP8 GEMM, or why not
 #   f8_prefill     BenchmarkF8Prefill: the FP8 prefill product and its passes against BF16
+#   wq_check       the quantized-weight kernels' tests (TestF8GemmPlan's paths included), then
+#                  BenchmarkF8Prefill and BenchmarkMatMulWQuant: one call checks and measures
 #   gemm_large     BenchmarkMatMulLargeBatch: the 8B products at 128 and 256 rows, heuristic against tuned
 #   spec_tests     TestSpeculativeCUDA (engine, graphs off and on) and TestGraphVerifyAttention
 #   fix_tests      the two tests a compile error failed (TestKVReadersRefuseOtherFormats, TestF8ActQuant)
@@ -331,6 +333,28 @@ log "BenchmarkF8Prefill"
 (cd backend/cuda && "$root/.gpu/cuda.test" -test.run XXX -test.bench 'BenchmarkF8Prefill' -test.benchtime 20x >"$OUT/f8-prefill.log" 2>&1)
 echo "rc=$?" | say
 grep -E "^Benchmark|FAIL|panic|Error" "$OUT/f8-prefill.log" | say
+}
+
+# wq_check: the quantized-weight kernels' GPU tests (the decode kernels at
+# every tuning, the CUDA-core fallbacks, the FP8 prefill paths and which one
+# each 8B shape takes), then the FP8 prefill and the decode benchmarks,
+# stopping before the benchmarks on a failure.
+wq_check() {
+log "backend/cuda: the quantized-weight tests and TestF8GemmPlan"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.timeout 6m -test.run \
+  'TestMatMulWQuant|TestWQDecodeTunings|TestAWQGemvCUDACores|TestF8GemvCUDACores|TestF8ActQuant|TestF8GemmPlan|TestAWQReadBack' \
+  >"$OUT/wq-check.log" 2>&1)
+local rc=$?
+echo "rc=$rc" | say
+grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/wq-check.log" | tail -12 | say
+grep -c -- "--- PASS" "$OUT/wq-check.log" | sed 's/^/passed (tests and subtests): /' | say
+grep -E "^\s+--- FAIL|_test.go:[0-9]+:.*(FAIL|relative error [0-9.e-]+ >|want|Error)" "$OUT/wq-check.log" | head -20 | say
+grep -E "cuBLASLt [0-9]+, sm_|FP8 GEMM path" "$OUT/wq-check.log" | head -8 | say
+grep -oE "sm_[0-9]+: (cuBLASLt FP8 GEMM|BF16 GEMM of the codes)[^(]*" "$OUT/wq-check.log" | sort | uniq -c | sed 's/^/FP8 prefill cases on: /' | say
+if ((rc != 0)); then log "wq_check: tests failed, benchmarks skipped"; return 1; fi
+f8_prefill
+grep -E "path: |no scaled_gemm" "$OUT/f8-prefill.log" | head -6 | say
+wq_bench
 }
 
 # gemm_large: Llama-3-8B's products at 128 and 256 rows, cuBLASLt's

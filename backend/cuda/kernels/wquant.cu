@@ -62,18 +62,32 @@ __device__ __forceinline__ void awq_word(const unsigned char* row, int c, int k,
   }
 }
 
-// awq_quad loads what lane quad tq takes of chunk c (inputs 128c ..) of
+// AWQ_HQ is the groups of a 128-input chunk (1, 2 or 4); the four words a
+// lane quad takes of a chunk (awq_quad: word q at inputs 128c + 32q +
+// 8tq ..) fall in group q * AWQ_HQ / 4 of it.
+#define AWQ_HQ (128 / AWQ_G)
+
+// awq_quadh loads what lane quad tq takes of chunk c (inputs 128c ..) of
 // device row `row` (k inputs): wd[q] = word tq + 4q of the chunk (inputs
-// 128c + 8tq + 32q .. +7) and hd[q] its group's header. Words past the
-// row's end, and everything when !ok, are zero (they widen to zero).
+// 128c + 8tq + 32q .. +7) and hd[j] the header of the chunk's group j
+// (word q's is hd[q * AWQ_HQ / 4]). Words past the row's end, their
+// headers, and everything when !ok, are zero (they widen to zero).
 // v16: the row is 16-byte aligned (a full chunk is then one 16-byte load).
-__device__ __forceinline__ void awq_quad(const unsigned char* row, int k, int c, int tq, bool ok, bool v16, u32* wd, u32* hd) {
+// FULL: every chunk of the row is full and v16 holds (k a multiple of 128
+// on a 16-byte aligned row), and chunk c is one of the row's: everything
+// is loaded, ok unread (no tests, no zeros).
+template <bool FULL>
+__device__ __forceinline__ void awq_quadh(const unsigned char* row, int k, int c, int tq, bool ok, bool v16, u32* wd, u32* hd) {
+  if (!FULL) {
 #pragma unroll
-  for (int q = 0; q < 4; q++) wd[q] = hd[q] = 0u;
-  if (!ok) return;
-  int Q = min(4, (k >> 5) - 4 * c);  // >= 1 for a chunk of the row
+    for (int q = 0; q < 4; q++) wd[q] = 0u;
+#pragma unroll
+    for (int j = 0; j < AWQ_HQ; j++) hd[j] = 0u;
+    if (!ok) return;
+  }
+  int Q = FULL ? 4 : min(4, (k >> 5) - 4 * c);  // >= 1 for a chunk of the row
   const unsigned char* cp = row + 64 * c + 4 * tq * Q;
-  if (Q == 4 && v16) {
+  if (FULL || (Q == 4 && v16)) {
     uint4 v = ld_stream16(cp);
     wd[0] = v.x;
     wd[1] = v.y;
@@ -84,20 +98,198 @@ __device__ __forceinline__ void awq_quad(const unsigned char* row, int k, int c,
     for (int q = 0; q < 4; q++)
       if (q < Q) wd[q] = ld_stream4(cp + 4 * q);
   }
-  const unsigned char* hp = row + (k >> 1);
-#if AWQ_G == 128
-  u32 h = ld_stream4(hp + 4 * c);  // k is a multiple of 128: Q == 4
-  hd[0] = hd[1] = hd[2] = hd[3] = h;
-#elif AWQ_G == 64
-  u32 h0 = ld_stream4(hp + 8 * c);  // Q is 2 or 4
-  u32 h1 = Q > 2 ? ld_stream4(hp + 8 * c + 4) : 0u;
-  hd[0] = hd[1] = h0;
-  hd[2] = hd[3] = h1;
-#else
+  // Group j of the chunk covers its inputs from 32 * j * 4 / AWQ_HQ: it
+  // exists when Q (the chunk's 32-input quads) exceeds j * 4 / AWQ_HQ.
+  const unsigned char* hp = row + (k >> 1) + 4 * AWQ_HQ * c;
 #pragma unroll
-  for (int q = 0; q < 4; q++)
-    if (q < Q) hd[q] = ld_stream4(hp + 16 * c + 4 * q);
-#endif
+  for (int j = 0; j < AWQ_HQ; j++)
+    if (FULL || j * (4 / AWQ_HQ) < Q) hd[j] = ld_stream4(hp + 4 * j);
+}
+
+// awq_quad is awq_quadh with word q's header in hd[q].
+__device__ __forceinline__ void awq_quad(const unsigned char* row, int k, int c, int tq, bool ok, bool v16, u32* wd, u32* hd) {
+  u32 h[AWQ_HQ];
+  awq_quadh<false>(row, k, c, tq, ok, v16, wd, h);
+#pragma unroll
+  for (int q = 0; q < 4; q++) hd[q] = h[q * AWQ_HQ / 4];
+}
+
+__device__ __forceinline__ u32 bf16x2_fma(u32 a, u32 b, u32 c) {
+  u32 d;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+#define DEC_NW 8  // warps per awq_dec / f8_dec block
+#define DEC_U 4   // chunks of weights in flight per warp (awq_dec, f8_dec)
+
+// ld_x16 reads 16 bytes of x (kept in L1: every warp on the same k reads
+// them).
+__device__ __forceinline__ uint4 ld_x16(const void* p) { return *(const uint4*)p; }
+
+// dec_reduce adds the partial sums of a decode kernel's tile (awq_dec,
+// f8_dec) over the kw warps of a block that split its k range (warp =
+// ft + kl * fw): with kw > 1 (block-uniform), each warp writes acc to red
+// and slice 0 adds the others' in slice order. It returns whether this
+// warp stores the tile (slice 0). Every thread of the block calls it.
+__device__ __forceinline__ bool dec_reduce(float (*acc)[4], float (*red)[NT * 4][32], int warp, int lane, int ft, int fw, int kl, int kw) {
+  if (kw > 1) {
+#pragma unroll
+    for (int t = 0; t < NT; t++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) red[warp][t * 4 + e][lane] = acc[t][e];
+    __syncthreads();
+    if (kl == 0) {
+      for (int j = 1; j < kw; j++) {
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) acc[t][e] += red[ft + j * fw][t * 4 + e][lane];
+      }
+    }
+  }
+  return kl == 0;
+}
+
+__device__ __forceinline__ u32 lop3_and_or(u32 a, u32 b, u32 c) {  // (a & b) | c
+  u32 d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+__device__ __forceinline__ u32 bf16x2_of(float v) {  // v rounded to bf16, in both halves
+  u32 d;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %1;" : "=r"(d) : "f"(v));
+  return d;
+}
+
+// awq_dec_group widens a header once for all its group's words: s, the
+// scale (f32, exact), and nz2 = -(128 + zero) in both bf16 halves (exact
+// for 4-bit zeros, integers 0..15).
+__device__ __forceinline__ void awq_dec_group(u32 hdr, float& s, u32& nz2) {
+  s = f16_to_f32((u16)(hdr & 0xffffu));
+  nz2 = bf16x2_of(-(128.f + f16_to_f32((u16)(hdr >> 16))));
+}
+
+// awq_dec_word widens word q into four bf16x2 registers of q - zero,
+// pair p holding elements 2p (low half) and 2p+1: one lop3 makes 128 + q
+// of nibbles p and p + 4 (bf16 0x4300 is 128.0, whose last mantissa bit
+// is worth 1) and one fma adds nz2, leaving the small integer q - zero
+// exactly. The scale multiplies the group's sums (awq_dec).
+__device__ __forceinline__ void awq_dec_word(u32 q, u32 nz2, u32* out) {
+#pragma unroll
+  for (int p = 0; p < 4; p++) out[p] = bf16x2_fma(lop3_and_or(q >> (4 * p), 0x000F000Fu, 0x43004300u), 0x3F803F80u, nz2);
+}
+
+// awq_dec_loop is awq_dec's main loop (the kernel's comment): it adds this
+// warp's chunks first + i*kw (i < nc) of rows wa and wb into acc. The
+// chunks' raw words and group headers ride a ring of DEC_U slots; a
+// header is widened once a group (awq_dec_group), its words only unpacked
+// (awq_dec_word, q - zero exactly), and the group's mmas sum into a fresh
+// accumulator that the group's scales (rows gid and gid + 8: C elements
+// 0-1 and 2-3) then add into acc in f32.
+// FULL (awq_quadh's): nothing of a chunk lies past the row's end, so no
+// load needs zeros: a load whose value goes unused (a slot or x chunk past
+// the warp's last, an x row past n, whose sums land in C columns no one
+// stores) reads a valid address instead (the warp's chunk, x row n - 1;
+// weight rows past m already read row 0), with no test on the data path.
+template <bool FULL>
+__device__ __forceinline__ void awq_dec_loop(float (*acc)[4], const u16* x, const unsigned char* wa, const unsigned char* wb, int n, int m, int k, int ra, int rb,
+                                             int gid, int tq, int first, int nc, int kw, bool v16, int early) {
+  if (FULL && nc == 0) {  // warp-uniform: nothing to add, nothing to load
+    if (early) grid_dep_wait();
+    return;
+  }
+  bool oka = FULL || ra < m, okb = FULL || rb < m;
+  u32 wra[DEC_U][4], hra[DEC_U][AWQ_HQ], wrb[DEC_U][4], hrb[DEC_U][AWQ_HQ];
+#pragma unroll
+  for (int u = 0; u < DEC_U; u++) {
+    int c = first + (FULL ? min(u, nc - 1) : u) * kw;
+    awq_quadh<FULL>(wa, k, c, tq, oka && u < nc, v16, wra[u], hra[u]);
+    awq_quadh<FULL>(wb, k, c, tq, okb && u < nc, v16, wrb[u], hrb[u]);
+  }
+  if (early) grid_dep_wait();
+  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+  // xn: chunk i's x (word q of tile t: xn[t][q]), loaded during chunk i-1.
+  uint4 xn[NT][4];
+#pragma unroll
+  for (int t = 0; t < NT; t++) {
+    int row = t * 8 + gid;
+    int Q = FULL ? 4 : (nc > 0 ? min(4, (k >> 5) - 4 * first) : 0);
+    const u16* xr = x + (i64)(FULL ? min(row, n - 1) : row) * k + 128 * first + 8 * tq;
+#pragma unroll
+    for (int q = 0; q < 4; q++) xn[t][q] = FULL || (row < n && q < Q) ? ld_x16(xr + 32 * q) : zero;
+  }
+  for (int i0 = 0; i0 < nc; i0 += DEC_U) {
+#pragma unroll
+    for (int u = 0; u < DEC_U; u++) {
+      int i = i0 + u;
+      if (i < nc) {  // warp-uniform
+        int c = first + i * kw;
+        u32 cwa[4], cha[AWQ_HQ], cwb[4], chb[AWQ_HQ];  // this chunk's raw words and headers, then the slot's next chunk, DEC_U ahead
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+          cwa[q] = wra[u][q];
+          cwb[q] = wrb[u][q];
+        }
+#pragma unroll
+        for (int j = 0; j < AWQ_HQ; j++) {
+          cha[j] = hra[u][j];
+          chb[j] = hrb[u][j];
+        }
+        {
+          bool more = i + DEC_U < nc;
+          int cr = FULL && !more ? c : c + DEC_U * kw;
+          awq_quadh<FULL>(wa, k, cr, tq, oka && more, v16, wra[u], hra[u]);
+          awq_quadh<FULL>(wb, k, cr, tq, okb && more, v16, wrb[u], hrb[u]);
+        }
+        uint4 xc[NT][4];
+        {
+          bool more = i + 1 < nc;
+          int cn = FULL && !more ? c : c + kw;
+          int Qn = FULL ? 4 : (more ? min(4, (k >> 5) - 4 * cn) : 0);
+#pragma unroll
+          for (int t = 0; t < NT; t++) {
+            int row = t * 8 + gid;
+            const u16* xr = x + (i64)(FULL ? min(row, n - 1) : row) * k + 128 * cn + 8 * tq;
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+              xc[t][q] = xn[t][q];
+              xn[t][q] = FULL || (row < n && q < Qn) ? ld_x16(xr + 32 * q) : zero;
+            }
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < AWQ_HQ; j++) {
+          float sa, sb;
+          u32 nza, nzb;
+          awq_dec_group(cha[j], sa, nza);
+          awq_dec_group(chb[j], sb, nzb);
+          float g[NT][4];
+#pragma unroll
+          for (int t = 0; t < NT; t++) g[t][0] = g[t][1] = g[t][2] = g[t][3] = 0.f;
+#pragma unroll
+          for (int q = j * (4 / AWQ_HQ); q < (j + 1) * (4 / AWQ_HQ); q++) {
+            u32 pa[4], pb[4];
+            awq_dec_word(cwa[q], nza, pa);
+            awq_dec_word(cwb[q], nzb, pb);
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+              mma16816(g[t], pa[0], pb[0], pa[1], pb[1], xc[t][q].x, xc[t][q].y);
+              mma16816(g[t], pa[2], pb[2], pa[3], pb[3], xc[t][q].z, xc[t][q].w);
+            }
+          }
+#pragma unroll
+          for (int t = 0; t < NT; t++) {
+            acc[t][0] = fmaf(sa, g[t][0], acc[t][0]);
+            acc[t][1] = fmaf(sa, g[t][1], acc[t][1]);
+            acc[t][2] = fmaf(sb, g[t][2], acc[t][2]);
+            acc[t][3] = fmaf(sb, g[t][3], acc[t][3]);
+          }
+        }
+      }
+    }
+  }
 }
 
 // awq_gemv: y[t, o] = sum_k x[t, k] * w[o, k] for the MAXN rows of
@@ -144,12 +336,6 @@ extern "C" __global__ void __launch_bounds__(256) awq_gemv(void* y, const u16* x
       if (lane == 0) store_f<OT>(y, (i64)(t0 + t) * m + o, s);
     }
   }
-}
-
-__device__ __forceinline__ u32 bf16x2_fma(u32 a, u32 b, u32 c) {
-  u32 d;
-  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
 }
 
 // awq_pairs widens AWQ4 word q into four bf16x2 registers, pair p holding
@@ -263,27 +449,22 @@ extern "C" __global__ void __launch_bounds__(32 * AWQ_NW) awq_mma(void* y, float
 #endif
 }
 
-#define DEC_NW 8  // warps per awq_dec / f8_dec block
-#define DEC_U 4   // chunks of weights in flight per warp (awq_dec, f8_dec)
-
-// ld_x16 reads 16 bytes of x (kept in L1: every warp on the same k reads
-// them).
-__device__ __forceinline__ uint4 ld_x16(const void* p) { return *(const uint4*)p; }
-
 // awq_dec: y = x . w^T for n <= 8*NT rows (NT 1 or 2: the decode product)
 // on the tensor cores, w streamed with DEC_U chunks in flight per warp and
 // no block barrier in the loop. A block is DEC_NW warps: kw of them (kw
 // divides DEC_NW) split the block's k range, chunk by chunk (warp slice kl
 // = warp / fw takes chunks c0 + kl, c0 + kl + kw, ..), and fw = DEC_NW/kw
 // own 16 output features each (tile ft = warp % fw); the kw partial sums
-// of a tile are added in shared memory at the end, in slice order.
-// gridDim.y blocks split k as in awq_mma (cps chunks each). Lane (gid,
-// tq) of a warp holds A rows gid and gid + 8 of its tile and, per chunk c,
-// awq_quad's four words of each (one 16-byte load each on a 16-byte
-// aligned row); word q's inputs 128c + 32q + 8tq .. +7 meet the same
-// inputs of x row t*8 + gid (one 16-byte load, from L1 or L2), two mmas a
-// word, so the four lanes of a quad read 64 contiguous bytes of each
-// weight and x row. x's loads of a chunk are issued one chunk ahead.
+// of a tile are added in shared memory at the end, in slice order
+// (dec_reduce). gridDim.y blocks split k as in awq_mma (cps chunks each).
+// Lane (gid, tq) of a warp holds A rows gid and gid + 8 of its tile and,
+// per chunk c, awq_quadh's four words of each (one 16-byte load each on a
+// 16-byte aligned row) and the chunk's group headers; word q's inputs
+// 128c + 32q + 8tq .. +7 meet the same inputs of x row t*8 + gid (one
+// 16-byte load, from L1 or L2), two mmas a word, so the four lanes of a
+// quad read 64 contiguous bytes of each weight and x row. The mma's
+// weights are q - zero (exact in bf16) and each group's sums are scaled
+// in f32 (awq_dec_loop). x's loads of a chunk are issued one chunk ahead.
 // early: no kernel writes w, so the first DEC_U chunks are loaded before
 // griddepcontrol.wait (the kernel is launched with PDL behind the norm).
 //   y [n, m] OT (gridDim.y == 1), else part [gridDim.y][n][m] f32 for
@@ -308,87 +489,13 @@ extern "C" __global__ void __launch_bounds__(32 * DEC_NW, NT == 1 && AWQ_G != 32
   int c0 = blockIdx.y * cps, c1 = min(chunks, c0 + cps);
   int first = c0 + kl;  // this warp's chunks: first + i*kw, i < nc
   int nc = first < c1 ? (c1 - first + kw - 1) / kw : 0;
-  u32 wra[DEC_U][4], hra[DEC_U][4], wrb[DEC_U][4], hrb[DEC_U][4];
-#pragma unroll
-  for (int u = 0; u < DEC_U; u++) {
-    awq_quad(wa, k, first + u * kw, tq, u < nc && ra < m, v16, wra[u], hra[u]);
-    awq_quad(wb, k, first + u * kw, tq, u < nc && rb < m, v16, wrb[u], hrb[u]);
-  }
-  if (early) grid_dep_wait();
   float acc[NT][4];
 #pragma unroll
   for (int t = 0; t < NT; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
-  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-  // xn: chunk i's x (word q of tile t: xn[t][q]), loaded during chunk i-1.
-  uint4 xn[NT][4];
-#pragma unroll
-  for (int t = 0; t < NT; t++) {
-    int row = t * 8 + gid;
-    int Q = nc > 0 ? min(4, (k >> 5) - 4 * first) : 0;
-#pragma unroll
-    for (int q = 0; q < 4; q++)
-      xn[t][q] = row < n && q < Q ? ld_x16(x + (i64)row * k + 128 * first + 32 * q + 8 * tq) : zero;
-  }
-  for (int i0 = 0; i0 < nc; i0 += DEC_U) {
-#pragma unroll
-    for (int u = 0; u < DEC_U; u++) {
-      int i = i0 + u;
-      if (i < nc) {  // warp-uniform
-        int c = first + i * kw;
-        u32 cwa[4], cha[4], cwb[4], chb[4];  // this chunk's raw words, then the slot's next chunk, DEC_U ahead
-#pragma unroll
-        for (int q = 0; q < 4; q++) {
-          cwa[q] = wra[u][q];
-          cha[q] = hra[u][q];
-          cwb[q] = wrb[u][q];
-          chb[q] = hrb[u][q];
-        }
-        awq_quad(wa, k, c + DEC_U * kw, tq, i + DEC_U < nc && ra < m, v16, wra[u], hra[u]);
-        awq_quad(wb, k, c + DEC_U * kw, tq, i + DEC_U < nc && rb < m, v16, wrb[u], hrb[u]);
-        uint4 xc[NT][4];
-#pragma unroll
-        for (int t = 0; t < NT; t++) {
-          int row = t * 8 + gid;
-          int cn = c + kw, Qn = i + 1 < nc ? min(4, (k >> 5) - 4 * cn) : 0;
-#pragma unroll
-          for (int q = 0; q < 4; q++) {
-            xc[t][q] = xn[t][q];
-            xn[t][q] = row < n && q < Qn ? ld_x16(x + (i64)row * k + 128 * cn + 32 * q + 8 * tq) : zero;
-          }
-        }
-#pragma unroll
-        for (int q = 0; q < 4; q++) {
-          u32 s2, nz2, pa[4], pb[4];
-          awq_hdr2(cha[q], s2, nz2);
-          awq_pairs(cwa[q], s2, nz2, pa);
-          awq_hdr2(chb[q], s2, nz2);
-          awq_pairs(cwb[q], s2, nz2, pb);
-#pragma unroll
-          for (int t = 0; t < NT; t++) {
-            mma16816(acc[t], pa[0], pb[0], pa[1], pb[1], xc[t][q].x, xc[t][q].y);
-            mma16816(acc[t], pa[2], pb[2], pa[3], pb[3], xc[t][q].z, xc[t][q].w);
-          }
-        }
-      }
-    }
-  }
+  if (v16 && (k & 127) == 0) awq_dec_loop<true>(acc, x, wa, wb, n, m, k, ra, rb, gid, tq, first, nc, kw, v16, early);
+  else awq_dec_loop<false>(acc, x, wa, wb, n, m, k, ra, rb, gid, tq, first, nc, kw, v16, early);
   grid_dep_launch();
-  if (kw > 1) {  // block-uniform
-#pragma unroll
-    for (int t = 0; t < NT; t++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) red[warp][t * 4 + e][lane] = acc[t][e];
-    __syncthreads();
-    if (kl == 0) {
-      for (int j = 1; j < kw; j++) {
-#pragma unroll
-        for (int t = 0; t < NT; t++)
-#pragma unroll
-          for (int e = 0; e < 4; e++) acc[t][e] += red[ft + j * fw][t * 4 + e][lane];
-      }
-    }
-  }
-  if (kl != 0) return;
+  if (!dec_reduce(acc, red, warp, lane, ft, fw, kl, kw)) return;
   // C element e: feature r0 + gid + (e/2)*8, x row t*8 + tq*2 + e%2.
 #pragma unroll
   for (int t = 0; t < NT; t++) {
@@ -655,7 +762,8 @@ extern "C" __global__ void __launch_bounds__(32 * AWQ_NW) f8_mma(void* y, float*
 // f8_dec: f8_mma's product for n <= 8*NT rows (NT 1 or 2: the decode
 // product), structured as awq_dec: DEC_NW warps a block, kw of them
 // splitting the block's k range chunk by chunk and fw = DEC_NW/kw owning
-// 16 output features each, partial sums added in shared memory at the end;
+// 16 output features each, partial sums added in shared memory at the end
+// (dec_reduce);
 // gridDim.y blocks split k (cps chunks each). A chunk is 64 codes: lane
 // (gid, tq) loads the 16 codes 64c + 16tq .. of its two weight rows (one
 // 16-byte load each, DEC_U chunks in flight, rows 16-byte aligned: k + 16
@@ -730,22 +838,7 @@ extern "C" __global__ void __launch_bounds__(32 * DEC_NW, 2) f8_dec(void* y, flo
     }
   }
   grid_dep_launch();
-  if (kw > 1) {  // block-uniform
-#pragma unroll
-    for (int t = 0; t < NT; t++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) red[warp][t * 4 + e][lane] = acc[t][e];
-    __syncthreads();
-    if (kl == 0) {
-      for (int j = 1; j < kw; j++) {
-#pragma unroll
-        for (int t = 0; t < NT; t++)
-#pragma unroll
-          for (int e = 0; e < 4; e++) acc[t][e] += red[ft + j * fw][t * 4 + e][lane];
-      }
-    }
-  }
-  if (kl != 0) return;
+  if (!dec_reduce(acc, red, warp, lane, ft, fw, kl, kw)) return;
 #pragma unroll
   for (int t = 0; t < NT; t++) {
 #pragma unroll
@@ -799,6 +892,15 @@ extern "C" __global__ void __launch_bounds__(256) f8_epilogue(void* y, const flo
     i64 i = (i64)t * m + o;
     store_f<OT>(y, i, acc[i] * sx[t] * sw);
   }
+}
+
+// f8_row_scales: sw[o] = the scale in the trailer of row o, the weight's
+// scales as one vector (cuBLASLt's outer-vector scale of the weight's
+// rows, which it cannot read k + 16 bytes apart).
+//   sw [m] f32;  w [m, k] F8_E4M3_ROW
+extern "C" __global__ void f8_row_scales(float* sw, const unsigned char* w, int m, int k) {
+  grid_dep_sync();
+  for (int o = blockIdx.x * blockDim.x + threadIdx.x; o < m; o += gridDim.x * blockDim.x) sw[o] = f8_row_scale(w, o, k);
 }
 
 // f8_codes: dst[r, i] = bf16(e4m3(src[r * ld + i])), the codes without
