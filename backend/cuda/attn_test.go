@@ -496,6 +496,9 @@ func testAttentionCase(t *testing.T, tc attnCase) {
 					spec = tc.spec
 					spec.BlockSize = bs
 					ck, gk, cv, gv, caux, gaux = p.quantCaches(spec, numBlocks, tc.kv, tc.d)
+					if spec.Scales == backend.KVScaleKIVI {
+						p.kiviWindows(spec, numBlocks, tc.kv, tc.d, tables, lens, maxBlocks, &caux, &gaux)
+					}
 				} else {
 					ck, gk = p.same(backend.BF16, cshape, encode(backend.BF16, p.normal(cells, 1)))
 					cv, gv = p.same(backend.BF16, cshape, encode(backend.BF16, p.normal(cells, 1)))
