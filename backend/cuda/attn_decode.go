@@ -150,11 +150,25 @@ func smemLimits(cc int) (perSM, perBlock int) {
 // fewer (down to 2) where the shared memory of a block does not allow it.
 // ok is false where the tensor-core kernel cannot run (stages 0, GPUs
 // before sm_80, or not even two stages fit).
+//
+// An int4 ring (decodeRingStages: twice the tuning's depth) is first
+// made shallower, down to the tuning's depth, until the blocks per SM
+// that the kernel's registers are compiled for (decodeMMAMinBlocks) fit
+// in the SM's shared memory: its tiles are small, so resident warps, not
+// one warp's depth, keep most bytes in flight.
 func decodeMMAStages(cc, d int, kv backend.KVSpec, stages int) (st int, ok bool) {
 	if stages == 0 || cc < 80 {
 		return 0, false
 	}
-	_, perBlock := smemLimits(cc)
+	perSM, perBlock := smemLimits(cc)
+	if kv.Scales == backend.KVScaleKIVI {
+		for st = stages; st > stages/2 && st >= 2; st-- {
+			n := decodeMMASmem(d, kv, st) + decodeMMAStaticSmem(kv, st)
+			if n <= perBlock && perSM/(n+1<<10) >= decodeMMAMinBlocks(d) {
+				return st, true
+			}
+		}
+	}
 	for st = stages; st >= 2; st-- {
 		if decodeMMASmem(d, kv, st)+decodeMMAStaticSmem(kv, st) <= perBlock {
 			return st, true

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/trigon-llm/trigon/backend"
@@ -161,15 +162,17 @@ func TestAttentionQuant(t *testing.T) {
 		shape{"chunked_prefill_gqa4_d128", 16, 4, 128, []seqSpec{{1024, 256}, {512, 256}, {333, 77}}, 0},
 		shape{"block_ends_gqa4_d64", 8, 2, 64, []seqSpec{{256, 1}, {160, 1}, {512, 96}, {32, 2}}, 0},
 	)
-	for _, w := range []int{0, 32, 128, 5000} {
-		for _, g := range []int{32, 8} {
-			for _, sh := range int4Shapes {
-				if g == 8 && (w == 32 || w == 5000) {
-					continue // the groups matter for the int4 rows, which any window has
-				}
-				cases = append(cases, attnCase{name: fmt.Sprintf("int4_g%d_w%d_%s", g, w, sh.name), h: sh.h, kv: sh.kv, d: sh.d,
-					seqs: sh.seqs, window: sh.window, spec: backend.Int4KV(16, g, w)})
+	// Every shape at windows 0 and 128 (V groups 32 and 8 at 128); the
+	// other windows change which rows are bf16, not how a row is read: a
+	// few shapes each.
+	few := map[string]bool{"decode_gqa4_d128": true, "mixed_gqa4_d128": true, "prefix_cached_gqa4_d64": true, "chunked_prefill_gqa4_d128": true}
+	for _, c := range []struct{ w, g int }{{0, 32}, {128, 32}, {128, 8}, {32, 32}, {5000, 32}} {
+		for _, sh := range int4Shapes {
+			if (c.w == 32 || c.w == 5000) && !few[sh.name] {
+				continue
 			}
+			cases = append(cases, attnCase{name: fmt.Sprintf("int4_g%d_w%d_%s", c.g, c.w, sh.name), h: sh.h, kv: sh.kv, d: sh.d,
+				seqs: sh.seqs, window: sh.window, spec: backend.Int4KV(16, c.g, c.w)})
 		}
 	}
 	cases = append(cases,
@@ -698,4 +701,30 @@ func checkInt4Rows(t *testing.T, name string, spec backend.KVSpec, kvh, d, numBl
 		t.Fatalf("%s: dequantized rows: relative error %.3g (%v)", name, e, err)
 	}
 	t.Logf("%s: %d of %d stored codes differ; dequantized relative error %.2g", name, diff, total, e)
+}
+
+// TestCheckKVSpec: every format runs on 16-token blocks and their
+// multiples; the quantized ones refuse other block sizes, saying why.
+func TestCheckKVSpec(t *testing.T) {
+	var b Backend // CheckKVSpec needs no device
+	for _, tc := range []struct {
+		spec backend.KVSpec
+		ok   bool
+	}{
+		{backend.PlainKV(backend.BF16, 16), true},
+		{backend.PlainKV(backend.BF16, 8), true},
+		{backend.FP8KV(16), true},
+		{backend.Int8KV(32, 32), true},
+		{backend.Int4KV(16, 32, 128), true},
+		{backend.Int4KV(32, 8, 0), true},
+		{backend.Int4KV(48, 128, 5000), true},
+		{backend.FP8KV(8), false},
+		{backend.Int8KV(24, 8), false},
+		{backend.Int4KV(8, 32, 128), false},
+	} {
+		err := b.CheckKVSpec(tc.spec)
+		if (err == nil) != tc.ok || (err != nil && !strings.Contains(err.Error(), "multiple of 16")) {
+			t.Errorf("%v: %v, want ok %v (or an error naming the block size)", tc.spec, err, tc.ok)
+		}
+	}
 }
