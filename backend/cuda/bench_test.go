@@ -309,6 +309,16 @@ func BenchmarkAttentionDecodeQuant(b *testing.B) {
 			})
 		}
 	}
+	// int4's ring depth (twice Tuning.DecodeStages, fitted to two blocks
+	// an SM: 6 slots at head dim 128 for the default tuning and for 4)
+	// against a shallower one: tuning 2, 4 slots.
+	for _, st := range []int{2} {
+		for _, s := range []struct{ seqs, ctx int }{{16, 32768}, {4, 2048}} {
+			b.Run(fmt.Sprintf("int4_tuning%d_b%d_ctx%d", st, s.seqs, s.ctx), func(b *testing.B) {
+				benchDecodeAttentionKV(b, backendWith(b, Tuning{DecodeStages: st}, ""), backend.Int4KV(16, 32, 128), s.seqs, s.ctx)
+			})
+		}
+	}
 }
 
 // benchDecodeAttention times decode attention of seqs sequences of ctx

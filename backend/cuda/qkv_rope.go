@@ -295,15 +295,12 @@ func (b *Backend) ropeStorePDL(r ropeOps, site bool) error {
 			return err
 		}
 	}
-	all := append(args[:], r.side.winArgs()...)
-	var err2 error
+	launch := b.launch
 	if site {
-		err2 = b.launchPDL(f, grid, headsPerBlock*32, 0, all...)
-	} else {
-		err2 = b.launch(f, grid, headsPerBlock*32, 0, all...)
+		launch = b.launchPDL
 	}
-	if err2 != nil || r.kv.Scales != backend.KVScaleKIVI {
-		return err2
+	if err := launch(f, grid, headsPerBlock*32, 0, append(args[:], r.side.winArgs()...)...); err != nil || r.kv.Scales != backend.KVScaleKIVI {
+		return err
 	}
 	// int4: the K of the blocks this launch filled, quantized from their
 	// window copies once every token of them is there. A plain stream

@@ -576,19 +576,20 @@ __device__ __forceinline__ void attn_decode_body(
       constexpr int NCH = (2 * TT * HD / 16 + 31) / 32;  // chunks of a lane
 #pragma unroll
       for (int i0 = 0; i0 < NCH; i0 += KIVI_NB) {
-        uint4 wv[KIVI_NB][2];
+        uint4 wv[KIVI_NB][2];  // read only where the row's wsel bit is set, which loads it
+        if (wsel != 0) {        // the same for the whole warp; most tiles have no bf16 row
 #pragma unroll
-        for (int i = 0; i < KIVI_NB; i++) {
-          const int c = lane + 32 * (i0 + i);
-          wv[i][0] = wv[i][1] = make_uint4(0, 0, 0, 0);
-          if (i0 + i >= NCH || ((2 * TT * HD / 16) % 32 != 0 && c >= 2 * TT * HD / 16)) continue;
-          const bool isv = c >= TT * HD / 16;
-          const int cc = isv ? c - TT * HD / 16 : c;
-          const int r = cc / (HD / 16), col = (cc % (HD / 16)) * 16;
-          if ((wsel >> r) & 1u) {
-            const u16* src = (isv ? kw.v : kw.k) + wt + kv_row(r, HD) + col;
-            wv[i][0] = ld_cg16(src);
-            wv[i][1] = ld_cg16(src + 8);
+          for (int i = 0; i < KIVI_NB; i++) {
+            const int c = lane + 32 * (i0 + i);
+            if (i0 + i >= NCH || ((2 * TT * HD / 16) % 32 != 0 && c >= 2 * TT * HD / 16)) continue;
+            const bool isv = c >= TT * HD / 16;
+            const int cc = isv ? c - TT * HD / 16 : c;
+            const int r = cc / (HD / 16), col = (cc % (HD / 16)) * 16;
+            if ((wsel >> r) & 1u) {
+              const u16* src = (isv ? kw.v : kw.k) + wt + kv_row(r, HD) + col;
+              wv[i][0] = ld_cg16(src);
+              wv[i][1] = ld_cg16(src + 8);
+            }
           }
         }
 #pragma unroll
@@ -721,13 +722,22 @@ __device__ __forceinline__ void attn_decode_body(
     }
     l0 = l0 * al0 + rs0;
     l1 = l1 * al1 + rs1;
+#if KV_KIVI
+    // Past the first tiles a row's maximum rarely moves: the warp skips
+    // the rescale (by 1) when no row's did. An int4 tile's dequantization
+    // leaves fewer instructions than other formats to hide these in.
+    if (__any_sync(0xffffffffu, al0 != 1.f || al1 != 1.f)) {
+#endif
 #pragma unroll
-    for (int n = 0; n < HD / 8; n++) {
-      o[n][0] *= al0;
-      o[n][1] *= al0;
-      o[n][2] *= al1;
-      o[n][3] *= al1;
+      for (int n = 0; n < HD / 8; n++) {
+        o[n][0] *= al0;
+        o[n][1] *= al0;
+        o[n][2] *= al1;
+        o[n][3] *= al1;
+      }
+#if KV_KIVI
     }
+#endif
     // P as the A operand (k = the 16 tokens): the C layout of S is
     // already A's layout, packed to bf16 (quantized caches: f16) pairs.
     const u32 pa0 = PACK_P(sc[0][0], sc[0][1]);
