@@ -400,7 +400,10 @@ __device__ __forceinline__ int kivi_window(const kv_win& kw, int blk, int* err) 
 // sequence of length L in block table entry bi (one block), that is read
 // in bf16 (backend.KVSpec): all of them (0) when the block is not full,
 // none (n) when it has no window block (w < 0), else those at positions
-// from L - window on.
+// from L - window on. A block that is not full and has no window block
+// has no valid form (the CPU refuses it); the kernels read its int4
+// bytes, which for the graphs' padding rows (the null block, never
+// written, its scales zero) decode to zeros.
 __device__ __forceinline__ int kivi_first_bf16(int w, int p0, int bi, int L, int window, int bs, int n) {
   if (w < 0) return n;
   if ((bi + 1) * bs > L) return 0;
