@@ -113,6 +113,11 @@ __device__ __forceinline__ void load_kv(u32 st, const kv_t* kc, const kv_t* vc, 
     bool live = ((BN * CPR) % NT == 0 || c < BN * CPR) && p >= klo && p < khi;
     blk[i] = live && bi < max_blocks ? bt[bi] : -2;  // -2: no key of the sequence (or no unit)
   }
+#if KV_KIVI
+  int wb[NL];  // the keys' window blocks, also looked up before any copy
+#pragma unroll
+  for (int i = 0; i < NL; i++) wb[i] = blk[i] >= 0 && blk[i] < num_blocks ? kivi_window(kw, blk[i], err) : -1;
+#endif
 #pragma unroll
   for (int i = 0; i < NL; i++) {
     int c = threadIdx.x + i * NT;
@@ -144,7 +149,7 @@ __device__ __forceinline__ void load_kv(u32 st, const kv_t* kc, const kv_t* vc, 
     uint4 kd = make_uint4(0, 0, 0, 0), vd = kd;
     if (ok) {
       const int bi = kv_index(p, BS);
-      const int w = kivi_window(kw, blk[i], err);
+      const int w = wb[i];
       win = kivi_first_bf16(w, p, bi, L, kw.window, BS, 1) == 0;
       if (win) {
         const i64 wo = kv_at_pos(w, KV, kvh, BS, p, bi, HD) + col;
