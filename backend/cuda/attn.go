@@ -35,7 +35,7 @@ func (b *Backend) RoPEStoreKV(a backend.RoPEArgs) error {
 // captured; see attn_decode.go); sequences with more take the tensor-core
 // prefill kernel, which includes earlier cache contents (prefix-cached
 // context). Both read the block tables directly. The caches are BF16, or
-// FP8/INT8 (kvformat.go), and headDim one of attnHeadDims.
+// FP8/INT8/INT4 (kvformat.go), and headDim one of attnHeadDims.
 //
 //	Out, Q      [numTokens, numHeads*headDim] BF16
 //	KCache      [numBlocks, numKVHeads, blockSize, headDim] as a.KV says (VCache alike; scales in a.KVAux)
@@ -71,14 +71,15 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 	if err != nil {
 		return err
 	}
-	ksc, vsc, err := b.kvScales(op, a.KV, a.KVAux)
+	side, err := b.kvSides(op, a.KV, a.KVAux)
 	if err != nil {
 		return err
 	}
+	ksc, vsc := side.ksc, side.vsc
 	checked := a
 	checked.Out, checked.Q, checked.KCache, checked.VCache = out, q, kc, vc
 	checked.BlockTables, checked.SeqLens, checked.QueryStart = bt, sl, qs
-	checked.KVAux.KScale, checked.KVAux.VScale = orNil(ksc), orNil(vsc)
+	checked.KVAux = side.checked(a.KVAux)
 	dims, err := backend.CheckAttention(checked)
 	if err != nil {
 		return opErr(err)
@@ -93,9 +94,9 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 	if s > 65535 || a.MaxSeqLen <= 0 || a.MaxSeqLen > maxInt32 || a.SlidingWindow > maxInt32 {
 		return backend.ShapeError("cuda: "+op, "args", "NumSeqs %d, MaxSeqLen %d, SlidingWindow %d: want at most 65535 sequences and 0 < MaxSeqLen <= 2^31-1", s, a.MaxSeqLen, a.SlidingWindow)
 	}
-	// The kernels read BF16 (or FP8/INT8) caches and BF16 Q and write BF16 Out.
+	// The kernels read BF16 (or FP8/INT8/INT4) caches and BF16 Q and write BF16 Out.
 	if a.KV.DType != backend.BF16 && a.KV.Scales == backend.KVNoScales {
-		return backend.ShapeError("cuda: "+op, "KV", "%v: the attention kernels read BF16, FP8 or INT8 caches only", a.KV)
+		return backend.ShapeError("cuda: "+op, "KV", "%v: the attention kernels read BF16, FP8, INT8 or INT4 caches only", a.KV)
 	}
 	for _, c := range []struct {
 		name string
@@ -162,6 +163,7 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 		decArgs := []uint64{out.ptr, part, q.ptr, kc.ptr, vc.ptr, ptrOf(ksc), ptrOf(vsc),
 			bt.ptr, i32(maxBlocks), sl.ptr, qs.ptr, i32(h), i32(kvh), i32(h / kvh), i32(dp.nsplit), scale,
 			i32(a.SlidingWindow), i32(numBlocks), i32(n), i32(a.MaxSeqLen), i32(decodeOnly), b.errDev}
+		decArgs = append(decArgs, side.winArgs()...) // int4: the window pools, map and window
 		if err := b.launch(dec, dp.grid, 128, dp.smem, decArgs...); err != nil {
 			return err
 		}
@@ -181,8 +183,9 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 		if err != nil {
 			return err
 		}
-		return b.launch(pre, preGrid, preThreads, preSmem, out.ptr, q.ptr, kc.ptr, vc.ptr, ptrOf(ksc), ptrOf(vsc), bt.ptr, i32(maxBlocks),
-			sl.ptr, qs.ptr, i32(h), i32(kvh), scale, i32(a.SlidingWindow), i32(numBlocks), i32(n), i32(a.MaxSeqLen), b.errDev)
+		preArgs := append([]uint64{out.ptr, q.ptr, kc.ptr, vc.ptr, ptrOf(ksc), ptrOf(vsc), bt.ptr, i32(maxBlocks),
+			sl.ptr, qs.ptr, i32(h), i32(kvh), scale, i32(a.SlidingWindow), i32(numBlocks), i32(n), i32(a.MaxSeqLen), b.errDev}, side.winArgs()...)
+		return b.launch(pre, preGrid, preThreads, preSmem, preArgs...)
 	})
 }
 

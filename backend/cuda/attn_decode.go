@@ -41,6 +41,7 @@ func (b *Backend) planDecode(s, h, kvh, d int, kv backend.KVSpec, maxSeqLen int)
 	if kv.Scales != backend.KVNoScales && stages == 0 {
 		stages = defaultDecodeStages
 	}
+	stages = decodeRingStages(kv, stages)
 	if st, ok := decodeMMAStages(b.cc, d, kv, stages); ok {
 		chunks := (g + 15) / 16 // blocks per KV head: 16 query heads each
 		units := s * kvh * chunks
@@ -71,6 +72,19 @@ func (b *Backend) planDecode(s, h, kvh, d int, kv backend.KVSpec, maxSeqLen int)
 	}, nil
 }
 
+// decodeRingStages is the ring depth the tensor-core decode kernel asks
+// for over caches of format kv when the tuning asks for stages: an int4
+// tile (values and scales) is about a third of a BF16 one, so its ring is
+// twice as deep, for about as many bytes in flight per warp; the other
+// formats take stages as they are. decodeMMAStages then fits it to the
+// device's shared memory.
+func decodeRingStages(kv backend.KVSpec, stages int) int {
+	if kv.Scales == backend.KVScaleKIVI {
+		return 2 * stages
+	}
+	return stages
+}
+
 // decodeMMAModule is attn_decode_mma's module for head dim d over caches
 // of format kv with an st-slot ring.
 func decodeMMAModule(d int, kv backend.KVSpec, st int) modSpec {
@@ -89,11 +103,16 @@ func decodeCoreModule(d int, kv backend.KVSpec, gc, ur int) modSpec {
 // out: the query tile (16 rows of d+8 bf16), then per warp st slots of a
 // K and a V tile of 16 such rows; for a quantized cache per warp a K and a
 // V staging tile of such rows and st slots of the stored K and V rows and
-// their scales.
+// their scales (int4: the K and V codes, the block's K scales and zero
+// points [2][d] and the rows' V ones [16][d/G][2]).
 func decodeMMASmem(d int, kv backend.KVSpec, st int) int {
 	tile := (d + 8) * 2 * decodeTile // bytes of one bf16 K or V tile
 	if kv.Scales == backend.KVNoScales {
 		return tile * (1 + 2*decodeNW*st)
+	}
+	if kv.Scales == backend.KVScaleKIVI {
+		slot := 2*decodeTile*d/2 + 4*d + decodeTile*(d/kv.GroupSize)*4
+		return tile + decodeNW*(2*tile+st*slot)
 	}
 	slot := 2 * decodeTile * d // 1-byte elements
 	if kv.Scales == backend.KVScaleGroups {
@@ -102,10 +121,15 @@ func decodeMMASmem(d int, kv backend.KVSpec, st int) int {
 	return tile + decodeNW*(2*tile+st*slot)
 }
 
-// decodeMMAStaticSmem is attn_decode_mma's static shared memory: the
-// per-warp row maxima and sums of the merge, and the tile masks.
-func decodeMMAStaticSmem(st int) int {
-	return 2*decodeNW*16*4 + decodeNW*st*4
+// decodeMMAStaticSmem is attn_decode_mma's static shared memory over
+// caches of format kv: the per-warp row maxima and sums of the merge, and
+// the tile masks (int4: also each slot's bf16 rows and window block).
+func decodeMMAStaticSmem(kv backend.KVSpec, st int) int {
+	n := 2*decodeNW*16*4 + decodeNW*st*4
+	if kv.Scales == backend.KVScaleKIVI {
+		n += 2 * decodeNW * st * 4
+	}
+	return n
 }
 
 // smemLimits returns the shared memory of one SM and the most one block
@@ -126,13 +150,27 @@ func smemLimits(cc int) (perSM, perBlock int) {
 // fewer (down to 2) where the shared memory of a block does not allow it.
 // ok is false where the tensor-core kernel cannot run (stages 0, GPUs
 // before sm_80, or not even two stages fit).
+//
+// An int4 ring (decodeRingStages: twice the tuning's depth) is first
+// made shallower, down to the tuning's depth, until the blocks per SM
+// that the kernel's registers are compiled for (decodeMMAMinBlocks) fit
+// in the SM's shared memory: its tiles are small, so resident warps, not
+// one warp's depth, keep most bytes in flight.
 func decodeMMAStages(cc, d int, kv backend.KVSpec, stages int) (st int, ok bool) {
 	if stages == 0 || cc < 80 {
 		return 0, false
 	}
-	_, perBlock := smemLimits(cc)
+	perSM, perBlock := smemLimits(cc)
+	if kv.Scales == backend.KVScaleKIVI {
+		for st = stages; st > stages/2 && st >= 2; st-- {
+			n := decodeMMASmem(d, kv, st) + decodeMMAStaticSmem(kv, st)
+			if n <= perBlock && perSM/(n+1<<10) >= decodeMMAMinBlocks(d) {
+				return st, true
+			}
+		}
+	}
 	for st = stages; st >= 2; st-- {
-		if decodeMMASmem(d, kv, st)+decodeMMAStaticSmem(st) <= perBlock {
+		if decodeMMASmem(d, kv, st)+decodeMMAStaticSmem(kv, st) <= perBlock {
 			return st, true
 		}
 	}
@@ -156,7 +194,7 @@ func decodeMMAMinBlocks(d int) int {
 // no more than the register budget is known to allow.
 func decodeMMAPerSM(cc, d int, kv backend.KVSpec, st int) int {
 	perSM, _ := smemLimits(cc)
-	bySmem := perSM / (decodeMMASmem(d, kv, st) + decodeMMAStaticSmem(st) + 1<<10)
+	bySmem := perSM / (decodeMMASmem(d, kv, st) + decodeMMAStaticSmem(kv, st) + 1<<10)
 	return max(1, min(bySmem, decodeMMAMinBlocks(d)))
 }
 

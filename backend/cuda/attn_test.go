@@ -496,6 +496,9 @@ func testAttentionCase(t *testing.T, tc attnCase) {
 					spec = tc.spec
 					spec.BlockSize = bs
 					ck, gk, cv, gv, caux, gaux = p.quantCaches(spec, numBlocks, tc.kv, tc.d)
+					if spec.Scales == backend.KVScaleKIVI {
+						p.kiviWindows(spec, numBlocks, tc.kv, tc.d, tables, lens, maxBlocks, &caux, &gaux)
+					}
 				} else {
 					ck, gk = p.same(backend.BF16, cshape, encode(backend.BF16, p.normal(cells, 1)))
 					cv, gv = p.same(backend.BF16, cshape, encode(backend.BF16, p.normal(cells, 1)))
@@ -697,6 +700,11 @@ func TestDecodePlan(t *testing.T) {
 		{90, 132, -1, 4, 32, 8, 128, 2048, true, backend.Int8KV(16, 8), false},
 		{90, 132, 4, 2, 16, 2, 256, 5000, true, backend.Int8KV(16, 128), false},
 		{86, 84, 3, 4, 16, 8, 256, 2048, false, backend.Int8KV(16, 32), true},
+		// int4: a ring twice as deep (fitted to the block's shared memory).
+		{90, 132, 3, 16, 32, 8, 128, 32768, true, backend.Int4KV(16, 32, 128), false},
+		{90, 132, 3, 4, 32, 8, 128, 2048, true, backend.Int4KV(16, 8, 0), false},
+		{90, 132, 4, 2, 16, 2, 256, 5000, true, backend.Int4KV(32, 128, 128), false},
+		{86, 84, 3, 4, 32, 8, 128, 2048, true, backend.Int4KV(16, 32, 128), false},
 	} {
 		kv := tc.spec
 		if kv.BlockSize == 0 {
@@ -735,11 +743,11 @@ func TestDecodePlan(t *testing.T) {
 				t.Errorf("grid y %d, want %d (16 query heads per block)", p.grid[1], want)
 			}
 			st := p.mod.p[3]
-			if st < 2 || st > max(tc.stages, defaultDecodeStages) || p.mod.file != "attn_decode" || p.mod.p[4] != kvGroup(kv) {
+			if st < 2 || st > decodeRingStages(kv, max(tc.stages, defaultDecodeStages)) || p.mod.file != "attn_decode" || p.mod.p[4] != kvGroup(kv) {
 				t.Errorf("module %v", p.mod)
 			}
 			_, perBlock := smemLimits(tc.cc)
-			if p.smem != decodeMMASmem(tc.d, kv, st) || p.smem+decodeMMAStaticSmem(st) > perBlock {
+			if p.smem != decodeMMASmem(tc.d, kv, st) || p.smem+decodeMMAStaticSmem(kv, st) > perBlock {
 				t.Errorf("%d bytes of shared memory, block limit %d", p.smem, perBlock)
 			}
 			tiles := (tc.maxLen + decodeTile - 1) / decodeTile

@@ -580,6 +580,7 @@ func (b *Backend) deviceCheck() error {
 		8:  "Attention query count inconsistent with QueryStart/SeqLens",
 		16: "RoPEStoreKV negative position",
 		32: "Sample logits row holds NaN or +Inf, or only -Inf",
+		64: "int4 KV cache block without a window block, or one outside the window pool",
 	} {
 		if code&bit != 0 {
 			what = append(what, s)

@@ -302,10 +302,20 @@ func BenchmarkAttentionDecode(b *testing.B) {
 // format at the quantized cache's issue shapes (batch 16 at 32k, batch 4
 // at 2k), reporting the format's bytes (values and scales) per second.
 func BenchmarkAttentionDecodeQuant(b *testing.B) {
-	for _, spec := range []backend.KVSpec{backend.PlainKV(backend.BF16, 16), backend.FP8KV(16), backend.Int8KV(16, 32)} {
+	for _, spec := range []backend.KVSpec{backend.PlainKV(backend.BF16, 16), backend.FP8KV(16), backend.Int8KV(16, 32), backend.Int4KV(16, 32, 128)} {
 		for _, s := range []struct{ seqs, ctx int }{{16, 32768}, {4, 2048}} {
 			b.Run(fmt.Sprintf("%s_b%d_ctx%d", spec.Name(), s.seqs, s.ctx), func(b *testing.B) {
 				benchDecodeAttentionKV(b, sharedBackend(b, true), spec, s.seqs, s.ctx)
+			})
+		}
+	}
+	// int4's ring depth (twice Tuning.DecodeStages, fitted to two blocks
+	// an SM: 6 slots at head dim 128 for the default tuning and for 4)
+	// against a shallower one: tuning 2, 4 slots.
+	for _, st := range []int{2} {
+		for _, s := range []struct{ seqs, ctx int }{{16, 32768}, {4, 2048}} {
+			b.Run(fmt.Sprintf("int4_tuning%d_b%d_ctx%d", st, s.seqs, s.ctx), func(b *testing.B) {
+				benchDecodeAttentionKV(b, backendWith(b, Tuning{DecodeStages: st}, ""), backend.Int4KV(16, 32, 128), s.seqs, s.ctx)
 			})
 		}
 	}
@@ -320,7 +330,11 @@ func benchDecodeAttention(b *testing.B, g *Backend, seqs, ctx int) {
 
 // benchDecodeAttentionKV is benchDecodeAttention over caches of format
 // spec (random bytes: a quantized cache's values and scales are read, not
-// interpreted, by the cost).
+// interpreted, by the cost). An int4 cache's window map gives every
+// block a window block (a pool as large as the cache: random bf16), so
+// exactly each sequence's newest spec.Window tokens and partial block are
+// read in bf16, as in serving; the bytes reported are the int4 blocks',
+// the window's rows not counted.
 func benchDecodeAttentionKV(b *testing.B, g *Backend, spec backend.KVSpec, seqs, ctx int) {
 	const h, kv, d = 32, 8, 128
 	bs := spec.BlockSize
@@ -339,8 +353,21 @@ func benchDecodeAttentionKV(b *testing.B, g *Backend, spec backend.KVSpec, seqs,
 			// 1-byte values, and small positive scales.
 			k, v = g.reinterpret(b, k, spec.DType, numBlocks, kv, bs, d), g.reinterpret(b, v, spec.DType, numBlocks, kv, bs, d)
 			a := backend.KVAux{KScale: constTensor(b, g, sdt, ksh, 0.01), VScale: constTensor(b, g, sdt, vsh, 0.01)}
-			aux = append(aux, a)
 			all = append(all, a.KScale, a.VScale)
+			if spec.Scales == backend.KVScaleKIVI {
+				a.KWindow, a.VWindow = randomBF16(b, g, 0.05, numBlocks, kv, bs, d), randomBF16(b, g, 0.05, numBlocks, kv, bs, d)
+				ids := make([]int32, numBlocks)
+				for i := range ids {
+					ids[i] = int32(i)
+				}
+				wm, err := g.Upload(backend.I32, []int{numBlocks}, i32Bytes(ids))
+				if err != nil {
+					b.Fatal(err)
+				}
+				a.WindowMap = wm
+				all = append(all, a.KWindow, a.VWindow, wm)
+			}
+			aux = append(aux, a)
 		} else {
 			aux = append(aux, backend.KVAux{})
 		}

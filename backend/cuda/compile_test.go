@@ -78,6 +78,8 @@ func TestKernelsCompile(t *testing.T) {
 		// TRIGON_TEST_ALL_KERNELS=1 compiles every one.
 		specs = []modSpec{{file: "embed", p: [8]int{dtBF16, dtBF16}}, {file: "rope", p: [8]int{64, 16, dtBF16, dtBF16, dtBF16}},
 			bulkConfigs[0].spec(1, dtBF16), prefillWGModule(128, backend.PlainKV(backend.BF16, 16))}
+	} else {
+		specs = append(specs, quantKVSpecs(tune)...)
 	}
 	for _, s := range specs {
 		t.Run(s.String(), func(t *testing.T) {
@@ -99,15 +101,43 @@ func TestKernelsCompile(t *testing.T) {
 	}
 }
 
+// quantKVSpecs are the modules of the quantized KV formats at the default
+// group sizes and window (head dims 64 and 128, 16-token blocks) and of
+// int4's other groups and 32-token blocks at head dim 128: the writer,
+// the tensor-core decode kernel with the ring depth the planner picks on
+// sm_90, and the prefill kernel. WarmKernels does not build them (a BF16
+// model's server never launches them); TestKernelsCompile does.
+func quantKVSpecs(t tuning) []modSpec {
+	kvs := []backend.KVSpec{backend.FP8KV(16), backend.Int8KV(16, backend.DefaultKVInt8Group),
+		backend.Int4KV(16, backend.DefaultKVInt4Group, backend.DefaultKVWindow)}
+	var specs []modSpec
+	add := func(hd int, kv backend.KVSpec) {
+		specs = append(specs, ropeModule(hd, kv, backend.BF16, backend.BF16), prefillTiling(hd).spec(hd, kv))
+		if st, ok := decodeMMAStages(90, hd, kv, decodeRingStages(kv, t.decodeStages)); ok {
+			specs = append(specs, decodeMMAModule(hd, kv, st))
+		}
+	}
+	for _, hd := range []int{64, 128} {
+		for _, kv := range kvs {
+			add(hd, kv)
+		}
+	}
+	for _, kv := range []backend.KVSpec{backend.Int4KV(16, 8, 0), backend.Int4KV(16, 16, 32), backend.Int4KV(16, 128, 128), backend.Int4KV(32, 32, 128)} {
+		add(128, kv)
+	}
+	return specs
+}
+
 // TestKVReadersRefuseOtherFormats builds every reader module for an F32
 // cache and expects kv.cuh's static check to refuse it (the kernels
-// read BF16 caches, and some FP8 and INT8 ones), and the writer (rope) to
-// build for one; the BF16-only readers refuse an INT8 cache, and the
-// quantized readers and the writer build for FP8 and INT8.
+// read BF16 caches, and some FP8, INT8 and INT4 ones), and the writer
+// (rope) to build for one; the BF16-only readers refuse INT8 and INT4
+// caches, and the quantized readers and the writer build for FP8, INT8
+// and INT4.
 func TestKVReadersRefuseOtherFormats(t *testing.T) {
 	c := testCompiler(t, "")
 	f32 := backend.PlainKV(backend.F32, 16)
-	i8, f8 := backend.Int8KV(16, 32), backend.FP8KV(16)
+	i8, f8, i4 := backend.Int8KV(16, 32), backend.FP8KV(16), backend.Int4KV(16, 32, 128)
 	for _, tc := range []struct {
 		s      modSpec
 		refuse bool
@@ -125,6 +155,11 @@ func TestKVReadersRefuseOtherFormats(t *testing.T) {
 		{decodeMMAModule(64, f8, 2), false},
 		{prefillTiling(64).spec(64, f8), false},
 		{ropeModule(64, f8, backend.BF16, backend.F32), false},
+		{decodeCoreModule(64, i4, 1, 2), true},
+		{prefillWGModule(64, i4), true},
+		{decodeMMAModule(64, i4, 2), false},
+		{prefillTiling(64).spec(64, i4), false},
+		{ropeModule(64, i4, backend.BF16, backend.BF16), false},
 	} {
 		t.Run(tc.s.String(), func(t *testing.T) {
 			t.Parallel()

@@ -22,8 +22,9 @@ var kernelFS embed.FS
 // file is specialised with, in the order of modSpec.p. The files that
 // include kernels/kv.cuh take the KV format's dtype as KV_DT and its
 // block size as BS (both from the backend.KVSpec of the call); those that
-// read or write quantized caches also its int8 channel group as KV_G
-// (kvGroup).
+// read or write quantized caches also its int8 (or int4 V) channel group
+// as KV_G (kvGroup). An int4 cache's window is a launch argument, not a
+// constant.
 var fileParams = map[string][]string{
 	"embed":           {"TT", "OT"},
 	"norm":            {"XT", "OT", "WT"},

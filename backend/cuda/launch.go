@@ -66,15 +66,16 @@ const (
 // the split combine behind attention; the bulk GEMVs, whose producer
 // streams the weight before it waits; the norms, which then launch during
 // the tail of the bulk GEMV before them; the weight-quantized decode
-// products, which load their first chunks of weights before they wait.
-// Not the register GEMV or
+// products, which load their first chunks of weights before they wait;
+// the int4 cache's K seal (kivi_seal_k) behind rope_store_kv, a short
+// kernel whose launch then overlaps the store's. Not the register GEMV or
 // rope_store_kv by name: their other launch sites gain nothing from it
 // (FusedQKVRoPE's Q/K-norm pair uses launchPDL for its own), and not
 // cuBLASLt's kernels, which are not ours to launch.
 var pdlKernels = map[string]bool{
 	"qkv_rope_bf16": true, "attn_decode_mma": true, "attn_decode_combine": true,
 	"gemvb_bf16": true, "gemvb_add_bf16": true, "gemvb_silu_bf16": true,
-	"add_rmsnorm": true, "awq_dec": true, "f8_dec": true,
+	"add_rmsnorm": true, "awq_dec": true, "f8_dec": true, "kivi_seal_k": true,
 }
 
 // initLaunchConfig lays the launch config and its one attribute out at

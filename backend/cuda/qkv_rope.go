@@ -186,7 +186,7 @@ func (b *Backend) qkvRoPECall(c gemvConfig, x, w uint64, r ropeOps, k int, early
 // launches rope_store_kv on them.
 type ropeOps struct {
 	q, qkv, pos, slots, kc, vc, invf *tensor
-	ksc, vsc                         *tensor // the caches' scales; nil for unquantized caches
+	side                             kvSide  // the caches' scales and int4 window; zero for unquantized caches
 	qn, kn                           *tensor // nil: no norm
 	nt                               backend.DType
 	kv                               backend.KVSpec // the caches' format (dtype, block size)
@@ -218,14 +218,14 @@ func (b *Backend) ropeOperands(a backend.RoPEArgs) (ropeOps, error) {
 	if r.kn, err = b.optTensorOf(op, "KNorm", a.KNorm); err != nil {
 		return r, err
 	}
-	if r.ksc, r.vsc, err = b.kvScales(op, a.KV, a.KVAux); err != nil {
+	if r.side, err = b.kvSides(op, a.KV, a.KVAux); err != nil {
 		return r, err
 	}
 	checked := a
 	checked.Q, checked.QKV, checked.Positions, checked.SlotMapping = r.q, r.qkv, r.pos, r.slots
 	checked.KCache, checked.VCache, checked.InvFreq = r.kc, r.vc, r.invf
 	checked.QNorm, checked.KNorm = orNil(r.qn), orNil(r.kn)
-	checked.KVAux.KScale, checked.KVAux.VScale = orNil(r.ksc), orNil(r.vsc)
+	checked.KVAux = r.side.checked(a.KVAux)
 	dims, err := backend.CheckRoPEStoreKV(checked)
 	if err != nil {
 		return r, opErr(err)
@@ -282,7 +282,7 @@ func (b *Backend) ropeStorePDL(r ropeOps, site bool) error {
 	}
 	const tokensPerWarp, headsPerBlock = 2, 8 // TPW and HPB of kernels/rope.cu
 	grid := [3]int{(r.n + tokensPerWarp - 1) / tokensPerWarp, (r.h + r.kvh + headsPerBlock - 1) / headsPerBlock, 1}
-	args := [...]uint64{r.q.ptr, r.qkv.ptr, r.pos.ptr, r.slots.ptr, r.kc.ptr, r.vc.ptr, ptrOf(r.ksc), ptrOf(r.vsc), r.invf.ptr,
+	args := [...]uint64{r.q.ptr, r.qkv.ptr, r.pos.ptr, r.slots.ptr, r.kc.ptr, r.vc.ptr, ptrOf(r.side.ksc), ptrOf(r.side.vsc), r.invf.ptr,
 		ptrOf(r.qn), ptrOf(r.kn), f32bits(r.eps), i32(r.h), i32(r.kvh), i32(r.numSlots), b.errDev, i32(r.n), 0}
 	if r.kv.Scales == backend.KVScalePerHead {
 		// The scan pass first: it sets the scales still unset (dynamic
@@ -295,10 +295,23 @@ func (b *Backend) ropeStorePDL(r ropeOps, site bool) error {
 			return err
 		}
 	}
+	launch := b.launch
 	if site {
-		return b.launchPDL(f, grid, headsPerBlock*32, 0, args[:]...)
+		launch = b.launchPDL
 	}
-	return b.launch(f, grid, headsPerBlock*32, 0, args[:]...)
+	if err := launch(f, grid, headsPerBlock*32, 0, append(args[:], r.side.winArgs()...)...); err != nil || r.kv.Scales != backend.KVScaleKIVI {
+		return err
+	}
+	// int4: the K of the blocks this launch filled, quantized from their
+	// window copies once every token of them is there. A plain stream
+	// launch after the store, so a decode graph captures it too.
+	seal, err := b.fn(fnKey{ropeModule(r.d, r.kv, r.qkv.dt, r.nt), "kivi_seal_k"})
+	if err != nil {
+		return err
+	}
+	const sealWarps = 4 // tokens per kivi_seal_k block
+	sargs := append([]uint64{r.slots.ptr, r.kc.ptr, r.side.ksc.ptr, i32(r.kvh), i32(r.n), i32(r.numSlots)}, r.side.winArgs()...)
+	return b.launch(seal, [3]int{(r.n + sealWarps - 1) / sealWarps, r.kvh, 1}, sealWarps*32, 0, sargs...)
 }
 
 // ropeModule is rope_store_kv's module for head dim d, caches of format
@@ -308,9 +321,9 @@ func ropeModule(d int, kv backend.KVSpec, qt, nt backend.DType) modSpec {
 }
 
 // kvGroup is the KV_G constant of the modules over caches of format kv:
-// the int8 channel group, 0 for the other formats.
+// the int8 channel group, int4's V channel group, 0 for the other formats.
 func kvGroup(kv backend.KVSpec) int {
-	if kv.Scales == backend.KVScaleGroups {
+	if kv.Scales == backend.KVScaleGroups || kv.Scales == backend.KVScaleKIVI {
 		return kv.GroupSize
 	}
 	return 0

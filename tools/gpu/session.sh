@@ -28,10 +28,10 @@
 #   qwen3_peers    peers at qwen3-8b, keeping a llama run's files as llama-*
 #   bench_rows     bench latency at BATCHES (default "1 4 64"), 2048-token prompts, graphs off and on
 #   rows_long      batch 16 at 32768-token prompts
-#   kv_rows        bf16 against the quantized KV caches: batch 16 at 32k, batch 4 at 2k
-#   kv_tests       the quantized KV kernel tests only
+#   kv_rows        bf16 against the quantized KV caches (fp8, int8, int4): batch 16 at 32k, batch 4 at 2k
+#   kv_tests       the quantized KV kernel tests only (fp8, int8, int4), then the default model per KV format
 #   new_tests      the new kernels' and paths' tests in priority order, then the KV attention benchmark
-#   kv_attn_bench  decode attention over bf16, fp8 and int8 caches (BenchmarkAttentionDecodeQuant)
+#   kv_attn_bench  decode attention over bf16, fp8, int8 and int4 caches (BenchmarkAttentionDecodeQuant)
 #   kv_capacity    the KV capacity serve states at load, per KV dtype (dummy Llama-3.1-8B)
 #   wq_rows        quantized weights beside bf16: AWQ, FP8 and Q4_K at batch 1, 4 and 16,
 #                  2048-token prompts; AWQ with the int8 KV cache at batch 4
@@ -113,8 +113,9 @@ fi
 
 # cuda_tests: every backend/cuda test into cuda-tests.log (the verdict, the
 # pass and skip counts, any failures), then compute-sanitizer's memcheck
-# over the norm, RoPE, prefill add, decode/mixed/prefix attention and a
-# wgmma prefill case (at most 150 s). Returns the tests' status.
+# over the norm, RoPE, prefill add, decode/mixed/prefix attention (over
+# bf16, int8, fp8 and int4 caches) and a wgmma prefill case (at most
+# 150 s). Returns the tests' status.
 cuda_tests() {
 log "backend/cuda: every test"
 (cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.timeout 6m >"$OUT/cuda-tests.log" 2>&1)
@@ -126,7 +127,7 @@ grep -c -- "--- SKIP" "$OUT/cuda-tests.log" | sed 's/^/skipped: /' | say
 grep -E "^\s+--- FAIL" "$OUT/cuda-tests.log" | head -20 | say
 log "memcheck"
 (cd backend/cuda && timeout 150 compute-sanitizer --tool memcheck "$root/.gpu/cuda.test" -test.v -test.run \
-  'TestAddRMSNorm|TestRoPEStoreKV|TestMatMulAddPrefill/n17|TestAttention/(decode_gqa4_d128|mixed_gqa4_d128|decode_bs8_gqa4_d128|prefill_prefix_gqa8_d128)$|TestAttentionPrefillWG/prefill_bs8_gqa4_d128$|TestAttentionQuant/(int8_g32_mixed_gqa4_d128|fp8_g0_prefix_cached_gqa4_d64)$' \
+  'TestAddRMSNorm|TestRoPEStoreKV|TestMatMulAddPrefill/n17|TestAttention/(decode_gqa4_d128|mixed_gqa4_d128|decode_bs8_gqa4_d128|prefill_prefix_gqa8_d128)$|TestAttentionPrefillWG/prefill_bs8_gqa4_d128$|TestAttentionQuant/(int8_g32_mixed_gqa4_d128|fp8_g0_prefix_cached_gqa4_d64|int4_g32_w128_mixed_gqa4_d128|int4_g8_w0_prefix_cached_gqa4_d64)$' \
   >"$OUT/memcheck.log" 2>&1)
 echo "memcheck rc=$?" | say
 grep -E "ERROR SUMMARY|^(PASS|FAIL)" "$OUT/memcheck.log" | say
@@ -247,10 +248,11 @@ latency "$OUT/bench-long-16.json" --arch llama-3-8b --batch 16 --input-len 32768
 
 # kv_rows: the quantized KV cache's rows (docs/kv-cache.md): batch 16 at
 # 32768-token prompts and batch 4 at 2048, bf16 then each quantized format
-# (KV_DTYPES, default "fp8 int8"), one process each, graphs on.
+# (KV_DTYPES, default "fp8 int8 int4"; int4 with its default window of
+# 128), one process each, graphs on.
 kv_rows() {
 local dt
-for dt in bf16 ${KV_DTYPES:-fp8 int8}; do
+for dt in bf16 ${KV_DTYPES:-fp8 int8 int4}; do
   latency "$OUT/bench-kv-$dt-16x32k.json" --arch llama-3.1-8b --batch 16 --input-len 32768 --output-len 33 \
     --warmup 0 --iters 1 --cuda-graphs on --kv-cache-dtype "$dt"
   latency "$OUT/bench-kv-$dt-4x2k.json" --arch llama-3.1-8b --batch 4 --input-len 2048 --output-len 128 \
@@ -388,10 +390,11 @@ grep -E "^(--- FAIL|--- PASS|FAIL|PASS|ok)|^\s+--- FAIL" "$OUT/fix-tests.log" | 
 
 # kv_capacity: the KV capacity `trigon serve` states at load (default
 # --gpu-memory-utilization) on dummy Llama-3.1-8B weights, bf16 and each
-# of KV_DTYPES: the tokens, and how many 32768-token sequences that is.
+# of KV_DTYPES (default "fp8 int8 int4"): the tokens, and how many
+# 32768-token sequences that is.
 kv_capacity() {
 local dt pid i
-for dt in bf16 ${KV_DTYPES:-fp8 int8}; do
+for dt in bf16 ${KV_DTYPES:-fp8 int8 int4}; do
   .gpu/trigon serve --device cuda --port 8015 --load-format dummy --model llama-3.1-8b --max-model-len 32768 \
     --max-num-batched-tokens 8192 --kv-cache-dtype "$dt" >"$OUT/capacity-$dt.log" 2>&1 &
   pid=$!
@@ -403,7 +406,7 @@ done
 }
 
 # kv_attn_bench: BenchmarkAttentionDecodeQuant, decode attention over
-# bf16, fp8 and int8 caches (16 x 32k, 4 x 2k), graph-timed.
+# bf16, fp8, int8 and int4 caches (16 x 32k, 4 x 2k), graph-timed.
 kv_attn_bench() {
 log "BenchmarkAttentionDecodeQuant"
 (cd backend/cuda && "$root/.gpu/cuda.test" -test.run XXX -test.bench 'BenchmarkAttentionDecodeQuant' -test.benchtime 20x >"$OUT/kv-attn-bench.log" 2>&1)
@@ -420,7 +423,7 @@ grep -E "^Benchmark|FAIL|panic" "$OUT/kv-attn-bench.log" | say
 new_tests() {
 log "backend/cuda: the new kernels' tests"
 (cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.timeout 4m -test.run \
-  'TestAttentionQuant|TestRoPEStoreKVQuant|TestKVReadersRefuseOtherFormats|TestMatMulWQuant|TestWQDecodeTunings|TestAWQReadBack|TestAWQGemvCUDACores|TestF8GemvCUDACores|TestF8ActQuant|TestWQuantCodes|TestKQuant|TestGraphVerifyAttention|TestSampleTo|TestSmallCopies|TestEmbedShard|TestNCCL|TestLaunchEarly' \
+  'TestAttentionQuant|TestRoPEStoreKVQuant|TestRoPEStoreKVInt4|TestKVReadersRefuseOtherFormats|TestMatMulWQuant|TestWQDecodeTunings|TestAWQReadBack|TestAWQGemvCUDACores|TestF8GemvCUDACores|TestF8ActQuant|TestWQuantCodes|TestKQuant|TestGraphVerifyAttention|TestSampleTo|TestSmallCopies|TestEmbedShard|TestNCCL|TestLaunchEarly' \
   >"$OUT/new-cuda.log" 2>&1)
 echo "rc=$?" | say
 grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/new-cuda.log" | tail -12 | say
@@ -430,23 +433,32 @@ log "model/llama: TP, speculative, K-quant"
 (cd model/llama && "$root/.gpu/llama.test" -test.v -test.timeout 3m -test.run 'TestTensorParallelCUDA|TestSpeculativeCUDA|TestKQuant' >"$OUT/new-llama.log" 2>&1)
 echo "rc=$?" | say
 grep -E "^(--- FAIL|--- PASS|--- SKIP|FAIL|PASS)|of 40 prompts|departs" "$OUT/new-llama.log" | head -24 | say
-log "BenchmarkAttentionDecodeQuant bf16, fp8, int8 at 16 x 32k"
-(cd backend/cuda && "$root/.gpu/cuda.test" -test.run XXX -test.bench 'BenchmarkAttentionDecodeQuant/(bf16|fp8|int8)_b16_ctx32768' -test.benchtime 10x >"$OUT/new-bench.log" 2>&1)
+log "BenchmarkAttentionDecodeQuant bf16, fp8, int8, int4 at 16 x 32k"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.run XXX -test.bench 'BenchmarkAttentionDecodeQuant/(bf16|fp8|int8|int4)_b16_ctx32768' -test.benchtime 10x >"$OUT/new-bench.log" 2>&1)
 grep -E "^Benchmark|FAIL" "$OUT/new-bench.log" | say
 }
 
-# kv_tests: the quantized KV kernels against the CPU (a subset of
-# cuda_tests, for iterating on them).
+# kv_tests: the quantized KV kernels (fp8, int8, int4) against the CPU (a
+# subset of cuda_tests, for iterating on them; TestRoPEStoreKV matches
+# TestRoPEStoreKVQuant and TestRoPEStoreKVInt4, Quant TestAttentionQuant's
+# int4 cases too), the quantized modules' builds, then the default model
+# through the runner with every KV format (TestKVCacheDTypesCUDA).
 kv_tests() {
 log "backend/cuda: quantized KV tests"
-(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.timeout 5m -test.run 'Quant|TestRoPEStoreKV|TestDecodePlan|TestAttention$|TestFusedQKVRoPE' >"$OUT/kv-tests.log" 2>&1)
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.timeout 8m -test.run 'Quant|TestRoPEStoreKV|TestDecodePlan|TestAttention$|TestFusedQKVRoPE|TestKVReadersRefuseOtherFormats|TestKernelsCompile|TestKernelsWaitForPredecessor' >"$OUT/kv-tests.log" 2>&1)
 local rc=$?
 echo "rc=$rc" | say
 grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/kv-tests.log" | tail -8 | say
 grep -c -- "--- PASS" "$OUT/kv-tests.log" | sed 's/^/passed (tests and subtests): /' | say
 grep -E "^\s+--- FAIL" "$OUT/kv-tests.log" | head -20 | say
 grep -E "error|Error" "$OUT/kv-tests.log" | head -20 | say
-return $rc
+log "model/llama: TestKVCacheDTypesCUDA"
+(cd model/llama && "$root/.gpu/llama.test" -test.v -test.timeout 5m -test.run 'TestKVCacheDTypesCUDA' >"$OUT/kv-llama.log" 2>&1)
+local rc2=$?
+echo "rc=$rc2" | say
+grep -E "perplexity|greedy|^(--- FAIL|--- PASS|FAIL|PASS)" "$OUT/kv-llama.log" | head -16 | say
+[ $rc -ne 0 ] && return $rc
+return $rc2
 }
 
 # rows_large: large batches at the serving issue's shape (192-token

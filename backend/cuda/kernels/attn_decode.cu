@@ -1,14 +1,20 @@
 // attn_decode.cu: paged decode attention (one query row per sequence) on
-// the tensor cores, over BF16, FP8 or INT8 KV caches in kv.cuh's format.
-// Specialised with -DHD=<head dim> -DBS=<cache block size> -DKV_DT=<cache
-// dtype> -DKV_G=<int8 channel group> -DST=<cp.async pipeline stages per
-// warp>.
+// the tensor cores, over BF16, FP8, INT8 or INT4 (KIVI) KV caches in
+// kv.cuh's format. Specialised with -DHD=<head dim> -DBS=<cache block
+// size> -DKV_DT=<cache dtype> -DKV_G=<int8 or int4 V channel group>
+// -DST=<cp.async pipeline stages per warp>.
 //
 // A quantized cache's tiles travel through the ring as stored (bytes and
-// their scales, half the bytes of BF16) and each warp dequantizes a landed
-// tile into its own BF16 staging tiles, which the mma code below reads as
-// it reads a BF16 slot. FP8's per-head scales are not applied there: K's
-// multiplies the score scale, V's the output.
+// their scales, half the bytes of BF16, int4 about a third) and each warp
+// dequantizes a landed tile into its own staging tiles, which the mma
+// code below reads as it reads a BF16 slot. FP8's per-head scales are not
+// applied there: K's multiplies the score scale, V's the output.
+//
+// An int4 tile's rows that are read in bf16 (the sequence's window and
+// its last, partial block: kv.cuh's kivi_first_bf16) do not travel
+// through the ring: issue asks L2 for their window rows, and the warp
+// loads them from there when it dequantizes the tile (a window of W
+// tokens is W/16 tiles of a sequence's thousands, at its end).
 //
 // Why tensor cores for a memory-bound op: the CUDA-core kernel
 // (attention.cu's attn_decode) spends about one instruction per KV byte
@@ -30,7 +36,7 @@
 #define KV_BF16_OR_QUANT  // the mma operands are bf16 tiles: the cache rows, or dequantized ones
 #include "kv.cuh"
 
-#if KV_QUANT && BS % 16 != 0
+#if (KV_QUANT || KV_KIVI) && BS % 16 != 0
 #error "quantized caches need blocks of a multiple of 16 tokens here"
 #endif
 
@@ -39,7 +45,8 @@
 // which integer tricks make cheaper than bf16 (kv_dequant16_f16) and which
 // is the more precise of the two; Q and P are converted to f16 for them,
 // which assumes |Q| < 65504 (attention activations are far smaller).
-#if KV_QUANT
+#define KV_STAGED (KV_QUANT || KV_KIVI)  // tiles dequantized into staging tiles
+#if KV_STAGED
 #define MMA mma16816_f16
 #define PACK_P pack_f16x2
 #else
@@ -57,7 +64,15 @@
 // of a K and a V tile [TT][KSTR]. Quantized: the staging K and V tiles
 // (bf16, as a BF16 slot) then ST slots of QSLOT bytes: the tile's K and V
 // rows as stored [TT][HD] and, for INT8, their scales [TT][HD/KV_G] f16.
-#if KV_QUANT
+// INT4: the K and V codes [TT][HD/2] bytes each, the tile's block's K
+// scales and zero points [2][HD] f16, the rows' V ones [TT][HD/KV_G][2].
+#if KV_KIVI
+#define KIVI_CB (TT * HD / 2)           // bytes of one tile's K (or V) codes
+#define KIVI_KSCB (4 * HD)              // bytes of the block's K scales and zero points
+#define KIVI_VSCB (TT * (HD / KV_G) * 4)  // bytes of the tile's V scales and zero points
+#define QSLOT (2 * KIVI_CB + KIVI_KSCB + KIVI_VSCB)
+#define WREG (2 * TILE * 2 + ST * QSLOT)
+#elif KV_QUANT
 #if KV_DT == DT_I8
 #define KV_SCB (TT * (HD / KV_G) * 2)  // bytes of one tile's K (or V) scales
 #else
@@ -96,6 +111,24 @@ __device__ __forceinline__ uint4 ld_cg(const kv_t* p) {
   asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
   return v;
 }
+
+#if KV_KIVI
+// ld_cg16 is ld_cg of 8 bf16 (a window row's chunk).
+__device__ __forceinline__ uint4 ld_cg16(const u16* p) {
+  uint4 v;
+  asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
+// KIVI_NB is how many of its chunks a lane dequantizes at a time: their
+// window loads are issued together (rows read in bf16 cost one L2 round
+// trip a group), in registers the f32 accumulators of HD 256 leave.
+#if HD <= 128
+#define KIVI_NB 8
+#else
+#define KIVI_NB 4
+#endif
+#endif
 
 // Waits until at most N of this thread's committed groups are pending.
 template <int N> __device__ __forceinline__ void cp_async_wait() {
@@ -180,11 +213,16 @@ __device__ __forceinline__ float warp_merge(const float* obase, const float (&sm
 __device__ __forceinline__ void attn_decode_body(
     u16* out, float* part, const u16* q, const kv_t* kc, const kv_t* vc, const void* ksc, const void* vsc,
     const int* block_tables, int max_blocks, const int* seq_lens, const int* qstart, int H, int KV, int G, int nsplit,
-    float scale_log2, int window, int num_blocks, int num_tokens, int max_seq_len, int decode_only, int* err) {
+    float scale_log2, int window, int num_blocks, int num_tokens, int max_seq_len, int decode_only, int* err,
+    const kv_win& kw) {
 #if __CUDA_ARCH__ >= 800
   extern __shared__ __align__(16) u16 dsm[];
   __shared__ float sm_m[NW][16], sm_l[NW][16];
   __shared__ u32 sm_mask[NW][ST];  // valid-token bits of the tile in each slot
+#if KV_KIVI
+  __shared__ u32 sm_wsel[NW][ST];  // of those, the rows read in bf16 from the window block
+  __shared__ int sm_wblk[NW][ST];  // the tile's window block (when sm_wsel is not 0)
+#endif
   const int s = blockIdx.x;
   const int chunks = (G + 15) / 16;
   const int kvh = blockIdx.y / chunks;
@@ -212,8 +250,8 @@ __device__ __forceinline__ void attn_decode_body(
   const int gid = lane >> 2, tq = lane & 3;
   u16* qs = dsm;
   unsigned char* wreg = (unsigned char*)(dsm + TT * KSTR) + warp * WREG;
-#if KV_QUANT
-  u16* stg = (u16*)wreg;                     // [2][TT][KSTR] bf16: the landed tile, dequantized
+#if KV_STAGED
+  u16* stg = (u16*)wreg;                     // [2][TT][KSTR] f16: the landed tile, dequantized
   unsigned char* qring = wreg + 2 * TILE * 2;  // [ST][QSLOT]
 #else
   u16* ring = (u16*)wreg;
@@ -236,7 +274,52 @@ __device__ __forceinline__ void attn_decode_body(
   // bad block are zero-filled and masked, never read. Row skip (-1: none)
   // is valid but not copied: the caller fills it.
   auto issue = [&](int t, int sl, int skip) {
-#if KV_QUANT
+#if KV_KIVI
+    // The tile's codes as stored (K's, then V's, each [TT][HD/2] bytes
+    // and contiguous in the pool), its block's K scales and its rows' V
+    // scales, when any valid row is read in int4; rows read in bf16 are
+    // only asked of L2 (their window rows), the dequantization loads them.
+    // skip is unused: the tiles of the sequence's last block are issued
+    // whole, after the wait (below).
+    unsigned char* ks = qring + sl * QSLOT;
+    const int p0 = t * TT;
+    const int bi = kv_index(p0, BS);
+    const int rlo = max(0, lo - p0), rhi = min(TT, L - p0);
+    u32 mask = ((1u << rhi) - 1u) & ~((1u << rlo) - 1u);
+    int blk = bi < max_blocks ? bt[bi] : -1;
+    if (blk < 0 || blk >= num_blocks) {
+      report(err, ERR_BLOCK_ID);
+      mask = 0;
+      blk = 0;
+    }
+    const int w = mask != 0 ? kivi_window(kw, blk, err) : -1;
+    const u32 wsel = mask & ~((1u << kivi_first_bf16(w, p0, bi, L, kw.window, BS, TT)) - 1u);
+    const bool ok = (mask & ~wsel) != 0;
+    const i64 base = kv_tile(kh, blk) + kv_row(kv_offset(p0, bi, BS), HD);  // the tile's first value
+    for (int c = lane; c < KIVI_CB / 16; c += 32) {
+      kv_copy(smem_u32(ks + c * 16), kc + base / 2 + c * 16, ok);
+      kv_copy(smem_u32(ks + KIVI_CB + c * 16), vc + base / 2 + c * 16, ok);
+    }
+    const unsigned char* ksrc = (const unsigned char*)ksc + ((i64)blk * KV + kvh) * KIVI_KSCB;
+    for (int c = lane; c < KIVI_KSCB / 16; c += 32)
+      cp_async16_hint(smem_u32(ks + 2 * KIVI_CB + c * 16), ksrc + c * 16, ok, policy);
+    const unsigned char* vsrc = (const unsigned char*)vsc + (base / HD) * (HD / KV_G) * 4;
+    for (int c = lane; c < KIVI_VSCB / 16; c += 32)
+      cp_async16_hint(smem_u32(ks + 2 * KIVI_CB + KIVI_KSCB + c * 16), vsrc + c * 16, ok, policy);
+    if (wsel != 0) {
+      // The 128-byte lines of window rows [r0, rhi) of K and V.
+      const int r0 = __ffs(wsel) - 1;
+      const i64 wt = (kv_tile(kh, w) + kv_row(kv_offset(p0, bi, BS), HD)) * 2;  // bytes: the window tile
+      const int l0 = r0 * HD * 2 / 128, l1 = (rhi * HD * 2 - 1) / 128;
+      for (int c = lane; c < 2 * (l1 - l0 + 1); c += 32)
+        prefetch_l2((const char*)(c & 1 ? kw.v : kw.k) + wt + (i64)(l0 + (c >> 1)) * 128);
+    }
+    if (lane == 0) {
+      sm_mask[warp][sl] = mask;
+      sm_wsel[warp][sl] = wsel;
+      sm_wblk[warp][sl] = w;
+    }
+#elif KV_QUANT
     // Chunks c = lane + 32i of the K and V rows as stored (row c/(HD/16))
     // and, for INT8, of the rows' scales, which for the 16 tokens of the
     // tile are contiguous. A skipped row's scale chunks are left to the
@@ -345,6 +428,33 @@ __device__ __forceinline__ void attn_decode_body(
   // key but the newest, at position L-1, was written by earlier steps. Its
   // row is left out here (skip: no copy, not even a zero fill, lands in
   // its slot) and copied after the wait.
+  //
+  // INT4: this step also wrote the last block's V codes and scales of
+  // row L-1 and, when the row filled the block, the block's K codes and
+  // scales (kivi_seal_k). The tiles of that block are issued after the
+  // wait instead, whole, in their own commit group, which is waited for
+  // at once: the later waits then hold more groups done than they need.
+#if KV_KIVI
+  const int last_block = kv_index(L - 1, BS);
+  u32 late = 0;  // prologue slots whose tiles lie in the last block
+#pragma unroll
+  for (int j = 0; j < ST - 1; j++) {
+    if (j < nj) {
+      const int t = tb + warp + j * NW;
+      if (kv_index(t * TT, BS) == last_block) late |= 1u << j;
+      else issue(t, j, -1);
+    }
+    cp_async_commit();
+  }
+  grid_dep_wait();  // Q and the last block's rows come from the kernels before this one
+  if (late != 0) {
+#pragma unroll
+    for (int j = 0; j < ST - 1; j++)
+      if ((late >> j) & 1u) issue(tb + warp + j * NW, j, -1);
+    cp_async_commit();
+    cp_async_wait<0>();
+  }
+#else
   const int last_tile = (L - 1) / TT;
   int late_slot = -1;  // prologue slot holding the tile of position L-1
 #pragma unroll
@@ -391,6 +501,7 @@ __device__ __forceinline__ void attn_decode_body(
 #endif
     }
   }
+#endif  // KV_KIVI
 
   // The query rows, loaded while the tiles are in flight: [16][HD], rows
   // past the group zero (their scores are 0, their outputs never stored).
@@ -398,7 +509,7 @@ __device__ __forceinline__ void attn_decode_body(
     const int r = c / (HD / 8), col = (c % (HD / 8)) * 8;
     uint4 v = make_uint4(0, 0, 0, 0);
     if (r < rows) v = *(const uint4*)(q + ((i64)q0 * H + (i64)kvh * G + g0 + r) * HD + col);
-#if KV_QUANT
+#if KV_STAGED
     v = bf16x8_to_f16x8(v);
 #endif
     *(uint4*)(qs + r * KSTR + col) = v;
@@ -419,7 +530,7 @@ __device__ __forceinline__ void attn_decode_body(
   const u32 qaddr = smem_u32(qs + (lb3 * 8 + r8) * KSTR + lb4 * 8);
   const u32 koff = ((lb4 * 8 + r8) * KSTR + lb3 * 8) * 2;
   const u32 voff = ((lb3 * 8 + r8) * KSTR + lb4 * 8) * 2;
-#if KV_QUANT
+#if KV_STAGED
   const u32 stg_addr = smem_u32(stg);
 #if KV_DT == DT_F8E4M3
   // The per-head scales: K's folds into the score scale, V's into the
@@ -450,7 +561,81 @@ __device__ __forceinline__ void attn_decode_body(
     __syncwarp();             // and every other lane's
     const int sl = j % ST;
     const u32 mask = sm_mask[warp][sl];
-#if KV_QUANT
+#if KV_KIVI
+    {
+      // Dequantize the slot into the staging tiles, chunk c of 16
+      // elements (K's, then V's) a step, KIVI_NB chunks of a lane at a
+      // time: rows read in bf16 are loaded from the window block first
+      // (L2 holds them since issue) and converted, int4 rows decoded with
+      // their block's per-channel K or their own per-group V scales, rows
+      // that are not keys become zeros.
+      const unsigned char* ks = qring + sl * QSLOT;
+      const u32 wsel = sm_wsel[warp][sl];
+      const int p0 = (tb + warp + j * NW) * TT;
+      const i64 wt = wsel != 0 ? kv_tile(kh, sm_wblk[warp][sl]) + kv_row(kv_offset(p0, BS), HD) : 0;
+      constexpr int NCH = (2 * TT * HD / 16 + 31) / 32;  // chunks of a lane
+#pragma unroll
+      for (int i0 = 0; i0 < NCH; i0 += KIVI_NB) {
+        uint4 wv[KIVI_NB][2];  // read only where the row's wsel bit is set, which loads it
+        if (wsel != 0) {        // the same for the whole warp; most tiles have no bf16 row
+#pragma unroll
+          for (int i = 0; i < KIVI_NB; i++) {
+            const int c = lane + 32 * (i0 + i);
+            if (i0 + i >= NCH || ((2 * TT * HD / 16) % 32 != 0 && c >= 2 * TT * HD / 16)) continue;
+            const bool isv = c >= TT * HD / 16;
+            const int cc = isv ? c - TT * HD / 16 : c;
+            const int r = cc / (HD / 16), col = (cc % (HD / 16)) * 16;
+            if ((wsel >> r) & 1u) {
+              const u16* src = (isv ? kw.v : kw.k) + wt + kv_row(r, HD) + col;
+              wv[i][0] = ld_cg16(src);
+              wv[i][1] = ld_cg16(src + 8);
+            }
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < KIVI_NB; i++) {
+          const int c = lane + 32 * (i0 + i);
+          if (i0 + i >= NCH || ((2 * TT * HD / 16) % 32 != 0 && c >= 2 * TT * HD / 16)) continue;
+          const bool isv = c >= TT * HD / 16;
+          const int cc = isv ? c - TT * HD / 16 : c;
+          const int r = cc / (HD / 16), col = (cc % (HD / 16)) * 16;
+          uint4 lo = make_uint4(0, 0, 0, 0), hi = lo;
+          if ((wsel >> r) & 1u) {
+            lo = bf16x8_to_f16x8(wv[i][0]);
+            hi = bf16x8_to_f16x8(wv[i][1]);
+          } else if ((mask >> r) & 1u) {
+            const uint2 qv = *(const uint2*)(ks + (isv ? KIVI_CB : 0) + r * (HD / 2) + col / 2);
+            u32 s2[8], z2[8];
+            if (!isv) {
+              // The channels' scales and zero points: f16 pairs.
+              const uint4* sp = (const uint4*)(ks + 2 * KIVI_CB + col * 2);
+              const uint4 sa = sp[0], sb = sp[1], za = sp[HD / 8], zb = sp[HD / 8 + 1];
+              s2[0] = sa.x, s2[1] = sa.y, s2[2] = sa.z, s2[3] = sa.w, s2[4] = sb.x, s2[5] = sb.y, s2[6] = sb.z, s2[7] = sb.w;
+              z2[0] = za.x, z2[1] = za.y, z2[2] = za.z, z2[3] = za.w, z2[4] = zb.x, z2[5] = zb.y, z2[6] = zb.z, z2[7] = zb.w;
+            } else {
+              // The row's (scale, zero point) of the chunk's group, or of
+              // its two groups of 8.
+              const u32* vp = (const u32*)(ks + 2 * KIVI_CB + KIVI_KSCB) + r * (HD / KV_G) + col / KV_G;
+              const u32 pa = vp[0], pb = KV_G < 16 ? vp[1] : pa;
+#pragma unroll
+              for (int e = 0; e < 8; e++) {
+                const u32 pe = e < 4 ? pa : pb;
+                s2[e] = __byte_perm(pe, 0, 0x1010);
+                z2[e] = __byte_perm(pe, 0, 0x3232);
+              }
+            }
+            kivi_dequant16_f16(qv, s2, z2, lo, hi);
+          }
+          u16* dst = stg + (isv ? TILE : 0) + r * KSTR + col;
+          *(uint4*)dst = lo;
+          *(uint4*)(dst + 8) = hi;
+        }
+      }
+      __syncwarp();
+    }
+    const u32 kaddr = stg_addr + koff;
+    const u32 vaddr = stg_addr + TILE * 2 + voff;
+#elif KV_QUANT
     {
       // Dequantize the slot into the staging tiles: chunk c of 16 stored
       // elements (K's, then V's) to two 16-byte f16 chunks; rows that
@@ -537,13 +722,22 @@ __device__ __forceinline__ void attn_decode_body(
     }
     l0 = l0 * al0 + rs0;
     l1 = l1 * al1 + rs1;
+#if KV_KIVI
+    // Past the first tiles a row's maximum rarely moves: the warp skips
+    // the rescale (by 1) when no row's did. An int4 tile's dequantization
+    // leaves fewer instructions than other formats to hide these in.
+    if (__any_sync(0xffffffffu, al0 != 1.f || al1 != 1.f)) {
+#endif
 #pragma unroll
-    for (int n = 0; n < HD / 8; n++) {
-      o[n][0] *= al0;
-      o[n][1] *= al0;
-      o[n][2] *= al1;
-      o[n][3] *= al1;
+      for (int n = 0; n < HD / 8; n++) {
+        o[n][0] *= al0;
+        o[n][1] *= al0;
+        o[n][2] *= al1;
+        o[n][3] *= al1;
+      }
+#if KV_KIVI
     }
+#endif
     // P as the A operand (k = the 16 tokens): the C layout of S is
     // already A's layout, packed to bf16 (quantized caches: f16) pairs.
     const u32 pa0 = PACK_P(sc[0][0], sc[0][1]);
@@ -609,9 +803,10 @@ __device__ __forceinline__ void attn_decode_body(
 extern "C" __global__ void __launch_bounds__(NW * 32, MIN_BLOCKS) attn_decode_mma(
     u16* out, float* part, const u16* q, const kv_t* kc, const kv_t* vc, const void* ksc, const void* vsc,
     const int* block_tables, int max_blocks, const int* seq_lens, const int* qstart, int H, int KV, int G, int nsplit,
-    float scale_log2, int window, int num_blocks, int num_tokens, int max_seq_len, int decode_only, int* err) {
+    float scale_log2, int window, int num_blocks, int num_tokens, int max_seq_len, int decode_only, int* err KV_WIN_PARAMS) {
+  const kv_win kw = KV_WIN_ARGS;
   attn_decode_body(out, part, q, kc, vc, ksc, vsc, block_tables, max_blocks, seq_lens, qstart, H, KV, G, nsplit, scale_log2,
-                   window, num_blocks, num_tokens, max_seq_len, decode_only, err);
+                   window, num_blocks, num_tokens, max_seq_len, decode_only, err, kw);
 }
 
 // attn_decode_combine merges the nsplit (<= MAX_SPLITS) partials of each

@@ -1,10 +1,11 @@
 // attn_prefill.cu: causal prefill attention (sequences with two or more
-// query rows) over paged BF16, FP8 or INT8 KV caches in kv.cuh's format,
+// query rows) over paged BF16, FP8, INT8 or INT4 (KIVI) KV caches in
+// kv.cuh's format,
 // FlashAttention-2 style on the tensor cores (mma.sync m16n8k16, bf16 in,
 // f32 accumulate).
 //
 // Specialised with -DHD=<head dim> -DBS=<cache block size> -DKV_DT=<cache
-// dtype> -DKV_G=<int8 channel group> -DBM=<query rows per block> -DBN=<keys per tile>
+// dtype> -DKV_G=<int8 or int4 V channel group> -DBM=<query rows per block> -DBN=<keys per tile>
 // -DNW=<warps per block, BM/16> -DQR=<1: Q fragments live in registers,
 // 0: re-read from shared memory every tile>.
 // The host (prefillTiling in attn.go) picks them per head dim and sizes the
@@ -18,7 +19,9 @@
 //     a two-stage pipeline: tile j+1 is in flight while tile j is computed;
 //     one __syncthreads per tile. A quantized cache's rows are loaded,
 //     dequantized to bf16 and stored by the threads instead (the loads of
-//     tile j+1 still precede tile j's arithmetic; the tile is the same). Keys outside the block's range, and keys
+//     tile j+1 still precede tile j's arithmetic; the tile is the same; an
+//     int4 cache's rows read in bf16 are its window rows, copied as a BF16
+//     cache's are). Keys outside the block's range, and keys
 //     of bad block ids (reported as ERR_BLOCK_ID), are zero-filled.
 //   - Shared rows are padded to HD+8 elements (16 bytes): the eight row
 //     addresses of every ldmatrix phase then fall in eight different 16-byte
@@ -91,13 +94,15 @@ __device__ __forceinline__ void ldsm_x4_t(u32 addr, u32& r0, u32& r1, u32& r2, u
 
 // load_kv starts the copy of keys [k0, k0+BN) of KV head kvh into the stage
 // at shared address st; keys outside [klo, khi) and keys whose block id is
-// bad (reported) are zero-filled. Every thread of the block calls it. A
+// bad (reported) are zero-filled; an int4 cache's keys are read as
+// backend.KVSpec says for a sequence of length L (kv_win). Every thread
+// of the block calls it. A
 // thread's block-table loads are all issued before its copies: the copies'
 // memory clobber would otherwise hold each load until the copy before it
 // is issued, one load latency per copy.
 __device__ __forceinline__ void load_kv(u32 st, const kv_t* kc, const kv_t* vc, const void* ksc, const void* vsc,
                                         const int* bt, int max_blocks, int num_blocks, int KV, int kvh, int k0, int klo,
-                                        int khi, int* err) {
+                                        int khi, int* err, const kv_win& kw, int L) {
   constexpr int NL = (BN * CPR + NT - 1) / NT;
   int blk[NL];
 #pragma unroll
@@ -108,6 +113,11 @@ __device__ __forceinline__ void load_kv(u32 st, const kv_t* kc, const kv_t* vc, 
     bool live = ((BN * CPR) % NT == 0 || c < BN * CPR) && p >= klo && p < khi;
     blk[i] = live && bi < max_blocks ? bt[bi] : -2;  // -2: no key of the sequence (or no unit)
   }
+#if KV_KIVI
+  int wb[NL];  // the keys' window blocks, also looked up before any copy
+#pragma unroll
+  for (int i = 0; i < NL; i++) wb[i] = blk[i] >= 0 && blk[i] < num_blocks ? kivi_window(kw, blk[i], err) : -1;
+#endif
 #pragma unroll
   for (int i = 0; i < NL; i++) {
     int c = threadIdx.x + i * NT;
@@ -130,7 +140,45 @@ __device__ __forceinline__ void load_kv(u32 st, const kv_t* kc, const kv_t* vc, 
       }
     }
     u32 d = st + (u32)(r * ROWB + col * 2);
-#if KV_QUANT
+#if KV_KIVI
+    // 8 values each of K and V: from the window block as they are, or
+    // int4 codes (4 bytes) decoded with the block's channel scales (K) or
+    // the row's group scale (V: a group holds at least 8 channels) to a
+    // 16-byte bf16 chunk; zeros where no key.
+    bool win = false;
+    uint4 kd = make_uint4(0, 0, 0, 0), vd = kd;
+    if (ok) {
+      const int bi = kv_index(p, BS);
+      const int w = wb[i];
+      win = kivi_first_bf16(w, p, bi, L, kw.window, BS, 1) == 0;
+      if (win) {
+        const i64 wo = kv_at_pos(w, KV, kvh, BS, p, bi, HD) + col;
+        cp_async16(d, kw.k + wo, true);
+        cp_async16(d + BN * ROWB, kw.v + wo, true);
+      } else {
+        const u32 kq = *(const u32*)(kc + off / 2), vq = *(const u32*)(vc + off / 2);
+        const u16* kp = (const u16*)ksc + ((i64)blk[i] * KV + kvh) * 2 * HD + col;
+        const uint4 sa = *(const uint4*)kp, za = *(const uint4*)(kp + HD);
+        const u32 sw[4] = {sa.x, sa.y, sa.z, sa.w}, zw[4] = {za.x, za.y, za.z, za.w};
+        const u32 vp = ((const u32*)vsc)[(off - col) / HD * (HD / KV_G) + col / KV_G];
+        float s[8], z[8], vs8[8], vz8[8];
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+          s[e] = f16_to_f32((u16)(sw[e / 2] >> (16 * (e & 1))));
+          z[e] = f16_to_f32((u16)(zw[e / 2] >> (16 * (e & 1))));
+          vs8[e] = f16_to_f32((u16)vp);
+          vz8[e] = f16_to_f32((u16)(vp >> 16));
+        }
+        kd = kivi_dequant8_bf16(kq, s, z);
+        vd = kivi_dequant8_bf16(vq, vs8, vz8);
+      }
+    }
+    if (!win) {
+      asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(d), "r"(kd.x), "r"(kd.y), "r"(kd.z), "r"(kd.w) : "memory");
+      asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(d + BN * ROWB), "r"(vd.x), "r"(vd.y), "r"(vd.z), "r"(vd.w)
+                   : "memory");
+    }
+#elif KV_QUANT
     // 8 stored elements each of K and V (one scale each: a group holds
     // at least 8 channels), to a 16-byte bf16 chunk; zeros where no key.
     uint4 kd = make_uint4(0, 0, 0, 0), vd = kd;
@@ -170,8 +218,9 @@ __device__ __forceinline__ void load_kv(u32 st, const kv_t* kc, const kv_t* vc, 
 extern "C" __global__ void __launch_bounds__(NT, MINB) attn_prefill(
     u16* out, const u16* q, const kv_t* kc, const kv_t* vc, const void* ksc, const void* vsc, const int* block_tables,
     int max_blocks, const int* seq_lens, const int* qstart, int H, int KV, float scale_log2, int window, int num_blocks,
-    int num_tokens, int max_seq_len, int* err) {
+    int num_tokens, int max_seq_len, int* err KV_WIN_PARAMS) {
   grid_dep_sync();
+  const kv_win kw = KV_WIN_ARGS;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int s = blockIdx.y;
   const int q0 = qstart[s], qlen = qstart[s + 1] - q0;
@@ -234,7 +283,7 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) attn_prefill(
       bool ok = i >= 0;
       cp_async16(qbase + (u32)(r * ROWB + col * 2), ok ? qsrc + (i64)(q0 + i) * H * HD + col : q, ok);
     }
-    load_kv(sbase, kc, vc, ksc, vsc, bt, max_blocks, num_blocks, KV, kvh, kend - BN, kstart, kend, err);
+    load_kv(sbase, kc, vc, ksc, vsc, bt, max_blocks, num_blocks, KV, kvh, kend - BN, kstart, kend, err, kw, L);
     cp_async_commit();
 
 #if QR
@@ -258,7 +307,7 @@ extern "C" __global__ void __launch_bounds__(NT, MINB) attn_prefill(
       }
       if (j + 1 < ntiles) {
         load_kv(sbase + (u32)(((j + 1) & 1) * STAGE * 2), kc, vc, ksc, vsc, bt, max_blocks, num_blocks, KV, kvh,
-                kend - (j + 2) * BN, kstart, kend, err);
+                kend - (j + 2) * BN, kstart, kend, err, kw, L);
         cp_async_commit();
       }
       const int k0 = kend - (j + 1) * BN;

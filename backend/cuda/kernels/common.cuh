@@ -24,6 +24,7 @@
 #define ERR_QUERY_LEN 8
 #define ERR_POSITION 16
 #define ERR_LOGITS 32
+#define ERR_WINDOW 64  // an int4 (KIVI) KV block's window block is missing or outside the window pool
 
 typedef unsigned short u16;
 typedef unsigned int u32;

@@ -21,7 +21,22 @@
 // of 8 dividing the head dim), the scales of a pool laid out as
 //   [numBlocks][numKVHeads][blockSize][headDim/KV_G] f16
 // so a head's scales in a block are contiguous too. KV_QUANT is 1 for
-// them. The int4 (KIVI) format has no kernels.
+// them (the formats of a byte a value, quantized row by row).
+//
+// DT_U4 is int4 in the KIVI manner (KV_KIVI is 1; backend.KVScaleKIVI):
+// values 0..15 two a byte, the lower channel in the low nibble, so a
+// token row of a head is hd/2 bytes and a head's tile in a block
+// bs*hd/2 bytes; decoded as q*s + z. K's scales and zero points are per
+// channel over the tokens of a block, V's per token and group of KV_G
+// channels:
+//   K scales [numBlocks][numKVHeads][2][headDim] f16: scales, zero points
+//   V scales [numBlocks][numKVHeads][blockSize][headDim/KV_G][2] f16
+//   K, V window [numWindowBlocks][numKVHeads][blockSize][headDim] bf16
+//   window map [numBlocks] i32: a block's window block, or -1
+// The window pools are addressed as the pools are (kv_at with the window
+// block for the block). Every written token goes to its block's window
+// block in bf16 and its V to the pool at once; a block's K is quantized
+// from its window copy once the block is full (rope.cu's kivi_seal_k).
 #pragma once
 #include "common.cuh"
 
@@ -31,6 +46,7 @@
 
 #define DT_F8E4M3 7  // backend.F8E4M3
 #define DT_I8 8      // backend.I8
+#define DT_U4 9      // backend.U4
 
 // kv_t is the storage of one cache element.
 #if KV_DT == DT_F32
@@ -41,6 +57,8 @@ typedef u16 kv_t;
 typedef unsigned char kv_t;
 #elif KV_DT == DT_I8
 typedef signed char kv_t;
+#elif KV_DT == DT_U4
+typedef unsigned char kv_t;  // a byte of two values
 #else
 #error "kv.cuh: KV_DT is not a KV cache dtype the kernels take"
 #endif
@@ -49,6 +67,11 @@ typedef signed char kv_t;
 #define KV_QUANT 1
 #else
 #define KV_QUANT 0
+#endif
+#if KV_DT == DT_U4
+#define KV_KIVI 1
+#else
+#define KV_KIVI 0
 #endif
 
 // Readers whose arithmetic is BF16's (tensor-core operands taken straight
@@ -61,22 +84,26 @@ typedef signed char kv_t;
 #endif
 // KV_BF16_OR_QUANT readers take BF16 caches, or quantized ones that they
 // dequantize to BF16 tiles before the same arithmetic.
-#if defined(KV_BF16_OR_QUANT) && KV_DT != DT_BF16 && !KV_QUANT
-#error "this kernel reads BF16 or quantized (fp8, int8) KV caches only"
+#if defined(KV_BF16_OR_QUANT) && KV_DT != DT_BF16 && !KV_QUANT && !KV_KIVI
+#error "this kernel reads BF16 or quantized (fp8, int8, int4) KV caches only"
 #endif
 
 // The group is checked after the reader's format, so a BF16-only module
 // built for int8 fails with the format error above.
-#if KV_DT == DT_I8
+#if KV_DT == DT_I8 || KV_DT == DT_U4
 #if !defined(KV_G) || KV_G % 8 != 0 || (KV_G > 32 && KV_G % 32 != 0)
-#error "an int8 KV cache needs -DKV_G, its channel group: 8, 16, 32 or a multiple of 32"
+#error "an int8 or int4 KV cache needs -DKV_G, its channel group: 8, 16, 32 or a multiple of 32"
 #endif
 #endif
 
 // KV_CHUNK is the elements of one 16-byte chunk (a vector load or a
 // cp.async); a row of hd elements is kv_row_chunks(hd) chunks (kernels
 // that copy by chunks take head dims that are multiples of KV_CHUNK).
+#if KV_KIVI
+#define KV_CHUNK 32
+#else
 #define KV_CHUNK (16 / (int)sizeof(kv_t))
+#endif
 __host__ __device__ constexpr int kv_row_chunks(int hd) { return hd / KV_CHUNK; }
 
 // kv_chunk is the element offset of chunk u in a row.
@@ -132,7 +159,7 @@ __device__ __forceinline__ i64 kv_tile(const kv_head& h, int blk) { return (i64)
 // hd dims.
 __device__ __forceinline__ i64 kv_row(int off, int hd) { return (i64)off * hd; }
 
-#if !KV_QUANT
+#if !KV_QUANT && !KV_KIVI
 // kv_store writes element i of an unquantized pool, converted from float.
 __device__ __forceinline__ void kv_store(void* pool, i64 i, float v) { store_f<KV_DT>(pool, i, v); }
 
@@ -141,6 +168,19 @@ __device__ __forceinline__ float kv_load(const void* pool, i64 i) { return load_
 #endif
 
 // ------------------------------------------------------------ quantized
+
+// bf16x8_to_f16x8 converts 8 packed bf16 to 8 packed f16 (round to
+// nearest; magnitudes past 65504 become infinities).
+__device__ __forceinline__ uint4 bf16x8_to_f16x8(uint4 v) {
+  const u32 w[4] = {v.x, v.y, v.z, v.w};
+  u32 o[4];
+#pragma unroll
+  for (int j = 0; j < 4; j++) {
+    const float lo = __uint_as_float(w[j] << 16), hi = __uint_as_float(w[j] & 0xffff0000u);
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(o[j]) : "f"(hi), "f"(lo));
+  }
+  return make_uint4(o[0], o[1], o[2], o[3]);
+}
 
 // e4m3 encodes f as e4m3fn exactly as backend.F32ToE4M3 does: round to
 // nearest even, magnitudes from 448 up (infinities included) saturate to
@@ -312,19 +352,6 @@ __device__ __forceinline__ void kv_dequant16_f16(uint4 q, u32 s2a, u32 s2b, uint
   hi = make_uint4(o[4], o[5], o[6], o[7]);
 }
 
-// bf16x8_to_f16x8 converts 8 packed bf16 to 8 packed f16 (round to
-// nearest; magnitudes past 65504 become infinities).
-__device__ __forceinline__ uint4 bf16x8_to_f16x8(uint4 v) {
-  const u32 w[4] = {v.x, v.y, v.z, v.w};
-  u32 o[4];
-#pragma unroll
-  for (int j = 0; j < 4; j++) {
-    const float lo = __uint_as_float(w[j] << 16), hi = __uint_as_float(w[j] & 0xffff0000u);
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(o[j]) : "f"(hi), "f"(lo));
-  }
-  return make_uint4(o[0], o[1], o[2], o[3]);
-}
-
 // kv_dequant8 is kv_dequant16 for 8 elements (8 bytes): one uint4 of bf16.
 __device__ __forceinline__ uint4 kv_dequant8(uint2 q, float s) {
   uint4 lo, hi;
@@ -332,3 +359,168 @@ __device__ __forceinline__ uint4 kv_dequant8(uint2 q, float s) {
   return lo;
 }
 #endif  // KV_QUANT
+
+// ------------------------------------------------------------ int4 (KIVI)
+
+// kv_win is what the kernels that write or read a KIVI cache take beside
+// the pools and their scales: the window pools, the window map, the
+// window pool's block count and the window (the newest tokens of a
+// sequence read in bf16, backend.KVSpec.Window). The kernels declare its
+// parameters with KV_WIN_PARAMS and build it with KV_WIN_ARGS; for the
+// other formats all three are empty, so their code does not change.
+#if KV_KIVI
+struct kv_win {
+  u16* k;          // [n][numKVHeads][blockSize][headDim] bf16
+  u16* v;          // alike
+  const int* map;  // [numBlocks]: a block's window block, or -1
+  int n;           // window blocks
+  int window;      // tokens
+};
+#define KV_WIN_PARAMS , u16 *kwin, u16 *vwin, const int *wmap, int num_win, int kv_window
+#define KV_WIN_ARGS {kwin, vwin, wmap, num_win, kv_window}
+#else
+struct kv_win {};
+#define KV_WIN_PARAMS
+#define KV_WIN_ARGS {}
+#endif
+
+#if KV_KIVI
+// kivi_window is block blk's window block, or -1 when it has none; an id
+// past the window pool is reported (ERR_WINDOW) and taken as none.
+__device__ __forceinline__ int kivi_window(const kv_win& kw, int blk, int* err) {
+  const int w = kw.map[blk];
+  if (w >= kw.n) {
+    report(err, ERR_WINDOW);
+    return -1;
+  }
+  return w < 0 ? -1 : w;
+}
+
+// kivi_first_bf16 is the first of n rows, positions p0..p0+n-1 of a
+// sequence of length L in block table entry bi (one block), that is read
+// in bf16 (backend.KVSpec): all of them (0) when the block is not full,
+// none (n) when it has no window block (w < 0), else those at positions
+// from L - window on. A block that is not full and has no window block
+// has no valid form (the CPU refuses it); the kernels read its int4
+// bytes, which for the graphs' padding rows (the null block, never
+// written, its scales zero) decode to zeros.
+__device__ __forceinline__ int kivi_first_bf16(int w, int p0, int bi, int L, int window, int bs, int n) {
+  if (w < 0) return n;
+  if ((bi + 1) * bs > L) return 0;
+  return min(max(L - window - p0, 0), n);
+}
+
+// kivi_params is backend.QuantizeAsym4's scale and zero point of a group
+// whose smallest value is lo and largest hi: s = f16((hi-lo)/15),
+// z = f16(lo), as stored (sb, zb) and as floats.
+__device__ __forceinline__ void kivi_params(float lo, float hi, u16& sb, u16& zb, float& s, float& z) {
+  sb = f32_to_f16((hi - lo) / 15.f);
+  zb = f32_to_f16(lo);
+  s = f16_to_f32(sb);
+  z = f16_to_f32(zb);
+}
+
+// kivi_code is v's code: clamp(round((v-z)/s), 0, 15), ties to even, 0
+// when s is not a positive finite number or the quotient is NaN
+// (backend's quantStep).
+__device__ __forceinline__ u32 kivi_code(float v, float z, float s) {
+  if (!(s > 0.f) || s == __int_as_float(0x7f800000)) return 0;
+  const float r = rintf((v - z) / s);
+  if (r != r) return 0;
+  return (u32)fminf(fmaxf(r, 0.f), 15.f);
+}
+
+// kivi_store_v quantizes one V row of a KV head into the cache: per group
+// of KV_G channels, scale and zero point as kivi_params, the values as
+// kivi_code. The warp holds the row as v[k] = element lane + 32k
+// (elements past hd ignored) and every lane calls it. row is the cache
+// element index of the row (kv_at; even: a row is hd values), srow the
+// row's index in the V scales (its (block, head, offset)).
+template <int VPL>
+__device__ __forceinline__ void kivi_store_v(kv_t* pool, void* scales, i64 row, i64 srow, const float (&v)[VPL], int hd,
+                                             int lane) {
+  float lo[VPL], hi[VPL];
+#pragma unroll
+  for (int k = 0; k < VPL; k++) {
+    const bool in = lane + 32 * k < hd;
+    lo[k] = in ? v[k] : __int_as_float(0x7f800000);
+    hi[k] = in ? v[k] : -__int_as_float(0x7f800000);
+#pragma unroll
+    for (int o = (KV_G < 32 ? KV_G : 32) / 2; o > 0; o >>= 1) {
+      lo[k] = fminf(lo[k], __shfl_xor_sync(0xffffffffu, lo[k], o));
+      hi[k] = fmaxf(hi[k], __shfl_xor_sync(0xffffffffu, hi[k], o));
+    }
+  }
+#if KV_G > 32
+  // A group spans KV_G/32 consecutive k; each k's range is already its
+  // warp-wide one.
+#pragma unroll
+  for (int k = 0; k < VPL; k++) {
+    const int k0 = k / (KV_G / 32) * (KV_G / 32);
+    float a = __int_as_float(0x7f800000), b = -a;
+#pragma unroll
+    for (int j = 0; j < KV_G / 32; j++)
+      if (k0 + j < VPL) {
+        a = fminf(a, lo[k0 + j]);
+        b = fmaxf(b, hi[k0 + j]);
+      }
+    lo[k] = a;
+    hi[k] = b;
+  }
+#endif
+  u32* sc = (u32*)scales + srow * (hd / KV_G);  // (scale, zero point) pairs
+#pragma unroll
+  for (int k = 0; k < VPL; k++) {
+    const int i = lane + 32 * k;
+    u16 sb, zb;
+    float s, z;
+    kivi_params(lo[k], hi[k], sb, zb, s, z);
+    const u32 q = kivi_code(v[k], z, s);
+    const u32 qn = __shfl_down_sync(0xffffffffu, q, 1);  // element i+1's code (lane+1, same k)
+    if (i >= hd) continue;
+    if ((i & 1) == 0) pool[(row + i) >> 1] = (unsigned char)(q | qn << 4);
+    if (i % KV_G == 0) sc[i / KV_G] = (u32)sb | (u32)zb << 16;
+  }
+}
+
+// kivi_pair_f16 turns byte b (bits 8j..8j+7 of w, j = sel & 3) of packed
+// codes into the f16x2 pair of its two values, low nibble in the low
+// half: prmt places the byte under the exponents of 1024 (low half) and
+// 64 (high half), whose f16 ulps are 1 and 1/16, so masking each half's
+// nibble gives 1024 + lo and 64 + hi exactly; one packed subtraction
+// leaves (lo, hi), and one packed fma scales and shifts them, rounding
+// once (the CPU's q*s + z in f32, rounded to f16 after, may differ by
+// an f16 ulp).
+__device__ __forceinline__ u32 kivi_pair_f16(u32 w, u32 sel, u32 s2, u32 z2) {
+  u32 t = __byte_perm(w, 0x00005464u, sel);
+  t &= 0xFFF0FF0Fu;
+  u32 h;
+  asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(h) : "r"(t), "r"(0x54006400u));
+  asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(h) : "r"(h), "r"(s2), "r"(z2));
+  return h;
+}
+
+// kivi_dequant16_f16 decodes 16 consecutive values (8 bytes, q) to 16
+// f16, two uint4: pair j (values 2j, 2j+1) with scales s2[j] and zero
+// points z2[j] as f16x2 pairs.
+__device__ __forceinline__ void kivi_dequant16_f16(uint2 q, const u32 (&s2)[8], const u32 (&z2)[8], uint4& lo, uint4& hi) {
+  lo.x = kivi_pair_f16(q.x, 0x5040u, s2[0], z2[0]);
+  lo.y = kivi_pair_f16(q.x, 0x5141u, s2[1], z2[1]);
+  lo.z = kivi_pair_f16(q.x, 0x5242u, s2[2], z2[2]);
+  lo.w = kivi_pair_f16(q.x, 0x5343u, s2[3], z2[3]);
+  hi.x = kivi_pair_f16(q.y, 0x5040u, s2[4], z2[4]);
+  hi.y = kivi_pair_f16(q.y, 0x5141u, s2[5], z2[5]);
+  hi.z = kivi_pair_f16(q.y, 0x5242u, s2[6], z2[6]);
+  hi.w = kivi_pair_f16(q.y, 0x5343u, s2[7], z2[7]);
+}
+
+// kivi_dequant8_bf16 decodes 8 consecutive values (4 bytes, q) to 8 bf16
+// (one uint4) as the CPU does: f32(q*s) + z (the product is exact in
+// f32), rounded to bf16; value e has scale s[e] and zero point z[e].
+__device__ __forceinline__ uint4 kivi_dequant8_bf16(u32 q, const float (&s)[8], const float (&z)[8]) {
+  float f[8];
+#pragma unroll
+  for (int e = 0; e < 8; e++) f[e] = (float)((q >> (4 * e)) & 0xFu) * s[e] + z[e];
+  return make_uint4(pack_bf16x2(f[0], f[1]), pack_bf16x2(f[2], f[3]), pack_bf16x2(f[4], f[5]), pack_bf16x2(f[6], f[7]));
+}
+#endif  // KV_KIVI

@@ -27,7 +27,17 @@
 //   ksc, vsc the pools' scales (kv.cuh; null for unquantized caches)
 //   inv_freq [HD/2] f32; qn, kn [HD] or null
 //   scan   null, or (FP8 caches) [2*KV + 1] u32 of zeros: see below
+//   int4 (KIVI) caches also take the window pools and map (kv_win,
+//   KV_WIN_PARAMS; its window unused here)
 // grid (ceil(T/TPW), ceil((H+KV)/HPB)), block HPB*32.
+//
+// An int4 cache's K and V rows go in bf16 to the window block of their
+// block, and V is quantized into the pool at once; K is not: kivi_seal_k,
+// launched after this kernel, quantizes the blocks whose last token this
+// launch wrote, from their window copies (in a prefill launch the other
+// tokens of such a block are written by other blocks of this grid). A
+// token whose block has no window block is reported (ERR_WINDOW) and not
+// written.
 //
 // With scan set the launch stores nothing: it is the pass before the
 // store that sets an FP8 cache's dynamic scales (backend.KVSpec). If every
@@ -41,12 +51,13 @@ __device__ __forceinline__ void rope_rows(void* q_out, void* kc, void* vc, void*
                                           const void* kn, float eps, int H, int KV, int T, u32* scan, bool is_q,
                                           int head, int lane, const int (&tk)[TPW], const int (&slot)[TPW],
                                           float (&vrow)[TPW][VPL], float (&x1)[TPW][PAIRS], float (&x2)[TPW][PAIRS],
-                                          const float (&sn)[TPW][HALF], const float (&cs)[TPW][HALF]);
+                                          const float (&sn)[TPW][HALF], const float (&cs)[TPW][HALF], const kv_win& kw);
 extern "C" __global__ void __launch_bounds__(HPB * 32) rope_store_kv(
     void* q_out, const void* qkv, const int* pos, const int* slots, void* kc, void* vc, void* ksc, void* vsc,
     const float* inv_freq, const void* qn, const void* kn, float eps, int H, int KV,
-    int num_slots, int* err, int T, u32* scan) {
+    int num_slots, int* err, int T, u32* scan KV_WIN_PARAMS) {
   grid_dep_sync();
+  const kv_win kw = KV_WIN_ARGS;
 #if KV_DT == DT_F8E4M3
   if (scan != 0) {
     bool unset = false;
@@ -75,6 +86,15 @@ extern "C" __global__ void __launch_bounds__(HPB * 32) rope_store_kv(
         if (lane == 0) report(err, ERR_SLOT);
         sl = -1;
       }
+#if KV_KIVI
+      if (sl >= 0) {
+        const int w = kw.map[kv_index(sl, BS)];
+        if (w < 0 || w >= kw.n) {
+          if (lane == 0) report(err, ERR_WINDOW);
+          sl = -1;
+        }
+      }
+#endif
     }
     if (in && pos[t] < 0 && lane == 0) report(err, ERR_POSITION);
     slot[u] = sl;
@@ -104,7 +124,7 @@ extern "C" __global__ void __launch_bounds__(HPB * 32) rope_store_kv(
     cs[u][i] = c;
   }
   __syncthreads();
-  if (live && !(scan != 0 && is_q)) rope_rows(q_out, kc, vc, ksc, vsc, qn, kn, eps, H, KV, T, scan, is_q, head, lane, tk, slot, vrow, x1, x2, sn, cs);
+  if (live && !(scan != 0 && is_q)) rope_rows(q_out, kc, vc, ksc, vsc, qn, kn, eps, H, KV, T, scan, is_q, head, lane, tk, slot, vrow, x1, x2, sn, cs, kw);
 #if KV_DT == DT_F8E4M3
   if (scan != 0) {
     // The last block to finish sets the unset scales from the maxima.
@@ -134,7 +154,7 @@ __device__ __forceinline__ void rope_rows(void* q_out, void* kc, void* vc, void*
                                           const void* kn, float eps, int H, int KV, int T, u32* scan, bool is_q,
                                           int head, int lane, const int (&tk)[TPW], const int (&slot)[TPW],
                                           float (&vrow)[TPW][VPL], float (&x1)[TPW][PAIRS], float (&x2)[TPW][PAIRS],
-                                          const float (&sn)[TPW][HALF], const float (&cs)[TPW][HALF]) {
+                                          const float (&sn)[TPW][HALF], const float (&cs)[TPW][HALF], const kv_win& kw) {
   const void* nw = is_q ? qn : kn;
 #pragma unroll
   for (int u = 0; u < TPW; u++) {
@@ -176,7 +196,7 @@ __device__ __forceinline__ void rope_rows(void* q_out, void* kc, void* vc, void*
         store_f<QT>(q_out, o + i, y1[k]);
         store_f<QT>(q_out, o + i + HALF, y2[k]);
       }
-#if !KV_QUANT
+#if !KV_QUANT && !KV_KIVI
       else if (slot[u] >= 0) {
         kv_store(kc, dst + i, y1[k]);
         kv_store(kc, dst + i + HALF, y2[k]);
@@ -184,7 +204,7 @@ __device__ __forceinline__ void rope_rows(void* q_out, void* kc, void* vc, void*
 #endif
     }
     if (is_q || slot[u] < 0) continue;  // the same for the whole warp
-#if KV_QUANT
+#if KV_QUANT || KV_KIVI
     // The K row as element lane + 32k (kv_store_row's layout): with
     // HALF a multiple of 32 it is y1 then y2 of the same lane; below, lane
     // l >= HALF takes y2 of lane l - HALF.
@@ -198,6 +218,24 @@ __device__ __forceinline__ void rope_rows(void* q_out, void* kc, void* vc, void*
         kr[k] = lane < HALF ? y1[0] : t2;
       }
     }
+#if KV_KIVI
+    {
+      // Both rows to the block's window block in bf16 (the slot check
+      // made sure it has one), V to int4 now; K waits for kivi_seal_k.
+      int blk, off;
+      kv_split(slot[u], BS, blk, off);
+      const i64 wrow = kv_at(kw.map[blk], KV, head - H, BS, off, HD);
+#pragma unroll
+      for (int k = 0; k < VPL; k++) {
+        const int i = lane + 32 * k;
+        if (i < HD) {
+          kw.k[wrow + i] = f32_to_bf16(kr[k]);
+          kw.v[wrow + i] = f32_to_bf16(vrow[u][k]);
+        }
+      }
+      kivi_store_v<VPL>((kv_t*)vc, vsc, dst, srow, vrow[u], HD, lane);
+    }
+#else
 #if KV_DT == DT_F8E4M3
     if (scan != 0) {
       float km = 0.f, vm = 0.f;
@@ -219,6 +257,7 @@ __device__ __forceinline__ void rope_rows(void* q_out, void* kc, void* vc, void*
 #endif
     kv_store_row<VPL>((kv_t*)kc, ksc, dst, srow, kr, HD, lane);
     kv_store_row<VPL>((kv_t*)vc, vsc, dst, srow, vrow[u], HD, lane);
+#endif  // KV_KIVI
 #else
 #pragma unroll
     for (int k = 0; k < VPL; k++) {
@@ -228,3 +267,59 @@ __device__ __forceinline__ void rope_rows(void* q_out, void* kc, void* vc, void*
 #endif
   }
 }
+
+#if KV_KIVI
+// kivi_seal_k quantizes the K of every block whose last token (offset
+// BS-1) a rope_store_kv launch just wrote, from the block's bf16 window
+// copy, per channel over the block's BS tokens (backend.QuantizeAsym4 on
+// the window's values, so the bytes and scales are the CPU's for the same
+// window rows). It runs after that launch, as the next kernel of the
+// stream: a block's other tokens may come from other blocks of that grid.
+//   slots [T]; kc [numBlocks, KV, BS, HD] int4; ksc [numBlocks][KV][2][HD] f16
+//   kw.k, kw.map: the window pool and map (kv_win)
+// grid (ceil(T/4), KV), block 128: warp w of block x takes token 4x + w
+// and KV head y; lane l channels 2l + 64i and the next. Tokens without a
+// slot, outside the cache or without a window block (which rope_store_kv
+// reported) are skipped.
+extern "C" __global__ void __launch_bounds__(128) kivi_seal_k(const int* slots, void* kc, void* ksc, int KV, int T,
+                                                              int num_slots KV_WIN_PARAMS) {
+  grid_dep_sync();
+  const kv_win kw = KV_WIN_ARGS;
+  const int lane = threadIdx.x & 31;
+  const int t = blockIdx.x * 4 + (threadIdx.x >> 5), j = blockIdx.y;
+  if (t >= T) return;
+  const int sl = slots[t];
+  if (sl < 0 || sl >= num_slots || kv_offset(sl, BS) != BS - 1) return;
+  const int blk = kv_index(sl, BS), w = kw.map[blk];
+  if (w < 0 || w >= kw.n) return;
+  const u16* src = kw.k + kv_at(w, KV, j, BS, 0, HD);
+  unsigned char* dst = (unsigned char*)kc + kv_at(blk, KV, j, BS, 0, HD) / 2;
+  u32* sc = (u32*)((u16*)ksc + ((i64)blk * KV + j) * 2 * HD);  // channel pairs: scales, then zero points at + HD/2
+#pragma unroll
+  for (int i = 0; i < (HD + 63) / 64; i++) {
+    const int c = 2 * lane + 64 * i;  // channels c, c+1
+    if (c >= HD) break;
+    float x0[BS], x1[BS];
+    float lo0 = __int_as_float(0x7f800000), hi0 = -lo0, lo1 = lo0, hi1 = hi0;
+#pragma unroll
+    for (int r = 0; r < BS; r++) {
+      const u32 p = *(const u32*)(src + kv_row(r, HD) + c);
+      x0[r] = __uint_as_float(p << 16);
+      x1[r] = __uint_as_float(p & 0xffff0000u);
+      lo0 = fminf(lo0, x0[r]);
+      hi0 = fmaxf(hi0, x0[r]);
+      lo1 = fminf(lo1, x1[r]);
+      hi1 = fmaxf(hi1, x1[r]);
+    }
+    u16 sb0, zb0, sb1, zb1;
+    float s0, z0, s1, z1;
+    kivi_params(lo0, hi0, sb0, zb0, s0, z0);
+    kivi_params(lo1, hi1, sb1, zb1, s1, z1);
+#pragma unroll
+    for (int r = 0; r < BS; r++)
+      dst[(kv_row(r, HD) + c) >> 1] = (unsigned char)(kivi_code(x0[r], z0, s0) | kivi_code(x1[r], z1, s1) << 4);
+    sc[c / 2] = (u32)sb0 | (u32)sb1 << 16;
+    sc[HD / 2 + c / 2] = (u32)zb0 | (u32)zb1 << 16;
+  }
+}
+#endif
