@@ -461,6 +461,26 @@ grep -E "perplexity|greedy|^(--- FAIL|--- PASS|FAIL|PASS)" "$OUT/kv-llama.log" |
 return $rc2
 }
 
+# kv_check: the KV-cache kernel tests without the weight-quantized
+# products (kv_tests' 'Quant' also runs those), the model-level KV dtype
+# test and the fixtures, for one call that then measures (kv_rows).
+kv_check() {
+log "backend/cuda: KV cache format tests"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.timeout 5m -test.run \
+  'TestRoPEStoreKV|TestAttentionQuant|TestDecodePlan|TestAttention$|TestGraphVerifyAttention|TestFusedQKVRoPE|TestKVReadersRefuseOtherFormats|TestCheckKVSpec|TestKernelsCompile|TestKernelsWaitForPredecessor' \
+  >"$OUT/kv-check.log" 2>&1)
+echo "rc=$?" | say
+grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/kv-check.log" | tail -8 | say
+grep -c -- "--- PASS" "$OUT/kv-check.log" | sed 's/^/passed (tests and subtests): /' | say
+grep -E "^\s+--- FAIL" "$OUT/kv-check.log" | head -20 | say
+grep -E "error|Error" "$OUT/kv-check.log" | head -12 | say
+log "model/llama: TestKVCacheDTypesCUDA, the fixtures, the default model"
+(cd model/llama && "$root/.gpu/llama.test" -test.v -test.timeout 5m -test.run \
+  'TestKVCacheDTypesCUDA|TestFixturesCUDA|TestDefaultModelCUDAMatchesCPU' >"$OUT/kv-llama.log" 2>&1)
+echo "rc=$?" | say
+grep -E "perplexity|greedy|worst|^(--- FAIL|--- PASS|FAIL|PASS)|panic" "$OUT/kv-llama.log" | head -24 | say
+}
+
 # rows_large: large batches at the serving issue's shape (192-token
 # prompts, 128 output tokens), graphs on.
 rows_large() {
