@@ -15,8 +15,11 @@ import (
 // quantized cache against the CPU's f32 arithmetic on the same stored
 // bytes and scales: the kernels round the dequantized K and V to f16
 // (decode) or bf16 (prefill) before the tensor cores, which bf16Tol's
-// cases do not (their caches are bf16 already).
-const quantAttnTol = 1.5e-2
+// cases do not (their caches are bf16 already). The prefill rows' bf16
+// (8 significant bits) sets the bound: with 128-channel int8 groups most
+// groups hold an outlier channel, K's values and so the scores are large,
+// and the softmax amplifies the rounding of the scores.
+const quantAttnTol = 2e-2
 
 // quantCaches makes a K and a V pool of format spec (FP8, INT8 or INT4)
 // with random stored values and scales, the same bytes on both backends,
