@@ -108,7 +108,8 @@ func newStepSeries() *stepSeries {
 			Help: "Engine step time on the device: on backends with a device clock (CUDA) the time between " +
 				"timestamps queued on the stream before the step's first work and after its last (sampling " +
 				"included; where the host's launches cannot keep the stream busy, the stream's waits inside the " +
-				"step count too); on backends without one (CPU) the time the step loop waited on the backend's " +
+				"step count too, and a step not queued ahead is closed once the host has its sampled ids, so " +
+				"the read-back counts); on backends without one (CPU) the time the step loop waited on the backend's " +
 				"calls for the step. By step kind and mode as " + StepHostMetric + ".",
 			Buckets: StepBuckets}, labels),
 		phaseVec: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: StepPhaseMetric,
