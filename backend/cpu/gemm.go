@@ -160,6 +160,22 @@ func (b *Backend) decodeDot(dt backend.DType, x []float32, n, inF int) func(i in
 		return func(i int, w []byte) float32 {
 			return qd(&xq[i*inF], &xs[i*nb], unsafe.SliceData(w), nb)
 		}
+	case backend.AWQ4G32, backend.AWQ4G64, backend.AWQ4G128:
+		if k.dotAWQ4 == nil {
+			break
+		}
+		g := backend.AWQGroup(dt)
+		return func(i int, w []byte) float32 {
+			return k.dotAWQ4(&x[i*inF], unsafe.SliceData(w), inF/g, g)
+		}
+	case backend.F8E4M3Row:
+		// The format's rows are whole multiples of 16 codes (RowBytes).
+		if k.dotF8 == nil || inF%16 != 0 {
+			break
+		}
+		return func(i int, w []byte) float32 {
+			return k.dotF8(&x[i*inF], unsafe.SliceData(w), inF) * backend.F8RowScale(w[:inF+16])
+		}
 	case backend.F32:
 		fd = k.dotF32
 	case backend.F16:

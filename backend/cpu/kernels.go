@@ -60,6 +60,12 @@ type kernels struct {
 	// dotQ4K, dotQ5K and dotQ6K read K-quant weights against activations
 	// quantized per 256-value block (quantizeQ8K); nil: the Go kernels.
 	dotQ4K, dotQ5K, dotQ6K kDot
+	// dotAWQ4 reads nb AWQ4 blocks of g elements against f32 x, as
+	// dotAWQ4's Go form; dotF8 n e4m3 codes (a multiple of 16) of an
+	// F8E4M3Row row against f32 x, before the row's scale. nil: the Go
+	// kernels.
+	dotAWQ4 func(x *float32, w *byte, nb int, g int) float32
+	dotF8   func(x *float32, w *byte, n int) float32
 	// axpy adds a*x[i] to y[i] for n (a multiple of lanes) elements; nil:
 	// the Go loop.
 	axpy func(y *float32, x *float32, a float32, n int)

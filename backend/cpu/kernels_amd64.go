@@ -72,6 +72,10 @@ func dotQ4KAVX2(w *byte, xq *int8, xd *float32, xs *int16, nb int) float32
 func dotQ5KAVX2(w *byte, xq *int8, xd *float32, xs *int16, nb int) float32
 func dotQ6KAVX2(w *byte, xq *int8, xd *float32, xs *int16, nb int) float32
 
+// The weight-quantized dots (AVX2, also in the AVX-512 set).
+func dotAWQ4Y(x *float32, w *byte, nb int, group int) float32
+func dotF8RowY(x *float32, w *byte, n int) float32
+
 // kernelSets lists the vector kernel sets this CPU can run, best first,
 // and the pure-Go set last.
 func kernelSets() []kernels {
@@ -92,6 +96,7 @@ func kernelSets() []kernels {
 			dotF32: dotF32Z, dotF16: dotF16Z, dotBF16: dotBF16Z,
 			dotQ8: dotQ8VNNI, dotQ4: dotQ4VNNI, dotQ8Rows: dotQ8RowsVNNI, dotQ4Rows: dotQ4RowsVNNI,
 			dotQ4K: dotQ4KAVX2, dotQ5K: dotQ5KAVX2, dotQ6K: dotQ6KAVX2,
+			dotAWQ4: dotAWQ4Y, dotF8: dotF8RowY,
 			expSum: expSumZ, axpy: axpyF32Z, dotRows: dotRowsF32Z, axpyRows: axpyRowsF32Z,
 		})
 	}
@@ -103,6 +108,7 @@ func kernelSets() []kernels {
 			dotF32: dotF32Y, dotF16: dotF16Y, dotBF16: dotBF16Y, axpy: axpyF32Y, dotRows: dotRowsF32Y, axpyRows: axpyRowsF32Y,
 			dotQ8: dotQ8AVX2, dotQ4: dotQ4AVX2, dotQ8Rows: dotQ8RowsAVX2, dotQ4Rows: dotQ4RowsAVX2,
 			dotQ4K: dotQ4KAVX2, dotQ5K: dotQ5KAVX2, dotQ6K: dotQ6KAVX2,
+			dotAWQ4: dotAWQ4Y, dotF8: dotF8RowY,
 			gemmQ:     []quantGemmKernel{gemmQY1, gemmQY2, gemmQY3, gemmQY4, gemmQY5},
 			nrQ:       8,
 			quantRows: quantQ8Y,

@@ -49,6 +49,10 @@ func (k *kernels) dotsMaxRows(dt backend.DType) int {
 		vec = k.dotQ5K != nil
 	case backend.Q6_K:
 		vec = k.dotQ6K != nil
+	case backend.AWQ4G32, backend.AWQ4G64, backend.AWQ4G128:
+		vec = k.dotAWQ4 != nil
+	case backend.F8E4M3Row:
+		vec = k.dotF8 != nil
 	}
 	if !vec {
 		return fusedMaxRows - 1

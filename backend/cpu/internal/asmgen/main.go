@@ -83,6 +83,8 @@ func main() {
 	g.dotKMin(false)
 	g.dotKMin(true)
 	g.dotQ6K()
+	g.dotAWQ4()
+	g.dotF8Row()
 	if err := os.WriteFile(*out, g.Bytes(), 0o644); err != nil {
 		log.Fatal(err)
 	}
