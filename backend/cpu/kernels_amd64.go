@@ -75,6 +75,21 @@ func dotQ6KAVX2(w *byte, xq *int8, xd *float32, xs *int16, nb int) float32
 // The weight-quantized dots (AVX2, also in the AVX-512 set).
 func dotAWQ4Y(x *float32, w *byte, nb int, group int) float32
 func dotF8RowY(x *float32, w *byte, n int) float32
+func dotF8RowZ(x *float32, w *byte, n int) float32
+
+// dotF8RowZY is dotF8RowZ over n's whole multiple of 32 and dotF8RowY over
+// the rest (F8E4M3Row rows are multiples of 16).
+func dotF8RowZY(x *float32, w *byte, n int) float32 {
+	m := n &^ 31
+	var s float32
+	if m > 0 {
+		s = dotF8RowZ(x, w, m)
+	}
+	if m < n {
+		s += dotF8RowY((*float32)(unsafe.Add(unsafe.Pointer(x), 4*m)), (*byte)(unsafe.Add(unsafe.Pointer(w), m)), n-m)
+	}
+	return s
+}
 
 // kernelSets lists the vector kernel sets this CPU can run, best first,
 // and the pure-Go set last.
@@ -96,7 +111,7 @@ func kernelSets() []kernels {
 			dotF32: dotF32Z, dotF16: dotF16Z, dotBF16: dotBF16Z,
 			dotQ8: dotQ8VNNI, dotQ4: dotQ4VNNI, dotQ8Rows: dotQ8RowsVNNI, dotQ4Rows: dotQ4RowsVNNI,
 			dotQ4K: dotQ4KAVX2, dotQ5K: dotQ5KAVX2, dotQ6K: dotQ6KAVX2,
-			dotAWQ4: dotAWQ4Y, dotF8: dotF8RowY,
+			dotAWQ4: dotAWQ4Y, dotF8: dotF8RowZY,
 			expSum: expSumZ, axpy: axpyF32Z, dotRows: dotRowsF32Z, axpyRows: axpyRowsF32Z,
 		})
 	}

@@ -38,11 +38,18 @@ func TestMatMulWeightQuant(t *testing.T) {
 	shapes := []struct{ n, in, out int }{
 		{1, 128, 1}, {1, 256, 7}, {2, 384, 5}, {3, 128, 33}, {4, 128, 8}, {5, 512, 13},
 		{17, 256, 33}, {70, 128, 11}, {13, 1024, 65},
+		// FP8 rows of 16 codes past a multiple of 32 (the AVX-512 dot
+		// takes 32 at a time and leaves 16 to the AVX2 one); too narrow
+		// for the AWQ groups.
+		{2, 144, 7}, {1, 16, 3},
 	}
 	for _, set := range kernelSets() {
 		for _, dt := range []backend.DType{backend.AWQ4G32, backend.AWQ4G64, backend.AWQ4G128, backend.F8E4M3Row} {
 			for _, threads := range []int{1, 3} {
 				for _, sh := range shapes {
+					if g := backend.AWQGroup(dt); g != 0 && sh.in%g != 0 {
+						continue
+					}
 					for _, withBias := range []bool{false, true} {
 						name := fmt.Sprintf("%s/%v/threads=%d/%dx%dx%d/bias=%v", set.name, dt, threads, sh.n, sh.in, sh.out, withBias)
 						t.Run(name, func(t *testing.T) {

@@ -84,7 +84,8 @@ func main() {
 	g.dotKMin(true)
 	g.dotQ6K()
 	g.dotAWQ4()
-	g.dotF8Row()
+	g.dotF8Row("Y")
+	g.dotF8Row("Z")
 	if err := os.WriteFile(*out, g.Bytes(), 0o644); err != nil {
 		log.Fatal(err)
 	}

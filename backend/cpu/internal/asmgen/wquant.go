@@ -83,9 +83,14 @@ func (g *gen) dotAWQ4() {
 // sign into the F16's; the sum is multiplied by 256 at the end. NaN codes
 // read as 480 (weights hold none). AVX2, FMA and F16C.
 //
-//	func dotF8RowY(x *float32, w *byte, n int) float32
-func (g *gen) dotF8Row() {
-	const name = "dotF8RowY"
+//	func dotF8RowY(x *float32, w *byte, n int) float32   n a multiple of 16
+//	func dotF8RowZ(x *float32, w *byte, n int) float32   n a multiple of 32
+//
+// dotF8RowZ (AVX-512) converts 16 codes at a time, words in a ymm and
+// floats in a zmm.
+func (g *gen) dotF8Row(v string) {
+	name := "dotF8Row" + v
+	h := map[string]string{"Y": "X", "Z": "Y"}[v] // the register of a vector's words
 	g.p("")
 	g.p("// func %s(x *float32, w *byte, n int) float32", name)
 	g.p("TEXT ·%s(SB), NOSPLIT, $0-28", name)
@@ -94,29 +99,33 @@ func (g *gen) dotF8Row() {
 	g.p("\tMOVQ n+16(FP), CX")
 	g.bcastD(0x3f803f80, 14) // exponent and mantissa of two F16s
 	g.bcastD(0x80008000, 13) // their signs
-	g.p("\tVXORPS Y0, Y0, Y0")
-	g.p("\tVXORPS Y1, Y1, Y1")
+	g.p("\tVXORPS %s0, %s0, %s0", v, v, v)
+	g.p("\tVXORPS %s1, %s1, %s1", v, v, v)
 	g.p("\tTESTQ CX, CX")
 	g.p("\tJZ %sdone", name)
 	g.p("%sloop:", name)
-	// 16 codes -> 16 words (X5, X6: eight each) -> F16 -> f32.
-	for k, r := range []int{5, 6} {
-		g.p("\tVPMOVZXBW %d(DX), X%d", 8*k, r)
-		g.p("\tVPSLLW $7, X%d, X7", r)
-		g.p("\tVPAND X14, X7, X7")
-		g.p("\tVPSLLW $8, X%d, X%d", r, r)
-		g.p("\tVPAND X13, X%d, X%d", r, r)
-		g.p("\tVPOR X7, X%d, X%d", r, r)
-		g.p("\tVCVTPH2PS X%d, Y%d", r, r)
-		g.p("\tVFMADD231PS %d(SI), Y%d, Y%d", 32*k, r, k)
+	// Y: 16 codes as two vectors of eight; Z: 32 as two of sixteen.
+	per := 8
+	if v == "Z" {
+		per = 16
 	}
-	g.p("\tADDQ $16, DX")
-	g.p("\tADDQ $64, SI")
-	g.p("\tSUBQ $16, CX")
+	for k, r := range []int{5, 6} {
+		g.p("\tVPMOVZXBW %d(DX), %s%d", per*k, h, r)
+		g.p("\tVPSLLW $7, %s%d, %s7", h, r, h)
+		g.p("\tVPAND %s14, %s7, %s7", h, h, h)
+		g.p("\tVPSLLW $8, %s%d, %s%d", h, r, h, r)
+		g.p("\tVPAND %s13, %s%d, %s%d", h, h, r, h, r)
+		g.p("\tVPOR %s7, %s%d, %s%d", h, h, r, h, r)
+		g.p("\tVCVTPH2PS %s%d, %s%d", h, r, v, r)
+		g.p("\tVFMADD231PS %d(SI), %s%d, %s%d", 4*per*k, v, r, v, k)
+	}
+	g.p("\tADDQ $%d, DX", 2*per)
+	g.p("\tADDQ $%d, SI", 8*per)
+	g.p("\tSUBQ $%d, CX", 2*per)
 	g.p("\tJNZ %sloop", name)
 	g.p("%sdone:", name)
-	g.p("\tVADDPS Y1, Y0, Y0")
-	g.hsum("Y", 0, 1)
+	g.p("\tVADDPS %s1, %s0, %s0", v, v, v)
+	g.hsum(v, 0, 1)
 	g.p("\tMOVL $0x43800000, AX") // 256
 	g.p("\tVMOVD AX, X1")
 	g.p("\tVMULSS X1, X0, X0")
