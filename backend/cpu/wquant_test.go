@@ -113,7 +113,7 @@ func TestMatMulF8QuantizesActivations(t *testing.T) {
 func BenchmarkMatMulWeightQuant(b *testing.B) {
 	r := newRand(b)
 	for _, dt := range []backend.DType{backend.BF16, backend.Q4_0, backend.AWQ4G128, backend.F8E4M3Row} {
-		for _, n := range []int{1, 64} {
+		for _, n := range []int{1, 4, 16, 64} {
 			in, out := 1024, 1024
 			b.Run(fmt.Sprintf("%v/n=%d", dt, n), func(b *testing.B) {
 				be := New(Options{})
