@@ -31,6 +31,8 @@ func dotRowsF32NEON(x *float32, rows *float32, d int, n int, out *float32)
 func axpyRowsF32NEON(y *float32, p *float32, rows *float32, d int, n int)
 func quantQ8NEON(x *float32, q *int8, meta *uint32, nb int)
 func expSumNEON(x *float32, n int, m, scale float32) float32
+func dotAWQ4NEON(x *float32, w *byte, nb int, group int) float32
+func dotF8RowNEON(x *float32, w *byte, n int) float32
 
 func gemmN1(a *float32, lda uintptr, b *float32, c *float32, ldc uintptr, k int)
 func gemmN2(a *float32, lda uintptr, b *float32, c *float32, ldc uintptr, k int)
@@ -71,6 +73,7 @@ func kernelSets() []kernels {
 		dotQ4K: dotQ4KNEON, dotQ5K: dotQ5KNEON, dotQ6K: dotQ6KNEON,
 		axpy: axpyF32NEON, dotRows: dotRowsF32NEON, axpyRows: axpyRowsF32NEON,
 		quantRows: quantQ8NEON, expSum: expSumNEON,
+		dotAWQ4: dotAWQ4NEON, dotF8: dotF8RowNEON,
 	}
 	if cpu.ARM64.HasASIMDDP {
 		dp := neon

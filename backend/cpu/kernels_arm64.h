@@ -68,3 +68,13 @@
 #define FSUB4(d, n, m) WORD $(0x4ea0d400 | (m)<<16 | (n)<<5 | (d))
 #define FCMGE4(d, n, m) WORD $(0x6e20e400 | (m)<<16 | (n)<<5 | (d))
 #define FCVTNS(d, n) WORD $(0x4e21a800 | (n)<<5 | (d))
+
+// ushl vd.4s, vn.4s, vm.4s: each lane of vn shifted left by the signed
+// lane of vm (right where negative).
+#define USHL4(d, n, m) WORD $(0x6ea04400 | (m)<<16 | (n)<<5 | (d))
+// ucvtf vd.4s, vn.4s: uint32 to f32.
+#define UCVTF(d, n) WORD $(0x6e21d800 | (n)<<5 | (d))
+// ushll vd.8h, vn.8b, #0 / ushll2 vd.8h, vn.16b, #0: zero extension of
+// the low / high bytes.
+#define UXTLB(d, n) WORD $(0x2f08a400 | (n)<<5 | (d))
+#define UXTL2B(d, n) WORD $(0x6f08a400 | (n)<<5 | (d))

@@ -717,3 +717,133 @@ done:
 	HSUM0
 	FMOVS F0, ret+24(FP)
 	RET
+
+// func dotAWQ4NEON(x *float32, w *byte, nb int, group int) float32
+//
+// nb AWQ4 blocks of group elements (an F16 scale, an F16 zero point, then
+// group/2 bytes of nibbles, a 32-bit word eight elements in AutoAWQ's
+// interleave: nibble i holds element backend.AWQOrder[i]) against f32 x:
+// the sum over blocks of scale * sum x*(q - zero). Each word is
+// duplicated to four lanes twice and shifted right by the nibble
+// positions of elements 0-3 (nibbles 0, 4, 1, 5) and 4-7 (2, 6, 3, 7).
+TEXT ·dotAWQ4NEON(SB), NOSPLIT, $0-36
+	MOVD x+0(FP), R0
+	MOVD w+8(FP), R1
+	MOVD nb+16(FP), R2
+	MOVD group+24(FP), R3
+	LSR  $3, R3, R3 // words a block
+	MOVW $-16, R5
+	VMOV R5, V30.S[1]
+	MOVW $-4, R5
+	VMOV R5, V30.S[2]
+	MOVW $-20, R5
+	VMOV R5, V30.S[3]
+	VMOV ZR, V30.S[0]
+	MOVW $-8, R5
+	VMOV R5, V31.S[0]
+	MOVW $-24, R5
+	VMOV R5, V31.S[1]
+	MOVW $-12, R5
+	VMOV R5, V31.S[2]
+	MOVW $-28, R5
+	VMOV R5, V31.S[3]
+	MOVW $15, R5
+	VDUP R5, V29.S4
+	VEOR V0.B16, V0.B16, V0.B16
+	CBZ  R2, awqdone
+
+awqblock:
+	MOVWU.P 4(R1), R5 // scale, zero point
+	VMOV    R5, V4.S[0]
+	FCVTL(4, 4)       // fcvtl v4.4s, v4.4h
+	VDUP    V4.S[0], V5.S4
+	VDUP    V4.S[1], V6.S4
+	VEOR    V1.B16, V1.B16, V1.B16
+	VEOR    V2.B16, V2.B16, V2.B16
+	MOVD    R3, R6
+
+awqword:
+	MOVWU.P 4(R1), R5
+	VDUP    R5, V7.S4
+	USHL4(16, 7, 30) // ushl v16.4s, v7.4s, v30.4s
+	USHL4(17, 7, 31) // ushl v17.4s, v7.4s, v31.4s
+	VAND    V29.B16, V16.B16, V16.B16
+	VAND    V29.B16, V17.B16, V17.B16
+	UCVTF(16, 16)     // ucvtf v16.4s, v16.4s
+	UCVTF(17, 17)     // ucvtf v17.4s, v17.4s
+	FSUB4(16, 16, 6)  // fsub v16.4s, v16.4s, v6.4s: q - zero
+	FSUB4(17, 17, 6)  // fsub v17.4s, v17.4s, v6.4s
+	VLD1.P  32(R0), [V18.S4, V19.S4]
+	VFMLA   V16.S4, V18.S4, V1.S4
+	VFMLA   V17.S4, V19.S4, V2.S4
+	SUBS    $1, R6, R6
+	BNE     awqword
+	FADD4(1, 1, 2)    // fadd v1.4s, v1.4s, v2.4s
+	VFMLA   V5.S4, V1.S4, V0.S4
+	SUBS    $1, R2, R2
+	BNE     awqblock
+
+awqdone:
+	FADDP4(0, 0, 0) // faddp v0.4s, v0.4s, v0.4s
+	FADDP2(0, 0)    // faddp s0, v0.2s
+	FMOVS F0, ret+32(FP)
+	RET
+
+// func dotF8RowNEON(x *float32, w *byte, n int) float32
+//
+// n f32 x against n e4m3fn codes (n a multiple of 16), before the row's
+// scale. A code becomes the F16 of its value / 256 by shifts and masks
+// (exponent and mantissa into the F16's, the sign into its sign; the
+// biases 15 and 7 differ by 8, subnormals included); the sum is
+// multiplied by 256. NaN codes read as 480 (weights hold none).
+TEXT ·dotF8RowNEON(SB), NOSPLIT, $0-28
+	MOVD x+0(FP), R0
+	MOVD w+8(FP), R1
+	MOVD n+16(FP), R2
+	MOVW $0x3f803f80, R5
+	VDUP R5, V28.S4
+	MOVW $0x80008000, R5
+	VDUP R5, V27.S4
+	VEOR V0.B16, V0.B16, V0.B16
+	VEOR V1.B16, V1.B16, V1.B16
+	VEOR V2.B16, V2.B16, V2.B16
+	VEOR V3.B16, V3.B16, V3.B16
+	CBZ  R2, f8done
+
+f8loop:
+	VLD1.P 16(R1), [V8.B16]
+	UXTLB(16, 8)  // ushll v16.8h, v8.8b, #0
+	UXTL2B(17, 8) // ushll2 v17.8h, v8.16b, #0
+	VSHL   $7, V16.H8, V18.H8
+	VSHL   $7, V17.H8, V19.H8
+	VAND   V28.B16, V18.B16, V18.B16
+	VAND   V28.B16, V19.B16, V19.B16
+	VSHL   $8, V16.H8, V16.H8
+	VSHL   $8, V17.H8, V17.H8
+	VAND   V27.B16, V16.B16, V16.B16
+	VAND   V27.B16, V17.B16, V17.B16
+	VORR   V18.B16, V16.B16, V16.B16
+	VORR   V19.B16, V17.B16, V17.B16
+	FCVTL(20, 16)  // fcvtl v20.4s, v16.4h
+	FCVTL2(21, 16) // fcvtl2 v21.4s, v16.8h
+	FCVTL(22, 17)  // fcvtl v22.4s, v17.4h
+	FCVTL2(23, 17) // fcvtl2 v23.4s, v17.8h
+	VLD1.P 64(R0), [V4.S4, V5.S4, V6.S4, V7.S4]
+	VFMLA  V20.S4, V4.S4, V0.S4
+	VFMLA  V21.S4, V5.S4, V1.S4
+	VFMLA  V22.S4, V6.S4, V2.S4
+	VFMLA  V23.S4, V7.S4, V3.S4
+	SUBS   $16, R2, R2
+	BNE    f8loop
+
+f8done:
+	FADD4(0, 0, 1) // fadd v0.4s, v0.4s, v1.4s
+	FADD4(2, 2, 3) // fadd v2.4s, v2.4s, v3.4s
+	FADD4(0, 0, 2) // fadd v0.4s, v0.4s, v2.4s
+	FADDP4(0, 0, 0)
+	FADDP2(0, 0)
+	MOVW $0x43800000, R5 // 256
+	FMOVS R5, F1
+	FMULS F1, F0, F0
+	FMOVS F0, ret+24(FP)
+	RET
