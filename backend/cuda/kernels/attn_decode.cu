@@ -195,6 +195,24 @@ __device__ __forceinline__ float warp_merge(const float* obase, const float (&sm
   return merge_parts<NW>(ov, mv, lv, M, lsum);
 }
 
+// tile_rows looks up the cache block of the 16-token tile that starts at
+// sequence position p0, which lies inside one block (BS a multiple of
+// TT), and returns the mask of its rows in [lo, L). A block id outside
+// the cache is reported and read as block 0 with no valid row.
+__device__ __forceinline__ u32 tile_rows(int p0, int lo, int L, const int* bt, int max_blocks, int num_blocks,
+                                         int* err, int& bi, int& blk) {
+  bi = kv_index(p0, BS);
+  const int rlo = max(0, lo - p0), rhi = min(TT, L - p0);  // 0 <= rlo < rhi <= 16
+  u32 mask = ((1u << rhi) - 1u) & ~((1u << rlo) - 1u);
+  blk = bi < max_blocks ? bt[bi] : -1;
+  if (blk < 0 || blk >= num_blocks) {
+    report(err, ERR_BLOCK_ID);
+    mask = 0;
+    blk = 0;
+  }
+  return mask;
+}
+
 // attn_decode_mma: for each sequence with exactly one query row,
 // attention of up to 16 query heads of a GQA group over the split's share
 // of the context.
@@ -283,15 +301,9 @@ __device__ __forceinline__ void attn_decode_body(
     // whole, after the wait (below).
     unsigned char* ks = qring + sl * QSLOT;
     const int p0 = t * TT;
-    const int bi = kv_index(p0, BS);
-    const int rlo = max(0, lo - p0), rhi = min(TT, L - p0);
-    u32 mask = ((1u << rhi) - 1u) & ~((1u << rlo) - 1u);
-    int blk = bi < max_blocks ? bt[bi] : -1;
-    if (blk < 0 || blk >= num_blocks) {
-      report(err, ERR_BLOCK_ID);
-      mask = 0;
-      blk = 0;
-    }
+    int bi, blk;
+    const u32 mask = tile_rows(p0, lo, L, bt, max_blocks, num_blocks, err, bi, blk);
+    const int rhi = min(TT, L - p0);
     const int w = mask != 0 ? kivi_window(kw, blk, err) : -1;
     const u32 wsel = mask & ~((1u << kivi_first_bf16(w, p0, bi, L, kw.window, BS, TT)) - 1u);
     const bool ok = (mask & ~wsel) != 0;
@@ -327,15 +339,8 @@ __device__ __forceinline__ void attn_decode_body(
     unsigned char* ks = qring + sl * QSLOT;
     unsigned char* vs = ks + TT * HD;
     const int p0 = t * TT;
-    const int bi = kv_index(p0, BS);
-    const int rlo = max(0, lo - p0), rhi = min(TT, L - p0);
-    u32 mask = ((1u << rhi) - 1u) & ~((1u << rlo) - 1u);
-    int blk = bi < max_blocks ? bt[bi] : -1;
-    if (blk < 0 || blk >= num_blocks) {
-      report(err, ERR_BLOCK_ID);
-      mask = 0;
-      blk = 0;
-    }
+    int bi, blk;
+    const u32 mask = tile_rows(p0, lo, L, bt, max_blocks, num_blocks, err, bi, blk);
     const i64 base = kv_tile(kh, blk) + kv_row(kv_offset(p0, bi, BS), HD);
     for (int c = lane; c < TT * HD / 16; c += 32) {
       const int r = c / (HD / 16), col = (c % (HD / 16)) * 16;
@@ -365,15 +370,8 @@ __device__ __forceinline__ void attn_decode_body(
     const int p0 = t * TT;
 #if BS % TT == 0
     // The tile lies inside one cache block: one lookup, contiguous rows.
-    const int bi = kv_index(p0, BS);
-    const int rlo = max(0, lo - p0), rhi = min(TT, L - p0);  // 0 <= rlo < rhi <= 16
-    u32 mask = ((1u << rhi) - 1u) & ~((1u << rlo) - 1u);
-    int blk = bi < max_blocks ? bt[bi] : -1;
-    if (blk < 0 || blk >= num_blocks) {
-      report(err, ERR_BLOCK_ID);
-      mask = 0;
-      blk = 0;
-    }
+    int bi, blk;
+    const u32 mask = tile_rows(p0, lo, L, bt, max_blocks, num_blocks, err, bi, blk);
     const i64 base = kv_tile(kh, blk) + kv_row(kv_offset(p0, bi, BS), HD);
 #pragma unroll
     for (int i = 0; i < HD / 16; i++) {
