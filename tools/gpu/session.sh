@@ -55,7 +55,7 @@
 #                  8B-shape verify step against a decode step at batch 1 and 4
 #   prefill_attn_bench  BenchmarkAttentionPrefill (graph-timed)
 #   spec_profile   ncu, kernel by kernel: the default model's decode step against its verify step
-#                  of 1+SPEC_K rows (default 8)
+#                  of 1+SPEC_K rows (default 8) after a SPEC_CTX-token prompt (default 128)
 #   step_profile   ncu, kernel by kernel: a llama-3-8b decode step at PROFILE_BATCH (default 256)
 #   ab_old         this build against .gpu/trigon_old, alternating, and the before/after table
 #   final          cuda_tests and model_tests (stopping on a failure), then default_model,
@@ -723,9 +723,9 @@ PY
 # latency's last 18 steps are verify steps, the 18 before them plain
 # decode steps.
 spec_profile() {
-local k=${SPEC_K:-8}
-log "ncu: default model, batch 1, decode step against a verify step of 1+$k rows"
-ncu_name=spec-ncu ncu_kernels .gpu/trigon bench latency --device cuda --batch 1 --input-len 128 --output-len 4 \
+local k=${SPEC_K:-8} ctx=${SPEC_CTX:-128}
+log "ncu: default model, batch 1, $ctx-token prompt, decode step against a verify step of 1+$k rows"
+ncu_name=spec-ncu ncu_kernels .gpu/trigon bench latency --device cuda --batch 1 --input-len "$ctx" --output-len 4 \
   --iters 1 --warmup 0 --cuda-graphs on --sustained-probe 0 \
   --speculative-config "{\"method\": \"ngram\", \"num_speculative_tokens\": $k}"
 ncu_steps "$OUT/spec-ncu.csv" decode:-19 verify:-1
