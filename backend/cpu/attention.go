@@ -123,18 +123,25 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 		}, ns)
 		return nil
 	}
-	// An unquantized F32 cache's rows are read in place; other formats
-	// decode each needed row once per (sequence, head) into scratch.
+	// An unquantized F32 cache's rows are read in place, and each job is
+	// one (sequence, query head); other formats decode each needed row
+	// once per (sequence, KV head) into scratch, which that KV head's
+	// query heads then read in one job.
 	direct := a.KV.Scales == backend.KVNoScales && a.KV.DType == backend.F32
 	bs := a.KV.BlockSize
-	b.parallel(ns*h, 1, func(w, lo, hi int) {
+	per := group // query heads a job
+	if direct {
+		per = 1
+	}
+	jobs := h / per // a sequence's
+	b.parallel(ns*jobs, 1, func(w, lo, hi int) {
 		for unit := lo; unit < hi; unit++ {
-			s, head := unit/h, unit%h
+			s, head0 := unit/jobs, unit%jobs*per
 			qLen, seqLen := int(starts[s+1])-int(starts[s]), int(lens[s])
 			if qLen == 0 {
 				continue
 			}
-			kvHead := head / group
+			kvHead := head0 / group
 			// Keys needed by any of this sequence's query rows.
 			first := 0
 			if window > 0 {
@@ -166,44 +173,52 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 				}
 				return vs[(p-first)*d : (p-first+1)*d]
 			}
-			for i := range qLen {
-				t := int(starts[s]) + i
-				pos := seqLen - qLen + i
-				lo := first
-				if window > 0 {
-					lo = max(first, pos-window+1)
-				}
-				qrow := qv[(t*h+head)*d : (t*h+head+1)*d]
-				sc := scores[:pos-lo+1]
-				// In place, a block's rows of the head are consecutive:
-				// one kernel call takes a block's run of keys.
-				rows := b.k.dotRows != nil && direct && d%b.k.lanes == 0
-				for p := lo; p <= pos; {
-					n := 1
-					if rows {
-						n = min(pos+1, (p/bs+1)*bs) - p
-						b.k.dotRows(&qrow[0], &kRow(p)[0], d, n, &sc[p-lo])
-					} else {
-						sc[p-lo] = b.dotF32(qrow, kRow(p))
+			for head := head0; head < head0+per; head++ {
+				for i := range qLen {
+					t := int(starts[s]) + i
+					pos := seqLen - qLen + i
+					lo := first
+					if window > 0 {
+						lo = max(first, pos-window+1)
 					}
-					p += n
-				}
-				inv := b.k.softmaxRow(sc, a.Scale)
-				// qrow is fully read; out may alias it from here on.
-				orow := ov[(t*h+head)*d : (t*h+head+1)*d]
-				clear(orow)
-				for p := lo; p <= pos; {
-					n := 1
-					if rows {
-						n = min(pos+1, (p/bs+1)*bs) - p
-						b.k.axpyRows(&orow[0], &sc[p-lo], &vRow(p)[0], d, n)
-					} else {
-						b.axpyF32(orow, sc[p-lo], vRow(p))
+					qrow := qv[(t*h+head)*d : (t*h+head+1)*d]
+					sc := scores[:pos-lo+1]
+					// In place, a block's rows of the head are consecutive, and
+					// decoded rows all are: one kernel call takes such a run.
+					rows := b.k.dotRows != nil && d%b.k.lanes == 0
+					run := func(p int) int {
+						if direct {
+							return min(pos+1, (p/bs+1)*bs) - p
+						}
+						return pos + 1 - p
 					}
-					p += n
-				}
-				for c := range orow {
-					orow[c] *= inv
+					for p := lo; p <= pos; {
+						n := 1
+						if rows {
+							n = run(p)
+							b.k.dotRows(&qrow[0], &kRow(p)[0], d, n, &sc[p-lo])
+						} else {
+							sc[p-lo] = b.dotF32(qrow, kRow(p))
+						}
+						p += n
+					}
+					inv := b.k.softmaxRow(sc, a.Scale)
+					// qrow is fully read; out may alias it from here on.
+					orow := ov[(t*h+head)*d : (t*h+head+1)*d]
+					clear(orow)
+					for p := lo; p <= pos; {
+						n := 1
+						if rows {
+							n = run(p)
+							b.k.axpyRows(&orow[0], &sc[p-lo], &vRow(p)[0], d, n)
+						} else {
+							b.axpyF32(orow, sc[p-lo], vRow(p))
+						}
+						p += n
+					}
+					for c := range orow {
+						orow[c] *= inv
+					}
 				}
 			}
 		}

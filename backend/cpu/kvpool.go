@@ -168,17 +168,17 @@ func (p kvPool) load(table []int32, pos, seqLen, head int, dst []float32) {
 	case backend.KVNoScales:
 		toFloat32(p.spec.DType, row, dst)
 	case backend.KVScalePerHead:
-		s := p.perHead[head]
+		s, t := p.perHead[head], backend.E4M3Table()
 		for i, b := range row {
-			dst[i] = backend.E4M3ToF32(b) * s
+			dst[i] = t[b] * s
 		}
 	case backend.KVScaleGroups:
-		g, sc := p.spec.GroupSize, p.groupScales(blk, head, off)
+		g, sc, t := p.spec.GroupSize, p.groupScales(blk, head, off), backend.F16Table()
 		q := bytesAs[int8](row)
 		for j := range p.groups {
-			s := backend.F16ToF32(sc[j])
-			for i := j * g; i < (j+1)*g; i++ {
-				dst[i] = float32(q[i]) * s
+			s := t[sc[j]]
+			for i, v := range q[j*g : (j+1)*g] {
+				dst[j*g+i] = float32(v) * s
 			}
 		}
 	case backend.KVScaleKIVI:
@@ -188,19 +188,27 @@ func (p kvPool) load(table []int32, pos, seqLen, head int, dst []float32) {
 			}
 			return
 		}
-		nib := func(i int) float32 { return float32(row[i/2] >> (4 * (i % 2)) & 0xF) }
+		// Each byte holds elements 2j (low nibble) and 2j+1; every
+		// product is rounded before its add (no FMA), as the format says.
+		t := backend.F16Table()
+		codes := row[:p.dims/2]
 		if p.isK {
 			sc := p.channelScales(blk, head)
-			for i := range dst {
-				dst[i] = float32(nib(i)*backend.F16ToF32(sc[i])) + backend.F16ToF32(sc[p.dims+i])
+			s, z := sc[:p.dims], sc[p.dims:2*p.dims]
+			for j, c := range codes {
+				i := 2 * j
+				dst[i] = float32(float32(c&0xF)*t[s[i]]) + t[z[i]]
+				dst[i+1] = float32(float32(c>>4)*t[s[i+1]]) + t[z[i+1]]
 			}
 			return
 		}
 		g, sc := p.spec.GroupSize, p.groupScales(blk, head, off)
 		for j := range p.groups {
-			s, z := backend.F16ToF32(sc[2*j]), backend.F16ToF32(sc[2*j+1])
-			for i := j * g; i < (j+1)*g; i++ {
-				dst[i] = float32(nib(i)*s) + z // the product rounded before the add: no FMA
+			s, z := t[sc[2*j]], t[sc[2*j+1]]
+			for k, c := range codes[j*g/2 : (j+1)*g/2] {
+				i := j*g + 2*k
+				dst[i] = float32(float32(c&0xF)*s) + z
+				dst[i+1] = float32(float32(c>>4)*s) + z
 			}
 		}
 	}
