@@ -29,7 +29,8 @@
 #   bench_rows     bench latency at BATCHES (default "1 4 64"), 2048-token prompts, graphs off and on
 #   rows_long      batch 16 at 32768-token prompts
 #   kv_rows        bf16 against the quantized KV caches (fp8, int8, int4): batch 16 at 32k, batch 4 at 2k
-#   kv_tests       the quantized KV kernel tests only (fp8, int8, int4), then the default model per KV format
+#   kv_check       the KV formats' kernel tests (bf16, fp8, int8, int4), then the default model per KV
+#                  format, the fixtures and the default model (kv_tests: the same)
 #   new_tests      the new kernels' and paths' tests in priority order, then the KV attention benchmark
 #   kv_attn_bench  decode attention over bf16, fp8, int8 and int4 caches (BenchmarkAttentionDecodeQuant)
 #   kv_capacity    the KV capacity serve states at load, per KV dtype (dummy Llama-3.1-8B)
@@ -438,38 +439,21 @@ log "BenchmarkAttentionDecodeQuant bf16, fp8, int8, int4 at 16 x 32k"
 grep -E "^Benchmark|FAIL" "$OUT/new-bench.log" | say
 }
 
-# kv_tests: the quantized KV kernels (fp8, int8, int4) against the CPU (a
-# subset of cuda_tests, for iterating on them; TestRoPEStoreKV matches
-# TestRoPEStoreKVQuant and TestRoPEStoreKVInt4, Quant TestAttentionQuant's
-# int4 cases too), the quantized modules' builds, then the default model
-# through the runner with every KV format (TestKVCacheDTypesCUDA).
-kv_tests() {
-log "backend/cuda: quantized KV tests"
-(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.timeout 8m -test.run 'Quant|TestRoPEStoreKV|TestDecodePlan|TestAttention$|TestFusedQKVRoPE|TestKVReadersRefuseOtherFormats|TestKernelsCompile|TestKernelsWaitForPredecessor' >"$OUT/kv-tests.log" 2>&1)
-local rc=$?
-echo "rc=$rc" | say
-grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/kv-tests.log" | tail -8 | say
-grep -c -- "--- PASS" "$OUT/kv-tests.log" | sed 's/^/passed (tests and subtests): /' | say
-grep -E "^\s+--- FAIL" "$OUT/kv-tests.log" | head -20 | say
-grep -E "error|Error" "$OUT/kv-tests.log" | head -20 | say
-log "model/llama: TestKVCacheDTypesCUDA"
-(cd model/llama && "$root/.gpu/llama.test" -test.v -test.timeout 5m -test.run 'TestKVCacheDTypesCUDA' >"$OUT/kv-llama.log" 2>&1)
-local rc2=$?
-echo "rc=$rc2" | say
-grep -E "perplexity|greedy|^(--- FAIL|--- PASS|FAIL|PASS)" "$OUT/kv-llama.log" | head -16 | say
-[ $rc -ne 0 ] && return $rc
-return $rc2
-}
+# kv_tests: the KV format tests (kv_check).
+kv_tests() { kv_check; }
 
-# kv_check: the KV-cache kernel tests without the weight-quantized
-# products (kv_tests' 'Quant' also runs those), the model-level KV dtype
-# test and the fixtures, for one call that then measures (kv_rows).
+# kv_check: the KV formats' kernels (bf16, fp8, int8, int4) against the
+# CPU (a subset of cuda_tests, for iterating on them; TestRoPEStoreKV
+# matches TestRoPEStoreKVQuant and TestRoPEStoreKVInt4), the quantized
+# modules' builds, then the default model through the runner with every
+# KV format (TestKVCacheDTypesCUDA), the fixtures and the default model.
 kv_check() {
 log "backend/cuda: KV cache format tests"
 (cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.timeout 5m -test.run \
   'TestRoPEStoreKV|TestAttentionQuant|TestDecodePlan|TestAttention$|TestGraphVerifyAttention|TestFusedQKVRoPE|TestKVReadersRefuseOtherFormats|TestCheckKVSpec|TestKernelsCompile|TestKernelsWaitForPredecessor' \
   >"$OUT/kv-check.log" 2>&1)
-echo "rc=$?" | say
+local rc=$?
+echo "rc=$rc" | say
 grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/kv-check.log" | tail -8 | say
 grep -c -- "--- PASS" "$OUT/kv-check.log" | sed 's/^/passed (tests and subtests): /' | say
 grep -E "^\s+--- FAIL" "$OUT/kv-check.log" | head -20 | say
@@ -477,8 +461,11 @@ grep -E "error|Error" "$OUT/kv-check.log" | head -12 | say
 log "model/llama: TestKVCacheDTypesCUDA, the fixtures, the default model"
 (cd model/llama && "$root/.gpu/llama.test" -test.v -test.timeout 5m -test.run \
   'TestKVCacheDTypesCUDA|TestFixturesCUDA|TestDefaultModelCUDAMatchesCPU' >"$OUT/kv-llama.log" 2>&1)
-echo "rc=$?" | say
+local rc2=$?
+echo "rc=$rc2" | say
 grep -E "perplexity|greedy|worst|^(--- FAIL|--- PASS|FAIL|PASS)|panic" "$OUT/kv-llama.log" | head -24 | say
+((rc == 0)) && return $rc2
+return $rc
 }
 
 # rows_large: large batches at the serving issue's shape (192-token
