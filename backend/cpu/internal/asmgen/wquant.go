@@ -75,19 +75,16 @@ func (g *gen) dotAWQ4() {
 	g.p("\tRET")
 }
 
-// dotF8Row writes dotF8RowY: the dot product of n f32 activations x with
-// n e4m3fn codes w (an F8E4M3Row row's values, before its scale), n a
-// multiple of 16. An e4m3fn code becomes the F16 of its value / 256:
+// dotF8Row writes dotF8Row<v>: the dot product of n f32 activations x
+// with n e4m3fn codes w (an F8E4M3Row row's values, before its scale). An e4m3fn code becomes the F16 of its value / 256:
 // its exponent and mantissa bits shifted into an F16's (exponent bias 15
 // against 7, which the 2^-8 accounts for, subnormals included) and its
 // sign into the F16's; the sum is multiplied by 256 at the end. NaN codes
-// read as 480 (weights hold none). AVX2, FMA and F16C.
+// read as 480 (weights hold none). Y: AVX2, FMA and F16C; Z: AVX-512,
+// 16 codes a conversion (words in a ymm, floats in a zmm).
 //
 //	func dotF8RowY(x *float32, w *byte, n int) float32   n a multiple of 16
 //	func dotF8RowZ(x *float32, w *byte, n int) float32   n a multiple of 32
-//
-// dotF8RowZ (AVX-512) converts 16 codes at a time, words in a ymm and
-// floats in a zmm.
 func (g *gen) dotF8Row(v string) {
 	name := "dotF8Row" + v
 	h := map[string]string{"Y": "X", "Z": "Y"}[v] // the register of a vector's words
