@@ -139,7 +139,17 @@ type AttentionArgs struct {
 	// up to the token count). 1 promises a decode-only batch: backends may
 	// then skip their prefill path, and must report a sequence with more
 	// rows as an error rather than leave its output unwritten.
-	MaxQueryLen   int
+	MaxQueryLen int
+	// StepKeys bounds how many of each sequence's last cache positions
+	// the ops before this one in the step wrote (0: as many as its query
+	// rows, as in any step that writes only its own rows). A step whose
+	// one-row sequences read rows that other sequences of the step wrote
+	// (a verify step run as decode rows: row j of a sequence is a
+	// sequence of one row whose context ends with rows 0..j-1 of the
+	// same step) sets it to those rows' count; backends that start
+	// reading older positions while the previous op still runs must read
+	// the last StepKeys positions after it.
+	StepKeys      int
 	NumHeads      int
 	NumKVHeads    int
 	HeadDim       int

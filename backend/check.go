@@ -293,6 +293,8 @@ func CheckAttention(a AttentionArgs) (AttentionDims, error) {
 		return AttentionDims{}, ShapeError(op, "MaxSeqLen", "%d is negative", a.MaxSeqLen)
 	case a.SlidingWindow < 0:
 		return AttentionDims{}, ShapeError(op, "SlidingWindow", "%d is negative", a.SlidingWindow)
+	case a.StepKeys < 0:
+		return AttentionDims{}, ShapeError(op, "StepKeys", "%d is negative", a.StepKeys)
 	case math.IsNaN(float64(a.Scale)) || math.IsInf(float64(a.Scale), 0):
 		return AttentionDims{}, ShapeError(op, "Scale", "%v is not finite", a.Scale)
 	}

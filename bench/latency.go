@@ -210,12 +210,16 @@ type LatencyResult struct {
 	// per sequence, VerifyDecodeStepMS a plain decode step timed the same
 	// way at the same context, VerifyRatio their mean ratio (what a verify
 	// step costs in decode steps). Both replay their graphs where
-	// CUDAGraphs is on (the first two of each run untimed: eager, then the
-	// capture).
+	// CUDAGraphs is on (the first steps of each run untimed: eager, then
+	// the capture, and for the verify step the same of its decode-row
+	// form and the timing between the two, runner/verify.go).
+	// VerifyForm is the form the timed verify steps ran in: "native"
+	// (sequences of 1+K rows) or "flat" (decode rows).
 	VerifyTokens       int      `json:"verify_tokens,omitempty"`
 	VerifyStepMS       *Summary `json:"verify_step_ms,omitempty"`
 	VerifyDecodeStepMS *Summary `json:"verify_decode_step_ms,omitempty"`
 	VerifyRatio        *float64 `json:"verify_ratio,omitempty"`
+	VerifyForm         string   `json:"verify_form,omitempty"`
 
 	// KernelChoices lists, where the backend reports them, the kernels
 	// its autotuner kept for this run's products (the CUDA backend: own
@@ -390,14 +394,21 @@ func (run *latencyRun) setup() error {
 	if err != nil {
 		return fmt.Errorf("bench latency: %w", err)
 	}
+	// The runner's decode graphs, as serving uses them: one bucket, the
+	// batch. Its first decode step runs eagerly, the second captures.
+	// With VerifyTokens the verify steps replay theirs too, as the
+	// engine's do when speculation is on, and a second bucket of the
+	// verify step's rows lets the runner time the step run as decode
+	// rows against its native form, as it does among the engine's
+	// buckets.
+	buckets, maxSeqs := []int{o.Batch}, o.Batch
+	if o.VerifyTokens > 0 {
+		buckets, maxSeqs = append(buckets, rows), rows
+	}
 	r, err := runner.NewSharded(ranks, rm, shards, runner.Options{
-		NumBlocks: blocks + 1, BlockSize: bs, MaxTokens: maxTokens, MaxSeqs: o.Batch, MaxSeqLen: seqLen,
+		NumBlocks: blocks + 1, BlockSize: bs, MaxTokens: maxTokens, MaxSeqs: maxSeqs, MaxSeqLen: seqLen,
 		NumLayers: c.NumLayers, NumKVHeads: c.NumKVHeads, HeadDim: c.HeadDim, KV: o.KV,
-		// The runner's decode graphs, as serving uses them: one bucket, the
-		// batch. Its first decode step runs eagerly, the second captures.
-		// With VerifyTokens the verify steps replay theirs too, as the
-		// engine's do when speculation is on.
-		Graphs: runner.GraphOptions{Enabled: o.CUDAGraphs, Buckets: []int{o.Batch}, VerifyTokens: o.VerifyTokens},
+		Graphs: runner.GraphOptions{Enabled: o.CUDAGraphs, Buckets: buckets, VerifyTokens: o.VerifyTokens},
 	}, o.Abort)
 	if err != nil {
 		return fmt.Errorf("bench latency: %w", err)
@@ -695,8 +706,10 @@ func (run *latencyRun) queuedStepTime() (float64, error) {
 }
 
 // verifySteps are verifyRounds plain decode steps and as many verify
-// steps, after two of each untimed.
-const verifyRounds = 16
+// steps, after verifyWarm of each untimed: a graph shape's first step
+// runs eagerly and its second captures; a verify shape that may run as
+// decode rows does that for each form, then times the two (five steps).
+const verifyRounds, verifyWarm = 16, 5
 
 // verifySteps times speculative decoding's verify step (VerifyTokens)
 // against a plain decode step at the context after the last iteration:
@@ -722,7 +735,11 @@ func (run *latencyRun) verifySteps(res *LatencyResult) error {
 			step.Seqs[s] = seq
 		}
 		var times []float64
-		for i := range 2 + verifyRounds {
+		var flat0 uint64
+		for i := range verifyWarm + verifyRounds {
+			if i == verifyWarm {
+				flat0 = run.r.GraphStats().FlatVerifies
+			}
 			if err := run.b.Sync(); err != nil {
 				return nil, err
 			}
@@ -734,8 +751,14 @@ func (run *latencyRun) verifySteps(res *LatencyResult) error {
 			if _, err := out.Sample(make([]backend.SampleRow, out.Rows)); err != nil { // greedy
 				return nil, err
 			}
-			if i >= 2 {
+			if i >= verifyWarm {
 				times = append(times, time.Since(t0).Seconds())
+			}
+		}
+		if verify {
+			res.VerifyForm = "native"
+			if run.r.GraphStats().FlatVerifies-flat0 == verifyRounds {
+				res.VerifyForm = "flat"
 			}
 		}
 		return times, nil

@@ -499,6 +499,9 @@ func TestRunLatencyVerifySteps(t *testing.T) {
 		!(v.Min > 0) || !(d.Min > 0) || res.VerifyRatio == nil || !(*res.VerifyRatio > 0) {
 		t.Fatalf("verify %+v, decode %+v, ratio %v", v, d, res.VerifyRatio)
 	}
+	if res.VerifyForm != "native" { // no graphs: no decode-row form
+		t.Errorf("verify form %q without graphs, want native", res.VerifyForm)
+	}
 	var text strings.Builder
 	if err := res.WriteText(&text); err != nil || !strings.Contains(text.String(), "verify step (k=4)") {
 		t.Errorf("text report without the verify step (%v):\n%s", err, text.String())

@@ -30,6 +30,11 @@ type DeviceBatch struct {
 	NumLogits   int
 	MaxSeqLen   int // upper bound of SeqLens, for kernel tiling
 	MaxQueryLen int // most query rows of one sequence (1: decode only; 0: unknown)
+	// StepKeys is the attention's StepKeys (backend.AttentionArgs): how
+	// many of each sequence's last positions this step writes, where that
+	// is more than its own rows (a verify step run as decode rows); 0
+	// otherwise.
+	StepKeys int
 }
 
 // LayerKV is one layer's paged KV cache: its pools and their format,

@@ -52,6 +52,10 @@ type GraphKey struct {
 	Bucket         int
 	Width          int // block-table width: blocks per sequence
 	Query          int // tokens per sequence: 1 for decode, 1+k for a verify step
+	// StepKeys is the step's model.DeviceBatch.StepKeys, which the
+	// attention kernels take as an argument: 1+k for a verify step run as
+	// decode rows (verify.go), else 0.
+	StepKeys int
 }
 
 // DefaultBuckets are the decode batch sizes graphs are captured for, up to
@@ -88,14 +92,16 @@ type graphCache struct {
 	width map[int]int
 	clock uint64
 	hist  map[int]uint64 // decode steps per bucket
-	steps uint64
-	stats GraphStats
+	// verifyChoice is each verify shape's form (verify.go).
+	verifyChoice map[verifyKey]verifyChoice
+	steps        uint64
+	stats        GraphStats
 }
 
 // graphShape is what a graph's kernels are specialised on: its padded
-// batch, its block-table width and its tokens per sequence (whatever the
-// weights version).
-type graphShape struct{ bucket, width, query int }
+// batch, its block-table width, its tokens per sequence and its
+// StepKeys (whatever the weights version).
+type graphShape struct{ bucket, width, query, stepKeys int }
 
 type graphEntry struct {
 	g       backend.Graph
@@ -107,8 +113,11 @@ type graphEntry struct {
 // GraphStats count what the graph path did.
 type GraphStats struct {
 	Captures, Replays, Evictions, EagerDecodes, CaptureFailures uint64
-	Cached                                                      int
-	Bytes                                                       int64 // device bytes the cached graphs hold
+	// FlatVerifies counts verify steps run as decode rows (verify.go),
+	// VerifyTimings the verify shapes whose two forms were timed.
+	FlatVerifies, VerifyTimings uint64
+	Cached                      int
+	Bytes                       int64 // device bytes the cached graphs hold
 }
 
 func newGraphCache(b backend.Backend, o GraphOptions, maxSeqs int) (*graphCache, error) {
@@ -134,7 +143,8 @@ func newGraphCache(b backend.Backend, o GraphOptions, maxSeqs int) (*graphCache,
 		return nil, fmt.Errorf("runner: graph verify tokens %d < 0", o.VerifyTokens)
 	}
 	return &graphCache{capture: cp, buckets: buckets, verify: o.VerifyTokens, max: max, budget: o.MemoryBudget,
-		graphs: map[GraphKey]*graphEntry{}, warm: map[graphShape]bool{}, uncapturable: map[graphShape]bool{}, width: map[int]int{}, hist: map[int]uint64{}}, nil
+		graphs: map[GraphKey]*graphEntry{}, warm: map[graphShape]bool{}, uncapturable: map[graphShape]bool{}, width: map[int]int{}, hist: map[int]uint64{},
+		verifyChoice: map[verifyKey]verifyChoice{}}, nil
 }
 
 // bucket is the smallest bucket holding n sequences, or 0.
@@ -195,16 +205,17 @@ func (r *Runner) padDecode(bucket, q int) {
 
 // forwardGraph runs a padded step of bucket sequences of q tokens each
 // from its graph, capturing it on the shape's second use. Decode steps
-// (q 1) count towards Precapture's histogram; verify steps do not.
+// (q 1) count towards Precapture's histogram; verify steps, of either
+// form, do not.
 func (r *Runner) forwardGraph(in *model.DeviceBatch, bucket, q int) (backend.Tensor, error) {
 	c := r.graphs
 	c.clock++
-	if q == 1 {
+	if q == 1 && in.StepKeys == 0 {
 		c.steps++
 		c.hist[bucket]++
 		c.width[bucket] = r.width
 	}
-	key := c.keyFor(bucket, r.width, q)
+	key := c.keyFor(bucket, r.width, q, in.StepKeys)
 	if e := c.graphs[key]; e != nil {
 		e.lastUse = c.clock
 		c.stats.Replays++
@@ -213,7 +224,7 @@ func (r *Runner) forwardGraph(in *model.DeviceBatch, bucket, q int) (backend.Ten
 		}
 		return e.logits, nil
 	}
-	sh := graphShape{bucket, r.width, q}
+	sh := graphShape{bucket, r.width, q, in.StepKeys}
 	if !c.warm[sh] {
 		c.warm[sh] = true
 		c.stats.EagerDecodes++
@@ -259,16 +270,16 @@ func (r *Runner) captureBucket(in *model.DeviceBatch, bucket, q int) (*graphEntr
 	for len(c.graphs) > 0 && (len(c.graphs) >= c.max || c.budget > 0 && c.bytes+e.bytes > c.budget) {
 		c.evictLRU()
 	}
-	c.graphs[c.keyFor(bucket, r.width, q)] = e
+	c.graphs[c.keyFor(bucket, r.width, q, in.StepKeys)] = e
 	c.bytes += e.bytes
 	return e, nil
 }
 
 // keyFor is the cache key of a (bucket, table width, tokens per
-// sequence) graph under the current versions.
-func (c *graphCache) keyFor(bucket, width, q int) GraphKey {
+// sequence, step keys) graph under the current versions.
+func (c *graphCache) keyFor(bucket, width, q, stepKeys int) GraphKey {
 	k := c.key
-	k.Bucket, k.Width, k.Query = bucket, width, q
+	k.Bucket, k.Width, k.Query, k.StepKeys = bucket, width, q, stepKeys
 	return k
 }
 
@@ -360,7 +371,7 @@ func (r *Runner) precapture() error {
 		if !seen {
 			w = r.tableWidth(1)
 		}
-		key := c.keyFor(b, w, 1)
+		key := c.keyFor(b, w, 1, 0)
 		if c.hist[b]*10 < c.steps || c.graphs[key] != nil {
 			continue
 		}
@@ -373,7 +384,7 @@ func (r *Runner) precapture() error {
 			return err
 		}
 		in.MaxSeqLen = r.graphSeqLen()
-		if sh := (graphShape{b, w, 1}); !c.warm[sh] {
+		if sh := (graphShape{b, w, 1, 0}); !c.warm[sh] {
 			c.warm[sh] = true
 			if _, err := r.m.Forward(in, r.kv); err != nil {
 				return fmt.Errorf("runner: precapture bucket %d: %w", b, err)

@@ -48,6 +48,9 @@ func NewGroup(ranks []*Runner, abort Aborter) (*Runner, error) {
 	}
 	if len(ranks) > 1 {
 		lead.peers, lead.abort = ranks[1:], abort
+		for _, r := range ranks {
+			r.grouped = true
+		}
 	}
 	return lead, nil
 }

@@ -115,6 +115,9 @@ type Runner struct {
 	// runner (NewGroup), nil for one rank; abort releases them.
 	peers []*Runner
 	abort Aborter
+	// grouped: a rank of a group (lead or not), whose steps every rank
+	// must run alike.
+	grouped bool
 
 	// Host staging, reused every step; hIn is stepIn's image.
 	hTokens, hPositions, hSlots, hQueryStart, hSeqLens, hTables, hLogitsRows []int32
@@ -407,18 +410,27 @@ func (r *Runner) execute(step *Step) (*Output, error) {
 				bucket = 0 // a verify step whose padded bucket would not fit the step buffers
 			}
 		}
-		if bucket > 0 {
-			r.padDecode(bucket, q)
+	}
+	var replays uint64
+	if r.graphs != nil {
+		replays = r.graphs.stats.Replays
+	}
+	var logits backend.Tensor
+	var err error
+	if bucket > 0 && q > 1 && fed == 0 {
+		if flat := r.flatBucket(len(step.Seqs), q); flat > 0 {
+			if logits, err = r.forwardVerify(step, bucket, q, flat); err != nil {
+				return nil, fmt.Errorf("runner: forward: %w", err)
+			}
+			return r.output(step, real, replays, logits)
 		}
+	}
+	if bucket > 0 {
+		r.padDecode(bucket, q)
 	}
 	in, err := r.upload(fed)
 	if err != nil {
 		return nil, err
-	}
-	var logits backend.Tensor
-	var replays uint64
-	if r.graphs != nil {
-		replays = r.graphs.stats.Replays
 	}
 	if bucket > 0 {
 		// One MaxSeqLen for every step of a graph: kernels that size
@@ -431,12 +443,21 @@ func (r *Runner) execute(step *Step) (*Output, error) {
 	if err != nil {
 		return nil, fmt.Errorf("runner: forward: %w", err)
 	}
+	return r.output(step, real, replays, logits)
+}
+
+// output wraps a forward's logits (the step's real rows first, then any
+// padding rows) as the step's Output; replays is the graph replay count
+// before the step.
+func (r *Runner) output(step *Step, real int, replays uint64, logits backend.Tensor) (*Output, error) {
 	out := &Output{b: r.b, r: r, Rows: real, Graph: r.graphs != nil && r.graphs.stats.Replays > replays}
 	if real > 0 {
-		if logits == nil || len(logits.Shape()) != 2 || logits.Shape()[0] != in.NumLogits {
-			return nil, fmt.Errorf("runner: forward returned no [%d, vocab] logits", in.NumLogits)
+		numLogits := len(r.hLogitsRows)
+		if logits == nil || len(logits.Shape()) != 2 || logits.Shape()[0] != numLogits {
+			return nil, fmt.Errorf("runner: forward returned no [%d, vocab] logits", numLogits)
 		}
-		if in.NumLogits > real { // padding rows of a graph bucket
+		var err error
+		if numLogits > real { // padding rows of a graph bucket
 			if logits, err = r.b.View(logits, 0, real); err != nil {
 				return nil, err
 			}

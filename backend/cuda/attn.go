@@ -147,6 +147,12 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 	if a.MaxQueryLen == 1 {
 		decodeOnly = 1
 	}
+	// The decode kernel reads every cached position but the step's own
+	// (the newest, or StepKeys of them) before its predecessor finishes.
+	stepKeys := max(1, a.StepKeys)
+	if stepKeys > maxInt32 {
+		return backend.ShapeError("cuda: "+op, "StepKeys", "%d exceeds int32", a.StepKeys)
+	}
 	return b.post(func() error {
 		// Both decode kernels take the same arguments, as do both combines.
 		dec, err := b.fnSmem(fnKey{dp.mod, dp.decode}, dp.smem)
@@ -162,7 +168,7 @@ func (b *Backend) Attention(a backend.AttentionArgs) error {
 		}
 		decArgs := []uint64{out.ptr, part, q.ptr, kc.ptr, vc.ptr, ptrOf(ksc), ptrOf(vsc),
 			bt.ptr, i32(maxBlocks), sl.ptr, qs.ptr, i32(h), i32(kvh), i32(h / kvh), i32(dp.nsplit), scale,
-			i32(a.SlidingWindow), i32(numBlocks), i32(n), i32(a.MaxSeqLen), i32(decodeOnly), b.errDev}
+			i32(a.SlidingWindow), i32(numBlocks), i32(n), i32(a.MaxSeqLen), i32(decodeOnly), i32(stepKeys), b.errDev}
 		decArgs = append(decArgs, side.winArgs()...) // int4: the window pools, map and window
 		if err := b.launch(dec, dp.grid, 128, dp.smem, decArgs...); err != nil {
 			return err

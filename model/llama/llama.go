@@ -725,7 +725,7 @@ func (m *Model) program(p *backend.Program, in *model.DeviceBatch, kv []model.La
 		p.Add(backend.Op{Kind: backend.OpAttention, Layer: l, Name: "attention", Attn: backend.AttentionArgs{
 			Out: attnOut, Q: q, KCache: kv[l].K, VCache: kv[l].V, KV: kv[l].Spec, KVAux: kv[l].Aux,
 			BlockTables: in.BlockTables, SeqLens: in.SeqLens, QueryStart: in.QueryStart,
-			NumSeqs: in.NumSeqs, MaxSeqLen: in.MaxSeqLen, MaxQueryLen: in.MaxQueryLen,
+			NumSeqs: in.NumSeqs, MaxSeqLen: in.MaxSeqLen, MaxQueryLen: in.MaxQueryLen, StepKeys: in.StepKeys,
 			NumHeads: sh.NumHeads, NumKVHeads: sh.NumKVHeads, HeadDim: c.HeadDim,
 			Scale: m.scale, SlidingWindow: c.SlidingWindow,
 		}})

@@ -44,7 +44,8 @@
 #   wq_check       the quantized-weight kernels' tests (TestF8GemmPlan's paths included), then
 #                  BenchmarkF8Prefill and BenchmarkMatMulWQuant: one call checks and measures
 #   gemm_large     BenchmarkMatMulLargeBatch: the 8B products at 128 and 256 rows, heuristic against tuned
-#   spec_tests     TestSpeculativeCUDA (engine, graphs off and on) and TestGraphVerifyAttention
+#   spec_tests     TestSpeculativeCUDA (engine, graphs off and on), TestGraphVerifyAttention and
+#                  TestFlatVerifyStepRows
 #   fix_tests      the two tests a compile error failed (TestKVReadersRefuseOtherFormats, TestF8ActQuant)
 #   rows_large     batch 128 and 256 at 192-token prompts (the serving issue's shape)
 #   rows_256       bench latency batch 256 at 192- and 16-token prompts
@@ -376,8 +377,9 @@ log "model/llama: TestSpeculativeCUDA; backend/cuda: TestGraphVerifyAttention"
 (cd model/llama && "$root/.gpu/llama.test" -test.run 'TestSpeculativeCUDA' -test.v >"$OUT/spec-tests.log" 2>&1)
 echo "rc=$?" | say
 grep -E "prompts as plain|accepted|^(--- FAIL|--- PASS|FAIL|PASS|ok)|^\s+--- (FAIL|PASS)|Error|graph" "$OUT/spec-tests.log" | head -30 | say
-(cd backend/cuda && "$root/.gpu/cuda.test" -test.run 'TestGraphVerifyAttention' >"$OUT/spec-tests-cuda.log" 2>&1)
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.run 'TestGraphVerifyAttention|TestFlatVerifyStepRows' >"$OUT/spec-tests-cuda.log" 2>&1)
 echo "rc=$?" | say
+grep -E "^(--- FAIL|--- PASS|FAIL|PASS|ok)|^\s+--- (FAIL|PASS)|StepKeys 0|relative error" "$OUT/spec-tests-cuda.log" | head -30 | say
 }
 
 # fix_tests: the tests that failed on compile errors of the tests' own
@@ -585,8 +587,8 @@ except Exception as e:
     sys.exit("no bench latency result: %s" % e)
 d = d[-1] if isinstance(d, list) else d  # with graphs both: the graphs-on result, the engine's case
 v, p, r = d.get("verify_step_ms") or {}, d.get("verify_decode_step_ms") or {}, d.get("verify_ratio")
-print("llama-3-8b batch %d: verify step (k %s) mean %.3f ms p50 %.3f, decode step mean %.3f ms p50 %.3f: verify / decode %s (target <= 1.15)" % (
-    d["batch"], d.get("verify_tokens"), v.get("mean", 0), v.get("p50", 0), p.get("mean", 0), p.get("p50", 0),
+print("llama-3-8b batch %d: verify step (k %s, %s form) mean %.3f ms p50 %.3f, decode step mean %.3f ms p50 %.3f: verify / decode %s (target <= 1.15)" % (
+    d["batch"], d.get("verify_tokens"), d.get("verify_form", "?"), v.get("mean", 0), v.get("p50", 0), p.get("mean", 0), p.get("p50", 0),
     "%.3f" % r if r else "-"))
 PY
 done

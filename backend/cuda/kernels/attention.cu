@@ -40,11 +40,13 @@ __device__ __forceinline__ void unpack8(uint4 v, float* f) {
 // grid (S, KV * (G/GC), nsplit), block 128. Bad metadata raises
 // ERR_QUERY_LEN, reported once per sequence by this kernel, as does a
 // sequence of several rows when decode_only (no prefill kernel follows).
+// step_keys is attn_decode_mma's; this kernel reads the cache only after
+// its predecessor is done, so every position is safe to read.
 extern "C" __global__ void __launch_bounds__(128) attn_decode(
     u16* out, float* part, const u16* q, const kv_t* kc, const kv_t* vc, const void* ksc, const void* vsc,
     const int* block_tables, int max_blocks, const int* seq_lens, const int* qstart,
     int H, int KV, int G, int nsplit, float scale_log2, int window, int num_blocks, int num_tokens,
-    int max_seq_len, int decode_only, int* err) {
+    int max_seq_len, int decode_only, int step_keys, int* err) {
   grid_dep_sync();  // Q and the KV cache come from the kernels before this one
   __shared__ float sm_m[NW][GC], sm_l[NW][GC];
   __shared__ float sm_o[NW][GC][HD];

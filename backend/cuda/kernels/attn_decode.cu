@@ -231,8 +231,8 @@ __device__ __forceinline__ u32 tile_rows(int p0, int lo, int L, const int* bt, i
 __device__ __forceinline__ void attn_decode_body(
     u16* out, float* part, const u16* q, const kv_t* kc, const kv_t* vc, const void* ksc, const void* vsc,
     const int* block_tables, int max_blocks, const int* seq_lens, const int* qstart, int H, int KV, int G, int nsplit,
-    float scale_log2, int window, int num_blocks, int num_tokens, int max_seq_len, int decode_only, int* err,
-    const kv_win& kw) {
+    float scale_log2, int window, int num_blocks, int num_tokens, int max_seq_len, int decode_only, int step_keys,
+    int* err, const kv_win& kw) {
 #if __CUDA_ARCH__ >= 800
   extern __shared__ __align__(16) u16 dsm[];
   __shared__ float sm_m[NW][16], sm_l[NW][16];
@@ -427,24 +427,32 @@ __device__ __forceinline__ void attn_decode_body(
   // row is left out here (skip: no copy, not even a zero fill, lands in
   // its slot) and copied after the wait.
   //
+  //
+  // With step_keys > 1 the step wrote the sequence's last step_keys
+  // positions (a verify step run as decode rows: each row's context ends
+  // with the rows of its verify sequence before it). The tiles holding
+  // any of them are issued after the wait, whole, in their own commit
+  // group, which is waited for at once: the later waits then hold more
+  // groups done than they need.
+  //
   // INT4: this step also wrote the last block's V codes and scales of
   // row L-1 and, when the row filled the block, the block's K codes and
-  // scales (kivi_seal_k). The tiles of that block are issued after the
-  // wait instead, whole, in their own commit group, which is waited for
-  // at once: the later waits then hold more groups done than they need.
+  // scales (kivi_seal_k). The tiles of the blocks holding the step's
+  // positions are issued after the wait in the same way.
+  const int fresh_lo = L - max(1, step_keys);  // first position this step wrote
+  u32 late = 0;  // prologue slots issued after the wait, whole
 #if KV_KIVI
-  const int last_block = kv_index(L - 1, BS);
-  u32 late = 0;  // prologue slots whose tiles lie in the last block
+  const int fresh_block = kv_index(fresh_lo, BS);
 #pragma unroll
   for (int j = 0; j < ST - 1; j++) {
     if (j < nj) {
       const int t = tb + warp + j * NW;
-      if (kv_index(t * TT, BS) == last_block) late |= 1u << j;
+      if (kv_index(t * TT, BS) >= fresh_block) late |= 1u << j;
       else issue(t, j, -1);
     }
     cp_async_commit();
   }
-  grid_dep_wait();  // Q and the last block's rows come from the kernels before this one
+  grid_dep_wait();  // Q and the step's blocks come from the kernels before this one
   if (late != 0) {
 #pragma unroll
     for (int j = 0; j < ST - 1; j++)
@@ -453,18 +461,32 @@ __device__ __forceinline__ void attn_decode_body(
     cp_async_wait<0>();
   }
 #else
+  // One position (a plain decode row): its tile goes early but for that
+  // row, which is copied after the wait.
   const int last_tile = (L - 1) / TT;
-  int late_slot = -1;  // prologue slot holding the tile of position L-1
+  const int fresh_tile = fresh_lo / TT;
+  int late_slot = -1;  // prologue slot holding the tile of position L-1, when only it is the step's
 #pragma unroll
   for (int j = 0; j < ST - 1; j++) {
     if (j < nj) {
       const int t = tb + warp + j * NW;
-      if (t == last_tile) late_slot = j;
-      issue(t, j, t == last_tile ? (L - 1) - t * TT : -1);
+      if (fresh_lo < L - 1 && t >= fresh_tile) {
+        late |= 1u << j;
+      } else {
+        if (t == last_tile) late_slot = j;
+        issue(t, j, t == last_tile ? (L - 1) - t * TT : -1);
+      }
     }
     cp_async_commit();
   }
-  grid_dep_wait();  // Q and the newest K/V row come from the kernels before this one
+  grid_dep_wait();  // Q and the step's K/V rows come from the kernels before this one
+  if (late != 0) {
+#pragma unroll
+    for (int j = 0; j < ST - 1; j++)
+      if ((late >> j) & 1u) issue(tb + warp + j * NW, j, -1);
+    cp_async_commit();
+    cp_async_wait<0>();
+  }
   if (late_slot >= 0) {
     // Row (L-1) % TT of the slot: 16-byte chunks of its K then V row.
     const int p = L - 1, bi = kv_index(p, BS);
@@ -801,10 +823,11 @@ __device__ __forceinline__ void attn_decode_body(
 extern "C" __global__ void __launch_bounds__(NW * 32, MIN_BLOCKS) attn_decode_mma(
     u16* out, float* part, const u16* q, const kv_t* kc, const kv_t* vc, const void* ksc, const void* vsc,
     const int* block_tables, int max_blocks, const int* seq_lens, const int* qstart, int H, int KV, int G, int nsplit,
-    float scale_log2, int window, int num_blocks, int num_tokens, int max_seq_len, int decode_only, int* err KV_WIN_PARAMS) {
+    float scale_log2, int window, int num_blocks, int num_tokens, int max_seq_len, int decode_only, int step_keys,
+    int* err KV_WIN_PARAMS) {
   const kv_win kw = KV_WIN_ARGS;
   attn_decode_body(out, part, q, kc, vc, ksc, vsc, block_tables, max_blocks, seq_lens, qstart, H, KV, G, nsplit, scale_log2,
-                   window, num_blocks, num_tokens, max_seq_len, decode_only, err, kw);
+                   window, num_blocks, num_tokens, max_seq_len, decode_only, step_keys, err, kw);
 }
 
 // attn_decode_combine merges the nsplit (<= MAX_SPLITS) partials of each
