@@ -220,6 +220,9 @@ type LatencyResult struct {
 	VerifyDecodeStepMS *Summary `json:"verify_decode_step_ms,omitempty"`
 	VerifyRatio        *float64 `json:"verify_ratio,omitempty"`
 	VerifyForm         string   `json:"verify_form,omitempty"`
+	// VerifyForms are the verify shapes the runner decided a form for,
+	// with the replay times it decided by (runner.VerifyForm).
+	VerifyForms []VerifyFormTiming `json:"verify_forms,omitempty"`
 
 	// KernelChoices lists, where the backend reports them, the kernels
 	// its autotuner kept for this run's products (the CUDA backend: own
@@ -705,6 +708,17 @@ func (run *latencyRun) queuedStepTime() (float64, error) {
 	return time.Since(t0).Seconds() * 1e3 / queuedSteps, nil
 }
 
+// VerifyFormTiming is one verify shape's decided form (runner.VerifyForm):
+// the mean replay of each form in milliseconds, 0 where it was not timed.
+type VerifyFormTiming struct {
+	Bucket   int     `json:"bucket"`
+	Query    int     `json:"query"`
+	Width    int     `json:"width"`
+	Flat     bool    `json:"flat"`
+	NativeMS float64 `json:"native_ms"`
+	FlatMS   float64 `json:"flat_ms"`
+}
+
 // verifySteps are verifyRounds plain decode steps and as many verify
 // steps, after verifyWarm of each untimed: a graph shape's first step
 // runs eagerly and its second captures; a verify shape that may run as
@@ -759,6 +773,10 @@ func (run *latencyRun) verifySteps(res *LatencyResult) error {
 			res.VerifyForm = "native"
 			if run.r.GraphStats().FlatVerifies-flat0 == verifyRounds {
 				res.VerifyForm = "flat"
+			}
+			for _, f := range run.r.VerifyForms() {
+				res.VerifyForms = append(res.VerifyForms, VerifyFormTiming{Bucket: f.Bucket, Query: f.Query, Width: f.Width, Flat: f.Flat,
+					NativeMS: f.Native.Seconds() * 1e3, FlatMS: f.FlatTime.Seconds() * 1e3})
 			}
 		}
 		return times, nil

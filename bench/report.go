@@ -50,6 +50,9 @@ func (r *LatencyResult) WriteText(w io.Writer) error {
 		p(fmt.Sprintf("verify step (k=%d)", r.VerifyTokens), "p50 %s  mean %s, %s x a decode step timed alike (p50 %s  mean %s); %s form",
 			ms(r.VerifyStepMS.P50), ms(r.VerifyStepMS.Mean), opt(r.VerifyRatio, func(v float64) string { return fmt.Sprintf("%.3f", v) }),
 			ms(r.VerifyDecodeStepMS.P50), ms(r.VerifyDecodeStepMS.Mean), r.VerifyForm)
+		for _, f := range r.VerifyForms {
+			p("verify form", "bucket %d x %d rows, width %d: native %.3f ms, flat %.3f ms a replay: flat %v", f.Bucket, f.Query, f.Width, f.NativeMS, f.FlatMS, f.Flat)
+		}
 	}
 	p("decode throughput", "%s", opt(r.DecodeTokensPerS, func(v float64) string { return count(v) + " tok/s" }))
 	p("end to end", "p50 %s  mean %s  (%s output tok/s)", ms(r.E2EMS.P50), ms(r.E2EMS.Mean), count(r.OutputTokensPerS))

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/trigon-llm/trigon/backend"
@@ -41,11 +42,17 @@ type verifyChoice struct {
 	trials  int  // steps run while undecided
 	decided bool // flat is the measured choice
 	flat    bool
+	// native and flatTime are the forms' mean timed replays (zero: not
+	// timed).
+	native, flatTime time.Duration
 }
 
 const (
-	// verifyTimingReps is how many replays of each form a timing takes.
-	verifyTimingReps = 3
+	// verifyTimingRounds is how many replays of each form a timing takes,
+	// one of each in turn; verifyTimingReps the back-to-back launches of
+	// one replay's timing.
+	verifyTimingRounds = 3
+	verifyTimingReps   = 2
 	// maxVerifyTrials bounds the undecided steps of a shape (whose graphs
 	// an LRU eviction or a failed capture can keep from coexisting): past
 	// it the shape stays native.
@@ -117,27 +124,78 @@ func (r *Runner) forwardVerify(step *Step, bucket, q, flat int) (backend.Tensor,
 		return r.runVerify(bucket, q, flat, true)
 	}
 	// Both graphs exist: time them on this step's inputs (replays write
-	// the same KV and logits each time), native first.
+	// the same KV and logits each time), alternating so that a drift of
+	// the device's clocks falls on both.
 	r.padDecode(bucket, q)
-	tn, err := r.timeGraph(native)
-	if err != nil {
-		return nil, err
-	}
+	nativeRows := r.saveHost()
 	r.truncatePadding(len(step.Seqs))
 	r.flatten()
 	r.padDecode(flat, 1)
-	tf, err := r.timeGraph(flatG)
-	if err != nil {
-		return nil, err
+	flatRows := r.saveHost()
+	var tn, tf time.Duration
+	for range verifyTimingRounds {
+		r.restoreHost(nativeRows)
+		d, err := r.timeGraph(native)
+		if err != nil {
+			return nil, err
+		}
+		tn += d
+		r.restoreHost(flatRows)
+		if d, err = r.timeGraph(flatG); err != nil {
+			return nil, err
+		}
+		tf += d
 	}
 	ch.decided, ch.flat = true, tf < tn
+	ch.native, ch.flatTime = tn/verifyTimingRounds, tf/verifyTimingRounds
 	c.verifyChoice[key] = ch
 	c.stats.VerifyTimings++
 	if ch.flat {
 		c.stats.FlatVerifies++
 	}
 	c.stats.Replays++
-	return flatG.logits, nil // the last replay's
+	// The last replay was the flat form's, from the flat rows: its logits
+	// rows are the step's, in the same order as the native form's.
+	return flatG.logits, nil
+}
+
+// hostRows is a copy of the packed host rows of a step.
+type hostRows struct{ tokens, positions, slots, queryStart, seqLens, tables, logitsRows []int32 }
+
+func (r *Runner) saveHost() hostRows {
+	return hostRows{slices.Clone(r.hTokens), slices.Clone(r.hPositions), slices.Clone(r.hSlots), slices.Clone(r.hQueryStart),
+		slices.Clone(r.hSeqLens), slices.Clone(r.hTables), slices.Clone(r.hLogitsRows)}
+}
+
+func (r *Runner) restoreHost(h hostRows) {
+	r.hTokens, r.hPositions, r.hSlots = append(r.hTokens[:0], h.tokens...), append(r.hPositions[:0], h.positions...), append(r.hSlots[:0], h.slots...)
+	r.hQueryStart, r.hSeqLens = append(r.hQueryStart[:0], h.queryStart...), append(r.hSeqLens[:0], h.seqLens...)
+	r.hTables, r.hLogitsRows = append(r.hTables[:0], h.tables...), append(r.hLogitsRows[:0], h.logitsRows...)
+}
+
+// VerifyForm is the form the runner chose for one verify shape (bucket
+// sequences of Query rows, block tables of Width blocks) and the replay
+// times it chose by: the mean of each form's timed replays (zero where a
+// form could not be captured, and the other was chosen without timing).
+type VerifyForm struct {
+	Bucket, Query, Width int
+	Flat                 bool
+	Native, FlatTime     time.Duration
+}
+
+// VerifyForms lists the verify shapes whose form is decided, in no
+// particular order (none when graphs are off).
+func (r *Runner) VerifyForms() []VerifyForm {
+	if r.graphs == nil {
+		return nil
+	}
+	var out []VerifyForm
+	for k, ch := range r.graphs.verifyChoice {
+		if ch.decided {
+			out = append(out, VerifyForm{Bucket: k.bucket, Query: k.q, Width: k.width, Flat: ch.flat, Native: ch.native, FlatTime: ch.flatTime})
+		}
+	}
+	return out
 }
 
 // runVerify runs the packed verify step natively or flat, through
@@ -171,9 +229,9 @@ func (r *Runner) truncatePadding(n int) {
 	}
 }
 
-// timeGraph uploads the packed rows and replays e verifyTimingReps times,
-// returning the time from the first launch to the device's completion
-// of the last.
+// timeGraph uploads the packed rows and replays e verifyTimingReps times
+// back to back, returning the time from the first launch to the device's
+// completion of the last, per replay.
 func (r *Runner) timeGraph(e *graphEntry) (time.Duration, error) {
 	if _, err := r.upload(0); err != nil {
 		return 0, err
@@ -191,5 +249,5 @@ func (r *Runner) timeGraph(e *graphEntry) (time.Duration, error) {
 	if err := r.b.Sync(); err != nil {
 		return 0, fmt.Errorf("runner: time verify graph: %w", err)
 	}
-	return time.Since(t0), nil
+	return time.Since(t0) / verifyTimingReps, nil
 }

@@ -37,6 +37,8 @@
 #   wq_rows        quantized weights beside bf16: AWQ, FP8 and Q4_K at batch 1, 4 and 16,
 #                  2048-token prompts; AWQ with the int8 KV cache at batch 4
 #   spec_verify    the 8B verify step of k=4 draft tokens against a decode step, batch 1 and 4
+#   spec_forms     the verify step's native and decode-row forms as the runner times them: the
+#                  default model (batch 1, k 4 and 8) and the 8B shape (batch 1 and 4, k 4)
 #   wq_bench       BenchmarkMatMulWQuant: AWQ4 and FP8 decode products at each decode tuning
 #   wq_tests       the quantized-weight kernels' tests, then the default model quantized on CUDA
 #   f8_plan        TestF8GemmPlan: FP8 prefill products on cuBLASLt's FP8 GEMM, or why not
@@ -290,6 +292,26 @@ for n in 1 4; do
     >"$OUT/spec-verify-$n.txt" 2>>"$OUT/bench.err"
   echo "rc=$?" | say
   grep -i -E "verify|decode step|ITL" "$OUT/spec-verify-$n.txt" | head -8 | say
+done
+}
+
+# spec_forms: the verify step's two forms (runner/verify.go), timed by the
+# runner and as bench latency's verify steps: the default model at batch 1
+# with k 4 and 8 after SPEC_CTX-token prompts (default 512), then the 8B
+# shape at batch 1 and 4 with k 4.
+spec_forms() {
+local row m b k arch f
+for row in default:1:4 default:1:8 llama-3-8b:1:4 llama-3-8b:4:4; do
+  IFS=: read -r m b k <<<"$row"
+  arch=(--arch llama-3-8b)
+  [[ $m == default ]] && arch=(--model models/default/trigon-go.q8_0.gguf)
+  f="$OUT/spec-forms-$m-b$b-k$k.txt"
+  log "bench latency ${arch[*]} --batch $b --input-len ${SPEC_CTX:-512} --output-len 64, verify k=$k"
+  .gpu/trigon bench latency --device cuda "${arch[@]}" --batch "$b" --input-len "${SPEC_CTX:-512}" --output-len 64 \
+    --cuda-graphs on --sustained-probe 0 --speculative-config "{\"method\": \"ngram\", \"num_speculative_tokens\": $k}" \
+    >"$f" 2>>"$OUT/bench.err"
+  echo "rc=$?" | say
+  grep -E "verify|decode step" "$f" | head -6 | say
 done
 }
 
@@ -634,8 +656,11 @@ def row(name):
     n = delta.get("draft_count", 0)
     r["draft_ms"] = 1e3 * delta.get("draft_sum", 0) / n if n else None
     # Device time per step kind and mode over the run (bench serve's steps).
-    r["steps"] = " ".join("%s/%s %.3f" % (g["kind"], g["mode"], g["device_ms"]["mean"])
-                          for g in ((d.get("steps") or {}).get("groups") or []) if g["device_ms"]["count"]) or "-"
+    st = d.get("steps") or {}
+    r["steps"] = " ".join("%s/%s %.3f (host %.3f, n %d)" % (g["kind"], g["mode"], g["device_ms"]["mean"], g["host_ms"]["mean"], g["device_ms"]["count"])
+                          for g in (st.get("groups") or []) if g["device_ms"]["count"]) or "-"
+    r["steps"] += "; host phases " + " ".join("%s %.3f" % (ph["phase"], ph["ms"]["mean"]) for ph in (st.get("host_phases") or []) if ph["ms"]["count"])
+    r["steps"] += "; gap %.3f" % (st.get("gap_ms") or {}).get("mean", 0)
     try:
         base = json.load(open(os.path.join(out, "spec-%s-none.json" % sset))).get("output_token_throughput")
     except Exception:
