@@ -37,6 +37,7 @@
 #   wq_rows        quantized weights beside bf16: AWQ, FP8 and Q4_K at batch 1, 4 and 16,
 #                  2048-token prompts; AWQ with the int8 KV cache at batch 4
 #   spec_verify    the 8B verify step of k=4 draft tokens against a decode step, batch 1 and 4
+#   gemv_check     the decode GEMVs' tests at 1-32 rows, then BenchmarkMatMulDecode's graph cases
 #   spec_forms     the verify step's native and decode-row forms as the runner times them: the
 #                  default model (batch 1, k 4 and 8) and the 8B shape (batch 1 and 4, k 4)
 #   wq_bench       BenchmarkMatMulWQuant: AWQ4 and FP8 decode products at each decode tuning
@@ -293,6 +294,22 @@ for n in 1 4; do
   echo "rc=$?" | say
   grep -i -E "verify|decode step|ITL" "$OUT/spec-verify-$n.txt" | head -8 | say
 done
+}
+
+# gemv_check: the decode GEMVs' tests (register and bulk-copy variants,
+# the fused products built on them, 1 to 32 rows), then
+# BenchmarkMatMulDecode's graph-timed 8B products with the tuner's choices.
+gemv_check() {
+log "backend/cuda: GEMV tests"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.timeout 4m -test.run \
+  'TestGEMV|TestMatMul$|TestMatMulAdd|TestFusedQKVRoPE|TestLaunchEarly|TestGateUpSiLU|TestBulkFusedRows' >"$OUT/gemv-check.log" 2>&1)
+echo "rc=$?" | say
+grep -E "^(--- FAIL|FAIL|PASS|ok)|panic" "$OUT/gemv-check.log" | tail -6 | say
+grep -c -- "--- PASS" "$OUT/gemv-check.log" | sed 's/^/passed (tests and subtests): /' | say
+grep -E "^\s+--- FAIL" "$OUT/gemv-check.log" | head -20 | say
+log "BenchmarkMatMulDecode (graph-timed 8B products)"
+(cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.run XXX -test.bench 'BenchmarkMatMulDecode/graph' -test.benchtime 20x >"$OUT/gemv-bench.log" 2>&1)
+grep -E "^Benchmark|\[(4|16|20|32),|FAIL" "$OUT/gemv-bench.log" | say
 }
 
 # spec_forms: the verify step's two forms (runner/verify.go), timed by the
