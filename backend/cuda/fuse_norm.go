@@ -14,28 +14,24 @@ var defaultFusedGEMV = gemvConfig{8, 2}
 // cuBLASLt form). On the shape's first eager call the plain product is
 // tuned here, into a scratch output, on the call's x and w. CUDA thread
 // only.
-//
-// won reports whether an own GEMV (register or bulk-copy) beat cuBLASLt
-// on the plain product (false before the shape is tuned).
-func (b *Backend) fusedGEMV(n, m, k int, x, w uint64) (c gemvConfig, won bool, err error) {
+func (b *Backend) fusedGEMV(n, m, k int, x, w uint64) (gemvConfig, error) {
 	key := gemmKey{m: m, n: n, k: k, wt: cudaR16BF, xt: cudaR16BF, yt: cudaR16BF}
 	p, ok := b.blas.plans[key]
 	if (!ok || p.candidates != nil) && !b.capturing {
 		y, err := b.pool.get(n * m * 2)
 		if err != nil {
-			return gemvConfig{}, false, err
+			return gemvConfig{}, err
 		}
 		p, err = b.gemmPlanFor(y, cudaR16BF, x, w, n, m, k)
 		b.pool.put(y)
 		if err != nil {
-			return gemvConfig{}, false, err
+			return gemvConfig{}, err
 		}
 	}
-	won = p != nil && (p.gemv.nw > 0 || p.bulk.cw > 0)
 	if p != nil && p.gemvBest.nw > 0 {
-		return p.gemvBest, won, nil
+		return p.gemvBest, nil
 	}
-	return defaultFusedGEMV, won, nil
+	return defaultFusedGEMV, nil
 }
 
 // product checks x . w^T's operands as MatMul checks them, for a product
@@ -64,9 +60,7 @@ func (b *Backend) product(op string, x, w backend.Tensor, m int) (xt, wt *tensor
 }
 
 // planMatMulAdd plans the lowering rule matmul_add (lower.go): resid +=
-// x . w^T for BF16 operands. Decode batches (at most gemvFusedRows rows,
-// or gemvMaxRows where the tuner found the GEMV faster than cuBLASLt on
-// the plain product; runMatMulAdd decides)
+// x . w^T for BF16 operands. Decode batches (at most gemvMaxRows rows)
 // run gemv_add_bf16 (kernels/gemv.cu) or its bulk-copy form, whose sum is
 // rounded as MatMul into a BF16 buffer, then AddRMSNorm's residual add,
 // round it. Larger batches (prefill) run cuBLASLt with beta = 1 and the
@@ -112,12 +106,9 @@ func (b *Backend) runMatMulAdd(p *addPlan) error {
 	if bc := bulkPick(m, k, b.sms); b.bulkFused(bc, n, k, xt.ptr, wt.ptr) {
 		return b.bulkCall(bc, "gemvb_add_bf16", rt.ptr, int(dtBF16), xt.ptr, wt.ptr, n, m, k, p.pristine)
 	}
-	c, won, err := b.fusedGEMV(n, m, k, xt.ptr, wt.ptr)
+	c, err := b.fusedGEMV(n, m, k, xt.ptr, wt.ptr)
 	if err != nil {
 		return err
-	}
-	if !won && n > gemvFusedRows {
-		return b.gemmAdd(rt.ptr, xt.ptr, wt.ptr, n, m, k)
 	}
 	f, err := b.fn(fnKey{modSpec{file: "gemv", p: [8]int{(n + 7) / 8, c.nw, c.ur, dtBF16}}, "gemv_add_bf16"})
 	if err != nil {

@@ -88,8 +88,8 @@ func TestMatMulAdd(t *testing.T) {
 	sharedBackend(t, true)
 	const eps = 1e-5
 	for _, s := range []struct{ k, m int }{{4096, 4096}, {14336, 4096}, {1024, 768}, {1000, 520}} {
-		for _, n := range []int{1, 3, 4, 9, 16, 20, 32} {
-			if s.m == 4096 && n != 4 && n != 9 && n != 20 {
+		for _, n := range []int{1, 3, 4, 9, 16} {
+			if s.m == 4096 && n != 4 && n != 9 {
 				continue // the Llama-3-8B shapes at two batch sizes; the CPU reference is slow
 			}
 			t.Run(fmt.Sprintf("k%d_m%d_n%d", s.k, s.m, n), func(t *testing.T) {
@@ -142,11 +142,6 @@ func TestMatMulAdd(t *testing.T) {
 						t.Fatalf("GEMV %+v: MatMulAdd differs from MatMul + AddRMSNorm's add", v)
 					}
 					p.expectClose(fmt.Sprintf("GEMV %+v: MatMulAdd vs cpu", v), decode(bf, got), wantResid, bf16Tol)
-				}
-				if n > gemvFusedRows {
-					// cuBLASLt won the plain product: the add runs there (beta 1).
-					forcePlan(p, n, s.m, s.k, gemvConfig{}, gemvConfigs[0])
-					p.expectClose("cuBLASLt: MatMulAdd vs cpu", decode(bf, fusedAdd()), wantResid, bf16Tol)
 				}
 			})
 		}

@@ -294,21 +294,18 @@ func warmSpecs(t tuning) []modSpec {
 		{file: "embed", p: [8]int{int(backend.Q4_K), bf}},
 		{file: "embed", p: [8]int{int(backend.Q6_K), bf}},
 	}
-	// The GEMV variants the decode tuner times: one to four 8-row tiles
-	// (gemvMaxRows), BF16 out; one tile with F32 out (logits).
+	// The GEMV variants the decode tuner times: one and two 8-row tiles,
+	// BF16 out; one tile with F32 out (logits).
 	for _, c := range gemvConfigs {
-		for nt := 1; nt <= gemvMaxRows/8; nt++ {
-			specs = append(specs, modSpec{file: "gemv", p: [8]int{nt, c.nw, c.ur, bf}})
-		}
-		specs = append(specs, modSpec{file: "gemv", p: [8]int{1, c.nw, c.ur, f32}})
+		specs = append(specs,
+			modSpec{file: "gemv", p: [8]int{1, c.nw, c.ur, bf}},
+			modSpec{file: "gemv", p: [8]int{2, c.nw, c.ur, bf}},
+			modSpec{file: "gemv", p: [8]int{1, c.nw, c.ur, f32}})
 	}
 	// The bulk-copy GEMV variants (sm_90 kernels, compiled for every
 	// architecture: their bodies trap below sm_90, where no launch goes).
 	for _, c := range bulkConfigs {
-		for n := 1; n <= gemvMaxRows; n += 8 {
-			specs = append(specs, c.spec(n, bf))
-		}
-		specs = append(specs, c.spec(1, f32))
+		specs = append(specs, c.spec(1, bf), c.spec(9, bf), c.spec(1, f32))
 	}
 	for _, hd := range []int{64, 128} {
 		specs = append(specs,

@@ -254,16 +254,8 @@ type gemvConfig struct{ nw, ur int }
 // warps per block for short k, more spans in flight for long k.
 var gemvConfigs = []gemvConfig{{4, 4}, {8, 2}, {8, 4}, {4, 8}, {16, 2}}
 
-// gemvMaxRows is the most x rows the GEMV takes (four 8-row mma tiles):
-// decode batches and small batches of verify rows. Products of more than
-// gemvFusedRows rows run it only where the tuner found it faster than
-// cuBLASLt, fused products included.
-const gemvMaxRows = 32
-
-// gemvFusedRows is the most x rows a fused product (MatMulAdd) runs the
-// GEMV for without asking the tuner whether it beat cuBLASLt: at these
-// batch sizes it always does on the weights decode streams.
-const gemvFusedRows = 16
+// gemvMaxRows is the most x rows the GEMV takes (two 8-row mma tiles).
+const gemvMaxRows = 16
 
 // gemvFits reports whether the GEMV can take a product: few rows, k a
 // multiple of 8 and 16-byte aligned operands (it reads 8 bf16 at a time).

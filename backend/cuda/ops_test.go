@@ -162,13 +162,13 @@ func TestMatMul(t *testing.T) {
 
 // TestGEMV runs every variant of the tensor-core GEMV directly (the tuner
 // only keeps one where it is faster, so MatMul alone would not cover them)
-// against the CPU backend: one to four 8-row tiles with partial tiles, a
+// against the CPU backend: one and two 8-row tiles with partial tiles, a
 // feature count that is not a multiple of the 16-feature block, k that
 // is not a multiple of the 32-wide span, and a Llama-sized product.
 func TestGEMV(t *testing.T) {
 	sharedBackend(t, true)
 	type shape struct{ n, in, out int }
-	for _, s := range []shape{{1, 1000, 1000}, {3, 1000, 1000}, {4, 4096, 4096}, {8, 2056, 520}, {9, 1000, 1000}, {16, 4096, 1000}, {20, 2056, 520}, {32, 4096, 1000}} {
+	for _, s := range []shape{{1, 1000, 1000}, {3, 1000, 1000}, {4, 4096, 4096}, {8, 2056, 520}, {9, 1000, 1000}, {16, 4096, 1000}} {
 		for _, c := range gemvConfigs {
 			for _, out := range []backend.DType{backend.BF16, backend.F32} {
 				if out == backend.F32 && s.n != 3 {
