@@ -406,6 +406,35 @@ __device__ __forceinline__ void attn_decode_body(
   // element column is the same in both). Rows outside [lo, L) or in a
   // bad block are zero-filled and masked, never read. Row skip (-1: none)
   // is valid but not copied: the caller fills it.
+#if KV_KIVI
+  // The block ids and window blocks of the warp's tiles, looked up 32
+  // tiles at a time: lane l holds those of the warp's tile mb + l (its
+  // jj-th tile is tb + warp + jj*NW), block id -1 where tile_rows found it
+  // bad. issue takes them by shuffle, so a tile's copies do not wait on
+  // two dependent loads of their own (the block table, then the window
+  // map): an int4 tile is a third of a BF16 one, and that latency would
+  // be spent three times as often. issue is called for tiles in order of
+  // jj but for the prologue's late ones (a lookup for an earlier batch
+  // than the one held is looked up again).
+  int mblk = -1, mwin = -1, mb = -32;
+  auto meta = [&](int jj, int& blk, int& w) {
+    if (jj >= mb + 32 || jj < mb) {  // the same for the whole warp
+      mb = jj & ~31;
+      const int jl = mb + lane;
+      mblk = -1;
+      mwin = -1;
+      if (jl < nj) {
+        int bi, b;
+        if (tile_rows((tb + warp + jl * NW) * TT, lo, L, bt, max_blocks, num_blocks, err, bi, b) != 0) {
+          mblk = b;
+          mwin = kivi_window(kw, b, err);
+        }
+      }
+    }
+    blk = __shfl_sync(0xffffffffu, mblk, jj & 31);
+    w = __shfl_sync(0xffffffffu, mwin, jj & 31);
+  };
+#endif
   auto issue = [&](int t, int sl, int skip) {
 #if KV_KIVI
     // The tile's codes as stored (K's, then V's, each [TT][HD/2] bytes
@@ -416,11 +445,12 @@ __device__ __forceinline__ void attn_decode_body(
     // the tiles of the sequence's last block are issued whole, after the
     // wait (below).
     unsigned char* ks = qring + sl * QSLOT;
-    const int p0 = t * TT;
-    int bi, blk;
-    const u32 mask = tile_rows(p0, lo, L, bt, max_blocks, num_blocks, err, bi, blk);
-    const int rhi = min(TT, L - p0);
-    const int w = mask != 0 ? kivi_window(kw, blk, err) : -1;
+    const int p0 = t * TT, bi = kv_index(p0, BS);
+    int blk, w;
+    meta((t - tb - warp) / NW, blk, w);
+    const int rlo = max(0, lo - p0), rhi = min(TT, L - p0);  // as tile_rows
+    const u32 mask = blk < 0 ? 0u : ((1u << rhi) - 1u) & ~((1u << rlo) - 1u);
+    blk = max(blk, 0);
     const u32 wsel = mask & ~((1u << kivi_first_bf16(w, p0, bi, L, kw.window, BS, TT)) - 1u);
     const bool ok = (mask & ~wsel) != 0;
     const i64 base = kv_tile(kh, blk) + kv_row(kv_offset(p0, bi, BS), HD);  // the tile's first value
