@@ -101,10 +101,12 @@ func decodeCoreModule(d int, kv backend.KVSpec, gc, ur int) modSpec {
 // decodeMMASmem is attn_decode_mma's dynamic shared memory for head dim d,
 // caches of format kv and st stages, as kernels/attn_decode.cu lays it
 // out: the query tile (16 rows of d+8 bf16), then per warp st slots of a
-// K and a V tile of 16 such rows; for a quantized cache per warp a K and a
-// V staging tile of such rows and st slots of the stored K and V rows and
-// their scales (int4: the K and V codes, the block's K scales and zero
-// points [2][d] and the rows' V ones [16][d/G][2]).
+// K and a V tile of 16 such rows; for an fp8 or int8 cache per warp a K
+// and a V staging tile of such rows and st slots of the stored K and V
+// rows and their scales; for int4 per warp st slots of the K and V codes,
+// the block's K scales and zero points [2][d] and the rows' V ones
+// [16][d/G][2], and no fewer bytes than the warp's f32 output [16][d]
+// that the merge leaves there (int4 tiles are decoded in registers).
 func decodeMMASmem(d int, kv backend.KVSpec, st int) int {
 	tile := (d + 8) * 2 * decodeTile // bytes of one bf16 K or V tile
 	if kv.Scales == backend.KVNoScales {
@@ -112,7 +114,7 @@ func decodeMMASmem(d int, kv backend.KVSpec, st int) int {
 	}
 	if kv.Scales == backend.KVScaleKIVI {
 		slot := 2*decodeTile*d/2 + 4*d + decodeTile*(d/kv.GroupSize)*4
-		return tile + decodeNW*(2*tile+st*slot)
+		return tile + decodeNW*max(st*slot, decodeTile*d*4)
 	}
 	slot := 2 * decodeTile * d // 1-byte elements
 	if kv.Scales == backend.KVScaleGroups {
@@ -155,7 +157,7 @@ func smemLimits(cc int) (perSM, perBlock int) {
 // made shallower, down to the tuning's depth, until the blocks per SM
 // that the kernel's registers are compiled for (decodeMMAMinBlocks) fit
 // in the SM's shared memory: its tiles are small, so resident warps, not
-// one warp's depth, keep most bytes in flight.
+// one warp's depth, keep most bytes in flight and hide the decoding.
 func decodeMMAStages(cc, d int, kv backend.KVSpec, stages int) (st int, ok bool) {
 	if stages == 0 || cc < 80 {
 		return 0, false
@@ -164,7 +166,7 @@ func decodeMMAStages(cc, d int, kv backend.KVSpec, stages int) (st int, ok bool)
 	if kv.Scales == backend.KVScaleKIVI {
 		for st = stages; st > stages/2 && st >= 2; st-- {
 			n := decodeMMASmem(d, kv, st) + decodeMMAStaticSmem(kv, st)
-			if n <= perBlock && perSM/(n+1<<10) >= decodeMMAMinBlocks(d) {
+			if n <= perBlock && perSM/(n+1<<10) >= decodeMMAMinBlocks(d, kv) {
 				return st, true
 			}
 		}
@@ -178,8 +180,18 @@ func decodeMMAStages(cc, d int, kv backend.KVSpec, stages int) (st int, ok bool)
 }
 
 // decodeMMAMinBlocks mirrors MIN_BLOCKS in kernels/attn_decode.cu: the
-// blocks per SM its register budget is compiled for.
-func decodeMMAMinBlocks(d int) int {
+// blocks per SM its register budget is compiled for over caches of format
+// kv (int4, with no staging tiles, one more at head dims up to 128).
+func decodeMMAMinBlocks(d int, kv backend.KVSpec) int {
+	if kv.Scales == backend.KVScaleKIVI {
+		switch {
+		case d <= 64:
+			return 4
+		case d <= 128:
+			return 3
+		}
+		return 1
+	}
 	switch {
 	case d <= 64:
 		return 3
@@ -195,7 +207,7 @@ func decodeMMAMinBlocks(d int) int {
 func decodeMMAPerSM(cc, d int, kv backend.KVSpec, st int) int {
 	perSM, _ := smemLimits(cc)
 	bySmem := perSM / (decodeMMASmem(d, kv, st) + decodeMMAStaticSmem(kv, st) + 1<<10)
-	return max(1, min(bySmem, decodeMMAMinBlocks(d)))
+	return max(1, min(bySmem, decodeMMAMinBlocks(d, kv)))
 }
 
 // decodeMMASplits picks how many pieces each decode row's context is cut

@@ -309,9 +309,9 @@ func BenchmarkAttentionDecodeQuant(b *testing.B) {
 			})
 		}
 	}
-	// int4's ring depth (twice Tuning.DecodeStages, fitted to two blocks
-	// an SM: 6 slots at head dim 128 for the default tuning and for 4)
-	// against a shallower one: tuning 2, 4 slots.
+	// int4's ring depth (twice Tuning.DecodeStages, fitted to the blocks
+	// an SM its kernel is compiled for, 3 at head dim 128: 6 slots for the
+	// default tuning and for 4) against a shallower one: tuning 2, 4 slots.
 	for _, st := range []int{2} {
 		for _, s := range []struct{ seqs, ctx int }{{16, 32768}, {4, 2048}} {
 			b.Run(fmt.Sprintf("int4_tuning%d_b%d_ctx%d", st, s.seqs, s.ctx), func(b *testing.B) {
@@ -384,6 +384,11 @@ func benchDecodeAttentionKV(b *testing.B, g *Backend, spec backend.KVSpec, seqs,
 	}()
 	args := backend.AttentionArgs{Out: out, Q: q, KV: spec, BlockTables: bt, SeqLens: sl, QueryStart: qs, NumSeqs: seqs,
 		MaxSeqLen: ctx, MaxQueryLen: 1, NumHeads: h, NumKVHeads: kv, HeadDim: d, Scale: float32(1 / math.Sqrt(d))}
+	if p, err := g.planDecode(seqs, h, kv, d, spec, ctx); err == nil && p.decode == "attn_decode_mma" {
+		st := p.mod.p[3]
+		b.Logf("%s: grid %v, %d splits, %d+%d bytes of shared memory a block, %d slots a warp, %d blocks an SM",
+			p.decode, p.grid, p.nsplit, p.smem, decodeMMAStaticSmem(spec, st), st, decodeMMAPerSM(g.cc, d, spec, st))
+	}
 	next := 0
 	timeGraphOps(b, g, float64(kvBytes), 4*copies, func() error {
 		next = (next + 1) % copies

@@ -385,8 +385,9 @@ var producerWaiters = map[string]string{
 
 // lateWaiters are the kernels whose shared body (sharedBodies) reads the
 // step's metadata and the KV-cache rows of earlier steps before it waits,
-// then the newest row and Q (the text given, its first read of Q) after.
-var lateWaiters = map[string]string{"attn_decode_mma": "*(const uint4*)(q +"}
+// then the newest row and Q (the text given, its first read of Q: the
+// int4 form's, which comes first, or the others') after.
+var lateWaiters = map[string]string{"attn_decode_mma": "*)(q + ((i64)q0"}
 
 // earlyReaders are the kernels allowed to load, before grid_dep_sync, the
 // weights the host flags as pristine (never written by a kernel), named by

@@ -454,6 +454,7 @@ log "BenchmarkAttentionDecodeQuant"
 (cd backend/cuda && "$root/.gpu/cuda.test" -test.run XXX -test.bench 'BenchmarkAttentionDecodeQuant' -test.benchtime 20x >"$OUT/kv-attn-bench.log" 2>&1)
 echo "rc=$?" | say
 grep -E "^Benchmark|FAIL|panic" "$OUT/kv-attn-bench.log" | say
+grep -E "blocks an SM" "$OUT/kv-attn-bench.log" | sed 's/^ *//' | sort -u | say
 }
 
 # new_tests: the GPU tests of this milestone's new kernels and paths, in

@@ -5,16 +5,20 @@
 // -DST=<cp.async pipeline stages per warp>.
 //
 // A quantized cache's tiles travel through the ring as stored (bytes and
-// their scales, half the bytes of BF16, int4 about a third) and each warp
-// dequantizes a landed tile into its own staging tiles, which the mma
-// code below reads as it reads a BF16 slot. FP8's per-head scales are not
-// applied there: K's multiplies the score scale, V's the output.
+// their scales, half the bytes of BF16, int4 about a third). An FP8 or
+// INT8 tile is dequantized by each warp into its own staging tiles, which
+// the mma code below reads as it reads a BF16 slot. FP8's per-head scales
+// are not applied there: K's multiplies the score scale, V's the output.
 //
-// An int4 tile's rows that are read in bf16 (the sequence's window and
-// its last, partial block: kv.cuh's kivi_first_bf16) do not travel
-// through the ring: issue asks L2 for their window rows, and the warp
-// loads them from there when it dequantizes the tile (a window of W
-// tokens is W/16 tiles of a sequence's thousands, at its end).
+// An int4 (KIVI) tile is not staged: each lane decodes the codes of its
+// own mma B fragments straight from the slot into registers (the layout
+// is chosen so that a lane's elements of a token are contiguous bytes of
+// the stored row; see "int4 operand layout" below). Its rows that are
+// read in bf16 (the sequence's window and its last, partial block: kv.cuh's
+// kivi_first_bf16) do not travel through the ring: issue asks L2 for
+// their window rows, and each lane loads its fragments' elements of them
+// from there (a window of W tokens is W/16 tiles of a sequence's
+// thousands, at its end).
 //
 // Why tensor cores for a memory-bound op: the CUDA-core kernel
 // (attention.cu's attn_decode) spends about one instruction per KV byte
@@ -42,11 +46,12 @@
 
 // The tensor-core operands: bf16 for a BF16 cache, whose rows are the
 // operands. A quantized cache's tiles are dequantized to f16 instead,
-// which integer tricks make cheaper than bf16 (kv_dequant16_f16) and which
-// is the more precise of the two; Q and P are converted to f16 for them,
-// which assumes |Q| < 65504 (attention activations are far smaller).
-#define KV_STAGED (KV_QUANT || KV_KIVI)  // tiles dequantized into staging tiles
-#if KV_STAGED
+// which integer tricks make cheaper than bf16 (kv_dequant16_f16,
+// kivi_pair_f16) and which is the more precise of the two; Q and P are
+// converted to f16 for them, which assumes |Q| < 65504 (attention
+// activations are far smaller).
+#define KV_STAGED KV_QUANT  // tiles dequantized into staging tiles
+#if KV_QUANT || KV_KIVI
 #define MMA mma16816_f16
 #define PACK_P pack_f16x2
 #else
@@ -61,17 +66,20 @@
 #define MAX_SPLITS 32           // most splits attn_decode_combine merges
 
 // WREG is the bytes of one warp's region of shared memory. BF16: ST slots
-// of a K and a V tile [TT][KSTR]. Quantized: the staging K and V tiles
-// (bf16, as a BF16 slot) then ST slots of QSLOT bytes: the tile's K and V
+// of a K and a V tile [TT][KSTR]. FP8, INT8: the staging K and V tiles
+// (f16, as a BF16 slot) then ST slots of QSLOT bytes: the tile's K and V
 // rows as stored [TT][HD] and, for INT8, their scales [TT][HD/KV_G] f16.
-// INT4: the K and V codes [TT][HD/2] bytes each, the tile's block's K
-// scales and zero points [2][HD] f16, the rows' V ones [TT][HD/KV_G][2].
+// INT4: ST slots of the K and V codes [TT][HD/2] bytes each (16-byte
+// chunks moved within their row: kivi_kx, kivi_vx), the tile's block's K
+// scales and zero points [2][HD] f16 (chunks moved: kivi_sx), the rows' V
+// ones [TT][HD/KV_G][2] f16; no staging tiles, but at least the f32
+// output [16][HD] the merge leaves there.
 #if KV_KIVI
 #define KIVI_CB (TT * HD / 2)           // bytes of one tile's K (or V) codes
 #define KIVI_KSCB (4 * HD)              // bytes of the block's K scales and zero points
 #define KIVI_VSCB (TT * (HD / KV_G) * 4)  // bytes of the tile's V scales and zero points
 #define QSLOT (2 * KIVI_CB + KIVI_KSCB + KIVI_VSCB)
-#define WREG (2 * TILE * 2 + ST * QSLOT)
+#define WREG (ST * QSLOT > 64 * HD ? ST * QSLOT : 64 * HD)
 #elif KV_QUANT
 #if KV_DT == DT_I8
 #define KV_SCB (TT * (HD / KV_G) * 2)  // bytes of one tile's K (or V) scales
@@ -86,7 +94,13 @@
 
 // Blocks per SM the register allocation must allow; the host's
 // decodeMMAPerSM assumes the same (shared memory limits it to about this).
-#if HD <= 64
+// INT4 keeps no staging tiles, so its blocks are small enough for one
+// more an SM (its registers: the f32 accumulators, a tile's fragments).
+#if KV_KIVI && HD <= 64
+#define MIN_BLOCKS 4
+#elif KV_KIVI && HD <= 128
+#define MIN_BLOCKS 3
+#elif HD <= 64
 #define MIN_BLOCKS 3
 #elif HD <= 128
 #define MIN_BLOCKS 2
@@ -97,12 +111,13 @@
 // Shared memory (dynamic, (HD+8)*32 + NW*WREG bytes):
 //   qs    [16][KSTR] bf16        the group's query rows, zero past G
 //   ring  [NW][WREG]             per warp, ST slots of a K tile then a V tile
-//                                (quantized: staging tiles, then the slots)
+//                                (FP8, INT8: staging tiles, then the slots)
 // A row is HD+8 elements, (HD+8)*2 bytes: consecutive rows start 16 bytes
 // apart modulo 128, so the 8 row addresses of each ldmatrix phase hit
 // distinct bank quads (no conflicts) for every HD that is a multiple of 8.
 // After the main loop a warp's first slot holds its f32 output [16][HD]
-// (64*HD bytes <= one slot's 64*(HD+8)) for the cross-warp merge.
+// (64*HD bytes <= one slot's 64*(HD+8); INT4: WREG is at least that) for
+// the cross-warp merge.
 
 // ld_cg loads 16 bytes through L2 only (never a line L1 may hold from
 // before the predecessor kernel wrote it).
@@ -120,14 +135,112 @@ __device__ __forceinline__ uint4 ld_cg16(const u16* p) {
   return v;
 }
 
-// KIVI_NB is how many of its chunks a lane dequantizes at a time: their
-// window loads are issued together (rows read in bf16 cost one L2 round
-// trip a group), in registers the f32 accumulators of HD 256 leave.
-#if HD <= 128
-#define KIVI_NB 8
-#else
-#define KIVI_NB 4
-#endif
+// int4 operand layout. S = Q.K^T and O += P.V are sums over their k, so
+// any order of the k elements gives the same products as long as both
+// operands take it; the order is chosen so that a lane's elements of a
+// token are contiguous bytes of the stored row (fragments as mma16816:
+// lane (gid, tq), gid = lane/4, tq = lane%4):
+//  - S's k (channels). In step kk the B fragment of lane (gid, tq) holds
+//    k = 2tq, 2tq+1 (b0) and 2tq+8, 2tq+9 (b1): they are channels
+//    tq*HD/4 + 4kk + 0, 1 (b0) and + 2, 3 (b1). A lane's channels are the
+//    HD/4 from tq*HD/4 on: HD/8 bytes of a K row, as byte p holds channels
+//    2p, 2p+1 (kivi_pair_f16's pair), and HD/2 bytes of each K scale row.
+//    Q is stored in the same order: qs column 16kk + s holds channel
+//    kivi_qch(kk, s).
+//  - S's n (tokens), and so P.V's k. Position n of the tile's 16 is token
+//    kivi_tok(n) (2 and 3, 6 and 7, 10 and 11, 14 and 15 swapped), so the
+//    two tokens of a quarter warp's K reads (n = gid, gid even and odd)
+//    lie in different halves of the 32 banks at HD 128, as do two of the
+//    four tokens of a half warp's V reads (n = 2tq or 2tq+1).
+//  - P.V's n (dims). Column c of n-tile nd is dim c*HD/8 + nd, so a lane's
+//    dims of a token are the HD/8 from gid*HD/8 on: HD/16 bytes of a V row.
+//    A C fragment's column nd*8 + c (where the merge finds it) holds dim
+//    c*HD/8 + nd.
+// The slot's 16-byte chunks are moved within their row so that the
+// lanes of one shared-memory read hit distinct banks (at HD 128 and 256;
+// an XOR of the byte offset with a multiple of 16 below the row's bytes,
+// which cp.async applies to its destination; HD is a power of two).
+__device__ __forceinline__ int kivi_tok(int n) { return n ^ ((n >> 1) & 1); }
+
+// kivi_qch is the channel that Q column 16kk + s holds.
+__device__ __forceinline__ int kivi_qch(int kk, int s) {
+  const int t = (s & 7) >> 1, e = (s & 1) + (s >> 3) * 2;
+  return t * (HD / 4) + 4 * kk + e;
+}
+
+// kivi_kx and kivi_vx are the XORs of K and V code row r: HD 256 has the
+// two chunks a lane reads of a K row in different bank groups for even
+// and odd rows; V rows at HD 128 (256) have the half (quarter) of a row
+// that lanes gid 0-3 (0-1) read in a different bank group for each of the
+// four rows of one read.
+__device__ __forceinline__ int kivi_kx(int r) { return HD == 256 ? (r & 1) << 4 : 0; }
+__device__ __forceinline__ int kivi_vx(int r) {
+  return HD == 128 ? ((r >> 2) & 1) << 5 : HD == 256 ? (((r >> 2) & 1) << 6 | (r & 1) << 5) : 0;
+}
+
+// kivi_sx is the XOR of lane quad position tq's HD/2 bytes of a K scale
+// (or zero point) row: the four positions' i-th chunks then lie in
+// distinct bank groups.
+__device__ __forceinline__ int kivi_sx(int tq) { return HD == 128 ? (tq >> 1) << 4 : HD == 256 ? tq << 5 : 0; }
+
+// kivi_lds reads NB bytes (1, 2, 4, 8 or a multiple of 16) of a slot at
+// logical offset b0 (a multiple of min(NB, 16)), whose 16-byte pieces lie
+// at (b0 + 16i) ^ x, into w: byte j of the run is byte j%4 of w[j/4].
+template <int NB>
+__device__ __forceinline__ void kivi_lds(const unsigned char* base, int b0, int x, u32 (&w)[NB < 4 ? 1 : NB / 4]) {
+  if constexpr (NB >= 16) {
+#pragma unroll
+    for (int i = 0; i < NB / 16; i++) {
+      const uint4 v = *(const uint4*)(base + ((b0 + 16 * i) ^ x));
+      w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
+    }
+  } else if constexpr (NB == 8) {
+    const uint2 v = *(const uint2*)(base + (b0 ^ x));
+    w[0] = v.x, w[1] = v.y;
+  } else if constexpr (NB == 4) {
+    w[0] = *(const u32*)(base + (b0 ^ x));
+  } else if constexpr (NB == 2) {
+    w[0] = *(const u16*)(base + (b0 ^ x));
+  } else {
+    w[0] = base[b0 ^ x];
+  }
+}
+
+// kivi_ldg loads NB bytes (4, 8 or a multiple of 16) of window rows
+// through L2 (as ld_cg16), as kivi_lds lays them out.
+template <int NB>
+__device__ __forceinline__ void kivi_ldg(const u16* p, u32 (&w)[NB / 4]) {
+  if constexpr (NB >= 16) {
+#pragma unroll
+    for (int i = 0; i < NB / 16; i++) {
+      const uint4 v = ld_cg16(p + 8 * i);
+      w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
+    }
+  } else if constexpr (NB == 8) {
+    asm volatile("ld.global.cg.v2.u32 {%0,%1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(p));
+  } else {
+    asm volatile("ld.global.cg.u32 %0, [%1];" : "=r"(w[0]) : "l"(p));
+  }
+}
+
+// kivi_f16x2 packs the f16 of two bf16, the low half from a's, the high
+// from b's (round to nearest, as bf16x8_to_f16x8).
+__device__ __forceinline__ u32 kivi_f16x2(u32 a, u32 b) {
+  u32 o;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(o) : "f"(__uint_as_float(b)), "f"(__uint_as_float(a)));
+  return o;
+}
+
+// kivi_vpair decodes the two codes t holds under an f16 exponent (halves
+// 0x64XX & 0x000F: 1024 + code, or 0x54XX & 0x00F0: 64 + code; bias is
+// that exponent's f16x2 pair) with the f16x2 scales s2 and zero points z2
+// of the halves' tokens, as kivi_pair_f16 does.
+__device__ __forceinline__ u32 kivi_vpair(u32 t, u32 bias, u32 s2, u32 z2) {
+  u32 h;
+  asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(h) : "r"(t), "r"(bias));
+  asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(h) : "r"(h), "r"(s2), "r"(z2));
+  return h;
+}
 #endif
 
 // Waits until at most N of this thread's committed groups are pending.
@@ -271,6 +384,8 @@ __device__ __forceinline__ void attn_decode_body(
 #if KV_STAGED
   u16* stg = (u16*)wreg;                     // [2][TT][KSTR] f16: the landed tile, dequantized
   unsigned char* qring = wreg + 2 * TILE * 2;  // [ST][QSLOT]
+#elif KV_KIVI
+  unsigned char* qring = wreg;  // [ST][QSLOT]
 #else
   u16* ring = (u16*)wreg;
 #endif
@@ -291,30 +406,64 @@ __device__ __forceinline__ void attn_decode_body(
   // element column is the same in both). Rows outside [lo, L) or in a
   // bad block are zero-filled and masked, never read. Row skip (-1: none)
   // is valid but not copied: the caller fills it.
+#if KV_KIVI
+  // The block ids and window blocks of the warp's tiles, looked up 32
+  // tiles at a time: lane l holds those of the warp's tile mb + l (its
+  // jj-th tile is tb + warp + jj*NW), block id -1 where tile_rows found it
+  // bad. issue takes them by shuffle, so a tile's copies do not wait on
+  // two dependent loads of their own (the block table, then the window
+  // map): an int4 tile is a third of a BF16 one, and that latency would
+  // be spent three times as often. issue is called for tiles in order of
+  // jj but for the prologue's late ones (a lookup for an earlier batch
+  // than the one held is looked up again).
+  int mblk = -1, mwin = -1, mb = -32;
+  auto meta = [&](int jj, int& blk, int& w) {
+    if (jj >= mb + 32 || jj < mb) {  // the same for the whole warp
+      mb = jj & ~31;
+      const int jl = mb + lane;
+      mblk = -1;
+      mwin = -1;
+      if (jl < nj) {
+        int bi, b;
+        if (tile_rows((tb + warp + jl * NW) * TT, lo, L, bt, max_blocks, num_blocks, err, bi, b) != 0) {
+          mblk = b;
+          mwin = kivi_window(kw, b, err);
+        }
+      }
+    }
+    blk = __shfl_sync(0xffffffffu, mblk, jj & 31);
+    w = __shfl_sync(0xffffffffu, mwin, jj & 31);
+  };
+#endif
   auto issue = [&](int t, int sl, int skip) {
 #if KV_KIVI
     // The tile's codes as stored (K's, then V's, each [TT][HD/2] bytes
     // and contiguous in the pool), its block's K scales and its rows' V
     // scales, when any valid row is read in int4; rows read in bf16 are
-    // only asked of L2 (their window rows), the dequantization loads them.
-    // skip is unused: the tiles of the sequence's last block are issued
-    // whole, after the wait (below).
+    // only asked of L2 (their window rows), the lanes load them. Chunks
+    // land where kivi_kx, kivi_vx and kivi_sx move them. skip is unused:
+    // the tiles of the sequence's last block are issued whole, after the
+    // wait (below).
     unsigned char* ks = qring + sl * QSLOT;
-    const int p0 = t * TT;
-    int bi, blk;
-    const u32 mask = tile_rows(p0, lo, L, bt, max_blocks, num_blocks, err, bi, blk);
-    const int rhi = min(TT, L - p0);
-    const int w = mask != 0 ? kivi_window(kw, blk, err) : -1;
+    const int p0 = t * TT, bi = kv_index(p0, BS);
+    int blk, w;
+    meta((t - tb - warp) / NW, blk, w);
+    const int rlo = max(0, lo - p0), rhi = min(TT, L - p0);  // as tile_rows
+    const u32 mask = blk < 0 ? 0u : ((1u << rhi) - 1u) & ~((1u << rlo) - 1u);
+    blk = max(blk, 0);
     const u32 wsel = mask & ~((1u << kivi_first_bf16(w, p0, bi, L, kw.window, BS, TT)) - 1u);
     const bool ok = (mask & ~wsel) != 0;
     const i64 base = kv_tile(kh, blk) + kv_row(kv_offset(p0, bi, BS), HD);  // the tile's first value
     for (int c = lane; c < KIVI_CB / 16; c += 32) {
-      kv_copy(smem_u32(ks + c * 16), kc + base / 2 + c * 16, ok);
-      kv_copy(smem_u32(ks + KIVI_CB + c * 16), vc + base / 2 + c * 16, ok);
+      const int r = c * 16 / (HD / 2);  // the chunk's (first) row
+      kv_copy(smem_u32(ks + ((c * 16) ^ kivi_kx(r))), kc + base / 2 + c * 16, ok);
+      kv_copy(smem_u32(ks + KIVI_CB + ((c * 16) ^ kivi_vx(r))), vc + base / 2 + c * 16, ok);
     }
     const unsigned char* ksrc = (const unsigned char*)ksc + ((i64)blk * KV + kvh) * KIVI_KSCB;
-    for (int c = lane; c < KIVI_KSCB / 16; c += 32)
-      cp_async16_hint(smem_u32(ks + 2 * KIVI_CB + c * 16), ksrc + c * 16, ok, policy);
+    for (int c = lane; c < KIVI_KSCB / 16; c += 32) {
+      const int q = (c * 16 % (2 * HD)) / (HD / 2);  // the lane quad position whose channels it holds
+      cp_async16_hint(smem_u32(ks + 2 * KIVI_CB + ((c * 16) ^ kivi_sx(q))), ksrc + c * 16, ok, policy);
+    }
     const unsigned char* vsrc = (const unsigned char*)vsc + (base / HD) * (HD / KV_G) * 4;
     for (int c = lane; c < KIVI_VSCB / 16; c += 32)
       cp_async16_hint(smem_u32(ks + 2 * KIVI_CB + KIVI_KSCB + c * 16), vsrc + c * 16, ok, policy);
@@ -525,6 +674,18 @@ __device__ __forceinline__ void attn_decode_body(
 
   // The query rows, loaded while the tiles are in flight: [16][HD], rows
   // past the group zero (their scores are 0, their outputs never stored).
+#if KV_KIVI
+  // In the int4 operand layout's channel order, as f16: item c is row r's
+  // channels t*HD/4 + 4kk + 0..3, columns 16kk + 2t, +1 and 16kk + 8 + 2t, +1.
+  for (int c = threadIdx.x; c < 16 * (HD / 4); c += NW * 32) {
+    const int r = c / (HD / 4), kk = (c % (HD / 4)) >> 2, t = c & 3;
+    uint2 v = make_uint2(0, 0);
+    if (r < rows) v = *(const uint2*)(q + ((i64)q0 * H + (i64)kvh * G + g0 + r) * HD + kivi_qch(kk, 2 * t));
+    u16* dst = qs + r * KSTR + 16 * kk + 2 * t;
+    *(u32*)dst = kivi_f16x2(v.x << 16, v.x & 0xffff0000u);
+    *(u32*)(dst + 8) = kivi_f16x2(v.y << 16, v.y & 0xffff0000u);
+  }
+#else
   for (int c = threadIdx.x; c < 16 * (HD / 8); c += NW * 32) {
     const int r = c / (HD / 8), col = (c % (HD / 8)) * 8;
     uint4 v = make_uint4(0, 0, 0, 0);
@@ -534,6 +695,7 @@ __device__ __forceinline__ void attn_decode_body(
 #endif
     *(uint4*)(qs + r * KSTR + col) = v;
   }
+#endif
   __syncthreads();
 
   // Per-lane ldmatrix row addresses (bytes), see ldsm_x4 and mma16816:
@@ -558,6 +720,18 @@ __device__ __forceinline__ void attn_decode_body(
   scale_log2 *= ((const float*)ksc)[kvh];
   const float vmul = ((const float*)vsc)[kvh];
 #endif
+#elif KV_KIVI
+  // The lane's tokens of a tile (int4 operand layout): K's of n-tiles 0
+  // and 1 (positions gid, 8 + gid), V's of its k (2tq, 2tq+1, 8 + 2tq,
+  // 9 + 2tq); and its first V group (of dims gid*HD/8 on).
+  const int kt0 = kivi_tok(gid), kt1 = 8 + kt0;
+  const int vt[4] = {kivi_tok(2 * tq), kivi_tok(2 * tq + 1), 8 + kivi_tok(2 * tq), 8 + kivi_tok(2 * tq + 1)};
+  constexpr int NGL = HD / 8 > KV_G ? HD / 8 / KV_G : 1;  // V groups of a lane's dims
+  // K's fragments are decoded in KPARTS parts of KPP pairs a token (the
+  // registers of HD 256's accumulators leave no room for all at once).
+  constexpr int KPARTS = HD > 128 ? 2 : 1, KPP = HD / 8 / KPARTS;
+  constexpr int VPARTS = KPARTS, NTP = HD / 8 / VPARTS;  // and V's, of NTP n-tiles
+  const int vg0 = gid * (HD / 8) / KV_G;
 #else
   const u32 ring_addr = smem_u32(ring);
 #endif
@@ -582,79 +756,40 @@ __device__ __forceinline__ void attn_decode_body(
     const int sl = j % ST;
     const u32 mask = sm_mask[warp][sl];
 #if KV_KIVI
-    {
-      // Dequantize the slot into the staging tiles, chunk c of 16
-      // elements (K's, then V's) a step, KIVI_NB chunks of a lane at a
-      // time: rows read in bf16 are loaded from the window block first
-      // (L2 holds them since issue) and converted, int4 rows decoded with
-      // their block's per-channel K or their own per-group V scales, rows
-      // that are not keys become zeros.
-      const unsigned char* ks = qring + sl * QSLOT;
-      const u32 wsel = sm_wsel[warp][sl];
-      const int p0 = (tb + warp + j * NW) * TT;
-      const i64 wt = wsel != 0 ? kv_tile(kh, sm_wblk[warp][sl]) + kv_row(kv_offset(p0, BS), HD) : 0;
-      constexpr int NCH = (2 * TT * HD / 16 + 31) / 32;  // chunks of a lane
+    // The tile's K B fragments in registers (int4 operand layout), KPARTS
+    // steps of S's HD/16 at a time: kf[i][p] is the f16 pair of channels
+    // tq*HD/4 + part*HD/4/KPARTS + 2p, +1 of token kt0 (i 0) or kt1,
+    // decoded with the block's channel scales and zero points; rows read
+    // in bf16 are then loaded from the window block in their place (L2
+    // holds them since issue). Rows that are not keys decode to anything,
+    // finite or not: their scores are masked below.
+    const unsigned char* ks = qring + sl * QSLOT;
+    const u32 wsel = sm_wsel[warp][sl];
+    const u32 qm = mask & ~wsel;  // the rows read in int4
+    const i64 wt = wsel != 0 ? kv_tile(kh, sm_wblk[warp][sl]) + kv_row(kv_offset((tb + warp + j * NW) * TT, BS), HD) : 0;
+    auto kfrags = [&](int part, u32 (&kf)[2][KPP]) {
+      u32 kq[2][KPP < 4 ? 1 : KPP / 4], s2[KPP], z2[KPP];  // a pair's codes are a byte, its scales a word
+      kivi_lds<KPP>(ks + kt0 * (HD / 2), tq * (HD / 8) + part * KPP, kivi_kx(kt0), kq[0]);
+      kivi_lds<KPP>(ks + kt1 * (HD / 2), tq * (HD / 8) + part * KPP, kivi_kx(kt1), kq[1]);
+      kivi_lds<4 * KPP>(ks + 2 * KIVI_CB, tq * (HD / 2) + part * 4 * KPP, kivi_sx(tq), s2);
+      kivi_lds<4 * KPP>(ks + 2 * KIVI_CB + 2 * HD, tq * (HD / 2) + part * 4 * KPP, kivi_sx(tq), z2);
 #pragma unroll
-      for (int i0 = 0; i0 < NCH; i0 += KIVI_NB) {
-        uint4 wv[KIVI_NB][2];  // read only where the row's wsel bit is set, which loads it
-        if (wsel != 0) {        // the same for the whole warp; most tiles have no bf16 row
+      for (int i = 0; i < 2; i++)
 #pragma unroll
-          for (int i = 0; i < KIVI_NB; i++) {
-            const int c = lane + 32 * (i0 + i);
-            if (i0 + i >= NCH || ((2 * TT * HD / 16) % 32 != 0 && c >= 2 * TT * HD / 16)) continue;
-            const bool isv = c >= TT * HD / 16;
-            const int cc = isv ? c - TT * HD / 16 : c;
-            const int r = cc / (HD / 16), col = (cc % (HD / 16)) * 16;
-            if ((wsel >> r) & 1u) {
-              const u16* src = (isv ? kw.v : kw.k) + wt + kv_row(r, HD) + col;
-              wv[i][0] = ld_cg16(src);
-              wv[i][1] = ld_cg16(src + 8);
-            }
-          }
-        }
+        for (int p = 0; p < KPP; p++) kf[i][p] = kivi_pair_f16(kq[i][p / 4], 0x5040u + 0x0101u * (p % 4), s2[p], z2[p]);
+      if (wsel != 0) {  // the same for the whole warp; most tiles have no bf16 row
 #pragma unroll
-        for (int i = 0; i < KIVI_NB; i++) {
-          const int c = lane + 32 * (i0 + i);
-          if (i0 + i >= NCH || ((2 * TT * HD / 16) % 32 != 0 && c >= 2 * TT * HD / 16)) continue;
-          const bool isv = c >= TT * HD / 16;
-          const int cc = isv ? c - TT * HD / 16 : c;
-          const int r = cc / (HD / 16), col = (cc % (HD / 16)) * 16;
-          uint4 lo = make_uint4(0, 0, 0, 0), hi = lo;
+        for (int i = 0; i < 2; i++) {
+          const int r = i ? kt1 : kt0;
           if ((wsel >> r) & 1u) {
-            lo = bf16x8_to_f16x8(wv[i][0]);
-            hi = bf16x8_to_f16x8(wv[i][1]);
-          } else if ((mask >> r) & 1u) {
-            const uint2 qv = *(const uint2*)(ks + (isv ? KIVI_CB : 0) + r * (HD / 2) + col / 2);
-            u32 s2[8], z2[8];
-            if (!isv) {
-              // The channels' scales and zero points: f16 pairs.
-              const uint4* sp = (const uint4*)(ks + 2 * KIVI_CB + col * 2);
-              const uint4 sa = sp[0], sb = sp[1], za = sp[HD / 8], zb = sp[HD / 8 + 1];
-              s2[0] = sa.x, s2[1] = sa.y, s2[2] = sa.z, s2[3] = sa.w, s2[4] = sb.x, s2[5] = sb.y, s2[6] = sb.z, s2[7] = sb.w;
-              z2[0] = za.x, z2[1] = za.y, z2[2] = za.z, z2[3] = za.w, z2[4] = zb.x, z2[5] = zb.y, z2[6] = zb.z, z2[7] = zb.w;
-            } else {
-              // The row's (scale, zero point) of the chunk's group, or of
-              // its two groups of 8.
-              const u32* vp = (const u32*)(ks + 2 * KIVI_CB + KIVI_KSCB) + r * (HD / KV_G) + col / KV_G;
-              const u32 pa = vp[0], pb = KV_G < 16 ? vp[1] : pa;
+            u32 w[KPP];  // its channels of the part, bf16
+            kivi_ldg<4 * KPP>(kw.k + wt + kv_row(r, HD) + tq * (HD / 4) + part * 2 * KPP, w);
 #pragma unroll
-              for (int e = 0; e < 8; e++) {
-                const u32 pe = e < 4 ? pa : pb;
-                s2[e] = __byte_perm(pe, 0, 0x1010);
-                z2[e] = __byte_perm(pe, 0, 0x3232);
-              }
-            }
-            kivi_dequant16_f16(qv, s2, z2, lo, hi);
+            for (int p = 0; p < KPP; p++) kf[i][p] = kivi_f16x2(w[p] << 16, w[p] & 0xffff0000u);
           }
-          u16* dst = stg + (isv ? TILE : 0) + r * KSTR + col;
-          *(uint4*)dst = lo;
-          *(uint4*)(dst + 8) = hi;
         }
       }
-      __syncwarp();
-    }
-    const u32 kaddr = stg_addr + koff;
-    const u32 vaddr = stg_addr + TILE * 2 + voff;
+    };
 #elif KV_QUANT
     {
       // Dequantize the slot into the staging tiles: chunk c of 16 stored
@@ -696,6 +831,84 @@ __device__ __forceinline__ void attn_decode_body(
     float sc[2][4];
 #pragma unroll
     for (int j2 = 0; j2 < 2; j2++) sc[j2][0] = sc[j2][1] = sc[j2][2] = sc[j2][3] = 0.f;
+#if KV_KIVI
+#pragma unroll
+    for (int part = 0; part < KPARTS; part++) {
+      u32 kf[2][KPP];
+      kfrags(part, kf);
+#pragma unroll
+      for (int k2 = 0; k2 < KPP / 2; k2++) {
+        const int kk = part * (KPP / 2) + k2;
+        u32 a0, a1, a2, a3;
+        ldsm_x4(a0, a1, a2, a3, qaddr + kk * 32);
+        MMA(sc[0], a0, a1, a2, a3, kf[0][2 * k2], kf[0][2 * k2 + 1]);
+        MMA(sc[1], a0, a1, a2, a3, kf[1][2 * k2], kf[1][2 * k2 + 1]);
+      }
+    }
+
+    // V's B fragments, VPARTS parts of NTP n-tiles: vf[n][h] is the f16
+    // pair of dim gid*HD/8 + part*NTP + n of tokens vt[2h] (low half) and
+    // vt[2h+1], decoded with the rows' group scales and zero points, taken
+    // as zero for rows not read in int4: so those decode to +0 (a row that
+    // is not a key has P = 0, but its bytes may be anything, infinities
+    // included). Rows read in bf16 are then ORed in from the window block.
+    u32 vs2[2][NGL], vz2[2][NGL];
+    {
+      const u32* vsp = (const u32*)(ks + 2 * KIVI_CB + KIVI_KSCB);  // (scale, zero point) f16 pairs
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+#pragma unroll
+        for (int g = 0; g < NGL; g++) {
+          const u32 pa = (qm >> vt[2 * h]) & 1u ? vsp[vt[2 * h] * (HD / KV_G) + vg0 + g] : 0u;
+          const u32 pb = (qm >> vt[2 * h + 1]) & 1u ? vsp[vt[2 * h + 1] * (HD / KV_G) + vg0 + g] : 0u;
+          vs2[h][g] = __byte_perm(pa, pb, 0x5410);
+          vz2[h][g] = __byte_perm(pa, pb, 0x7632);
+        }
+      }
+    }
+    // The codes of all parts at once: a lane's HD/16 bytes of each of its
+    // four rows (one read of them is free of bank conflicts).
+    u32 vq[4][HD / 16 < 4 ? 1 : HD / 64];
+#pragma unroll
+    for (int i = 0; i < 4; i++) kivi_lds<HD / 16>(ks + KIVI_CB + vt[i] * (HD / 2), gid * (HD / 16), kivi_vx(vt[i]), vq[i]);
+    auto vfrags = [&](int part, u32 (&vf)[NTP][2]) {
+      // Byte m of a row's HD/16 holds dims 2m, 2m+1 (n-tiles 2m, 2m+1):
+      // prmt puts the two tokens' bytes m in the halves, masks leave the
+      // low or the high nibble under an exponent (kivi_pair_f16's trick).
+#pragma unroll
+      for (int m0 = 0; m0 < NTP / 2; m0++) {
+        const int m = part * (NTP / 2) + m0;
+        const int g = NGL > 1 ? 2 * m / KV_G : 0;
+        const u32 sel = (m % 4) * 0x1111u + 0x4400u;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+          const u32 t = __byte_perm(vq[2 * h][m / 4], vq[2 * h + 1][m / 4], sel);
+          vf[2 * m0][h] = kivi_vpair((t & 0x000F000Fu) | 0x64006400u, 0x64006400u, vs2[h][g], vz2[h][g]);
+          vf[2 * m0 + 1][h] = kivi_vpair((t & 0x00F000F0u) | 0x54005400u, 0x54005400u, vs2[h][g], vz2[h][g]);
+        }
+      }
+      if (wsel != 0) {
+        u32 w[4][NTP / 2];  // each token's NTP dims, bf16 (zero: not read in bf16)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+#pragma unroll
+          for (int e = 0; e < NTP / 2; e++) w[i][e] = 0;
+          if ((wsel >> vt[i]) & 1u) kivi_ldg<2 * NTP>(kw.v + wt + kv_row(vt[i], HD) + gid * (HD / 8) + part * NTP, w[i]);
+        }
+#pragma unroll
+        for (int m = 0; m < NTP / 2; m++) {
+#pragma unroll
+          for (int h = 0; h < 2; h++) {
+            const u32 a = w[2 * h][m], b = w[2 * h + 1][m];
+            vf[2 * m][h] |= kivi_f16x2(a << 16, b << 16);
+            vf[2 * m + 1][h] |= kivi_f16x2(a & 0xffff0000u, b & 0xffff0000u);
+          }
+        }
+      }
+    };
+    u32 vf[NTP][2];
+    vfrags(0, vf);  // the first part's loads overlap the softmax
+#else
 #pragma unroll
     for (int kk = 0; kk < HD / 16; kk++) {
       u32 a0, a1, a2, a3, b0, b1, b2, b3;
@@ -704,6 +917,7 @@ __device__ __forceinline__ void attn_decode_body(
       MMA(sc[0], a0, a1, a2, a3, b0, b1);
       MMA(sc[1], a0, a1, a2, a3, b2, b3);
     }
+#endif
 
     // Online softmax over the tile. Element e of sc[j2] is row gid (e<2)
     // or gid+8, token 8*j2 + 2tq + (e&1).
@@ -712,7 +926,11 @@ __device__ __forceinline__ void attn_decode_body(
     for (int j2 = 0; j2 < 2; j2++) {
 #pragma unroll
       for (int e = 0; e < 4; e++) {
+#if KV_KIVI
+        const int tok = j2 * 8 + ((tq * 2 + (e & 1)) ^ (tq & 1));  // kivi_tok of the position
+#else
         const int tok = j2 * 8 + tq * 2 + (e & 1);
+#endif
         const float v = ((mask >> tok) & 1u) ? sc[j2][e] * scale_log2 : NEG_INF;
         sc[j2][e] = v;
         if (e < 2) mx0 = fmaxf(mx0, v);
@@ -764,6 +982,14 @@ __device__ __forceinline__ void attn_decode_body(
     const u32 pa1 = PACK_P(sc[0][2], sc[0][3]);
     const u32 pa2 = PACK_P(sc[1][0], sc[1][1]);
     const u32 pa3 = PACK_P(sc[1][2], sc[1][3]);
+#if KV_KIVI
+#pragma unroll
+    for (int part = 0; part < VPARTS; part++) {
+      if (part > 0) vfrags(part, vf);
+#pragma unroll
+      for (int n = 0; n < NTP; n++) MMA(o[part * NTP + n], pa0, pa1, pa2, pa3, vf[n][0], vf[n][1]);
+    }
+#else
 #pragma unroll
     for (int nb = 0; nb < HD / 16; nb++) {
       u32 b0, b1, b2, b3;
@@ -771,6 +997,7 @@ __device__ __forceinline__ void attn_decode_body(
       MMA(o[2 * nb], pa0, pa1, pa2, pa3, b0, b1);
       MMA(o[2 * nb + 1], pa0, pa1, pa2, pa3, b2, b3);
     }
+#endif
     __syncwarp();  // every lane is done with slot sl before it is refilled
   }
   cp_async_wait<0>();  // only empty groups can remain; the ring is reused below
@@ -799,9 +1026,16 @@ __device__ __forceinline__ void attn_decode_body(
   __syncthreads();
   const float* obase = (const float*)(dsm + TT * KSTR);  // warp w's output at obase + w*WREG/4 floats
   for (int idx = threadIdx.x; idx < rows * HD; idx += NW * 32) {
+#if KV_KIVI
+    // Column pos of the stored output holds dim d (int4 operand layout).
+    const int g = idx / HD, pos = idx - g * HD, d = (pos % 8) * (HD / 8) + pos / 8;
+    float M, lsum;
+    float acc = warp_merge(obase, sm_m, sm_l, g, pos, M, lsum);
+#else
     const int g = idx / HD, d = idx - g * HD;
     float M, lsum;
     float acc = warp_merge(obase, sm_m, sm_l, g, d, M, lsum);
+#endif
 #if KV_DT == DT_F8E4M3
     acc *= vmul;
 #endif
