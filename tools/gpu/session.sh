@@ -492,7 +492,7 @@ kv_tests() { kv_check; }
 kv_check() {
 log "backend/cuda: KV cache format tests"
 (cd backend/cuda && "$root/.gpu/cuda.test" -test.v -test.timeout 5m -test.run \
-  'TestRoPEStoreKV|TestAttentionQuant|TestDecodePlan|TestAttention$|TestGraphVerifyAttention|TestFusedQKVRoPE|TestKVReadersRefuseOtherFormats|TestCheckKVSpec|TestKernelsCompile|TestKernelsWaitForPredecessor' \
+  'TestRoPEStoreKV|TestAttentionQuant|TestDecodePlan|TestAttention$|TestGraphVerifyAttention|TestFlatVerifyStepRows|TestFusedQKVRoPE|TestKVReadersRefuseOtherFormats|TestCheckKVSpec|TestKernelsCompile|TestKernelsWaitForPredecessor' \
   >"$OUT/kv-check.log" 2>&1)
 local rc=$?
 echo "rc=$rc" | say
