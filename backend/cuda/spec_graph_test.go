@@ -99,16 +99,22 @@ func TestGraphVerifyAttention(t *testing.T) {
 // writes: the decode kernel must read those positions after it. Before
 // the step they hold large values (64 in every K and V element), so a
 // row read early wrecks its output. Cases of at most 8 rows take the
-// fused QKV kernel, the larger one cuBLASLt and rope_store_kv.
+// fused QKV kernel, the larger one cuBLASLt and rope_store_kv. The int8
+// case (a quantized format the flat form also runs) starts from random
+// codes and scales at the step's positions instead: short contexts, so
+// the step's rows weigh enough that stale ones show.
 func TestFlatVerifyStepRows(t *testing.T) {
+	int8KV := backend.Int8KV(16, 32)
 	for _, tc := range []struct {
 		name   string
 		starts []int // cached positions of each verify sequence before the step
 		q      int   // rows a verify sequence: 1 + draft tokens
+		spec   backend.KVSpec
 	}{
-		{"one_seq_across_a_tile", []int{13}, 5},
-		{"four_seqs", []int{13, 2, 40, 250}, 5},
-		{"two_seqs_k8", []int{7, 100}, 9},
+		{"one_seq_across_a_tile", []int{13}, 5, backend.KVSpec{}},
+		{"four_seqs", []int{13, 2, 40, 250}, 5, backend.KVSpec{}},
+		{"two_seqs_k8", []int{7, 100}, 9, backend.KVSpec{}},
+		{"int8_four_seqs", []int{13, 2, 20, 9}, 5, int8KV},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newPair(t)
@@ -147,10 +153,27 @@ func TestFlatVerifyStepRows(t *testing.T) {
 					}
 				}
 			}
-			cshape := []int{numBlocks, kv, bs, d}
-			ckBytes, cvBytes := encode(backend.BF16, kvInit[0]), encode(backend.BF16, kvInit[1])
-			ck, gk := p.same(backend.BF16, cshape, ckBytes)
-			cv, gv := p.same(backend.BF16, cshape, cvBytes)
+			quant := tc.spec.Scales != 0 && tc.spec.Scales != backend.KVNoScales
+			spec, tol := backend.PlainKV(backend.BF16, bs), bf16Tol
+			var ck, gk, cv, gv backend.Tensor
+			var caux, gaux backend.KVAux
+			if quant {
+				spec, tol = tc.spec, quantAttnTol
+				ck, gk, cv, gv, caux, gaux = p.quantCaches(spec, numBlocks, kv, d)
+			} else {
+				cshape := []int{numBlocks, kv, bs, d}
+				ck, gk = p.same(backend.BF16, cshape, encode(backend.BF16, kvInit[0]))
+				cv, gv = p.same(backend.BF16, cshape, encode(backend.BF16, kvInit[1]))
+			}
+			// What a run starts from on the GPU: the pools and their scales.
+			var resets []func()
+			for _, x := range []backend.Tensor{gk, gv, gaux.KScale, gaux.VScale} {
+				if x == nil {
+					continue
+				}
+				init := readBytes(t, p.g, x)
+				resets = append(resets, func() { p.must("reset the cache", p.g.Write(x, init)) })
+			}
 			cx, gx := p.act(backend.BF16, []int{n, k}, p.normal(n*k, 1))
 			cw, gw := p.same(backend.BF16, []int{m, k}, encode(backend.BF16, p.normal(m*k, float32(1/math.Sqrt(k)))))
 			cpos, gpos := p.same(backend.I32, []int{n}, i32Bytes(positions))
@@ -162,22 +185,23 @@ func TestFlatVerifyStepRows(t *testing.T) {
 			cqkv, gqkv := p.cpuOut(n, m), p.poisoned(backend.BF16, n, m)
 			cq, gq := p.cpuOut(n, h*d), p.poisoned(backend.BF16, n, h*d)
 			co, gout := p.cpuOut(n, h*d), p.poisoned(backend.BF16, n, h*d)
-			prog := func(x, w, qkv, qt, out, kc, vc, pos, sl, bt, lens, qs, inv backend.Tensor, stepKeys int) *backend.Program {
+			prog := func(x, w, qkv, qt, out, kc, vc, pos, sl, bt, lens, qs, inv backend.Tensor, aux backend.KVAux, stepKeys int) *backend.Program {
 				var pr backend.Program
 				pr.Add(backend.Op{Kind: backend.OpMatMul, Name: "qkv", Out: qkv, X: x, W: w})
 				pr.Add(backend.Op{Kind: backend.OpRoPEStoreKV, Name: "rope", RoPE: backend.RoPEArgs{Q: qt, QKV: qkv, Positions: pos, SlotMapping: sl,
-					KCache: kc, VCache: vc, KV: kvOf(kc), InvFreq: inv, NumHeads: h, NumKVHeads: kv, HeadDim: d}})
+					KCache: kc, VCache: vc, KV: spec, KVAux: aux, InvFreq: inv, NumHeads: h, NumKVHeads: kv, HeadDim: d}})
 				pr.Add(backend.Op{Kind: backend.OpAttention, Name: "attention", Attn: backend.AttentionArgs{Out: out, Q: qt, KCache: kc, VCache: vc,
-					KV: kvOf(kc), BlockTables: bt, SeqLens: lens, QueryStart: qs, NumSeqs: n, MaxSeqLen: width * bs, MaxQueryLen: 1,
+					KV: spec, KVAux: aux, BlockTables: bt, SeqLens: lens, QueryStart: qs, NumSeqs: n, MaxSeqLen: width * bs, MaxQueryLen: 1,
 					StepKeys: stepKeys, NumHeads: h, NumKVHeads: kv, HeadDim: d, Scale: float32(1 / math.Sqrt(d))}})
 				return &pr
 			}
-			p.must("cpu", backend.Run(p.c, prog(cx, cw, cqkv, cq, co, ck, cv, cpos, cslots, cbt, csl, cqs, cinv, q)))
+			p.must("cpu", backend.Run(p.c, prog(cx, cw, cqkv, cq, co, ck, cv, cpos, cslots, cbt, csl, cqs, cinv, caux, q)))
 			want := read(t, p.c, co)
 			run := func(stepKeys int) []float32 {
-				p.must("reset K", p.g.Write(gk, ckBytes))
-				p.must("reset V", p.g.Write(gv, cvBytes))
-				p.must("gpu", backend.Run(p.g, prog(gx, gw, gqkv, gq, gout, gk, gv, gpos, gslots, gbt, gsl, gqs, ginv, stepKeys)))
+				for _, reset := range resets {
+					reset()
+				}
+				p.must("gpu", backend.Run(p.g, prog(gx, gw, gqkv, gq, gout, gk, gv, gpos, gslots, gbt, gsl, gqs, ginv, gaux, stepKeys)))
 				p.must("sync", p.g.Sync())
 				return read(t, p.g, gout)
 			}
@@ -185,7 +209,7 @@ func TestFlatVerifyStepRows(t *testing.T) {
 			// checked runs launch back to back as a step does.
 			run(q)
 			for i := range 3 {
-				p.expectClose(fmt.Sprintf("flat verify attention, run %d", i+1), run(q), want, bf16Tol)
+				p.expectClose(fmt.Sprintf("flat verify attention, run %d", i+1), run(q), want, tol)
 			}
 			// The same step saying nothing of its own rows: a kernel that
 			// reads them early may see the poison. Timing decides, so this
