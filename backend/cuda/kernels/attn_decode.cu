@@ -590,6 +590,16 @@ __device__ __forceinline__ void attn_decode_body(
   // positions are issued after the wait in the same way.
   const int fresh_lo = L - max(1, step_keys);  // first position this step wrote
   u32 late = 0;  // prologue slots issued after the wait, whole
+  // issue_late issues them, in their own commit group, and waits for it.
+  auto issue_late = [&]() {
+    if (late != 0) {
+#pragma unroll
+      for (int j = 0; j < ST - 1; j++)
+        if ((late >> j) & 1u) issue(tb + warp + j * NW, j, -1);
+      cp_async_commit();
+      cp_async_wait<0>();
+    }
+  };
 #if KV_KIVI
   const int fresh_block = kv_index(fresh_lo, BS);
 #pragma unroll
@@ -602,13 +612,7 @@ __device__ __forceinline__ void attn_decode_body(
     cp_async_commit();
   }
   grid_dep_wait();  // Q and the step's blocks come from the kernels before this one
-  if (late != 0) {
-#pragma unroll
-    for (int j = 0; j < ST - 1; j++)
-      if ((late >> j) & 1u) issue(tb + warp + j * NW, j, -1);
-    cp_async_commit();
-    cp_async_wait<0>();
-  }
+  issue_late();
 #else
   // One position (a plain decode row): its tile goes early but for that
   // row, which is copied after the wait.
@@ -629,13 +633,7 @@ __device__ __forceinline__ void attn_decode_body(
     cp_async_commit();
   }
   grid_dep_wait();  // Q and the step's K/V rows come from the kernels before this one
-  if (late != 0) {
-#pragma unroll
-    for (int j = 0; j < ST - 1; j++)
-      if ((late >> j) & 1u) issue(tb + warp + j * NW, j, -1);
-    cp_async_commit();
-    cp_async_wait<0>();
-  }
+  issue_late();
   if (late_slot >= 0) {
     // Row (L-1) % TT of the slot: 16-byte chunks of its K then V row.
     const int p = L - 1, bi = kv_index(p, BS);
