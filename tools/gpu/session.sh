@@ -570,11 +570,12 @@ PY
 # on the default model, a warm-up of two random-prompt requests (graph
 # captures), then bench serve over the set's SPEC_PROMPTS prompts (default
 # all 50), one at a time, SPEC_OUT_LEN (default 256) output tokens each,
-# greedy; the spec_decode counters of /metrics before and after. Each run's
+# greedy (SPEC_PASSES times on the same server, default once); the
+# spec_decode counters of /metrics before and after. Each run's
 # line and a table at the end give output tok/s, its ratio to the same
 # set's none run, TPOT, the acceptance rate and tokens per verify step.
 # Then bench latency's verify step (k 4) against a decode step on the
-# Llama-3-8B shape at batch 1 and 4. SPEC_DEVICE (default cuda) lets the
+# Llama-3-8B shape at batch 1 and 4 (SPEC_8B=0: not). SPEC_DEVICE (default cuda) lets the
 # serve loop run on the CPU, for checking this script.
 spec_rows() {
 local draft=${DRAFT:-models/default/draft/trigon-go-draft.q8_0.gguf}
@@ -604,18 +605,25 @@ for run in "${runs[@]}"; do
   fi
   .gpu/trigon bench serve --url http://127.0.0.1:$port --rate inf --num-prompts 2 --max-concurrency 1 \
     --input-len fixed:128 --output-len fixed:64 --progress=false --json >/dev/null 2>>"$f.err"
-  curl -s localhost:$port/metrics >"$f.metrics0"
-  local np=()
+  local np=() pass
   [[ -n ${SPEC_PROMPTS:-} ]] && np=(--num-prompts "$SPEC_PROMPTS")
-  .gpu/trigon bench serve --url http://127.0.0.1:$port --rate inf --max-concurrency 1 "${np[@]}" \
-    --dataset-name custom --dataset-path "models/default/prompts/$set.jsonl" --custom-output-len "${SPEC_OUT_LEN:-256}" \
-    --progress=false --json >"$f.json" 2>>"$f.err" || { echo "bench serve rc=$?" | say; tail -3 "$f.err" | say; }
-  curl -s localhost:$port/metrics >"$f.metrics1"
+  # SPEC_PASSES > 1 runs the set again on the same server (spec-SET-NAME-passN):
+  # the later passes find every step shape's graphs captured.
+  for pass in $(seq ${SPEC_PASSES:-1}); do
+    local g=$f
+    ((pass > 1)) && g=$f-pass$pass
+    curl -s localhost:$port/metrics >"$g.metrics0"
+    .gpu/trigon bench serve --url http://127.0.0.1:$port --rate inf --max-concurrency 1 "${np[@]}" \
+      --dataset-name custom --dataset-path "models/default/prompts/$set.jsonl" --custom-output-len "${SPEC_OUT_LEN:-256}" \
+      --progress=false --json >"$g.json" 2>>"$f.err" || { echo "bench serve rc=$?" | say; tail -3 "$f.err" | say; }
+    curl -s localhost:$port/metrics >"$g.metrics1"
+    spec_summary "$OUT" "$(basename "$g")"
+  done
   kill -TERM $pid; wait $pid
-  spec_summary "$OUT" "spec-$set-$name"
 done
 spec_summary "$OUT"
 local b
+[[ ${SPEC_8B:-1} == 1 ]] || return 0
 for b in 1 4; do
   latency "$OUT/spec-verify-8b-$b.json" --arch llama-3-8b --batch $b --input-len 512 --output-len 64 \
     --speculative-config '{"method": "ngram", "num_speculative_tokens": 4}'
@@ -663,7 +671,7 @@ def row(name):
         return None, "%s: no result (%s)" % (name, e)
     a, b = counters(os.path.join(out, name + ".metrics0")), counters(os.path.join(out, name + ".metrics1"))
     delta = {k: b[k] - a.get(k, 0) for k in b}
-    _, sset, meth = name.split("-", 2)
+    _, sset, meth = name.split("-", 2)  # meth may end in -passN
     r = {"set": sset, "method": meth, "tps": d.get("output_token_throughput") or 0, "completed": d.get("completed"),
          "failed": d.get("failed"), "tpot": (d.get("tpot_ms") or {}).get("p50"), "out": d.get("output_tokens")}
     drafts, toks, acc = delta.get("num_drafts", 0), delta.get("num_draft_tokens", 0), delta.get("num_accepted_tokens", 0)
@@ -675,9 +683,10 @@ def row(name):
     r["draft_ms"] = 1e3 * delta.get("draft_sum", 0) / n if n else None
     # Device time per step kind and mode over the run (bench serve's steps).
     st = d.get("steps") or {}
-    r["steps"] = " ".join("%s/%s %.3f (host %.3f, n %d)" % (g["kind"], g["mode"], g["device_ms"]["mean"], g["host_ms"]["mean"], g["device_ms"]["count"])
+    r["steps"] = " ".join("%s/%s %.3f p50 %.3f (host %.3f p50 %.3f, n %d)" % (g["kind"], g["mode"], g["device_ms"]["mean"], g["device_ms"].get("p50", 0),
+                                                                         g["host_ms"]["mean"], g["host_ms"].get("p50", 0), g["device_ms"]["count"])
                           for g in (st.get("groups") or []) if g["device_ms"]["count"]) or "-"
-    r["steps"] += "; host phases " + " ".join("%s %.3f" % (ph["phase"], ph["ms"]["mean"]) for ph in (st.get("host_phases") or []) if ph["ms"]["count"])
+    r["steps"] += "; host phases (mean/p50) " + " ".join("%s %.3f/%.3f" % (ph["phase"], ph["ms"]["mean"], ph["ms"].get("p50", 0)) for ph in (st.get("host_phases") or []) if ph["ms"]["count"])
     r["steps"] += "; gap %.3f" % (st.get("gap_ms") or {}).get("mean", 0)
     try:
         base = json.load(open(os.path.join(out, "spec-%s-none.json" % sset))).get("output_token_throughput")
