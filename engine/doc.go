@@ -25,7 +25,10 @@
 // keeps the guesses the target accepts (specdec.Greedy on device
 // argmaxes, specdec.Verify on the host) plus one more token, and streams
 // them one by one through the stop checks (spec.go; docs/speculative.md).
-// Queue-ahead is off then.
+// A verify step is planned and read on the host. Steps without drafts
+// queue ahead as before where the proposer guesses when drafts are
+// unlikely (specdec.Predictor): a flight's next step is queued ahead only
+// while no sequence of it is likely to draft; otherwise queue-ahead is off.
 //
 // The loop never blocks on a slow reader: events queue without bound per
 // request and a pump goroutine delivers them. Cancelling a request's

@@ -81,9 +81,11 @@ type Options struct {
 	// work for a step overlaps the device's. A sequence that stops (EOS, a
 	// stop string) has its ahead token dropped. trigon serve and run turn
 	// it on by default: the host's per-step work then hides behind the
-	// device's step instead of adding to it. Speculative decoding turns it
-	// off: proposing needs each step's tokens on the host before the next
-	// step is planned.
+	// device's step instead of adding to it. With speculative decoding a
+	// step queued ahead carries no draft (proposing needs the tokens on the
+	// host), so it stays on only where the proposer can tell when a draft
+	// is unlikely (specdec.Predictor: prompt lookup), and the engine queues
+	// ahead only while none is likely; otherwise speculation turns it off.
 	QueueAhead bool
 	// Spec turns on speculative decoding.
 	Spec SpecOptions
@@ -134,6 +136,9 @@ type Engine struct {
 	aheadSteps uint64
 	timer      *stepTimer // nil without metrics
 	spec       SpecStats  // speculative decoding's counters
+	// predict is the proposer's guess of which sequences will have drafts
+	// (nil: none, or no queueing ahead with speculation).
+	predict specdec.Predictor
 	// tokenTexts[id] is the bytes token id adds to the output ("" for
 	// special tokens), built on the first JSON-mode request.
 	tokenTexts []string
@@ -156,10 +161,13 @@ func New(r *runner.Runner, pool *kvcache.Pool, tok *tokenizer.Tokenizer, opts Op
 		if opts.Spec.Tokens < 1 || opts.Spec.Tokens > specdec.MaxSpeculativeTokens {
 			return nil, fmt.Errorf("engine: %d speculative tokens: want 1 to %d", opts.Spec.Tokens, specdec.MaxSpeculativeTokens)
 		}
+	}
+	predict, _ := opts.Spec.Proposer.(specdec.Predictor)
+	if opts.Spec.Proposer != nil && predict == nil {
 		opts.QueueAhead = false
 	}
 	e := &Engine{
-		run: r, sch: sch, pool: pool, tok: tok, opts: opts, log: opts.Logger,
+		run: r, sch: sch, pool: pool, tok: tok, opts: opts, log: opts.Logger, predict: predict,
 		kvTokens: (pool.NumBlocks() - 1) * pool.BlockSize(),
 		wake:     make(chan struct{}, 1),
 		abort:    make(chan struct{}),

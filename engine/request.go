@@ -138,6 +138,16 @@ func (c *choice) seededSampling() bool {
 	return p.Seed != nil && p.Temperature > 0
 }
 
+// mayDraft reports whether the choice may verify drafts: it samples on
+// the device's terms (penalties, logprobs, JSON and min-tokens masks need
+// each token's logits adjusted on the host for the tokens before it) and
+// without a seed (a seeded request's random draws per token differ between
+// verify and plain steps, and whether a step carries a draft depends on
+// the batch, so its text would depend on what else runs).
+func (c *choice) mayDraft() bool {
+	return !c.done && !c.needsHostLogits() && !c.seededSampling()
+}
+
 // TokenLogprob is a sampled token's log-probability under the model's raw
 // logits, with the Top most likely alternatives.
 type TokenLogprob struct {

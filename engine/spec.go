@@ -31,12 +31,8 @@ type SpecStats struct {
 }
 
 // propose asks the proposer for drafts for every sequence that decodes in
-// the next step and samples on the device's terms (no penalties, logprobs,
-// JSON or min-tokens mask: those choices sample each token from a logits
-// row the host adjusts for the tokens before it) and without a seed (a
-// seeded request's random draws per token differ between verify and plain
-// steps, and whether a step carries a draft depends on the batch, so its
-// text would depend on what else runs), and hands them to the scheduler. A proposer's failure costs the drafts of one step, nothing
+// the next step and may draft (choice.mayDraft), and hands them to the
+// scheduler. A proposer's failure costs the drafts of one step, nothing
 // else: the output never depends on them.
 func (e *Engine) propose() {
 	cands := e.sch.DraftCandidates()
@@ -47,7 +43,7 @@ func (e *Engine) propose() {
 	seqs := make([]specdec.Seq, 0, len(cands))
 	for _, c := range cands {
 		ch := e.choices[c.ID]
-		if ch == nil || ch.done || ch.needsHostLogits() || ch.seededSampling() {
+		if ch == nil || !ch.mayDraft() {
 			continue
 		}
 		seqs = append(seqs, specdec.Seq{ID: int64(c.ID), Tokens: c.Tokens, K: min(e.opts.Spec.Tokens, c.MaxDraft)})
@@ -72,6 +68,22 @@ func (e *Engine) propose() {
 			e.log.Warn("speculative draft refused", "err", err)
 		}
 	}
+}
+
+// draftLikely reports whether some choice of fl may draft and, by the
+// proposer's guess (specdec.Predictor), will have a draft once fl's token
+// is known: the step after fl is then planned on the host, with drafts,
+// rather than queued ahead without them.
+func (e *Engine) draftLikely(fl *flight) bool {
+	if e.predict == nil {
+		return false
+	}
+	for _, c := range fl.picks {
+		if c.mayDraft() && e.predict.LikelyDraft(e.sch.Tokens(c.seq)) {
+			return true
+		}
+	}
+	return false
 }
 
 // forget drops the proposer's state of a sequence that ended.

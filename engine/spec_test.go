@@ -151,20 +151,25 @@ func TestSpeculativeGreedyMatches(t *testing.T) {
 	prompts := heldoutPrompts(t, 50)
 	params := greedy(20)
 	want := generate(t, startDefault(t, specdec.Config{}), prompts, params)
+	ngram := specdec.Config{Method: specdec.MethodNGram, NumSpeculativeTokens: 4, PromptLookupMin: 1, PromptLookupMax: 3}
 	for _, tc := range []struct {
 		name string
 		cfg  specdec.Config
 		// minRate bounds the acceptance rate from below, maxRate from
 		// above (1: may accept every token).
 		minRate, maxRate float64
+		// ahead turns QueueAhead on: steps without drafts must then be
+		// queued ahead between the verify steps.
+		ahead bool
 	}{
-		{"ngram", specdec.Config{Method: specdec.MethodNGram, NumSpeculativeTokens: 4, PromptLookupMin: 1, PromptLookupMax: 3}, 0.05, 1},
-		{"self draft", specdec.Config{Method: specdec.MethodDraftModel, NumSpeculativeTokens: 3, Model: defaultModelHF}, 1, 1},
-		{"q8_0 draft", specdec.Config{Method: specdec.MethodDraftModel, NumSpeculativeTokens: 5, Model: defaultModel}, 0.9, 1},
-		{"truncated draft", specdec.Config{Method: specdec.MethodDraftModel, NumSpeculativeTokens: 3, Model: truncatedDraft(t, 3)}, 0.05, 0.95},
+		{"ngram", ngram, 0.05, 1, false},
+		{"ngram, queue ahead", ngram, 0.05, 1, true},
+		{"self draft", specdec.Config{Method: specdec.MethodDraftModel, NumSpeculativeTokens: 3, Model: defaultModelHF}, 1, 1, false},
+		{"q8_0 draft", specdec.Config{Method: specdec.MethodDraftModel, NumSpeculativeTokens: 5, Model: defaultModel}, 0.9, 1, false},
+		{"truncated draft", specdec.Config{Method: specdec.MethodDraftModel, NumSpeculativeTokens: 3, Model: truncatedDraft(t, 3)}, 0.05, 0.95, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l := startDefault(t, tc.cfg)
+			l := startDefaultWith(t, engine.LoadOptions{Backend: cpu.New(cpu.Options{Threads: 2}), Speculative: tc.cfg, QueueAhead: tc.ahead})
 			free := l.Engine.Stats().FreeBlocks
 			got := generate(t, l, prompts, params)
 			for i := range prompts {
@@ -185,10 +190,56 @@ func TestSpeculativeGreedyMatches(t *testing.T) {
 					t.Errorf("accepted by position %v: a later position more often than an earlier one", st.Spec.AcceptedAt)
 				}
 			}
+			if tc.ahead && st.AheadSteps == 0 {
+				t.Error("no step queued ahead")
+			}
+			if !tc.ahead && st.AheadSteps != 0 {
+				t.Errorf("%d steps queued ahead with queue-ahead off", st.AheadSteps)
+			}
+			t.Logf("%d steps queued ahead", st.AheadSteps)
 			if st.FreeBlocks != free {
 				t.Errorf("free KV blocks: %d after, %d before", st.FreeBlocks, free)
 			}
 		})
+	}
+}
+
+// TestSpeculativeQueueAhead: prompt lookup with QueueAhead, one request
+// at a time (so that a lone sequence's guesses alone decide): steps without
+// drafts are queued ahead between the verify steps, both kinds run many
+// times, and every output is plain decoding's, token for token, where
+// every other request also ends at a stop string from the middle of its
+// plain text; every KV block comes back.
+func TestSpeculativeQueueAhead(t *testing.T) {
+	prompts := heldoutPrompts(t, 12)
+	plain := startDefault(t, specdec.Config{})
+	l := startDefaultWith(t, engine.LoadOptions{Backend: cpu.New(cpu.Options{Threads: 2}), QueueAhead: true,
+		Speculative: specdec.Config{Method: specdec.MethodNGram, NumSpeculativeTokens: 4, PromptLookupMin: 2, PromptLookupMax: 3}})
+	free := l.Engine.Stats().FreeBlocks
+	for i, prompt := range prompts {
+		params := greedy(48)
+		if i%2 == 1 {
+			text := generate(t, plain, [][]int32{prompt}, params)[0].text
+			if len(text) < 40 {
+				t.Fatalf("prompt %d: plain text %q too short for a stop string", i, text)
+			}
+			params.Stop = []string{text[30:33]}
+		}
+		want := generate(t, plain, [][]int32{prompt}, params)[0]
+		got := generate(t, l, [][]int32{prompt}, params)[0]
+		if fmt.Sprint(got.tokens) != fmt.Sprint(want.tokens) || got.text != want.text || got.final.FinishReason != want.final.FinishReason {
+			t.Errorf("prompt %d: %v %q (%s), plain decoding gives %v %q (%s)", i, got.tokens, got.text, got.final.FinishReason,
+				want.tokens, want.text, want.final.FinishReason)
+		}
+	}
+	waitIdle(t, l)
+	st := l.Engine.Stats()
+	t.Logf("%d drafts, %d of %d tokens accepted; %d steps queued ahead", st.Spec.Drafts, st.Spec.Accepted, st.Spec.DraftTokens, st.AheadSteps)
+	if st.Spec.Drafts < 10 || st.Spec.Accepted == 0 || st.AheadSteps < 10 {
+		t.Errorf("%d drafts (%d tokens accepted) and %d steps queued ahead: want at least 10 of each kind of step", st.Spec.Drafts, st.Spec.Accepted, st.AheadSteps)
+	}
+	if st.FreeBlocks != free {
+		t.Errorf("free KV blocks: %d after, %d before", st.FreeBlocks, free)
 	}
 }
 
@@ -277,6 +328,7 @@ func TestSpeculativeStopsExact(t *testing.T) {
 			if st.Spec.Accepted == 0 {
 				t.Error("no draft token accepted")
 			}
+			t.Logf("%d drafts, %d steps queued ahead", st.Spec.Drafts, st.AheadSteps)
 			if tc.preempts && st.Preemptions == 0 {
 				t.Error("the small pool preempted nothing")
 			}

@@ -125,8 +125,10 @@ func (e *Engine) land() error {
 }
 
 // canFollow reports whether the step after fl may be queued before fl's
-// ids are read: queueing ahead is on, and every row's choice is live and
-// samples on the device (no logprobs, penalties, JSON or min-tokens mask).
+// ids are read: queueing ahead is on, every row's choice is live and
+// samples on the device (no logprobs, penalties, JSON or min-tokens mask),
+// and, with speculation, no choice is likely to have a draft for that
+// step (draftLikely).
 func (e *Engine) canFollow(fl *flight) bool {
 	if !e.opts.QueueAhead {
 		return false
@@ -136,7 +138,7 @@ func (e *Engine) canFollow(fl *flight) bool {
 			return false
 		}
 	}
-	return true
+	return !e.draftLikely(fl)
 }
 
 // launchAhead runs an ahead plan, its tokens fed from the step in flight

@@ -133,3 +133,47 @@ func TestScheduleAheadRefusals(t *testing.T) {
 		}
 	})
 }
+
+// TestTokensWithoutPlaceholder: while an ahead plan waits for the
+// outstanding step's token, Tokens leaves out its placeholder; after the
+// Update that writes it, the token is there.
+func TestTokensWithoutPlaceholder(t *testing.T) {
+	pool, err := kvcache.NewPool(kvcache.Options{NumBlocks: 16, BlockSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := sched.New(sched.Config{MaxNumSeqs: 2, MaxNumBatchedTokens: 64, ChunkSize: 16}, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Add(sched.Request{ID: 1, Prompt: []int32{7, 8, 9}, MaxTokens: 8}); err != nil {
+		t.Fatal(err)
+	}
+	if s.Tokens(2) != nil {
+		t.Error("Tokens of an unknown sequence is not nil")
+	}
+	prefill := s.Schedule()
+	if _, err := s.Update(prefill, sched.StepOutput{Tokens: map[sched.SeqID]int32{1: 10}}); err != nil {
+		t.Fatal(err)
+	}
+	decode := s.Schedule()
+	ahead, ok := s.ScheduleAhead()
+	if !ok {
+		t.Fatal("no ahead plan after a decode step")
+	}
+	if got := s.Tokens(1); len(got) != 4 || got[3] != 10 {
+		t.Errorf("Tokens with an ahead plan outstanding: %v, want [7 8 9 10]", got)
+	}
+	if _, err := s.Update(decode, sched.StepOutput{Tokens: map[sched.SeqID]int32{1: 11}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Tokens(1); len(got) != 5 || got[4] != 11 {
+		t.Errorf("Tokens after the decode's Update: %v, want [7 8 9 10 11]", got)
+	}
+	if _, err := s.Update(ahead, sched.StepOutput{Tokens: map[sched.SeqID]int32{1: 12}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Tokens(1); len(got) != 6 || got[5] != 12 {
+		t.Errorf("Tokens after the ahead step's Update: %v, want [7 8 9 10 11 12]", got)
+	}
+}

@@ -384,6 +384,22 @@ func (s *Scheduler) DraftCandidates() []DraftSeq {
 	return out
 }
 
+// Tokens returns sequence id's prompt and output so far as the host knows
+// them, nil for an id the scheduler does not hold: while a ScheduleAhead
+// plan waits for the outstanding step's token, without its placeholder.
+// Read-only; valid until the next Update.
+func (s *Scheduler) Tokens(id SeqID) []int32 {
+	q := s.seqs[id]
+	if q == nil {
+		return nil
+	}
+	n := len(q.tokens)
+	if q.ahead {
+		n--
+	}
+	return q.tokens[:n:n]
+}
+
 // SetDraft proposes draft tokens for running sequence id's next decode:
 // the next Schedule feeds its last token and the draft (as far as
 // DraftCandidates' bound, the token budget and the free blocks allow) in

@@ -124,6 +124,34 @@ func TestNGramProposer(t *testing.T) {
 	}
 }
 
+// TestNGramLikelyDraft: prompt lookup expects a draft exactly where the
+// tokens end in an n-gram (of PromptLookupMin to PromptLookupMax) seen
+// earlier, which is where it would propose now.
+func TestNGramLikelyDraft(t *testing.T) {
+	p, err := specdec.NewNGram(specdec.Config{Method: specdec.MethodNGram, NumSpeculativeTokens: 3, PromptLookupMin: 2, PromptLookupMax: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		tokens []int32
+		want   bool
+	}{
+		{[]int32{4, 5, 6, 4, 5}, true},  // 4 5 seen before
+		{[]int32{4, 5, 6, 7, 5}, false}, // only the unigram 5 repeats: below the minimum
+		{[]int32{1, 2, 3}, false},
+		{[]int32{9}, false},
+		{nil, false},
+		{[]int32{1, 2, 3, 9, 1, 2, 3}, true},
+	} {
+		if got := p.LikelyDraft(tc.tokens); got != tc.want {
+			t.Errorf("LikelyDraft(%v) = %v, want %v", tc.tokens, got, tc.want)
+		}
+		if got, now := p.LikelyDraft(tc.tokens), specdec.Lookup(tc.tokens, 2, 3, 3) != nil; got != now {
+			t.Errorf("LikelyDraft(%v) = %v, but a proposal now is %v", tc.tokens, got, now)
+		}
+	}
+}
+
 // lookupRef is Lookup as its doc states it, n by n.
 func lookupRef(tokens []int32, minN, maxN, k int) []int32 {
 	l := len(tokens)

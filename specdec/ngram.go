@@ -33,6 +33,15 @@ func (g *NGram) Propose(seqs []Seq) ([][]int32, error) {
 	return out, nil
 }
 
+// LikelyDraft implements Predictor: tokens end in an n-gram that occurs
+// earlier (a proposal exists now). The next token then most likely
+// continues that earlier occurrence, and the n-gram ending at it matches
+// too. A match that only begins with the next token is missed for one
+// step: the step after it sees it.
+func (g *NGram) LikelyDraft(tokens []int32) bool {
+	return Lookup(tokens, g.min, g.max, 1) != nil
+}
+
 // Forget implements Proposer; prompt lookup keeps nothing.
 func (g *NGram) Forget(int64) {}
 

@@ -26,3 +26,16 @@ type Proposer interface {
 	// Close frees the proposer's resources (a draft model's KV cache).
 	Close()
 }
+
+// Predictor is an optional Proposer interface, for queueing decode steps
+// ahead while speculating (engine.Options.QueueAhead). A step queued on
+// the device before the host has the token it feeds carries no draft, so
+// the engine queues the next step ahead only while no sequence is likely
+// to have one. LikelyDraft reports whether Propose would likely return a
+// draft for a sequence once one more token follows tokens (its prompt and
+// output so far; read-only). It must cost far less than a step: it is
+// asked for every sequence of every step. It only moves speed: a wrong
+// guess costs a step without its draft, or a step not queued ahead.
+type Predictor interface {
+	LikelyDraft(tokens []int32) bool
+}
