@@ -64,6 +64,11 @@ type Options struct {
 	TracerProvider trace.TracerProvider
 	// Logger receives engine failures and broken streams. Nil: slog.Default().
 	Logger *slog.Logger
+	// ProfileDir, when set, serves POST /start_profile and /stop_profile
+	// (vLLM's routes): a Go CPU profile and an execution trace of the
+	// process between the two, written into this directory. Empty: the
+	// routes are not served.
+	ProfileDir string
 }
 
 // Server serves the OpenAI-compatible API. Build it with New.
@@ -300,6 +305,11 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("/detokenize", newRoute(map[string]http.HandlerFunc{"POST": s.handleDetokenize}))
 	mux.Handle("/health", newRoute(map[string]http.HandlerFunc{"GET": s.handleHealth}))
 	mux.Handle("/metrics", newRoute(map[string]http.HandlerFunc{"GET": s.metrics.Handler().ServeHTTP}))
+	if s.opts.ProfileDir != "" {
+		p := &profiler{dir: s.opts.ProfileDir}
+		mux.Handle("/start_profile", newRoute(map[string]http.HandlerFunc{"POST": p.start}))
+		mux.Handle("/stop_profile", newRoute(map[string]http.HandlerFunc{"POST": p.stop}))
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &Error{Status: http.StatusNotFound, Type: typeNotFound,
 			Message: fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path)})

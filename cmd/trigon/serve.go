@@ -27,7 +27,7 @@ import (
 
 func serveCmd() *cobra.Command {
 	var mf modelFlags
-	var host, apiKey, name, otlp string
+	var host, apiKey, name, otlp, profileDir string
 	var port, maxQueue int
 	var shutdown time.Duration
 	var verbose bool
@@ -71,7 +71,7 @@ func serveCmd() *cobra.Command {
 				return err
 			}
 			return serve(ctx, ln, serveOptions{
-				name: name, apiKey: apiKey, shutdown: shutdown, maxContext: mf.maxContext, log: log,
+				name: name, apiKey: apiKey, shutdown: shutdown, maxContext: mf.maxContext, log: log, profileDir: profileDir,
 				modelPath: mf.modelPath,
 				describe:  func() (*tokenizer.Tokenizer, int, error) { return mf.describe(log) },
 				load: func(m *telemetry.Metrics) (*engine.Loaded, func(), error) {
@@ -89,6 +89,7 @@ func serveCmd() *cobra.Command {
 	fl.IntVar(&maxQueue, "max-queue", 256, "most requests waiting to start; more get 429")
 	fl.DurationVar(&shutdown, "shutdown-timeout", 30*time.Second, "how long to drain on SIGTERM before aborting requests")
 	fl.StringVar(&otlp, "otlp-endpoint", "", "OTLP/HTTP endpoint for traces (off when empty)")
+	fl.StringVar(&profileDir, "profile-dir", "", "serve POST /start_profile and /stop_profile (as vLLM's profiler dir does): a Go CPU profile and execution trace of the server between the two, written here (off when empty)")
 	fl.BoolVarP(&verbose, "verbose", "v", false, "unused; serve always logs at info level")
 	return cmd
 }
@@ -111,6 +112,7 @@ const tracingFlushTimeout = 2 * time.Second
 // serveOptions are what serve needs besides the listener.
 type serveOptions struct {
 	name, apiKey string
+	profileDir   string // api.Options.ProfileDir
 	shutdown     time.Duration
 	maxContext   int
 	log          *slog.Logger
@@ -135,12 +137,13 @@ func serve(ctx context.Context, ln net.Listener, opts serveOptions) error {
 	metrics := telemetry.NewMetrics()
 	eng := &apiEngine{}
 	srv, err := api.New(api.Options{
-		Engine:    eng,
-		Tokenizer: apiTokenizer{tok},
-		Model:     api.ModelInfo{ID: opts.name, MaxContext: ctxLen, Created: time.Now().Unix()},
-		APIKey:    opts.apiKey,
-		Metrics:   metrics,
-		Logger:    opts.log,
+		Engine:     eng,
+		Tokenizer:  apiTokenizer{tok},
+		Model:      api.ModelInfo{ID: opts.name, MaxContext: ctxLen, Created: time.Now().Unix()},
+		APIKey:     opts.apiKey,
+		Metrics:    metrics,
+		Logger:     opts.log,
+		ProfileDir: opts.profileDir,
 	})
 	if err != nil {
 		return err

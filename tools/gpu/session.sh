@@ -59,6 +59,7 @@
 #                  the draft model (DRAFT), tokens/s against plain and the acceptance; then the
 #                  8B-shape verify step against a decode step at batch 1 and 4
 #   prefill_attn_bench  BenchmarkAttentionPrefill (graph-timed)
+#   spec_host_profile  a speculating server's Go CPU profile and execution trace (/start_profile)
 #   spec_profile   ncu, kernel by kernel: the default model's decode step against its verify step
 #                  of 1+SPEC_K rows (default 8) after a SPEC_CTX-token prompt (default 128)
 #   step_profile   ncu, kernel by kernel: a llama-3-8b decode step at PROFILE_BATCH (default 256)
@@ -640,6 +641,31 @@ print("llama-3-8b batch %d: verify step (k %s, %s form) mean %.3f ms p50 %.3f, d
     "%.3f" % r if r else "-"))
 PY
 done
+}
+
+# spec_host_profile: where a speculating server's host time goes. A fresh
+# trigon serve on the default model with prompt lookup (k SPEC_K, default
+# 8) and --profile-dir, the edit set once to capture its graphs, then the
+# set again (SPEC_PROMPTS, default 20) between POST /start_profile and
+# /stop_profile: the Go CPU profile and execution trace land in
+# $OUT/prof (go tool pprof / go tool trace on the development machine).
+spec_host_profile() {
+local k=${SPEC_K:-8} port=8017 pid i
+local cfg="{\"method\": \"ngram\", \"num_speculative_tokens\": $k, \"prompt_lookup_min\": 2, \"prompt_lookup_max\": 4}"
+log "spec_host_profile: trigon serve --device cuda --speculative-config $cfg --profile-dir"
+.gpu/trigon serve --device cuda --port $port --speculative-config "$cfg" --profile-dir "$OUT/prof" >"$OUT/prof-serve.log" 2>&1 &
+pid=$!
+for i in $(seq 600); do curl -sf localhost:$port/health >/dev/null && break; kill -0 $pid 2>/dev/null || break; sleep 0.2; done
+local set=(--rate inf --max-concurrency 1 --dataset-name custom --dataset-path models/default/prompts/edit.jsonl --custom-output-len 256 --progress=false --json)
+.gpu/trigon bench serve --url http://127.0.0.1:$port "${set[@]}" >"$OUT/prof-pass1.json" 2>>"$OUT/prof.err"
+curl -s -X POST localhost:$port/start_profile | say; echo | say
+curl -s localhost:$port/metrics >"$OUT/spec-edit-prof.metrics0"
+.gpu/trigon bench serve --url http://127.0.0.1:$port "${set[@]}" --num-prompts "${SPEC_PROMPTS:-20}" >"$OUT/spec-edit-prof.json" 2>>"$OUT/prof.err"
+curl -s localhost:$port/metrics >"$OUT/spec-edit-prof.metrics1"
+curl -s -X POST localhost:$port/stop_profile | say; echo | say
+kill -TERM $pid; wait $pid
+spec_summary "$OUT" spec-edit-prof
+ls -la "$OUT/prof" | say
 }
 
 # spec_summary DIR [RUN]: one run's line (RUN: DIR/RUN.json and its
