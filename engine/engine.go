@@ -136,6 +136,8 @@ type Engine struct {
 	aheadSteps uint64
 	timer      *stepTimer // nil without metrics
 	spec       SpecStats  // speculative decoding's counters
+	// graphsSeen are the graph counters the metrics have counted.
+	graphsSeen runner.GraphStats
 	// predict is the proposer's guess of which sequences will have drafts
 	// (nil: none, or no queueing ahead with speculation).
 	predict specdec.Predictor

@@ -383,6 +383,10 @@ func (e *Engine) recordStep(before, after sched.Stats) {
 	if m == nil {
 		return
 	}
+	if g := e.stats.Graphs; g != e.graphsSeen {
+		m.AddGraphEvents(g.Captures-e.graphsSeen.Captures, g.Replays-e.graphsSeen.Replays, g.Evictions-e.graphsSeen.Evictions)
+		e.graphsSeen = g
+	}
 	if d := after.Preemptions - before.Preemptions; d > 0 {
 		m.AddPreemptions(int(d))
 	}

@@ -27,7 +27,11 @@ type GraphOptions struct {
 	// 16, 24, 32, 48, 64, then every 32 up to MaxSeqs).
 	Buckets []int
 	// MaxGraphs bounds the graph cache; the least recently used graph is
-	// dropped beyond it. 0: one per bucket.
+	// dropped beyond it. 0: room for the shapes of steady traffic at two
+	// table widths (contexts that grow across a power of two) in every
+	// bucket: its decode graph and, with VerifyTokens k, both forms of a
+	// verify step of each draft length 1..k (verify.go). A bound below
+	// the shapes in use recaptures a graph on most steps.
 	MaxGraphs int
 	// MemoryBudget bounds the device bytes the cached graphs hold beyond
 	// the runner's tensors (their temporaries, for backends whose graphs
@@ -135,12 +139,12 @@ func newGraphCache(b backend.Backend, o GraphOptions, maxSeqs int) (*graphCache,
 	if !slices.IsSorted(buckets) || buckets[0] < 1 || buckets[len(buckets)-1] > maxSeqs {
 		return nil, fmt.Errorf("runner: graph buckets %v must ascend within [1, %d]", buckets, maxSeqs)
 	}
-	max := o.MaxGraphs
-	if max <= 0 {
-		max = len(buckets)
-	}
 	if o.VerifyTokens < 0 {
 		return nil, fmt.Errorf("runner: graph verify tokens %d < 0", o.VerifyTokens)
+	}
+	max := o.MaxGraphs
+	if max <= 0 {
+		max = 2 * len(buckets) * (1 + 2*o.VerifyTokens)
 	}
 	return &graphCache{capture: cp, buckets: buckets, verify: o.VerifyTokens, max: max, budget: o.MemoryBudget,
 		graphs: map[GraphKey]*graphEntry{}, warm: map[graphShape]bool{}, uncapturable: map[graphShape]bool{}, width: map[int]int{}, hist: map[int]uint64{},

@@ -48,6 +48,7 @@ type Metrics struct {
 	pcQuery    prometheus.Counter
 	preempt    prometheus.Counter
 	ahead      prometheus.Counter
+	graphs     *prometheus.CounterVec
 	prompt     prometheus.Counter
 	gen        prometheus.Counter
 	finished   *prometheus.CounterVec
@@ -87,6 +88,8 @@ func NewMetrics() *Metrics {
 			Help: "Sequences preempted (KV blocks freed, to be recomputed)."}),
 		ahead: prometheus.NewCounter(prometheus.CounterOpts{Name: "trigon_ahead_steps_total",
 			Help: "Engine steps queued on the device before the previous step's tokens reached the host (--queue-ahead)."}),
+		graphs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trigon_graph_events_total",
+			Help: "The runner's CUDA graph cache: graphs captured, replayed, and evicted (the least recently used, beyond the cache's bound)."}, []string{"event"}),
 		prompt: prometheus.NewCounter(prometheus.CounterOpts{Name: "trigon_prompt_tokens_total",
 			Help: "Prompt tokens of accepted requests."}),
 		gen: prometheus.NewCounter(prometheus.CounterOpts{Name: "trigon_generation_tokens_total",
@@ -100,13 +103,16 @@ func NewMetrics() *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.ttft, m.itl, m.e2e, m.queue, m.running, m.waiting, m.kvUsage, m.kvCapacity,
-		m.pcHits, m.pcQuery, m.preempt, m.ahead, m.prompt, m.gen, m.finished,
+		m.pcHits, m.pcQuery, m.preempt, m.ahead, m.graphs, m.prompt, m.gen, m.finished,
 	)
 	m.reg.MustRegister(m.step.collectors()...)
 	m.reg.MustRegister(m.spec.collectors()...)
 	// Pre-create the usual reasons so dashboards see zeros, not gaps.
 	for _, r := range []string{"stop", "length", "abort", "error"} {
 		m.finished.WithLabelValues(r)
+	}
+	for _, e := range []string{"capture", "replay", "eviction"} {
+		m.graphs.WithLabelValues(e)
 	}
 	return m
 }
@@ -219,6 +225,22 @@ func (m *Metrics) AddPreemptions(n int) {
 func (m *Metrics) AddAheadSteps(n int) {
 	if m != nil && n > 0 {
 		m.ahead.Add(float64(n))
+	}
+}
+
+// AddGraphEvents counts the graph cache's captures, replays and
+// evictions since the last call.
+func (m *Metrics) AddGraphEvents(captures, replays, evictions uint64) {
+	if m == nil {
+		return
+	}
+	for _, e := range []struct {
+		name string
+		n    uint64
+	}{{"capture", captures}, {"replay", replays}, {"eviction", evictions}} {
+		if e.n > 0 {
+			m.graphs.WithLabelValues(e.name).Add(float64(e.n))
+		}
 	}
 }
 
