@@ -684,6 +684,9 @@ def counters(path):
             m = re.match(r'^trigon_spec_decode_num_accepted_tokens_per_pos_total\{position="(\d+)"\} (\S+)', line)
             if m:
                 c["pos%s" % m.group(1)] = float(m.group(2))
+            m = re.match(r'^trigon_graph_events_total\{event="(\w+)"\} (\S+)', line)
+            if m:
+                c["graph_" + m.group(1)] = float(m.group(2))
             m = re.match(r'^trigon_spec_decode_draft_seconds_(sum|count) (\S+)', line)
             if m:
                 c["draft_" + m.group(1)] = float(m.group(2))
@@ -714,6 +717,7 @@ def row(name):
                           for g in (st.get("groups") or []) if g["device_ms"]["count"]) or "-"
     r["steps"] += "; host phases (mean/p50) " + " ".join("%s %.3f/%.3f" % (ph["phase"], ph["ms"]["mean"], ph["ms"].get("p50", 0)) for ph in (st.get("host_phases") or []) if ph["ms"]["count"])
     r["steps"] += "; gap %.3f" % (st.get("gap_ms") or {}).get("mean", 0)
+    r["steps"] += "; graphs captured %d, evicted %d" % (delta.get("graph_capture", 0), delta.get("graph_eviction", 0))
     try:
         base = json.load(open(os.path.join(out, "spec-%s-none.json" % sset))).get("output_token_throughput")
     except Exception:
