@@ -282,6 +282,16 @@ func Load(opts LoadOptions) (*Loaded, error) {
 			dr := d.Runner()
 			err = warmSteps(dr, warmSizes(dr), dr.Options().NumBlocks, 1)
 		}
+		if err == nil {
+			log.Info("decode shapes warmed", "batch_sizes", len(sizes), "took", time.Since(t0).Round(time.Millisecond))
+		}
+		if k := opts.Speculative.NumSpeculativeTokens; err == nil && opts.Speculative.Enabled() {
+			t0 = time.Now()
+			var shapes int
+			if shapes, err = warmVerify(r, k); err == nil && shapes > 0 {
+				log.Info("verify graphs warmed", "shapes", shapes, "took", time.Since(t0).Round(time.Millisecond))
+			}
+		}
 		if err != nil {
 			r.Close()
 			m.Close()
@@ -289,7 +299,19 @@ func Load(opts LoadOptions) (*Loaded, error) {
 			closeProposer()
 			return nil, fmt.Errorf("load %s: %w", opts.Model, err)
 		}
-		log.Info("decode shapes warmed", "batch_sizes", len(sizes), "took", time.Since(t0).Round(time.Millisecond))
+	}
+	// The budget probe and the warm-up ran made-up tokens: an fp8 cache's
+	// dynamic scales are the first real prompt's to set.
+	err = r.ForgetDynamicKVScales()
+	if d, ok := proposer.(*specdec.Draft); err == nil && ok {
+		err = d.Runner().ForgetDynamicKVScales()
+	}
+	if err != nil {
+		r.Close()
+		m.Close()
+		w.Close()
+		closeProposer()
+		return nil, fmt.Errorf("load %s: %w", opts.Model, err)
 	}
 	pool, err := kvcache.NewPool(kvcache.Options{NumBlocks: blocks, BlockSize: kvcache.DefaultBlockSize, EnablePrefixCache: true})
 	if err != nil {

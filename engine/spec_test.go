@@ -158,8 +158,9 @@ func TestSpeculativeGreedyMatches(t *testing.T) {
 		// minRate bounds the acceptance rate from below, maxRate from
 		// above (1: may accept every token).
 		minRate, maxRate float64
-		// ahead turns QueueAhead on: steps without drafts must then be
-		// queued ahead between the verify steps.
+		// ahead turns QueueAhead on (how many steps go ahead depends on
+		// how the 50 requests interleave: TestSpeculativeQueueAhead
+		// counts them on a schedule the test controls).
 		ahead bool
 	}{
 		{"ngram", ngram, 0.05, 1, false},
@@ -189,9 +190,6 @@ func TestSpeculativeGreedyMatches(t *testing.T) {
 				if st.Spec.AcceptedAt[i] > st.Spec.AcceptedAt[i-1] {
 					t.Errorf("accepted by position %v: a later position more often than an earlier one", st.Spec.AcceptedAt)
 				}
-			}
-			if tc.ahead && st.AheadSteps == 0 {
-				t.Error("no step queued ahead")
 			}
 			if !tc.ahead && st.AheadSteps != 0 {
 				t.Errorf("%d steps queued ahead with queue-ahead off", st.AheadSteps)

@@ -93,6 +93,56 @@ func warmSteps(r *runner.Runner, sizes []int, numBlocks, q int) error {
 	return nil
 }
 
+// verifyWarmRuns is how many times warmVerify runs each verify shape:
+// the runner's first steps of a shape run it eagerly and capture it in
+// each form, the fifth times the two forms (runner/verify.go).
+const verifyWarmRuns = 5
+
+// warmVerify prepares speculative decoding's verify steps of one sequence
+// (the batch where speculation pays most) for every draft length 1..k at
+// every block-table width: each shape's graphs are captured in both forms
+// and the faster form chosen before the first request, where each shape
+// otherwise spends its first steps on that (a fresh server's first
+// requests run many shapes: drafts vary in length, contexts cross widths).
+// A step of each width sits at the first position that needs it: its
+// context is the null block, its rows go to block 1 and on, which no
+// sequence holds yet (Load runs it before the engine starts; the fp8
+// scales its made-up values set are forgotten after it). Only with graphs
+// (without, a verify step has nothing to prepare).
+func warmVerify(r *runner.Runner, k int) (shapes int, err error) {
+	if r.GraphBuckets() == nil {
+		return 0, nil
+	}
+	o := r.Options()
+	widths := r.TableWidths()
+	for i := range widths {
+		start := 0
+		if i > 0 {
+			// The first position past the narrower width's blocks.
+			start = widths[i-1] * o.BlockSize
+		}
+		for q := 2; q <= 1+k; q++ {
+			if start+q > o.MaxSeqLen || q > o.MaxTokens {
+				continue
+			}
+			// The context reads the null block; the step's own rows are
+			// written to block 1 and on (the pool holds no sequence yet).
+			table := make([]int32, (start+q+o.BlockSize-1)/o.BlockSize)
+			for j := start / o.BlockSize; j < len(table); j++ {
+				table[j] = int32(1 + j - start/o.BlockSize)
+			}
+			step := &runner.Step{Seqs: []runner.Seq{{Tokens: make([]int32, q), Start: start, BlockTable: table, AllLogits: true}}}
+			for range verifyWarmRuns {
+				if _, err := r.Execute(step); err != nil {
+					return shapes, fmt.Errorf("engine: warm verify step of %d tokens at position %d: %w", q, start, err)
+				}
+			}
+			shapes++
+		}
+	}
+	return shapes, nil
+}
+
 // warmSizes are the batch sizes warmSteps runs on r: its decode graphs'
 // buckets, or with graphs off the buckets they would have.
 func warmSizes(r *runner.Runner) []int {

@@ -68,6 +68,33 @@ func (r *Runner) allocKV() error {
 	return nil
 }
 
+// ForgetDynamicKVScales unsets an fp8 cache's dynamic scales (a scale of
+// 0 is "not set": the next KV write sets it from that step's values), so
+// that steps run on made-up tokens (a load's budget probe and warm-up) do
+// not leave their values' range as the cache's: the first real prompt
+// sets it. Checkpoint scales (Options.KVScales) and caches whose scales
+// are per block stay as they are.
+func (r *Runner) ForgetDynamicKVScales() error {
+	if r.peers != nil {
+		return r.eachRank(func(_ int, q *Runner) error { return q.forgetDynamicKVScales() })
+	}
+	return r.forgetDynamicKVScales()
+}
+
+func (r *Runner) forgetDynamicKVScales() error {
+	if r.spec.Scales != backend.KVScalePerHead || r.opts.KVScales != nil {
+		return nil
+	}
+	for l, kv := range r.kv {
+		for _, t := range []backend.Tensor{kv.Aux.KScale, kv.Aux.VScale} {
+			if err := zero(r.b, t); err != nil {
+				return fmt.Errorf("runner: KV scales of layer %d: %w", l, err)
+			}
+		}
+	}
+	return nil
+}
+
 // zero fills t with zero bytes.
 func zero(b backend.Backend, t backend.Tensor) error {
 	n, err := t.DType().Bytes(t.Shape())

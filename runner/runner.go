@@ -561,6 +561,18 @@ func (r *Runner) tableWidth(need int) int {
 	return min(w, r.maxBlocksPerSeq)
 }
 
+// TableWidths lists the block-table widths steps pack, narrowest first
+// (tableWidth's values): the widths a graph shape's key can take.
+func (r *Runner) TableWidths() []int {
+	var ws []int
+	for w := minTableWidth; ; w *= 2 {
+		ws = append(ws, min(w, r.maxBlocksPerSeq))
+		if w >= r.maxBlocksPerSeq {
+			return ws
+		}
+	}
+}
+
 // resetHost empties the host staging rows.
 func (r *Runner) resetHost() {
 	r.hTokens, r.hPositions, r.hSlots = r.hTokens[:0], r.hPositions[:0], r.hSlots[:0]
