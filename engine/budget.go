@@ -51,7 +51,7 @@ func fitBudget(timeStep prefillStepTimer, target time.Duration, lo, hi, maxN int
 	if _, err := timeStep(n1); err != nil {
 		return 0, err
 	}
-	t1, err := timeStep(n1)
+	t1, err := fastest(timeStep, n1)
 	if err != nil {
 		return 0, err
 	}
@@ -73,7 +73,7 @@ func fitBudget(timeStep prefillStepTimer, target time.Duration, lo, hi, maxN int
 	if _, err := timeStep(n2); err != nil {
 		return 0, err
 	}
-	t2, err := timeStep(n2)
+	t2, err := fastest(timeStep, n2)
 	if err != nil {
 		return 0, err
 	}
@@ -84,6 +84,27 @@ func fitBudget(timeStep prefillStepTimer, target time.Duration, lo, hi, maxN int
 	fixed := max(float64(t1)-perToken*float64(n1), 0)
 	n := (float64(target) - fixed) / perToken
 	return int(min(max(n, float64(lo)), float64(hi))), nil
+}
+
+// probeRepeats is how many times fastest times a step length.
+const probeRepeats = 2
+
+// fastest is the least of probeRepeats timings of a step of n tokens:
+// whatever else the machine runs only adds to a step's time, and one
+// slowed timing of the short step would tilt the fitted line towards a
+// budget whose steps run long.
+func fastest(timeStep prefillStepTimer, n int) (time.Duration, error) {
+	var best time.Duration
+	for i := range probeRepeats {
+		t, err := timeStep(n)
+		if err != nil {
+			return 0, err
+		}
+		if i == 0 || t < best {
+			best = t
+		}
+	}
+	return best, nil
 }
 
 // prefillTimer times prefill steps of one sequence on r: n tokens at the
