@@ -428,4 +428,25 @@ func TestSpeculativeGraphs(t *testing.T) {
 		}
 	}
 	t.Logf("target graphs %+v, %d captures in all", l.Engine.Stats().Graphs, rb.captures)
+
+	// Prompt lookup, all together: drafts of different lengths and
+	// sequences without one share steps, which replay padded to the
+	// longest draft's shape.
+	prompts = heldoutPrompts(t, 12)
+	want = generate(t, startDefault(t, specdec.Config{}), prompts, greedy(24))
+	rb2 := &replayer{Backend: cpu.New(cpu.Options{Threads: 2})}
+	ng := startDefaultWith(t, engine.LoadOptions{Backend: rb2, Graphs: true,
+		Speculative: specdec.Config{Method: specdec.MethodNGram, NumSpeculativeTokens: 4, PromptLookupMin: 1, PromptLookupMax: 3}})
+	got = generate(t, ng, prompts, greedy(24))
+	for i := range prompts {
+		if fmt.Sprint(got[i].tokens) != fmt.Sprint(want[i].tokens) {
+			t.Errorf("prompt lookup, prompt %d together: %v, plain eager decoding gives %v", i, got[i].tokens, want[i].tokens)
+		}
+	}
+	waitIdle(t, ng)
+	st := ng.Engine.Stats().Graphs
+	t.Logf("prompt lookup: graphs %+v", st)
+	if st.PaddedVerifies == 0 {
+		t.Errorf("no uneven verify step replayed padded: %+v", st)
+	}
 }

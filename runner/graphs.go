@@ -118,10 +118,11 @@ type graphEntry struct {
 type GraphStats struct {
 	Captures, Replays, Evictions, EagerDecodes, CaptureFailures uint64
 	// FlatVerifies counts verify steps run as decode rows (verify.go),
-	// VerifyTimings the verify shapes whose two forms were timed.
-	FlatVerifies, VerifyTimings uint64
-	Cached                      int
-	Bytes                       int64 // device bytes the cached graphs hold
+	// VerifyTimings the verify shapes whose two forms were timed,
+	// PaddedVerifies the uneven verify steps padded to a graph's shape.
+	FlatVerifies, VerifyTimings, PaddedVerifies uint64
+	Cached                                      int
+	Bytes                                       int64 // device bytes the cached graphs hold
 }
 
 func newGraphCache(b backend.Backend, o GraphOptions, maxSeqs int) (*graphCache, error) {
@@ -162,28 +163,35 @@ func (c *graphCache) bucket(n int) int {
 
 // graphQuery is the tokens per sequence of a step the graph path takes,
 // or 0: 1 for a pure decode step (every sequence feeds one token and
-// wants its logits), 1+k for a verify step (every sequence feeds the same
-// 1+k tokens, k at most the cache's verify bound, and wants all their
-// logits).
-func (c *graphCache) graphQuery(step *Step) int {
-	q := len(step.Seqs[0].Tokens)
-	if q == 1 {
-		for _, s := range step.Seqs {
-			if len(s.Tokens) != 1 || !s.WantLogits || s.AllLogits {
-				return 0
-			}
-		}
-		return 1
-	}
-	if q-1 > c.verify {
-		return 0
-	}
+// wants its logits), 1+k for a verify step (every sequence wants all its
+// logits, or feeds one token and wants its logits, and the longest feeds
+// 1+k tokens, k at most the cache's verify bound). even says every
+// sequence of a verify step feeds 1+k; otherwise the runner pads the
+// shorter ones (padVerifyRows).
+func (c *graphCache) graphQuery(step *Step) (q int, even bool) {
+	q, decode := 0, true
 	for _, s := range step.Seqs {
-		if len(s.Tokens) != q || !s.AllLogits {
-			return 0
+		n := len(s.Tokens)
+		switch {
+		case n == 1 && s.WantLogits && !s.AllLogits:
+		case s.AllLogits && c.verify > 0:
+			decode = false
+		default:
+			return 0, false
 		}
+		q = max(q, n)
 	}
-	return q
+	if decode {
+		return 1, true
+	}
+	if q < 2 || q-1 > c.verify {
+		return 0, false
+	}
+	even = true
+	for _, s := range step.Seqs {
+		even = even && len(s.Tokens) == q
+	}
+	return q, even
 }
 
 // padDecode appends padding sequences of q rows each up to bucket

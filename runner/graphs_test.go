@@ -300,13 +300,16 @@ func TestVerifyGraphs(t *testing.T) {
 	verify([]int{4, 4, 4}, true, false)
 	verify([]int{5}, true, false) // k 4 > VerifyTokens
 	verify([]int{5}, true, false)
-	verify([]int{3, 2}, true, false) // uneven: eager
-	verify([]int{3, 2}, true, false)
-	verify([]int{3, 3}, false, false) // prefill chunks wanting one row each: eager
+	verify([]int{3, 2}, true, true) // uneven: padded to 3 rows a sequence, bucket 2's graph
+	if m.last.NumSeqs != 2 || m.last.NumTokens != 6 || m.last.NumLogits != 6 {
+		t.Errorf("padded uneven step: %d seqs, %d tokens, %d logits rows; want 2, 6, 6", m.last.NumSeqs, m.last.NumTokens, m.last.NumLogits)
+	}
+	verify([]int{2, 3, 1}, true, true) // bucket 4 of 3 rows: the first shape's graph
+	verify([]int{3, 3}, false, false)  // prefill chunks wanting one row each: eager
 	verify([]int{3, 3}, false, false)
 	st := r.GraphStats()
-	if st.Captures != 3 || st.Replays != 3 {
-		t.Errorf("stats %+v: want 3 captures and 3 replays", st)
+	if st.Captures != 3 || st.Replays != 5 || st.PaddedVerifies != 2 {
+		t.Errorf("stats %+v: want 3 captures, 5 replays, 2 padded verify steps", st)
 	}
 	// Verify steps do not feed Precapture's decode histogram.
 	if n := r.graphs.steps; n != 0 {

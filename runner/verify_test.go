@@ -130,3 +130,94 @@ func TestVerifyFlat(t *testing.T) {
 		t.Errorf("flatBucket(3, 3) = %d with MaxSeqs 8, want 0", fb)
 	}
 }
+
+// echoModel's logits row j is one-hot at the token of the row it
+// computes (LogitsRows[j]), so greedy sampling returns each row's token.
+type echoModel struct{ rowsModel }
+
+const echoVocab = 64
+
+func (m *echoModel) Forward(in *model.DeviceBatch, _ []model.LayerKV) (backend.Tensor, error) {
+	if _, err := m.rowsModel.Forward(in, nil); err != nil { // records the step's rows
+		return nil, err
+	}
+	toks, rows := m.read(in.Tokens), m.read(in.LogitsRows)
+	host := make([]byte, 4*in.NumLogits*echoVocab)
+	for j, row := range rows {
+		binary.LittleEndian.PutUint32(host[4*(j*echoVocab+int(toks[row])%echoVocab):], 0x3f800000) // 1.0
+	}
+	t, err := m.b.Alloc(backend.F32, in.NumLogits, echoVocab)
+	if err != nil {
+		return nil, err
+	}
+	return t, m.b.Write(t, host)
+}
+
+// TestVerifyUnevenPadded: a verify step whose sequences feed different
+// numbers of rows (drafts of different lengths, a sequence without one)
+// replays the graph of the longest's shape, padded with rows that write no
+// KV at the positions after each sequence's own; the Output's rows are
+// the step's, in order, however the padding lies between them.
+func TestVerifyUnevenPadded(t *testing.T) {
+	cb := &capturing{Backend: cpu.New(cpu.Options{Threads: 1})}
+	m := &echoModel{rowsModel{b: cb}}
+	r, err := New(cb, m, Options{NumBlocks: 32, BlockSize: 4, MaxTokens: 16, MaxSeqs: 2, MaxSeqLen: 20,
+		NumLayers: 1, NumKVHeads: 1, HeadDim: 8, Graphs: GraphOptions{Enabled: true, Buckets: []int{1, 2}, VerifyTokens: 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	step := &Step{Seqs: []Seq{
+		{Tokens: []int32{11, 12}, Start: 5, BlockTable: []int32{3, 4}, AllLogits: true},
+		{Tokens: []int32{21}, Start: 2, BlockTable: []int32{9}, WantLogits: true},
+	}}
+	for i := range 3 {
+		m.seen = m.seen[:0]
+		out, err := r.Execute(step)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.Rows != 3 || fmt.Sprint(out.Seq) != "[0 0 1]" {
+			t.Fatalf("step %d: %d rows of %v, want 3 of [0 0 1]", i, out.Rows, out.Seq)
+		}
+		ids, err := out.Sample(make([]backend.SampleRow, 3))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(ids) != "[11 12 21]" {
+			t.Errorf("step %d: greedy ids %v, want each row's own token [11 12 21]", i, ids)
+		}
+		for row, tok := range []int{11, 12, 21} {
+			l, err := out.Logits(row)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l[tok] != 1 {
+				t.Errorf("step %d: logits row %d is not its token %d's", i, row, tok)
+			}
+		}
+		if len(m.seen) == 0 {
+			t.Fatalf("step %d: no forward ran (a replay of a fake graph runs it)", i)
+		}
+		last := m.seen[len(m.seen)-1]
+		if last.seqs != 2 || fmt.Sprint(last.queryStart) != "[0 2 4]" || fmt.Sprint(last.seqLens) != "[7 4]" {
+			t.Errorf("step %d: %d seqs, query starts %v, seq lens %v; want 2, [0 2 4], [7 4] (the second padded to 2 rows)",
+				i, last.seqs, last.queryStart, last.seqLens)
+		}
+		if fmt.Sprint(last.positions) != "[5 6 2 3]" || fmt.Sprint(last.slots) != "[17 18 38 -1]" {
+			t.Errorf("step %d: positions %v, slots %v; want [5 6 2 3] and [17 18 38 -1] (the padding row writes nothing)",
+				i, last.positions, last.slots)
+		}
+	}
+	if st := r.GraphStats(); st.PaddedVerifies != 3 || st.Captures != 1 || st.Replays == 0 {
+		t.Errorf("stats %+v: want 3 padded verify steps, one capture, replays", st)
+	}
+	// A padded step's ids cannot feed the next step.
+	out, err := r.Execute(step)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := out.SampleNext(make([]backend.SampleRow, 3)); err == nil {
+		t.Error("SampleNext of a padded verify step: no error")
+	}
+}

@@ -571,7 +571,9 @@ PY
 # on the default model, a warm-up of two random-prompt requests (graph
 # captures), then bench serve over the set's SPEC_PROMPTS prompts (default
 # all 50), one at a time, SPEC_OUT_LEN (default 256) output tokens each,
-# greedy (SPEC_PASSES times on the same server, default once); the
+# greedy (SPEC_PASSES times on the same server, default once; SPEC_CONC
+# requests at a time, default 1; SPEC_BIN the server's binary, default
+# .gpu/trigon, with SPEC_TAG appended to the set's name in the files); the
 # spec_decode counters of /metrics before and after. Each run's
 # line and a table at the end give output tok/s, its ratio to the same
 # set's none run, TPOT, the acceptance rate and tokens per verify step.
@@ -595,9 +597,9 @@ for run in "${runs[@]}"; do
   *) log "spec_rows: unknown method in $run"; continue ;;
   esac
   [[ $method == ngram || $method == draft ]] && flags=(--speculative-config "$cfg")
-  local f="$OUT/spec-$set-$name"
-  log "spec $set $name: trigon serve --device $dev ${flags[*]}"
-  .gpu/trigon serve --device "$dev" --port $port "${flags[@]}" >"$f.serve.log" 2>&1 &
+  local f="$OUT/spec-$set${SPEC_TAG:-}-$name"
+  log "spec $set${SPEC_TAG:-} $name: ${SPEC_BIN:-.gpu/trigon} serve --device $dev ${flags[*]} (concurrency ${SPEC_CONC:-1})"
+  "${SPEC_BIN:-.gpu/trigon}" serve --device "$dev" --port $port "${flags[@]}" >"$f.serve.log" 2>&1 &
   pid=$!
   for i in $(seq 600); do curl -sf localhost:$port/health >/dev/null && break; kill -0 $pid 2>/dev/null || break; sleep 0.2; done
   if ! curl -sf localhost:$port/health >/dev/null; then
@@ -614,7 +616,7 @@ for run in "${runs[@]}"; do
     local g=$f
     ((pass > 1)) && g=$f-pass$pass
     curl -s localhost:$port/metrics >"$g.metrics0"
-    .gpu/trigon bench serve --url http://127.0.0.1:$port --rate inf --max-concurrency 1 "${np[@]}" \
+    .gpu/trigon bench serve --url http://127.0.0.1:$port --rate inf --max-concurrency "${SPEC_CONC:-1}" "${np[@]}" \
       --dataset-name custom --dataset-path "models/default/prompts/$set.jsonl" --custom-output-len "${SPEC_OUT_LEN:-256}" \
       --progress=false --json >"$g.json" 2>>"$f.err" || { echo "bench serve rc=$?" | say; tail -3 "$f.err" | say; }
     curl -s localhost:$port/metrics >"$g.metrics1"
