@@ -33,6 +33,7 @@
 #                  format, the fixtures and the default model (kv_tests: the same)
 #   new_tests      the new kernels' and paths' tests in priority order, then the KV attention benchmark
 #   kv_attn_bench  decode attention over bf16, fp8, int8 and int4 caches (BenchmarkAttentionDecodeQuant)
+#   kv_attn_stalls ncu's stall reasons and memory sections for that kernel, bf16 against int4 at 16 x 32k
 #   kv_capacity    the KV capacity serve states at load, per KV dtype (dummy Llama-3.1-8B)
 #   wq_rows        quantized weights beside bf16: AWQ, FP8 and Q4_K at batch 1, 4 and 16,
 #                  2048-token prompts; AWQ with the int8 KV cache at batch 4
@@ -456,6 +457,24 @@ log "BenchmarkAttentionDecodeQuant"
 echo "rc=$?" | say
 grep -E "^Benchmark|FAIL|panic" "$OUT/kv-attn-bench.log" | say
 grep -E "blocks an SM" "$OUT/kv-attn-bench.log" | sed 's/^ *//' | sort -u | say
+}
+
+# kv_attn_stalls: ncu's warp-state, scheduler, memory and occupancy
+# sections for attn_decode_mma over the bf16 and int4 caches at 16 x 32k
+# (BenchmarkAttentionDecodeQuant's cases, one benchmark iteration each),
+# into kv-attn-stalls.log, and the lines that compare them.
+kv_attn_stalls() {
+local ncu dt
+ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+for dt in bf16 int4; do
+  log "ncu: attn_decode_mma over the $dt cache at 16 x 32k: stall reasons, memory, occupancy"
+  (cd backend/cuda && timeout "${NCU_TIMEOUT:-200}" "$ncu" --graph-profiling node --kernel-name regex:attn_decode_mma --launch-count 1 \
+    --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+    "$root/.gpu/cuda.test" -test.run XXX -test.bench "BenchmarkAttentionDecodeQuant/^${dt}_b16_ctx32768\$" -test.benchtime 1x \
+    >"$OUT/kv-attn-stalls-$dt.log" 2>&1)
+  echo "rc=$?" | say
+  grep -E "attn_decode_mma|Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Warp Cycles Per Issued|No Eligible|Issued Warp|Eligible Warps|Active Warps Per|Stall|L1/TEX Hit|L2 Hit|Block Limit|Dynamic Shared|Grid Size|Block Size" "$OUT/kv-attn-stalls-$dt.log" | head -60 | say
+done
 }
 
 # new_tests: the GPU tests of this milestone's new kernels and paths, in
