@@ -470,10 +470,13 @@ for dt in bf16 int4; do
   log "ncu: attn_decode_mma over the $dt cache at 16 x 32k: stall reasons, memory, occupancy"
   (cd backend/cuda && timeout "${NCU_TIMEOUT:-200}" "$ncu" --graph-profiling node --kernel-name regex:attn_decode_mma --launch-count 1 \
     --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+    --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
     "$root/.gpu/cuda.test" -test.run XXX -test.bench "BenchmarkAttentionDecodeQuant/^${dt}_b16_ctx32768\$" -test.benchtime 1x \
     >"$OUT/kv-attn-stalls-$dt.log" 2>&1)
   echo "rc=$?" | say
-  grep -E "attn_decode_mma|Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Warp Cycles Per Issued|No Eligible|Issued Warp|Eligible Warps|Active Warps Per|Stall|L1/TEX Hit|L2 Hit|Block Limit|Dynamic Shared|Grid Size|Block Size" "$OUT/kv-attn-stalls-$dt.log" | head -60 | say
+  grep -E "attn_decode_mma|Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Warp Cycles Per Issued|No Eligible|Issued Warp|Eligible Warps|Active Warps Per|Stall|L1/TEX Hit|L2 Hit|Block Limit|Dynamic Shared|Grid Size|Block Size" "$OUT/kv-attn-stalls-$dt.log" | head -45 | say
+  # The stall reasons, largest first (cycles a warp waits per instruction issued).
+  grep -E "smsp__average_warps_issue_stalled_" "$OUT/kv-attn-stalls-$dt.log" | awk '{print $NF, $1}' | sort -gr | head -10 | say
 done
 }
 
