@@ -241,6 +241,46 @@ func TestSpeculativeQueueAhead(t *testing.T) {
 	}
 }
 
+// preparingReplayer is a replayer that prepares kernels
+// (engine.KernelPreparer), as a GPU backend does, so that Load warms the
+// model.
+type preparingReplayer struct{ *replayer }
+
+func (p preparingReplayer) PrepareKernels(context.Context) error { return nil }
+
+// TestWarmVerifyGraphs: with graphs, speculation and a backend that
+// prepares kernels, Load captures one sequence's verify graphs for every
+// draft length at every table width and decides their forms; the first
+// request's verify steps then replay without a capture, and its output is
+// plain decoding's.
+func TestWarmVerifyGraphs(t *testing.T) {
+	prompt := heldoutPrompts(t, 1)
+	want := generate(t, startDefault(t, specdec.Config{}), prompt, greedy(24))[0]
+	rb := &replayer{Backend: cpu.New(cpu.Options{Threads: 2})}
+	const k = 3
+	l := startDefaultWith(t, engine.LoadOptions{Backend: preparingReplayer{rb}, Graphs: true, Warm: true,
+		Speculative: specdec.Config{Method: specdec.MethodNGram, NumSpeculativeTokens: k, PromptLookupMin: 1, PromptLookupMax: 3}})
+	st := l.Engine.Stats()
+	// The default model's 1024-token context: table widths 16, 32 and 64.
+	if st.Graphs.VerifyTimings != 3*k {
+		t.Errorf("after Load: %d verify shapes timed, want %d (3 widths x %d draft lengths); graphs %+v", st.Graphs.VerifyTimings, 3*k, k, st.Graphs)
+	}
+	captured := rb.captures
+	got := generate(t, l, prompt, greedy(24))[0]
+	if fmt.Sprint(got.tokens) != fmt.Sprint(want.tokens) {
+		t.Errorf("%v, plain decoding gives %v", got.tokens, want.tokens)
+	}
+	waitIdle(t, l)
+	st = l.Engine.Stats()
+	if st.Spec.Drafts == 0 {
+		t.Fatal("no draft verified")
+	}
+	t.Logf("%d captures at load, %d after; graphs %+v", captured, rb.captures-captured, st.Graphs)
+	if st.Graphs.VerifyTimings != 3*k {
+		t.Errorf("verify shapes timed after the request: %d, want still %d", st.Graphs.VerifyTimings, 3*k)
+	}
+}
+
 // TestSpeculativeStopsExact: with several tokens arriving per step (the
 // model as its own draft accepts every guess), stop strings, stop token
 // ids, EOS and max_tokens end each request exactly where plain decoding
