@@ -389,6 +389,7 @@ func (r *Runner) precapture() error {
 		}
 		r.resetHost()
 		r.width = w
+		r.gather = false // a decode graph: its rows in token order
 		r.padDecode(b, 1)
 		r.fed = 0 // the padding tokens overwrite any fed ones
 		in, err := r.upload(0)

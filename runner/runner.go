@@ -110,6 +110,11 @@ type Runner struct {
 	// fed is how many token ids the last Output.SampleNext left in tokens
 	// for the next step (0: none); every Execute clears it.
 	fed int
+	// gather says the step's uploads take their logits rows by index
+	// (DeviceBatch.LogitsAll false) whatever their order: a verify step's
+	// graph serves even steps and padded ones, whose logits rows are not
+	// in token order.
+	gather bool
 
 	// peers are the other ranks of a tensor-parallel group led by this
 	// runner (NewGroup), nil for one rank; abort releases them.
@@ -271,11 +276,8 @@ func (r *Runner) Close() {
 type Output struct {
 	b      backend.Backend
 	r      *Runner
-	logits backend.Tensor // [Rows, vocab] F32; with pick, [pick[Rows-1]+1, vocab]
-	// pick[i] is row i's row in logits, where the step's sequences were
-	// padded (an uneven verify step replayed from a graph); nil: row i.
-	pick []int
-	Rows int
+	logits backend.Tensor // [Rows, vocab] F32
+	Rows   int
 	// Seq[i] is the index in Step.Seqs of logits row i.
 	Seq []int
 	// Graph says the step ran by replaying a captured graph (not eagerly).
@@ -293,27 +295,7 @@ func (o *Output) Sample(rows []backend.SampleRow) ([]int32, error) {
 	if len(rows) != o.Rows {
 		return nil, fmt.Errorf("runner: %d sampling rows for %d logits rows", len(rows), o.Rows)
 	}
-	if o.pick == nil {
-		return o.b.Sample(backend.SampleArgs{Logits: o.logits, Rows: rows})
-	}
-	// Every padded row is sampled (greedily: the cheapest rule), then the
-	// step's rows picked out.
-	all := make([]backend.SampleRow, o.pick[len(o.pick)-1]+1)
-	for i := range all {
-		all[i] = backend.SampleRow{Temperature: 0, TopP: 1}
-	}
-	for i, p := range o.pick {
-		all[p] = rows[i]
-	}
-	ids, err := o.b.Sample(backend.SampleArgs{Logits: o.logits, Rows: all})
-	if err != nil {
-		return nil, err
-	}
-	out := make([]int32, o.Rows)
-	for i, p := range o.pick {
-		out[i] = ids[p]
-	}
-	return out, nil
+	return o.b.Sample(backend.SampleArgs{Logits: o.logits, Rows: rows})
 }
 
 // SampleNext samples like Sample, on the device, but leaves the picks
@@ -332,9 +314,6 @@ func (o *Output) SampleNext(rows []backend.SampleRow) (wait func() ([]int32, err
 	}
 	if len(rows) != o.Rows || o.Rows == 0 {
 		return nil, fmt.Errorf("runner: %d sampling rows for %d logits rows", len(rows), o.Rows)
-	}
-	if o.pick != nil {
-		return nil, fmt.Errorf("runner: a padded verify step's rows cannot feed the next step")
 	}
 	if o.Rows*4 > backend.MaxAsyncRead {
 		return nil, fmt.Errorf("runner: %d rows are too many to feed back", o.Rows)
@@ -381,18 +360,14 @@ func (o *Output) Logits(i int) ([]float32, error) {
 		return nil, fmt.Errorf("runner: logits row %d of %d", i, o.Rows)
 	}
 	if o.host == nil {
-		n := o.logits.Shape()[0]
-		raw := make([]byte, n*o.vocab*4)
+		raw := make([]byte, o.Rows*o.vocab*4)
 		if err := o.b.Read(o.logits, raw); err != nil {
 			return nil, fmt.Errorf("runner: read logits: %w", err)
 		}
-		o.host = make([]float32, n*o.vocab)
+		o.host = make([]float32, o.Rows*o.vocab)
 		for j := range o.host {
 			o.host[j] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*j:]))
 		}
-	}
-	if o.pick != nil {
-		i = o.pick[i]
 	}
 	return o.host[i*o.vocab : (i+1)*o.vocab], nil
 }
@@ -433,7 +408,7 @@ func (r *Runner) execute(step *Step) (*Output, error) {
 	}
 	real := len(r.hLogitsRows)
 	bucket, q := 0, 0
-	var pick []int // an uneven verify step's rows among its padded ones
+	r.gather = false
 	if r.graphs != nil {
 		var even bool
 		if q, even = r.graphs.graphQuery(step); q > 0 {
@@ -442,13 +417,15 @@ func (r *Runner) execute(step *Step) (*Output, error) {
 				bucket = 0 // a verify step whose padded bucket would not fit the step buffers
 			}
 			if bucket > 0 && !even {
-				var ok bool
-				if pick, ok = r.padVerifyRows(q); ok {
+				if r.padVerifyRows(q) {
 					r.graphs.stats.PaddedVerifies++
 				} else {
 					bucket = 0
 				}
 			}
+			// A verify graph gathers its logits rows, even or padded
+			// (whose step's rows come first, the padding rows after).
+			r.gather = bucket > 0 && q > 1
 		}
 	}
 	var replays uint64
@@ -462,7 +439,7 @@ func (r *Runner) execute(step *Step) (*Output, error) {
 			if logits, err = r.forwardVerify(step, bucket, q, flat); err != nil {
 				return nil, fmt.Errorf("runner: forward: %w", err)
 			}
-			return r.output(step, real, pick, replays, logits)
+			return r.output(step, real, replays, logits)
 		}
 	}
 	if bucket > 0 {
@@ -483,26 +460,22 @@ func (r *Runner) execute(step *Step) (*Output, error) {
 	if err != nil {
 		return nil, fmt.Errorf("runner: forward: %w", err)
 	}
-	return r.output(step, real, pick, replays, logits)
+	return r.output(step, real, replays, logits)
 }
 
 // output wraps a forward's logits (the step's real rows first, then any
-// padding rows; with pick, the step's rows among padded ones) as the
-// step's Output; replays is the graph replay count before the step.
-func (r *Runner) output(step *Step, real int, pick []int, replays uint64, logits backend.Tensor) (*Output, error) {
-	out := &Output{b: r.b, r: r, Rows: real, pick: pick, Graph: r.graphs != nil && r.graphs.stats.Replays > replays}
+// padding rows) as the step's Output; replays is the graph replay count
+// before the step.
+func (r *Runner) output(step *Step, real int, replays uint64, logits backend.Tensor) (*Output, error) {
+	out := &Output{b: r.b, r: r, Rows: real, Graph: r.graphs != nil && r.graphs.stats.Replays > replays}
 	if real > 0 {
 		numLogits := len(r.hLogitsRows)
 		if logits == nil || len(logits.Shape()) != 2 || logits.Shape()[0] != numLogits {
 			return nil, fmt.Errorf("runner: forward returned no [%d, vocab] logits", numLogits)
 		}
-		keep := real
-		if pick != nil {
-			keep = pick[len(pick)-1] + 1
-		}
 		var err error
-		if numLogits > keep { // padding rows of a graph bucket
-			if logits, err = r.b.View(logits, 0, keep); err != nil {
+		if numLogits > real { // padding rows of a graph bucket
+			if logits, err = r.b.View(logits, 0, real); err != nil {
 				return nil, err
 			}
 		}
@@ -568,7 +541,7 @@ func (r *Runner) upload(fed int) (*model.DeviceBatch, error) {
 	}
 	if nl > 0 {
 		in.LogitsRows = view(l.logitsRows, nl)
-		in.LogitsAll = nl == nt
+		in.LogitsAll = nl == nt && !r.gather
 		for i, row := range r.hLogitsRows {
 			in.LogitsAll = in.LogitsAll && int(row) == i
 		}

@@ -38,58 +38,57 @@ import (
 // a draft beside ones with) take the same graphs: padVerifyRows pads each
 // sequence to the longest's 1+k rows with rows that write no KV (slot -1)
 // at the positions after its own. Causal attention keeps a sequence's
-// own rows from seeing them; their logits rows are computed and dropped
-// (Output.pick maps the step's rows to the padded ones).
+// own rows from seeing them. The step's logits rows stay first, in order,
+// the padding rows' after them (a verify graph gathers its logits rows by
+// index, Runner.gather), so the Output is the step's rows as without
+// padding, and the padding rows' logits, computed over positions no step
+// wrote, are never read or sampled.
 
 // padVerifyRows pads the packed rows of a verify step to q rows a
-// sequence and returns, for each of the step's logits rows, its row among
-// the padded ones; it reports false, changing nothing, where a padded
-// sequence would pass the context or its table width, or the step would
-// not fit the step buffers (such a step runs eagerly, unpadded).
-func (r *Runner) padVerifyRows(q int) ([]int, bool) {
+// sequence; it reports false, changing nothing, where a padded sequence
+// would pass the context or its table width, or the step would not fit
+// the step buffers (such a step runs eagerly, unpadded).
+func (r *Runner) padVerifyRows(q int) bool {
 	ns, bs := len(r.hSeqLens), r.opts.BlockSize
 	if ns*q > r.opts.MaxTokens || r.win != nil {
-		return nil, false
+		return false
 	}
 	for s := range ns {
 		end := int(r.hSeqLens[s]) + q - int(r.hQueryStart[s+1]-r.hQueryStart[s])
 		if end > r.opts.MaxSeqLen || (end+bs-1)/bs > r.width {
-			return nil, false
+			return false
 		}
 	}
-	// A sequence's logits rows are all its rows, or its one row: either
-	// way, in order, its first ones.
-	logits := map[int32]bool{}
-	for _, row := range r.hLogitsRows {
-		logits[row] = true
-	}
+	// Where each old row lands.
+	moved := make([]int32, len(r.hTokens))
 	toks, pos, slots := r.hTokens, r.hPositions, r.hSlots
 	qs := append([]int32(nil), r.hQueryStart...)
 	lens := append([]int32(nil), r.hSeqLens...)
 	r.hTokens, r.hPositions, r.hSlots = make([]int32, 0, ns*q), make([]int32, 0, ns*q), make([]int32, 0, ns*q)
-	r.hQueryStart, r.hSeqLens, r.hLogitsRows = r.hQueryStart[:1], r.hSeqLens[:0], r.hLogitsRows[:0]
-	var pick []int
+	r.hQueryStart, r.hSeqLens = r.hQueryStart[:1], r.hSeqLens[:0]
+	var pads []int32
 	for s := range ns {
 		n := int(qs[s+1] - qs[s])
-		at := len(r.hTokens)
 		for j := range q {
 			if j < n {
 				i := int(qs[s]) + j
+				moved[i] = int32(len(r.hTokens))
 				r.hTokens, r.hPositions, r.hSlots = append(r.hTokens, toks[i]), append(r.hPositions, pos[i]), append(r.hSlots, slots[i])
-				if logits[int32(i)] {
-					pick = append(pick, at+j)
-				}
-			} else {
-				r.hTokens = append(r.hTokens, 0)
-				r.hPositions = append(r.hPositions, pos[int(qs[s])+n-1]+int32(j-n+1))
-				r.hSlots = append(r.hSlots, -1)
+				continue
 			}
-			r.hLogitsRows = append(r.hLogitsRows, int32(at+j))
+			pads = append(pads, int32(len(r.hTokens)))
+			r.hTokens = append(r.hTokens, 0)
+			r.hPositions = append(r.hPositions, pos[int(qs[s])+n-1]+int32(j-n+1))
+			r.hSlots = append(r.hSlots, -1)
 		}
 		r.hQueryStart = append(r.hQueryStart, int32(len(r.hTokens)))
 		r.hSeqLens = append(r.hSeqLens, lens[s]+int32(q-n))
 	}
-	return pick, true
+	for i, row := range r.hLogitsRows {
+		r.hLogitsRows[i] = moved[row]
+	}
+	r.hLogitsRows = append(r.hLogitsRows, pads...)
+	return true
 }
 
 // verifyKey is a native verify graph's shape.
