@@ -245,6 +245,14 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		closeProposer()
 		return nil, fmt.Errorf("load %s: %w", opts.Model, err)
 	}
+	// fail frees what Load has made, the runner included.
+	fail := func(err error) (*Loaded, error) {
+		r.Close()
+		m.Close()
+		w.Close()
+		closeProposer()
+		return nil, err
+	}
 	opts.Metrics.SetKVCache(spec.Name(), r.CapacityTokens())
 	log := opts.Logger
 	if log == nil {
@@ -264,11 +272,7 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		lo := min(opts.MaxSeqs+kvcache.DefaultBlockSize, budget)
 		timeStep, maxN := prefillTimer(r, ctxLen, blocks)
 		if budget, err = fitBudget(timeStep, target, lo, budget, maxN); err != nil {
-			r.Close()
-			m.Close()
-			w.Close()
-			closeProposer()
-			return nil, fmt.Errorf("load %s: %w", opts.Model, err)
+			return fail(fmt.Errorf("load %s: %w", opts.Model, err))
 		}
 	}
 	if warm {
@@ -293,11 +297,7 @@ func Load(opts LoadOptions) (*Loaded, error) {
 			}
 		}
 		if err != nil {
-			r.Close()
-			m.Close()
-			w.Close()
-			closeProposer()
-			return nil, fmt.Errorf("load %s: %w", opts.Model, err)
+			return fail(fmt.Errorf("load %s: %w", opts.Model, err))
 		}
 	}
 	// The budget probe and the warm-up ran made-up tokens: an fp8 cache's
@@ -307,19 +307,11 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		err = d.Runner().ForgetDynamicKVScales()
 	}
 	if err != nil {
-		r.Close()
-		m.Close()
-		w.Close()
-		closeProposer()
-		return nil, fmt.Errorf("load %s: %w", opts.Model, err)
+		return fail(fmt.Errorf("load %s: %w", opts.Model, err))
 	}
 	pool, err := kvcache.NewPool(kvcache.Options{NumBlocks: blocks, BlockSize: kvcache.DefaultBlockSize, EnablePrefixCache: true})
 	if err != nil {
-		r.Close()
-		m.Close()
-		w.Close()
-		closeProposer()
-		return nil, err
+		return fail(err)
 	}
 	eng, err := New(r, pool, tok, Options{
 		Sched:      sched.Config{MaxNumSeqs: opts.MaxSeqs, MaxNumBatchedTokens: budget, ChunkSize: opts.ChunkSize},
@@ -332,11 +324,7 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		Spec:       SpecOptions{Proposer: proposer, Tokens: opts.Speculative.NumSpeculativeTokens},
 	})
 	if err != nil {
-		r.Close()
-		m.Close()
-		w.Close()
-		closeProposer()
-		return nil, err
+		return fail(err)
 	}
 	return &Loaded{Engine: eng, Tokenizer: tok, Config: cfg, Gen: gen, Context: ctxLen, KVBlocks: blocks,
 		MaxBatchedTokens: budget, BudgetMeasured: measure, weights: w, model: m, runner: r, proposer: proposer}, nil
