@@ -249,10 +249,10 @@ type preparingReplayer struct{ *replayer }
 func (p preparingReplayer) PrepareKernels(context.Context) error { return nil }
 
 // TestWarmVerifyGraphs: with graphs, speculation and a backend that
-// prepares kernels, Load captures one sequence's verify graphs for every
-// draft length at every table width and decides their forms; the first
-// request's verify steps then replay without a capture, and its output is
-// plain decoding's.
+// prepares kernels, Load captures the verify graphs of the buckets up to 4
+// sequences for every draft length at every table width and decides their
+// forms; the first request's verify steps then replay without a capture,
+// and its output is plain decoding's.
 func TestWarmVerifyGraphs(t *testing.T) {
 	prompt := heldoutPrompts(t, 1)
 	want := generate(t, startDefault(t, specdec.Config{}), prompt, greedy(24))[0]
@@ -261,9 +261,12 @@ func TestWarmVerifyGraphs(t *testing.T) {
 	l := startDefaultWith(t, engine.LoadOptions{Backend: preparingReplayer{rb}, Graphs: true, Warm: true,
 		Speculative: specdec.Config{Method: specdec.MethodNGram, NumSpeculativeTokens: k, PromptLookupMin: 1, PromptLookupMax: 3}})
 	st := l.Engine.Stats()
-	// The default model's 1024-token context: table widths 16, 32 and 64.
-	if st.Graphs.VerifyTimings != 3*k {
-		t.Errorf("after Load: %d verify shapes timed, want %d (3 widths x %d draft lengths); graphs %+v", st.Graphs.VerifyTimings, 3*k, k, st.Graphs)
+	// The default model's 1024-token context: table widths 16, 32 and 64,
+	// at buckets 1, 2 and 4 (MaxSeqs 16 holds even 4 x 4 rows as decode
+	// rows, so every shape has both forms, and is timed).
+	const shapes = 3 * 3 * k
+	if st.Graphs.VerifyTimings != shapes {
+		t.Errorf("after Load: %d verify shapes timed, want %d (3 buckets x 3 widths x %d draft lengths); graphs %+v", st.Graphs.VerifyTimings, shapes, k, st.Graphs)
 	}
 	captured := rb.captures
 	got := generate(t, l, prompt, greedy(24))[0]
@@ -276,8 +279,8 @@ func TestWarmVerifyGraphs(t *testing.T) {
 		t.Fatal("no draft verified")
 	}
 	t.Logf("%d captures at load, %d after; graphs %+v", captured, rb.captures-captured, st.Graphs)
-	if st.Graphs.VerifyTimings != 3*k {
-		t.Errorf("verify shapes timed after the request: %d, want still %d", st.Graphs.VerifyTimings, 3*k)
+	if st.Graphs.VerifyTimings != shapes {
+		t.Errorf("verify shapes timed after the request: %d, want still %d", st.Graphs.VerifyTimings, shapes)
 	}
 }
 
