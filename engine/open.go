@@ -292,8 +292,9 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		if k := opts.Speculative.NumSpeculativeTokens; err == nil && opts.Speculative.Enabled() {
 			t0 = time.Now()
 			var shapes int
-			if shapes, err = warmVerify(r, k); err == nil && shapes > 0 {
-				log.Info("verify graphs warmed", "shapes", shapes, "took", time.Since(t0).Round(time.Millisecond))
+			var full bool
+			if shapes, full, err = warmVerify(r, k); err == nil && (shapes > 0 || full) {
+				log.Info("verify graphs warmed", "shapes", shapes, "cache_full", full, "took", time.Since(t0).Round(time.Millisecond))
 			}
 		}
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/trigon-llm/trigon/backend"
 	"github.com/trigon-llm/trigon/backend/cpu"
 	"github.com/trigon-llm/trigon/engine"
 	"github.com/trigon-llm/trigon/format/gguf"
@@ -281,6 +282,38 @@ func TestWarmVerifyGraphs(t *testing.T) {
 	t.Logf("%d captures at load, %d after; graphs %+v", captured, rb.captures-captured, st.Graphs)
 	if st.Graphs.VerifyTimings != shapes {
 		t.Errorf("verify shapes timed after the request: %d, want still %d", st.Graphs.VerifyTimings, shapes)
+	}
+}
+
+// sizedReplayer is a preparingReplayer whose graphs hold a device
+// megabyte each (as a GPU graph's temporaries do).
+type sizedReplayer struct{ preparingReplayer }
+
+type sizedReplay struct{ replay }
+
+func (sizedReplay) Bytes() int64 { return 1 << 20 }
+
+func (s sizedReplayer) CaptureGraph(fn func() error) (backend.Graph, error) {
+	s.captures++
+	return sizedReplay{replay{fn}}, nil
+}
+
+// TestWarmVerifyStopsAtTheCacheBound: warming stops at the graph cache's
+// first eviction (here its memory bound, 12 graphs), so it never captures
+// graphs only to throw them away; the server then serves as before.
+func TestWarmVerifyStopsAtTheCacheBound(t *testing.T) {
+	prompt := heldoutPrompts(t, 1)
+	want := generate(t, startDefault(t, specdec.Config{}), prompt, greedy(12))[0]
+	rb := &replayer{Backend: cpu.New(cpu.Options{Threads: 2})}
+	l := startDefaultWith(t, engine.LoadOptions{Backend: sizedReplayer{preparingReplayer{rb}}, Graphs: true, Warm: true, GraphMemory: 12 << 20,
+		Speculative: specdec.Config{Method: specdec.MethodNGram, NumSpeculativeTokens: 3, PromptLookupMin: 1, PromptLookupMax: 3}})
+	st := l.Engine.Stats().Graphs
+	t.Logf("after Load: graphs %+v", st)
+	if st.Evictions != 1 || st.VerifyTimings == 0 || st.VerifyTimings >= 27 {
+		t.Errorf("after Load: %d evictions, %d verify shapes timed; want the one eviction warming stopped at, some shapes and not all 27", st.Evictions, st.VerifyTimings)
+	}
+	if got := generate(t, l, prompt, greedy(12))[0]; fmt.Sprint(got.tokens) != fmt.Sprint(want.tokens) {
+		t.Errorf("%v, plain decoding gives %v", got.tokens, want.tokens)
 	}
 }
 

@@ -114,11 +114,14 @@ const verifyWarmBatch = 4
 // each sequence's rows go to blocks of its own from block 1 on, which no
 // sequence holds yet (Load runs it before the engine starts; the fp8
 // scales its made-up values set are forgotten after it). Only with graphs
-// (without, a verify step has nothing to prepare).
-func warmVerify(r *runner.Runner, k int) (shapes int, err error) {
+// (without, a verify step has nothing to prepare), and only while the
+// graph cache holds them: it stops at the first eviction (the cache's
+// count or memory bound reached), and full reports that.
+func warmVerify(r *runner.Runner, k int) (shapes int, full bool, err error) {
 	buckets := r.GraphBuckets()
 	o := r.Options()
 	widths := r.TableWidths()
+	evictions := r.GraphStats().Evictions
 	for _, n := range buckets {
 		if n > verifyWarmBatch || n > o.MaxSeqs {
 			break
@@ -145,14 +148,17 @@ func warmVerify(r *runner.Runner, k int) (shapes int, err error) {
 				}
 				for range verifyWarmRuns {
 					if _, err := r.Execute(step); err != nil {
-						return shapes, fmt.Errorf("engine: warm verify step of %d sequences of %d tokens at position %d: %w", n, q, start, err)
+						return shapes, false, fmt.Errorf("engine: warm verify step of %d sequences of %d tokens at position %d: %w", n, q, start, err)
+					}
+					if r.GraphStats().Evictions != evictions {
+						return shapes, true, nil
 					}
 				}
 				shapes++
 			}
 		}
 	}
-	return shapes, nil
+	return shapes, false, nil
 }
 
 // warmSizes are the batch sizes warmSteps runs on r: its decode graphs'
