@@ -99,9 +99,9 @@ func warmSteps(r *runner.Runner, sizes []int, numBlocks, q int) error {
 const verifyWarmRuns = 5
 
 // verifyWarmBatch is the largest batch whose verify graphs warmVerify
-// prepares: speculation pays at small batches, and each bucket more costs
-// its shapes again at load.
-const verifyWarmBatch = 4
+// prepares: speculation pays most at one sequence, and each bucket more
+// costs its shapes again at load.
+const verifyWarmBatch = 1
 
 // warmVerify prepares speculative decoding's verify steps at the graph
 // buckets up to verifyWarmBatch sequences, for every draft length 1..k at
