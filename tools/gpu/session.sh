@@ -34,6 +34,12 @@
 #   new_tests      the new kernels' and paths' tests in priority order, then the KV attention benchmark
 #   kv_attn_bench  decode attention over bf16, fp8, int8 and int4 caches (BenchmarkAttentionDecodeQuant)
 #   kv_attn_stalls ncu's stall reasons and memory sections for that kernel, bf16 against int4 at 16 x 32k
+#   kv_attn_source ncu source counters (instructions and stalls per SASS line) of that kernel:
+#                  int4 at 16 x 32k and 4 x 2k, bf16 at 4 x 2k (KV_SRC_CASES)
+#   spec_rows_b    spec_rows with SPEC_BIN_B's server, files tagged -b
+#   kv_int4_ab     the int4 row at 16 x 32k, SPEC_BIN_B's build then this one
+#   spec_ab        spec_rows for this build and SPEC_BIN_B in turn at each of SPEC_CONCS (1 4)
+#   spec_warm_8b   a speculating 8B dummy server's load time, this build and SPEC_BIN_B
 #   kv_capacity    the KV capacity serve states at load, per KV dtype (dummy Llama-3.1-8B)
 #   wq_rows        quantized weights beside bf16: AWQ, FP8 and Q4_K at batch 1, 4 and 16,
 #                  2048-token prompts; AWQ with the int8 KV cache at batch 4
@@ -107,11 +113,11 @@ PY
 }
 
 # latency OUTFILE ARGS...: one `bench latency --device cuda --json` run of
-# this build, then its line.
+# this build (LAT_BIN: another binary), then its line.
 latency() {
 local f=$1; shift
-log "bench latency $*"
-if .gpu/trigon bench latency --device cuda --json "$@" >"$f" 2>>"$OUT/bench.err"; then
+log "bench latency $* (${LAT_BIN:-.gpu/trigon})"
+if "${LAT_BIN:-.gpu/trigon}" bench latency --device cuda --json "$@" >"$f" 2>>"$OUT/bench.err"; then
   latency_line "$f"
 else
   echo "rc=$?" | say; tail -3 "$OUT/bench.err" | say
@@ -477,6 +483,100 @@ for dt in bf16 int4; do
   grep -E "attn_decode_mma|Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Warp Cycles Per Issued|No Eligible|Issued Warp|Eligible Warps|Active Warps Per|Stall|L1/TEX Hit|L2 Hit|Block Limit|Dynamic Shared|Grid Size|Block Size" "$OUT/kv-attn-stalls-$dt.log" | head -45 | say
   # The stall reasons, largest first (cycles a warp waits per instruction issued).
   grep -E "smsp__average_warps_issue_stalled_" "$OUT/kv-attn-stalls-$dt.log" | awk '{print $NF, $1}' | sort -gr | head -10 | say
+done
+}
+
+# kv_attn_source: ncu's source counters of attn_decode_mma over the int4
+# cache (16 x 32k and 4 x 2k) and the bf16 cache at 4 x 2k: instructions
+# executed and stall samples per SASS instruction (kv-attn-source-CASE.csv)
+# with the warp-state and scheduler sections, and the instructions a tile
+# (the main loop's executed instructions over the launch's tiles).
+kv_attn_source() {
+local ncu c rep
+ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+for c in ${KV_SRC_CASES:-int4_b16_ctx32768 int4_b4_ctx2048 bf16_b4_ctx2048}; do
+  rep=/tmp/kvsrc-$c
+  log "ncu: attn_decode_mma source counters, $c"
+  (cd backend/cuda && timeout "${NCU_TIMEOUT:-200}" "$ncu" --graph-profiling node --kernel-name regex:attn_decode_mma --launch-count 1 \
+    --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section SourceCounters --section LaunchStats --import-source no -f -o "$rep" \
+    "$root/.gpu/cuda.test" -test.run XXX -test.bench "BenchmarkAttentionDecodeQuant/^${c}\$" -test.benchtime 1x \
+    >"$OUT/kv-attn-source-$c.log" 2>&1)
+  echo "rc=$?" | say
+  "$ncu" -i "$rep.ncu-rep" --print-details all >>"$OUT/kv-attn-source-$c.log" 2>&1
+  "$ncu" -i "$rep.ncu-rep" --page source --csv --print-source sass >"$OUT/kv-attn-source-$c.csv" 2>"$OUT/kv-attn-source-$c.err" || echo "source page rc=$?" | say
+  grep -E "Duration|DRAM Throughput|Issued Warp|No Eligible|Eligible Warps|Executed Ipc|Grid Size|Registers Per|Warp Cycles Per Issued" "$OUT/kv-attn-source-$c.log" | head -12 | say
+  python3 - "$OUT/kv-attn-source-$c.csv" <<'PY' 2>&1 | say
+import csv, sys, collections
+rows = list(csv.reader(open(sys.argv[1])))
+hdr = None
+for i, r in enumerate(rows):
+    if any("Instructions Executed" in x for x in r):
+        hdr, body = r, rows[i + 1:]
+        break
+if hdr is None:
+    sys.exit("no source rows: " + " | ".join(",".join(r)[:200] for r in rows[:4]))
+ie = [j for j, x in enumerate(hdr) if x.strip() == "Instructions Executed"]
+ie = ie[0] if ie else [j for j, x in enumerate(hdr) if "Instructions Executed" in x][0]
+src = [j for j, x in enumerate(hdr) if x.strip() in ("Source", "SASS")][0]
+st = [j for j, x in enumerate(hdr) if "Warp Stall Sampling (All" in x]
+def num(x):
+    try: return float(x.replace(",", ""))
+    except ValueError: return 0.0
+tot = sum(num(r[ie]) for r in body if len(r) > ie)
+hmma = sum(num(r[ie]) for r in body if len(r) > ie and "HMMA" in r[src])
+print("executed warp instructions %.0f, HMMA %.0f (32 a 16-token tile: %.0f tiles): %.0f instructions a tile" % (tot, hmma, hmma / 32, tot / max(1, hmma / 32)))
+ops = collections.Counter()
+for r in body:
+    if len(r) > ie:
+        o = r[src].strip().split()
+        o = [w for w in o if not w.startswith("@")]
+        if o: ops[o[0].split(".")[0]] += num(r[ie])
+print("by opcode (a tile):", ", ".join("%s %.0f" % (k, v / max(1, hmma / 32)) for k, v in ops.most_common(24)))
+if st:
+    top = sorted(body, key=lambda r: -num(r[st[0]]) if len(r) > st[0] else 0)[:12]
+    print("most stall samples:", " | ".join("%s %s" % (r[src].strip()[:48], r[st[0]]) for r in top))
+PY
+done
+}
+
+# kv_int4_ab: the int4 row at 16 x 32k, SPEC_BIN_B's build then this one.
+kv_int4_ab() {
+local b
+for b in ${SPEC_BIN_B:-} .gpu/trigon; do
+  LAT_BIN=$b latency "$OUT/bench-kv-int4-16x32k-$(basename "$b").json" --arch llama-3.1-8b --batch 16 --input-len 32768 \
+    --output-len 33 --warmup 0 --iters 1 --cuda-graphs on --kv-cache-dtype int4
+done
+}
+
+# spec_rows_b: spec_rows again with SPEC_BIN_B's server (its files tagged -b).
+spec_rows_b() { SPEC_BIN=$SPEC_BIN_B SPEC_TAG=-b spec_rows; }
+
+# spec_ab: spec_rows for this build and SPEC_BIN_B in turn, at each
+# concurrency of SPEC_CONCS (default 1 4); files tagged -cN and -cNb.
+spec_ab() {
+local c
+for c in ${SPEC_CONCS:-1 4}; do
+  SPEC_CONC=$c SPEC_TAG=-c$c spec_rows
+  SPEC_CONC=$c SPEC_BIN=$SPEC_BIN_B SPEC_TAG=-c${c}b spec_rows
+done
+}
+
+# spec_warm_8b: how long a speculating server's load takes on the 8B shape
+# (dummy weights, prompt lookup k 12), this build and SPEC_BIN_B: the
+# "verify graphs warmed" line of each, and the whole load.
+spec_warm_8b() {
+local b pid i f t0
+for b in .gpu/trigon ${SPEC_BIN_B:-}; do
+  f="$OUT/spec-warm-8b-$(basename "$b").log"
+  log "spec_warm_8b: $b serve --load-format dummy --model llama-3-8b, prompt lookup k 12"
+  t0=$SECONDS
+  "$b" serve --device cuda --port 8017 --load-format dummy --model llama-3-8b --max-model-len 8192 \
+    --speculative-config '{"method": "ngram", "num_speculative_tokens": 12}' >"$f" 2>&1 &
+  pid=$!
+  for i in $(seq 900); do curl -sf localhost:8017/health >/dev/null && break; kill -0 $pid 2>/dev/null || break; sleep 0.2; done
+  echo "up after $((SECONDS - t0))s" | say
+  grep -E "verify graphs warmed|decode shapes warmed|model loaded|kernels prepared|error" "$f" | cut -c1-300 | say
+  kill -TERM $pid; wait $pid
 done
 }
 
