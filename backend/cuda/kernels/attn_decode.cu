@@ -231,6 +231,12 @@ __device__ __forceinline__ u32 kivi_f16x2(u32 a, u32 b) {
   return o;
 }
 
+// kivi_opaque is c, computed so that the compiler cannot fold it into an
+// immediate operand (blockDim.x is NW*32 in every launch): K's decode
+// then keeps kivi_pair_f16's exponent bytes in one register, and each
+// selector is an immediate instead of a register reloaded for every pair.
+__device__ __forceinline__ u32 kivi_opaque(u32 c) { return c ^ (blockDim.x ^ (NW * 32)); }
+
 // kivi_vpair decodes the two codes t holds under an f16 exponent (halves
 // 0x64XX & 0x000F: 1024 + code, or 0x54XX & 0x00F0: 64 + code; bias is
 // that exponent's f16x2 pair) with the f16x2 scales s2 and zero points z2
@@ -444,29 +450,46 @@ __device__ __forceinline__ void attn_decode_body(
     // land where kivi_kx, kivi_vx and kivi_sx move them. skip is unused:
     // the tiles of the sequence's last block are issued whole, after the
     // wait (below).
-    unsigned char* ks = qring + sl * QSLOT;
+    const u32 ks = smem_u32(qring + sl * QSLOT);
     const int p0 = t * TT, bi = kv_index(p0, BS);
     int blk, w;
-    meta((t - tb - warp) / NW, blk, w);
+    meta((u32)(t - tb - warp) / NW, blk, w);
     const int rlo = max(0, lo - p0), rhi = min(TT, L - p0);  // as tile_rows
     const u32 mask = blk < 0 ? 0u : ((1u << rhi) - 1u) & ~((1u << rlo) - 1u);
     blk = max(blk, 0);
     const u32 wsel = mask & ~((1u << kivi_first_bf16(w, p0, bi, L, kw.window, BS, TT)) - 1u);
     const bool ok = (mask & ~wsel) != 0;
-    const i64 base = kv_tile(kh, blk) + kv_row(kv_offset(p0, bi, BS), HD);  // the tile's first value
-    for (int c = lane; c < KIVI_CB / 16; c += 32) {
-      const int r = c * 16 / (HD / 2);  // the chunk's (first) row
-      kv_copy(smem_u32(ks + ((c * 16) ^ kivi_kx(r))), kc + base / 2 + c * 16, ok);
-      kv_copy(smem_u32(ks + KIVI_CB + ((c * 16) ^ kivi_vx(r))), vc + base / 2 + c * 16, ok);
+    // The tile's first row in the pool's rows of HD values (kv_tile and
+    // kv_row over HD): its codes are HD/2 bytes a row, its V scales
+    // HD/KV_G (scale, zero point) f16 pairs a row.
+    const i64 row = (i64)blk * (KV * BS) + kvh * BS + kv_offset(p0, bi, BS);
+    const unsigned char* kq = (const unsigned char*)kc + row * (HD / 2);
+    const unsigned char* vq = (const unsigned char*)vc + row * (HD / 2);
+#pragma unroll
+    for (int i = 0; i < (KIVI_CB / 16 + 31) / 32; i++) {
+      const int c = lane + 32 * i;
+      if (KIVI_CB / 16 % 32 == 0 || c < KIVI_CB / 16) {
+        const int r = c * 16 / (HD / 2);  // the chunk's (first) row
+        kv_copy(ks + ((c * 16) ^ kivi_kx(r)), (const kv_t*)(kq + c * 16), ok);
+        kv_copy(ks + KIVI_CB + ((c * 16) ^ kivi_vx(r)), (const kv_t*)(vq + c * 16), ok);
+      }
     }
     const unsigned char* ksrc = (const unsigned char*)ksc + ((i64)blk * KV + kvh) * KIVI_KSCB;
-    for (int c = lane; c < KIVI_KSCB / 16; c += 32) {
-      const int q = (c * 16 % (2 * HD)) / (HD / 2);  // the lane quad position whose channels it holds
-      cp_async16_hint(smem_u32(ks + 2 * KIVI_CB + ((c * 16) ^ kivi_sx(q))), ksrc + c * 16, ok, policy);
+#pragma unroll
+    for (int i = 0; i < (KIVI_KSCB / 16 + 31) / 32; i++) {
+      const int c = lane + 32 * i;
+      if (KIVI_KSCB / 16 % 32 == 0 || c < KIVI_KSCB / 16) {
+        const int q = (c * 16 % (2 * HD)) / (HD / 2);  // the lane quad position whose channels it holds
+        cp_async16_hint(ks + 2 * KIVI_CB + ((c * 16) ^ kivi_sx(q)), ksrc + c * 16, ok, policy);
+      }
     }
-    const unsigned char* vsrc = (const unsigned char*)vsc + (base / HD) * (HD / KV_G) * 4;
-    for (int c = lane; c < KIVI_VSCB / 16; c += 32)
-      cp_async16_hint(smem_u32(ks + 2 * KIVI_CB + KIVI_KSCB + c * 16), vsrc + c * 16, ok, policy);
+    const unsigned char* vsrc = (const unsigned char*)vsc + row * ((HD / KV_G) * 4);
+#pragma unroll
+    for (int i = 0; i < (KIVI_VSCB / 16 + 31) / 32; i++) {
+      const int c = lane + 32 * i;
+      if (KIVI_VSCB / 16 % 32 == 0 || c < KIVI_VSCB / 16)
+        cp_async16_hint(ks + 2 * KIVI_CB + KIVI_KSCB + c * 16, vsrc + c * 16, ok, policy);
+    }
     if (wsel != 0) {
       // The 128-byte lines of window rows [r0, rhi) of K and V.
       const int r0 = __ffs(wsel) - 1;
@@ -730,6 +753,7 @@ __device__ __forceinline__ void attn_decode_body(
   constexpr int KPARTS = HD > 128 ? 2 : 1, KPP = HD / 8 / KPARTS;
   constexpr int VPARTS = KPARTS, NTP = HD / 8 / VPARTS;  // and V's, of NTP n-tiles
   const int vg0 = gid * (HD / 8) / KV_G;
+  const u32 kex = kivi_opaque(0x00005464u);
 #else
   const u32 ring_addr = smem_u32(ring);
 #endif
@@ -774,7 +798,7 @@ __device__ __forceinline__ void attn_decode_body(
 #pragma unroll
       for (int i = 0; i < 2; i++)
 #pragma unroll
-        for (int p = 0; p < KPP; p++) kf[i][p] = kivi_pair_f16(kq[i][p / 4], 0x5040u + 0x0101u * (p % 4), s2[p], z2[p]);
+        for (int p = 0; p < KPP; p++) kf[i][p] = kivi_pair_f16(kq[i][p / 4], kex, 0x5040u + 0x0101u * (p % 4), s2[p], z2[p]);
       if (wsel != 0) {  // the same for the whole warp; most tiles have no bf16 row
 #pragma unroll
         for (int i = 0; i < 2; i++) {

@@ -490,28 +490,15 @@ __device__ __forceinline__ void kivi_store_v(kv_t* pool, void* scales, i64 row, 
 // nibble gives 1024 + lo and 64 + hi exactly; one packed subtraction
 // leaves (lo, hi), and one packed fma scales and shifts them, rounding
 // once (the CPU's q*s + z in f32, rounded to f16 after, may differ by
-// an f16 ulp).
-__device__ __forceinline__ u32 kivi_pair_f16(u32 w, u32 sel, u32 s2, u32 z2) {
-  u32 t = __byte_perm(w, 0x00005464u, sel);
+// an f16 ulp). ex holds the exponent bytes, 0x00005464: a caller that
+// keeps them in a register lets the selector be prmt's immediate.
+__device__ __forceinline__ u32 kivi_pair_f16(u32 w, u32 ex, u32 sel, u32 s2, u32 z2) {
+  u32 t = __byte_perm(w, ex, sel);
   t &= 0xFFF0FF0Fu;
   u32 h;
   asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(h) : "r"(t), "r"(0x54006400u));
   asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(h) : "r"(h), "r"(s2), "r"(z2));
   return h;
-}
-
-// kivi_dequant16_f16 decodes 16 consecutive values (8 bytes, q) to 16
-// f16, two uint4: pair j (values 2j, 2j+1) with scales s2[j] and zero
-// points z2[j] as f16x2 pairs.
-__device__ __forceinline__ void kivi_dequant16_f16(uint2 q, const u32 (&s2)[8], const u32 (&z2)[8], uint4& lo, uint4& hi) {
-  lo.x = kivi_pair_f16(q.x, 0x5040u, s2[0], z2[0]);
-  lo.y = kivi_pair_f16(q.x, 0x5141u, s2[1], z2[1]);
-  lo.z = kivi_pair_f16(q.x, 0x5242u, s2[2], z2[2]);
-  lo.w = kivi_pair_f16(q.x, 0x5343u, s2[3], z2[3]);
-  hi.x = kivi_pair_f16(q.y, 0x5040u, s2[4], z2[4]);
-  hi.y = kivi_pair_f16(q.y, 0x5141u, s2[5], z2[5]);
-  hi.z = kivi_pair_f16(q.y, 0x5242u, s2[6], z2[6]);
-  hi.w = kivi_pair_f16(q.y, 0x5343u, s2[7], z2[7]);
 }
 
 // kivi_dequant8_bf16 decodes 8 consecutive values (4 bytes, q) to 8 bf16
