@@ -250,10 +250,10 @@ type preparingReplayer struct{ *replayer }
 func (p preparingReplayer) PrepareKernels(context.Context) error { return nil }
 
 // TestWarmVerifyGraphs: with graphs, speculation and a backend that
-// prepares kernels, Load captures one sequence's verify graphs for every
-// draft length at every table width and decides their forms; the first
-// request's verify steps then replay without a capture, and its output is
-// plain decoding's.
+// prepares kernels, Load captures the verify graphs of the buckets up to 4
+// sequences for every draft length at every table width and decides their
+// forms; the first request's verify steps then replay without a capture,
+// and its output is plain decoding's.
 func TestWarmVerifyGraphs(t *testing.T) {
 	prompt := heldoutPrompts(t, 1)
 	want := generate(t, startDefault(t, specdec.Config{}), prompt, greedy(24))[0]
@@ -263,10 +263,11 @@ func TestWarmVerifyGraphs(t *testing.T) {
 		Speculative: specdec.Config{Method: specdec.MethodNGram, NumSpeculativeTokens: k, PromptLookupMin: 1, PromptLookupMax: 3}})
 	st := l.Engine.Stats()
 	// The default model's 1024-token context: table widths 16, 32 and 64,
-	// at bucket 1.
-	const shapes = 3 * k
+	// at buckets 1, 2 and 4 (MaxSeqs 16 holds even 4 x 4 rows as decode
+	// rows, so every shape has both forms, and is timed).
+	const shapes = 3 * 3 * k
 	if st.Graphs.VerifyTimings != shapes {
-		t.Errorf("after Load: %d verify shapes timed, want %d (3 widths x %d draft lengths); graphs %+v", st.Graphs.VerifyTimings, shapes, k, st.Graphs)
+		t.Errorf("after Load: %d verify shapes timed, want %d (3 buckets x 3 widths x %d draft lengths); graphs %+v", st.Graphs.VerifyTimings, shapes, k, st.Graphs)
 	}
 	captured := rb.captures
 	got := generate(t, l, prompt, greedy(24))[0]
@@ -297,22 +298,59 @@ func (s sizedReplayer) CaptureGraph(fn func() error) (backend.Graph, error) {
 	return sizedReplay{replay{fn}}, nil
 }
 
-// TestWarmVerifyStopsAtTheCacheBound: warming stops at the graph cache's
-// first eviction (here its memory bound, 8 graphs), so it never captures
-// graphs only to throw them away; the server then serves as before.
+// TestWarmVerifyStopsAtTheCacheBound: warming stops before the shape
+// whose graphs would pass the graph cache's memory bound, so it never
+// captures graphs only to throw them away, and the one-sequence shapes it
+// warmed are the last the cache would drop: a request at one sequence then
+// replays them with no capture and no eviction, and its output is plain
+// decoding's.
 func TestWarmVerifyStopsAtTheCacheBound(t *testing.T) {
 	prompt := heldoutPrompts(t, 1)
-	want := generate(t, startDefault(t, specdec.Config{}), prompt, greedy(12))[0]
-	rb := &replayer{Backend: cpu.New(cpu.Options{Threads: 2})}
-	l := startDefaultWith(t, engine.LoadOptions{Backend: sizedReplayer{preparingReplayer{rb}}, Graphs: true, Warm: true, GraphMemory: 8 << 20,
-		Speculative: specdec.Config{Method: specdec.MethodNGram, NumSpeculativeTokens: 3, PromptLookupMin: 1, PromptLookupMax: 3}})
-	st := l.Engine.Stats().Graphs
-	t.Logf("after Load: graphs %+v", st)
-	if st.Evictions != 1 || st.VerifyTimings == 0 || st.VerifyTimings >= 9 {
-		t.Errorf("after Load: %d evictions, %d verify shapes timed; want the one eviction warming stopped at, some shapes and not all 9", st.Evictions, st.VerifyTimings)
-	}
-	if got := generate(t, l, prompt, greedy(12))[0]; fmt.Sprint(got.tokens) != fmt.Sprint(want.tokens) {
-		t.Errorf("%v, plain decoding gives %v", got.tokens, want.tokens)
+	want := generate(t, startDefault(t, specdec.Config{}), prompt, greedy(24))[0]
+	const k = 3
+	for _, tc := range []struct {
+		name   string
+		budget int64
+		some   bool // one-sequence shapes only in part
+	}{
+		{"within one sequence", 12 << 20, true},
+		{"within two sequences", 40 << 20, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rb := &replayer{Backend: cpu.New(cpu.Options{Threads: 2})}
+			l := startDefaultWith(t, engine.LoadOptions{Backend: sizedReplayer{preparingReplayer{rb}}, Graphs: true, Warm: true, GraphMemory: tc.budget,
+				Speculative: specdec.Config{Method: specdec.MethodNGram, NumSpeculativeTokens: k, PromptLookupMin: 1, PromptLookupMax: 3}})
+			st := l.Engine.Stats().Graphs
+			t.Logf("after Load: graphs %+v", st)
+			if st.Evictions != 0 || st.Bytes > tc.budget || st.VerifyTimings == 0 || st.VerifyTimings >= 3*3*k {
+				t.Fatalf("after Load: %d evictions, %d bytes, %d verify shapes timed; want none, within %d, some shapes and not all %d", st.Evictions, st.Bytes, st.VerifyTimings, tc.budget, 3*3*k)
+			}
+			if some := st.VerifyTimings < 3*k; some != tc.some {
+				t.Fatalf("%d verify shapes timed: want fewer than one sequence's %d: %v", st.VerifyTimings, 3*k, tc.some)
+			}
+			if got := generate(t, l, prompt, greedy(24))[0]; fmt.Sprint(got.tokens) != fmt.Sprint(want.tokens) {
+				t.Errorf("%v, plain decoding gives %v", got.tokens, want.tokens)
+			}
+			waitIdle(t, l)
+			first := l.Engine.Stats().Graphs
+			t.Logf("after a request: graphs %+v", first)
+			if tc.some {
+				return
+			}
+			// The request's own captures (a graph the warm-up does not
+			// prepare) each evict the least recently used graph: a larger
+			// bucket's, so the same request again finds all it needs.
+			if got := generate(t, l, prompt, greedy(24))[0]; fmt.Sprint(got.tokens) != fmt.Sprint(want.tokens) {
+				t.Errorf("again: %v, plain decoding gives %v", got.tokens, want.tokens)
+			}
+			waitIdle(t, l)
+			again := l.Engine.Stats().Graphs
+			t.Logf("after it again: graphs %+v", again)
+			if r1, r2 := first.Replays-st.Replays, again.Replays-first.Replays; first.VerifyTimings != st.VerifyTimings || again.Captures != first.Captures || r2 != r1 {
+				t.Errorf("the requests timed %d new verify shapes, the second captured %d graphs and replayed %d steps against the first's %d; want the one-sequence shapes warmed and kept",
+					again.VerifyTimings-st.VerifyTimings, again.Captures-first.Captures, r2, r1)
+			}
+		})
 	}
 }
 

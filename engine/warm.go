@@ -98,53 +98,89 @@ func warmSteps(r *runner.Runner, sizes []int, numBlocks, q int) error {
 // each form, the fifth times the two forms (runner/verify.go).
 const verifyWarmRuns = 5
 
-// warmVerify prepares speculative decoding's verify steps of one
-// sequence (the batch where speculation pays most), for every draft
-// length 1..k at every block-table width: each shape's graphs are
-// captured in both forms and the faster form chosen before the first
-// request, where each shape otherwise spends its first steps on that (a
-// fresh server's first requests run many shapes: drafts vary in length,
-// contexts cross widths). A step of each width sits at the first position
-// that needs it: its context is the null block, its rows go to blocks 1
-// and on, which no sequence holds yet (Load runs it before the engine
-// starts; the fp8 scales its made-up values set are forgotten after it).
-// Only with graphs (without, a verify step has nothing to prepare), and
-// only while the graph cache holds them: it stops at the first eviction
-// (the cache's count or memory bound reached), and full reports that.
+// verifyWarmBatch is the largest batch whose verify graphs warmVerify
+// prepares: speculation pays at small batches, and each bucket more costs
+// its shapes again at load.
+const verifyWarmBatch = 4
+
+// warmVerify prepares speculative decoding's verify steps at the graph
+// buckets up to verifyWarmBatch sequences, for every draft length 1..k at
+// every block-table width: each shape's graphs are captured in both forms
+// and the faster form chosen before the first request, where each shape
+// otherwise spends its first steps on that (a fresh server's first
+// requests run many shapes: drafts vary in length, contexts cross widths;
+// uneven steps take the same shapes, padded). A step of each width sits
+// at the first position that needs it: its context is the null block,
+// each sequence's rows go to blocks of its own from block 1 on, which no
+// sequence holds yet (Load runs it before the engine starts; the fp8
+// scales its made-up values set are forgotten after it). Only with graphs
+// (without, a verify step has nothing to prepare), and only while the
+// graph cache has room: it stops (and full reports it) before a shape
+// whose graphs would pass the cache's count or memory bound, taking the
+// last shape's bytes for the next one's, or at an eviction should that
+// estimate fall short. Last, the one-sequence steps run once more, so
+// that the cache, which drops the least recently used graph first, drops
+// larger buckets' before them.
 func warmVerify(r *runner.Runner, k int) (shapes int, full bool, err error) {
-	if r.GraphBuckets() == nil {
-		return 0, false, nil
-	}
 	o := r.Options()
 	widths := r.TableWidths()
 	evictions := r.GraphStats().Evictions
-	for i := range widths {
-		start := 0
-		if i > 0 {
-			// The first position past the narrower width's blocks.
-			start = widths[i-1] * o.BlockSize
+	var single []*runner.Step // the one-sequence steps, for the refresh
+	var last int64            // device bytes the last shape's graphs took
+shapes:
+	for _, n := range r.GraphBuckets() {
+		if n > verifyWarmBatch || n > o.MaxSeqs {
+			break
 		}
-		for q := 2; q <= 1+k; q++ {
-			if start+q > o.MaxSeqLen || q > o.MaxTokens {
-				continue
+		for i := range widths {
+			start := 0
+			if i > 0 {
+				// The first position past the narrower width's blocks.
+				start = widths[i-1] * o.BlockSize
 			}
-			table := make([]int32, (start+q+o.BlockSize-1)/o.BlockSize) // the null block, then the rows' own
-			for j := start / o.BlockSize; j < len(table); j++ {
-				table[j] = int32(1 + j - start/o.BlockSize)
-			}
-			step := &runner.Step{Seqs: []runner.Seq{{Tokens: make([]int32, q), Start: start, BlockTable: table, AllLogits: true}}}
-			for range verifyWarmRuns {
-				if _, err := r.Execute(step); err != nil {
-					return shapes, false, fmt.Errorf("engine: warm verify step of %d tokens at position %d: %w", q, start, err)
+			for q := 2; q <= 1+k; q++ {
+				own := (start+q-1)/o.BlockSize - start/o.BlockSize + 1 // blocks the rows are written to
+				if start+q > o.MaxSeqLen || n*q > o.MaxTokens || 1+n*own > o.NumBlocks {
+					continue
 				}
-				if r.GraphStats().Evictions != evictions {
-					return shapes, true, nil
+				before := r.GraphStats()
+				if before.Cached+2 > before.MaxCached || before.Budget > 0 && before.Bytes+last > before.Budget {
+					full = true
+					break shapes
 				}
+				step := &runner.Step{Seqs: make([]runner.Seq, n)}
+				for s := range step.Seqs {
+					// The context reads the null block.
+					table := make([]int32, (start+q+o.BlockSize-1)/o.BlockSize)
+					for j := range own {
+						table[start/o.BlockSize+j] = int32(1 + s*own + j)
+					}
+					step.Seqs[s] = runner.Seq{Tokens: make([]int32, q), Start: start, BlockTable: table, AllLogits: true}
+				}
+				for range verifyWarmRuns {
+					if _, err := r.Execute(step); err != nil {
+						return shapes, false, fmt.Errorf("engine: warm verify step of %d sequences of %d tokens at position %d: %w", n, q, start, err)
+					}
+					if r.GraphStats().Evictions != evictions {
+						return shapes, true, nil
+					}
+				}
+				last = r.GraphStats().Bytes - before.Bytes
+				if n == 1 {
+					single = append(single, step)
+				}
+				shapes++
 			}
-			shapes++
 		}
 	}
-	return shapes, false, nil
+	if len(single) < shapes {
+		for _, step := range single {
+			if _, err := r.Execute(step); err != nil {
+				return shapes, full, fmt.Errorf("engine: warm verify step of %d tokens again: %w", len(step.Seqs[0].Tokens), err)
+			}
+		}
+	}
+	return shapes, full, nil
 }
 
 // warmSizes are the batch sizes warmSteps runs on r: its decode graphs'

@@ -123,6 +123,10 @@ type GraphStats struct {
 	FlatVerifies, VerifyTimings, PaddedVerifies uint64
 	Cached                                      int
 	Bytes                                       int64 // device bytes the cached graphs hold
+	// MaxCached and Budget are the cache's bounds: graphs, and device
+	// bytes (0: none).
+	MaxCached int
+	Budget    int64
 }
 
 func newGraphCache(b backend.Backend, o GraphOptions, maxSeqs int) (*graphCache, error) {
@@ -355,6 +359,7 @@ func (r *Runner) GraphStats() GraphStats {
 	}
 	s := r.graphs.stats
 	s.Cached, s.Bytes = len(r.graphs.graphs), r.graphs.bytes
+	s.MaxCached, s.Budget = r.graphs.max, r.graphs.budget
 	return s
 }
 
