@@ -127,7 +127,7 @@ func warmVerify(r *runner.Runner, k int) (shapes int, full bool, err error) {
 	evictions := r.GraphStats().Evictions
 	var single []*runner.Step // the one-sequence steps, for the refresh
 	var last int64            // device bytes the last shape's graphs took
-shapes:
+warm:
 	for _, n := range r.GraphBuckets() {
 		if n > verifyWarmBatch || n > o.MaxSeqs {
 			break
@@ -146,7 +146,7 @@ shapes:
 				before := r.GraphStats()
 				if before.Cached+2 > before.MaxCached || before.Budget > 0 && before.Bytes+last > before.Budget {
 					full = true
-					break shapes
+					break warm
 				}
 				step := &runner.Step{Seqs: make([]runner.Seq, n)}
 				for s := range step.Seqs {
