@@ -237,9 +237,11 @@ func stepStats(before, after scrape) *StepStats {
 }
 
 // settledMetrics scrapes after the run until the server has recorded the
-// device time of every step it counted, or about a second has passed: a
-// device-clocked server reads its step times in batches, the last when
-// its engine goes idle, just after the last response.
+// device and host times of every step it counted, or about a second has
+// passed: a device-clocked server reads its step times in batches, the
+// last when its engine goes idle, just after the last response, and every
+// server records a step's host time at the end of the loop iteration that
+// delivered it, after that step's responses went out.
 func settledMetrics(ctx context.Context, client *http.Client, base *url.URL, apiKey string) (scrape, error) {
 	var s scrape
 	var err error
@@ -247,7 +249,7 @@ func settledMetrics(ctx context.Context, client *http.Client, base *url.URL, api
 		if s, err = fetchMetrics(ctx, client, base, apiKey); err != nil {
 			return nil, err
 		}
-		if s.total(telemetry.StepDeviceMetric) >= s.total(telemetry.StepTokensMetric) {
+		if n := s.total(telemetry.StepTokensMetric); s.total(telemetry.StepDeviceMetric) >= n && s.total(telemetry.StepHostMetric) >= n {
 			return s, nil
 		}
 		select {

@@ -1,9 +1,13 @@
 package bench
 
 import (
+	"context"
 	"math"
+	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -111,5 +115,42 @@ func TestStepStatsFromExposition(t *testing.T) {
 	}
 	if s := stepStats(scrape{}, scrape{}); s != nil {
 		t.Errorf("a server without step series: %+v, want nil", s)
+	}
+}
+
+// TestSettledMetricsWaitsForHostTimes: a server records a step's tokens
+// and device time when the step ends but its host time only at the end of
+// the loop iteration that delivered it, after its responses went out; the
+// scrape after a run waits for that last host time, so that every step
+// counted has both.
+func TestSettledMetricsWaitsForHostTimes(t *testing.T) {
+	m := telemetry.NewMetrics()
+	for range 19 {
+		m.ObserveIterationTokens(4)
+		m.ObserveStepDevice(telemetry.StepDecode, false, time.Millisecond)
+		m.ObserveStepHost(telemetry.StepDecode, false, time.Millisecond)
+	}
+	// The last step: ended, its host time still to come.
+	m.ObserveIterationTokens(4)
+	m.ObserveStepDevice(telemetry.StepDecode, false, time.Millisecond)
+	var scrapes atomic.Int32
+	h := m.Handler()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if scrapes.Add(1) == 3 {
+			m.ObserveStepHost(telemetry.StepDecode, false, time.Millisecond)
+		}
+		h.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	base, err := url.Parse(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := settledMetrics(context.Background(), srv.Client(), base, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if host, dev := s.total(telemetry.StepHostMetric), s.total(telemetry.StepDeviceMetric); host != 20 || dev != 20 || scrapes.Load() != 3 {
+		t.Errorf("settled after %d scrapes with %d host and %d device times; want 20 of each, at the third scrape", scrapes.Load(), host, dev)
 	}
 }
