@@ -10,6 +10,8 @@ export CGO_ENABLED=0
 # spare): it reads models/default/ from the carried repository instead.
 go build -tags external_default_model -ldflags "-s -w" -o .gpu/bin/trigon ./cmd/trigon
 go test -c -ldflags "-s -w" -o .gpu/bin/cuda.test ./backend/cuda
+# padhf widens the default model for the K-quant files of session.sh's kq_ppl.
+go build -ldflags "-s -w" -o .gpu/bin/padhf ./tools/padhf
 go test -c -tags external_default_model -ldflags "-s -w" -o .gpu/bin/llama.test ./model/llama
 # What was built, so a session's summary says which code it ran: the commit
 # and any uncommitted change (helpers may be editing the tree meanwhile).

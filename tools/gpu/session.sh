@@ -38,6 +38,8 @@
 #                  int4 at 16 x 32k and 4 x 2k, bf16 at 4 x 2k (KV_SRC_CASES)
 #   spec_rows_b    spec_rows with SPEC_BIN_B's server, files tagged -b
 #   kv_int4_ab     the int4 row at 16 x 32k, SPEC_BIN_B's build then this one
+#   kq_ppl         the default model padded to 512 wide (tools/padhf) in bf16 and the K-quants
+#                  (q6_k, q5_k, q4_k_m, q4_k): trigon eval perplexity on CUDA of each file
 #   spec_ab        spec_rows for this build and SPEC_BIN_B in turn at each of SPEC_CONCS (1 4)
 #   spec_warm_8b   a speculating 8B dummy server's load time, this build and SPEC_BIN_B
 #   kv_capacity    the KV capacity serve states at load, per KV dtype (dummy Llama-3.1-8B)
@@ -1124,6 +1126,22 @@ default_model
 peers
 BATCHES="1 64" bench_rows
 serve_smoke
+}
+
+# kq_ppl: the K-quant files of docs/quantization.md's perplexity table,
+# written here with this build's padhf and convert, evaluated on CUDA
+# (the table's figures are the CPU's on the same files).
+kq_ppl() {
+local d=/tmp/kq
+rm -rf "$d"; mkdir -p "$d"
+log "K-quant perplexity on CUDA: the padded default model"
+if ! .gpu/padhf models/default/hf "$d/pad512" 512 1024 >>"$OUT/kq.log" 2>&1; then
+  echo "padhf failed" | say; tail -3 "$OUT/kq.log" | say; return 1
+fi
+for t in bf16 q6_k q5_k q4_k_m q4_k; do
+  .gpu/trigon convert --type $t --name trigon-go-pad512 "$d/pad512" "$d/pad512.$t.gguf" >>"$OUT/kq.log" 2>&1 || { echo "convert $t failed" | say; continue; }
+  echo "$t: $(stat -c %s "$d/pad512.$t.gguf") bytes: $(.gpu/trigon eval perplexity --device cuda -m "$d/pad512.$t.gguf" models/default/heldout.go.txt 2>>"$OUT/kq.log" | tail -1)" | say
+done
 }
 
 # A part is skipped once SKIP_AFTER seconds (default 500) have passed, so
