@@ -122,19 +122,36 @@ type StepStats struct {
 	HostPhases    []PhaseStat `json:"host_phases,omitempty"`
 	GapMS         HistSummary `json:"gap_ms"`
 	TokensPerStep HistSummary `json:"tokens_per_step"`
+	// PrefixCache is the prompt tokens the server looked up in its prefix
+	// cache during the run, and found there (nil: it exports no such
+	// counters). Prompts found cached skip their prefill: a run whose
+	// prompts an earlier run sent measures less work than a cold one.
+	PrefixCache *PrefixCacheStats `json:"prefix_cache,omitempty"`
+}
+
+// PrefixCacheStats are trigon_prefix_cache_queries_total and
+// trigon_prefix_cache_hits_total over a run.
+type PrefixCacheStats struct {
+	QueryTokens uint64 `json:"query_tokens"`
+	HitTokens   uint64 `json:"hit_tokens"`
 }
 
 // scrape is one parsed /metrics: histograms by family name, then by their
-// labels ("k=v,k=v" in name order).
-type scrape map[string]map[string]histogram
+// labels ("k=v,k=v" in name order), and counters by family name, summed
+// over their series.
+type scrape struct {
+	hists    map[string]map[string]histogram
+	counters map[string]float64
+}
 
-// fetchMetrics reads base/metrics. Only histograms are kept.
+// fetchMetrics reads base/metrics. Only histograms and counters are kept.
 func fetchMetrics(ctx context.Context, client *http.Client, base *url.URL, apiKey string) (scrape, error) {
+	var none scrape
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base.JoinPath("metrics").String(), nil)
 	if err != nil {
-		return nil, err
+		return none, err
 	}
 	req.Header.Set("Accept", "text/plain")
 	if apiKey != "" {
@@ -142,11 +159,11 @@ func fetchMetrics(ctx context.Context, client *http.Client, base *url.URL, apiKe
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("scrape /metrics: %w", err)
+		return none, fmt.Errorf("scrape /metrics: %w", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("scrape /metrics: status %d", resp.StatusCode)
+		return none, fmt.Errorf("scrape /metrics: status %d", resp.StatusCode)
 	}
 	return parseMetrics(io.LimitReader(resp.Body, maxMetricsBody))
 }
@@ -156,10 +173,16 @@ func parseMetrics(r io.Reader) (scrape, error) {
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(r)
 	if err != nil {
-		return nil, fmt.Errorf("parse /metrics: %w", err)
+		return scrape{}, fmt.Errorf("parse /metrics: %w", err)
 	}
-	out := scrape{}
+	out := scrape{hists: map[string]map[string]histogram{}, counters: map[string]float64{}}
 	for name, f := range fams {
+		if f.GetType() == dto.MetricType_COUNTER {
+			for _, m := range f.GetMetric() {
+				out.counters[name] += m.GetCounter().GetValue()
+			}
+			continue
+		}
 		if f.GetType() != dto.MetricType_HISTOGRAM {
 			continue
 		}
@@ -179,7 +202,7 @@ func parseMetrics(r io.Reader) (scrape, error) {
 			hist.count, hist.sum = h.GetSampleCount(), h.GetSampleSum()
 			series[labelKey(m.GetLabel())] = hist
 		}
-		out[name] = series
+		out.hists[name] = series
 	}
 	return out, nil
 }
@@ -196,7 +219,7 @@ func labelKey(labels []*dto.LabelPair) string {
 // total is the observations of every series of family name.
 func (s scrape) total(name string) uint64 {
 	var n uint64
-	for _, h := range s[name] {
+	for _, h := range s.hists[name] {
 		n += h.count
 	}
 	return n
@@ -206,15 +229,24 @@ func (s scrape) total(name string) uint64 {
 // after it; nil when the server exports no step series (not trigon, or
 // an older one).
 func stepStats(before, after scrape) *StepStats {
-	if _, ok := after[telemetry.StepTokensMetric]; !ok {
+	if _, ok := after.hists[telemetry.StepTokensMetric]; !ok {
 		return nil
 	}
 	delta := func(name, key string) histogram {
-		return after[name][key].sub(before[name][key])
+		return after.hists[name][key].sub(before.hists[name][key])
 	}
 	st := &StepStats{
 		GapMS:         summarizeHist(delta(telemetry.StepGapMetric, ""), 1e3),
 		TokensPerStep: summarizeHist(delta(telemetry.StepTokensMetric, ""), 1),
+	}
+	if q, ok := after.counters[telemetry.PrefixQueriesMetric]; ok {
+		// A counter lower than before: the server restarted in between,
+		// and the later scrape alone is the run's (as histogram.sub).
+		h := after.counters[telemetry.PrefixHitsMetric]
+		if bq := before.counters[telemetry.PrefixQueriesMetric]; bq <= q && before.counters[telemetry.PrefixHitsMetric] <= h {
+			q, h = q-bq, h-before.counters[telemetry.PrefixHitsMetric]
+		}
+		st.PrefixCache = &PrefixCacheStats{QueryTokens: uint64(q), HitTokens: uint64(h)}
 	}
 	for p := range telemetry.NumStepPhases {
 		key := labelKey([]*dto.LabelPair{{Name: ptr(telemetry.StepPhaseLabel), Value: ptr(p.String())}})
@@ -247,7 +279,7 @@ func settledMetrics(ctx context.Context, client *http.Client, base *url.URL, api
 	var err error
 	for range 50 {
 		if s, err = fetchMetrics(ctx, client, base, apiKey); err != nil {
-			return nil, err
+			return scrape{}, err
 		}
 		if n := s.total(telemetry.StepTokensMetric); s.total(telemetry.StepDeviceMetric) >= n && s.total(telemetry.StepHostMetric) >= n {
 			return s, nil
@@ -295,5 +327,8 @@ func (st *StepStats) writeText(b *strings.Builder) {
 	}
 	if tk := st.TokensPerStep; tk.Count > 0 {
 		p("%-28s p50 %.0f  p99 %.0f  mean %.1f (%d steps)", "tokens per step", tk.P50, tk.P99, tk.Mean, tk.Count)
+	}
+	if pc := st.PrefixCache; pc != nil {
+		p("%-28s %d of %d prompt tokens looked up (%.1f%%)", "prefix cache hits", pc.HitTokens, pc.QueryTokens, 100*float64(pc.HitTokens)/float64(max(pc.QueryTokens, 1)))
 	}
 }

@@ -70,7 +70,10 @@ func TestStepStatsFromExposition(t *testing.T) {
 		return s
 	}
 	m.ObserveStepHost(telemetry.StepMixed, false, time.Second) // before: not counted
+	m.AddPrefixCacheLookup(1000, 900)                          // before: not counted
 	before := get()
+	m.AddPrefixCacheLookup(2048, 0)
+	m.AddPrefixCacheLookup(1024, 1008)
 	for i := range 100 {
 		m.ObserveStepHost(telemetry.StepDecode, true, 300*time.Microsecond)
 		m.ObserveStepDevice(telemetry.StepDecode, true, time.Duration(8+i%2)*time.Millisecond) // 8 and 9 ms
@@ -106,9 +109,13 @@ func TestStepStatsFromExposition(t *testing.T) {
 		math.Abs(st.HostPhases[0].MS.Mean-0.1) > 1e-9 || st.HostPhases[1].MS.Count != 100 {
 		t.Errorf("host phases %+v: want output 0.1 ms and other 0.2 ms, 100 each", st.HostPhases)
 	}
+	if pc := st.PrefixCache; pc == nil || pc.QueryTokens != 3072 || pc.HitTokens != 1008 {
+		t.Errorf("prefix cache %+v, want 1008 of 3072 tokens", pc)
+	}
 	var b strings.Builder
 	st.writeText(&b)
-	for _, want := range []string{"decode   graph", "prefill  eager", "device idle between steps", "tokens per step", "output 0.100, other 0.200"} {
+	for _, want := range []string{"decode   graph", "prefill  eager", "device idle between steps", "tokens per step", "output 0.100, other 0.200",
+		"prefix cache hits            1008 of 3072 prompt tokens looked up (32.8%)"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("text %q lacks %q", b.String(), want)
 		}

@@ -406,3 +406,56 @@ func TestReadStreamOversizedLine(t *testing.T) {
 		t.Fatal("accepted an oversized line")
 	}
 }
+
+// TestRunSweepFreshPrompts: each point of a sweep sends prompts of its own
+// (random ones drawn with seed+i, a dataset's taken from where the last
+// point stopped), so a server's prefix cache cannot serve a later point's
+// prompts from an earlier one's; point i reports its seed.
+func TestRunSweepFreshPrompts(t *testing.T) {
+	t.Run("random", func(t *testing.T) {
+		vocab := make([]int32, 500)
+		for i := range vocab {
+			vocab[i] = int32(i + 1)
+		}
+		f := &fakeServer{t: t, vocab: vocab}
+		hs := httptest.NewServer(f)
+		defer hs.Close()
+		sw, err := RunSweep(context.Background(), ServeOptions{
+			URL: hs.URL, Rate: 1, NumPrompts: 5, InputLen: FixedLength(20), OutputLen: FixedLength(2), Seed: 9,
+		}, []float64{1000, 2000, 4000}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(f.prompts) != 15 {
+			t.Fatalf("%d prompts reached the server, want 15", len(f.prompts))
+		}
+		seen := map[string]int{}
+		for i, p := range f.prompts {
+			k := fmt.Sprint(p)
+			if j, ok := seen[k]; ok {
+				t.Errorf("requests %d and %d sent the same prompt %v", j, i, p)
+			}
+			seen[k] = i
+		}
+		for i, p := range sw.Points {
+			if p.Seed != 9+uint64(i) || p.Completed != 5 {
+				t.Errorf("point %d: seed %d, %d completed; want seed %d, 5", i, p.Seed, p.Completed, 9+i)
+			}
+		}
+	})
+	t.Run("dataset", func(t *testing.T) {
+		prompts := []string{"a", "b", "c", "d", "e", "f", "g"}
+		f := &fakeServer{t: t}
+		hs := httptest.NewServer(f)
+		defer hs.Close()
+		if _, err := RunSweep(context.Background(), ServeOptions{
+			URL: hs.URL, Rate: 1, NumPrompts: 3, OutputLen: FixedLength(2), MaxConcurrency: 1, Prompts: prompts,
+		}, []float64{1000, 2000, 4000}, nil); err != nil {
+			t.Fatal(err)
+		}
+		// One request in flight at a time: they reach the server in order.
+		if got, want := strings.Join(f.texts, ""), "abcdefgab"; got != want {
+			t.Errorf("prompts sent %q, want %q", got, want)
+		}
+	})
+}

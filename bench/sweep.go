@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -44,9 +45,13 @@ func ParseRates(s string) ([]float64, error) {
 }
 
 // RunSweep runs the benchmark o once at each rate, one after another (the
-// server is idle between them: each run waits for its last request), with
-// the same seed, so every point sends the same prompts and only the
-// arrival times are scaled. onPoint, when set, is called after each.
+// server is idle between them: each run waits for its last request). Each
+// point sends prompts of its own: point i draws its lengths, prompts and
+// arrivals with seed o.Seed+i, and with a dataset (o.Prompts) starts
+// i*o.NumPrompts prompts in. The same prompts at every point would be
+// served from the server's prefix cache after the first, and the later
+// points would measure no prefill. onPoint, when set, is called after
+// each.
 func RunSweep(ctx context.Context, o ServeOptions, rates []float64, onPoint func(*ServeResult)) (*SweepResult, error) {
 	if len(rates) == 0 {
 		return nil, errors.New("bench serve: no request rates")
@@ -55,8 +60,8 @@ func RunSweep(ctx context.Context, o ServeOptions, rates []float64, onPoint func
 	if err != nil {
 		return nil, err
 	}
-	if len(o.TokenIDs) == 0 {
-		// Asked once: every point then draws the same prompts.
+	if len(o.TokenIDs) == 0 && o.Prompts == nil {
+		// Asked once for every point's random prompts.
 		client := o.Client
 		if client == nil {
 			client = &http.Client{Transport: &http.Transport{Proxy: nil}}
@@ -69,11 +74,16 @@ func RunSweep(ctx context.Context, o ServeOptions, rates []float64, onPoint func
 		}
 	}
 	sw := &SweepResult{Benchmark: "serve-sweep"}
-	for _, r := range rates {
+	seed, prompts := o.Seed, o.Prompts
+	for i, r := range rates {
 		if err := ctx.Err(); err != nil {
 			return sw, err
 		}
-		o.Rate = r
+		o.Rate, o.Seed = r, seed+uint64(i)
+		if len(prompts) > 0 {
+			k := i * o.NumPrompts % len(prompts)
+			o.Prompts = append(slices.Clip(prompts[k:]), prompts[:k]...)
+		}
 		res, err := RunServe(ctx, o)
 		if err != nil {
 			return sw, fmt.Errorf("bench serve at %g req/s: %w", r, err)

@@ -18,6 +18,10 @@ const (
 	StepModeLabel    = "mode"
 	StepModeGraph    = "graph"
 	StepModeEager    = "eager"
+	// The prefix cache's counters: prompt tokens looked up, and of them
+	// those found cached.
+	PrefixQueriesMetric = "trigon_prefix_cache_queries_total"
+	PrefixHitsMetric    = "trigon_prefix_cache_hits_total"
 )
 
 // StepBuckets bound the engine-step histograms, in seconds: host work and

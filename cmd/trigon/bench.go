@@ -429,7 +429,7 @@ func benchServeCmd() *cobra.Command {
 	fl.StringVar(&outputLen, "output-len", "fixed:128", "output length distribution in tokens (max_tokens, ignore_eos)")
 	fl.StringVar(&modelName, "model", "", "model name sent in requests (default: omitted, the served model)")
 	fl.StringVar(&apiKey, "api-key", "", "Bearer key (also $TRIGON_API_KEY)")
-	fl.Uint64Var(&seed, "seed", 0, "seed of prompts, lengths and arrival times")
+	fl.Uint64Var(&seed, "seed", 0, "seed of prompts, lengths and arrival times (a sweep's point i: seed+i, so no point's prompts are in the prefix cache from an earlier one)")
 	fl.IntVar(&maxConc, "max-concurrency", 0, "most requests in flight (0: no cap)")
 	fl.DurationVar(&timeout, "timeout", 30*time.Minute, "bound on the whole run; requests unfinished by then count as failed")
 	fl.StringVar(&tokenIDs, "token-ids", "auto", "prompt token ids: auto (ask the server's /tokenize) or LO-HI")

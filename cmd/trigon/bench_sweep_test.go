@@ -79,6 +79,10 @@ func TestBenchServeSweepLoopback(t *testing.T) {
 					Count int     `json:"count"`
 					Mean  float64 `json:"mean"`
 				} `json:"tokens_per_step"`
+				PrefixCache *struct {
+					Query int `json:"query_tokens"`
+					Hit   int `json:"hit_tokens"`
+				} `json:"prefix_cache"`
 			} `json:"steps"`
 		} `json:"points"`
 	}
@@ -112,6 +116,11 @@ func TestBenchServeSweepLoopback(t *testing.T) {
 		// decode steps (shared with the others), so at least 4 decode steps.
 		if steps != p.Steps.Tokens.Count || decode < 4 {
 			t.Errorf("rate %g: %d steps timed (%d decode), %d counted", p.RequestRate, steps, decode, p.Steps.Tokens.Count)
+		}
+		// The points' prompts are their own: none of the second's is in
+		// the prefix cache from the first.
+		if pc := p.Steps.PrefixCache; pc == nil || pc.Query == 0 || pc.Hit != 0 {
+			t.Errorf("rate %g: prefix cache %+v, want lookups and no hits", p.RequestRate, pc)
 		}
 	}
 	f, err := os.Open(plot)
