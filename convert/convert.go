@@ -17,6 +17,7 @@ package convert
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -93,8 +94,12 @@ func TensorCount(cfg model.Config, w model.Weights) (int, error) {
 }
 
 // File converts the model at src (HF directory or GGUF) with tokenizer tok
-// into a GGUF file at dst, written atomically.
+// into a GGUF file at dst, written atomically. dst is checked first
+// (checkOutput), before any tensor is read.
 func File(src, dst string, tok *tokenizer.Tokenizer, opts Options) (Report, error) {
+	if err := checkOutput(src, dst); err != nil {
+		return Report{}, err
+	}
 	cfg, _, w, err := model.OpenWeights(src)
 	if err != nil {
 		return Report{}, err
@@ -125,6 +130,36 @@ func File(src, dst string, tok *tokenizer.Tokenizer, opts Options) (Report, erro
 		return rep, fmt.Errorf("convert: %w", err)
 	}
 	return rep, nil
+}
+
+// checkOutput refuses a dst the conversion cannot or must not write: a
+// directory, a path in a directory that does not exist, or an existing
+// file of the HF directory src other than a GGUF file (its weights,
+// config or tokenizer, which the rename of the finished file would
+// replace while they are the conversion's input). A GGUF src converted
+// onto itself is allowed: the new file replaces it only once written.
+func checkOutput(src, dst string) error {
+	if st, err := os.Stat(dst); err == nil && st.IsDir() {
+		return fmt.Errorf("convert: output %s is a directory; want a file path such as %s", dst, filepath.Join(dst, "model.gguf"))
+	}
+	dir := filepath.Dir(dst)
+	dirSt, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("convert: output %s: directory %s does not exist", dst, dir)
+	case err != nil:
+		return fmt.Errorf("convert: output %s: %w", dst, err)
+	case !dirSt.IsDir():
+		return fmt.Errorf("convert: output %s: %s is not a directory", dst, dir)
+	}
+	srcSt, err := os.Stat(src)
+	if err != nil || !srcSt.IsDir() {
+		return nil // OpenWeights reports a missing src
+	}
+	if _, err := os.Lstat(dst); err == nil && os.SameFile(dirSt, srcSt) && !strings.HasSuffix(strings.ToLower(dst), ".gguf") {
+		return fmt.Errorf("convert: output %s would replace a file of the source directory %s; write the GGUF file elsewhere", dst, src)
+	}
+	return nil
 }
 
 // Write streams the GGUF form of (cfg, w, tok) to out.

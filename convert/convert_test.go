@@ -1,7 +1,9 @@
 package convert_test
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -193,5 +195,65 @@ func TestConvertTensorCountAndLlamaCpp(t *testing.T) {
 				t.Errorf("NotLlamaCpp = %q, want set %v", rep.NotLlamaCpp, c.notLlamaCpp)
 			}
 		})
+	}
+}
+
+// TestConvertOutputPath: an OUT that is a directory, lies in a directory
+// that does not exist, or is a file of the HF source directory (its
+// weights, config or tokenizer, which the rename would replace) is
+// refused before any tensor is written, with an error naming OUT; the
+// source is left as it was and no temporary file stays behind.
+func TestConvertOutputPath(t *testing.T) {
+	src := t.TempDir()
+	for _, name := range []string{"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "generation_config.json"} {
+		data, err := os.ReadFile(filepath.Join(fixture, name))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(src, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tok, err := engine.LoadTokenizer(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.ReadFile(filepath.Join(src, "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	outDir := t.TempDir()
+	for _, c := range []struct {
+		name, dst, msg string
+	}{
+		{"a directory", outDir, "is a directory"},
+		{"a missing directory", filepath.Join(outDir, "no", "m.gguf"), "does not exist"},
+		{"the source's weights", filepath.Join(src, "model.safetensors"), "would replace a file of the source"},
+		{"the source's config", filepath.Join(src, "config.json"), "would replace a file of the source"},
+		{"the source directory itself", src, "is a directory"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := convert.File(src, c.dst, tok, convert.Options{Type: backend.F16})
+			if err == nil || !strings.Contains(err.Error(), c.msg) || !strings.Contains(err.Error(), c.dst) {
+				t.Fatalf("convert to %s: %v, want an error naming it and saying %q", c.dst, err, c.msg)
+			}
+		})
+	}
+	after, err := os.ReadFile(filepath.Join(src, "model.safetensors"))
+	if err != nil || !bytes.Equal(before, after) {
+		t.Errorf("the source's weights changed (%v)", err)
+	}
+	for _, dir := range []string{src, outDir} {
+		left, _ := filepath.Glob(filepath.Join(dir, ".convert-*"))
+		if len(left) > 0 {
+			t.Errorf("temporary files left behind: %v", left)
+		}
+	}
+	// A new GGUF file inside the source directory is fine.
+	if _, err := convert.File(src, filepath.Join(src, "m.gguf"), tok, convert.Options{Type: backend.F16}); err != nil {
+		t.Errorf("convert into the source directory: %v", err)
 	}
 }
