@@ -15,11 +15,11 @@ import (
 
 // Options of a perplexity run.
 type Options struct {
-	// Window is the context of each scored window (default 1024): the
+	// Window is the context of each scored window (0: 1024; at least 2): the
 	// token stream is cut into consecutive non-overlapping windows, each
 	// scored from an empty cache.
 	Window int
-	// Chunk is the tokens per forward step (default 256).
+	// Chunk is the tokens per forward step (0: 256).
 	Chunk int
 	// KVCacheDType is the KV cache's format (--kv-cache-dtype; "": auto)
 	// and KVWindow the int4 window in tokens (0: the default,
@@ -42,10 +42,18 @@ type Result struct {
 // the first of each window is predicted from the tokens before it in that
 // window.
 func Perplexity(b backend.Backend, path string, tokens []int32, opts Options) (Result, error) {
-	if opts.Window <= 0 {
+	switch {
+	case opts.Window < 0 || opts.Window == 1:
+		// A window's first token is never predicted: one of a single
+		// token scores nothing.
+		return Result{}, fmt.Errorf("perplexity: window %d: want at least 2 tokens (0: the default)", opts.Window)
+	case opts.Chunk < 0:
+		return Result{}, fmt.Errorf("perplexity: chunk %d: want at least 1 token (0: the default)", opts.Chunk)
+	}
+	if opts.Window == 0 {
 		opts.Window = 1024
 	}
-	if opts.Chunk <= 0 {
+	if opts.Chunk == 0 {
 		opts.Chunk = 256
 	}
 	if len(tokens) < 2 {
@@ -107,6 +115,9 @@ func Perplexity(b backend.Backend, path string, tokens []int32, opts Options) (R
 				res.Predicted++
 			}
 		}
+	}
+	if res.Predicted == 0 {
+		return res, fmt.Errorf("perplexity: no token predicted in %d tokens of windows of %d", len(tokens), opts.Window)
 	}
 	res.NLL = sum / float64(res.Predicted)
 	res.PPL = math.Exp(res.NLL)

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/trigon-llm/trigon/backend/cpu"
@@ -172,4 +173,32 @@ func heldout(t *testing.T, n int) (string, []int32) {
 		t.Fatal(err)
 	}
 	return path, ids
+}
+
+// TestPerplexityRefusesWindowsThatPredictNothing: a window of one token
+// scores no position, so the mean would be 0/0; it and negative sizes are
+// errors, not a NaN perplexity. Greedy refuses a negative token count
+// rather than taking the default.
+func TestPerplexityRefusesWindowsThatPredictNothing(t *testing.T) {
+	path, ids := heldout(t, 40)
+	b := cpu.New(cpu.Options{Threads: 2})
+	for _, c := range []struct {
+		name string
+		opts Options
+		msg  string
+	}{
+		{"window 1", Options{Window: 1}, "window 1"},
+		{"negative window", Options{Window: -4}, "window -4"},
+		{"negative chunk", Options{Chunk: -1}, "chunk -1"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			res, err := Perplexity(b, path, ids, c.opts)
+			if err == nil || !strings.Contains(err.Error(), c.msg) {
+				t.Errorf("Perplexity(%+v) = %+v, %v; want an error saying %q", c.opts, res, err, c.msg)
+			}
+		})
+	}
+	if _, err := Greedy(b, path, [][]int32{ids[:8]}, GreedyOptions{Tokens: -3}); err == nil || !strings.Contains(err.Error(), "-3") {
+		t.Errorf("Greedy with Tokens -3: %v, want an error", err)
+	}
 }

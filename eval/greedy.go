@@ -29,7 +29,10 @@ type GreedyOptions struct {
 // takes them from the prefill of all the prompts together, as a server's
 // first batch would. It returns the continuations, in prompt order.
 func Greedy(b backend.Backend, path string, prompts [][]int32, opts GreedyOptions) ([][]int32, error) {
-	if opts.Tokens <= 0 {
+	if opts.Tokens < 0 {
+		return nil, fmt.Errorf("greedy: %d tokens per prompt: want at least 1 (0: the default)", opts.Tokens)
+	}
+	if opts.Tokens == 0 {
 		opts.Tokens = 256
 	}
 	if len(prompts) == 0 {
@@ -144,8 +147,11 @@ func Compare(base, got [][]int32) (Agreement, error) {
 // Slices are count prompts of length tokens each, cut from tokens at
 // evenly spaced offsets: prompt i starts at i*(len(tokens)-length)/count.
 func Slices(tokens []int32, count, length int) ([][]int32, error) {
-	if count <= 0 || length <= 0 || len(tokens) < length {
-		return nil, fmt.Errorf("slices: %d prompts of %d tokens from %d", count, length, len(tokens))
+	switch {
+	case count <= 0 || length <= 0:
+		return nil, fmt.Errorf("slices: %d prompts of %d tokens: want at least one prompt of at least one token", count, length)
+	case len(tokens) < length:
+		return nil, fmt.Errorf("slices: the text's %d tokens are fewer than one prompt of %d", len(tokens), length)
 	}
 	out := make([][]int32, count)
 	for i := range out {

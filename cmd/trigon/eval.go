@@ -30,6 +30,12 @@ func perplexityCmd() *cobra.Command {
 		Short: "Perplexity of a text file: consecutive non-overlapping windows, mean token NLL",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkInts(
+				intFlag{"window", int64(window), 2, "at least 2 tokens (a window's first token is not predicted)"},
+				intFlag{"chunk", int64(chunk), 1, "at least 1 token"},
+			); err != nil {
+				return err
+			}
 			path, ids, err := evalText(modelPath, args[0])
 			if err != nil {
 				return err
@@ -85,6 +91,13 @@ func greedyCmd() *cobra.Command {
 			"the model quantized, say) are compared against --model, all with the --baseline cache.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkInts(
+				intFlag{"prompts", int64(prompts), 1, "at least 1"},
+				intFlag{"prompt-len", int64(promptLen), 1, "at least 1 token"},
+				intFlag{"tokens", int64(tokens), 1, "at least 1 token"},
+			); err != nil {
+				return err
+			}
 			win, err := kvWindowOption(kvWindow)
 			if err != nil {
 				return err
