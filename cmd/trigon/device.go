@@ -32,6 +32,9 @@ func (f *deviceFlags) register(cmd *cobra.Command) {
 // open returns the backend the flags ask for. auto falls back to the CPU
 // with one log line saying why CUDA is not used.
 func (f *deviceFlags) open(log *slog.Logger) (backend.Backend, error) {
+	if err := f.check(); err != nil {
+		return nil, err
+	}
 	switch f.device {
 	case "cpu":
 		return cpu.New(cpu.Options{Threads: f.threads}), nil

@@ -82,6 +82,9 @@ func (f *modelFlags) modelPath() (string, error) {
 // load opens the model on the chosen backend and starts the engine's step
 // loop; stop cancels it.
 func (f *modelFlags) load(ctx context.Context, log *slog.Logger, metrics *telemetry.Metrics) (l *engine.Loaded, stop func(), err error) {
+	if err := f.check(); err != nil {
+		return nil, nil, err
+	}
 	kvWindow, err := kvWindowOption(f.kvWindow)
 	if err != nil {
 		return nil, nil, err

@@ -41,6 +41,18 @@ func serveCmd() *cobra.Command {
 			"exits at once.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := mf.check(); err != nil {
+				return err
+			}
+			if port < 0 || port > 65535 {
+				return fmt.Errorf("--port %d: want 0 to 65535 (0: any free port)", port)
+			}
+			if maxQueue < 1 {
+				return fmt.Errorf("--max-queue %d: want at least 1", maxQueue)
+			}
+			if shutdown < 0 {
+				return fmt.Errorf("--shutdown-timeout %v: want 0 or more", shutdown)
+			}
 			if apiKey == "" {
 				apiKey = os.Getenv("TRIGON_API_KEY")
 			}

@@ -25,8 +25,11 @@ func (f *deviceFlags) registerTP(cmd *cobra.Command) {
 // the one backend, for one rank. auto takes CUDA when NCCL and enough GPUs
 // are usable, else the CPU, saying why.
 func (f *deviceFlags) openRanks(log *slog.Logger) (backend.Backend, *engine.TensorParallel, error) {
-	if f.tp < 0 {
+	if f.tp < 1 { // the commands that call openRanks register the flag (default 1)
 		return nil, nil, fmt.Errorf("--tensor-parallel-size %d: want at least 1", f.tp)
+	}
+	if err := f.check(); err != nil {
+		return nil, nil, err
 	}
 	if f.tp <= 1 {
 		b, err := f.open(log)
