@@ -43,6 +43,38 @@ func (f *samplingFlags) register(cmd *cobra.Command) {
 	fl.StringArrayVar(&f.stop, "stop", nil, "stop string (repeatable)")
 }
 
+// check refuses out-of-range sampling flags before the model loads, each
+// error naming its flag: the engine would refuse them only once the
+// request is submitted, in the API's field names.
+func (f *samplingFlags) check(cmd *cobra.Command) error {
+	fl := cmd.Flags()
+	if fl.Changed("max-tokens") && f.maxTokens < 1 {
+		return fmt.Errorf("--max-tokens %d: want at least 1", f.maxTokens)
+	}
+	for _, c := range []struct {
+		name  string
+		value any
+		set   func(*sample.Params)
+	}{
+		{"temperature", f.temperature, func(p *sample.Params) { p.Temperature = f.temperature }},
+		{"top-p", f.topP, func(p *sample.Params) { p.TopP = f.topP }},
+		{"top-k", f.topK, func(p *sample.Params) { p.TopK = f.topK }},
+		{"min-p", f.minP, func(p *sample.Params) { p.MinP = f.minP }},
+		{"repetition-penalty", f.repetition, func(p *sample.Params) { p.RepetitionPenalty = f.repetition }},
+		{"stop", fmt.Sprintf("%q", f.stop), func(p *sample.Params) { p.Stop = f.stop }},
+	} {
+		if !fl.Changed(c.name) {
+			continue
+		}
+		p := sample.Neutral()
+		c.set(&p)
+		if err := p.Validate(); err != nil {
+			return fmt.Errorf("--%s %v: %w", c.name, c.value, err)
+		}
+	}
+	return nil
+}
+
 // request builds an engine request from the flags over the model's
 // defaults. --max-tokens follows sample.LengthRule: given, it must fit the
 // context; not given, its default shrinks to what the prompt leaves.
@@ -96,6 +128,9 @@ func runCmd() *cobra.Command {
 			if !interactive && len(args) == 0 {
 				return errors.New("give a PROMPT, or -i for an interactive chat")
 			}
+			if err := sf.check(cmd); err != nil {
+				return err
+			}
 			ctx, cancel := signal.NotifyContext(cmd.Context(), os.Interrupt)
 			defer cancel()
 			log := newLogger(cmd.ErrOrStderr(), verbose)
@@ -117,10 +152,17 @@ func runCmd() *cobra.Command {
 				if text, err = l.Tokenizer.ApplyChatTemplate(msgs, true); err != nil {
 					return err
 				}
-			} else {
+			}
+			// Refusals (an empty prompt, one the context cannot hold) come
+			// before the prompt is echoed.
+			prompt, req, err := prepare(cmd, l, &sf, text, chat)
+			if err != nil {
+				return err
+			}
+			if !chat {
 				fmt.Fprint(out, text)
 			}
-			_, err = generate(ctx, cmd, l, &sf, text, chat, out)
+			_, err = stream(ctx, cmd, l, prompt, req, out)
 			fmt.Fprintln(out)
 			return err
 		},
@@ -137,16 +179,40 @@ func runCmd() *cobra.Command {
 // generate streams one completion of text to out and reports speed on
 // stderr. It returns the generated text.
 func generate(ctx context.Context, cmd *cobra.Command, l *engine.Loaded, sf *samplingFlags, text string, templated bool, out io.Writer) (string, error) {
+	prompt, req, err := prepare(cmd, l, sf, text, templated)
+	if err != nil {
+		return "", err
+	}
+	return stream(ctx, cmd, l, prompt, req, out)
+}
+
+// prepare encodes text and builds its request, refusing a prompt of no
+// tokens and one the context cannot hold with what the flags ask.
+func prepare(cmd *cobra.Command, l *engine.Loaded, sf *samplingFlags, text string, templated bool) ([]int32, *engine.Request, error) {
 	// A chat template carries its own BOS; a raw prompt gets the
 	// tokenizer's special tokens.
 	prompt, err := l.Tokenizer.Encode(text, !templated)
 	if err != nil {
-		return "", err
+		return nil, nil, err
+	}
+	if len(prompt) == 0 {
+		return nil, nil, errors.New("the prompt is empty: it encodes to no tokens")
 	}
 	req, err := sf.request(cmd, l, prompt)
 	if err != nil {
-		return "", err
+		return nil, nil, err
 	}
+	if err := req.Params.Validate(); err != nil {
+		// The flags are checked before loading; what is left comes from
+		// the model's generation_config.json, which Load checks too.
+		return nil, nil, fmt.Errorf("sampling parameters: %w", err)
+	}
+	return prompt, req, nil
+}
+
+// stream submits req, streams its text to out and reports speed on
+// stderr. It returns the generated text.
+func stream(ctx context.Context, cmd *cobra.Command, l *engine.Loaded, prompt []int32, req *engine.Request, out io.Writer) (string, error) {
 	before := l.Engine.Stats().Spec
 	start := time.Now()
 	events, err := l.Engine.Submit(ctx, req)

@@ -96,3 +96,35 @@ func TestInspectAndConvert(t *testing.T) {
 		t.Errorf("inspect of the converted file: %v\n%s", err, out)
 	}
 }
+
+// TestRunFlagErrors: sampling flags out of range, an empty prompt and a
+// prompt the context cannot hold are refused naming the flag (or the
+// prompt), without the engine's internal prefix, and before the prompt
+// is echoed to stdout.
+func TestRunFlagErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"-n", "-1", "hello"}, "--max-tokens -1"},
+		{[]string{"--max-tokens", "0", "hello"}, "--max-tokens 0"},
+		{[]string{"--temperature", "-1", "hello"}, "--temperature -1"},
+		{[]string{"--top-p", "2", "hello"}, "--top-p 2"},
+		{[]string{"--top-k", "-5", "hello"}, "--top-k -5"},
+		{[]string{"--min-p", "3", "hello"}, "--min-p 3"},
+		{[]string{"--repetition-penalty", "0", "hello"}, "--repetition-penalty 0"},
+		{[]string{"--stop", "", "hello"}, "--stop"},
+		{[]string{""}, "empty"},
+		{[]string{"--max-context", "8", strings.Repeat("word ", 50)}, "maximum context length is 8 tokens"},
+		{[]string{"--max-context", "8", "-n", "100", "hi"}, "maximum context length is 8 tokens"},
+	} {
+		args := append([]string{"run", "--model", fixtureModel, "--device", "cpu"}, c.args...)
+		out, _, err := execute(t, "", args...)
+		if err == nil || !strings.Contains(err.Error(), c.msg) || strings.Contains(err.Error(), "engine:") {
+			t.Errorf("run %q: %v, want an error saying %q without 'engine:'", c.args, err, c.msg)
+		}
+		if out != "" {
+			t.Errorf("run %q: stdout %q, want nothing before the error", c.args, out)
+		}
+	}
+}
