@@ -343,9 +343,20 @@ func hasF32Matrices(w model.Weights) bool {
 	return false
 }
 
-// LoadTokenizer reads the tokenizer of an HF directory or a GGUF file.
+// LoadTokenizer reads the tokenizer of an HF directory or a GGUF file,
+// told apart as model.OpenWeights does: a directory is an HF one, a file
+// must start with the GGUF magic, whatever its name.
 func LoadTokenizer(path string) (*tokenizer.Tokenizer, error) {
-	if strings.HasSuffix(strings.ToLower(path), ".gguf") {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", path, err)
+	}
+	if !st.IsDir() {
+		if ok, err := model.IsGGUF(path); err != nil {
+			return nil, fmt.Errorf("load %s: %w", path, err)
+		} else if !ok {
+			return nil, fmt.Errorf("load %s: not a model directory or a GGUF file", path)
+		}
 		f, err := gguf.Open(path)
 		if err != nil {
 			return nil, err
@@ -356,11 +367,6 @@ func LoadTokenizer(path string) (*tokenizer.Tokenizer, error) {
 			return nil, fmt.Errorf("load tokenizer of %s: %w", path, err)
 		}
 		return tok, nil
-	}
-	if st, err := os.Stat(path); err != nil {
-		return nil, fmt.Errorf("load %s: %w", path, err)
-	} else if !st.IsDir() {
-		return nil, fmt.Errorf("load %s: not a model directory or a .gguf file", path)
 	}
 	tok, err := tokenizer.FromHFDir(path)
 	if err != nil {

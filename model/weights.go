@@ -319,7 +319,7 @@ func OpenWeights(path string) (Config, GenerationConfig, Weights, error) {
 		cfg, gen, w, err = openHFDir(path)
 	} else {
 		var isGGUF bool
-		if isGGUF, err = hasGGUFMagic(path); err == nil {
+		if isGGUF, err = IsGGUF(path); err == nil {
 			if !isGGUF {
 				err = errors.New("not a GGUF file (bad magic) and not a Hugging Face model directory")
 			} else {
@@ -337,7 +337,10 @@ func OpenWeights(path string) (Config, GenerationConfig, Weights, error) {
 	return cfg, gen, w, nil
 }
 
-func hasGGUFMagic(path string) (bool, error) {
+// IsGGUF reports whether the file at path starts with the GGUF magic: a
+// GGUF file is told by its content, whatever its name (Ollama's blobs
+// have no suffix). A file shorter than the magic is not one.
+func IsGGUF(path string) (bool, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return false, err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -57,5 +58,40 @@ func TestInspectCountsLikeConvert(t *testing.T) {
 		if !strings.Contains(info, "llama3") {
 			t.Errorf("inspect %s: rope line lacks the llama3 scaling:\n%s", path, info)
 		}
+	}
+}
+
+// TestGGUFWithoutSuffix: a GGUF file is one by its magic, not its name
+// (Ollama stores its models as sha256-... blobs): the weights open by
+// magic, so its tokenizer must too, for inspect, run, eval and convert.
+func TestGGUFWithoutSuffix(t *testing.T) {
+	dir := t.TempDir()
+	gguf := filepath.Join(dir, "m.gguf")
+	if _, _, err := execute(t, "", "convert", "--type", "f16", fixtureModel, gguf); err != nil {
+		t.Fatal(err)
+	}
+	blob := filepath.Join(dir, "sha256-0123")
+	if err := os.Rename(gguf, blob); err != nil {
+		t.Fatal(err)
+	}
+	text := filepath.Join(dir, "text.txt")
+	if err := os.WriteFile(text, []byte(strings.Repeat("hello world ", 10)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"inspect", blob},
+		{"run", "--model", blob, "--device", "cpu", "-n", "2", "hello"},
+		{"run", "--model", fixtureModel, "--tokenizer", blob, "--device", "cpu", "-n", "2", "hello"},
+		{"eval", "perplexity", "--model", blob, "--device", "cpu", text},
+		{"convert", "--type", "f16", blob, filepath.Join(dir, "again.gguf")},
+	} {
+		if _, _, err := execute(t, "", args...); err != nil {
+			t.Errorf("%s: %v", strings.Join(args, " "), err)
+		}
+	}
+	// A file that is neither says so, naming it.
+	if _, _, err := execute(t, "", "run", "--model", fixtureModel, "--tokenizer", text, "--device", "cpu", "hello"); err == nil ||
+		!strings.Contains(err.Error(), text) {
+		t.Errorf("--tokenizer on a text file: %v, want an error naming it", err)
 	}
 }
