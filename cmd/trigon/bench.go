@@ -105,6 +105,15 @@ func benchLatencyCmd() *cobra.Command {
 			default:
 				return fmt.Errorf("--cuda-graphs %q: want on, off, both or auto", graphs)
 			}
+			if modelPath != "" {
+				// They shape synthetic weights: given with a checkpoint,
+				// the timing would not be of what they ask for.
+				for _, name := range []string{"dtype", "arch"} {
+					if cmd.Flags().Changed(name) {
+						return fmt.Errorf("--%s is not used with --model, which times the checkpoint's own weights (--quantization fp8 quantizes them at load)", name)
+					}
+				}
+			}
 			var (
 				cfg    model.Config
 				w      model.Weights

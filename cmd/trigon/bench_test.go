@@ -106,6 +106,8 @@ func TestBenchLatencyFlagErrors(t *testing.T) {
 		{"dtype", []string{"--dtype", "int3"}, "--dtype"},
 		{"arch", []string{"--arch", "gpt-5"}, "not a known architecture"},
 		{"too long", []string{"--input-len", "1020", "--output-len", "8"}, "context"},
+		{"arch with model", []string{"--model", fixtureModel}, "--arch is not used with --model"},
+		{"dtype with model", []string{"--model", fixtureModel, "--dtype", "q8_0"}, "--dtype is not used with --model"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"latency", "--device", "cpu", "--arch", "default", "--input-len", "4", "--output-len", "2", "--iters", "1"}, tc.args...)
