@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -52,8 +53,10 @@ type legacyLogprobs struct {
 }
 
 // orderedTop is a {token: logprob} object written most likely first
-// (a Go map would sort keys alphabetically). A token text that repeats
-// keeps its first, most likely entry, as JSON object keys must be unique.
+// (a Go map would sort keys alphabetically). A key that repeats keeps its
+// first, most likely entry, as JSON object keys must be unique. Keys are
+// compared as the client reads them: distinct tokens holding parts of a
+// UTF-8 sequence all read as U+FFFD.
 type orderedTop []topEntry
 
 type topEntry struct {
@@ -66,14 +69,15 @@ func (o orderedTop) MarshalJSON() ([]byte, error) {
 	b.WriteByte('{')
 	seen := make(map[string]bool, len(o))
 	for _, e := range o {
-		if seen[e.token] {
+		key := validUTF8(e.token)
+		if seen[key] {
 			continue
 		}
 		if len(seen) > 0 {
 			b.WriteByte(',')
 		}
-		seen[e.token] = true
-		k, err := marshal(e.token)
+		seen[key] = true
+		k, err := marshal(key)
 		if err != nil {
 			return nil, err
 		}
@@ -84,6 +88,25 @@ func (o orderedTop) MarshalJSON() ([]byte, error) {
 	}
 	b.WriteByte('}')
 	return b.Bytes(), nil
+}
+
+// validUTF8 returns s with each byte that is not part of a valid UTF-8
+// sequence replaced by U+FFFD, as encoding/json writes such a string.
+func validUTF8(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b.WriteRune(utf8.RuneError)
+		} else {
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	return b.String()
 }
 
 // logprobValue prints a float32 log-probability in its shortest form.
