@@ -118,10 +118,14 @@ func (s *Sampler) ApplyPenalties(logits []float32, generated, prompt []int32) er
 				return
 			}
 			s.seen[id/64] |= 1 << (id % 64)
+			// Saturated at the largest float32 of its sign: a tiny
+			// penalty (any positive one is valid) or a large logit
+			// would otherwise overflow to an infinity, which Pick
+			// rejects as a broken row.
 			if l := logits[id]; l > 0 {
-				logits[id] = l / rep
+				logits[id] = min(l/rep, math.MaxFloat32)
 			} else {
-				logits[id] = l * rep
+				logits[id] = max(l*rep, -math.MaxFloat32)
 			}
 		}
 		for _, id := range s.promptIDs {

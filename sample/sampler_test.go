@@ -295,6 +295,45 @@ func TestApplyPenaltiesHandComputed(t *testing.T) {
 	})
 }
 
+// TestApplyPenaltiesStayFinite: a repetition penalty that Validate accepts
+// (any positive float32, subnormal ones included) or a large logit must
+// not push a penalised logit to an infinity, which Pick refuses: the
+// result saturates at the largest float32 of its sign, and the penalised
+// tokens keep their order among the unpenalised ones.
+func TestApplyPenaltiesStayFinite(t *testing.T) {
+	const big = math.MaxFloat32
+	for _, tc := range []struct {
+		name   string
+		rep    float32
+		logits []float32
+		want   []float32 // after the penalty over ids 0 and 1
+	}{
+		{"subnormal penalty", math.SmallestNonzeroFloat32, []float32{3, -3, 1}, []float32{big, -3 * math.SmallestNonzeroFloat32, 1}},
+		{"tiny penalty", 1e-38, []float32{16, 0, 1}, []float32{big, 0, 1}},
+		{"large penalty, large negative logit", 10, []float32{2, -1e38, 1}, []float32{0.2, -big, 1}},
+		{"large logit", 0.5, []float32{big, 1, 2}, []float32{big, 2, 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := Neutral()
+			p.RepetitionPenalty = tc.rep
+			if err := p.Validate(); err != nil {
+				t.Fatalf("params refused: %v", err)
+			}
+			s := mustSampler(t, p, 0)
+			logits := slices.Clone(tc.logits)
+			if err := s.ApplyPenalties(logits, nil, []int32{0, 1}); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(logits, tc.want) {
+				t.Errorf("logits %v, want %v", logits, tc.want)
+			}
+			if _, err := s.Pick(logits); err != nil {
+				t.Errorf("Pick after the penalty: %v", err)
+			}
+		})
+	}
+}
+
 // refPenalties applies the penalties from their definitions.
 func refPenalties(p Params, logits []float32, generated, prompt []int32) []float32 {
 	out := slices.Clone(logits)

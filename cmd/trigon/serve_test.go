@@ -270,3 +270,62 @@ func TestServeLifecycle(t *testing.T) {
 		t.Fatal("serve did not return after cancel")
 	}
 }
+
+// TestExtremeSamplingValues: sampling values at the edges of what the API
+// accepts are served (200), not failed inside the engine (500), and values
+// the API refuses are refused with a 400 naming the field. The engine
+// computes in float32, so float64 values that are valid JSON and in range
+// may lie outside float32's.
+func TestExtremeSamplingValues(t *testing.T) {
+	hs, _ := startServer(t, engine.LoadOptions{})
+	// A prompt of repeated tokens, so the repetition penalty has tokens
+	// to act on; sampling, so the penalised logits are read.
+	prompt := make([]int32, 24)
+	for i := range prompt {
+		prompt[i] = int32(10 + i%6)
+	}
+	for _, tc := range []struct {
+		name   string
+		params map[string]any
+		status int
+		param  string // the field a 400 names
+	}{
+		{"repetition_penalty subnormal", map[string]any{"repetition_penalty": 1e-40}, 200, ""},
+		{"repetition_penalty tiny", map[string]any{"repetition_penalty": 1e-38}, 200, ""},
+		{"repetition_penalty tiny, low temperature", map[string]any{"repetition_penalty": 1e-38, "temperature": 1e-4}, 200, ""},
+		{"repetition_penalty tiny, greedy", map[string]any{"repetition_penalty": 1e-38, "temperature": 0}, 200, ""},
+		{"repetition_penalty at the cap", map[string]any{"repetition_penalty": 10}, 200, ""},
+		{"top_p subnormal", map[string]any{"top_p": 1e-40}, 200, ""},
+		{"min_p below float32", map[string]any{"min_p": 1e-50}, 200, ""},
+		{"temperature below float32", map[string]any{"temperature": 1e-50}, 200, ""},
+		{"top_p zero", map[string]any{"top_p": 0}, 400, "top_p"},
+		{"repetition_penalty zero", map[string]any{"repetition_penalty": 0}, 400, "repetition_penalty"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := map[string]any{"prompt": prompt, "max_tokens": 4, "temperature": 1, "seed": 1}
+			for k, v := range tc.params {
+				body[k] = v
+			}
+			b, _ := json.Marshal(body)
+			resp, err := http.Post(hs.URL+"/v1/completions", "application/json", bytes.NewReader(b))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			raw, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != tc.status {
+				t.Fatalf("%s: status %d, want %d: %s", b, resp.StatusCode, tc.status, raw)
+			}
+			if tc.status != 200 {
+				var e struct {
+					Error struct {
+						Param *string `json:"param"`
+					} `json:"error"`
+				}
+				if err := json.Unmarshal(raw, &e); err != nil || e.Error.Param == nil || *e.Error.Param != tc.param {
+					t.Errorf("%s: error %s does not name param %q", b, raw, tc.param)
+				}
+			}
+		})
+	}
+}
