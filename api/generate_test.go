@@ -513,6 +513,16 @@ func TestParamsReachEngine(t *testing.T) {
 			with(func(p *SamplingParams) { p.JSONObject = true; p.MaxTokens = 3 }), 1, false, 0},
 		{"text format", "/v1/completions", `{"prompt":"x","response_format":{"type":"text"},"max_tokens":3}`, 0,
 			with(func(p *SamplingParams) { p.MaxTokens = 3 }), 1, false, 0},
+		// The engine computes in float32: a positive value below its range
+		// reaches it as the smallest positive float32, not as 0 (which the
+		// engine refuses as out of range).
+		{"positive values below float32", "/v1/completions", `{"prompt":"x","top_p":1e-50,"repetition_penalty":1e-300,"max_tokens":3}`, 0,
+			with(func(p *SamplingParams) {
+				p.TopP, p.RepetitionPenalty = math.SmallestNonzeroFloat32, math.SmallestNonzeroFloat32
+				p.MaxTokens = 3
+			}), 1, false, 0},
+		{"small values that float32 holds", "/v1/completions", `{"prompt":"x","top_p":1e-40,"repetition_penalty":1e-30,"max_tokens":3}`, 0,
+			with(func(p *SamplingParams) { p.TopP, p.RepetitionPenalty = 1e-40, 1e-30; p.MaxTokens = 3 }), 1, false, 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

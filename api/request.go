@@ -174,6 +174,19 @@ func rangeErr(param string, lo, hi, got float64) *Error {
 	return badRequest(param, "'%s' must be between %g and %g, got %g", param, lo, hi, got)
 }
 
+// positiveFloat32 converts a positive value for the engine, which computes
+// in float32. A value below float32's smallest positive number would round
+// to 0, which is outside the range the client was held to (top_p and
+// repetition_penalty must be above 0) and which the engine refuses; it
+// becomes that smallest number instead, the nearest the engine can take.
+func positiveFloat32(v float64) float32 {
+	f := float32(v)
+	if f == 0 && v > 0 {
+		return math.SmallestNonzeroFloat32
+	}
+	return f
+}
+
 // sampling validates the shared fields into SamplingParams. maxTokens is
 // resolved by the caller (the defaults differ per endpoint); n is returned.
 func (s *Server) sampling(c *commonFields) (SamplingParams, int, *Error) {
@@ -194,7 +207,7 @@ func (s *Server) sampling(c *commonFields) (SamplingParams, int, *Error) {
 		if t := *c.TopP; t <= 0 || t > 1 {
 			return p, 0, badRequest("top_p", "'top_p' must be in (0, 1], got %g", t)
 		}
-		p.TopP = float32(*c.TopP)
+		p.TopP = positiveFloat32(*c.TopP)
 	}
 	if c.TopK != nil {
 		switch k := *c.TopK; {
@@ -229,7 +242,7 @@ func (s *Server) sampling(c *commonFields) (SamplingParams, int, *Error) {
 		if t := *c.RepetitionPenalty; t <= 0 || t > 10 {
 			return p, 0, badRequest("repetition_penalty", "'repetition_penalty' must be in (0, 10], got %g", t)
 		}
-		p.RepetitionPenalty = float32(*c.RepetitionPenalty)
+		p.RepetitionPenalty = positiveFloat32(*c.RepetitionPenalty)
 	}
 	if c.Seed != nil {
 		// Any int64 is accepted (as in OpenAI and vLLM); negative seeds keep

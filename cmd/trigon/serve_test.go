@@ -290,11 +290,13 @@ func TestExtremeSamplingValues(t *testing.T) {
 		status int
 		param  string // the field a 400 names
 	}{
+		{"repetition_penalty below float32", map[string]any{"repetition_penalty": 1e-50}, 200, ""},
 		{"repetition_penalty subnormal", map[string]any{"repetition_penalty": 1e-40}, 200, ""},
 		{"repetition_penalty tiny", map[string]any{"repetition_penalty": 1e-38}, 200, ""},
 		{"repetition_penalty tiny, low temperature", map[string]any{"repetition_penalty": 1e-38, "temperature": 1e-4}, 200, ""},
 		{"repetition_penalty tiny, greedy", map[string]any{"repetition_penalty": 1e-38, "temperature": 0}, 200, ""},
 		{"repetition_penalty at the cap", map[string]any{"repetition_penalty": 10}, 200, ""},
+		{"top_p below float32", map[string]any{"top_p": 1e-50}, 200, ""},
 		{"top_p subnormal", map[string]any{"top_p": 1e-40}, 200, ""},
 		{"min_p below float32", map[string]any{"min_p": 1e-50}, 200, ""},
 		{"temperature below float32", map[string]any{"temperature": 1e-50}, 200, ""},
