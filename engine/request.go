@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -169,6 +170,12 @@ func (c *choice) pickHost(logits []float32) (int32, *TokenLogprob, error) {
 	}
 	tok, err := c.sampler.Pick(work)
 	if err != nil {
+		if allMasked(work) && !allMasked(logits) {
+			// The model gave finite logits and the request's own masks
+			// removed every one: the request cannot go on as asked.
+			return 0, nil, fmt.Errorf("%w: no token is left to sample: the request's constraints (response_format json_object, min_tokens, stop_token_ids) exclude every token after %d generated tokens",
+				ErrBadRequest, len(c.generated))
+		}
 		return 0, nil, err
 	}
 	if !c.req.req.Logprobs {
@@ -179,6 +186,16 @@ func (c *choice) pickHost(logits []float32) (int32, *TokenLogprob, error) {
 		return 0, nil, err
 	}
 	return tok, &TokenLogprob{ID: tok, Logprob: lp, Top: top}, nil
+}
+
+// allMasked reports whether every logit is -Inf (or the row is empty).
+func allMasked(logits []float32) bool {
+	for _, l := range logits {
+		if l > -math.MaxFloat32 {
+			return false
+		}
+	}
+	return true
 }
 
 // onToken streams a sampled token and returns a finish reason when a stop

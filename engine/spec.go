@@ -203,11 +203,12 @@ func (e *Engine) verifyHost(plan *sched.Plan, res *runner.Output, first []int, o
 			for _, id := range append([]sched.SeqID{s.ID}, s.Forks...) {
 				c := e.choices[id]
 				if c == nil {
-					continue
+					continue // never started, or its request failed at an earlier pick
 				}
 				tok, lp, err := c.pickHost(logits)
 				if err != nil {
-					return err
+					e.pickFailed(c, err)
+					continue
 				}
 				e.accept(c, tok, lp, out)
 			}

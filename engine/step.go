@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -295,13 +296,17 @@ func (e *Engine) execute(plan *sched.Plan, out *sched.StepOutput) (*flight, erro
 		t0 = e.timer.now()
 		defer e.timer.phaseSince(telemetry.PhaseSample, t0)
 		for _, p := range picks {
+			if p.c.done {
+				continue // its request failed at an earlier pick of this step
+			}
 			logits, err := res.Logits(p.row)
 			if err != nil {
 				return nil, err
 			}
 			tok, lp, err := p.c.pickHost(logits)
 			if err != nil {
-				return nil, err
+				e.pickFailed(p.c, err)
+				continue
 			}
 			e.accept(p.c, tok, lp, out)
 		}
@@ -350,6 +355,17 @@ func blockTable(blocks []kvcache.BlockID) []int32 {
 		table[j] = int32(b)
 	}
 	return table
+}
+
+// pickFailed ends the request of a choice whose row could not be sampled
+// (its masks left no token, or the row holds a NaN or +Inf): the failure
+// is that request's, so the step's other sequences keep their tokens.
+// A client's error keeps its text as it is: the client is shown it.
+func (e *Engine) pickFailed(c *choice, err error) {
+	if !errors.Is(err, ErrBadRequest) {
+		err = fmt.Errorf("engine: sampling request %s: %w", c.req.req.ID, err)
+	}
+	e.abortRequest(c.req, FinishError, err)
 }
 
 // accept records a sampled token and decides whether the choice ends.

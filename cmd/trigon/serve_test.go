@@ -331,3 +331,112 @@ func TestExtremeSamplingValues(t *testing.T) {
 		})
 	}
 }
+
+// TestUnsamplableRequestFailsAlone: a request whose constraints leave no
+// token to sample (JSON mode allows only EOS once the object is complete,
+// min_tokens forbids EOS, stop_token_ids forbid the whitespace JSON allows
+// before the object) is refused as the client's (400), and the requests
+// that share its steps go on untouched.
+func TestUnsamplableRequestFailsAlone(t *testing.T) {
+	hs, _ := startServer(t, engine.LoadOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	prompt := []int32{10, 11, 12, 13}
+	want, err := complete(ctx, hs.URL, prompt, 300, false, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The fixture tokenizer's whitespace-only tokens.
+	whitespace := []int32{201, 202, 205, 224, 494}
+	refused := 0
+	for seed := range 4 {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			victim := make(chan error, 1)
+			started := make(chan struct{})
+			go func() {
+				got, err := completeStreamNotify(ctx, hs.URL, prompt, 300, started)
+				if err == nil && got != want {
+					err = fmt.Errorf("streamed %+v; alone %+v", got, want)
+				}
+				victim <- err
+			}()
+			<-started
+			body, _ := json.Marshal(map[string]any{
+				"prompt": []int32{20, 21, 22}, "max_tokens": 200, "min_tokens": 190, "seed": seed,
+				"response_format": map[string]string{"type": "json_object"}, "stop_token_ids": whitespace,
+			})
+			resp, err := http.Post(hs.URL+"/v1/completions", "application/json", bytes.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			switch resp.StatusCode {
+			case 200: // the object never closed before max_tokens
+			case 400:
+				refused++
+			default:
+				t.Errorf("constrained request: status %d, want 200 or 400: %s", resp.StatusCode, raw)
+			}
+			if err := <-victim; err != nil {
+				t.Errorf("the request beside it: %v", err)
+			}
+		})
+	}
+	if refused == 0 {
+		t.Error("no seed closed the object before min_tokens: nothing was checked")
+	}
+}
+
+// completeStreamNotify streams a greedy completion like complete and
+// closes started once the first chunk has arrived.
+func completeStreamNotify(ctx context.Context, url string, prompt []int32, maxTokens int, started chan<- struct{}) (completion, error) {
+	body, _ := json.Marshal(map[string]any{
+		"prompt": prompt, "max_tokens": maxTokens, "temperature": 0, "ignore_eos": true, "stream": true,
+	})
+	req, _ := http.NewRequestWithContext(ctx, "POST", url+"/v1/completions", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	once := sync.OnceFunc(func() { close(started) })
+	defer once()
+	if err != nil {
+		return completion{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		return completion{}, fmt.Errorf("status %d: %s", resp.StatusCode, b)
+	}
+	var c completion
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		if data == "[DONE]" {
+			return c, nil
+		}
+		var ch struct {
+			Error   json.RawMessage `json:"error"`
+			Choices []struct {
+				Text         string  `json:"text"`
+				FinishReason *string `json:"finish_reason"`
+			} `json:"choices"`
+		}
+		if err := json.Unmarshal([]byte(data), &ch); err != nil {
+			return c, fmt.Errorf("bad chunk %q: %w", data, err)
+		}
+		if ch.Error != nil {
+			return c, fmt.Errorf("stream error: %s", ch.Error)
+		}
+		for _, x := range ch.Choices {
+			c.text += x.Text
+			if x.FinishReason != nil {
+				c.finish = *x.FinishReason
+			}
+		}
+		once()
+	}
+	return c, fmt.Errorf("stream ended without [DONE]: %v", sc.Err())
+}
