@@ -70,7 +70,8 @@ type Backend interface {
 	// MatMul computes out = x . w^T (+ bias), accumulating in f32.
 	//   out  [n, outFeatures]
 	//   x    [n, inFeatures]
-	//   w    [outFeatures, inFeatures], any weight dtype (F32, F16, BF16, Q8_0, Q4_0)
+	//   w    [outFeatures, inFeatures], any weight dtype (F32, F16, BF16, Q8_0, Q4_0,
+	//        Q4_K, Q5_K, Q6_K, AWQ4_G*, F8_E4M3_ROW)
 	//   bias [outFeatures] or nil
 	MatMul(out, x, w, bias Tensor) error
 

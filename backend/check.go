@@ -138,7 +138,7 @@ type MatMulDims struct {
 //
 //	out  [n, outFeatures] F32, F16 or BF16
 //	x    [n, inFeatures] F32, F16 or BF16
-//	w    [outFeatures, inFeatures] F32, F16, BF16, Q8_0, Q4_0, AWQ4_G* or F8_E4M3_ROW
+//	w    [outFeatures, inFeatures] F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, AWQ4_G* or F8_E4M3_ROW
 //	bias [outFeatures] F32, F16 or BF16, or nil
 func CheckMatMul(out, x, w, bias Tensor) (MatMulDims, error) {
 	const op = "matmul"
@@ -163,7 +163,7 @@ func CheckMatMul(out, x, w, bias Tensor) (MatMulDims, error) {
 // caller checks where the product goes.
 //
 //	x [n, inFeatures] F32, F16 or BF16
-//	w [outFeatures, inFeatures] F32, F16, BF16, Q8_0, Q4_0, AWQ4_G* or F8_E4M3_ROW
+//	w [outFeatures, inFeatures] F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, AWQ4_G* or F8_E4M3_ROW
 func CheckProduct(op string, x, w Tensor, outFeatures int) (MatMulDims, error) {
 	if err := checkOperand(op, "w", w, weightDTypes, outFeatures, -1); err != nil {
 		return MatMulDims{}, err

@@ -1,5 +1,7 @@
 // Package backend defines the small contract between the model code and the
-// devices that run it: a handful of fused ops on opaque tensor handles.
+// devices that run it: unfused ops on opaque tensor handles, and a model's
+// forward as a program of them (Program) that a backend may rewrite into
+// its own fused kernels (Lowerer).
 //
 // Every op has a pure-Go implementation in backend/cpu (the fallback and the
 // oracle) and a CUDA implementation in backend/cuda, and a test comparing
@@ -18,7 +20,12 @@
 //	err := b.AddRMSNorm(out, x, nil, w, 1e-5)
 //	err = b.Read(out, dst)
 //
-// Optional interfaces: GraphCapturer (record and replay op sequences).
+// Optional interfaces: GraphCapturer (record and replay op sequences),
+// Lowerer (run a program, fused by the backend's rules), MemoryReporter
+// (device memory, for sizing the KV cache), DeviceSampler (sampled ids left
+// on the device for the next step), RandomFiller (synthetic weights made
+// in place), KVSpecChecker (the KV formats a backend runs), Communicator
+// and ShardEmbedder (tensor parallelism).
 //
 // Besides the contract, the package holds what every side of it shares:
 // the dtypes and their host conversions (F32ToBF16, F16ToF32, QuantizeQ8_0,

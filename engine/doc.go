@@ -8,7 +8,7 @@
 //	   plan := sched.Schedule()            which sequences, which tokens, which blocks
 //	   copy forked blocks                  (n > 1)
 //	   out := runner.Execute(plan)         model forward (graph replay for decode steps)
-//	   sample: device (plain rows) or host (penalties, logprobs, min_tokens)
+//	   sample: device (plain rows) or host (penalties, logprobs, min_tokens, JSON mode, n > 1 forks)
 //	   stop checks, detokenize             sample.StopChecker, tokenizer.Decoder
 //	   sched.Update(plan, tokens)          finished sequences free their blocks
 //	   events ──► per-request queue ──► pump goroutine ──► caller's channel

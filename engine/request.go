@@ -125,7 +125,9 @@ func newChoice(e *Engine, r *request, index int, id sched.SeqID) (*choice, error
 }
 
 // needsHostLogits reports whether sampling needs the logits row on the host
-// (penalties, logprobs, EOS masking); otherwise the device samples.
+// (JSON mode, logprobs, penalties, EOS masking until min_tokens); otherwise
+// the device samples. A step whose sequence forks (n > 1) reads its rows on
+// the host too, as each fork samples the same row.
 func (c *choice) needsHostLogits() bool {
 	p := &c.req.req.Params
 	return c.json != nil || c.req.req.Logprobs || p.RepetitionPenalty != 1 && p.RepetitionPenalty != 0 ||

@@ -1,9 +1,10 @@
 // Package cuda is the NVIDIA GPU implementation of backend.Backend in pure
-// Go: the driver API, NVRTC and cuBLASLt are loaded at run time through
-// purego, so CGO_ENABLED=0 builds work and a machine without CUDA gets a
-// clear error from Available (TRIGON_CUDA_LIB_DIR names where the
-// libraries are when the loader does not find them). It needs compute
-// capability 8.0 or newer.
+// Go: the driver API, NVRTC and cuBLASLt (and NCCL, for tensor
+// parallelism) are loaded at run time through purego, so CGO_ENABLED=0
+// builds work and a machine without CUDA gets a clear error from Available
+// (TRIGON_CUDA_LIB_DIR, CUDA_HOME or CUDA_PATH name where the libraries
+// are when the loader does not find them). It needs compute capability 8.0
+// or newer.
 //
 // Threading: every CUDA call runs on one goroutine locked to its OS thread
 // (a context is current per thread). Ops check their operands on the
@@ -21,9 +22,11 @@
 // write, so launches may use programmatic dependent launch (launch.go).
 //
 // Dtypes: activations BF16 with f32 accumulation; weights BF16, F32 or F16
-// (a BF16 copy made on first use), Q8_0, Q4_0 or the K-quants Q4_K, Q5_K,
-// Q6_K (own kernels); KV caches
-// BF16 for Attention. Decode-shaped products (at most 16 rows) may run on
+// (a BF16 copy made on first use), Q8_0, Q4_0, the K-quants Q4_K, Q5_K and
+// Q6_K, AWQ4 and F8_E4M3_ROW (own kernels; FP8 prefill on cuBLASLt); KV
+// caches in every format of backend.KVSpec (bf16, fp8, int8, int4 with
+// its bf16 window), quantized on write and read inside the attention
+// kernels. Decode-shaped products (at most 16 rows) may run on
 // own tensor-core GEMVs, a register one and on sm_90 one fed by the TMA
 // unit, where a per-shape tuner timed them faster than cuBLASLt.
 //
