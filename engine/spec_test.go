@@ -43,6 +43,16 @@ func startDefault(t *testing.T, spec specdec.Config, kvBlocks ...int) *engine.Lo
 // startDefaultWith is startDefault with opts (Backend set).
 func startDefaultWith(t *testing.T, opts engine.LoadOptions) *engine.Loaded {
 	t.Helper()
+	l, start := loadDefaultWith(t, opts)
+	start()
+	return l
+}
+
+// loadDefaultWith loads the default model as startDefaultWith does and
+// returns start, which runs its step loop (once): requests submitted
+// before it are all queued when the first step is planned.
+func loadDefaultWith(t *testing.T, opts engine.LoadOptions) (*engine.Loaded, func()) {
+	t.Helper()
 	opts.Model, opts.MaxSeqs, opts.MaxBatchedTokens, opts.ChunkSize = defaultModelHF, 16, 256, 128
 	l, err := engine.Load(opts)
 	if err != nil {
@@ -50,9 +60,10 @@ func startDefaultWith(t *testing.T, opts engine.LoadOptions) *engine.Loaded {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); l.Engine.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done; l.Close() })
-	return l
+	var once sync.Once
+	start := func() { once.Do(func() { go func() { defer close(done); l.Engine.Run(ctx) }() }) }
+	t.Cleanup(func() { cancel(); start(); <-done; l.Close() })
+	return l, start
 }
 
 // heldoutPrompts cuts n prompts of 24 to 71 tokens from the default
@@ -389,10 +400,11 @@ func TestSpeculativeStopsExact(t *testing.T) {
 		}
 		jobs[i].p = p
 	}
-	run := func(l *engine.Loaded) []result {
-		// Every request is submitted before any is read, so that they all
-		// wait together however the goroutines are scheduled: the small
-		// pool must then preempt.
+	// run submits every job, then calls start (nil: the engine runs
+	// already) and reads the results. Submitted before the step loop
+	// starts, the requests are all queued at its first step, however slow
+	// the machine: a small pool must then preempt.
+	run := func(l *engine.Loaded, start func()) []result {
 		chans := make([]<-chan engine.Event, len(prompts))
 		for i, j := range jobs {
 			ch, err := l.Engine.Submit(context.Background(), &engine.Request{Prompt: prompts[i], N: 1, Params: j.p, Logprobs: j.logprobs})
@@ -400,6 +412,9 @@ func TestSpeculativeStopsExact(t *testing.T) {
 				t.Fatal(err)
 			}
 			chans[i] = ch
+		}
+		if start != nil {
+			start()
 		}
 		out := make([]result, len(prompts))
 		var wg sync.WaitGroup
@@ -414,19 +429,21 @@ func TestSpeculativeStopsExact(t *testing.T) {
 		return out
 	}
 	self := specdec.Config{Method: specdec.MethodDraftModel, NumSpeculativeTokens: 4, Model: defaultModelHF}
-	want := run(startDefault(t, specdec.Config{}))
+	want := run(startDefault(t, specdec.Config{}), nil)
+	small, startSmall := loadDefaultWith(t, engine.LoadOptions{Backend: cpu.New(cpu.Options{Threads: 2}), Speculative: self, KVBlocks: 24})
 	for _, tc := range []struct {
 		name     string
 		l        *engine.Loaded
+		start    func()
 		preempts bool
 	}{
-		{"self draft", startDefault(t, self), false},
-		{"ngram", startDefault(t, specdec.Config{Method: specdec.MethodNGram, NumSpeculativeTokens: 4, PromptLookupMin: 1, PromptLookupMax: 2}), false},
-		{"self draft, small pool", startDefault(t, self, 24), true},
+		{"self draft", startDefault(t, self), nil, false},
+		{"ngram", startDefault(t, specdec.Config{Method: specdec.MethodNGram, NumSpeculativeTokens: 4, PromptLookupMin: 1, PromptLookupMax: 2}), nil, false},
+		{"self draft, small pool", small, startSmall, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			free := tc.l.Engine.Stats().FreeBlocks
-			got := run(tc.l)
+			got := run(tc.l, tc.start)
 			for i := range prompts {
 				w, g := want[i], got[i]
 				if fmt.Sprint(g.tokens) != fmt.Sprint(w.tokens) || g.text != w.text || g.final.FinishReason != w.final.FinishReason ||
