@@ -3,9 +3,9 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -345,34 +345,41 @@ func hasF32Matrices(w model.Weights) bool {
 
 // LoadTokenizer reads the tokenizer of an HF directory or a GGUF file,
 // told apart as model.OpenWeights does: a directory is an HF one, a file
-// must start with the GGUF magic, whatever its name.
+// must start with the GGUF magic, whatever its name. Its errors name path
+// once, after "load tokenizer from" (tokenizer.FromHFDir's own prefix).
 func LoadTokenizer(path string) (*tokenizer.Tokenizer, error) {
 	st, err := os.Stat(path)
 	if err != nil {
-		return nil, fmt.Errorf("load %s: %w", path, err)
+		return nil, fmt.Errorf("load tokenizer from %s: %w", path, withoutPath(err, path))
 	}
-	if !st.IsDir() {
-		if ok, err := model.IsGGUF(path); err != nil {
-			return nil, fmt.Errorf("load %s: %w", path, err)
-		} else if !ok {
-			return nil, fmt.Errorf("load %s: not a model directory or a GGUF file", path)
-		}
-		f, err := gguf.Open(path)
-		if err != nil {
-			return nil, err
-		}
-		defer f.Close()
-		tok, err := tokenizer.FromGGUF(f)
-		if err != nil {
-			return nil, fmt.Errorf("load tokenizer of %s: %w", path, err)
-		}
-		return tok, nil
+	if st.IsDir() {
+		// FromHFDir names the directory.
+		return tokenizer.FromHFDir(path)
 	}
-	tok, err := tokenizer.FromHFDir(path)
+	if ok, err := model.IsGGUF(path); err != nil {
+		return nil, fmt.Errorf("load tokenizer from %s: %w", path, withoutPath(err, path))
+	} else if !ok {
+		return nil, fmt.Errorf("load tokenizer from %s: not a model directory or a GGUF file", path)
+	}
+	f, err := gguf.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("load tokenizer of %s: %w", filepath.Clean(path), err)
+		return nil, fmt.Errorf("load tokenizer from %s: %w", path, withoutPath(err, path))
+	}
+	defer f.Close()
+	tok, err := tokenizer.FromGGUF(f)
+	if err != nil {
+		return nil, fmt.Errorf("load tokenizer from %s: %w", path, err)
 	}
 	return tok, nil
+}
+
+// withoutPath is err less an *fs.PathError naming path (os.Stat's,
+// gguf.Open's), for a message that names path itself.
+func withoutPath(err error, path string) error {
+	if pe, ok := err.(*fs.PathError); ok && pe.Path == path {
+		return pe.Err
+	}
+	return err
 }
 
 func setDefault(v *int, d int) {

@@ -56,7 +56,7 @@ func loadDraft(opts LoadOptions, b backend.Backend, target model.Config, tok *to
 	}
 	dtok, err := LoadTokenizer(path)
 	if err != nil {
-		return nil, fmt.Errorf("draft model %s: %w", path, err)
+		return nil, fmt.Errorf("draft model: %w", err) // it names path
 	}
 	if err := sameVocab(tok, dtok); err != nil {
 		return nil, fmt.Errorf("draft model %s: %w", path, err)

@@ -308,7 +308,7 @@ func equalShape(a, b []int) bool {
 func OpenWeights(path string) (Config, GenerationConfig, Weights, error) {
 	st, err := os.Stat(path)
 	if err != nil {
-		return Config{}, GenerationConfig{}, nil, fmt.Errorf("open model %s: %w", path, err)
+		return Config{}, GenerationConfig{}, nil, fmt.Errorf("open model %s: %w", path, withoutPath(err, path))
 	}
 	var (
 		cfg Config
@@ -328,13 +328,23 @@ func OpenWeights(path string) (Config, GenerationConfig, Weights, error) {
 		}
 	}
 	if err != nil {
-		return Config{}, GenerationConfig{}, nil, fmt.Errorf("open model %s: %w", path, err)
+		return Config{}, GenerationConfig{}, nil, fmt.Errorf("open model %s: %w", path, withoutPath(err, path))
 	}
 	if err := ValidateWeights(cfg, w); err != nil {
 		w.Close()
 		return Config{}, GenerationConfig{}, nil, fmt.Errorf("open model %s: %w", path, err)
 	}
 	return cfg, gen, w, nil
+}
+
+// withoutPath is err less an *fs.PathError naming path (os.Stat's,
+// gguf.Open's), for a message that names path itself; an error about
+// another file (a directory's config.json) keeps its name.
+func withoutPath(err error, path string) error {
+	if pe, ok := err.(*fs.PathError); ok && pe.Path == path {
+		return pe.Err
+	}
+	return err
 }
 
 // IsGGUF reports whether the file at path starts with the GGUF magic: a

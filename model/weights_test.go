@@ -524,3 +524,37 @@ func TestValidateWeights(t *testing.T) {
 		}
 	})
 }
+
+// TestOpenWeightsErrorsNameThePathOnce: a model that does not open is
+// named once, after "open model", whichever layer failed (the file
+// system, the GGUF parser).
+func TestOpenWeightsErrorsNameThePathOnce(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "missing")
+	notGGUF := filepath.Join(dir, "model.gguf")
+	truncated := filepath.Join(dir, "truncated.gguf")
+	head, err := os.ReadFile("../models/default/trigon-go.q8_0.gguf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(notGGUF, []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(truncated, head[:1000], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, path, want string // want: the message's start
+	}{
+		{"missing", missing, "open model " + missing + ": no such file or directory"},
+		{"not GGUF", notGGUF, "open model " + notGGUF + ": not a GGUF file"},
+		{"truncated GGUF", truncated, "open model " + truncated + ": gguf: invalid file at byte "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, _, err := model.OpenWeights(tc.path)
+			if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+				t.Errorf("got %v, want an error starting %q", err, tc.want)
+			}
+		})
+	}
+}

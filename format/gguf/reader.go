@@ -3,6 +3,7 @@ package gguf
 import (
 	"encoding/binary"
 	"fmt"
+	"io/fs"
 	"math"
 	"math/bits"
 	"slices"
@@ -86,7 +87,9 @@ func (e *FormatError) Error() string {
 }
 
 // Open maps the file at path and parses it. Tensor data stays in the
-// mapping until Close.
+// mapping until Close. A file that does not parse is an *fs.PathError
+// naming path, as os.Open's errors are, so that a caller that names the
+// file itself can take the path off.
 func Open(path string) (*File, error) {
 	m, err := mmap.Open(path)
 	if err != nil {
@@ -95,7 +98,7 @@ func Open(path string) (*File, error) {
 	f, err := Parse(m.Bytes())
 	if err != nil {
 		m.Close()
-		return nil, fmt.Errorf("open %s: %w", path, err)
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
 	f.mapping = m
 	return f, nil

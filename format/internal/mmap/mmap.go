@@ -32,7 +32,7 @@ func Open(path string) (*Mapping, error) {
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return nil, fmt.Errorf("stat %s: %w", path, err)
+		return nil, err // an *fs.PathError, naming path
 	}
 	if !st.Mode().IsRegular() {
 		return nil, fmt.Errorf("%s: not a regular file", path)
