@@ -155,9 +155,9 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		}
 		return nil, err
 	}
-	if tok.VocabSize() > cfg.VocabSize {
+	if err := CheckVocab(cfg, tok); err != nil {
 		w.Close()
-		return nil, fmt.Errorf("load %s: tokenizer has %d tokens but the model's vocabulary is %d", opts.Model, tok.VocabSize(), cfg.VocabSize)
+		return nil, fmt.Errorf("load %s: %w", opts.Model, err)
 	}
 	if p := DefaultParams(gen); p.Validate() != nil {
 		w.Close()
@@ -329,6 +329,17 @@ func Load(opts LoadOptions) (*Loaded, error) {
 	}
 	return &Loaded{Engine: eng, Tokenizer: tok, Config: cfg, Gen: gen, Context: ctxLen, KVBlocks: blocks,
 		MaxBatchedTokens: budget, BudgetMeasured: measure, weights: w, model: m, runner: r, proposer: proposer}, nil
+}
+
+// CheckVocab is Load's refusal of a tokenizer with more tokens than the
+// model's vocabulary: the embedding and the LM head have no row for the
+// ids past it, which the tokenizer may encode.
+func CheckVocab(cfg model.Config, tok *tokenizer.Tokenizer) error {
+	if tok.VocabSize() > cfg.VocabSize {
+		return fmt.Errorf("tokenizer has %d tokens but the model's vocabulary is %d: ids from %d on have no embedding",
+			tok.VocabSize(), cfg.VocabSize, cfg.VocabSize)
+	}
+	return nil
 }
 
 // hasF32Matrices reports whether any weight matrix is stored as F32 (the

@@ -94,6 +94,9 @@ func inspectCmd() *cobra.Command {
 			row("vocabulary", cfg.VocabSize)
 			row("tokenizer", fmt.Sprintf("%s, %d tokens, chat template: %v", tok.Kind(), tok.VocabSize(), tok.HasChatTemplate()))
 			row("stop tokens", model.StopTokenIDs(cfg, gen))
+			if err := engine.CheckVocab(cfg, tok); err != nil {
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: run and serve will refuse this model: %v\n", err)
+			}
 			return nil
 		},
 	}

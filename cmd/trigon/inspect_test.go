@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -93,5 +94,61 @@ func TestGGUFWithoutSuffix(t *testing.T) {
 	if _, _, err := execute(t, "", "run", "--model", fixtureModel, "--tokenizer", text, "--device", "cpu", "hello"); err == nil ||
 		!strings.Contains(err.Error(), text) {
 		t.Errorf("--tokenizer on a text file: %v, want an error naming it", err)
+	}
+}
+
+// TestInspectWarnsOfTokensPastTheVocabulary: a tokenizer with more tokens
+// than the model's embedding has rows is described, with a warning that
+// run and serve refuse the model and why; a model whose tokenizer fits
+// gets no warning.
+func TestInspectWarnsOfTokensPastTheVocabulary(t *testing.T) {
+	// big: the fixture with one added token past its 512-token vocabulary.
+	big := t.TempDir()
+	for _, name := range []string{"config.json", "generation_config.json", "model.safetensors", "tokenizer_config.json"} {
+		abs, err := filepath.Abs(filepath.Join(fixtureModel, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(abs, filepath.Join(big, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raw, err := os.ReadFile(filepath.Join(fixtureModel, "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tj map[string]any
+	if err := json.Unmarshal(raw, &tj); err != nil {
+		t.Fatal(err)
+	}
+	tj["added_tokens"] = append(tj["added_tokens"].([]any), map[string]any{"id": 512, "content": "<|extra|>", "special": true})
+	if raw, err = json.Marshal(tj); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(big, "tokenizer.json"), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, path string
+		warning    string // "": none
+	}{
+		{"fits", fixtureModel, ""},
+		{"past the vocabulary", big, "warning: run and serve will refuse this model: tokenizer has 513 tokens but the model's vocabulary is 512"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, errOut, err := execute(t, "", "inspect", tc.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(out, "vocabulary:") {
+				t.Errorf("stdout lacks the description:\n%s", out)
+			}
+			if tc.warning == "" && strings.Contains(errOut, "warning") {
+				t.Errorf("stderr %q: want no warning", errOut)
+			}
+			if tc.warning != "" && !strings.Contains(errOut, tc.warning) {
+				t.Errorf("stderr %q: want %q", errOut, tc.warning)
+			}
+		})
 	}
 }
