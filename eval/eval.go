@@ -135,7 +135,13 @@ func kvFormat(b backend.Backend, dtype string, window, group, blockSize, numLaye
 	if spec, err = spec.WithWindowOption(window); err != nil {
 		return spec, nil, err
 	}
-	if spec.GroupSize > 0 && group > 0 {
+	switch {
+	case group < 0:
+		return spec, nil, fmt.Errorf("kv cache group %d: want channels per scale, or 0 for the default", group)
+	case group > 0 && spec.GroupSize == 0:
+		// Only the int8 and int4 formats scale groups of channels.
+		return spec, nil, fmt.Errorf("kv cache group %d: the %s cache has no channel groups (int8 and int4 have)", group, spec.Name())
+	case group > 0:
 		spec.GroupSize = group
 	}
 	if spec.Scales != backend.KVScalePerHead {

@@ -202,3 +202,33 @@ func TestPerplexityRefusesWindowsThatPredictNothing(t *testing.T) {
 		t.Errorf("Greedy with Tokens -3: %v, want an error", err)
 	}
 }
+
+// TestKVFormatGroups: a group size applies to the int8 and int4 caches,
+// the formats with channel groups; one given for another format, or
+// below 0, is refused rather than ignored.
+func TestKVFormatGroups(t *testing.T) {
+	b := cpu.New(cpu.Options{Threads: 1})
+	for _, c := range []struct {
+		dtype string
+		group int
+		want  int    // the spec's group size
+		msg   string // "": no error
+	}{
+		{"int8", 0, 32, ""},
+		{"int8", 16, 16, ""},
+		{"int4", 8, 8, ""},
+		{"bf16", 0, 0, ""},
+		{"bf16", 16, 0, "bf16 cache has no channel groups"},
+		{"fp8", 16, 0, "fp8 cache has no channel groups"},
+		{"auto", 8, 0, "f32 cache has no channel groups"},
+		{"int8", -8, 0, "kv cache group -8"},
+	} {
+		spec, _, err := kvFormat(b, c.dtype, 0, c.group, 16, 1, nil)
+		switch {
+		case c.msg == "" && (err != nil || spec.GroupSize != c.want):
+			t.Errorf("%s, group %d: group size %d, %v; want %d", c.dtype, c.group, spec.GroupSize, err, c.want)
+		case c.msg != "" && (err == nil || !strings.Contains(err.Error(), c.msg)):
+			t.Errorf("%s, group %d: %v; want an error saying %q", c.dtype, c.group, err, c.msg)
+		}
+	}
+}

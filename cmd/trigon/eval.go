@@ -36,6 +36,9 @@ func perplexityCmd() *cobra.Command {
 			); err != nil {
 				return err
 			}
+			if err := checkKVGroup(kvDType, kvGroup); err != nil {
+				return err
+			}
 			path, ids, err := evalText(modelPath, args[0])
 			if err != nil {
 				return err
@@ -70,7 +73,7 @@ func perplexityCmd() *cobra.Command {
 	cmd.Flags().IntVar(&chunk, "chunk", 256, "tokens per forward step")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	registerKVFlags(cmd, &kvDType, &kvWindow)
-	cmd.Flags().IntVar(&kvGroup, "kv-cache-group", 0, "int8 and int4 KV caches: channels per scale, 8, 16, 32 or 128 (0: the default)")
+	cmd.Flags().IntVar(&kvGroup, "kv-cache-group", 0, "int8 and int4 KV caches: channels per scale, 8, 16, 32 or 128 (0: the default); other dtypes have no groups and refuse it")
 	return cmd
 }
 

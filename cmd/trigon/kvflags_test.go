@@ -67,3 +67,34 @@ func TestEvalGreedy(t *testing.T) {
 		}
 	}
 }
+
+// TestKVCacheGroupNeedsAGroupedDType: --kv-cache-group is refused, before
+// any model work, with a --kv-cache-dtype that has no channel groups
+// (bf16, fp8, auto) and outside the group sizes; int8 and int4 take it.
+func TestKVCacheGroupNeedsAGroupedDType(t *testing.T) {
+	for _, c := range []struct {
+		dtype string
+		group int
+		msg   string // "": no error
+	}{
+		{"int8", 16, ""},
+		{"int4", 128, ""},
+		{"bf16", 0, ""},
+		{"bf16", 16, "--kv-cache-group 16 with --kv-cache-dtype bf16"},
+		{"fp8", 8, "--kv-cache-group 8 with --kv-cache-dtype fp8"},
+		{"auto", 32, "--kv-cache-group 32 with --kv-cache-dtype auto"},
+		{"int8", 7, "--kv-cache-group 7"},
+		{"int8", -8, "--kv-cache-group -8"},
+	} {
+		err := checkKVGroup(c.dtype, c.group)
+		if (c.msg == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.msg)) {
+			t.Errorf("checkKVGroup(%q, %d) = %v; want %q", c.dtype, c.group, err, c.msg)
+		}
+	}
+	// The command refuses it before it reads the text (there is none).
+	_, _, err := execute(t, "", "eval", "perplexity", "--model", fixtureModel, "--device", "cpu",
+		"--kv-cache-dtype", "bf16", "--kv-cache-group", "16", filepath.Join(t.TempDir(), "missing.txt"))
+	if err == nil || !strings.Contains(err.Error(), "--kv-cache-group 16 with --kv-cache-dtype bf16") {
+		t.Errorf("eval perplexity --kv-cache-dtype bf16 --kv-cache-group 16: %v, want the refusal", err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/trigon-llm/trigon/backend/cpu"
 	"github.com/trigon-llm/trigon/bench"
 	"github.com/trigon-llm/trigon/engine"
+	"github.com/trigon-llm/trigon/kvcache"
 	"github.com/trigon-llm/trigon/models"
 	"github.com/trigon-llm/trigon/telemetry"
 )
@@ -216,4 +218,25 @@ func kvWindowOption(flag int) (int, error) {
 		return backend.KVNoWindow, nil
 	}
 	return flag, nil
+}
+
+// checkKVGroup refuses a --kv-cache-group that --kv-cache-dtype does not
+// take, before any model work: only the int8 and int4 caches scale
+// groups of channels (docs/kv-cache.md), and only of backend.KVGroupSizes.
+func checkKVGroup(dtype string, group int) error {
+	if group == 0 {
+		return nil
+	}
+	if !slices.Contains(backend.KVGroupSizes, group) {
+		return fmt.Errorf("--kv-cache-group %d: want one of %v, or 0 for the default", group, backend.KVGroupSizes)
+	}
+	// The activation dtype does not matter: it only sets auto's pool dtype.
+	spec, err := backend.ParseKVCacheDType(dtype, backend.F32, kvcache.DefaultBlockSize)
+	if err != nil {
+		return fmt.Errorf("--kv-cache-dtype: %w", err)
+	}
+	if spec.GroupSize == 0 {
+		return fmt.Errorf("--kv-cache-group %d with --kv-cache-dtype %s: only the int8 and int4 caches have channel groups", group, dtype)
+	}
+	return nil
 }
