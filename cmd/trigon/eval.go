@@ -36,6 +36,9 @@ func perplexityCmd() *cobra.Command {
 			); err != nil {
 				return err
 			}
+			if _, err := parseKVDType("kv-cache-dtype", kvDType); err != nil {
+				return err
+			}
 			if err := checkKVGroup(kvDType, kvGroup); err != nil {
 				return err
 			}
@@ -100,6 +103,15 @@ func greedyCmd() *cobra.Command {
 				intFlag{"tokens", int64(tokens), 1, "at least 1 token"},
 			); err != nil {
 				return err
+			}
+			// Every format before the baseline's run, not at its own.
+			if _, err := parseKVDType("baseline", baseline); err != nil {
+				return err
+			}
+			for _, dt := range dtypes {
+				if _, err := parseKVDType("kv-cache-dtype", dt); err != nil {
+					return err
+				}
 			}
 			win, err := kvWindowOption(kvWindow)
 			if err != nil {

@@ -98,3 +98,23 @@ func TestKVCacheGroupNeedsAGroupedDType(t *testing.T) {
 		t.Errorf("eval perplexity --kv-cache-dtype bf16 --kv-cache-group 16: %v, want the refusal", err)
 	}
 }
+
+// TestEvalRefusesUnknownKVDTypes: eval's KV cache formats are checked
+// before any model work (the text file here does not even exist), not
+// when the run that uses one comes after the baseline's.
+func TestEvalRefusesUnknownKVDTypes(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "missing.txt")
+	for _, c := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"eval", "greedy", "--kv-cache-dtype", "fp8,int9"}, "--kv-cache-dtype int9: want one of"},
+		{[]string{"eval", "greedy", "--baseline", "bogus"}, "--baseline bogus: want one of"},
+		{[]string{"eval", "perplexity", "--kv-cache-dtype", "bogus"}, "--kv-cache-dtype bogus: want one of"},
+	} {
+		args := append(c.args, "--model", fixtureModel, "--device", "cpu", missing)
+		if _, _, err := execute(t, "", args...); err == nil || !strings.Contains(err.Error(), c.msg) {
+			t.Errorf("%s: %v, want an error saying %q", strings.Join(c.args, " "), err, c.msg)
+		}
+	}
+}

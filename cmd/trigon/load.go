@@ -230,13 +230,23 @@ func checkKVGroup(dtype string, group int) error {
 	if !slices.Contains(backend.KVGroupSizes, group) {
 		return fmt.Errorf("--kv-cache-group %d: want one of %v, or 0 for the default", group, backend.KVGroupSizes)
 	}
-	// The activation dtype does not matter: it only sets auto's pool dtype.
-	spec, err := backend.ParseKVCacheDType(dtype, backend.F32, kvcache.DefaultBlockSize)
+	spec, err := parseKVDType("kv-cache-dtype", dtype)
 	if err != nil {
-		return fmt.Errorf("--kv-cache-dtype: %w", err)
+		return err
 	}
 	if spec.GroupSize == 0 {
 		return fmt.Errorf("--kv-cache-group %d with --kv-cache-dtype %s: only the int8 and int4 caches have channel groups", group, dtype)
 	}
 	return nil
+}
+
+// parseKVDType is the cache format of the KV cache dtype name given to
+// flag, for checks before any model work; its pool dtype for auto is
+// F32's, the activation dtype being the backend's to say.
+func parseKVDType(flag, name string) (backend.KVSpec, error) {
+	spec, err := backend.ParseKVCacheDType(name, backend.F32, kvcache.DefaultBlockSize)
+	if err != nil {
+		return spec, fmt.Errorf("--%s %s: want one of %v", flag, name, backend.KVCacheDTypes)
+	}
+	return spec, nil
 }
