@@ -51,6 +51,10 @@ func (f *samplingFlags) check(cmd *cobra.Command) error {
 	if fl.Changed("max-tokens") && f.maxTokens < 1 {
 		return fmt.Errorf("--max-tokens %d: want at least 1", f.maxTokens)
 	}
+	// -1 is the one value that means random, as the API's null seed.
+	if f.seed < -1 {
+		return fmt.Errorf("--seed %d: want -1 for random, or 0 and up", f.seed)
+	}
 	for _, c := range []struct {
 		name  string
 		value any

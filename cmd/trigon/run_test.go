@@ -114,6 +114,8 @@ func TestRunFlagErrors(t *testing.T) {
 		{[]string{"--min-p", "3", "hello"}, "--min-p 3"},
 		{[]string{"--repetition-penalty", "0", "hello"}, "--repetition-penalty 0"},
 		{[]string{"--stop", "", "hello"}, "--stop"},
+		{[]string{"--seed", "-2", "hello"}, "--seed -2: want -1 for random, or 0 and up"},
+		{[]string{"--seed", "-9223372036854775808", "hello"}, "--seed -9223372036854775808"},
 		{[]string{""}, "empty"},
 		{[]string{"--max-context", "8", strings.Repeat("word ", 50)}, "maximum context length is 8 tokens"},
 		{[]string{"--max-context", "8", "-n", "100", "hi"}, "maximum context length is 8 tokens"},
