@@ -23,7 +23,8 @@ type Engine interface {
 	//
 	// Errors returned directly map to HTTP statuses: ErrQueueFull -> 429,
 	// ErrNotReady and ErrShuttingDown -> 503, anything wrapping ErrBadRequest -> 400 (its text
-	// is shown to the client), anything else -> 500.
+	// is shown to the client, less a leading "bad request: "), anything
+	// else -> 500.
 	//
 	// The engine may keep req; the api does not modify it after the call.
 	Generate(ctx context.Context, req *GenerateRequest) (<-chan Event, error)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 )
 
 // Error types in the "type" field of OpenAI-shaped error bodies. Clients
@@ -113,11 +114,23 @@ func engineError(err error) *Error {
 	case errors.Is(err, ErrNotReady), errors.Is(err, ErrShuttingDown):
 		return &Error{Status: http.StatusServiceUnavailable, Type: typeUnavailable, Message: err.Error()}
 	case errors.Is(err, ErrBadRequest):
-		return &Error{Status: http.StatusBadRequest, Type: typeInvalidRequest, Message: err.Error()}
+		return &Error{Status: http.StatusBadRequest, Type: typeInvalidRequest, Message: badRequestText(err)}
 	case errors.Is(err, errEngineProtocol):
 		return &Error{Status: http.StatusInternalServerError, Type: typeServer, Message: "internal server error"}
 	}
 	return &Error{Status: http.StatusInternalServerError, Type: typeServer, Message: "internal server error: " + err.Error()}
+}
+
+// badRequestText is the message a client is shown for err, which wraps
+// ErrBadRequest: its text without the "bad request: " that
+// fmt.Errorf("%w: ...", ErrBadRequest) puts first, which the 400 and the
+// error type say already.
+func badRequestText(err error) string {
+	msg := err.Error()
+	if rest, ok := strings.CutPrefix(msg, ErrBadRequest.Error()+": "); ok && rest != "" {
+		return rest
+	}
+	return msg
 }
 
 // errEngineProtocol marks an engine that broke the Engine contract (an

@@ -607,6 +607,11 @@ func TestEngineErrors(t *testing.T) {
 		{"not ready flag", func(f *fakeEngine) { f.ready.Store(false) }, false, 503, "service_unavailable_error", "not ready", 0},
 		{"engine bad request", func(f *fakeEngine) { f.genErr = fmt.Errorf("%w: needs 900 blocks, cache has 800", ErrBadRequest) },
 			false, 400, "invalid_request_error", "needs 900 blocks", 0},
+		{"engine bad request, streamed", func(f *fakeEngine) { f.genErr = fmt.Errorf("%w: needs 900 blocks, cache has 800", ErrBadRequest) },
+			true, 400, "invalid_request_error", "needs 900 blocks", 0},
+		{"bad request mid-stream", func(f *fakeEngine) {
+			f.failAfter, f.failErr = 3, fmt.Errorf("%w: no token is left to sample", ErrBadRequest)
+		}, true, 200, "invalid_request_error", "no token is left to sample", 3},
 		{"engine failure", func(f *fakeEngine) { f.genErr = boom }, false, 500, "server_error", "device lost", 0},
 		{"mid-generation failure", func(f *fakeEngine) { f.failAfter, f.failErr = 3, boom }, false, 500, "server_error", "device lost", 0},
 		{"mid-stream failure", func(f *fakeEngine) { f.failAfter, f.failErr = 3, boom }, true, 200, "server_error", "device lost", 3},
@@ -628,6 +633,10 @@ func TestEngineErrors(t *testing.T) {
 				if er.Type != tc.errType || !strings.Contains(er.Message, tc.msg) {
 					t.Errorf("error %+v, want type %s containing %q", er, tc.errType, tc.msg)
 				}
+				// The 400 and the type say it is a bad request already.
+				if strings.HasPrefix(er.Message, "bad request") {
+					t.Errorf("message %q: want it without the \"bad request: \" prefix", er.Message)
+				}
 				return
 			}
 			// Streamed: content chunks, then data: {"error": ...}, then [DONE].
@@ -639,8 +648,8 @@ func TestEngineErrors(t *testing.T) {
 				Error apiErr `json:"error"`
 			}
 			strict(t, events[len(events)-1], &ev)
-			if ev.Error.Type != tc.errType || !strings.Contains(ev.Error.Message, tc.msg) {
-				t.Errorf("error event %+v", ev.Error)
+			if ev.Error.Type != tc.errType || !strings.Contains(ev.Error.Message, tc.msg) || strings.HasPrefix(ev.Error.Message, "bad request") {
+				t.Errorf("error event %+v, want type %s containing %q, without a \"bad request: \" prefix", ev.Error, tc.errType, tc.msg)
 			}
 		})
 	}
