@@ -67,8 +67,10 @@ type GenerateRequest struct {
 	Prompt []int32 // [numPromptTokens]
 	// N is the number of choices, 1 or more. Choices share the prompt (and
 	// its KV blocks through the prefix cache) and must sample
-	// independently: with a seed, choice i should use Seed+i, as vLLM does,
-	// so choices differ while the request stays reproducible.
+	// independently: with a seed, choice i should draw from a stream of the
+	// seed and i, so choices differ while the request stays reproducible
+	// (vLLM seeds choice i with Seed+i; engine.Request.N says how trigon's
+	// engine does).
 	N int
 	// Sampling holds the sampling and stopping parameters of every choice.
 	Sampling SamplingParams

@@ -29,7 +29,10 @@ type Request struct {
 	ID     string
 	Prompt []int32 // [numPromptTokens]
 	// N choices sample independently from the same prompt; with a seed,
-	// choice i uses Seed+i so choices differ but the request reproduces.
+	// choice i draws from the PCG stream of (Seed, i) (sample.NewSampler),
+	// so choices differ but the request reproduces, and choice 0 is an n=1
+	// request's. It is not vLLM's Seed+i: choice i is not choice 0 of a
+	// request seeded Seed+i.
 	N      int
 	Params sample.Params
 	// Logprobs asks for the sampled tokens' log-probabilities and

@@ -72,6 +72,9 @@ func TestSeedReproducible(t *testing.T) {
 	}{
 		{"other seed", mustSampler(t, seeded(p, 8), 0)},
 		{"other choice", mustSampler(t, seeded(p, 7), 1)},
+		// Choice 1 of seed 6 is its own stream, not seed 7's choice 0
+		// (engine.Request.N: not vLLM's Seed+i).
+		{"choice 1 of seed 6", mustSampler(t, seeded(p, 6), 1)},
 		{"unseeded", mustSampler(t, p, 0)},
 	} {
 		if got := pickSequence(t, c.s, steps); slices.Equal(got, a) {
