@@ -27,7 +27,9 @@ type LoadOptions struct {
 	// or a .gguf file; with Weights it only names the model in messages.
 	Model   string
 	Backend backend.Backend
-	// MaxContext caps the context per sequence; 0: the model's.
+	// MaxContext is the context per sequence served (--max-model-len):
+	// at most the model's, which Load refuses to exceed as vLLM does a
+	// max_model_len above max_position_embeddings; 0: the model's.
 	MaxContext int
 	// MaxSeqs caps running sequences (default 64); MaxBatchedTokens is the
 	// per-step token budget, decodes first, prefill chunks in the rest;
@@ -163,6 +165,11 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		w.Close()
 		return nil, fmt.Errorf("load %s: generation_config.json: %w", opts.Model, p.Validate())
 	}
+	ctxLen, err := contextLength(cfg, opts.MaxContext)
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("load %s: %w", opts.Model, err)
+	}
 	shards, err := planShards(opts, cfg, w)
 	if err != nil {
 		w.Close()
@@ -177,7 +184,6 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		log.Warn("the checkpoint's weights are F32; this backend computes activations and the KV cache in "+act.String(),
 			"backend", opts.Backend.Name())
 	}
-	ctxLen := contextLength(cfg, opts.MaxContext)
 	setDefault(&opts.MaxSeqs, 64)
 	// A measured budget is at most maxAutoBudget: the model and the runner
 	// are sized for that, and the probe runs in it.
@@ -439,14 +445,20 @@ func ContextLength(path string, maxContext int) (int, error) {
 		return 0, err
 	}
 	w.Close()
-	return contextLength(cfg, maxContext), nil
+	return contextLength(cfg, maxContext)
 }
 
-func contextLength(cfg model.Config, maxContext int) int {
-	if maxContext > 0 && maxContext < cfg.MaxPositions {
-		return maxContext
+// contextLength is the context served: maxContext, or the model's for 0.
+// One past the model's is refused: positions past the ones it was
+// trained for give no meaningful output.
+func contextLength(cfg model.Config, maxContext int) (int, error) {
+	switch {
+	case maxContext > cfg.MaxPositions:
+		return 0, fmt.Errorf("--max-model-len %d is more than the model's context of %d tokens (max_position_embeddings)", maxContext, cfg.MaxPositions)
+	case maxContext > 0:
+		return maxContext, nil
 	}
-	return cfg.MaxPositions
+	return cfg.MaxPositions, nil
 }
 
 // kvFormat is the KV cache format opts ask for and, for FP8, the

@@ -56,5 +56,5 @@ func openModel(opts LoadOptions) (model.Config, model.GenerationConfig, model.We
 }
 
 // ContextOf is the context Load would serve for a model of config cfg with
-// LoadOptions.MaxContext maxContext.
-func ContextOf(cfg model.Config, maxContext int) int { return contextLength(cfg, maxContext) }
+// LoadOptions.MaxContext maxContext, or Load's error for it.
+func ContextOf(cfg model.Config, maxContext int) (int, error) { return contextLength(cfg, maxContext) }

@@ -1,11 +1,13 @@
 package engine_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/trigon-llm/trigon/backend/cpu"
 	"github.com/trigon-llm/trigon/engine"
 )
 
@@ -51,6 +53,43 @@ func TestLoadTokenizerErrorsSayItOnce(t *testing.T) {
 			if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
 				t.Errorf("got %v, want an error starting %q", err, tc.want)
 			}
+		})
+	}
+}
+
+// TestMaxContextAboveTheModelsIsRefused: a context cap up to the model's
+// own (1024 for the fixture) is served; one above it is refused, at load
+// and by ContextLength, as vLLM refuses a max_model_len above
+// max_position_embeddings, naming the flag, the value and the model's.
+func TestMaxContextAboveTheModelsIsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		maxContext, want int
+		msg              string // "": no error
+	}{
+		{0, 1024, ""},
+		{512, 512, ""},
+		{1024, 1024, ""},
+		{1025, 0, "--max-model-len 1025 is more than the model's context of 1024 tokens"},
+	} {
+		t.Run(fmt.Sprint(tc.maxContext), func(t *testing.T) {
+			check := func(what string, got int, err error) {
+				t.Helper()
+				switch {
+				case tc.msg == "" && (err != nil || got != tc.want):
+					t.Errorf("%s: %d, %v; want %d", what, got, err, tc.want)
+				case tc.msg != "" && (err == nil || !strings.Contains(err.Error(), tc.msg)):
+					t.Errorf("%s: %d, %v; want an error saying %q", what, got, err, tc.msg)
+				}
+			}
+			n, err := engine.ContextLength(fixture, tc.maxContext)
+			check("ContextLength", n, err)
+			l, err := engine.Load(engine.LoadOptions{Model: fixture, Backend: cpu.New(cpu.Options{Threads: 1}),
+				MaxContext: tc.maxContext, MaxSeqs: 2, MaxBatchedTokens: 64, KVBlocks: 80})
+			if err == nil {
+				n = l.Context
+				l.Close()
+			}
+			check("Load", n, err)
 		})
 	}
 }

@@ -16,6 +16,7 @@ func TestModelFlagErrors(t *testing.T) {
 	}{
 		{[]string{"--max-model-len", "-5"}, "--max-model-len -5"},
 		{[]string{"--max-context", "-1"}, "--max-model-len -1"},
+		{[]string{"--max-model-len", "4096"}, "--max-model-len 4096 is more than the model's context of 1024 tokens"},
 		{[]string{"--max-seqs", "0"}, "--max-seqs 0"},
 		{[]string{"--max-seqs", "-1"}, "--max-seqs -1"},
 		{[]string{"--max-num-batched-tokens", "-5"}, "--max-num-batched-tokens -5"},

@@ -49,7 +49,7 @@ func (f *modelFlags) register(cmd *cobra.Command) {
 	f.deviceFlags.register(cmd)
 	f.deviceFlags.registerTP(cmd)
 	cmd.Flags().StringVarP(&f.model, "model", "m", "", "model: HF directory or .gguf file (default: the embedded Go-code model)")
-	cmd.Flags().IntVar(&f.maxContext, "max-model-len", 0, "cap the context length (0: the model's; also --max-context)")
+	cmd.Flags().IntVar(&f.maxContext, "max-model-len", 0, "context length served, prompt and output, at most the model's (0: the model's; also --max-context)")
 	cmd.Flags().IntVar(&f.maxContext, "max-context", 0, "same as --max-model-len")
 	cmd.Flags().IntVar(&f.maxSeqs, "max-seqs", 64, "most sequences running at once")
 	cmd.Flags().IntVar(&f.maxTokens, "max-num-batched-tokens", 0, "token budget of one engine step: decodes first, prefill chunks in the rest (0: measured at load so that a step takes about 150 ms on this backend, at most 2048; also --max-batched-tokens)")

@@ -133,7 +133,11 @@ func (f *modelFlags) describe(log *slog.Logger) (*tokenizer.Tokenizer, int, erro
 		return nil, 0, err
 	}
 	if src.dummy {
-		return src.tok, engine.ContextOf(src.cfg, f.maxContext), nil
+		ctxLen, err := engine.ContextOf(src.cfg, f.maxContext)
+		if err != nil {
+			return nil, 0, err
+		}
+		return src.tok, ctxLen, nil
 	}
 	tok := src.tok
 	if tok == nil {
