@@ -159,18 +159,19 @@ func (s *Server) parseCompletion(body []byte) (*genPlan, *Error) {
 	if req.Suffix != nil && *req.Suffix != "" {
 		return nil, badRequest("suffix", "'suffix' is not supported by this server")
 	}
-	if req.BestOf != nil && *req.BestOf != n {
+	if req.BestOf != nil && int(*req.BestOf) != n {
 		return nil, badRequest("best_of", "'best_of' is not supported by this server (it may only equal 'n')")
 	}
 	p := &genPlan{id: newID("cmpl-"), model: s.opts.Model.ID, created: time.Now().Unix(),
 		stream: req.Stream, includeUsage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage}
 	gr := &GenerateRequest{RequestID: p.id, N: n}
 	if req.Logprobs != nil {
-		if k := *req.Logprobs; k < 0 || k > maxTopLogprobs {
+		k := int(*req.Logprobs)
+		if k < 0 || k > maxTopLogprobs {
 			return nil, badRequest("logprobs", "'logprobs' must be between 0 and %d, got %d", maxTopLogprobs, k)
 		}
-		gr.Logprobs, gr.TopLogprobs = true, *req.Logprobs
-		p.topLogprobs = *req.Logprobs
+		gr.Logprobs, gr.TopLogprobs = true, k
+		p.topLogprobs = k
 	}
 	if req.Echo && gr.Logprobs {
 		return nil, badRequest("echo", "'echo' together with 'logprobs' is not supported: prompt logprobs are not computed")
@@ -182,7 +183,7 @@ func (s *Server) parseCompletion(body []byte) (*genPlan, *Error) {
 	if req.Echo {
 		p.echo = text
 	}
-	mt, e := s.resolveMaxTokens(req.MaxTokens, "max_tokens", defaultCompletionMaxTokens, len(prompt), sp.MinTokens, "prompt")
+	mt, e := s.resolveMaxTokens(req.MaxTokens.intPtr(), "max_tokens", defaultCompletionMaxTokens, len(prompt), sp.MinTokens, "prompt")
 	if e != nil {
 		return nil, e
 	}
@@ -287,7 +288,7 @@ func (s *Server) parseChat(body []byte) (*genPlan, *Error) {
 		stream: req.Stream, includeUsage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage}
 	gr := &GenerateRequest{RequestID: p.id, N: n, Logprobs: boolOr(req.Logprobs, false)}
 	if req.TopLogprobs != nil {
-		k := *req.TopLogprobs
+		k := int(*req.TopLogprobs)
 		if k < 0 || k > maxTopLogprobs {
 			return nil, badRequest("top_logprobs", "'top_logprobs' must be between 0 and %d, got %d", maxTopLogprobs, k)
 		}
@@ -309,7 +310,7 @@ func (s *Server) parseChat(body []byte) (*genPlan, *Error) {
 	if req.MaxCompletionTokens != nil {
 		maxTok, param = req.MaxCompletionTokens, "max_completion_tokens"
 	}
-	mt, e := s.resolveMaxTokens(maxTok, param, 0, len(prompt), sp.MinTokens, "messages")
+	mt, e := s.resolveMaxTokens(maxTok.intPtr(), param, 0, len(prompt), sp.MinTokens, "messages")
 	if e != nil {
 		return nil, e
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"strconv"
 	"strings"
 
 	"github.com/trigon-llm/trigon/sample"
@@ -28,26 +29,26 @@ type commonFields struct {
 	Model            string             `json:"model"`
 	Stream           bool               `json:"stream"`
 	StreamOptions    *streamOptions     `json:"stream_options"`
-	N                *int               `json:"n"`
+	N                *jsonInt           `json:"n"`
 	Temperature      *float64           `json:"temperature"`
 	TopP             *float64           `json:"top_p"`
 	PresencePenalty  *float64           `json:"presence_penalty"`
 	FrequencyPenalty *float64           `json:"frequency_penalty"`
-	Seed             *int64             `json:"seed"`
+	Seed             *jsonInt           `json:"seed"`
 	Stop             json.RawMessage    `json:"stop"`
-	MaxTokens        *int               `json:"max_tokens"`
+	MaxTokens        *jsonInt           `json:"max_tokens"`
 	LogitBias        map[string]float64 `json:"logit_bias"`
 	ResponseFormat   *responseFormat    `json:"response_format"`
 
 	// vLLM extensions, widely used by clients of open-model servers.
-	TopK              *int     `json:"top_k"`
-	MinP              *float64 `json:"min_p"`
-	RepetitionPenalty *float64 `json:"repetition_penalty"`
-	MinTokens         *int     `json:"min_tokens"`
-	IgnoreEOS         bool     `json:"ignore_eos"`
-	StopTokenIDs      []int64  `json:"stop_token_ids"`
-	SkipSpecialTokens *bool    `json:"skip_special_tokens"`
-	AddSpecialTokens  *bool    `json:"add_special_tokens"`
+	TopK              *jsonInt  `json:"top_k"`
+	MinP              *float64  `json:"min_p"`
+	RepetitionPenalty *float64  `json:"repetition_penalty"`
+	MinTokens         *jsonInt  `json:"min_tokens"`
+	IgnoreEOS         bool      `json:"ignore_eos"`
+	StopTokenIDs      []jsonInt `json:"stop_token_ids"`
+	SkipSpecialTokens *bool     `json:"skip_special_tokens"`
+	AddSpecialTokens  *bool     `json:"add_special_tokens"`
 }
 
 type streamOptions struct {
@@ -62,19 +63,19 @@ type responseFormat struct {
 type completionRequest struct {
 	commonFields
 	Prompt   json.RawMessage `json:"prompt"`
-	Logprobs *int            `json:"logprobs"`
+	Logprobs *jsonInt        `json:"logprobs"`
 	Echo     bool            `json:"echo"`
 	Suffix   *string         `json:"suffix"`
-	BestOf   *int            `json:"best_of"`
+	BestOf   *jsonInt        `json:"best_of"`
 }
 
 // chatRequest is the body of POST /v1/chat/completions.
 type chatRequest struct {
 	commonFields
 	Messages            []chatMessageIn `json:"messages"`
-	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+	MaxCompletionTokens *jsonInt        `json:"max_completion_tokens"`
 	Logprobs            *bool           `json:"logprobs"`
-	TopLogprobs         *int            `json:"top_logprobs"`
+	TopLogprobs         *jsonInt        `json:"top_logprobs"`
 	Tools               json.RawMessage `json:"tools"`
 	ToolChoice          json.RawMessage `json:"tool_choice"`
 	AddGenerationPrompt *bool           `json:"add_generation_prompt"`
@@ -89,6 +90,58 @@ type chatMessageIn struct {
 type contentPart struct {
 	Type string  `json:"type"`
 	Text *string `json:"text"`
+}
+
+// jsonInt is an integer request field. It takes a JSON number with no
+// fractional part, 16 as well as 16.0 or 1.6e1, as vLLM's pydantic models
+// do in lax mode; a number with one (16.5), one past int64, and any other
+// JSON value are refused with the *json.UnmarshalTypeError encoding/json
+// gives for an int64 field, so that decodeJSON names the field as before.
+// null leaves the field as it is (a pointer field nil).
+type jsonInt int64
+
+func (n *jsonInt) UnmarshalJSON(b []byte) error {
+	s := string(bytes.TrimSpace(b))
+	if s == "null" {
+		return nil
+	}
+	refuse := func(value string) error {
+		return &json.UnmarshalTypeError{Value: value, Type: reflect.TypeFor[jsonInt]()}
+	}
+	if s == "" || (s[0] != '-' && (s[0] < '0' || s[0] > '9')) {
+		// Not a number: encoding/json's names of the JSON kinds.
+		switch rawKind(b) {
+		case 's':
+			return refuse("string")
+		case 'a':
+			return refuse("array")
+		case 'o':
+			return refuse("object")
+		case 'b':
+			return refuse("bool")
+		}
+		return refuse(s)
+	}
+	if v, err := strconv.ParseInt(s, 10, 64); err == nil {
+		*n = jsonInt(v)
+		return nil
+	}
+	// Every float64 in [-2^63, 2^63) with no fraction is an int64.
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || f != math.Trunc(f) || f < -(1<<63) || f >= 1<<63 {
+		return refuse("number " + s)
+	}
+	*n = jsonInt(f)
+	return nil
+}
+
+// intPtr is an optional integer field as an *int, nil for absent.
+func (n *jsonInt) intPtr() *int {
+	if n == nil {
+		return nil
+	}
+	v := int(*n)
+	return &v
 }
 
 // decodeJSON unmarshals a request body, turning decoder errors into 400s
@@ -210,7 +263,7 @@ func (s *Server) sampling(c *commonFields) (SamplingParams, int, *Error) {
 		p.TopP = positiveFloat32(*c.TopP)
 	}
 	if c.TopK != nil {
-		switch k := *c.TopK; {
+		switch k := int(*c.TopK); {
 		case k == -1 || k == 0:
 			p.TopK = 0
 		case k > 0:
@@ -252,7 +305,7 @@ func (s *Server) sampling(c *commonFields) (SamplingParams, int, *Error) {
 	}
 	n := 1
 	if c.N != nil {
-		n = *c.N
+		n = int(*c.N)
 		if n < 1 || n > s.opts.MaxN {
 			return p, 0, badRequest("n", "'n' must be between 1 and %d, got %d", s.opts.MaxN, n)
 		}
@@ -261,7 +314,7 @@ func (s *Server) sampling(c *commonFields) (SamplingParams, int, *Error) {
 		if *c.MinTokens < 0 {
 			return p, 0, badRequest("min_tokens", "'min_tokens' must be >= 0, got %d", *c.MinTokens)
 		}
-		p.MinTokens = *c.MinTokens
+		p.MinTokens = int(*c.MinTokens)
 	}
 	if c.SkipSpecialTokens != nil {
 		p.SkipSpecialTokens = *c.SkipSpecialTokens
@@ -276,7 +329,7 @@ func (s *Server) sampling(c *commonFields) (SamplingParams, int, *Error) {
 			s.opts.MaxStopTokenIDs, len(c.StopTokenIDs))
 	}
 	for i, id := range c.StopTokenIDs {
-		tid, e := s.tokenID(id, fmt.Sprintf("stop_token_ids[%d]", i))
+		tid, e := s.tokenID(int64(id), fmt.Sprintf("stop_token_ids[%d]", i))
 		if e != nil {
 			return p, 0, e
 		}
@@ -354,13 +407,13 @@ func (s *Server) tokenID(id int64, param string) (int32, *Error) {
 
 // tokenIDs decodes and checks a JSON array of token ids.
 func (s *Server) tokenIDs(raw json.RawMessage, param string) ([]int32, *Error) {
-	var ids []int64
+	var ids []jsonInt
 	if err := json.Unmarshal(raw, &ids); err != nil {
 		return nil, badRequest(param, "'%s' must be an array of integer token ids", param)
 	}
 	out := make([]int32, len(ids))
 	for i, id := range ids {
-		t, e := s.tokenID(id, fmt.Sprintf("%s[%d]", param, i))
+		t, e := s.tokenID(int64(id), fmt.Sprintf("%s[%d]", param, i))
 		if e != nil {
 			return nil, e
 		}

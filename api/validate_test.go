@@ -210,3 +210,61 @@ func TestPromptShapes(t *testing.T) {
 		})
 	}
 }
+
+// TestWholeNumberIntegers: an integer field takes a JSON number with no
+// fractional part (16.0, 1e3), as vLLM's pydantic models do in lax mode,
+// and it reaches the engine as the integer; 16.5 and integers past int64
+// keep the type error, naming the field.
+func TestWholeNumberIntegers(t *testing.T) {
+	const cmpl, chat = "/v1/completions", "/v1/chat/completions"
+	user := `"messages":[{"role":"user","content":"the cat"}]`
+	cases := []struct {
+		name, path, body string
+		want             func(*GenerateRequest) any // the field as the engine gets it
+		value            any
+		param            string // a refusal: the field it names
+	}{
+		{"max_tokens", cmpl, `{"prompt":"the","max_tokens":16.0}`, func(r *GenerateRequest) any { return r.Sampling.MaxTokens }, 16, ""},
+		{"max_tokens, exponent", cmpl, `{"prompt":"the","max_tokens":1.6e1}`, func(r *GenerateRequest) any { return r.Sampling.MaxTokens }, 16, ""},
+		{"n", cmpl, `{"prompt":"the","max_tokens":2,"n":2.0}`, func(r *GenerateRequest) any { return r.N }, 2, ""},
+		{"top_k", cmpl, `{"prompt":"the","max_tokens":2,"top_k":5.0}`, func(r *GenerateRequest) any { return r.Sampling.TopK }, 5, ""},
+		{"top_k -1", cmpl, `{"prompt":"the","max_tokens":2,"top_k":-1.0}`, func(r *GenerateRequest) any { return r.Sampling.TopK }, 0, ""},
+		{"seed", cmpl, `{"prompt":"the","max_tokens":2,"seed":3.0}`, func(r *GenerateRequest) any { return *r.Sampling.Seed }, uint64(3), ""},
+		{"negative seed", cmpl, `{"prompt":"the","max_tokens":2,"seed":-7.0}`, func(r *GenerateRequest) any { return *r.Sampling.Seed }, uint64(1<<64 - 7), ""},
+		{"min_tokens", cmpl, `{"prompt":"the","max_tokens":3,"min_tokens":2.0}`, func(r *GenerateRequest) any { return r.Sampling.MinTokens }, 2, ""},
+		{"stop_token_ids", cmpl, `{"prompt":"the","max_tokens":2,"stop_token_ids":[5.0]}`, func(r *GenerateRequest) any { return fmt.Sprint(r.Sampling.StopTokenIDs) }, "[5]", ""},
+		{"logprobs", cmpl, `{"prompt":"the","max_tokens":2,"logprobs":2.0}`, func(r *GenerateRequest) any { return r.TopLogprobs }, 2, ""},
+		{"best_of", cmpl, `{"prompt":"the","max_tokens":2,"n":2,"best_of":2.0}`, func(r *GenerateRequest) any { return r.N }, 2, ""},
+		{"prompt ids", cmpl, `{"prompt":[7.0,8],"max_tokens":2}`, func(r *GenerateRequest) any { return fmt.Sprint(r.Prompt) }, "[7 8]", ""},
+		{"max_completion_tokens", chat, `{` + user + `,"max_completion_tokens":3.0}`, func(r *GenerateRequest) any { return r.Sampling.MaxTokens }, 3, ""},
+		{"top_logprobs", chat, `{` + user + `,"max_tokens":2,"logprobs":true,"top_logprobs":1.0}`, func(r *GenerateRequest) any { return r.TopLogprobs }, 1, ""},
+		{"max_tokens 16.5", cmpl, `{"prompt":"the","max_tokens":16.5}`, nil, nil, "max_tokens"},
+		{"seed 3.5", cmpl, `{"prompt":"the","seed":3.5}`, nil, nil, "seed"},
+		{"top_k past int64", chat, `{` + user + `,"top_k":1e19}`, nil, nil, "top_k"},
+		{"n past float64", cmpl, `{"prompt":"the","n":1e400}`, nil, nil, "n"},
+		{"min_tokens string", cmpl, `{"prompt":"the","min_tokens":"2"}`, nil, nil, "min_tokens"},
+		{"stop_token_ids 5.5", cmpl, `{"prompt":"the","stop_token_ids":[5.5]}`, nil, nil, "stop_token_ids"},
+	}
+	e := newEnv(t, nil)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := e.do(t, "POST", tc.path, tc.body)
+			if tc.param == "" {
+				if rec.Code != 200 {
+					t.Fatalf("status %d: %s", rec.Code, rec.Body)
+				}
+				if got := tc.want(e.eng.lastRequest()); got != tc.value {
+					t.Errorf("the engine got %v (%T), want %v (%T)", got, got, tc.value, tc.value)
+				}
+				return
+			}
+			if rec.Code != 400 {
+				t.Fatalf("status %d, want 400: %s", rec.Code, rec.Body)
+			}
+			er := decodeError(t, rec)
+			if er.Param == nil || *er.Param != tc.param || !strings.Contains(er.Message, "invalid type for '"+tc.param+"': expected an integer") {
+				t.Errorf("error %+v, want the type error of %s", er, tc.param)
+			}
+		})
+	}
+}
