@@ -66,7 +66,7 @@ func (f *modelFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.tokenizer, "tokenizer", "", "tokenizer to use instead of the model's: an HF directory (tokenizer.json) or a .gguf file")
 	registerKVFlags(cmd, &f.kvDType, &f.kvWindow)
 	cmd.Flags().StringVar(&f.quant, "quantization", "none", quantizationUsage)
-	registerSpecFlag(cmd, &f.spec, "off when not given (with it, --queue-ahead is off)")
+	registerSpecFlag(cmd, &f.spec, "off when not given (a draft model turns --queue-ahead off; prompt lookup queues ahead while no draft is likely)")
 	cmd.Flags().BoolVar(&f.queueAhead, "queue-ahead", true, "queue each decode step on the device, fed the previous step's sampled tokens there, before they reach the host (steady decoding; requests sampled on the host are not; =false turns it off)")
 }
 
