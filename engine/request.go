@@ -59,8 +59,13 @@ func (r *request) send(ev Event, last bool) {
 
 // pump delivers queued events in order and closes out after the last one.
 // Once the caller's context ends, events are dropped, but out is still
-// closed when the engine finishes the request.
+// closed when the engine finishes the request. What the caller receives
+// is always a prefix of the events: once one is dropped, every later one
+// is too (a send and the context's end that are both ready are chosen at
+// random, so without that the stream could lose an event in its middle
+// and deliver the ones after it).
 func (r *request) pump() {
+	gone := false
 	for {
 		<-r.notify
 		r.mu.Lock()
@@ -68,9 +73,13 @@ func (r *request) pump() {
 		r.queue = nil
 		r.mu.Unlock()
 		for _, ev := range batch {
+			if gone {
+				break
+			}
 			select {
 			case r.out <- ev:
 			case <-r.ctx.Done():
+				gone = true
 			}
 		}
 		if closed {
