@@ -32,8 +32,8 @@ func TestLoadTokenizerErrorsSayItOnce(t *testing.T) {
 	}
 	for name, data := range map[string][]byte{
 		filepath.Join(unigram, "tokenizer.json"): []byte(`{"model": {"type": "Unigram"}}`),
-		notGGUF:   []byte("{}"),
-		truncated: head[:1000],
+		notGGUF:                                  []byte("{}"),
+		truncated:                                head[:1000],
 	} {
 		if err := os.WriteFile(name, data, 0o644); err != nil {
 			t.Fatal(err)
