@@ -30,6 +30,12 @@ func start(t *testing.T, b backend.Backend, opts engine.LoadOptions) *engine.Loa
 	if err != nil {
 		t.Fatal(err)
 	}
+	return runLoaded(t, l)
+}
+
+// runLoaded runs l's step loop until the test ends, then closes l.
+func runLoaded(t *testing.T, l *engine.Loaded) *engine.Loaded {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); l.Engine.Run(ctx) }()

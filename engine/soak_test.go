@@ -8,9 +8,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -110,24 +108,6 @@ func (j *soakJob) String() string {
 		fmt.Fprintf(&b, ", cancel %s", j.cancel)
 	}
 	return b.String()
-}
-
-// soakIDs reads the default model's held-out text as token ids.
-func soakIDs(t *testing.T) []int32 {
-	t.Helper()
-	raw, err := os.ReadFile("../models/default/heldout.ids.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ids []int32
-	for _, f := range strings.Fields(string(raw)) {
-		v, err := strconv.Atoi(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, int32(v))
-	}
-	return ids
 }
 
 // soakJobs draws n random requests from seed: prompts cut from held-out
@@ -412,11 +392,7 @@ func (c soakConfig) load(t *testing.T) *engine.Loaded {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); l.Engine.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done; l.Close() })
-	return l
+	return runLoaded(t, l)
 }
 
 // TestSoak submits a few hundred random requests at once to engines of
@@ -446,7 +422,7 @@ func TestSoak(t *testing.T) {
 	if *soakRequests > 0 {
 		n = *soakRequests
 	}
-	ids := soakIDs(t)
+	ids := heldoutIDs(t)
 	configs := soakConfigs()
 	// One engine per configuration for all seeds: later seeds meet the
 	// prefix cache and graphs the earlier ones left.

@@ -67,10 +67,8 @@ func loadDefaultWith(t *testing.T, opts engine.LoadOptions) (*engine.Loaded, fun
 	return l, start
 }
 
-// heldoutPrompts cuts n prompts of 24 to 71 tokens from the default
-// model's held-out Go text (code repeats itself, so prompt lookup finds
-// matches in it).
-func heldoutPrompts(t *testing.T, n int) [][]int32 {
+// heldoutIDs reads the default model's held-out text as token ids.
+func heldoutIDs(t *testing.T) []int32 {
 	t.Helper()
 	raw, err := os.ReadFile("../models/default/heldout.ids.txt")
 	if err != nil {
@@ -84,6 +82,15 @@ func heldoutPrompts(t *testing.T, n int) [][]int32 {
 		}
 		ids = append(ids, int32(v))
 	}
+	return ids
+}
+
+// heldoutPrompts cuts n prompts of 24 to 71 tokens from the default
+// model's held-out Go text (code repeats itself, so prompt lookup finds
+// matches in it).
+func heldoutPrompts(t *testing.T, n int) [][]int32 {
+	t.Helper()
+	ids := heldoutIDs(t)
 	prompts := make([][]int32, n)
 	for i := range prompts {
 		at := (i * 397) % (len(ids) - 100)
