@@ -55,9 +55,16 @@ type completion struct {
 	finish string
 }
 
-// complete posts a greedy completion; with stream it reads SSE and, when
-// cancelAfter >= 0, drops the connection after that many chunks.
-func complete(ctx context.Context, url string, prompt []int32, maxTokens int, stream bool, cancelAfter int) (completion, error) {
+// complete posts a greedy completion; with stream it reads SSE, fails on
+// an error event and, when cancelAfter >= 0, drops the connection after
+// that many chunks. started, when not nil, is closed once the first chunk
+// has arrived (or the request has failed).
+func complete(ctx context.Context, url string, prompt []int32, maxTokens int, stream bool, cancelAfter int, started chan<- struct{}) (completion, error) {
+	notify := func() {}
+	if started != nil {
+		notify = sync.OnceFunc(func() { close(started) })
+	}
+	defer notify()
 	body, _ := json.Marshal(map[string]any{
 		"prompt": prompt, "max_tokens": maxTokens, "temperature": 0, "ignore_eos": true, "stream": stream,
 	})
@@ -102,6 +109,7 @@ func complete(ctx context.Context, url string, prompt []int32, maxTokens int, st
 			return c, nil
 		}
 		var ch struct {
+			Error   json.RawMessage `json:"error"`
 			Choices []struct {
 				Text         string  `json:"text"`
 				FinishReason *string `json:"finish_reason"`
@@ -110,12 +118,16 @@ func complete(ctx context.Context, url string, prompt []int32, maxTokens int, st
 		if err := json.Unmarshal([]byte(data), &ch); err != nil {
 			return c, fmt.Errorf("bad chunk %q: %w", data, err)
 		}
+		if ch.Error != nil {
+			return c, fmt.Errorf("stream error: %s", ch.Error)
+		}
 		for _, x := range ch.Choices {
 			c.text += x.Text
 			if x.FinishReason != nil {
 				c.finish = *x.FinishReason
 			}
 		}
+		notify()
 		chunks++
 		if cancelAfter >= 0 && chunks > cancelAfter {
 			return c, context.Canceled
@@ -159,7 +171,7 @@ func TestLoopbackLoad(t *testing.T) {
 		if jobs[i].cancel >= 0 {
 			continue
 		}
-		c, err := complete(ctx, hs.URL, jobs[i].prompt, jobs[i].max, false, -1)
+		c, err := complete(ctx, hs.URL, jobs[i].prompt, jobs[i].max, false, -1, nil)
 		if err != nil {
 			t.Fatalf("job %d alone: %v", i, err)
 		}
@@ -174,7 +186,7 @@ func TestLoopbackLoad(t *testing.T) {
 			defer wg.Done()
 			defer func() { <-sem }()
 			j := jobs[i]
-			got, err := complete(ctx, hs.URL, j.prompt, j.max, true, j.cancel)
+			got, err := complete(ctx, hs.URL, j.prompt, j.max, true, j.cancel, nil)
 			if j.cancel >= 0 {
 				if err != context.Canceled && err != nil {
 					t.Errorf("job %d (cancelled after %d chunks): %v", i, j.cancel, err)
@@ -257,7 +269,7 @@ func TestServeLifecycle(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if _, err := complete(context.Background(), url, []int32{5, 6, 7}, 4, false, -1); err != nil {
+	if _, err := complete(context.Background(), url, []int32{5, 6, 7}, 4, false, -1, nil); err != nil {
 		t.Fatal(err)
 	}
 	cancel()
@@ -342,7 +354,7 @@ func TestUnsamplableRequestFailsAlone(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	prompt := []int32{10, 11, 12, 13}
-	want, err := complete(ctx, hs.URL, prompt, 300, false, -1)
+	want, err := complete(ctx, hs.URL, prompt, 300, false, -1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,7 +366,7 @@ func TestUnsamplableRequestFailsAlone(t *testing.T) {
 			victim := make(chan error, 1)
 			started := make(chan struct{})
 			go func() {
-				got, err := completeStreamNotify(ctx, hs.URL, prompt, 300, started)
+				got, err := complete(ctx, hs.URL, prompt, 300, true, -1, started)
 				if err == nil && got != want {
 					err = fmt.Errorf("streamed %+v; alone %+v", got, want)
 				}
@@ -388,55 +400,3 @@ func TestUnsamplableRequestFailsAlone(t *testing.T) {
 	}
 }
 
-// completeStreamNotify streams a greedy completion like complete and
-// closes started once the first chunk has arrived.
-func completeStreamNotify(ctx context.Context, url string, prompt []int32, maxTokens int, started chan<- struct{}) (completion, error) {
-	body, _ := json.Marshal(map[string]any{
-		"prompt": prompt, "max_tokens": maxTokens, "temperature": 0, "ignore_eos": true, "stream": true,
-	})
-	req, _ := http.NewRequestWithContext(ctx, "POST", url+"/v1/completions", bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	once := sync.OnceFunc(func() { close(started) })
-	defer once()
-	if err != nil {
-		return completion{}, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != 200 {
-		b, _ := io.ReadAll(resp.Body)
-		return completion{}, fmt.Errorf("status %d: %s", resp.StatusCode, b)
-	}
-	var c completion
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		data, ok := strings.CutPrefix(sc.Text(), "data: ")
-		if !ok {
-			continue
-		}
-		if data == "[DONE]" {
-			return c, nil
-		}
-		var ch struct {
-			Error   json.RawMessage `json:"error"`
-			Choices []struct {
-				Text         string  `json:"text"`
-				FinishReason *string `json:"finish_reason"`
-			} `json:"choices"`
-		}
-		if err := json.Unmarshal([]byte(data), &ch); err != nil {
-			return c, fmt.Errorf("bad chunk %q: %w", data, err)
-		}
-		if ch.Error != nil {
-			return c, fmt.Errorf("stream error: %s", ch.Error)
-		}
-		for _, x := range ch.Choices {
-			c.text += x.Text
-			if x.FinishReason != nil {
-				c.finish = *x.FinishReason
-			}
-		}
-		once()
-	}
-	return c, fmt.Errorf("stream ended without [DONE]: %v", sc.Err())
-}
