@@ -12,6 +12,9 @@ go build -tags external_default_model -ldflags "-s -w" -o .gpu/bin/trigon ./cmd/
 go test -c -ldflags "-s -w" -o .gpu/bin/cuda.test ./backend/cuda
 # padhf widens the default model for the K-quant files of session.sh's kq_ppl.
 go build -ldflags "-s -w" -o .gpu/bin/padhf ./tools/padhf
+# gotrace is Go's own trace tool (cmd/trace), for session.sh serve_stalls: the
+# execution trace of a serving run is too large to bring back whole.
+go build -ldflags "-s -w" -o .gpu/bin/gotrace cmd/trace
 go test -c -tags external_default_model -ldflags "-s -w" -o .gpu/bin/llama.test ./model/llama
 # What was built, so a session's summary says which code it ran: the commit
 # and any uncommitted change (helpers may be editing the tree meanwhile).

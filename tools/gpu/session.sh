@@ -62,6 +62,8 @@
 #   rows_large     batch 128 and 256 at 192-token prompts (the serving issue's shape)
 #   rows_256       bench latency batch 256 at 192- and 16-token prompts
 #   serve_budget   128/128 at 256 in flight against a fresh server per step token budget
+#   serve_stalls   a cold 8 requests/s run with CUDA's lazy and eager module loading, then
+#                  lazy under --profile-dir (the Go execution trace of the run)
 #   serve_ab       bench serve against trigon serve on the default model, --queue-ahead off and on
 #   spec_rows      speculative decoding at batch 1 on the default model: bench serve over the
 #                  code-editing and held-out Go prompt sets, no speculation, prompt lookup and
@@ -1077,6 +1079,40 @@ grep -E -m3 'model loaded|kernels prepared|decode shapes warmed' "$OUT/serve-swe
   --plot "$OUT/sweep.png" --progress=false >"$OUT/sweep.txt" 2>>"$OUT/serve-sweep.err" || tail -3 "$OUT/serve-sweep.err" | say
 say <"$OUT/sweep.txt"
 kill -TERM "$pid"; wait "$pid"; echo "serve exit=$?" | say
+}
+
+# serve_stalls: what the slow mixed steps of a cold 8 requests/s run are
+# (1,024/128, STALL_N prompts, default 200, dummy Llama-3-8B): a fresh
+# server with CUDA's default lazy module loading, one with
+# CUDA_MODULE_LOADING=EAGER (every kernel of cuBLASLt loaded when the
+# library loads), then lazy again under --profile-dir: its Go execution
+# trace (go tool trace -pprof=syscall shows the cgo calls' time by stack:
+# with .gpu/gotrace, a build of cmd/trace, it runs there into
+# $OUT/syscall.pprof).
+serve_stalls() {
+local mode port=8018 pid i
+for mode in LAZY EAGER PROFILE; do
+  local env=LAZY extra=()
+  [ $mode = EAGER ] && env=EAGER
+  # The trace of a 25 s run is about 500 MB: too large to come back.
+  [ $mode = PROFILE ] && extra=(--profile-dir /tmp/prof)
+  log "serve_stalls $mode: CUDA_MODULE_LOADING=$env trigon serve --load-format dummy --model llama-3-8b --max-seqs 256 ${extra[*]}"
+  CUDA_MODULE_LOADING=$env .gpu/trigon serve --device cuda --port $port --load-format dummy --model llama-3-8b --max-seqs 256 \
+    "${extra[@]}" >"$OUT/stalls-$mode.log" 2>&1 &
+  pid=$!
+  for i in $(seq 600); do curl -sf localhost:$port/health >/dev/null && break; kill -0 $pid 2>/dev/null || break; sleep 0.2; done
+  grep -E -m3 'model loaded|kernels prepared|decode shapes warmed' "$OUT/stalls-$mode.log" | say
+  [ $mode = PROFILE ] && { curl -s -X POST localhost:$port/start_profile | say; echo | say; }
+  .gpu/trigon bench serve --url http://127.0.0.1:$port --rate 8 --num-prompts "${STALL_N:-200}" \
+    --input-len fixed:1024 --output-len fixed:128 --token-ids 100-100000 --goodput ttft:1000,itl:85 \
+    --progress=false >"$OUT/stalls-$mode.txt" 2>>"$OUT/stalls.err" || tail -3 "$OUT/stalls.err" | say
+  [ $mode = PROFILE ] && { curl -s -X POST localhost:$port/stop_profile | say; echo | say; }
+  grep -E "^(completed|duration|output throughput)|^(TTFT|ITL) |^(decode|prefill|mixed) |summed|idle|by phase|tokens per step" "$OUT/stalls-$mode.txt" | say
+  kill -TERM $pid; wait $pid
+done
+ls -la /tmp/prof | say
+[ -x .gpu/gotrace ] && for f in /tmp/prof/trace-*.out; do .gpu/gotrace -pprof=syscall "$f" >"$OUT/syscall.pprof" 2>>"$OUT/stalls.err"; done
+cp /tmp/prof/cpu-*.pprof "$OUT/" 2>/dev/null
 }
 
 # final: correctness of the build that is measured (stopping there on a
