@@ -399,4 +399,3 @@ func TestUnsamplableRequestFailsAlone(t *testing.T) {
 		t.Error("no seed closed the object before min_tokens: nothing was checked")
 	}
 }
-
