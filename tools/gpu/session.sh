@@ -1088,10 +1088,10 @@ kill -TERM "$pid"; wait "$pid"; echo "serve exit=$?" | say
 # library loads), then lazy again under --profile-dir: its Go execution
 # trace (go tool trace -pprof=syscall shows the cgo calls' time by stack:
 # with .gpu/gotrace, a build of cmd/trace, it runs there into
-# $OUT/syscall.pprof).
+# $OUT/syscall.pprof). STALL_MODES picks the runs (default "LAZY EAGER PROFILE").
 serve_stalls() {
 local mode port=8018 pid i
-for mode in LAZY EAGER PROFILE; do
+for mode in ${STALL_MODES:-LAZY EAGER PROFILE}; do
   local env=LAZY extra=()
   [ $mode = EAGER ] && env=EAGER
   # The trace of a 25 s run is about 500 MB: too large to come back.
