@@ -133,11 +133,6 @@ func (s *Scheduler) Schedule() *Plan {
 		}
 	}
 	for _, decode := range []bool{true, false} {
-		if !decode {
-			// The decodes are in: what they leave is the prefill's, within
-			// the mixed-step bound.
-			budget = min(budget, s.cfg.Mixed.prefillCap(s.cfg.MaxNumBatchedTokens-budget))
-		}
 		for _, q := range running {
 			if !q.running || q.schedStep == s.step {
 				continue

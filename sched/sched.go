@@ -47,45 +47,6 @@ type Config struct {
 	// more prompts progress side by side.
 	ChunkSize int
 	Policy    Policy
-	// Mixed bounds the prefill of steps that carry decodes; the zero
-	// value does not.
-	Mixed MixedBound
-}
-
-// MixedBound keeps a step that prefills beside running decodes within
-// Ratio times the cost of its decodes alone, so that the streams' token
-// gaps stay within Ratio of their usual length while prompts arrive. It
-// takes a step of n tokens to cost fixed + n*perToken on the device (the
-// weights' reads and launches, then the work of each token), so a step of
-// D decode tokens (drafts included) may add at most
-//
-//	(Ratio-1) * (FixedTokens + D)
-//
-// prefill tokens, FixedTokens being fixed/perToken: the more decodes, the
-// longer their step already is and the more prefill it can carry. The
-// bound never goes below one token, so prompts always advance; a step with
-// no decodes takes the whole budget, as no stream waits on it. Whatever
-// the ratio, at least (Ratio-1)/Ratio of a bounded step's time is token
-// work, so prefill loses at most 1/Ratio of its rate to the fixed cost.
-type MixedBound struct {
-	// Ratio is the most a mixed step may cost against its decodes alone:
-	// 0 for no bound, else above 1.
-	Ratio float64
-	// FixedTokens is a step's fixed cost over its cost per token, >= 0.
-	FixedTokens float64
-}
-
-// prefillCap is the most prefill tokens a step with decode tokens
-// beside them may take; math.MaxInt without a bound or decodes.
-func (b MixedBound) prefillCap(decodeTokens int) int {
-	if b.Ratio == 0 || decodeTokens == 0 {
-		return math.MaxInt
-	}
-	c := (b.Ratio - 1) * (b.FixedTokens + float64(decodeTokens))
-	if c >= math.MaxInt32 {
-		return math.MaxInt32
-	}
-	return max(int(c), 1)
 }
 
 // Request is a new sequence.
@@ -232,9 +193,6 @@ func New(cfg Config, pool *kvcache.Pool) (*Scheduler, error) {
 	}
 	if cfg.ChunkSize == 0 || cfg.ChunkSize > cfg.MaxNumBatchedTokens {
 		cfg.ChunkSize = cfg.MaxNumBatchedTokens
-	}
-	if m := cfg.Mixed; m != (MixedBound{}) && !(m.Ratio > 1 && m.FixedTokens >= 0 && !math.IsInf(m.Ratio+m.FixedTokens, 0)) {
-		return nil, fmt.Errorf("sched: Mixed bound %+v: want Ratio above 1 and FixedTokens >= 0, both finite, or neither set", m)
 	}
 	if cfg.Policy != FCFS && cfg.Policy != Priority {
 		return nil, fmt.Errorf("sched: unknown policy %v", cfg.Policy)

@@ -35,13 +35,6 @@ func TestNewConfig(t *testing.T) {
 		{"budget below seqs", sched.Config{MaxNumSeqs: 4, MaxNumBatchedTokens: 3}, pool, "MaxNumBatchedTokens"},
 		{"negative chunk", sched.Config{MaxNumSeqs: 4, MaxNumBatchedTokens: 16, ChunkSize: -1}, pool, "ChunkSize"},
 		{"unknown policy", sched.Config{MaxNumSeqs: 4, MaxNumBatchedTokens: 16, Policy: 7}, pool, "policy"},
-		{"mixed bound", sched.Config{MaxNumSeqs: 4, MaxNumBatchedTokens: 16, Mixed: sched.MixedBound{Ratio: 2.5, FixedTokens: 300}}, pool, ""},
-		{"mixed bound, no fixed cost", sched.Config{MaxNumSeqs: 4, MaxNumBatchedTokens: 16, Mixed: sched.MixedBound{Ratio: 1.01}}, pool, ""},
-		{"mixed ratio 1", sched.Config{MaxNumSeqs: 4, MaxNumBatchedTokens: 16, Mixed: sched.MixedBound{Ratio: 1, FixedTokens: 10}}, pool, "Mixed"},
-		{"mixed fixed cost without a ratio", sched.Config{MaxNumSeqs: 4, MaxNumBatchedTokens: 16, Mixed: sched.MixedBound{FixedTokens: 10}}, pool, "Mixed"},
-		{"mixed negative fixed cost", sched.Config{MaxNumSeqs: 4, MaxNumBatchedTokens: 16, Mixed: sched.MixedBound{Ratio: 2, FixedTokens: -1}}, pool, "Mixed"},
-		{"mixed NaN ratio", sched.Config{MaxNumSeqs: 4, MaxNumBatchedTokens: 16, Mixed: sched.MixedBound{Ratio: math.NaN()}}, pool, "Mixed"},
-		{"mixed infinite fixed cost", sched.Config{MaxNumSeqs: 4, MaxNumBatchedTokens: 16, Mixed: sched.MixedBound{Ratio: 2, FixedTokens: math.Inf(1)}}, pool, "Mixed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := sched.New(tc.cfg, tc.pool)

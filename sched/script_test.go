@@ -21,7 +21,6 @@ import (
 //
 //	init blocks=N [block-size=16] [max-seqs=8] [budget=64] [chunk=0]
 //	     [policy=fcfs|priority] [prefix-cache=true] [eos=-1] [vocab=1000]
-//	     [mixed-ratio=R mixed-fixed=F]   sched.MixedBound
 //	     [spec=K]                  step and run propose K-token drafts
 //	                               (fakeModel.propose) before each Schedule
 //	add id=ID prompt=LEN max=N [prio=P] [forks=ID,ID] [salt=S]
@@ -255,14 +254,6 @@ func (h *harness) init(c *datadriven.Case) (string, error) {
 		MaxNumBatchedTokens: geti("budget", 64),
 		ChunkSize:           geti("chunk", 0),
 	}
-	getf := func(key string) float64 {
-		v, e := strconv.ParseFloat(c.Str(key, "0"), 64)
-		if e != nil {
-			err = fmt.Errorf("%s: %w", key, e)
-		}
-		return v
-	}
-	h.cfg.Mixed = sched.MixedBound{Ratio: getf("mixed-ratio"), FixedTokens: getf("mixed-fixed")}
 	eos, vocab := geti("eos", -1), geti("vocab", 1000)
 	h.spec, h.rounds = geti("spec", 0), 0
 	if err != nil {
@@ -377,22 +368,6 @@ func (h *harness) checkPlan(p *sched.Plan) error {
 	}
 	if n != p.NumTokens || n > h.cfg.MaxNumBatchedTokens || len(p.Seqs) > h.cfg.MaxNumSeqs {
 		h.t.Fatalf("%s: plan %d: %d tokens (says %d) for %d seqs breaks budget %d or cap %d", h.pos, p.Step, n, p.NumTokens, len(p.Seqs), h.cfg.MaxNumBatchedTokens, h.cfg.MaxNumSeqs)
-	}
-	// The mixed-step bound, from the config as MixedBound documents it. A
-	// prompt's last token alone reads as a decode here; that only loosens
-	// the check, as the bound grows with the decodes.
-	if m := h.cfg.Mixed; m.Ratio > 0 {
-		decode, prefill := 0, 0
-		for _, e := range p.Seqs {
-			if e.NumDraft > 0 || len(e.Tokens) == 1 && e.Sample && e.NumCachedTokens == 0 && e.Start > 0 {
-				decode += len(e.Tokens)
-			} else {
-				prefill += len(e.Tokens)
-			}
-		}
-		if bound := (m.Ratio - 1) * (m.FixedTokens + float64(decode)); decode > 0 && float64(prefill) > max(bound, 1) {
-			h.t.Fatalf("%s: plan %d: %d prefill tokens beside %d decode tokens break the mixed bound %+v (%.1f)", h.pos, p.Step, prefill, decode, m, bound)
-		}
 	}
 	return nil
 }
