@@ -22,9 +22,9 @@ import (
 // was made from. The tests' target is the bf16 one: on the CPU its rows
 // agree whatever the batch to within rounding far below any argmax gap
 // the tests meet (a verify step's rows go through the GEMM, a decode's
-// through the dot products), where the
-// Q8_0 products quantize activations differently by row count and so let
-// batching, and speculation with it, flip near-tied argmaxes.
+// through the dot products), where the Q8_0 products quantize
+// activations differently by row count and so let batching, and
+// speculation with it, flip near-tied argmaxes.
 const (
 	defaultModel   = "../models/default/trigon-go.q8_0.gguf"
 	defaultModelHF = "../models/default/hf"
