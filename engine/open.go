@@ -90,8 +90,9 @@ type LoadOptions struct {
 	// Warm, on a backend that builds kernels at run time (KernelPreparer),
 	// prepares its kernels and runs a decode step of each decode batch
 	// bucket at load (and, with Speculative, a verify step of each and
-	// the draft's decode steps), so that no request pays for a shape's
-	// first run (warm.go): for servers.
+	// the draft's decode steps), then ends the backend's GEMM tuning
+	// (TuningEnder), so that no request pays for a shape's first run
+	// (warm.go): for servers.
 	Warm bool
 }
 
@@ -306,6 +307,7 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		if err != nil {
 			return fail(fmt.Errorf("load %s: %w", opts.Model, err))
 		}
+		endTuning(opts.TensorParallel.backends(b), log)
 	}
 	// The budget probe and the warm-up ran made-up tokens: an fp8 cache's
 	// dynamic scales are the first real prompt's to set.

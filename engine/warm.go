@@ -22,10 +22,12 @@ import (
 // step runs at each decode batch bucket (warmSteps), so that each
 // bucket's products are tuned and its kernels loaded; with speculative
 // decoding, one verify step of 1+k rows a sequence at each bucket too,
-// and a decode step at each of the draft model's buckets. Mixed steps
-// use the decode and prefill kernels that these steps and the budget
-// probe have loaded; their logits products, of any row count, tune on
-// first use without compiling.
+// and a decode step at each of the draft model's buckets. Then tuning
+// ends (TuningEnder): mixed steps use the decode and prefill kernels
+// that these steps and the budget probe have loaded, and their products
+// of row counts not warmed (the logits of a step's decodes and finished
+// prompts, a short last chunk) take the library's heuristic choice
+// rather than stall the step that first runs them with a timing pass.
 
 // KernelPreparer is an optional Backend interface, for backends that
 // build kernels at run time: PrepareKernels compiles (or loads from a
@@ -53,6 +55,22 @@ func prepareKernels(bs []backend.Backend, log *slog.Logger) (found bool) {
 		log.Info("kernels prepared", "backend", b.Name(), "took", time.Since(t0).Round(time.Millisecond))
 	}
 	return found
+}
+
+// TuningEnder is an optional Backend interface, for backends that time
+// candidate kernels on a shape's first run: EndTuning stops that for the
+// rest of the backend's life and returns how many shapes were tuned.
+type TuningEnder interface {
+	EndTuning() int
+}
+
+// endTuning runs EndTuning on each backend that has it.
+func endTuning(bs []backend.Backend, log *slog.Logger) {
+	for _, b := range bs {
+		if t, ok := b.(TuningEnder); ok {
+			log.Info("GEMM tuning ended", "backend", b.Name(), "tuned_shapes", t.EndTuning())
+		}
+	}
 }
 
 // warmSteps runs one step of each batch size in sizes on r, every

@@ -37,11 +37,21 @@ func (p *recording) seen() map[int]bool {
 	return maps.Clone(p.rows)
 }
 
-// preparing is recording for a backend that builds kernels at run time:
-// it counts PrepareKernels calls too.
+// preparing is recording for a backend that builds kernels at run time
+// and tunes its products: it counts PrepareKernels and EndTuning calls
+// too, and keeps the row counts seen when tuning ended.
 type preparing struct {
 	recording
-	prepared int
+	prepared, ended int
+	rowsAtEnd       map[int]bool
+}
+
+func (p *preparing) EndTuning() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ended++
+	p.rowsAtEnd = maps.Clone(p.rows)
+	return len(p.rows)
 }
 
 func (p *preparing) PrepareKernels(context.Context) error {
@@ -103,9 +113,18 @@ func TestLoadWarm(t *testing.T) {
 			if prepared != 1 {
 				t.Errorf("PrepareKernels called %d times, want 1", prepared)
 			}
+			p.mu.Lock()
+			ended, atEnd := p.ended, p.rowsAtEnd
+			p.mu.Unlock()
+			if ended != 1 {
+				t.Errorf("EndTuning called %d times at load, want 1", ended)
+			}
 			for _, n := range runner.DefaultBuckets(maxSeqs) {
 				if !rows[n] {
 					t.Errorf("no product of %d rows ran at load (rows seen %v)", n, slices.Sorted(maps.Keys(rows)))
+				}
+				if !atEnd[n] {
+					t.Errorf("tuning ended before a product of %d rows ran (rows seen then %v)", n, slices.Sorted(maps.Keys(atEnd)))
 				}
 			}
 			if st := l.Engine.Stats().Graphs; graphs && st.EagerDecodes < uint64(len(runner.DefaultBuckets(maxSeqs))) {

@@ -166,6 +166,9 @@ type Backend struct {
 	capturing    bool
 	captureTemps []uint64
 	captureFree  map[int][]uint64
+	// tuningEnded is set by EndTuning (CUDA thread): shapes first seen
+	// after it take cuBLASLt's heuristic choice untimed.
+	tuningEnded bool
 }
 
 var (

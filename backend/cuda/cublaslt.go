@@ -119,6 +119,7 @@ type gemmKey struct {
 type gemmPlan struct {
 	desc, a, b, d uintptr
 	algo          []byte // the heuristic result's cublasLtMatmulAlgo_t (64 bytes), in pinned memory
+	slot          int    // algo's slot in blas.scalars
 	workspace     uint64
 	// candidates holds the heuristic's results (ltHeuristicResultBytes
 	// each) until the plan is tuned; nil once it is, or when not tuned.
@@ -144,8 +145,8 @@ type gemmPlan struct {
 
 // Products of at most Tuning.TuneMaxRows rows (decode steps, where one
 // product streams a whole weight matrix) are tuned: the heuristic's first
-// tuneAlgos results are timed on the first eager call and the fastest is
-// kept, since the heuristic's first choice for a decode shape can be a
+// tuneAlgos results are timed on the first eager call (until EndTuning)
+// and the fastest is kept, since the heuristic's first choice for a decode shape can be a
 // split-K algorithm that streams the weight well below what the others
 // reach. The heuristic's choice stays unless another is tuneMargin faster
 // (timing noise); tuneFlushBytes, written before each timed run, evicts
@@ -164,18 +165,29 @@ type blas struct {
 	workspace uint64 // device buffer of ltWorkspaceBytes
 	plans     map[gemmKey]*gemmPlan
 	// scalars is pinned host memory: alpha = 1 at 0, beta = 0 at 4, then
-	// the algo structs of the plans.
+	// the algo structs of the plans, in slots of 64 bytes: slots 1..used
+	// have been handed out, free lists those given back.
 	scalars []byte
+	used    int
+	free    []int
+}
+
+// drop destroys key's plan and removes it from the cache; its algorithm
+// slot is the caller's to reuse.
+func (g *blas) drop(key gemmKey) {
+	p := g.plans[key]
+	g.lib.call(g.lib.layoutDestroy, p.a)
+	g.lib.call(g.lib.layoutDestroy, p.b)
+	g.lib.call(g.lib.layoutDestroy, p.d)
+	g.lib.call(g.lib.descDestroy, p.desc)
+	delete(g.plans, key)
 }
 
 func (g *blas) close() {
-	for _, p := range g.plans {
-		g.lib.call(g.lib.layoutDestroy, p.a)
-		g.lib.call(g.lib.layoutDestroy, p.b)
-		g.lib.call(g.lib.layoutDestroy, p.d)
-		g.lib.call(g.lib.descDestroy, p.desc)
+	for key := range g.plans {
+		g.drop(key)
 	}
-	g.plans = nil
+	g.plans, g.used, g.free = nil, 0, nil
 	if g.pref != 0 {
 		g.lib.call(g.lib.prefDestroy, g.pref)
 		g.pref = 0

@@ -199,34 +199,89 @@ func (b *Backend) gemm(y uint64, yt int, x, w uint64, n, m, k int, earlyW bool) 
 
 // gemmPlanFor returns the plan of y[n,m] = x[n,k] . w[m,k]^T with BF16 x
 // and w, made on the shape's first use and tuned on its first eager call
-// (which runs the candidates on these operands, y as scratch). Ops that
-// fuse work into the GEMV (FusedQKVRoPE) read its choice from the plan.
-// CUDA thread only.
+// (which runs the candidates on these operands, y as scratch) unless
+// tuning has ended (EndTuning). Ops that fuse work into the GEMV
+// (FusedQKVRoPE) read its choice from the plan. CUDA thread only.
 func (b *Backend) gemmPlanFor(y uint64, yt int, x, w uint64, n, m, k int) (*gemmPlan, error) {
 	g := &b.blas
 	key := gemmKey{m: m, n: n, k: k, wt: cudaR16BF, xt: cudaR16BF, yt: yt}
 	p, ok := g.plans[key]
 	if !ok {
-		slot := 1 + len(g.plans) // slot 0 holds alpha and beta
-		if (slot+1)*64 > len(g.scalars) {
-			// Many distinct shapes (prefill lengths): start over rather
-			// than grow without bound. Matmuls already queued read their
-			// algo at enqueue time, so the memory can be reused.
-			g.close()
-			if err := b.initBlasHandles(); err != nil {
-				return nil, err
-			}
-			slot = 1
-		}
-		var err error
-		if p, err = g.plan(key, g.scalars[slot*64:(slot+1)*64], b.tune.tuneMaxRows); err != nil {
+		slot, err := b.planSlot()
+		if err != nil {
 			return nil, err
 		}
+		tuneRows := b.tune.tuneMaxRows
+		if b.tuningEnded {
+			tuneRows = 0
+		}
+		if p, err = g.plan(key, g.scalars[slot*64:(slot+1)*64], tuneRows); err != nil {
+			g.free = append(g.free, slot)
+			return nil, err
+		}
+		p.slot = slot
 	}
 	if p.candidates != nil && !b.capturing {
 		b.tuneGemm(p, key, y, x, w)
 	}
 	return p, nil
+}
+
+// planSlot returns a free 64-byte slot of the pinned scalars for a new
+// plan's algorithm (slot 0 holds alpha and beta). When all are taken
+// (many distinct prefill lengths), the plans of more than TuneMaxRows
+// rows give theirs back: the heuristic makes them again at the cost of
+// one host call, where the tuned decode shapes kept would cost a timing
+// pass each, or, once tuning has ended, their tuned choice for good.
+// Matmuls already queued read their algorithm at enqueue time, so the
+// memory can be reused. Only if no plan is large does the cache start
+// over. CUDA thread only.
+func (b *Backend) planSlot() (int, error) {
+	g := &b.blas
+	if n := len(g.free); n > 0 {
+		slot := g.free[n-1]
+		g.free = g.free[:n-1]
+		return slot, nil
+	}
+	if slot := 1 + g.used; (slot+1)*64 <= len(g.scalars) {
+		g.used++
+		return slot, nil
+	}
+	for key, p := range g.plans {
+		if key.n > b.tune.tuneMaxRows {
+			g.drop(key)
+			g.free = append(g.free, p.slot)
+		}
+	}
+	if len(g.free) == 0 {
+		g.close()
+		if err := b.initBlasHandles(); err != nil {
+			return 0, err
+		}
+	}
+	return b.planSlot()
+}
+
+// EndTuning stops the GEMM tuner: from now on a product shape first seen
+// takes cuBLASLt's heuristic choice without timing, and shapes made but
+// not yet timed keep theirs. The tuner synchronises the stream and runs
+// each candidate several times, which inside a step of a serving engine
+// stalls every stream in it; the engine calls this once its warm-up steps
+// have tuned the decode shapes it replays. It returns how many shapes
+// were tuned.
+func (b *Backend) EndTuning() int {
+	tuned := 0
+	_ = b.call(func() error {
+		b.tuningEnded = true
+		for _, p := range b.blas.plans {
+			p.candidates = nil
+			if p.tunedMs > 0 {
+				tuned++
+			}
+		}
+		return nil
+	})
+	return tuned
 }
 
 // gemmWith queues the product with plan p: the GEMV variant the tuner

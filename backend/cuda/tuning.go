@@ -32,7 +32,8 @@ type Tuning struct {
 	// TuneMaxRows is the most rows of a product the tuner times, 1 to
 	// 1<<20 (default 64). Larger products (prefill) take cuBLASLt's
 	// heuristic's first choice: every prompt chunk length is a new shape,
-	// and timing the candidates of one stalls the stream.
+	// and timing the candidates of one stalls the stream. After
+	// EndTuning, so do the smaller ones first seen.
 	TuneMaxRows int
 	// NormPrefetchBytes is how much of the next product's weight
 	// AddRMSNormPrefetch asks L2 for, at most 256 MiB (default 12 MiB);
