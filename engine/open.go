@@ -41,6 +41,12 @@ type LoadOptions struct {
 	MaxSeqs, MaxBatchedTokens, ChunkSize int
 	// StepTime is the step length a measured budget aims at; 0: 150 ms.
 	StepTime time.Duration
+	// MixedStepRatio, where the budget is measured and the model warmed
+	// (Warm on a backend that builds kernels at run time), caps the
+	// prefill of a step beside decodes so that it costs at most this
+	// many times their decode step (mixed.go); 0: 2.5, negative: no cap.
+	// Other loads keep the budget alone.
+	MixedStepRatio float64
 	// KVBlocks sizes the KV pools in 16-token blocks; 0: enough for
 	// MaxSeqs sequences of 2048 tokens, at most KVMemory bytes.
 	KVBlocks int
@@ -133,6 +139,9 @@ type Loaded struct {
 	// says Load measured it (LoadOptions.MaxBatchedTokens was 0).
 	MaxBatchedTokens int
 	BudgetMeasured   bool
+	// MixedCap is the scheduler's cap on prefill beside decodes
+	// (sched.Config.MixedCap), nil where there is none.
+	MixedCap []int
 	weights          model.Weights
 	model            rankModels
 	runner           *runner.Runner
@@ -269,6 +278,7 @@ func Load(opts LoadOptions) (*Loaded, error) {
 	// first run.
 	warm := opts.Warm && prepareKernels(opts.TensorParallel.backends(b), log)
 	budget := opts.MaxBatchedTokens
+	timeStep, maxN := prefillTimer(r, ctxLen, blocks)
 	if measure {
 		target := opts.StepTime
 		if target <= 0 {
@@ -277,11 +287,11 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		// At least every decode and a block of prefill, so that prompts
 		// still advance with MaxSeqs streams running.
 		lo := min(opts.MaxSeqs+kvcache.DefaultBlockSize, budget)
-		timeStep, maxN := prefillTimer(r, ctxLen, blocks)
 		if budget, err = fitBudget(timeStep, target, lo, budget, maxN); err != nil {
 			return fail(fmt.Errorf("load %s: %w", opts.Model, err))
 		}
 	}
+	var mixedCap []int
 	if warm {
 		sizes := warmSizes(r)
 		t0 := time.Now()
@@ -307,6 +317,27 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		if err != nil {
 			return fail(fmt.Errorf("load %s: %w", opts.Model, err))
 		}
+		ratio := opts.MixedStepRatio
+		if ratio == 0 {
+			ratio = defaultMixedStepRatio
+		}
+		if measure && ratio > 0 {
+			costs, err := measureStepCosts(r, timeStep, budget, maxN, warmSizes(r), blocks)
+			if err != nil {
+				return fail(fmt.Errorf("load %s: %w", opts.Model, err))
+			}
+			maxDecode := opts.MaxSeqs
+			if opts.Speculative.Enabled() {
+				maxDecode *= 1 + opts.Speculative.NumSpeculativeTokens
+			}
+			if mixedCap = mixedCaps(costs, ratio, min(maxDecode, budget)); mixedCap != nil {
+				at := func(d int) int { return mixedCap[min(d, len(mixedCap)-1)] }
+				log.Info("mixed-step prefill capped", "ratio", ratio,
+					"step_fixed", time.Duration(costs.fixed*float64(time.Second)).Round(time.Microsecond),
+					"step_per_token", time.Duration(costs.perToken*float64(time.Second)).Round(10*time.Nanosecond),
+					"cap_at_1", at(1), "cap_at_8", at(8), "cap_at_64", at(64), "cap_at_max", at(maxDecode))
+			}
+		}
 		endTuning(opts.TensorParallel.backends(b), log)
 	}
 	// The budget probe and the warm-up ran made-up tokens: an fp8 cache's
@@ -323,7 +354,7 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		return fail(err)
 	}
 	eng, err := New(r, pool, tok, Options{
-		Sched:      sched.Config{MaxNumSeqs: opts.MaxSeqs, MaxNumBatchedTokens: budget, ChunkSize: opts.ChunkSize},
+		Sched:      sched.Config{MaxNumSeqs: opts.MaxSeqs, MaxNumBatchedTokens: budget, ChunkSize: opts.ChunkSize, MixedCap: mixedCap},
 		MaxQueue:   opts.MaxQueue,
 		MaxContext: ctxLen,
 		EOS:        model.StopTokenIDs(cfg, gen),
@@ -336,7 +367,7 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		return fail(err)
 	}
 	return &Loaded{Engine: eng, Tokenizer: tok, Config: cfg, Gen: gen, Context: ctxLen, KVBlocks: blocks,
-		MaxBatchedTokens: budget, BudgetMeasured: measure, weights: w, model: m, runner: r, proposer: proposer}, nil
+		MaxBatchedTokens: budget, BudgetMeasured: measure, MixedCap: mixedCap, weights: w, model: m, runner: r, proposer: proposer}, nil
 }
 
 // CheckVocab is Load's refusal of a tokenizer with more tokens than the

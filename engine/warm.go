@@ -82,19 +82,10 @@ func endTuning(bs []backend.Backend, log *slog.Logger) {
 // and the KV written there is never read. Sizes whose step would not fit
 // the pools' blocks or the runner's token bound are skipped.
 func warmSteps(r *runner.Runner, sizes []int, numBlocks, q int) error {
-	o := r.Options()
-	nb := (q + o.BlockSize - 1) / o.BlockSize
 	for _, n := range sizes {
-		if n < 1 || n*nb > numBlocks-1 || n*q > o.MaxTokens || n > o.MaxSeqs {
+		step := warmStep(r, n, numBlocks, q)
+		if step == nil {
 			continue
-		}
-		step := &runner.Step{Seqs: make([]runner.Seq, n)}
-		for i := range step.Seqs {
-			table := make([]int32, nb)
-			for j := range table {
-				table[j] = int32(1 + i*nb + j)
-			}
-			step.Seqs[i] = runner.Seq{Tokens: make([]int32, q), BlockTable: table, WantLogits: q == 1, AllLogits: q > 1}
 		}
 		out, err := r.Execute(step)
 		if err != nil {
@@ -109,6 +100,25 @@ func warmSteps(r *runner.Runner, sizes []int, numBlocks, q int) error {
 		}
 	}
 	return nil
+}
+
+// warmStep is warmSteps' step of n sequences of q tokens, nil where it
+// would not fit the pools' blocks or the runner's bounds.
+func warmStep(r *runner.Runner, n, numBlocks, q int) *runner.Step {
+	o := r.Options()
+	nb := (q + o.BlockSize - 1) / o.BlockSize
+	if n < 1 || n*nb > numBlocks-1 || n*q > o.MaxTokens || n > o.MaxSeqs {
+		return nil
+	}
+	step := &runner.Step{Seqs: make([]runner.Seq, n)}
+	for i := range step.Seqs {
+		table := make([]int32, nb)
+		for j := range table {
+			table[j] = int32(1 + i*nb + j)
+		}
+		step.Seqs[i] = runner.Seq{Tokens: make([]int32, q), BlockTable: table, WantLogits: q == 1, AllLogits: q > 1}
+	}
+	return step
 }
 
 // verifyWarmRuns is how many times warmVerify runs each verify shape:

@@ -167,3 +167,54 @@ func TestLoadWarmDraft(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadMixedCap: a warm load that measures its budget caps the prefill
+// beside decodes (at least one token, growing with the decodes, one entry
+// per decode count up to MaxSeqs), and its greedy outputs of prompts
+// arriving together equal those of a plain engine; a given budget, or a
+// negative ratio, leaves the budget alone.
+func TestLoadMixedCap(t *testing.T) {
+	const maxSeqs = 6
+	rng := rand.New(rand.NewPCG(7, 8))
+	prompts := make([][]int32, 8)
+	want := make([][]int32, len(prompts))
+	plain := start(t, nil, engine.LoadOptions{MaxSeqs: maxSeqs, MaxBatchedTokens: 256})
+	for i := range prompts {
+		prompts[i] = randomPrompt(rng, 20+rng.IntN(100))
+		want[i] = submit(t, plain, context.Background(), prompts[i], 1, greedy(8))[0].tokens
+	}
+	newWarm := func() backend.Backend {
+		return &preparing{recording: recording{Backend: cpu.New(cpu.Options{Threads: 2}), rows: map[int]bool{}}}
+	}
+	l := start(t, newWarm(), engine.LoadOptions{MaxSeqs: maxSeqs, Warm: true})
+	caps := l.MixedCap
+	if len(caps) != min(maxSeqs, l.MaxBatchedTokens)+1 {
+		t.Fatalf("measured warm load: caps %v for budget %d, want one per decode count 0..%d", caps, l.MaxBatchedTokens, maxSeqs)
+	}
+	for d := 1; d < len(caps); d++ {
+		if caps[d] < 1 || caps[d] < caps[d-1] {
+			t.Fatalf("caps %v: want at least 1 and non-decreasing", caps)
+		}
+	}
+	t.Logf("budget %d, caps %v", l.MaxBatchedTokens, caps)
+	var wg sync.WaitGroup
+	for i, pr := range prompts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if got := submit(t, l, context.Background(), pr, 1, greedy(8))[0].tokens; fmt.Sprint(got) != fmt.Sprint(want[i]) {
+				t.Errorf("prompt %d with caps %v: %v, plain %v", i, caps, got, want[i])
+			}
+		}()
+	}
+	wg.Wait()
+	for _, opts := range []engine.LoadOptions{
+		{MaxSeqs: maxSeqs, Warm: true, MaxBatchedTokens: 256},
+		{MaxSeqs: maxSeqs, Warm: true, MixedStepRatio: -1},
+		{MaxSeqs: maxSeqs},
+	} {
+		if l := start(t, newWarm(), opts); l.MixedCap != nil {
+			t.Errorf("load %+v: caps %v, want none", opts, l.MixedCap)
+		}
+	}
+}

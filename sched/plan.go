@@ -133,6 +133,11 @@ func (s *Scheduler) Schedule() *Plan {
 		}
 	}
 	for _, decode := range []bool{true, false} {
+		if !decode {
+			// The decodes are in: what they leave is the prefill's, within
+			// the mixed-step cap.
+			budget = min(budget, s.cfg.prefillCap(s.cfg.MaxNumBatchedTokens-budget))
+		}
 		for _, q := range running {
 			if !q.running || q.schedStep == s.step {
 				continue

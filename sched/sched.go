@@ -47,6 +47,25 @@ type Config struct {
 	// more prompts progress side by side.
 	ChunkSize int
 	Policy    Policy
+	// MixedCap bounds the prefill of steps that carry decodes:
+	// MixedCap[d] is the most prefill tokens a step with d decode tokens
+	// (drafts included) may take, d past the end reading the last entry;
+	// MixedCap[0] is unused, as a step with no decodes keeps the whole
+	// budget (no stream waits on it). Nil bounds nothing. A step that
+	// prefills beside decodes is the long token gap of every stream in
+	// it; the engine derives the caps from the step costs it measures at
+	// load (engine/mixed.go). Every entry from 1 on must be at least 1, so
+	// prompts always advance.
+	MixedCap []int
+}
+
+// prefillCap is the most prefill tokens a step with decodeTokens decode
+// tokens beside them may take; math.MaxInt without a cap or decodes.
+func (c *Config) prefillCap(decodeTokens int) int {
+	if len(c.MixedCap) < 2 || decodeTokens == 0 {
+		return math.MaxInt
+	}
+	return c.MixedCap[min(decodeTokens, len(c.MixedCap)-1)]
 }
 
 // Request is a new sequence.
@@ -193,6 +212,11 @@ func New(cfg Config, pool *kvcache.Pool) (*Scheduler, error) {
 	}
 	if cfg.ChunkSize == 0 || cfg.ChunkSize > cfg.MaxNumBatchedTokens {
 		cfg.ChunkSize = cfg.MaxNumBatchedTokens
+	}
+	for d, c := range cfg.MixedCap {
+		if d > 0 && c < 1 {
+			return nil, fmt.Errorf("sched: MixedCap[%d] = %d: want at least 1", d, c)
+		}
 	}
 	if cfg.Policy != FCFS && cfg.Policy != Priority {
 		return nil, fmt.Errorf("sched: unknown policy %v", cfg.Policy)

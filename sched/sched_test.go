@@ -35,6 +35,9 @@ func TestNewConfig(t *testing.T) {
 		{"budget below seqs", sched.Config{MaxNumSeqs: 4, MaxNumBatchedTokens: 3}, pool, "MaxNumBatchedTokens"},
 		{"negative chunk", sched.Config{MaxNumSeqs: 4, MaxNumBatchedTokens: 16, ChunkSize: -1}, pool, "ChunkSize"},
 		{"unknown policy", sched.Config{MaxNumSeqs: 4, MaxNumBatchedTokens: 16, Policy: 7}, pool, "policy"},
+		{"mixed caps", sched.Config{MaxNumSeqs: 4, MaxNumBatchedTokens: 16, MixedCap: []int{0, 1, 5, 9}}, pool, ""},
+		{"mixed cap 0 beside decodes", sched.Config{MaxNumSeqs: 4, MaxNumBatchedTokens: 16, MixedCap: []int{0, 3, 0}}, pool, "MixedCap[2]"},
+		{"negative mixed cap", sched.Config{MaxNumSeqs: 4, MaxNumBatchedTokens: 16, MixedCap: []int{0, -1}}, pool, "MixedCap[1]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := sched.New(tc.cfg, tc.pool)

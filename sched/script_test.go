@@ -21,6 +21,7 @@ import (
 //
 //	init blocks=N [block-size=16] [max-seqs=8] [budget=64] [chunk=0]
 //	     [policy=fcfs|priority] [prefix-cache=true] [eos=-1] [vocab=1000]
+//	     [mixed-ratio=R mixed-fixed=F]  MixedCap[d] = max(1, (R-1)*(F+d))
 //	     [spec=K]                  step and run propose K-token drafts
 //	                               (fakeModel.propose) before each Schedule
 //	add id=ID prompt=LEN max=N [prio=P] [forks=ID,ID] [salt=S]
@@ -254,6 +255,19 @@ func (h *harness) init(c *datadriven.Case) (string, error) {
 		MaxNumBatchedTokens: geti("budget", 64),
 		ChunkSize:           geti("chunk", 0),
 	}
+	getf := func(key string) float64 {
+		v, e := strconv.ParseFloat(c.Str(key, "0"), 64)
+		if e != nil {
+			err = fmt.Errorf("%s: %w", key, e)
+		}
+		return v
+	}
+	if r, f := getf("mixed-ratio"), getf("mixed-fixed"); r > 0 {
+		h.cfg.MixedCap = make([]int, h.cfg.MaxNumBatchedTokens+1)
+		for d := 1; d < len(h.cfg.MixedCap); d++ {
+			h.cfg.MixedCap[d] = max(1, int((r-1)*(f+float64(d))))
+		}
+	}
 	eos, vocab := geti("eos", -1), geti("vocab", 1000)
 	h.spec, h.rounds = geti("spec", 0), 0
 	if err != nil {
@@ -368,6 +382,22 @@ func (h *harness) checkPlan(p *sched.Plan) error {
 	}
 	if n != p.NumTokens || n > h.cfg.MaxNumBatchedTokens || len(p.Seqs) > h.cfg.MaxNumSeqs {
 		h.t.Fatalf("%s: plan %d: %d tokens (says %d) for %d seqs breaks budget %d or cap %d", h.pos, p.Step, n, p.NumTokens, len(p.Seqs), h.cfg.MaxNumBatchedTokens, h.cfg.MaxNumSeqs)
+	}
+	// The mixed-step cap, from the config as MixedCap documents it. A
+	// prompt's last token alone reads as a decode here; that only loosens
+	// the check, as the harness's caps grow with the decodes.
+	if caps := h.cfg.MixedCap; len(caps) > 1 {
+		decode, prefill := 0, 0
+		for _, e := range p.Seqs {
+			if e.NumDraft > 0 || len(e.Tokens) == 1 && e.Sample && e.NumCachedTokens == 0 && e.Start > 0 {
+				decode += len(e.Tokens)
+			} else {
+				prefill += len(e.Tokens)
+			}
+		}
+		if c := caps[min(decode, len(caps)-1)]; decode > 0 && prefill > c {
+			h.t.Fatalf("%s: plan %d: %d prefill tokens beside %d decode tokens break the mixed cap %d", h.pos, p.Step, prefill, decode, c)
+		}
 	}
 	return nil
 }
