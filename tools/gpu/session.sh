@@ -62,6 +62,8 @@
 #   rows_large     batch 128 and 256 at 192-token prompts (the serving issue's shape)
 #   rows_256       bench latency batch 256 at 192- and 16-token prompts
 #   serve_budget   128/128 at 256 in flight against a fresh server per step token budget
+#   serve_mixed_ab the mixed-step cap and the tuner's end against .gpu/trigon_old: 1,024/128 at
+#                  8 requests/s (old, new with a given budget, new) and 128/128 at 256 in flight
 #   serve_stalls   a cold 8 requests/s run with CUDA's lazy and eager module loading, then
 #                  lazy under --profile-dir (the Go execution trace of the run)
 #   serve_ab       bench serve against trigon serve on the default model, --queue-ahead off and on
@@ -1079,6 +1081,43 @@ grep -E -m3 'model loaded|kernels prepared|decode shapes warmed' "$OUT/serve-swe
   --plot "$OUT/sweep.png" --progress=false >"$OUT/sweep.txt" 2>>"$OUT/serve-sweep.err" || tail -3 "$OUT/serve-sweep.err" | say
 say <"$OUT/sweep.txt"
 kill -TERM "$pid"; wait "$pid"; echo "serve exit=$?" | say
+}
+
+# serve_mixed_ab: the mixed-step cap and the tuner's end against the old
+# build (.gpu/trigon_old), a fresh dummy Llama-3-8B server per run: for each
+# of MIXED_RUNS (default "old new2048 new"; new2048 is this build with the
+# budget given, so no cap: the tuner's end alone), 1,024/128 at 8 requests/s
+# (MIXED_N prompts, default 200), then for old and new 128/128 with 256 in
+# flight (1,000 prompts). The load lines say the budget, the caps and the
+# tuner's end.
+serve_mixed_ab() {
+local run bin port=8019 pid i extra load
+for load in rate8 full; do
+  for run in ${MIXED_RUNS:-old new2048 new}; do
+    [ $load = full ] && [ $run = new2048 ] && continue
+    if ((SECONDS > ${SKIP_AFTER:-500})); then log "serve_mixed_ab: no new run after ${SECONDS}s"; break 2; fi
+    bin=.gpu/trigon extra=()
+    [ $run = old ] && bin=.gpu/trigon_old
+    [ $run = new2048 ] && extra=(--max-num-batched-tokens 2048)
+    log "serve_mixed_ab $load $run: $bin serve --load-format dummy --model llama-3-8b --max-seqs 256 ${extra[*]}"
+    $bin serve --device cuda --port $port --load-format dummy --model llama-3-8b --max-seqs 256 "${extra[@]}" \
+      >"$OUT/mixed-$load-$run.log" 2>&1 &
+    pid=$!
+    for i in $(seq 600); do curl -sf localhost:$port/health >/dev/null && break; kill -0 $pid 2>/dev/null || break; sleep 0.2; done
+    grep -E 'model loaded|decode shapes warmed|mixed-step|GEMM tuning' "$OUT/mixed-$load-$run.log" | say
+    if [ $load = rate8 ]; then
+      .gpu/trigon bench serve --url http://127.0.0.1:$port --rate 8 --num-prompts "${MIXED_N:-200}" \
+        --input-len fixed:1024 --output-len fixed:128 --token-ids 100-100000 --goodput ttft:1000,itl:85 \
+        --progress=false >"$OUT/mixed-$load-$run.txt" 2>>"$OUT/mixed.err" || tail -3 "$OUT/mixed.err" | say
+    else
+      .gpu/trigon bench serve --url http://127.0.0.1:$port --rate inf --max-concurrency 256 --num-prompts 1000 \
+        --input-len fixed:128 --output-len fixed:128 --token-ids 100-100000 \
+        --progress=false >"$OUT/mixed-$load-$run.txt" 2>>"$OUT/mixed.err" || tail -3 "$OUT/mixed.err" | say
+    fi
+    grep -E "^(completed|failed|duration|output throughput|request goodput)|^(TTFT|ITL) |^(decode|prefill|mixed) |summed|idle|tokens per step" "$OUT/mixed-$load-$run.txt" | say
+    kill -TERM $pid; wait $pid
+  done
+done
 }
 
 # serve_stalls: what the slow mixed steps of a cold 8 requests/s run are
