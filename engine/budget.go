@@ -116,11 +116,22 @@ func fastest(timeStep prefillStepTimer, n int) (time.Duration, error) {
 // writes KV into blocks 1.. of the pools, which no sequence holds yet;
 // the step reads only garbage KV, which only the timing sees.
 func prefillTimer(r *runner.Runner, ctxLen, numBlocks int) (prefillStepTimer, int) {
-	bs := kvcache.DefaultBlockSize
-	// Blocks 1..numBlocks-1 are usable (0 is the null block).
-	room := min(ctxLen, (numBlocks-1)*bs)
-	start := min(room/2, probeStart) / bs * bs
+	room := probeRoom(ctxLen, numBlocks)
+	start := min(room/2, probeStart) / kvcache.DefaultBlockSize * kvcache.DefaultBlockSize
 	maxN := min(room-start, maxAutoBudget)
+	return prefillTimerAt(r, start, maxN), maxN
+}
+
+// probeRoom is how many tokens a probe sequence may span: the context,
+// within the pools' blocks 1..numBlocks-1 (0 is the null block).
+func probeRoom(ctxLen, numBlocks int) int {
+	return min(ctxLen, (numBlocks-1)*kvcache.DefaultBlockSize)
+}
+
+// prefillTimerAt is prefillTimer's timer with the step's tokens from
+// position start (a multiple of the block size) on, at most maxN of them.
+func prefillTimerAt(r *runner.Runner, start, maxN int) prefillStepTimer {
+	bs := kvcache.DefaultBlockSize
 	return func(n int) (time.Duration, error) {
 		if n > maxN {
 			return 0, fmt.Errorf("engine: budget probe of %d tokens over %d", n, maxN)
@@ -141,5 +152,5 @@ func prefillTimer(r *runner.Runner, ctxLen, numBlocks int) (prefillStepTimer, in
 			return 0, fmt.Errorf("engine: budget probe: %w", err)
 		}
 		return time.Since(t0), nil
-	}, maxN
+	}
 }

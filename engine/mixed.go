@@ -19,20 +19,28 @@ import (
 // them by the budget's step, several times a decode step on a GPU, where
 // a decode step of a few sequences costs about what its weight reads cost
 // and a prefill token adds little to that. So Load measures what steps
-// cost and caps the prefill a step may carry beside d decode tokens at
-// what keeps the step within MixedStepRatio times the decode step of d:
+// cost and caps the prefill a step may carry beside d decode tokens:
 //
 //	prefill step of n tokens:  t(n) = fixed + n*perToken   (eager)
 //	decode step of d tokens:   dec(d)                      (as served: graphs)
-//	cap(d) = (ratio*dec(d) - fixed)/perToken - d
+//	allowed step:              ratio * dec(d) * dec(d)/dec(1)
+//	cap(d) = (allowed - fixed)/perToken - d
 //
-// never below the prefill that pays for its own step: where the cap
+// With few decodes, dec(d) is about dec(1), the weights' reads, and the
+// cap holds the step within ratio times the decode step: prefill rows
+// ride on those reads nearly free, so a smaller step costs little. With
+// many, the decodes' own arithmetic makes the step compute-bound: GEMMs
+// of a few hundred rows run well below the rate of a full budget's, so
+// every cut of the prefill is paid in throughput, and the allowance grows
+// by the factor dec(d)/dec(1) the decode step has grown, towards the
+// whole budget (a loaded server's token gaps are long anyway).
+//
+// Never below the prefill that pays for its own step: where the cap
 // would leave a step adding more fixed cost (fixed + d*perToken - dec(d),
 // the eager mixed step's overhead over the decode step it replaces) than
 // prefill work, prompts would advance at under half their rate, so the
 // cap is raised to that overhead's worth of tokens (and at least one).
-// The caps grow with d: a larger batch's decode step is longer, so it
-// can carry more prefill at the same ratio.
+// The caps grow with d.
 
 // defaultMixedStepRatio is LoadOptions.MixedStepRatio's default: the
 // longest step beside decodes is 2.5x their step, inside the 3x that
@@ -77,9 +85,10 @@ func mixedCaps(c stepCosts, ratio float64, maxDecode int) []int {
 		return nil
 	}
 	caps := make([]int, maxDecode+1)
+	light := c.decode[0].t
 	for d := 1; d <= maxDecode; d++ {
 		dec := c.decodeTime(d)
-		bound := (ratio*dec-c.fixed)/c.perToken - float64(d)
+		bound := (ratio*dec*dec/light-c.fixed)/c.perToken - float64(d)
 		floor := (c.fixed + float64(d)*c.perToken - dec) / c.perToken
 		v := max(bound, floor, 1, float64(caps[d-1]))
 		caps[d] = int(min(v, math.MaxInt32))
@@ -95,12 +104,16 @@ const decodeProbeRuns = 3
 // measureStepCosts times prefill steps of a quarter of the budget and of
 // all of it (the sizes mixed steps carry; a GEMM's cost per row falls
 // until its tiles fill the GPU, so the line between short steps would
-// understate it) and decode steps at sizes spaced at least twice apart
-// among the warmed batch sizes, on the warmed runner.
-func measureStepCosts(r *runner.Runner, timeStep prefillStepTimer, budget, maxN int, sizes []int, numBlocks int) (stepCosts, error) {
+// understate it) at the start of their context, where most prompts'
+// chunks sit (the attention of a chunk deep in a long prompt adds to its
+// cost per token, and a line fitted there would cut every short prompt's
+// step), and decode steps at sizes spaced at least twice apart among the
+// warmed batch sizes, on the warmed runner.
+func measureStepCosts(r *runner.Runner, budget, room int, sizes []int, numBlocks int) (stepCosts, error) {
 	var c stepCosts
-	n2 := min(budget, maxN)
+	n2 := min(budget, room, maxAutoBudget)
 	n1 := n2 / 4
+	timeStep := prefillTimerAt(r, 0, n2)
 	if n1 < 1 {
 		return c, nil
 	}

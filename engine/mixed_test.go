@@ -5,9 +5,9 @@ import (
 )
 
 // TestMixedCaps checks the caps against the cost model they come from, on
-// a GPU-like model (a decode step mostly fixed cost, the cap binding) and
-// a CPU-like one (little fixed cost, the floor binding), and the inputs
-// that cannot bound a step.
+// a GPU-like model (a decode step mostly fixed cost, growing 2.2x by 256
+// sequences) and a CPU-like one (little fixed cost), a ratio where the
+// floor binds, and the inputs that cannot bound a step.
 func TestMixedCaps(t *testing.T) {
 	gpu := stepCosts{fixed: 5.9e-3, perToken: 16.7e-6,
 		decode: []decodeCost{{1, 4.4e-3}, {8, 4.5e-3}, {64, 6.0e-3}, {256, 9.6e-3}}}
@@ -20,13 +20,14 @@ func TestMixedCaps(t *testing.T) {
 		want      map[int]int // d -> cap, from the formulas by hand
 		nilCaps   bool
 	}{
-		// (2.5*4.4e-3 - 5.9e-3)/16.7e-6 - 1 = 304.4; at 8: (11.25e-3 -
-		// 5.9e-3)/16.7e-6 - 8 = 312.4; at 256: (24e-3 - 5.9e-3)/16.7e-6 -
-		// 256 = 827.8; past 256 the last segment's slope.
-		{name: "gpu", c: gpu, ratio: 2.5, maxDecode: 300, want: map[int]int{1: 304, 8: 312, 256: 827}},
+		// allowed(d) = 2.5*dec(d)*dec(d)/dec(1). At 1: (2.5*4.4e-3 -
+		// 5.9e-3)/16.7e-6 - 1 = 304.4; at 8: (2.5*4.5e-3*4.5/4.4 -
+		// 5.9e-3)/16.7e-6 - 8 = 327.7; at 256: (2.5*9.6e-3*9.6/4.4 -
+		// 5.9e-3)/16.7e-6 - 256 = 2526.3, the decode step grown 2.2x.
+		{name: "gpu", c: gpu, ratio: 2.5, maxDecode: 300, want: map[int]int{1: 304, 8: 327, 256: 2526}},
 		// Bound (2.5*3e-3 - 1e-3)/1e-3 - 1 = 5.5; floor (1e-3 + 1e-3 -
-		// 3e-3)/1e-3 < 1. At 8: bound 25e-3/1e-3 - 1 - 8 = 16.
-		{name: "cpu", c: cpu, ratio: 2.5, maxDecode: 8, want: map[int]int{1: 5, 8: 16}},
+		// 3e-3)/1e-3 < 1. At 8: (2.5*10e-3*10/3 - 1e-3)/1e-3 - 8 = 74.3.
+		{name: "cpu", c: cpu, ratio: 2.5, maxDecode: 8, want: map[int]int{1: 5, 8: 74}},
 		// A ratio just above 1: the bound is under the floor, which is
 		// (5.9e-3 + 16.7e-6 - 4.4e-3)/16.7e-6 = 90.8 at d = 1.
 		{name: "floor", c: gpu, ratio: 1.01, maxDecode: 2, want: map[int]int{1: 90}},
@@ -57,9 +58,13 @@ func TestMixedCaps(t *testing.T) {
 				// Within the ratio, or at the floor (one token more would pass it).
 				step := tc.c.fixed + float64(d+caps[d])*tc.c.perToken
 				dec := tc.c.decodeTime(d)
+				allowed := tc.ratio * dec * dec / tc.c.decode[0].t
 				floor := (tc.c.fixed + float64(d)*tc.c.perToken - dec) / tc.c.perToken
-				if step > tc.ratio*dec*(1+1e-9) && float64(caps[d]) > floor+1 && caps[d] > caps[d-1] && caps[d] > 1 {
-					t.Errorf("at %d decodes, cap %d: a step of %.3g s over %v x the decode step's %.3g s", d, caps[d], step, tc.ratio, dec)
+				if step > allowed*(1+1e-9) && float64(caps[d]) > floor+1 && caps[d] > caps[d-1] && caps[d] > 1 {
+					t.Errorf("at %d decodes, cap %d: a step of %.3g s over the allowed %.3g s", d, caps[d], step, allowed)
+				}
+				if step+tc.c.perToken <= allowed {
+					t.Errorf("at %d decodes, cap %d: one more token (a step of %.3g s) fits the allowed %.3g s", d, caps[d], step+tc.c.perToken, allowed)
 				}
 			}
 		})

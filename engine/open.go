@@ -278,7 +278,6 @@ func Load(opts LoadOptions) (*Loaded, error) {
 	// first run.
 	warm := opts.Warm && prepareKernels(opts.TensorParallel.backends(b), log)
 	budget := opts.MaxBatchedTokens
-	timeStep, maxN := prefillTimer(r, ctxLen, blocks)
 	if measure {
 		target := opts.StepTime
 		if target <= 0 {
@@ -287,6 +286,7 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		// At least every decode and a block of prefill, so that prompts
 		// still advance with MaxSeqs streams running.
 		lo := min(opts.MaxSeqs+kvcache.DefaultBlockSize, budget)
+		timeStep, maxN := prefillTimer(r, ctxLen, blocks)
 		if budget, err = fitBudget(timeStep, target, lo, budget, maxN); err != nil {
 			return fail(fmt.Errorf("load %s: %w", opts.Model, err))
 		}
@@ -322,7 +322,7 @@ func Load(opts LoadOptions) (*Loaded, error) {
 			ratio = defaultMixedStepRatio
 		}
 		if measure && ratio > 0 {
-			costs, err := measureStepCosts(r, timeStep, budget, maxN, warmSizes(r), blocks)
+			costs, err := measureStepCosts(r, budget, probeRoom(ctxLen, blocks), warmSizes(r), blocks)
 			if err != nil {
 				return fail(fmt.Errorf("load %s: %w", opts.Model, err))
 			}

@@ -63,7 +63,7 @@
 #   rows_256       bench latency batch 256 at 192- and 16-token prompts
 #   serve_budget   128/128 at 256 in flight against a fresh server per step token budget
 #   serve_mixed_ab the mixed-step cap and the tuner's end against .gpu/trigon_old: 1,024/128 at
-#                  8 requests/s (old, new with a given budget, new) and 128/128 at 256 in flight
+#                  8 requests/s (old, new with a given budget, new), 128/128 at 256 and 64 in flight
 #   serve_stalls   a cold 8 requests/s run with CUDA's lazy and eager module loading, then
 #                  lazy under --profile-dir (the Go execution trace of the run)
 #   serve_ab       bench serve against trigon serve on the default model, --queue-ahead off and on
@@ -1088,13 +1088,14 @@ kill -TERM "$pid"; wait "$pid"; echo "serve exit=$?" | say
 # of MIXED_RUNS (default "old new2048 new"; new2048 is this build with the
 # budget given, so no cap: the tuner's end alone), 1,024/128 at 8 requests/s
 # (MIXED_N prompts, default 200), then for old and new 128/128 with 256 in
-# flight (1,000 prompts). The load lines say the budget, the caps and the
-# tuner's end.
+# flight (1,000 prompts) and with 64 in flight (500 prompts). MIXED_LOADS
+# picks the loads (default "rate8 full mid"). The load lines say the
+# budget, the caps and the tuner's end.
 serve_mixed_ab() {
 local run bin port=8019 pid i extra load
-for load in rate8 full; do
+for load in ${MIXED_LOADS:-rate8 full mid}; do
   for run in ${MIXED_RUNS:-old new2048 new}; do
-    [ $load = full ] && [ $run = new2048 ] && continue
+    [ $load != rate8 ] && [ $run = new2048 ] && continue
     if ((SECONDS > ${SKIP_AFTER:-500})); then log "serve_mixed_ab: no new run after ${SECONDS}s"; break 2; fi
     bin=.gpu/trigon extra=()
     [ $run = old ] && bin=.gpu/trigon_old
@@ -1108,6 +1109,10 @@ for load in rate8 full; do
     if [ $load = rate8 ]; then
       .gpu/trigon bench serve --url http://127.0.0.1:$port --rate 8 --num-prompts "${MIXED_N:-200}" \
         --input-len fixed:1024 --output-len fixed:128 --token-ids 100-100000 --goodput ttft:1000,itl:85 \
+        --progress=false >"$OUT/mixed-$load-$run.txt" 2>>"$OUT/mixed.err" || tail -3 "$OUT/mixed.err" | say
+    elif [ $load = mid ]; then
+      .gpu/trigon bench serve --url http://127.0.0.1:$port --rate inf --max-concurrency 64 --num-prompts 500 \
+        --input-len fixed:128 --output-len fixed:128 --token-ids 100-100000 \
         --progress=false >"$OUT/mixed-$load-$run.txt" 2>>"$OUT/mixed.err" || tail -3 "$OUT/mixed.err" | say
     else
       .gpu/trigon bench serve --url http://127.0.0.1:$port --rate inf --max-concurrency 256 --num-prompts 1000 \
