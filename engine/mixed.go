@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/trigon-llm/trigon/backend"
@@ -21,59 +22,88 @@ import (
 // and a prefill token adds little to that. So Load measures what steps
 // cost and caps the prefill a step may carry beside d decode tokens:
 //
-//	prefill step of n tokens:  t(n) = fixed + n*perToken   (eager)
-//	decode step of d tokens:   dec(d)                      (as served: graphs)
-//	allowed step:              ratio * dec(d) * dec(d)/dec(1)
-//	cap(d) = (allowed - fixed)/perToken - d
+//	prefill step of n tokens:  t(n), through steps timed at 1/8, 1/4, 1/2 and all of the budget
+//	decode step of d tokens:   dec(d), through steps timed at batch sizes spaced twice apart
+//	growth of the decode step: g(d) = dec(d)/dec(1)
+//	allowed step:              ratio * dec(d) * g(d)^2
+//	cap(d) = the largest n with t(n) <= allowed, less d
 //
 // With few decodes, dec(d) is about dec(1), the weights' reads, and the
 // cap holds the step within ratio times the decode step: prefill rows
 // ride on those reads nearly free, so a smaller step costs little. With
-// many, the decodes' own arithmetic makes the step compute-bound: GEMMs
-// of a few hundred rows run well below the rate of a full budget's, so
-// every cut of the prefill is paid in throughput, and the allowance grows
-// by the factor dec(d)/dec(1) the decode step has grown, towards the
-// whole budget (a loaded server's token gaps are long anyway).
+// many, the decodes' own arithmetic makes the step compute-bound, and
+// GEMMs of a few hundred rows run well below the rate of a full budget's:
+// every cut of the prefill is paid in throughput. So the allowance grows
+// with the square of the decode step's growth, reaching the whole budget
+// by the time the decode step has doubled (a loaded server, whose token
+// gaps are long anyway). The exponent is chosen by measurement (bench
+// serve on a GPU at a steady rate of long prompts, and with 64 and 256
+// streams in flight; docs/benchmarks.md).
 //
-// Never below the prefill that pays for its own step: where the cap
-// would leave a step adding more fixed cost (fixed + d*perToken - dec(d),
-// the eager mixed step's overhead over the decode step it replaces) than
-// prefill work, prompts would advance at under half their rate, so the
-// cap is raised to that overhead's worth of tokens (and at least one).
-// The caps grow with d.
+// Never below the smallest prefill step measured (an eighth of the
+// budget): below it the curve would be extrapolated, and prompts advance
+// at least that fast beside any number of decodes. The caps grow with d.
 
-// defaultMixedStepRatio is LoadOptions.MixedStepRatio's default: the
-// longest step beside decodes is 2.5x their step, inside the 3x that
-// keeps a stream's p99 token gap within a small multiple of its median.
-const defaultMixedStepRatio = 2.5
+// defaultMixedStepRatio is LoadOptions.MixedStepRatio's default. The
+// cap sets a mixed step's typical length; its slower ones run about a
+// third longer (chunks deeper in their prompts, host work), and under a
+// steady arrival of prompts those set the streams' p99 token gap, so a
+// typical mixed step of 2x the decode step keeps that gap under 3x the
+// median one.
+const defaultMixedStepRatio = 2.0
 
 // stepCosts is what Load measured of the model's steps (seconds).
 type stepCosts struct {
-	fixed, perToken float64      // a prefill step of n tokens: fixed + n*perToken
-	decode          []decodeCost // decode steps, by sequences
+	prefill curve // by tokens, one sequence from position 0
+	decode  curve // by sequences
 }
 
-// decodeCost is a decode step's time at seqs sequences.
-type decodeCost struct {
-	seqs int
-	t    float64
+// curve is a step's time (seconds) against its size, through measured
+// points sorted by size.
+type curve []point
+
+type point struct {
+	n int
+	t float64
 }
 
-// decodeTime is the decode step of d sequences, interpolated through the
-// measured ones: linearly between two, the first's time below the first,
-// the last segment's slope past the last.
-func (c stepCosts) decodeTime(d int) float64 {
-	pts := c.decode
-	if d <= pts[0].seqs || len(pts) == 1 {
-		return pts[0].t
+// at interpolates the curve linearly between its points and extends it
+// past either end along the end segment, slopes taken as at least 0 and
+// times as at least 0; a one-point curve is flat.
+func (c curve) at(n float64) float64 {
+	if len(c) == 1 {
+		return c[0].t
 	}
 	i := 1
-	for i < len(pts)-1 && pts[i].seqs < d {
+	for i < len(c)-1 && float64(c[i].n) < n {
 		i++
 	}
-	a, b := pts[i-1], pts[i]
-	slope := max(b.t-a.t, 0) / float64(b.seqs-a.seqs)
-	return a.t + slope*float64(d-a.seqs)
+	a, b := c[i-1], c[i]
+	slope := max(b.t-a.t, 0) / float64(b.n-a.n)
+	return max(a.t+slope*(n-float64(a.n)), 0)
+}
+
+// inverse is the largest size whose time at is at most t (+Inf where the
+// curve stays below it), 0 if none.
+func (c curve) inverse(t float64) float64 {
+	lo, hi := 0.0, float64(c[len(c)-1].n)
+	for c.at(hi) <= t {
+		if hi > math.MaxInt32 {
+			return math.Inf(1)
+		}
+		hi *= 2
+	}
+	if c.at(lo) > t {
+		return 0
+	}
+	for range 64 {
+		if m := (lo + hi) / 2; c.at(m) <= t {
+			lo = m
+		} else {
+			hi = m
+		}
+	}
+	return lo
 }
 
 // mixedCaps returns the caps for 0..maxDecode decode tokens (cap[0]
@@ -81,17 +111,18 @@ func (c stepCosts) decodeTime(d int) float64 {
 // no decode measured, or a prefill step that does not grow with its
 // tokens.
 func mixedCaps(c stepCosts, ratio float64, maxDecode int) []int {
-	if len(c.decode) == 0 || !(c.perToken > 0) || maxDecode < 1 || !(ratio > 1) {
+	if len(c.decode) == 0 || len(c.prefill) < 2 || maxDecode < 1 || !(ratio > 1) ||
+		!(c.prefill[len(c.prefill)-1].t > c.prefill[0].t) {
 		return nil
 	}
 	caps := make([]int, maxDecode+1)
-	light := c.decode[0].t
+	light := c.decode.at(1)
+	floor := float64(max(c.prefill[0].n, 1))
 	for d := 1; d <= maxDecode; d++ {
-		dec := c.decodeTime(d)
-		bound := (ratio*dec*dec/light-c.fixed)/c.perToken - float64(d)
-		floor := (c.fixed + float64(d)*c.perToken - dec) / c.perToken
-		v := max(bound, floor, 1, float64(caps[d-1]))
-		caps[d] = int(min(v, math.MaxInt32))
+		dec := c.decode.at(float64(d))
+		g := dec / light
+		bound := c.prefill.inverse(ratio*dec*g*g) - float64(d)
+		caps[d] = int(min(max(bound, floor, float64(caps[d-1])), math.MaxInt32))
 	}
 	return caps
 }
@@ -101,34 +132,31 @@ func mixedCaps(c stepCosts, ratio float64, maxDecode int) []int {
 // of the others kept.
 const decodeProbeRuns = 3
 
-// measureStepCosts times prefill steps of a quarter of the budget and of
-// all of it (the sizes mixed steps carry; a GEMM's cost per row falls
-// until its tiles fill the GPU, so the line between short steps would
-// understate it) at the start of their context, where most prompts'
-// chunks sit (the attention of a chunk deep in a long prompt adds to its
-// cost per token, and a line fitted there would cut every short prompt's
-// step), and decode steps at sizes spaced at least twice apart among the
-// warmed batch sizes, on the warmed runner.
+// measureStepCosts times prefill steps of an eighth, a quarter, a half
+// and all of the budget (the sizes mixed steps carry: a GEMM's cost per
+// row falls until its tiles fill the GPU, unevenly, so no line fits them
+// all) at the start of their context, where most prompts' chunks sit (a
+// chunk deep in a long prompt costs more a token for its attention, and
+// a curve measured there would cut every short prompt's step), and
+// decode steps at sizes spaced at least twice apart among the warmed
+// batch sizes, on the warmed runner.
 func measureStepCosts(r *runner.Runner, budget, room int, sizes []int, numBlocks int) (stepCosts, error) {
 	var c stepCosts
-	n2 := min(budget, room, maxAutoBudget)
-	n1 := n2 / 4
-	timeStep := prefillTimerAt(r, 0, n2)
-	if n1 < 1 {
-		return c, nil
-	}
-	var t [2]time.Duration
-	for i, n := range []int{n1, n2} {
+	top := min(budget, room, maxAutoBudget)
+	timeStep := prefillTimerAt(r, 0, top)
+	for _, n := range []int{top / 8, top / 4, top / 2, top} {
+		if n < 1 || len(c.prefill) > 0 && n == c.prefill[len(c.prefill)-1].n {
+			continue
+		}
 		if _, err := timeStep(n); err != nil {
 			return c, err
 		}
-		var err error
-		if t[i], err = fastest(timeStep, n); err != nil {
+		t, err := fastest(timeStep, n)
+		if err != nil {
 			return c, err
 		}
+		c.prefill = append(c.prefill, point{n, t.Seconds()})
 	}
-	c.perToken = (t[1] - t[0]).Seconds() / float64(n2-n1)
-	c.fixed = max(t[0].Seconds()-c.perToken*float64(n1), 0)
 	sizes = slices.Sorted(slices.Values(sizes))
 	last := 0
 	for _, n := range sizes {
@@ -155,7 +183,19 @@ func measureStepCosts(r *runner.Runner, budget, room int, sizes []int, numBlocks
 				best = min(best, time.Since(t0).Seconds())
 			}
 		}
-		c.decode = append(c.decode, decodeCost{seqs: n, t: best})
+		c.decode = append(c.decode, point{n, best})
 	}
 	return c, nil
+}
+
+// String lists the measured steps, for the load log.
+func (c curve) String() string {
+	var b strings.Builder
+	for i, p := range c {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%d:%v", p.n, time.Duration(p.t*float64(time.Second)).Round(10*time.Microsecond))
+	}
+	return b.String()
 }

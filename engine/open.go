@@ -44,7 +44,7 @@ type LoadOptions struct {
 	// MixedStepRatio, where the budget is measured and the model warmed
 	// (Warm on a backend that builds kernels at run time), caps the
 	// prefill of a step beside decodes so that it costs at most this
-	// many times their decode step (mixed.go); 0: 2.5, negative: no cap.
+	// many times their decode step (mixed.go); 0: 2, negative: no cap.
 	// Other loads keep the budget alone.
 	MixedStepRatio float64
 	// KVBlocks sizes the KV pools in 16-token blocks; 0: enough for
@@ -333,8 +333,7 @@ func Load(opts LoadOptions) (*Loaded, error) {
 			if mixedCap = mixedCaps(costs, ratio, min(maxDecode, budget)); mixedCap != nil {
 				at := func(d int) int { return mixedCap[min(d, len(mixedCap)-1)] }
 				log.Info("mixed-step prefill capped", "ratio", ratio,
-					"step_fixed", time.Duration(costs.fixed*float64(time.Second)).Round(time.Microsecond),
-					"step_per_token", time.Duration(costs.perToken*float64(time.Second)).Round(10*time.Nanosecond),
+					"prefill_steps", costs.prefill.String(), "decode_steps", costs.decode.String(),
 					"cap_at_1", at(1), "cap_at_8", at(8), "cap_at_64", at(64), "cap_at_max", at(maxDecode))
 			}
 		}
