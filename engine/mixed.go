@@ -11,8 +11,8 @@ import (
 	"github.com/trigon-llm/trigon/runner"
 )
 
-// Mixed-step caps (sched.Config.MixedCap), where Load measures the budget
-// and warms the model.
+// Mixed-step caps (sched.Config.MixedCap), where LoadOptions.MixedStepRatio
+// asks for them and Load measures the budget and warms the model.
 //
 // A step that prefills beside running decodes is, for every stream in it,
 // one token gap: under a steady arrival of long prompts those steps are
@@ -44,13 +44,15 @@ import (
 // budget): below it the curve would be extrapolated, and prompts advance
 // at least that fast beside any number of decodes. The caps grow with d.
 
-// defaultMixedStepRatio is LoadOptions.MixedStepRatio's default. The
-// cap sets a mixed step's typical length; its slower ones run about a
-// third longer (chunks deeper in their prompts, host work), and under a
-// steady arrival of prompts those set the streams' p99 token gap, so a
-// typical mixed step of 2x the decode step keeps that gap under 3x the
-// median one.
-const defaultMixedStepRatio = 2.0
+// A ratio of 2 (`serve --max-mixed-step-ratio 2`) suits a steady
+// arrival of prompts: the cap sets a mixed step's typical length, its
+// slower ones run about a third longer (chunks deeper in their prompts,
+// host work), and those set the streams' p99 token gap, so a typical
+// mixed step of 2x the decode step keeps that gap near 3x the median one.
+// The cap is off by default: at full load (hundreds of streams and
+// prompts arriving as fast as they finish) it spreads prefill over more,
+// smaller steps, each paying an eager step's host work and the lower GEMM
+// rate of fewer rows, and costs throughput (docs/benchmarks.md).
 
 // stepCosts is what Load measured of the model's steps (seconds).
 type stepCosts struct {

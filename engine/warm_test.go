@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -168,11 +170,12 @@ func TestLoadWarmDraft(t *testing.T) {
 	}
 }
 
-// TestLoadMixedCap: a warm load that measures its budget caps the prefill
-// beside decodes (at least one token, growing with the decodes, one entry
-// per decode count up to MaxSeqs), and its greedy outputs of prompts
-// arriving together equal those of a plain engine; a given budget, or a
-// negative ratio, leaves the budget alone.
+// TestLoadMixedCap: a warm load that measures its budget and asks for a
+// mixed-step ratio caps the prefill beside decodes (at least one token,
+// growing with the decodes, one entry per decode count up to MaxSeqs),
+// and its greedy outputs of prompts arriving together equal those of a
+// plain engine; a given budget, no ratio, or no warm-up leaves the budget
+// alone; a ratio of 1 or less, or not finite, is refused.
 func TestLoadMixedCap(t *testing.T) {
 	const maxSeqs = 6
 	rng := rand.New(rand.NewPCG(7, 8))
@@ -186,7 +189,7 @@ func TestLoadMixedCap(t *testing.T) {
 	newWarm := func() backend.Backend {
 		return &preparing{recording: recording{Backend: cpu.New(cpu.Options{Threads: 2}), rows: map[int]bool{}}}
 	}
-	l := start(t, newWarm(), engine.LoadOptions{MaxSeqs: maxSeqs, Warm: true})
+	l := start(t, newWarm(), engine.LoadOptions{MaxSeqs: maxSeqs, Warm: true, MixedStepRatio: 2})
 	caps := l.MixedCap
 	if len(caps) != min(maxSeqs, l.MaxBatchedTokens)+1 {
 		t.Fatalf("measured warm load: caps %v for budget %d, want one per decode count 0..%d", caps, l.MaxBatchedTokens, maxSeqs)
@@ -209,12 +212,18 @@ func TestLoadMixedCap(t *testing.T) {
 	}
 	wg.Wait()
 	for _, opts := range []engine.LoadOptions{
-		{MaxSeqs: maxSeqs, Warm: true, MaxBatchedTokens: 256},
-		{MaxSeqs: maxSeqs, Warm: true, MixedStepRatio: -1},
-		{MaxSeqs: maxSeqs},
+		{MaxSeqs: maxSeqs, Warm: true, MaxBatchedTokens: 256, MixedStepRatio: 2},
+		{MaxSeqs: maxSeqs, Warm: true},
+		{MaxSeqs: maxSeqs, MixedStepRatio: 2},
 	} {
 		if l := start(t, newWarm(), opts); l.MixedCap != nil {
 			t.Errorf("load %+v: caps %v, want none", opts, l.MixedCap)
+		}
+	}
+	for _, r := range []float64{1, 0.5, -1, math.NaN(), math.Inf(1)} {
+		_, err := engine.Load(engine.LoadOptions{Model: fixture, Backend: newWarm(), MaxSeqs: maxSeqs, Warm: true, MixedStepRatio: r})
+		if err == nil || !strings.Contains(err.Error(), "mixed-step ratio") {
+			t.Errorf("ratio %v: %v, want a refusal naming the mixed-step ratio", r, err)
 		}
 	}
 }

@@ -58,6 +58,10 @@ func TestModelFlagErrors(t *testing.T) {
 		{[]string{"--port", "0", "--max-queue", "0"}, "--max-queue 0"},
 		{[]string{"--port", "0", "--max-queue", "-1"}, "--max-queue -1"},
 		{[]string{"--port", "0", "--shutdown-timeout", "-1s"}, "--shutdown-timeout -1s"},
+		{[]string{"--port", "0", "--max-mixed-step-ratio", "1"}, "--max-mixed-step-ratio 1"},
+		{[]string{"--port", "0", "--max-mixed-step-ratio", "-2"}, "--max-mixed-step-ratio -2"},
+		{[]string{"--port", "0", "--max-mixed-step-ratio", "NaN"}, "--max-mixed-step-ratio NaN"},
+		{[]string{"--port", "0", "--max-mixed-step-ratio", "+Inf"}, "--max-mixed-step-ratio +Inf"},
 	} {
 		args := append([]string{"serve", "--model", fixtureModel, "--device", "cpu"}, c.flags...)
 		if _, _, err := execute(t, "", args...); err == nil || !strings.Contains(err.Error(), c.msg) {

@@ -30,8 +30,9 @@ type modelFlags struct {
 	maxTokens  int
 	kvBlocks   int
 	kvMemory   int64
-	maxQueue   int  // serve only
-	warm       bool // serve only: engine.LoadOptions.Warm
+	maxQueue   int     // serve only
+	warm       bool    // serve only: engine.LoadOptions.Warm
+	mixedRatio float64 // serve only: engine.LoadOptions.MixedStepRatio
 	graphs     string
 	graphMem   int64
 	memUtil    float64
@@ -104,7 +105,7 @@ func (f *modelFlags) load(ctx context.Context, log *slog.Logger, metrics *teleme
 		GraphMemory: f.graphMem, MemoryUtilization: f.memUtil,
 		Model: src.path, MaxContext: f.maxContext,
 		MaxSeqs: f.maxSeqs, MaxBatchedTokens: f.maxTokens, MaxQueue: f.maxQueue, KVBlocks: f.kvBlocks, KVMemory: f.kvMemory,
-		Metrics: metrics, Logger: log, QueueAhead: f.queueAhead, Tokenizer: src.tok, Warm: f.warm,
+		Metrics: metrics, Logger: log, QueueAhead: f.queueAhead, Tokenizer: src.tok, Warm: f.warm, MixedStepRatio: f.mixedRatio,
 		KVCacheDType: f.kvDType, KVWindow: kvWindow, Speculative: f.spec.cfg, TensorParallel: tp, Quantization: f.quant,
 	}
 	if src.dummy {
