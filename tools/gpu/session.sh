@@ -1085,8 +1085,8 @@ kill -TERM "$pid"; wait "$pid"; echo "serve exit=$?" | say
 
 # serve_mixed_ab: the mixed-step cap and the tuner's end against the old
 # build (.gpu/trigon_old), a fresh dummy Llama-3-8B server per run: for each
-# of MIXED_RUNS (default "old new2048 new"; new2048 is this build with the
-# budget given, so no cap: the tuner's end alone), 1,024/128 at 8 requests/s
+# of MIXED_RUNS (default "old new2048 new ratio2"; new2048 is this build
+# with the budget given, ratio2 with --max-mixed-step-ratio 2), 1,024/128 at 8 requests/s
 # (MIXED_N prompts, default 200), then for old and new 128/128 with 256 in
 # flight (1,000 prompts) and with 64 in flight (500 prompts). MIXED_LOADS
 # picks the loads (default "rate8 full mid"). The load lines say the
@@ -1094,12 +1094,13 @@ kill -TERM "$pid"; wait "$pid"; echo "serve exit=$?" | say
 serve_mixed_ab() {
 local run bin port=8019 pid i extra load
 for load in ${MIXED_LOADS:-rate8 full mid}; do
-  for run in ${MIXED_RUNS:-old new2048 new}; do
+  for run in ${MIXED_RUNS:-old new2048 new ratio2}; do
     [ $load != rate8 ] && [ $run = new2048 ] && continue
     if ((SECONDS > ${SKIP_AFTER:-500})); then log "serve_mixed_ab: no new run after ${SECONDS}s"; break 2; fi
     bin=.gpu/trigon extra=()
     [ $run = old ] && bin=.gpu/trigon_old
     [ $run = new2048 ] && extra=(--max-num-batched-tokens 2048)
+    [ $run = ratio2 ] && extra=(--max-mixed-step-ratio 2)
     log "serve_mixed_ab $load $run: $bin serve --load-format dummy --model llama-3-8b --max-seqs 256 ${extra[*]}"
     $bin serve --device cuda --port $port --load-format dummy --model llama-3-8b --max-seqs 256 "${extra[@]}" \
       >"$OUT/mixed-$load-$run.log" 2>&1 &
