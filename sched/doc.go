@@ -13,7 +13,9 @@
 // a decode takes one token, and a preempted sequence, whose blocks were
 // taken back, simply starts over at zero with its generated tokens kept,
 // recomputing them like a longer prompt. Logits are wanted only for a
-// chunk that reaches the last known token (ScheduledSeq.Sample).
+// chunk that reaches the last known token (ScheduledSeq.Sample). Decodes
+// are scheduled first; with Config.MixedCap, the prefill beside them is
+// further capped by how many decode tokens the step carries.
 //
 // # Contract with the engine
 //

@@ -146,11 +146,12 @@ type gemmPlan struct {
 // Products of at most Tuning.TuneMaxRows rows (decode steps, where one
 // product streams a whole weight matrix) are tuned: the heuristic's first
 // tuneAlgos results are timed on the first eager call (until EndTuning)
-// and the fastest is kept, since the heuristic's first choice for a decode shape can be a
-// split-K algorithm that streams the weight well below what the others
-// reach. The heuristic's choice stays unless another is tuneMargin faster
-// (timing noise); tuneFlushBytes, written before each timed run, evicts
-// the weight from L2 (over twice the L2 of the largest GPUs it runs on).
+// and the fastest is kept, since the heuristic's first choice for a
+// decode shape can be a split-K algorithm that streams the weight well
+// below what the others reach. The heuristic's choice stays unless
+// another is tuneMargin faster (timing noise); tuneFlushBytes, written
+// before each timed run, evicts the weight from L2 (over twice the L2 of
+// the largest GPUs it runs on).
 const (
 	tuneAlgos      = 8
 	tuneFlushBytes = 128 << 20
