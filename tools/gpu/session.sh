@@ -1131,9 +1131,10 @@ done
 # server with CUDA's default lazy module loading, one with
 # CUDA_MODULE_LOADING=EAGER (every kernel of cuBLASLt loaded when the
 # library loads), then lazy again under --profile-dir: its Go execution
-# trace (go tool trace -pprof=syscall shows the cgo calls' time by stack:
-# with .gpu/gotrace, a build of cmd/trace, it runs there into
-# $OUT/syscall.pprof). STALL_MODES picks the runs (default "LAZY EAGER PROFILE").
+# trace (go tool trace -pprof=syscall shows the cgo calls' time by stack,
+# -pprof=sched the time goroutines waited to run once runnable, -pprof=sync
+# the time they blocked on locks and channels: with .gpu/gotrace, a build of
+# cmd/trace, these run there into $OUT/{syscall,sched,sync}.pprof). STALL_MODES picks the runs (default "LAZY EAGER PROFILE").
 serve_stalls() {
 local mode port=8018 pid i
 for mode in ${STALL_MODES:-LAZY EAGER PROFILE}; do
@@ -1156,7 +1157,9 @@ for mode in ${STALL_MODES:-LAZY EAGER PROFILE}; do
   kill -TERM $pid; wait $pid
 done
 ls -la /tmp/prof | say
-[ -x .gpu/gotrace ] && for f in /tmp/prof/trace-*.out; do .gpu/gotrace -pprof=syscall "$f" >"$OUT/syscall.pprof" 2>>"$OUT/stalls.err"; done
+[ -x .gpu/gotrace ] && for f in /tmp/prof/trace-*.out; do
+  for k in syscall sched sync; do .gpu/gotrace -pprof=$k "$f" >"$OUT/$k.pprof" 2>>"$OUT/stalls.err"; done
+done
 cp /tmp/prof/cpu-*.pprof "$OUT/" 2>/dev/null
 }
 
