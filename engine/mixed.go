@@ -45,10 +45,11 @@ import (
 // at least that fast beside any number of decodes. The caps grow with d.
 
 // A ratio of 2 (`serve --max-mixed-step-ratio 2`) suits a steady
-// arrival of prompts: the cap sets a mixed step's typical length, its
-// slower ones run about a third longer (chunks deeper in their prompts,
-// host work), and those set the streams' p99 token gap, so a typical
-// mixed step of 2x the decode step keeps that gap near 3x the median one.
+// arrival of prompts: the cap sets a mixed step's typical length, but
+// the token gaps that span mixed steps spread, their slower ones about a
+// third over the typical step, and those set the streams' p99 token
+// gap, so a typical mixed step of 2x the decode step keeps that gap near
+// 3x the median one.
 // The cap is off by default: at full load (hundreds of streams and
 // prompts arriving as fast as they finish) it spreads prefill over more,
 // smaller steps, each paying an eager step's host work and the lower GEMM
