@@ -46,8 +46,8 @@ import (
 
 // A ratio of 2 (`serve --max-mixed-step-ratio 2`) suits a steady
 // arrival of prompts: the cap sets a mixed step's typical length, but
-// the token gaps that span mixed steps spread, their slower ones about a
-// third over the typical step, and those set the streams' p99 token
+// the token gaps that span mixed steps spread, their slower ones a third
+// to a half over the typical step, and those set the streams' p99 token
 // gap, so a typical mixed step of 2x the decode step keeps that gap near
 // 3x the median one.
 // The cap is off by default: at full load (hundreds of streams and
