@@ -36,9 +36,9 @@ import (
 // every cut of the prefill is paid in throughput. So the allowance grows
 // with the square of the decode step's growth, reaching the whole budget
 // by the time the decode step has doubled (a loaded server, whose token
-// gaps are long anyway). The exponent is chosen by measurement (bench
-// serve on a GPU at a steady rate of long prompts, and with 64 and 256
-// streams in flight; docs/benchmarks.md).
+// gaps are long anyway). An allowance growing only as the decode step
+// does cost more throughput with 256 streams in flight under bench serve
+// on a GPU (docs/benchmarks.md, "Tried and refuted").
 //
 // Never below the smallest prefill step measured (an eighth of the
 // budget): below it the curve would be extrapolated, and prompts advance
