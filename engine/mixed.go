@@ -12,7 +12,7 @@ import (
 )
 
 // Mixed-step caps (sched.Config.MixedCap), where LoadOptions.MixedStepRatio
-// asks for them and Load measures the budget and warms the model.
+// asks for them.
 //
 // A step that prefills beside running decodes is, for every stream in it,
 // one token gap: under a steady arrival of long prompts those steps are

@@ -42,14 +42,13 @@ type LoadOptions struct {
 	MaxSeqs, MaxBatchedTokens, ChunkSize int
 	// StepTime is the step length a measured budget aims at; 0: 150 ms.
 	StepTime time.Duration
-	// MixedStepRatio, where the budget is measured and the model warmed
-	// (Warm on a backend that builds kernels at run time), caps the
-	// prefill of a step beside decodes so that it costs at most this
-	// many times their decode step, an allowance that grows as the
-	// decodes make their step compute-bound (mixed.go); 0: no cap, else
-	// above 1 (2 holds a steady load's p99 token gap near 3x its median).
-	// It trades throughput at full load for that tail. Other loads keep
-	// the budget alone.
+	// MixedStepRatio caps the prefill of a step beside decodes so that
+	// it costs at most this many times their decode step, an allowance
+	// that grows as the decodes make their step compute-bound; Load
+	// times the model's steps for it, after the warm-up (mixed.go). 0:
+	// no cap (the budget alone), else above 1 (2 holds a steady load's
+	// p99 token gap on a GPU near 3x its median). It trades throughput
+	// at full load for that tail.
 	MixedStepRatio float64
 	// KVBlocks sizes the KV pools in 16-token blocks; 0: enough for
 	// MaxSeqs sequences of 2048 tokens, at most KVMemory bytes.
@@ -327,23 +326,27 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		if err != nil {
 			return fail(fmt.Errorf("load %s: %w", opts.Model, err))
 		}
-		if ratio := opts.MixedStepRatio; measure && ratio > 0 {
-			costs, err := measureStepCosts(r, budget, probeRoom(ctxLen, blocks), warmSizes(r), blocks)
-			if err != nil {
-				return fail(fmt.Errorf("load %s: %w", opts.Model, err))
-			}
-			maxDecode := opts.MaxSeqs
-			if opts.Speculative.Enabled() {
-				maxDecode *= 1 + opts.Speculative.NumSpeculativeTokens
-			}
-			if mixedCap = mixedCaps(costs, ratio, min(maxDecode, budget)); mixedCap != nil {
-				at := func(d int) int { return mixedCap[min(d, len(mixedCap)-1)] }
-				log.Info("mixed-step prefill capped", "ratio", ratio,
-					"prefill_steps", costs.prefill.String(), "decode_steps", costs.decode.String(),
-					"cap_at_1", at(1), "cap_at_8", at(8), "cap_at_64", at(64), "cap_at_max", at(maxDecode))
-			}
-		}
 		endTuning(opts.TensorParallel.backends(b), log)
+	}
+	if ratio := opts.MixedStepRatio; ratio > 0 {
+		// After the warm-up, so that the decode steps timed run as served.
+		costs, err := measureStepCosts(r, budget, probeRoom(ctxLen, blocks), warmSizes(r), blocks)
+		if err != nil {
+			return fail(fmt.Errorf("load %s: %w", opts.Model, err))
+		}
+		maxDecode := opts.MaxSeqs
+		if opts.Speculative.Enabled() {
+			maxDecode *= 1 + opts.Speculative.NumSpeculativeTokens
+		}
+		if mixedCap = mixedCaps(costs, ratio, min(maxDecode, budget)); mixedCap != nil {
+			at := func(d int) int { return mixedCap[min(d, len(mixedCap)-1)] }
+			log.Info("mixed-step prefill capped", "ratio", ratio,
+				"prefill_steps", costs.prefill.String(), "decode_steps", costs.decode.String(),
+				"cap_at_1", at(1), "cap_at_8", at(8), "cap_at_64", at(64), "cap_at_max", at(maxDecode))
+		} else {
+			log.Warn("mixed-step prefill not capped: the step costs measured do not bound a step", "ratio", ratio,
+				"prefill_steps", costs.prefill.String(), "decode_steps", costs.decode.String())
+		}
 	}
 	// The budget probe and the warm-up ran made-up tokens: an fp8 cache's
 	// dynamic scales are the first real prompt's to set.

@@ -170,11 +170,11 @@ func TestLoadWarmDraft(t *testing.T) {
 	}
 }
 
-// TestLoadMixedCap: a warm load that measures its budget and asks for a
-// mixed-step ratio caps the prefill beside decodes (at least one token,
-// growing with the decodes, one entry per decode count up to MaxSeqs),
-// and its greedy outputs of prompts arriving together equal those of a
-// plain engine; a given budget, no ratio, or no warm-up leaves the budget
+// TestLoadMixedCap: a load that asks for a mixed-step ratio caps the
+// prefill beside decodes (at least one token, growing with the decodes,
+// one entry per decode count up to MaxSeqs), with its budget measured or
+// given, warmed or not, and its greedy outputs of prompts arriving
+// together equal those of a plain engine; without a ratio the budget is
 // alone; a ratio of 1 or less, or not finite, is refused.
 func TestLoadMixedCap(t *testing.T) {
 	const maxSeqs = 6
@@ -211,13 +211,18 @@ func TestLoadMixedCap(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	for _, opts := range []engine.LoadOptions{
-		{MaxSeqs: maxSeqs, Warm: true, MaxBatchedTokens: 256, MixedStepRatio: 2},
-		{MaxSeqs: maxSeqs, Warm: true},
-		{MaxSeqs: maxSeqs, MixedStepRatio: 2},
+	// A given budget and an unwarmed backend are capped too; no ratio, not.
+	for _, tc := range []struct {
+		opts engine.LoadOptions
+		caps bool
+	}{
+		{engine.LoadOptions{MaxSeqs: maxSeqs, Warm: true, MaxBatchedTokens: 256, MixedStepRatio: 2}, true},
+		{engine.LoadOptions{MaxSeqs: maxSeqs, MixedStepRatio: 2}, true},
+		{engine.LoadOptions{MaxSeqs: maxSeqs, Warm: true}, false},
 	} {
-		if l := start(t, newWarm(), opts); l.MixedCap != nil {
-			t.Errorf("load %+v: caps %v, want none", opts, l.MixedCap)
+		l := start(t, newWarm(), tc.opts)
+		if (l.MixedCap != nil) != tc.caps || tc.caps && len(l.MixedCap) != min(maxSeqs, l.MaxBatchedTokens)+1 {
+			t.Errorf("load %+v: caps %v (budget %d), want caps: %v", tc.opts, l.MixedCap, l.MaxBatchedTokens, tc.caps)
 		}
 	}
 	for _, r := range []float64{1, 0.5, -1, math.NaN(), math.Inf(1)} {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -60,5 +61,26 @@ func TestLoadFallsBackToCPU(t *testing.T) {
 				t.Errorf("want one warning with the reason; log:\n%s", logs.String())
 			}
 		})
+	}
+}
+
+// TestLoadMixedStepRatio: serve's --max-mixed-step-ratio reaches the
+// engine: the load caps the prefill beside decodes and says so; without
+// it there is no cap.
+func TestLoadMixedStepRatio(t *testing.T) {
+	for _, ratio := range []float64{0, 2} {
+		var logs bytes.Buffer
+		log := slog.New(slog.NewTextHandler(&logs, nil))
+		mf := parseModelFlags(t, "--model", fixtureModel, "--device", "cpu", "--max-seqs", "4")
+		mf.mixedRatio = ratio // as serve sets it from its flag
+		l, stop, err := mf.load(context.Background(), log, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop()
+		capped := strings.Contains(logs.String(), "mixed-step prefill capped")
+		if (l.MixedCap != nil) != (ratio > 0) || capped != (ratio > 0) {
+			t.Errorf("ratio %v: caps %v, logged %v; want caps and the log line exactly when the ratio is set", ratio, l.MixedCap, capped)
+		}
 	}
 }

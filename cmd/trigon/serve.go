@@ -103,7 +103,7 @@ func serveCmd() *cobra.Command {
 	fl.StringVar(&apiKey, "api-key", "", "require this Bearer key (also $TRIGON_API_KEY)")
 	fl.StringVar(&name, "served-model-name", "", "model name clients use (default: the model's directory or file name)")
 	fl.IntVar(&maxQueue, "max-queue", 256, "most requests waiting to start; more get 429")
-	fl.Float64Var(&mf.mixedRatio, "max-mixed-step-ratio", 0, "on a GPU with the step budget measured: cap the prefill of a step beside decodes so that it takes at most this many times their decode step, more as the decodes fill the GPU (2 holds a steady load's p99 token gap near 3x its median, at some throughput at full load; 0: no cap)")
+	fl.Float64Var(&mf.mixedRatio, "max-mixed-step-ratio", 0, "cap the prefill of a step beside decodes so that it takes at most this many times their decode step, more as the decodes fill the device (timed at load; on a GPU, 2 holds a steady load's p99 token gap near 3x its median, at some throughput at full load; 0: no cap)")
 	fl.DurationVar(&shutdown, "shutdown-timeout", 30*time.Second, "how long to drain on SIGTERM before aborting requests")
 	fl.StringVar(&otlp, "otlp-endpoint", "", "OTLP/HTTP endpoint for traces (off when empty)")
 	fl.StringVar(&profileDir, "profile-dir", "", "serve POST /start_profile and /stop_profile (as vLLM's profiler dir does): a Go CPU profile and execution trace of the server between the two, written here (off when empty)")
