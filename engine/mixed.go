@@ -110,10 +110,11 @@ func (c curve) inverse(t float64) float64 {
 }
 
 // mixedCaps returns the caps for 0..maxDecode decode tokens (cap[0]
-// unused) at the given ratio, or nil where the costs cannot bound a step:
-// no decode measured, or a prefill step that does not grow with its
-// tokens.
-func mixedCaps(c stepCosts, ratio float64, maxDecode int) []int {
+// unused) at the given ratio, at most budget (the step's whole budget:
+// a larger cap means the same), or nil where the costs cannot bound a
+// step: no decode measured, or a prefill step that does not grow with
+// its tokens.
+func mixedCaps(c stepCosts, ratio float64, maxDecode, budget int) []int {
 	if len(c.decode) == 0 || len(c.prefill) < 2 || maxDecode < 1 || !(ratio > 1) ||
 		!(c.prefill[len(c.prefill)-1].t > c.prefill[0].t) {
 		return nil
@@ -125,7 +126,7 @@ func mixedCaps(c stepCosts, ratio float64, maxDecode int) []int {
 		dec := c.decode.at(float64(d))
 		g := dec / light
 		bound := c.prefill.inverse(ratio*dec*g*g) - float64(d)
-		caps[d] = int(min(max(bound, floor, float64(caps[d-1])), math.MaxInt32))
+		caps[d] = int(min(max(bound, floor, float64(caps[d-1])), float64(budget)))
 	}
 	return caps
 }

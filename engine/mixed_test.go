@@ -31,6 +31,7 @@ func TestMixedCaps(t *testing.T) {
 		c         stepCosts
 		ratio     float64
 		maxDecode int
+		budget    int         // 0: 1<<20
 		want      map[int]int // d -> cap, from the formulas by hand
 		nilCaps   bool
 	}{
@@ -39,6 +40,9 @@ func TestMixedCaps(t *testing.T) {
 		// 5.9e-3)/16.7e-6 - 8 = 343.3; at 256, the decode step grown 2.2x:
 		// 6231.9, past the curve's last point along its slope.
 		{name: "gpu", c: gpu, ratio: 2.5, maxDecode: 300, want: map[int]int{1: 304, 8: 343, 256: 6231}},
+		// The same within a budget of 2048: 2048 from where the allowance
+		// passes it.
+		{name: "gpu within the budget", c: gpu, ratio: 2.5, maxDecode: 300, budget: 2048, want: map[int]int{1: 304, 8: 343, 256: 2048, 300: 2048}},
 		// At 1: (2.5*3e-3 - 1e-3)/1e-3 - 1 = 5.5, under the floor of 16
 		// (the smallest step measured). At 8: (2.5*10e-3*(10/3)^2 -
 		// 1e-3)/1e-3 - 8 = 268.8.
@@ -55,7 +59,10 @@ func TestMixedCaps(t *testing.T) {
 		{name: "ratio 1", c: gpu, ratio: 1, maxDecode: 4, nilCaps: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			caps := mixedCaps(tc.c, tc.ratio, tc.maxDecode)
+			if tc.budget == 0 {
+				tc.budget = 1 << 20
+			}
+			caps := mixedCaps(tc.c, tc.ratio, tc.maxDecode, tc.budget)
 			if tc.nilCaps {
 				if caps != nil {
 					t.Fatalf("caps %v, want none", caps)
@@ -72,8 +79,11 @@ func TestMixedCaps(t *testing.T) {
 			}
 			pre := tc.c.prefill
 			for d := 1; d <= tc.maxDecode; d++ {
-				if caps[d] < 1 || caps[d] < caps[d-1] {
-					t.Fatalf("caps not at least 1 and non-decreasing at %d: %v", d, caps[d-1:d+1])
+				if caps[d] < 1 || caps[d] < caps[d-1] || caps[d] > tc.budget {
+					t.Fatalf("caps not at least 1, non-decreasing and within the budget %d at %d: %v", tc.budget, d, caps[d-1:d+1])
+				}
+				if caps[d] == tc.budget {
+					continue
 				}
 				// Within the allowance, or raised (to the floor or the
 				// previous cap); and tight: one token more would not fit.

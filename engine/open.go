@@ -338,7 +338,7 @@ func Load(opts LoadOptions) (*Loaded, error) {
 		if opts.Speculative.Enabled() {
 			maxDecode *= 1 + opts.Speculative.NumSpeculativeTokens
 		}
-		if mixedCap = mixedCaps(costs, ratio, min(maxDecode, budget)); mixedCap != nil {
+		if mixedCap = mixedCaps(costs, ratio, min(maxDecode, budget), budget); mixedCap != nil {
 			at := func(d int) int { return mixedCap[min(d, len(mixedCap)-1)] }
 			log.Info("mixed-step prefill capped", "ratio", ratio,
 				"prefill_steps", costs.prefill.String(), "decode_steps", costs.decode.String(),
