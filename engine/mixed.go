@@ -41,7 +41,7 @@ import (
 // on a GPU (docs/benchmarks.md, "Tried and refuted").
 //
 // Never below the smallest prefill step measured (an eighth of the
-// budget): below it the curve would be extrapolated, and prompts advance
+// budget, or of 2048 where the budget is larger): below it the curve would be extrapolated, and prompts advance
 // at least that fast beside any number of decodes. The caps grow with d.
 
 // A ratio of 2 (`serve --max-mixed-step-ratio 2`) suits a steady
@@ -131,11 +131,6 @@ func mixedCaps(c stepCosts, ratio float64, maxDecode, budget int) []int {
 	return caps
 }
 
-// decodeProbeRuns is how many times measureStepCosts runs a decode step of
-// each size: the first (which may capture its graph) untimed, the fastest
-// of the others kept.
-const decodeProbeRuns = 3
-
 // measureStepCosts times prefill steps of an eighth, a quarter, a half
 // and all of the budget (the sizes mixed steps carry: a GEMM's cost per
 // row falls until its tiles fill the GPU, unevenly, so no line fits them
@@ -164,30 +159,32 @@ func measureStepCosts(r *runner.Runner, budget, room int, sizes []int, numBlocks
 	sizes = slices.Sorted(slices.Values(sizes))
 	last := 0
 	for _, n := range sizes {
-		if n < 2*last {
-			continue
-		}
 		step := warmStep(r, n, numBlocks, 1)
-		if step == nil {
+		if n < 2*last || step == nil {
 			continue
 		}
 		last = n
-		best := math.Inf(1)
-		for i := range decodeProbeRuns {
+		timeDecode := func(int) (time.Duration, error) {
 			t0 := time.Now()
 			out, err := r.Execute(step)
 			if err != nil {
-				return c, fmt.Errorf("engine: decode probe of %d sequences: %w", n, err)
+				return 0, fmt.Errorf("engine: decode probe of %d sequences: %w", n, err)
 			}
 			// Sampling reads the tokens back, so it waits for the device.
 			if _, err := out.Sample(make([]backend.SampleRow, out.Rows)); err != nil {
-				return c, fmt.Errorf("engine: decode probe of %d sequences: sample: %w", n, err)
+				return 0, fmt.Errorf("engine: decode probe of %d sequences: sample: %w", n, err)
 			}
-			if i > 0 {
-				best = min(best, time.Since(t0).Seconds())
-			}
+			return time.Since(t0), nil
 		}
-		c.decode = append(c.decode, point{n, best})
+		// The first run (which may capture the step's graph) untimed.
+		if _, err := timeDecode(n); err != nil {
+			return c, err
+		}
+		t, err := fastest(timeDecode, n)
+		if err != nil {
+			return c, err
+		}
+		c.decode = append(c.decode, point{n, t.Seconds()})
 	}
 	return c, nil
 }
