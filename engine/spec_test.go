@@ -28,6 +28,9 @@ import (
 const (
 	defaultModel   = "../models/default/trigon-go.q8_0.gguf"
 	defaultModelHF = "../models/default/hf"
+	// trainedDraft is the draft trained for the default model (2 layers,
+	// its vocabulary; docs/speculative.md, "The default model's draft").
+	trainedDraft = "../models/default/draft/trigon-go-draft.q8_0.gguf"
 )
 
 // startDefault loads the default model (bf16) on the CPU with spec (zero:
@@ -140,6 +143,16 @@ func truncatedDraft(t *testing.T, layers int) string {
 	return path
 }
 
+// parseSpec is specdec.ParseConfig, failing the test on an error.
+func parseSpec(t *testing.T, text string) specdec.Config {
+	t.Helper()
+	c, err := specdec.ParseConfig(text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // generate runs every prompt at once and returns each one's tokens.
 func generate(t *testing.T, l *engine.Loaded, prompts [][]int32, p sample.Params) []result {
 	t.Helper()
@@ -165,7 +178,8 @@ func generate(t *testing.T, l *engine.Loaded, prompts [][]int32, p sample.Params
 // token for token what plain decoding gives, on 50 prompts run together;
 // drafts are proposed and accepted: every one with the model as its own
 // draft (its KV cache follows each sequence through rollbacks exactly),
-// most with its Q8_0 file, and a truncated draft is also rejected; every
+// most with its Q8_0 file; a truncated draft and the draft trained for
+// the default model (a smaller model of its own) are also rejected; every
 // KV block comes back.
 func TestSpeculativeGreedyMatches(t *testing.T) {
 	prompts := heldoutPrompts(t, 50)
@@ -188,6 +202,8 @@ func TestSpeculativeGreedyMatches(t *testing.T) {
 		{"self draft", specdec.Config{Method: specdec.MethodDraftModel, NumSpeculativeTokens: 3, Model: defaultModelHF}, 1, 1, false},
 		{"q8_0 draft", specdec.Config{Method: specdec.MethodDraftModel, NumSpeculativeTokens: 5, Model: defaultModel}, 0.9, 1, false},
 		{"truncated draft", specdec.Config{Method: specdec.MethodDraftModel, NumSpeculativeTokens: 3, Model: truncatedDraft(t, 3)}, 0.05, 0.95, false},
+		// As --speculative-config gives it.
+		{"trained draft", parseSpec(t, `{"method": "draft_model", "model": "`+trainedDraft+`", "num_speculative_tokens": 4}`), 0.2, 0.95, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := startDefaultWith(t, engine.LoadOptions{Backend: cpu.New(cpu.Options{Threads: 2}), Speculative: tc.cfg, QueueAhead: tc.ahead})
