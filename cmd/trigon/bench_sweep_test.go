@@ -19,12 +19,16 @@ import (
 	"github.com/trigon-llm/trigon/telemetry"
 )
 
-// startMetricsServer serves the fixture model over loopback HTTP with one
-// telemetry.Metrics shared by the API and the engine, as trigon serve has.
-func startMetricsServer(t *testing.T, opts engine.LoadOptions) *httptest.Server {
+// startMetricsServer serves opts.Model (empty: the fixture model) over
+// loopback HTTP with one telemetry.Metrics shared by the API and the
+// engine, as trigon serve has.
+func startMetricsServer(t *testing.T, opts engine.LoadOptions) (*httptest.Server, *engine.Loaded) {
 	t.Helper()
 	m := telemetry.NewMetrics()
-	opts.Model, opts.Backend, opts.Metrics = fixtureModel, cpu.New(cpu.Options{Threads: 2}), m
+	if opts.Model == "" {
+		opts.Model = fixtureModel
+	}
+	opts.Backend, opts.Metrics = cpu.New(cpu.Options{Threads: 2}), m
 	l, err := engine.Load(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +45,7 @@ func startMetricsServer(t *testing.T, opts engine.LoadOptions) *httptest.Server 
 	}
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() { hs.Close(); cancel(); <-done; l.Close() })
-	return hs
+	return hs, l
 }
 
 // TestBenchServeSweepLoopback sweeps two rates against the real server
@@ -49,7 +53,7 @@ func startMetricsServer(t *testing.T, opts engine.LoadOptions) *httptest.Server 
 // meets, and checks the JSON of both points, the engine-step section read
 // from /metrics and the plot.
 func TestBenchServeSweepLoopback(t *testing.T) {
-	hs := startMetricsServer(t, engine.LoadOptions{MaxSeqs: 8, MaxBatchedTokens: 256, ChunkSize: 64, QueueAhead: true})
+	hs, _ := startMetricsServer(t, engine.LoadOptions{MaxSeqs: 8, MaxBatchedTokens: 256, ChunkSize: 64, QueueAhead: true})
 	plot := filepath.Join(t.TempDir(), "curve.png")
 	out, err := runBench(t, "serve", "--url", hs.URL, "--num-prompts", "6", "--request-rate", "100,400",
 		"--input-len", "uniform:4-40", "--output-len", "fixed:5", "--seed", "3", "--goodput", "ttft:600000,itl:600000",
