@@ -694,7 +694,7 @@ PY
 # spec_rows: speculative decoding's speed targets (docs/speculative.md).
 # For each run of SPEC_RUNS (SET:METHOD[:K], SET edit or heldout, the
 # prompt sets of models/default/prompts/; METHOD none, noqa (none with
-# --queue-ahead=false, what speculation turns off), ngram (prompt lookup,
+# --queue-ahead=false, what a draft model turns off), ngram (prompt lookup,
 # n-grams of 2 to 4) or draft (the draft model DRAFT)), a fresh trigon serve
 # on the default model, a warm-up of two random-prompt requests (graph
 # captures), then bench serve over the set's SPEC_PROMPTS prompts (default
