@@ -28,6 +28,10 @@ type Options struct {
 	KVWindow     int
 	// KVGroup is the int8/int4 cache's channels per scale (0: the default).
 	KVGroup int
+	// Quantization is the weight dtype the checkpoint's projections are
+	// quantized to at load (model.QuantizeWeights: backend.F8E4M3Row is
+	// --quantization fp8); 0 loads them as stored.
+	Quantization backend.DType
 }
 
 // Result of a perplexity run.
@@ -59,7 +63,7 @@ func Perplexity(b backend.Backend, path string, tokens []int32, opts Options) (R
 	if len(tokens) < 2 {
 		return Result{}, fmt.Errorf("perplexity: need at least 2 tokens, have %d", len(tokens))
 	}
-	cfg, _, w, err := model.OpenWeights(path)
+	cfg, w, err := openWeights(path, opts.Quantization)
 	if err != nil {
 		return Result{}, err
 	}
@@ -122,6 +126,21 @@ func Perplexity(b backend.Backend, path string, tokens []int32, opts Options) (R
 	res.NLL = sum / float64(res.Predicted)
 	res.PPL = math.Exp(res.NLL)
 	return res, nil
+}
+
+// openWeights opens the checkpoint at path, its projections quantized to
+// quant at load unless quant is 0.
+func openWeights(path string, quant backend.DType) (model.Config, model.Weights, error) {
+	cfg, _, w, err := model.OpenWeights(path)
+	if err != nil || quant == 0 {
+		return cfg, w, err
+	}
+	q, err := model.QuantizeWeights(w, quant)
+	if err != nil {
+		w.Close()
+		return cfg, nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return cfg, q, nil
 }
 
 // kvFormat is the cache format of the options --kv-cache-dtype,

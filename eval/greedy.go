@@ -16,10 +16,11 @@ type GreedyOptions struct {
 	// exactly Tokens tokens and position i of two runs compares the same
 	// step.
 	Tokens int
-	// KVCacheDType, KVWindow and KVGroup: Options.
+	// KVCacheDType, KVWindow, KVGroup and Quantization: Options.
 	KVCacheDType string
 	KVWindow     int
 	KVGroup      int
+	Quantization backend.DType
 }
 
 // Greedy continues every prompt by argmax decoding with the model at path
@@ -38,7 +39,7 @@ func Greedy(b backend.Backend, path string, prompts [][]int32, opts GreedyOption
 	if len(prompts) == 0 {
 		return nil, fmt.Errorf("greedy: no prompts")
 	}
-	cfg, _, w, err := model.OpenWeights(path)
+	cfg, w, err := openWeights(path, opts.Quantization)
 	if err != nil {
 		return nil, err
 	}

@@ -23,7 +23,7 @@ func perplexityCmd() *cobra.Command {
 	var df deviceFlags
 	var modelPath string
 	var window, chunk, kvWindow, kvGroup int
-	var kvDType string
+	var kvDType, quant string
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "perplexity [--model M] FILE",
@@ -42,6 +42,10 @@ func perplexityCmd() *cobra.Command {
 			if err := checkKVGroup(kvDType, kvGroup); err != nil {
 				return err
 			}
+			qdt, err := engine.QuantizationDType(quant)
+			if err != nil {
+				return fmt.Errorf("--quantization: %w", err)
+			}
 			path, ids, err := evalText(modelPath, args[0])
 			if err != nil {
 				return err
@@ -55,7 +59,9 @@ func perplexityCmd() *cobra.Command {
 				return err
 			}
 			t0 := time.Now()
-			res, err := eval.Perplexity(b, path, ids, eval.Options{Window: window, Chunk: chunk, KVCacheDType: kvDType, KVWindow: win, KVGroup: kvGroup})
+			res, err := eval.Perplexity(b, path, ids, eval.Options{
+				Window: window, Chunk: chunk, KVCacheDType: kvDType, KVWindow: win, KVGroup: kvGroup, Quantization: qdt,
+			})
 			if err != nil {
 				return err
 			}
@@ -63,10 +69,15 @@ func perplexityCmd() *cobra.Command {
 				return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{
 					"file": args[0], "model": path, "tokens": res.Tokens, "predicted": res.Predicted,
 					"window": window, "nll": res.NLL, "ppl": res.PPL, "backend": b.Name(), "kv_cache_dtype": kvDType,
+					"quantization": quant,
 				})
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s: %d tokens, %d predicted, window %d: nll %.4f, perplexity %.4f (%s, %.1fs)\n",
-				args[0], res.Tokens, res.Predicted, window, res.NLL, res.PPL, b.Name(), time.Since(t0).Seconds())
+			weights := ""
+			if qdt != 0 {
+				weights = ", --quantization " + quant
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: %d tokens, %d predicted, window %d: nll %.4f, perplexity %.4f (%s%s, %.1fs)\n",
+				args[0], res.Tokens, res.Predicted, window, res.NLL, res.PPL, b.Name(), weights, time.Since(t0).Seconds())
 			return nil
 		},
 	}
@@ -77,12 +88,13 @@ func perplexityCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	registerKVFlags(cmd, &kvDType, &kvWindow)
 	cmd.Flags().IntVar(&kvGroup, "kv-cache-group", 0, "int8 and int4 KV caches: channels per scale, 8, 16, 32 or 128 (0: the default); other dtypes have no groups and refuse it")
+	cmd.Flags().StringVar(&quant, "quantization", "none", quantizationUsage)
 	return cmd
 }
 
 func greedyCmd() *cobra.Command {
 	var df deviceFlags
-	var modelPath, baseline string
+	var modelPath, baseline, quant string
 	var dtypes, others []string
 	var prompts, promptLen, tokens, kvWindow int
 	var asJSON bool
@@ -94,7 +106,10 @@ func greedyCmd() *cobra.Command {
 			"cache and with each --kv-cache-dtype, and prints per format the mean share of positions\n" +
 			"before the first divergence from the baseline, the mean share of equal positions, and the\n" +
 			"prompts that never diverge. With --compare-models the other checkpoints (the same tokenizer:\n" +
-			"the model quantized, say) are compared against --model, all with the --baseline cache.",
+			"the model quantized, say) are compared against --model, all with the --baseline cache.\n" +
+			"--quantization quantizes the compared checkpoints at load: those of --compare-models when\n" +
+			"given (--model, the reference, then loads as stored; --compare-models set to --model itself\n" +
+			"measures the quantization), else --model.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkInts(
@@ -117,6 +132,17 @@ func greedyCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			qdt, err := engine.QuantizationDType(quant)
+			if err != nil {
+				return fmt.Errorf("--quantization: %w", err)
+			}
+			// The reference is as stored when other checkpoints are
+			// compared against it; otherwise every run is of the one
+			// model, quantized.
+			modelQuant := qdt
+			if len(others) > 0 {
+				modelQuant = 0
+			}
 			path, ids, err := evalText(modelPath, args[0])
 			if err != nil {
 				return err
@@ -129,14 +155,14 @@ func greedyCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			runOn := func(path, dtype string) ([][]int32, error) {
-				out, err := eval.Greedy(b, path, ps, eval.GreedyOptions{Tokens: tokens, KVCacheDType: dtype, KVWindow: win})
+			runOn := func(path, dtype string, quant backend.DType) ([][]int32, error) {
+				out, err := eval.Greedy(b, path, ps, eval.GreedyOptions{Tokens: tokens, KVCacheDType: dtype, KVWindow: win, Quantization: quant})
 				if err != nil {
 					return nil, fmt.Errorf("%s, --kv-cache-dtype %s: %w", path, dtype, err)
 				}
 				return out, nil
 			}
-			run := func(dtype string) ([][]int32, error) { return runOn(path, dtype) }
+			run := func(dtype string) ([][]int32, error) { return runOn(path, dtype, modelQuant) }
 			if len(others) > 0 && !cmd.Flags().Changed("kv-cache-dtype") {
 				dtypes = nil // models only, unless formats are asked for too
 			}
@@ -175,7 +201,7 @@ func greedyCmd() *cobra.Command {
 			}
 			for _, other := range others {
 				t0 := time.Now()
-				got, err := runOn(other, baseline)
+				got, err := runOn(other, baseline, qdt)
 				if err != nil {
 					return err
 				}
@@ -193,7 +219,7 @@ func greedyCmd() *cobra.Command {
 			if asJSON {
 				return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{
 					"file": args[0], "model": path, "prompts": prompts, "prompt_len": promptLen, "tokens": tokens,
-					"baseline": baseline, "kv_cache_window": kvWindow, "backend": b.Name(), "results": rows,
+					"baseline": baseline, "kv_cache_window": kvWindow, "backend": b.Name(), "quantization": quant, "results": rows,
 				})
 			}
 			return nil
@@ -210,6 +236,7 @@ func greedyCmd() *cobra.Command {
 	cmd.Flags().IntVar(&kvWindow, "kv-cache-window", backend.DefaultKVWindow, "int4 KV cache: the newest tokens of each sequence kept in bf16; "+
 		"0 keeps none (only each sequence's last, partial block)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().StringVar(&quant, "quantization", "none", quantizationUsage+"; applied to --compare-models' checkpoints when given, else to --model's")
 	return cmd
 }
 

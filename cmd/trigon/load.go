@@ -71,7 +71,8 @@ func (f *modelFlags) register(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&f.queueAhead, "queue-ahead", true, "queue each decode step on the device, fed the previous step's sampled tokens there, before they reach the host (steady decoding; requests sampled on the host are not; =false turns it off)")
 }
 
-// quantizationUsage is the help of --quantization (serve, run, bench latency).
+// quantizationUsage is the help of --quantization (serve, run, bench
+// latency, eval perplexity and greedy).
 const quantizationUsage = "quantize an unquantized checkpoint's projections at load: fp8 (e4m3 weights, a scale per output feature; activations quantized per token at run time, as vLLM's dynamic FP8) or none; pre-quantized AWQ and FP8 checkpoints load as they are (docs/quantization.md)"
 
 // modelPath resolves --model, extracting the embedded default when empty.
