@@ -4,7 +4,9 @@
 //
 // The tokenizer's pre-tokenizer is written under llama.cpp's name for it
 // where llama.cpp has one; a split llama.cpp does not know keeps trigon's
-// name, and the Report says llama.cpp will not load the file.
+// name, and the Report says llama.cpp will not load the file. Options.Pre
+// writes another name instead, and the Report says whether its split is
+// the tokenizer's.
 //
 // Norm weights and biases (1-D tensors) stay F32 as llama.cpp keeps them;
 // matrices are written in the target type. Quantized targets need inner
@@ -61,6 +63,12 @@ type Options struct {
 	// llama.cpp's rule for its _M files (tensorType).
 	KMix bool
 	Name string // general.name; default: the source's base name
+	// Pre, when set, is written as tokenizer.ggml.pre instead of the
+	// tokenizer's own name: a byte-level BPE name trigon reads
+	// (tokenizer.PreNames), for readers that refuse the tokenizer's own
+	// (llama.cpp and "trigon-go"). The file's readers tokenize by Pre's
+	// split; Report.PreDiffers says when that is not the tokenizer's.
+	Pre string
 }
 
 // Report says what a conversion wrote.
@@ -72,6 +80,9 @@ type Report struct {
 	// has no name for), "" when it should load it. trigon reads the file
 	// either way.
 	NotLlamaCpp string
+	// PreDiffers, with Options.Pre, says how the split Pre names differs
+	// from the tokenizer's own; "" when they are the same split.
+	PreDiffers string
 }
 
 // TensorCount is the number of tensors Write puts in a GGUF file of
@@ -183,10 +194,23 @@ func Write(out io.Writer, cfg model.Config, w model.Weights, tok *tokenizer.Toke
 	if spec.Model == "gpt2" && spec.Pre == "" {
 		return Report{}, fmt.Errorf("convert: the tokenizer's pre-tokenizer has no GGUF name (tokenizer.ggml.pre), so a GGUF file would tokenize differently")
 	}
+	var rep Report
+	if opts.Pre != "" {
+		if spec.Model != "gpt2" {
+			return Report{}, fmt.Errorf("convert: pre-tokenizer %q: a %q tokenizer has no pre-tokenizer name to replace (only byte-level BPE, \"gpt2\", has one)", opts.Pre, spec.Model)
+		}
+		same, err := tokenizer.SamePreSplit(opts.Pre, spec.Pre)
+		if err != nil {
+			return Report{}, fmt.Errorf("convert: %w", err)
+		}
+		if !same {
+			rep.PreDiffers = fmt.Sprintf("pre-tokenizer %q does not split text as the tokenizer's own %q does: readers of the file (trigon too) split by %q, so some texts get other tokens than the model was trained on", opts.Pre, spec.Pre, opts.Pre)
+		}
+		spec.Pre = opts.Pre
+	}
 	for _, kv := range spec.GGUFMetadata() {
 		gw.AddKV(kv.Key, kv.Value)
 	}
-	var rep Report
 	if err := spec.LlamaCppLoads(); err != nil {
 		rep.NotLlamaCpp = err.Error()
 	}

@@ -257,3 +257,93 @@ func TestConvertOutputPath(t *testing.T) {
 		t.Errorf("convert into the source directory: %v", err)
 	}
 }
+
+// TestConvertPreTokenizer: Options.Pre is written as tokenizer.ggml.pre and
+// reads back as that name's split; the report says when the split is not
+// the tokenizer's own (the default model's trigon-go read as llama-bpe)
+// and whether llama.cpp loads the result; a name trigon does not read, or
+// a name for a tokenizer that has none, is refused before any tensor is
+// written.
+func TestConvertPreTokenizer(t *testing.T) {
+	defaultTok, err := engine.LoadTokenizer("../models/default/hf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fixtureTok, err := engine.LoadTokenizer(fixture) // gpt-2's split
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The fixture's weights carry every tokenizer here: the test reads
+	// the file's tokenizer only.
+	cfg, _, w, err := model.OpenWeights(fixture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for _, c := range []struct {
+		name     string
+		tok      *tokenizer.Tokenizer
+		pre      string
+		written  string // tokenizer.ggml.pre in the file
+		readAs   string // the split trigon reads it as
+		differs  bool
+		llamaCpp bool
+		err      string
+	}{
+		{"own name", defaultTok, "", "trigon-go", "trigon-go", false, false, ""},
+		{"own name given", defaultTok, "trigon-go", "trigon-go", "trigon-go", false, false, ""},
+		{"llama-bpe for llama.cpp", defaultTok, "llama-bpe", "llama-bpe", "llama-bpe", true, true, ""},
+		{"an alias", defaultTok, "llama3", "llama3", "llama-bpe", true, true, ""},
+		{"same split, another name", fixtureTok, "gpt2", "gpt2", "gpt-2", false, false, ""},
+		{"another split", fixtureTok, "qwen2", "qwen2", "qwen2", true, true, ""},
+		{"unknown", defaultTok, "llama-bpe2", "", "", false, false, `"llama-bpe2" is not one trigon knows`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dst := filepath.Join(t.TempDir(), "out.gguf")
+			f, err := os.Create(dst)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep, err := convert.Write(f, cfg, w, c.tok, convert.Options{Type: backend.F16, Pre: c.pre})
+			f.Close()
+			if c.err != "" {
+				st, _ := os.Stat(dst)
+				if err == nil || !strings.Contains(err.Error(), c.err) || st.Size() != 0 {
+					t.Fatalf("%v (%d bytes written), want an error containing %q before any byte", err, st.Size(), c.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (rep.PreDiffers != "") != c.differs || (rep.NotLlamaCpp == "") != c.llamaCpp {
+				t.Errorf("PreDiffers %q, NotLlamaCpp %q; want differs %v, llama.cpp loads %v", rep.PreDiffers, rep.NotLlamaCpp, c.differs, c.llamaCpp)
+			}
+			g, err := gguf.Open(dst)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Close()
+			if got, _ := g.String("tokenizer.ggml.pre"); got != c.written {
+				t.Errorf("tokenizer.ggml.pre %q, want %q", got, c.written)
+			}
+			back, err := engine.LoadTokenizer(dst)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := back.Spec().Pre; got != c.readAs {
+				t.Errorf("reads back as %q, want %q", got, c.readAs)
+			}
+		})
+	}
+	// A SentencePiece ("llama") tokenizer has no pre-tokenizer name.
+	sp, err := tokenizer.FromSpec(tokenizer.Spec{Model: "llama", Tokens: []string{"<unk>", "▁a", "b"}, Scores: []float32{0, -1, -2},
+		BOS: -1, EOS: -1, UNK: 0, PAD: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sink bytes.Buffer
+	if _, err := convert.Write(&sink, cfg, w, sp, convert.Options{Type: backend.F16, Pre: "llama-bpe"}); err == nil || !strings.Contains(err.Error(), "no pre-tokenizer name") || sink.Len() != 0 {
+		t.Errorf("SentencePiece with a pre-tokenizer name: %v (%d bytes), want a refusal", err, sink.Len())
+	}
+}

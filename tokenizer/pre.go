@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // bytePre is a byte-level BPE pre-tokenizer that has a GGUF name
@@ -60,6 +61,35 @@ func lookupBytePre(name string) (bytePre, bool) {
 		}
 	}
 	return bytePre{}, false
+}
+
+// SamePreSplit reports whether the tokenizer.ggml.pre values a and b of a
+// byte-level BPE ("gpt2") tokenizer select the same pre-tokenizer: one
+// split regex, whole-word lookup and normalization, as a name and its
+// aliases (and trigon's readings of "gpt2", "default" and no key as
+// "gpt-2") do. A value trigon does not read is an error naming it.
+func SamePreSplit(a, b string) (bool, error) {
+	pa, ok := lookupBytePre(a)
+	if !ok {
+		return false, fmt.Errorf("pre-tokenizer %q is not one trigon knows (known: %s)", a, strings.Join(PreNames(), ", "))
+	}
+	pb, ok := lookupBytePre(b)
+	if !ok {
+		return false, fmt.Errorf("pre-tokenizer %q is not one trigon knows (known: %s)", b, strings.Join(PreNames(), ", "))
+	}
+	// Each entry of bytePres is a distinct split.
+	return pa.name == pb.name, nil
+}
+
+// PreNames lists the tokenizer.ggml.pre names of byte-level BPE that trigon
+// reads, each entry's own name first, then its aliases.
+func PreNames() []string {
+	var names []string
+	for _, p := range bytePres() {
+		names = append(names, p.name)
+		names = append(names, p.aliases...)
+	}
+	return names
 }
 
 // LlamaCppLoads reports whether llama.cpp accepts s's tokenizer.ggml.model

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -162,6 +163,54 @@ func TestLlamaCppLoadsReadOnlyNames(t *testing.T) {
 		err := Spec{Model: c.model, Pre: c.pre}.LlamaCppLoads()
 		if (err == nil) != c.ok {
 			t.Errorf("%s/%q: LlamaCppLoads() = %v, want loadable %v", c.model, c.pre, err, c.ok)
+		}
+	}
+}
+
+// TestSamePreSplit: names of one entry (its aliases, trigon's readings of
+// "gpt2", "default" and no key) are one split, names of two entries are
+// not, and a name trigon does not read is an error naming it. The table's
+// entries are distinct splits (SamePreSplit compares entries): no two
+// share regex, whole-word lookup and normalization, and every name
+// PreNames lists is read.
+func TestSamePreSplit(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		same bool
+		err  bool
+	}{
+		{"llama-bpe", "llama-bpe", true, false},
+		{"llama3", "llama-bpe", true, false},
+		{"llama-v3", "llama3", true, false},
+		{"dbrx", "smaug-bpe", true, false},
+		{"gpt2", "gpt-2", true, false},
+		{"", "gpt-2", true, false},
+		{"default", "gpt2", true, false},
+		{"llama-bpe", "smaug-bpe", false, false}, // the regex alike, whole-word lookup not
+		{"llama-bpe", "trigon-go", false, false},
+		{"qwen2", "gpt-2", false, false},
+		{"no-such-split", "gpt-2", false, true},
+		{"trigon-go", "llama", false, true},
+	} {
+		same, err := SamePreSplit(c.a, c.b)
+		if (err != nil) != c.err || same != c.same {
+			t.Errorf("SamePreSplit(%q, %q) = %v, %v; want %v, error %v", c.a, c.b, same, err, c.same, c.err)
+		}
+		if err != nil && !strings.Contains(err.Error(), "no-such-split") && !strings.Contains(err.Error(), `"llama"`) {
+			t.Errorf("SamePreSplit(%q, %q): %v does not name the unknown value", c.a, c.b, err)
+		}
+	}
+	ps := bytePres()
+	for i, p := range ps {
+		for _, q := range ps[i+1:] {
+			if p.pattern == q.pattern && p.ignoreMerges == q.ignoreMerges && p.nfc == q.nfc {
+				t.Errorf("%q and %q are one split", p.name, q.name)
+			}
+		}
+	}
+	for _, name := range PreNames() {
+		if _, ok := lookupBytePre(name); !ok {
+			t.Errorf("PreNames lists %q, which is not read", name)
 		}
 	}
 }
