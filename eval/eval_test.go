@@ -238,7 +238,7 @@ func TestKVFormatGroups(t *testing.T) {
 // TestPerplexityQuantization: Options.Quantization reaches the model. The
 // default model's bf16 checkpoint quantized to FP8 at load scores the
 // held-out text differently from bf16 (the weights changed) but within
-// 1% (docs/quantization.md: +0.12% on the whole text); the embedded
+// 1% (docs/quantization.md has the whole text's figure); the embedded
 // checkpoint, already Q8_0, is refused rather than scored as stored.
 func TestPerplexityQuantization(t *testing.T) {
 	q8, ids := heldout(t, 4000)

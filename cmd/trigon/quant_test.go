@@ -52,7 +52,7 @@ func TestQuantizationFlag(t *testing.T) {
 // TestEvalQuantization: --quantization on eval perplexity and eval greedy
 // reaches the models it names. Perplexity of the default model's bf16
 // checkpoint quantized to FP8 at load differs from bf16's, by little
-// (docs/quantization.md: +0.12% on the whole held-out text); greedy
+// (docs/quantization.md has the whole held-out text's figure); greedy
 // quantizes --compare-models' checkpoints when given (an already-Q8_0 one
 // is refused, a Q8_0 --model is not) and --model's otherwise; a value
 // other than fp8 or none is refused before anything loads.
