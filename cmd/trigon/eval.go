@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -96,7 +97,7 @@ func greedyCmd() *cobra.Command {
 	var df deviceFlags
 	var modelPath, baseline, quant string
 	var dtypes, others []string
-	var prompts, promptLen, tokens, kvWindow int
+	var prompts, promptLen, tokens, kvWindow, kvGroup int
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "greedy [--model M] FILE",
@@ -128,6 +129,26 @@ func greedyCmd() *cobra.Command {
 					return err
 				}
 			}
+			// --kv-cache-group applies to the grouped formats among the
+			// baseline and --kv-cache-dtype; at least one must take it.
+			grouped := func(dtype string) bool {
+				spec, _ := parseKVDType("kv-cache-dtype", dtype)
+				return spec.GroupSize > 0
+			}
+			if kvGroup != 0 {
+				found := false
+				for _, dt := range append([]string{baseline}, dtypes...) {
+					if grouped(dt) {
+						found = true
+						if err := checkKVGroup(dt, kvGroup); err != nil {
+							return err
+						}
+					}
+				}
+				if !found {
+					return fmt.Errorf("--kv-cache-group %d: none of --baseline %s and --kv-cache-dtype %s has channel groups (int8 and int4 have)", kvGroup, baseline, strings.Join(dtypes, ","))
+				}
+			}
 			win, err := kvWindowOption(kvWindow)
 			if err != nil {
 				return err
@@ -156,7 +177,11 @@ func greedyCmd() *cobra.Command {
 				return err
 			}
 			runOn := func(path, dtype string, quant backend.DType) ([][]int32, error) {
-				out, err := eval.Greedy(b, path, ps, eval.GreedyOptions{Tokens: tokens, KVCacheDType: dtype, KVWindow: win, Quantization: quant})
+				group := 0
+				if grouped(dtype) {
+					group = kvGroup
+				}
+				out, err := eval.Greedy(b, path, ps, eval.GreedyOptions{Tokens: tokens, KVCacheDType: dtype, KVWindow: win, KVGroup: group, Quantization: quant})
 				if err != nil {
 					return nil, fmt.Errorf("%s, --kv-cache-dtype %s: %w", path, dtype, err)
 				}
@@ -219,7 +244,7 @@ func greedyCmd() *cobra.Command {
 			if asJSON {
 				return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{
 					"file": args[0], "model": path, "prompts": prompts, "prompt_len": promptLen, "tokens": tokens,
-					"baseline": baseline, "kv_cache_window": kvWindow, "backend": b.Name(), "quantization": quant, "results": rows,
+					"baseline": baseline, "kv_cache_window": kvWindow, "kv_cache_group": kvGroup, "backend": b.Name(), "quantization": quant, "results": rows,
 				})
 			}
 			return nil
@@ -235,6 +260,7 @@ func greedyCmd() *cobra.Command {
 	cmd.Flags().StringSliceVar(&dtypes, "kv-cache-dtype", []string{"fp8", "int8", "int4"}, "KV cache formats to compare (see eval perplexity)")
 	cmd.Flags().IntVar(&kvWindow, "kv-cache-window", backend.DefaultKVWindow, "int4 KV cache: the newest tokens of each sequence kept in bf16; "+
 		"0 keeps none (only each sequence's last, partial block)")
+	cmd.Flags().IntVar(&kvGroup, "kv-cache-group", 0, "int8 and int4 KV caches among --baseline and --kv-cache-dtype: channels per scale, 8, 16, 32 or 128 (0: the default)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().StringVar(&quant, "quantization", "none", quantizationUsage+"; applied to --compare-models' checkpoints when given, else to --model's")
 	return cmd

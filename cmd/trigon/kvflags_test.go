@@ -118,3 +118,32 @@ func TestEvalRefusesUnknownKVDTypes(t *testing.T) {
 		}
 	}
 }
+
+// TestEvalGreedyKVGroup: eval greedy's --kv-cache-group reaches the
+// grouped formats' runs (a group wider than the fixture's head dim is
+// refused there, by the runner) and is refused before any model work
+// when no format compared has channel groups.
+func TestEvalGreedyKVGroup(t *testing.T) {
+	text := filepath.Join(t.TempDir(), "text.txt")
+	if err := os.WriteFile(text, []byte(strings.Repeat("func main() { fmt.Println(\"hello, world\") }\n", 20)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"eval", "greedy", "--model", fixtureModel, "--device", "cpu", "--prompts", "2", "--prompt-len", "8", "--tokens", "4", "--json"}
+	out, errOut, err := execute(t, "", append(base, "--kv-cache-dtype", "fp8,int8", "--kv-cache-group", "8", text)...)
+	if err != nil {
+		t.Fatalf("--kv-cache-dtype fp8,int8 --kv-cache-group 8: %v\n%s", err, errOut)
+	}
+	if !strings.Contains(out, `"kv_cache_group":8`) {
+		t.Errorf("output %q does not state the group", out)
+	}
+	if _, _, err := execute(t, "", append(base, "--kv-cache-dtype", "int8", "--kv-cache-group", "128", text)...); err == nil || !strings.Contains(err.Error(), "group size 128") {
+		t.Errorf("--kv-cache-group 128 over the fixture's head dim: %v, want the runner's refusal", err)
+	}
+	missing := filepath.Join(t.TempDir(), "missing.txt")
+	if _, _, err := execute(t, "", append(base, "--kv-cache-dtype", "fp8", "--kv-cache-group", "16", missing)...); err == nil || !strings.Contains(err.Error(), "none of --baseline bf16 and --kv-cache-dtype fp8 has channel groups") {
+		t.Errorf("--kv-cache-dtype fp8 --kv-cache-group 16: %v, want the refusal", err)
+	}
+	if _, _, err := execute(t, "", append(base, "--kv-cache-dtype", "int4", "--kv-cache-group", "7", missing)...); err == nil || !strings.Contains(err.Error(), "--kv-cache-group 7") {
+		t.Errorf("--kv-cache-group 7: %v, want the refusal", err)
+	}
+}
