@@ -25,10 +25,11 @@
 //     (OpenAI's legacy default) and to the rest of the context for chat,
 //     shrunk to fit.
 //   - Graceful shutdown: Server.Drain answers new generation requests 503
-//     (before their body is read) while the ones in flight go on;
-//     WaitReplies waits for their replies, not for clients still sending a
-//     body. A body that fails (408, 413) closes the connection after the
-//     reply.
+//     (before their body is read) while the ones in flight go on; a
+//     request still sending its body gets the 503 at once, not at its body
+//     timeout. WaitReplies waits for the replies in flight, not for
+//     clients still sending a body. A body that fails (408, 413, or cut by
+//     the drain) closes the connection after the reply.
 //   - The API key, when set, guards every route except /health and
 //     /metrics.
 //

@@ -57,7 +57,7 @@ func (s *Server) serveGeneration(w http.ResponseWriter, r *http.Request, spanNam
 		s.refuse(w, span, e)
 		return
 	}
-	body, e := s.readBody(w, r)
+	body, e := s.readBody(w, r, true)
 	if e != nil {
 		s.fail(w, span, e)
 		return

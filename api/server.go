@@ -83,13 +83,17 @@ type Server struct {
 	propagator propagation.TextMapPropagator
 	handler    http.Handler
 
-	// mu guards draining and the count of generation replies in flight
-	// (requests handed to the engine whose reply is not yet written);
-	// idle is closed when that count drops to zero, nil while it is.
+	// mu guards draining, the count of generation replies in flight
+	// (requests handed to the engine whose reply is not yet written) and
+	// the body reads in progress; idle is closed when the count of replies
+	// drops to zero, nil while it is.
 	mu       sync.Mutex
 	draining bool
 	replies  int
 	idle     chan struct{}
+	// reading holds the connections of the requests whose body is being
+	// read and began before the drain: Drain cuts those reads short.
+	reading map[*http.ResponseController]struct{}
 }
 
 // New checks opts, fills defaults and builds the routes.
@@ -163,14 +167,22 @@ func (s *Server) Handler() http.Handler { return s.handler }
 
 // Drain makes the server refuse new generation requests with 503 (in the
 // OpenAI error shape; /health answers 503 "draining" too) while the
-// requests in flight go on. It is the first step of a graceful shutdown:
-// stop the engine next (it ends the requests it still runs), then wait
-// with WaitReplies for their replies to be written, then close the
-// http.Server.
+// requests in flight go on. A request whose body is still arriving is not
+// in flight yet: its read ends at once and it gets the same 503, so that
+// a slow client holds neither the drain nor the socket until its body
+// timeout. It is the first step of a graceful shutdown: stop the engine
+// next (it ends the requests it still runs), then wait with WaitReplies
+// for their replies to be written, then close the http.Server.
 func (s *Server) Drain() {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.draining = true
-	s.mu.Unlock()
+	for rc := range s.reading {
+		// A deadline in the past wakes the blocked read with
+		// os.ErrDeadlineExceeded; readBody turns that into the 503.
+		// ErrNotSupported (a recorder) leaves nothing blocked on a socket.
+		_ = rc.SetReadDeadline(time.Now())
+	}
 }
 
 // WaitReplies returns once no generation request is in flight: every
@@ -349,12 +361,18 @@ func (s *Server) auth(next http.Handler) http.Handler {
 }
 
 // readBody reads the whole body under the size cap and the read deadline.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *Error) {
+// A read in progress when the drain begins is cut short by Drain and
+// answered 503. Once the server drains, a generation request (gen) is
+// refused before its body is read; any other request keeps its deadline,
+// and the http.Server's close ends a read still waiting then.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, gen bool) ([]byte, *Error) {
 	rc := http.NewResponseController(w)
-	// ErrNotSupported (a recorder in tests, some middlewares) leaves the
-	// connection's own timeouts in charge; nothing else can fail here.
-	_ = rc.SetReadDeadline(time.Now().Add(s.opts.BodyReadTimeout))
+	if !s.startRead(rc, gen) {
+		closeAfterReply(w)
+		return nil, engineError(ErrShuttingDown)
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+	draining := s.endRead(rc)
 	if err == nil {
 		_ = rc.SetReadDeadline(time.Time{})
 		return body, nil
@@ -365,11 +383,49 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *Erro
 		return nil, &Error{Status: http.StatusRequestEntityTooLarge, Type: typeInvalidRequest,
 			Message: fmt.Sprintf("the request body exceeds the limit of %d bytes", mbe.Limit)}
 	}
+	if errors.Is(err, os.ErrDeadlineExceeded) && draining {
+		return nil, engineError(ErrShuttingDown)
+	}
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		return nil, &Error{Status: http.StatusRequestTimeout, Type: typeInvalidRequest,
 			Message: fmt.Sprintf("the request body did not arrive within %s", s.opts.BodyReadTimeout)}
 	}
 	return nil, badRequest("", "reading the request body: %v", err)
+}
+
+// startRead sets the body's read deadline and registers the read for
+// Drain to cut short; it is false for a generation request (gen) once the
+// server drains: that request is refused unread. Under mu, so that a read
+// starts either before Drain (and is cut short by it) or after it (and
+// is not registered), and Drain's deadline is never overwritten by this
+// one.
+func (s *Server) startRead(rc *http.ResponseController, gen bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.draining && gen {
+		return false
+	}
+	// ErrNotSupported (a recorder in tests, some middlewares) leaves the
+	// connection's own timeouts in charge; nothing else can fail here.
+	_ = rc.SetReadDeadline(time.Now().Add(s.opts.BodyReadTimeout))
+	if s.draining {
+		return true
+	}
+	if s.reading == nil {
+		s.reading = make(map[*http.ResponseController]struct{})
+	}
+	s.reading[rc] = struct{}{}
+	return true
+}
+
+// endRead unregisters a read (after it, Drain must not touch the
+// connection: the handler may return) and reports whether the server is
+// draining.
+func (s *Server) endRead(rc *http.ResponseController) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.reading, rc)
+	return s.draining
 }
 
 // lingerAfterReply bounds how long a connection that closes after an

@@ -24,7 +24,7 @@ type tokenizeResponse struct {
 }
 
 func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
-	body, e := s.readBody(w, r)
+	body, e := s.readBody(w, r, false)
 	if e != nil {
 		writeError(w, e)
 		return
@@ -75,7 +75,7 @@ type detokenizeRequest struct {
 }
 
 func (s *Server) handleDetokenize(w http.ResponseWriter, r *http.Request) {
-	body, e := s.readBody(w, r)
+	body, e := s.readBody(w, r, false)
 	if e != nil {
 		writeError(w, e)
 		return

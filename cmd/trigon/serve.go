@@ -217,10 +217,10 @@ func (o serveOptions) info() (*tokenizer.Tokenizer, int, error) {
 // after their reply. The engine runs what it has for up to timeout, then
 // aborts the rest after the step in progress: every stream then ends
 // with a final chunk, finish_reason "abort", and [DONE], and a
-// non-streamed request gets its reply, finish_reason "abort". Once those
-// replies are written and their responses finished (writeGrace at most),
-// every connection is closed, including those of clients still sending a
-// body.
+// non-streamed request gets its reply, finish_reason "abort". A client
+// still sending its body when the drain begins gets its 503 at once
+// (api.Server.Drain). Once those replies are written and their responses
+// finished (writeGrace at most), every connection is closed.
 func drain(srv *api.Server, hs *http.Server, eng *engine.Engine, timeout time.Duration, log *slog.Logger) {
 	start := time.Now()
 	log.Info("draining: new requests get 503; a second signal exits at once", "timeout", timeout)
