@@ -80,6 +80,11 @@ func TestGoodputCounts(t *testing.T) {
 		{SLOs{"ttft": 1000, "itl": 85}, 2},
 		{SLOs{"ttft": 1000, "itl": 20}, 1},
 		{SLOs{"ttft": 500, "e2el": 1000}, 0},
+		// vLLM's tpot is the mean gap, trigon's itl the request's p99:
+		// the stall fails the one and not the other.
+		{SLOs{"ttft": 1000, "tpot": 25}, 2},
+		{SLOs{"ttft": 1000, "tpot": 25, "itl": 25}, 1},
+		{SLOs{"ttft": 800, "tpot": 25}, 1},
 	} {
 		res := &ServeResult{GoodputSLOMS: tc.slos, DurationS: 2}
 		summarizeServe(res, reqs)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -346,23 +347,24 @@ func benchServeCmd() *cobra.Command {
 			"at once) and reports TTFT, ITL, TPOT and E2E percentiles and throughput, and, from a trigon\n" +
 			"server's /metrics, its engine steps' host and device times.\n" +
 			"Lengths: N, fixed:N, uniform:LO-HI (inclusive) or normal:MEAN,STDDEV.\n" +
-			"--goodput ttft:MS,tpot:MS,e2el:MS,itl:MS (any of them; vLLM's objectives, and itl: the request's\n" +
-			"p99 inter-token latency) counts the requests that meet every one, as requests/s.\n" +
+			"--goodput ttft:MS tpot:MS e2el:MS (any of them, vLLM's objectives and spelling; also comma-separated\n" +
+			"or repeated; and itl:MS, trigon's own: the request's p99 inter-token latency) counts the requests\n" +
+			"that meet every one, as requests/s.\n" +
 			"--rate 2,4,8,16,32 sweeps: the same prompts at each rate in turn, a table of the curve, and\n" +
 			"with --plot FILE.png its plot (throughput, goodput, TTFT and ITL against the rate).\n" +
 			"--dataset-name custom --dataset-path FILE (vLLM's spelling) sends FILE's prompts as text instead:\n" +
 			"JSON Lines of {\"prompt\": \"...\"}, request i taking line i (cycling; --num-prompts defaults to the\n" +
 			"file's count), max_tokens from --custom-output-len. Every request runs to max_tokens unless\n" +
 			"--ignore-eos=false, so that runs of the same prompts produce the same tokens to count.",
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Args: goodputArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
 			rates, err := bench.ParseRates(rate)
 			if err != nil {
 				return err
 			}
-			slos, err := bench.ParseGoodput(goodput)
+			slos, err := goodputObjectives(goodput, args)
 			if err != nil {
-				return fmt.Errorf("--goodput: %w", err)
+				return err
 			}
 			if plotPath != "" && len(rates) < 2 {
 				return fmt.Errorf("--plot needs a sweep: --rate with two or more rates, e.g. 2,4,8")
@@ -431,7 +433,7 @@ func benchServeCmd() *cobra.Command {
 	fl := cmd.Flags()
 	fl.StringVar(&serverURL, "url", "http://127.0.0.1:8000", "server base URL")
 	fl.StringVar(&rate, "rate", "inf", "mean request rate in requests/s (Poisson arrivals), or inf; a comma-separated list sweeps (also --request-rate)")
-	fl.StringSliceVar(&goodput, "goodput", nil, "goodput objectives in ms, KEY:MS with KEY ttft, tpot, e2el or itl (comma-separated or repeated)")
+	fl.StringSliceVar(&goodput, "goodput", nil, "goodput objectives in ms, KEY:MS: vLLM's ttft, tpot ((E2E - TTFT) / (output tokens - 1)) and e2el, and trigon's own itl (the request's p99 inter-token latency); space-separated as in vLLM (--goodput ttft:1000 tpot:100), comma-separated or repeated")
 	fl.StringVar(&plotPath, "plot", "", "with a sweep, write its throughput-latency curve to this PNG file")
 	fl.IntVar(&numPrompts, "num-prompts", 100, fmt.Sprintf("requests to send (at most %d)", bench.MaxPrompts))
 	fl.StringVar(&inputLen, "input-len", "fixed:512", "prompt length distribution in tokens")
@@ -456,6 +458,34 @@ func benchServeCmd() *cobra.Command {
 		return pflag.NormalizedName(name)
 	})
 	return cmd
+}
+
+// goodputArgs takes vLLM's space-separated --goodput (argparse's
+// nargs="+": --goodput ttft:1000 tpot:100), which pflag cannot: it gives
+// the flag its first objective and leaves the others as arguments. bench
+// serve takes no other arguments, so these are accepted only with
+// --goodput given, and only as KEY:VALUE (ParseGoodput checks the rest);
+// anything else is refused.
+func goodputArgs(cmd *cobra.Command, args []string) error {
+	for _, a := range args {
+		if !cmd.Flags().Changed("goodput") {
+			return fmt.Errorf("unexpected argument %q: bench serve takes flags only", a)
+		}
+		if k, v, ok := strings.Cut(a, ":"); !ok || k == "" || v == "" || strings.HasPrefix(a, "-") {
+			return fmt.Errorf("unexpected argument %q: bench serve takes flags only, and after --goodput more objectives KEY:MS (--goodput ttft:1000 tpot:100)", a)
+		}
+	}
+	return nil
+}
+
+// goodputObjectives parses --goodput's values and the objectives that
+// followed it as arguments (goodputArgs).
+func goodputObjectives(flagVals, args []string) (bench.SLOs, error) {
+	slos, err := bench.ParseGoodput(slices.Concat(flagVals, args))
+	if err != nil {
+		return nil, fmt.Errorf("--goodput: %w", err)
+	}
+	return slos, nil
 }
 
 // servePrompts is bench serve's custom dataset, if one is asked for.

@@ -6,6 +6,7 @@ import (
 	"image/png"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"net/http/httptest"
 	"os"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/trigon-llm/trigon/api"
 	"github.com/trigon-llm/trigon/backend/cpu"
+	"github.com/trigon-llm/trigon/bench"
 	"github.com/trigon-llm/trigon/engine"
 	"github.com/trigon-llm/trigon/telemetry"
 )
@@ -50,14 +52,15 @@ func startMetricsServer(t *testing.T, opts engine.LoadOptions) (*httptest.Server
 
 // TestBenchServeSweepLoopback sweeps two rates against the real server
 // (vLLM's --request-rate spelling), with goodput objectives every request
-// meets, and checks the JSON of both points, the engine-step section read
+// meets (given in vLLM's space-separated form, comma-separated and
+// repeated), and checks the JSON of both points, the engine-step section read
 // from /metrics and the plot.
 func TestBenchServeSweepLoopback(t *testing.T) {
 	hs, _ := startMetricsServer(t, engine.LoadOptions{MaxSeqs: 8, MaxBatchedTokens: 256, ChunkSize: 64, QueueAhead: true})
 	plot := filepath.Join(t.TempDir(), "curve.png")
 	out, err := runBench(t, "serve", "--url", hs.URL, "--num-prompts", "6", "--request-rate", "100,400",
 		"--input-len", "uniform:4-40", "--output-len", "fixed:5", "--seed", "3", "--goodput", "ttft:600000,itl:600000",
-		"--goodput", "e2el:600000", "--plot", plot, "--json", "--progress=false")
+		"--goodput", "e2el:600000", "tpot:600000", "--plot", plot, "--json", "--progress=false")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
@@ -100,7 +103,8 @@ func TestBenchServeSweepLoopback(t *testing.T) {
 		if p.Completed != 6 || p.OutputTokens != 30 {
 			t.Errorf("rate %g: completed %d with %d tokens, want 6 with 30", p.RequestRate, p.Completed, p.OutputTokens)
 		}
-		if p.GoodRequests == nil || *p.GoodRequests != 6 || math.Abs(*p.RequestGoodput-p.RequestsPerS) > 1e-9 || len(p.SLOs) != 3 {
+		if p.GoodRequests == nil || *p.GoodRequests != 6 || math.Abs(*p.RequestGoodput-p.RequestsPerS) > 1e-9 ||
+			!maps.Equal(p.SLOs, map[string]float64{"ttft": 600000, "itl": 600000, "e2el": 600000, "tpot": 600000}) {
 			t.Errorf("rate %g: goodput %v of %v, SLOs %v; want every request good", p.RequestRate, p.GoodRequests, p.RequestGoodput, p.SLOs)
 		}
 		if p.Steps == nil || p.Steps.Tokens.Count == 0 {
@@ -149,6 +153,53 @@ func TestBenchServeSweepFlagErrors(t *testing.T) {
 		_, err := runBench(t, append([]string{"serve", "--url", "http://127.0.0.1:1", "--progress=false"}, tc.args...)...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: error %v, want one mentioning %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// TestBenchServeGoodputArgs: --goodput in vLLM's space-separated form
+// (the objectives after the first are arguments to pflag), comma-separated
+// and repeated, and the arguments refused.
+func TestBenchServeGoodputArgs(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bench.SLOs
+		err  string
+	}{
+		{[]string{}, nil, ""},
+		{[]string{"--goodput", "ttft:1000", "tpot:100", "e2el:5000"}, bench.SLOs{"ttft": 1000, "tpot": 100, "e2el": 5000}, ""},
+		{[]string{"--goodput", "ttft:1000", "tpot:100", "--rate", "4"}, bench.SLOs{"ttft": 1000, "tpot": 100}, ""},
+		{[]string{"--goodput=ttft:1000,tpot:100"}, bench.SLOs{"ttft": 1000, "tpot": 100}, ""},
+		{[]string{"--goodput", "ttft:1000", "--goodput", "itl:85"}, bench.SLOs{"ttft": 1000, "itl": 85}, ""},
+		{[]string{"--goodput", "ttft:1000 tpot:100"}, bench.SLOs{"ttft": 1000, "tpot": 100}, ""},
+		{[]string{"--goodput", "ttft:1000,itl:85", "e2el:9"}, bench.SLOs{"ttft": 1000, "itl": 85, "e2el": 9}, ""},
+		{[]string{"tpot:100"}, nil, `unexpected argument "tpot:100": bench serve takes flags only`},
+		{[]string{"--rate", "4", "extra"}, nil, `unexpected argument "extra"`},
+		{[]string{"--goodput", "ttft:1000", "fast"}, nil, `unexpected argument "fast"`},
+		{[]string{"--goodput", "ttft:1000", "tpot:"}, nil, `unexpected argument "tpot:"`},
+		{[]string{"--goodput", "ttft:1000", "latency:5"}, nil, "one of ttft, tpot, e2el, itl"},
+		{[]string{"--goodput", "ttft:1000", "tpot:x"}, nil, "KEY:MILLISECONDS"},
+		{[]string{"--goodput", "ttft:1000", "tpot:100", "ttft:5"}, nil, "ttft given twice"},
+	} {
+		cmd := benchServeCmd()
+		if err := cmd.ParseFlags(tc.args); err != nil {
+			t.Fatalf("%q: %v", tc.args, err)
+		}
+		args := cmd.Flags().Args()
+		err := cmd.ValidateArgs(args)
+		var got bench.SLOs
+		if err == nil {
+			vals, _ := cmd.Flags().GetStringSlice("goodput")
+			got, err = goodputObjectives(vals, args)
+		}
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%q: error %v, want one mentioning %q", tc.args, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || !maps.Equal(got, tc.want) || (got == nil) != (tc.want == nil) {
+			t.Errorf("%q = %v, %v; want %v", tc.args, got, err, tc.want)
 		}
 	}
 }
