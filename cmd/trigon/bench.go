@@ -1,8 +1,10 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -335,6 +337,7 @@ func benchServeCmd() *cobra.Command {
 	var serverURL, rate, inputLen, outputLen, modelName, apiKey, tokenIDs, plotPath string
 	var datasetName, datasetPath string
 	var goodput []string
+	var save resultFlags
 	var numPrompts, maxConc, customOutputLen int
 	var seed uint64
 	var timeout time.Duration
@@ -352,6 +355,9 @@ func benchServeCmd() *cobra.Command {
 			"that meet every one, as requests/s.\n" +
 			"--rate 2,4,8,16,32 sweeps: the same prompts at each rate in turn, a table of the curve, and\n" +
 			"with --plot FILE.png its plot (throughput, goodput, TTFT and ITL against the rate).\n" +
+			"--save-result writes the JSON report (a sweep's: every point) to a file as well, as vLLM's benchmark\n" +
+			"does: --result-filename in --result-dir (default: beside the --plot file, named after it, else\n" +
+			"serve[-sweep]-RATEqps[-concurrencyN][-MODEL]-YYYYMMDD-HHMMSS.json in the current directory).\n" +
 			"--dataset-name custom --dataset-path FILE (vLLM's spelling) sends FILE's prompts as text instead:\n" +
 			"JSON Lines of {\"prompt\": \"...\"}, request i taking line i (cycling; --num-prompts defaults to the\n" +
 			"file's count), max_tokens from --custom-output-len. Every request runs to max_tokens unless\n" +
@@ -368,6 +374,11 @@ func benchServeCmd() *cobra.Command {
 			}
 			if plotPath != "" && len(rates) < 2 {
 				return fmt.Errorf("--plot needs a sweep: --rate with two or more rates, e.g. 2,4,8")
+			}
+			// Made now, so that a directory that cannot be made fails before the run.
+			resultPath, err := save.path(plotPath, rates, modelName, maxConc, time.Now())
+			if err != nil {
+				return err
 			}
 			fl := cmd.Flags()
 			ds, err := serveDataset(fl, datasetName, datasetPath, customOutputLen)
@@ -411,10 +422,13 @@ func benchServeCmd() *cobra.Command {
 				defer bar.Finish()
 			}
 			if len(rates) > 1 {
-				return runSweep(cmd, opts, rates, plotPath, asJSON)
+				return runSweep(cmd, opts, rates, plotPath, resultPath, asJSON)
 			}
 			res, err := bench.RunServe(cmd.Context(), opts)
 			if err != nil {
+				return err
+			}
+			if err := saveResult(resultPath, res); err != nil {
 				return err
 			}
 			if asJSON {
@@ -435,6 +449,9 @@ func benchServeCmd() *cobra.Command {
 	fl.StringVar(&rate, "rate", "inf", "mean request rate in requests/s (Poisson arrivals), or inf; a comma-separated list sweeps (also --request-rate)")
 	fl.StringSliceVar(&goodput, "goodput", nil, "goodput objectives in ms, KEY:MS: vLLM's ttft, tpot ((E2E - TTFT) / (output tokens - 1)) and e2el, and trigon's own itl (the request's p99 inter-token latency); space-separated as in vLLM (--goodput ttft:1000 tpot:100), comma-separated or repeated")
 	fl.StringVar(&plotPath, "plot", "", "with a sweep, write its throughput-latency curve to this PNG file")
+	fl.BoolVar(&save.save, "save-result", false, "also write the JSON report to a file (--result-dir, --result-filename)")
+	fl.StringVar(&save.dir, "result-dir", "", "directory of --save-result's file, made if missing (default: the --plot file's, else the current directory; implies --save-result)")
+	fl.StringVar(&save.name, "result-filename", "", "name of --save-result's file (default: the --plot file's with .json, else serve[-sweep]-RATEqps[-concurrencyN][-MODEL]-YYYYMMDD-HHMMSS.json; implies --save-result)")
 	fl.IntVar(&numPrompts, "num-prompts", 100, fmt.Sprintf("requests to send (at most %d)", bench.MaxPrompts))
 	fl.StringVar(&inputLen, "input-len", "fixed:512", "prompt length distribution in tokens")
 	fl.StringVar(&outputLen, "output-len", "fixed:128", "output length distribution in tokens (max_tokens, ignore_eos)")
@@ -533,9 +550,12 @@ func serveDataset(fl *pflag.FlagSet, name, path string, customOut int) (servePro
 
 // runSweep runs bench serve at each rate and reports the curve; with
 // plotPath it also draws it.
-func runSweep(cmd *cobra.Command, opts bench.ServeOptions, rates []float64, plotPath string, asJSON bool) error {
+func runSweep(cmd *cobra.Command, opts bench.ServeOptions, rates []float64, plotPath, resultPath string, asJSON bool) error {
 	sw, err := bench.RunSweep(cmd.Context(), opts, rates, nil)
 	if err != nil {
+		return err
+	}
+	if err := saveResult(resultPath, sw); err != nil {
 		return err
 	}
 	if plotPath != "" {
@@ -563,6 +583,79 @@ func runSweep(cmd *cobra.Command, opts bench.ServeOptions, rates []float64, plot
 		if p.Completed == 0 {
 			return fmt.Errorf("no request completed at %g requests/s (%d failed)", float64(p.RequestRate), p.Failed)
 		}
+	}
+	return nil
+}
+
+// resultFlags are bench serve's --save-result, --result-dir and
+// --result-filename, vLLM's benchmark's flags for its JSON file.
+type resultFlags struct {
+	save      bool
+	dir, name string
+}
+
+// path is the file to write the JSON report to ("" when not asked) for a
+// run at rates. Beside a plot it defaults to the plot's directory and
+// name, so that a sweep's curve and its numbers stay together; otherwise
+// to vLLM's pattern, RATEqps[-concurrencyN]-MODEL-TIME, under "serve"
+// (there is no backend to name: the server is any OpenAI one). A name
+// that is an absolute path is used as it is (vLLM joins it so too). The
+// directory is made here.
+func (f resultFlags) path(plot string, rates []float64, model string, maxConc int, now time.Time) (string, error) {
+	if !f.save && f.dir == "" && f.name == "" {
+		return "", nil
+	}
+	dir, name := f.dir, f.name
+	if plot != "" {
+		dir = cmp.Or(dir, filepath.Dir(plot))
+		name = cmp.Or(name, strings.TrimSuffix(filepath.Base(plot), filepath.Ext(plot))+".json")
+	}
+	if name == "" {
+		rs := make([]string, len(rates))
+		for i, r := range rates {
+			rs[i] = strconv.FormatFloat(r, 'g', -1, 64)
+			if math.IsInf(r, 1) {
+				rs[i] = "inf"
+			}
+		}
+		kind := "serve"
+		if len(rates) > 1 {
+			kind = "serve-sweep"
+		}
+		name = kind + "-" + strings.Join(rs, "_") + "qps"
+		if maxConc > 0 {
+			name += fmt.Sprintf("-concurrency%d", maxConc)
+		}
+		if m := filepath.Base(model); model != "" && m != "." && m != string(filepath.Separator) {
+			name += "-" + m
+		}
+		name += now.Format("-20060102-150405") + ".json"
+	}
+	if filepath.IsAbs(name) {
+		dir, name = filepath.Split(name)
+	}
+	dir = cmp.Or(dir, ".")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("--result-dir: %w", err)
+	}
+	return filepath.Join(dir, name), nil
+}
+
+// saveResult writes v's JSON to path, when there is one.
+func saveResult(path string, v any) error {
+	if path == "" {
+		return nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("--save-result: %w", err)
+	}
+	if err := bench.WriteJSON(f, v); err != nil {
+		f.Close()
+		return fmt.Errorf("--save-result %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("--save-result: %w", err)
 	}
 	return nil
 }

@@ -54,13 +54,13 @@ func startMetricsServer(t *testing.T, opts engine.LoadOptions) (*httptest.Server
 // (vLLM's --request-rate spelling), with goodput objectives every request
 // meets (given in vLLM's space-separated form, comma-separated and
 // repeated), and checks the JSON of both points, the engine-step section read
-// from /metrics and the plot.
+// from /metrics, the plot and the JSON saved beside it.
 func TestBenchServeSweepLoopback(t *testing.T) {
 	hs, _ := startMetricsServer(t, engine.LoadOptions{MaxSeqs: 8, MaxBatchedTokens: 256, ChunkSize: 64, QueueAhead: true})
 	plot := filepath.Join(t.TempDir(), "curve.png")
 	out, err := runBench(t, "serve", "--url", hs.URL, "--num-prompts", "6", "--request-rate", "100,400",
 		"--input-len", "uniform:4-40", "--output-len", "fixed:5", "--seed", "3", "--goodput", "ttft:600000,itl:600000",
-		"--goodput", "e2el:600000", "tpot:600000", "--plot", plot, "--json", "--progress=false")
+		"--goodput", "e2el:600000", "tpot:600000", "--plot", plot, "--save-result", "--json", "--progress=false")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
@@ -95,6 +95,10 @@ func TestBenchServeSweepLoopback(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(out), &sw); err != nil {
 		t.Fatalf("not the sweep JSON: %v\n%s", err, out)
+	}
+	// --save-result without a directory or name: the same JSON beside the plot.
+	if saved, err := os.ReadFile(strings.TrimSuffix(plot, ".png") + ".json"); err != nil || string(saved) != out {
+		t.Errorf("--save-result beside the plot: %q (%v), want the sweep's JSON", saved, err)
 	}
 	if sw.Benchmark != "serve-sweep" || len(sw.Points) != 2 || sw.Rates[0] != 100 || sw.Rates[1] != 400 {
 		t.Fatalf("sweep %+v", sw)

@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -127,12 +130,29 @@ func TestBenchServeLoopback(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		rate string
-	}{{"all at once", "inf"}, {"poisson", "200"}} {
+		// --save-result's file: its name under the result directory (a
+		// glob), or none.
+		save string
+	}{{"all at once", "inf", ""}, {"poisson", "200", "serve-200qps-*.json"}} {
 		t.Run(tc.name, func(t *testing.T) {
-			out, err := runBench(t, "serve", "--url", hs.URL, "--num-prompts", "10", "--rate", tc.rate,
-				"--input-len", "uniform:4-16", "--output-len", "fixed:4", "--seed", "3", "--json", "--progress=false")
+			args := []string{"serve", "--url", hs.URL, "--num-prompts", "10", "--rate", tc.rate,
+				"--input-len", "uniform:4-16", "--output-len", "fixed:4", "--seed", "3", "--json", "--progress=false"}
+			results := filepath.Join(t.TempDir(), "results") // not there yet: made by the run
+			if tc.save != "" {
+				args = append(args, "--save-result", "--result-dir", results)
+			}
+			out, err := runBench(t, args...)
 			if err != nil {
 				t.Fatalf("%v\n%s", err, out)
+			}
+			if tc.save != "" {
+				files, _ := filepath.Glob(filepath.Join(results, tc.save))
+				if len(files) != 1 {
+					t.Fatalf("--save-result files %q, want one %s", files, tc.save)
+				}
+				if saved, err := os.ReadFile(files[0]); err != nil || string(saved) != out {
+					t.Errorf("--save-result wrote %q (%v), want the JSON report printed", saved, err)
+				}
 			}
 			var r struct {
 				Completed    int                `json:"completed"`
@@ -190,5 +210,65 @@ func TestParseTokenIDs(t *testing.T) {
 		if (err != nil) != tc.fail || len(ids) != tc.n {
 			t.Errorf("parseTokenIDs(%q) = %d ids, %v", tc.in, len(ids), err)
 		}
+	}
+}
+
+// TestResultPath: where --save-result, --result-dir and --result-filename
+// put the JSON report.
+func TestResultPath(t *testing.T) {
+	tmp := t.TempDir()
+	now := time.Date(2026, 12, 3, 9, 4, 5, 0, time.UTC)
+	for _, tc := range []struct {
+		name    string
+		flags   resultFlags
+		plot    string
+		rates   []float64
+		model   string
+		maxConc int
+		want    string // relative to tmp unless absolute; "" for none
+	}{
+		{name: "not asked", rates: []float64{4}, plot: filepath.Join(tmp, "sweep.png")},
+		{name: "vLLM's name", flags: resultFlags{save: true, dir: "a"}, rates: []float64{4}, want: "a/serve-4qps-20261203-090405.json"},
+		{name: "inf, concurrency and a model path", flags: resultFlags{save: true, dir: "b"}, rates: []float64{math.Inf(1)},
+			model: "meta-llama/Llama-3.1-8B", maxConc: 32, want: "b/serve-infqps-concurrency32-Llama-3.1-8B-20261203-090405.json"},
+		{name: "a sweep", flags: resultFlags{save: true, dir: "c"}, rates: []float64{2, 0.5, 8}, want: "c/serve-sweep-2_0.5_8qps-20261203-090405.json"},
+		{name: "beside the plot", flags: resultFlags{save: true}, rates: []float64{2, 4}, plot: "plots/sweep.png", want: "plots/sweep.json"},
+		{name: "beside the plot, own name", flags: resultFlags{save: true, name: "r.json"}, rates: []float64{2, 4}, plot: "plots/sweep.png", want: "plots/r.json"},
+		{name: "own directory, plot's name", flags: resultFlags{save: true, dir: "d"}, rates: []float64{2, 4}, plot: "plots/sweep.png", want: "d/sweep.json"},
+		{name: "a directory implies saving", flags: resultFlags{dir: "e/f"}, rates: []float64{4}, want: "e/f/serve-4qps-20261203-090405.json"},
+		{name: "a name implies saving", flags: resultFlags{dir: "g", name: "run.json"}, rates: []float64{4}, want: "g/run.json"},
+		{name: "an absolute name wins", flags: resultFlags{dir: "h", name: filepath.Join(tmp, "abs", "run.json")}, rates: []float64{4}, want: filepath.Join(tmp, "abs", "run.json")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := tc.flags
+			if f.dir != "" {
+				f.dir = filepath.Join(tmp, f.dir)
+			}
+			plot := tc.plot
+			if plot != "" && !filepath.IsAbs(plot) {
+				plot = filepath.Join(tmp, plot)
+			}
+			got, err := f.path(plot, tc.rates, tc.model, tc.maxConc, now)
+			want := tc.want
+			if want != "" && !filepath.IsAbs(want) {
+				want = filepath.Join(tmp, want)
+			}
+			if err != nil || got != want {
+				t.Fatalf("path = %q, %v; want %q", got, err, want)
+			}
+			if want != "" {
+				if st, err := os.Stat(filepath.Dir(want)); err != nil || !st.IsDir() {
+					t.Errorf("the result directory was not made: %v", err)
+				}
+			}
+		})
+	}
+	// A directory that cannot be made is an error before the run.
+	file := filepath.Join(tmp, "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (resultFlags{save: true, dir: filepath.Join(file, "sub")}).path("", []float64{4}, "", 0, now); err == nil || !strings.Contains(err.Error(), "--result-dir") {
+		t.Errorf("--result-dir under a file: %v, want an error naming --result-dir", err)
 	}
 }
