@@ -314,7 +314,7 @@ func TestClientDisconnectCancels(t *testing.T) {
 			<-done
 			ts.Close() // waits for the handler to finish
 			fams := scrapeMetrics(t, e)
-			if got := metricValue(t, fams, "trigon_request_success_total", "finish_reason", "abort"); got != 1 {
+			if got := metricValue(t, fams, "trigon_request_success_total", "finished_reason", "abort"); got != 1 {
 				t.Errorf("aborted choices counted %g, want 1", got)
 			}
 		})

@@ -61,6 +61,36 @@ func metricValue(t *testing.T, fams map[string]*dto.MetricFamily, name string, l
 	return 0
 }
 
+// TestOwnMetricsCarryModelName: metrics the server makes for itself
+// label every trigon_ series with the served model's name (vLLM's
+// model_name), the reasons of finished requests with finished_reason.
+func TestOwnMetricsCarryModelName(t *testing.T) {
+	e := newEnv(t, nil)
+	e.generate(t, "/v1/completions", map[string]any{"prompt": "the cat sat", "max_tokens": 2, "ignore_eos": true})
+	fams := scrapeMetrics(t, e)
+	for _, name := range []string{"trigon_prompt_tokens_total", "trigon_request_success_total", "trigon_time_to_first_token_seconds"} {
+		f, ok := fams[name]
+		if !ok {
+			t.Fatalf("%s missing", name)
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				labels[lp.GetName()] = lp.GetValue()
+			}
+			if labels["model_name"] != testModel {
+				t.Errorf("%s%v: model_name %q, want %q", name, labels, labels["model_name"], testModel)
+			}
+			if _, ok := labels["finished_reason"]; name == "trigon_request_success_total" && !ok {
+				t.Errorf("%s%v: no finished_reason", name, labels)
+			}
+		}
+	}
+	if got := metricValue(t, fams, "trigon_request_success_total", "finished_reason", "length"); got != 1 {
+		t.Errorf("finished_reason=length: %g, want 1", got)
+	}
+}
+
 func TestMetricsAfterRequests(t *testing.T) {
 	m := telemetry.NewMetrics()
 	e := newEnv(t, func(o *Options) { o.Metrics = m })
@@ -92,9 +122,9 @@ func TestMetricsAfterRequests(t *testing.T) {
 	}{
 		{"trigon_prompt_tokens_total", nil, float64(len(p1) + len(p2) + len(p3))},
 		{"trigon_generation_tokens_total", nil, 10 + 3 + 3},
-		{"trigon_request_success_total", []string{"finish_reason", "length"}, 3},
-		{"trigon_request_success_total", []string{"finish_reason", "error"}, 1},
-		{"trigon_request_success_total", []string{"finish_reason", "stop"}, 0},
+		{"trigon_request_success_total", []string{"finished_reason", "length"}, 3},
+		{"trigon_request_success_total", []string{"finished_reason", "error"}, 1},
+		{"trigon_request_success_total", []string{"finished_reason", "stop"}, 0},
 		{"trigon_time_to_first_token_seconds", nil, 4},             // one per choice with a token
 		{"trigon_inter_token_latency_seconds", nil, 4 + 4 + 2 + 2}, // tokens-1 per choice
 		{"trigon_e2e_request_latency_seconds", nil, 4},             // one per finished choice
@@ -102,7 +132,7 @@ func TestMetricsAfterRequests(t *testing.T) {
 		{"trigon_request_queue_time_seconds", nil, 0},
 		{"trigon_num_requests_running", nil, 0},
 		{"trigon_num_requests_waiting", nil, 0},
-		{"trigon_kv_cache_usage_ratio", nil, 0},
+		{"trigon_kv_cache_usage_perc", nil, 0},
 		{"trigon_prefix_cache_hits_total", nil, 0},
 		{"trigon_prefix_cache_queries_total", nil, 0},
 		{"trigon_num_preemptions_total", nil, 0},

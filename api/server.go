@@ -57,7 +57,8 @@ type Options struct {
 
 	// Metrics receives the per-request series (see package telemetry for
 	// who records what) and is served on /metrics. Nil: the server makes
-	// its own, reachable through Server.Metrics.
+	// its own, labelled model_name=Model.ID (telemetry.NewMetricsFor),
+	// reachable through Server.Metrics.
 	Metrics *telemetry.Metrics
 	// TracerProvider makes one span per request. Nil: the global provider
 	// (a no-op unless telemetry.Tracing installed one).
@@ -145,7 +146,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s := &Server{opts: opts, metrics: opts.Metrics, log: opts.Logger, propagator: propagation.TraceContext{}}
 	if s.metrics == nil {
-		s.metrics = telemetry.NewMetrics()
+		s.metrics = telemetry.NewMetricsFor(opts.Model.ID)
 	}
 	if s.log == nil {
 		s.log = slog.Default()

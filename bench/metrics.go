@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -45,6 +46,23 @@ func (h histogram) sub(before histogram) histogram {
 		d.cum[i] = h.cum[i] - before.cum[i]
 	}
 	return d
+}
+
+// add sums two series of one histogram that differ only in a label
+// labelKey leaves out (an empty h is the first); a series with other
+// buckets is left out of the sum.
+func (h histogram) add(o histogram) histogram {
+	if h.bounds == nil {
+		return o
+	}
+	if !slices.Equal(h.bounds, o.bounds) {
+		return h
+	}
+	s := histogram{bounds: h.bounds, cum: make([]uint64, len(h.cum)), count: h.count + o.count, sum: h.sum + o.sum}
+	for i := range h.cum {
+		s.cum[i] = h.cum[i] + o.cum[i]
+	}
+	return s
 }
 
 // quantile estimates the q-quantile (0..1) as Prometheus's
@@ -200,17 +218,23 @@ func parseMetrics(r io.Reader) (scrape, error) {
 				hist.cum = append(hist.cum, h.GetSampleCount())
 			}
 			hist.count, hist.sum = h.GetSampleCount(), h.GetSampleSum()
-			series[labelKey(m.GetLabel())] = hist
+			key := labelKey(m.GetLabel())
+			series[key] = series[key].add(hist)
 		}
 		out.hists[name] = series
 	}
 	return out, nil
 }
 
+// labelKey is the series' labels as "k=v,k=v" in name order, without
+// model_name: a server labels every series with the model it serves (as
+// vLLM's do), and the readers here look series up by their own labels.
 func labelKey(labels []*dto.LabelPair) string {
-	parts := make([]string, len(labels))
-	for i, l := range labels {
-		parts[i] = l.GetName() + "=" + l.GetValue()
+	parts := make([]string, 0, len(labels))
+	for _, l := range labels {
+		if l.GetName() != telemetry.ModelNameLabel {
+			parts = append(parts, l.GetName()+"="+l.GetValue())
+		}
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, ",")

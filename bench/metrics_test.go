@@ -57,9 +57,19 @@ func TestHistogramSub(t *testing.T) {
 
 // TestStepStatsFromExposition scrapes trigon's own /metrics before and
 // after observations and checks the difference is what was observed in
-// between, by kind and mode, with percentiles inside the right buckets.
+// between, by kind and mode, with percentiles inside the right buckets,
+// from a server whose series carry a model_name label (trigon serve's, as
+// vLLM's) and one whose series do not.
 func TestStepStatsFromExposition(t *testing.T) {
-	m := telemetry.NewMetrics()
+	for _, tc := range []struct {
+		name string
+		m    *telemetry.Metrics
+	}{{"model_name", telemetry.NewMetricsFor("llama-3-8b")}, {"no labels", telemetry.NewMetrics()}} {
+		t.Run(tc.name, func(t *testing.T) { testStepStats(t, tc.m) })
+	}
+}
+
+func testStepStats(t *testing.T, m *telemetry.Metrics) {
 	get := func() scrape {
 		rec := httptest.NewRecorder()
 		m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))

@@ -56,9 +56,31 @@ type Metrics struct {
 	spec       *specSeries
 }
 
-// NewMetrics builds the series and a registry holding them together with
-// the Go runtime and process collectors.
-func NewMetrics() *Metrics {
+// Names of series and labels that readers of /metrics look up, as vLLM's
+// (V1) with trigon_ for vllm:.
+const (
+	// ModelNameLabel is the label every trigon_ series carries when the
+	// metrics were made for a served model (NewMetricsFor).
+	ModelNameLabel = "model_name"
+	// KVCacheUsageMetric is the share of KV-cache blocks in use, 0 to 1.
+	KVCacheUsageMetric = "trigon_kv_cache_usage_perc"
+	// RequestSuccessMetric counts finished choices by FinishedReasonLabel.
+	RequestSuccessMetric = "trigon_request_success_total"
+	FinishedReasonLabel  = "finished_reason"
+)
+
+// NewMetrics builds the series, without a model_name label, and a
+// registry holding them together with the Go runtime and process
+// collectors.
+func NewMetrics() *Metrics { return NewMetricsFor("") }
+
+// NewMetricsFor is NewMetrics for a server of the model clients call
+// modelName: every trigon_ series carries the constant label
+// model_name=modelName, as each of vLLM's vllm: series carries its served
+// model's name, so that queries and dashboards written for vLLM select
+// the same way. The Go and process series do not (vLLM's process series
+// have no such label either). An empty modelName sets no label.
+func NewMetricsFor(modelName string) *Metrics {
 	hist := func(name, help string, buckets []float64) prometheus.Histogram {
 		return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets})
 	}
@@ -76,8 +98,10 @@ func NewMetrics() *Metrics {
 			Help: "Sequences scheduled in the running batch."}),
 		waiting: prometheus.NewGauge(prometheus.GaugeOpts{Name: "trigon_num_requests_waiting",
 			Help: "Sequences waiting in the scheduler queue."}),
-		kvUsage: prometheus.NewGauge(prometheus.GaugeOpts{Name: "trigon_kv_cache_usage_ratio",
-			Help: "Fraction of KV-cache blocks in use, 0 to 1."}),
+		// vLLM's name (V1's vllm:kv_cache_usage_perc), and as there a
+		// fraction despite the name.
+		kvUsage: prometheus.NewGauge(prometheus.GaugeOpts{Name: KVCacheUsageMetric,
+			Help: "Fraction of KV-cache blocks in use, 0 to 1 (1 means 100 percent, as vLLM's)."}),
 		kvCapacity: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "trigon_kv_cache_capacity_tokens",
 			Help: "Tokens the KV cache holds, labelled by its dtype (--kv-cache-dtype)."}, []string{"dtype"}),
 		pcHits: prometheus.NewCounter(prometheus.CounterOpts{Name: PrefixHitsMetric,
@@ -94,19 +118,25 @@ func NewMetrics() *Metrics {
 			Help: "Prompt tokens of accepted requests."}),
 		gen: prometheus.NewCounter(prometheus.CounterOpts{Name: "trigon_generation_tokens_total",
 			Help: "Generated tokens, summed over choices."}),
-		finished: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "trigon_request_success_total",
-			Help: "Finished choices by finish reason (stop, length, abort, error)."}, []string{"finish_reason"}),
+		finished: prometheus.NewCounterVec(prometheus.CounterOpts{Name: RequestSuccessMetric,
+			Help: "Finished choices by finish reason (stop, length, abort, error)."}, []string{FinishedReasonLabel}),
 		step: newStepSeries(),
 		spec: newSpecSeries(),
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	var own prometheus.Registerer = m.reg
+	if modelName != "" {
+		own = prometheus.WrapRegistererWith(prometheus.Labels{ModelNameLabel: modelName}, m.reg)
+	}
+	own.MustRegister(
 		m.ttft, m.itl, m.e2e, m.queue, m.running, m.waiting, m.kvUsage, m.kvCapacity,
 		m.pcHits, m.pcQuery, m.preempt, m.ahead, m.graphs, m.prompt, m.gen, m.finished,
 	)
-	m.reg.MustRegister(m.step.collectors()...)
-	m.reg.MustRegister(m.spec.collectors()...)
+	own.MustRegister(m.step.collectors()...)
+	own.MustRegister(m.spec.collectors()...)
 	// Pre-create the usual reasons so dashboards see zeros, not gaps.
 	for _, r := range []string{"stop", "length", "abort", "error"} {
 		m.finished.WithLabelValues(r)

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -195,14 +196,14 @@ func TestGaugesAndCounters(t *testing.T) {
 		{"trigon_generation_tokens_total", nil, float64(gen)},
 		{"trigon_num_requests_running", nil, float64(running)},
 		{"trigon_num_requests_waiting", nil, float64(waiting)},
-		{"trigon_kv_cache_usage_ratio", nil, usage},
+		{"trigon_kv_cache_usage_perc", nil, usage},
 	}
 	for r, n := range finished {
 		checks = append(checks, struct {
 			name   string
 			labels map[string]string
 			want   float64
-		}{"trigon_request_success_total", map[string]string{"finish_reason": r}, float64(n)})
+		}{"trigon_request_success_total", map[string]string{"finished_reason": r}, float64(n)})
 	}
 	for _, c := range checks {
 		t.Run(c.name+labelString(c.labels), func(t *testing.T) {
@@ -233,7 +234,7 @@ func TestKVUsageClamped(t *testing.T) {
 		t.Run("", func(t *testing.T) {
 			m := NewMetrics()
 			m.SetKVCacheUsage(c.in)
-			if got := scalar(t, scrape(t, m), "trigon_kv_cache_usage_ratio", nil); got != c.want {
+			if got := scalar(t, scrape(t, m), "trigon_kv_cache_usage_perc", nil); got != c.want {
 				t.Errorf("SetKVCacheUsage(%g) -> %g, want %g", c.in, got, c.want)
 			}
 		})
@@ -273,5 +274,59 @@ func TestIndependentRegistries(t *testing.T) {
 	}
 	if got := scalar(t, scrape(t, a), "trigon_prompt_tokens_total", nil); got != 7 {
 		t.Errorf("a = %g, want 7", got)
+	}
+}
+
+// TestModelNameLabel: NewMetricsFor labels every trigon_ series with the
+// served model's name, vLLM's model_name; the Go and process series and
+// NewMetrics' series carry none.
+func TestModelNameLabel(t *testing.T) {
+	for _, tc := range []struct {
+		name, model string
+	}{{"NewMetricsFor", "llama-3.1-8b/instruct"}, {"NewMetrics", ""}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var m *Metrics
+			if tc.model != "" {
+				m = NewMetricsFor(tc.model)
+			} else {
+				m = NewMetrics()
+			}
+			// Touch the labelled families, which show only once used.
+			m.ObserveStepHost(StepDecode, true, time.Millisecond)
+			m.ObserveStepDevice(StepDecode, true, time.Millisecond)
+			m.ObserveStepHostPhase(PhaseOutput, time.Millisecond)
+			m.SetKVCache("bf16", 1024)
+			m.ObserveSpecDraft(2, 1)
+			own := 0
+			for name, f := range scrape(t, m) {
+				trigon := strings.HasPrefix(name, "trigon_")
+				if trigon {
+					own++
+				}
+				for _, s := range f.GetMetric() {
+					got, has := "", false
+					for _, lp := range s.GetLabel() {
+						if lp.GetName() == ModelNameLabel {
+							got, has = lp.GetValue(), true
+						}
+					}
+					if want := trigon && tc.model != ""; has != want || has && got != tc.model {
+						t.Errorf("%s%v: model_name %q (set %v), want it set %v to %q", name, s.GetLabel(), got, has, want, tc.model)
+					}
+				}
+			}
+			if own < 20 {
+				t.Errorf("%d trigon_ families scraped, want the whole set", own)
+			}
+		})
+	}
+	fams := scrape(t, NewMetricsFor("m"))
+	for _, name := range []string{KVCacheUsageMetric, RequestSuccessMetric} {
+		if _, ok := fams[name]; !ok {
+			t.Errorf("%s missing", name)
+		}
+	}
+	if got := scalar(t, fams, RequestSuccessMetric, map[string]string{FinishedReasonLabel: "abort", ModelNameLabel: "m"}); got != 0 {
+		t.Errorf("%s{finished_reason=abort} = %g before any request", RequestSuccessMetric, got)
 	}
 }

@@ -23,10 +23,10 @@ import (
 
 // startMetricsServer serves opts.Model (empty: the fixture model) over
 // loopback HTTP with one telemetry.Metrics shared by the API and the
-// engine, as trigon serve has.
+// engine, labelled with the name the API serves, as trigon serve has.
 func startMetricsServer(t *testing.T, opts engine.LoadOptions) (*httptest.Server, *engine.Loaded) {
 	t.Helper()
-	m := telemetry.NewMetrics()
+	m := telemetry.NewMetricsFor("fixture")
 	if opts.Model == "" {
 		opts.Model = fixtureModel
 	}

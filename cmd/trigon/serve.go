@@ -151,7 +151,7 @@ func serve(ctx context.Context, ln net.Listener, opts serveOptions) error {
 	if err != nil {
 		return err
 	}
-	metrics := telemetry.NewMetrics()
+	metrics := telemetry.NewMetricsFor(opts.name)
 	eng := &apiEngine{}
 	srv, err := api.New(api.Options{
 		Engine:     eng,

@@ -221,7 +221,7 @@ curl -s localhost:8011/v1/completions -H 'Content-Type: application/json' \
   -d '{"prompt":"func reverse(s string) string {","max_tokens":32,"temperature":0}' | say; echo | say
 curl -sN localhost:8011/v1/completions -H 'Content-Type: application/json' \
   -d '{"prompt":"package main","max_tokens":8,"stream":true,"seed":3}' | tail -3 | say
-curl -s localhost:8011/metrics | grep -E '^trigon_(generation_tokens_total|prompt_tokens_total|kv_cache_usage_ratio)' | say
+curl -s localhost:8011/metrics | grep -E '^trigon_(generation_tokens_total|prompt_tokens_total|kv_cache_usage_perc)' | say
 kill -TERM "$pid"; wait "$pid"; echo "serve exit=$?" | say
 }
 
@@ -808,16 +808,16 @@ def counters(path):
     c = {}
     try:
         for line in open(path):
-            m = re.match(r'^trigon_spec_decode_(num_drafts|num_draft_tokens|num_accepted_tokens)_total(?:\{\})? (\S+)', line)
+            m = re.match(r'^trigon_spec_decode_(num_drafts|num_draft_tokens|num_accepted_tokens)_total(?:\{[^}]*\})? (\S+)', line)
             if m:
                 c[m.group(1)] = float(m.group(2))
-            m = re.match(r'^trigon_spec_decode_num_accepted_tokens_per_pos_total\{position="(\d+)"\} (\S+)', line)
+            m = re.match(r'^trigon_spec_decode_num_accepted_tokens_per_pos_total\{(?:[^}]*,)?position="(\d+)"[^}]*\} (\S+)', line)
             if m:
                 c["pos%s" % m.group(1)] = float(m.group(2))
-            m = re.match(r'^trigon_graph_events_total\{event="(\w+)"\} (\S+)', line)
+            m = re.match(r'^trigon_graph_events_total\{(?:[^}]*,)?event="(\w+)"[^}]*\} (\S+)', line)
             if m:
                 c["graph_" + m.group(1)] = float(m.group(2))
-            m = re.match(r'^trigon_spec_decode_draft_seconds_(sum|count) (\S+)', line)
+            m = re.match(r'^trigon_spec_decode_draft_seconds_(sum|count)(?:\{[^}]*\})? (\S+)', line)
             if m:
                 c["draft_" + m.group(1)] = float(m.group(2))
     except OSError:
