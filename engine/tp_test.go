@@ -2,9 +2,12 @@ package engine_test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -12,6 +15,7 @@ import (
 	"github.com/trigon-llm/trigon/backend/collective"
 	"github.com/trigon-llm/trigon/backend/cpu"
 	"github.com/trigon-llm/trigon/engine"
+	"github.com/trigon-llm/trigon/format/safetensors"
 	"github.com/trigon-llm/trigon/models"
 	"github.com/trigon-llm/trigon/runner"
 )
@@ -277,5 +281,76 @@ func TestTensorParallelRefused(t *testing.T) {
 	tp.Comms = tp.Comms[:2]
 	if _, err = engine.Load(engine.LoadOptions{Model: fixture, Backend: bs[0], TensorParallel: tp}); err == nil || !strings.Contains(err.Error(), "communicators") {
 		t.Fatalf("load with a communicator missing: %v", err)
+	}
+}
+
+// TestTensorParallelPerTensorFP8Scales: a checkpoint with one k_scale and
+// one v_scale per layer (compressed-tensors' per-tensor form, not one per
+// KV head) loads with an fp8 KV cache split over 2 ranks, each rank's
+// heads taking the layer's scale, and its logits are those of the whole
+// model on one rank with the same scales. The scales are fixed, so the
+// two differ only where a value that the ranks' partial sums round
+// differently crosses an e4m3 rounding boundary.
+func TestTensorParallelPerTensorFP8Scales(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"} {
+		b, err := os.ReadFile(filepath.Join(fixture, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, err := safetensors.Open(filepath.Join(fixture, safetensors.SingleFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tensors := f.Tensors()
+	scalar := func(v float32) []byte { return binary.LittleEndian.AppendUint32(nil, math.Float32bits(v)) }
+	for l := range 2 { // llama3 has 2 layers of 2 KV heads
+		tensors = append(tensors,
+			safetensors.TensorInfo{Name: fmt.Sprintf("model.layers.%d.self_attn.k_scale", l), DType: "F32", Data: scalar(0.01 * float32(l+1))},
+			safetensors.TensorInfo{Name: fmt.Sprintf("model.layers.%d.self_attn.v_scale", l), DType: "F32", Data: scalar(0.005 * float32(l+1))})
+	}
+	if err := safetensors.Write(filepath.Join(dir, safetensors.SingleFile), tensors, nil); err != nil {
+		t.Fatal(err)
+	}
+	load := func(n int) *engine.Loaded {
+		bs := make([]backend.Backend, n)
+		for i := range bs {
+			bs[i] = cpu.New(cpu.Options{Threads: 1})
+		}
+		opts := engine.LoadOptions{Model: dir, Backend: bs[0], MaxSeqs: 4, MaxBatchedTokens: 256, KVBlocks: 64, KVCacheDType: "fp8"}
+		if n > 1 {
+			comms, err := collective.New(bs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tp := &engine.TensorParallel{Backends: bs, Abort: comms[0].Group()}
+			for _, c := range comms {
+				tp.Comms = append(tp.Comms, c)
+			}
+			opts.TensorParallel = tp
+		}
+		l, err := engine.Load(opts)
+		if err != nil {
+			t.Fatalf("load at TP=%d: %v", n, err)
+		}
+		t.Cleanup(l.Close)
+		if got := engine.RunnerOf(l).KVSpec().Name(); got != "fp8" {
+			t.Fatalf("TP=%d: KV cache %q, want fp8", n, got)
+		}
+		return l
+	}
+	prompt := randomPrompt(rand.New(rand.NewPCG(9, 10)), 40)
+	want := prefillLogits(t, load(1), prompt)
+	got := prefillLogits(t, load(2), prompt)
+	if len(got) != len(want) {
+		t.Fatalf("%d logits, want %d", len(got), len(want))
+	}
+	if e := maxRelErr(got, want); e > 1e-3 || math.IsNaN(e) {
+		t.Errorf("relative logits error %.3g against TP=1, want at most 1e-3", e)
 	}
 }

@@ -178,12 +178,18 @@ func NewSharded(bs []backend.Backend, models []Model, shards []model.Shard, opts
 		if opts.KVScales != nil {
 			o.KVScales = make([]model.KVScales, len(opts.KVScales))
 			for l, sc := range opts.KVScales {
-				end := s.KVHead + s.NumKVHeads
-				if len(sc.K) < end || len(sc.V) < end {
+				k, errK := perHeadScales("k_scale", sc.K, opts.NumKVHeads)
+				v, errV := perHeadScales("v_scale", sc.V, opts.NumKVHeads)
+				if err := errors.Join(errK, errV); err != nil {
 					closeAll()
-					return nil, fmt.Errorf("runner: layer %d has KV scales for %d heads, rank %d needs %d", l, len(sc.K), i, end)
+					return nil, fmt.Errorf("runner: layer %d: %w", l, err)
 				}
-				o.KVScales[l] = model.KVScales{K: sc.K[s.KVHead:end], V: sc.V[s.KVHead:end]}
+				end := s.KVHead + s.NumKVHeads
+				if s.KVHead < 0 || end > opts.NumKVHeads {
+					closeAll()
+					return nil, fmt.Errorf("runner: rank %d holds KV heads [%d, %d) of %d", i, s.KVHead, end, opts.NumKVHeads)
+				}
+				o.KVScales[l] = model.KVScales{K: k[s.KVHead:end], V: v[s.KVHead:end]}
 			}
 		}
 		r, err := New(bs[i], models[i], o)
@@ -199,4 +205,22 @@ func NewSharded(bs []backend.Backend, models []Model, shards []model.Shard, opts
 		return nil, err
 	}
 	return g, nil
+}
+
+// perHeadScales is a checkpoint's FP8 scales of one layer (model.KVScales:
+// one for the layer, as compressed-tensors stores them, or one per KV
+// head) as one per each of numKVHeads heads, so that a rank can take its
+// heads' part.
+func perHeadScales(name string, s []float32, numKVHeads int) ([]float32, error) {
+	switch len(s) {
+	case numKVHeads:
+		return s, nil
+	case 1:
+		out := make([]float32, numKVHeads)
+		for h := range out {
+			out[h] = s[0]
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("%d %s values for %d KV heads, want 1 or %d", len(s), name, numKVHeads, numKVHeads)
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/trigon-llm/trigon/backend"
+	"github.com/trigon-llm/trigon/backend/collective"
 	"github.com/trigon-llm/trigon/backend/cpu"
 	"github.com/trigon-llm/trigon/model"
 )
@@ -283,6 +284,112 @@ func TestFP8CheckpointScales(t *testing.T) {
 				}
 				if got := readF32(kv.Aux.KScale); got[0] != c.k[l][0] || got[1] != c.k[l][1] {
 					t.Errorf("layer %d: K scales %v after a write, want %v", l, got, c.k[l])
+				}
+			}
+		})
+	}
+}
+
+// TestShardedFP8CheckpointScales: NewSharded gives each rank of a
+// tensor-parallel group the checkpoint's FP8 scales of its own KV heads.
+// A layer's single scale (compressed-tensors' per-tensor k_scale and
+// v_scale) goes to every head of every rank, per-head scales are cut at
+// the ranks' head ranges (a replicated KV head's on each rank that holds
+// it), and other counts are refused.
+func TestShardedFP8CheckpointScales(t *testing.T) {
+	const hd, bs = 8, 4
+	for _, c := range []struct {
+		name   string
+		kvh    int            // the model's KV heads
+		shards [][2]int       // each rank's KVHead, NumKVHeads
+		scales model.KVScales // of layer 0; layer 1 has twice them
+		k, v   [][]float32    // each rank's per-head scales of layer 0
+		err    string
+	}{
+		{name: "per tensor, 4 heads over 2 ranks", kvh: 4, shards: [][2]int{{0, 2}, {2, 2}},
+			scales: model.KVScales{K: []float32{0.25}, V: []float32{1.0 / 8}},
+			k:      [][]float32{{0.25, 0.25}, {0.25, 0.25}}, v: [][]float32{{1.0 / 8, 1.0 / 8}, {1.0 / 8, 1.0 / 8}}},
+		{name: "per tensor, 3 heads over 2 ranks", kvh: 3, shards: [][2]int{{0, 2}, {2, 1}},
+			scales: model.KVScales{K: []float32{3}, V: []float32{0.5}},
+			k:      [][]float32{{3, 3}, {3}}, v: [][]float32{{0.5, 0.5}, {0.5}}},
+		{name: "per tensor, a head replicated on 2 ranks", kvh: 1, shards: [][2]int{{0, 1}, {0, 1}},
+			scales: model.KVScales{K: []float32{0.75}, V: []float32{2}},
+			k:      [][]float32{{0.75}, {0.75}}, v: [][]float32{{2}, {2}}},
+		{name: "per head, 4 heads over 2 ranks", kvh: 4, shards: [][2]int{{0, 2}, {2, 2}},
+			scales: model.KVScales{K: []float32{1, 2, 3, 4}, V: []float32{5, 6, 7, 8}},
+			k:      [][]float32{{1, 2}, {3, 4}}, v: [][]float32{{5, 6}, {7, 8}}},
+		{name: "per head, 2 heads each replicated on 2 ranks", kvh: 2, shards: [][2]int{{0, 1}, {0, 1}, {1, 1}, {1, 1}},
+			scales: model.KVScales{K: []float32{1, 2}, V: []float32{3, 4}},
+			k:      [][]float32{{1}, {1}, {2}, {2}}, v: [][]float32{{3}, {3}, {4}, {4}}},
+		{name: "3 scales for 4 heads", kvh: 4, shards: [][2]int{{0, 2}, {2, 2}},
+			scales: model.KVScales{K: []float32{1, 2, 3}, V: []float32{1}}, err: "3 k_scale values for 4 KV heads"},
+		{name: "no v_scale values", kvh: 4, shards: [][2]int{{0, 2}, {2, 2}},
+			scales: model.KVScales{K: []float32{1}, V: []float32{}}, err: "0 v_scale values for 4 KV heads"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			n := len(c.shards)
+			bs0 := make([]backend.Backend, n)
+			models := make([]Model, n)
+			shards := make([]model.Shard, n)
+			for i, s := range c.shards {
+				bs0[i] = cpu.New(cpu.Options{Threads: 1})
+				models[i] = &nopModel{b: bs0[i]}
+				shards[i] = model.Shard{Rank: i, Size: n, KVHead: s[0], NumKVHeads: s[1]}
+			}
+			comms, err := collective.New(bs0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			twice := func(v []float32) []float32 {
+				out := make([]float32, len(v))
+				for i, x := range v {
+					out[i] = 2 * x
+				}
+				return out
+			}
+			g, err := NewSharded(bs0, models, shards, Options{
+				NumBlocks: 4, BlockSize: bs, MaxTokens: 8, MaxSeqs: 1, MaxSeqLen: 12,
+				KV: backend.FP8KV(bs), NumLayers: 2, NumKVHeads: c.kvh, HeadDim: hd,
+				KVScales: []model.KVScales{c.scales, {K: twice(c.scales.K), V: twice(c.scales.V)}},
+			}, comms[0].Group())
+			if c.err != "" {
+				if err == nil || !strings.Contains(err.Error(), c.err) {
+					t.Fatalf("NewSharded = %v, want an error containing %q", err, c.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Close()
+			ranks := append([]*Runner{g}, g.peers...)
+			if len(ranks) != n {
+				t.Fatalf("%d ranks, want %d", len(ranks), n)
+			}
+			for i, r := range ranks {
+				for l, kv := range r.KV() {
+					for _, p := range []struct {
+						name string
+						x    backend.Tensor
+						want []float32
+					}{{"K", kv.Aux.KScale, c.k[i]}, {"V", kv.Aux.VScale, c.v[i]}} {
+						want := p.want
+						if l == 1 {
+							want = twice(want)
+						}
+						raw := make([]byte, 4*len(want))
+						if got := p.x.Shape(); len(got) != 1 || got[0] != len(want) {
+							t.Fatalf("rank %d layer %d: %s scales of shape %v, want [%d]", i, l, p.name, got, len(want))
+						}
+						if err := bs0[i].Read(p.x, raw); err != nil {
+							t.Fatal(err)
+						}
+						for h, w := range want {
+							if got := math.Float32frombits(binary.LittleEndian.Uint32(raw[4*h:])); got != w {
+								t.Errorf("rank %d layer %d head %d: %s scale %v, want %v", i, l, h, p.name, got, w)
+							}
+						}
+					}
 				}
 			}
 		})
