@@ -292,7 +292,7 @@ func RunLatency(ctx context.Context, opts LatencyOptions) (*LatencyResult, error
 			total += s
 			decodeSecs += s
 			ctxLen := opts.InputLen + k + 1
-			kvBytes += float64(opts.Batch) * float64(ctxLen) * float64(run.kvBytesPerToken())
+			kvBytes += float64(opts.Batch) * float64(run.kvStepBytes(ctxLen))
 		}
 		e2e = append(e2e, total)
 	}
@@ -797,12 +797,34 @@ func (run *latencyRun) verifySteps(res *LatencyResult) error {
 	return nil
 }
 
-// kvBytesPerToken is the K and V bytes one token takes over all layers,
-// scales included (a quantized cache's block-indexed side tensors).
-func (run *latencyRun) kvBytesPerToken() int64 {
+// kvStepBytes is the KV cache one decode step reads for a sequence of
+// ctxLen tokens.
+func (run *latencyRun) kvStepBytes(ctxLen int) int64 {
 	c := run.cfg
-	spec := run.r.KVSpec()
-	return int64(c.NumLayers) * int64(spec.LayerBlockBytes(c.NumKVHeads, c.HeadDim)) / int64(spec.BlockSize)
+	return decodeKVBytes(run.r.KVSpec(), c.NumLayers, c.NumKVHeads, c.HeadDim, ctxLen)
+}
+
+// decodeKVBytes is the K and V bytes, over numLayers layers, that a decode
+// step's attention reads for one sequence of ctxLen tokens: every token
+// in the cache's format, its scales and zero points included (spread over
+// the tokens that share them). An int4 cache (KVScaleKIVI) reads its
+// newest tokens from their bf16 window copies instead, at bf16 width and
+// with no scales: those at positions from ctxLen - Window on and those of
+// the last, partial block, which has no int4 K yet (backend.KVSpec). A
+// block that straddles the window's start has both forms read on the
+// GPU (its tile's int4 codes and its bf16 rows); that is at most one
+// block a sequence and is counted by its rows' forms alone.
+func decodeKVBytes(spec backend.KVSpec, numLayers, numKVHeads, headDim, ctxLen int) int64 {
+	// tokens read in the cache's format, at a block's bytes over its tokens
+	stored := func(tokens int) int64 {
+		return int64(numLayers) * int64(tokens) * int64(spec.LayerBlockBytes(numKVHeads, headDim)) / int64(spec.BlockSize)
+	}
+	if spec.Scales != backend.KVScaleKIVI {
+		return stored(ctxLen)
+	}
+	bf16 := max(min(spec.Window, ctxLen), ctxLen%spec.BlockSize)
+	bf16Row := int64(2 * numKVHeads * headDim * 2) // a token's K and V rows of a layer, 2 bytes an element
+	return int64(numLayers)*int64(bf16)*bf16Row + stored(ctxLen-bf16)
 }
 
 // newResult fills the run's description and the static byte counts.

@@ -513,3 +513,41 @@ func TestRunLatencyVerifySteps(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeKVBytes checks the KV bytes a decode step reads, worked out by
+// hand. An int4 cache (groups of 32, a 128-token window) of 2 layers, 4
+// KV heads of 128 dims, at 1000 tokens: the newest 128 are read from the
+// bf16 window (the last block's 8 tokens are among them), each 2·4·128·2
+// = 2,048 bytes a layer; the other 872 in int4, each per head 64 bytes of
+// K codes, 64 of V codes, 4·128/16 = 32 of K's per-channel scale and zero
+// point (F16, one pair per channel shared by a block's 16 tokens) and
+// 2·(128/32)·2 = 16 of V's per-group pairs: 176, 704 a layer. So
+// 2·(128·2,048 + 872·704) = 1,752,064 bytes.
+func TestDecodeKVBytes(t *testing.T) {
+	const layers, kvh, d = 2, 4, 128
+	for _, c := range []struct {
+		name   string
+		spec   backend.KVSpec
+		ctxLen int
+		want   int64
+	}{
+		{"int4, window 128, 1000 tokens", backend.Int4KV(16, 32, 128), 1000, 2 * (128*2048 + 872*704)},
+		// Without a window only the partial block's 8 tokens are bf16.
+		{"int4, no window, 1000 tokens", backend.Int4KV(16, 32, 0), 1000, 2 * (8*2048 + 992*704)},
+		// On a block boundary without a window: every token in int4.
+		{"int4, no window, 992 tokens", backend.Int4KV(16, 32, 0), 992, 2 * 992 * 704},
+		// A window longer than the sequence: all of it in bf16.
+		{"int4, window 128, 100 tokens", backend.Int4KV(16, 32, 128), 100, 2 * 100 * 2048},
+		// An odd window: the newest 20 tokens, more than the partial block's 8.
+		{"int4, window 20, 1000 tokens", backend.Int4KV(16, 32, 20), 1000, 2 * (20*2048 + 980*704)},
+		{"bf16", backend.PlainKV(backend.BF16, 16), 1000, 2 * 1000 * 2048},
+		// 128 bytes of codes and 4 groups' F16 scales, for K and for V.
+		{"int8, groups of 32", backend.Int8KV(16, 32), 1000, 2 * 1000 * 4 * 2 * (128 + 4*2)},
+		// The per-head scales are not per token.
+		{"fp8", backend.FP8KV(16), 1000, 2 * 1000 * 4 * 2 * 128},
+	} {
+		if got := decodeKVBytes(c.spec, layers, kvh, d, c.ctxLen); got != c.want {
+			t.Errorf("%s: %d bytes, want %d", c.name, got, c.want)
+		}
+	}
+}
