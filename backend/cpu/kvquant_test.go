@@ -209,3 +209,125 @@ func TestKIVIBlockFill(t *testing.T) {
 		}
 	}
 }
+
+// TestQuantizedAttention32k is decode attention at 32k context in each
+// quantized format against f32 attention over the same K and V: one
+// sequence of 32,768 random tokens (K with outlier channels 10-100x the
+// others), stored in prefill chunks of 2,048 and then 4 single-token
+// decode steps, the last ending at 32,768; each step's one query row per
+// head (GQA 4:1, head dim 128, as Llama 3 8B) is compared. It logs each
+// format's relative L2 distance to f32 and its largest element error
+// relative to the largest |f32| output, on fresh inputs each run (the
+// seed is logged).
+//
+// The distances vary with the values by about 2x from run to run (a
+// row's softmax is dominated by the few tokens whose K outliers align
+// with its query, and an error in those scores moves their weights), so
+// each tolerance is about 1.5x the largest distance seen over many
+// seeds; int8 reading each group with its neighbour's scale is at 1.5.
+// The distance is set by how finely a format resolves the outlier
+// channels: fp8's 3 mantissa bits under one scale per head (set by the
+// first chunk); int8's step, which an outlier sets for its whole group
+// of 32 channels; int4's per-channel K step, which follows each
+// channel's own range, with 4-bit V over groups of 32 (all but the
+// newest 128 tokens, which its window keeps in bf16).
+func TestQuantizedAttention32k(t *testing.T) {
+	const n, bs, h, kvh, d, chunk, decode = 32768, 16, 8, 2, 128, 2048, 4
+	formats := []struct {
+		name string
+		spec backend.KVSpec
+		tol  float64 // relative L2 distance to f32
+	}{
+		{"fp8", backend.FP8KV(bs), 0.7},
+		{"int8-g32", backend.Int8KV(bs, backend.DefaultKVInt8Group), 0.3},
+		{"int4-g32-w128", backend.Int4KV(bs, backend.DefaultKVInt4Group, backend.DefaultKVWindow), 0.35},
+	}
+	seed := rand.Uint64()
+	t.Logf("random seed %d", seed)
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	b := New(Options{Threads: 2})
+	numBlocks := n/bs + 1
+	perm := r.Perm(numBlocks)
+	table := make([]int32, n/bs)
+	for i := range table {
+		table[i] = int32(perm[i])
+	}
+	caches := []kvCache{newKVCache(t, b, backend.PlainKV(backend.F32, bs), numBlocks, kvh, d)}
+	for _, f := range formats {
+		caches = append(caches, newKVCache(t, b, f.spec, numBlocks, kvh, d))
+	}
+	invFreq := make([]float32, d/2)
+	for i := range invFreq {
+		invFreq[i] = float32(math.Pow(500000, -2*float64(i)/float64(d)))
+	}
+	width := (h + 2*kvh) * d
+	// Outlier channels in both rotation halves, at both ends of 10-100x
+	// and between, so that runs differ only in the values.
+	gains := map[int]float32{3: 100, 5: 30, d/2 + 7: 10}
+	tables := uploadI32(t, b, table, 1, len(table))
+	steps := [][2]int{}
+	for lo := 0; lo < n-decode; lo += chunk {
+		steps = append(steps, [2]int{lo, min(lo+chunk, n-decode)})
+	}
+	steps = append(steps, stepsOf(n-decode, n)...)
+	outs := make([][]float32, len(caches)) // the decode rows' outputs
+	for _, step := range steps {
+		lo, hi := step[0], step[1]
+		m := hi - lo
+		// Random K and V; Q only in the decode rows, the ones attended.
+		qkv := make([]float32, m*width)
+		for tok := range m {
+			row := qkv[tok*width : (tok+1)*width]
+			first := h * d
+			if m == 1 {
+				first = 0
+			}
+			copy(row[first:], randFloats(r, width-first, 1))
+			for j := range kvh {
+				for c, g := range gains {
+					row[(h+j)*d+c] *= g
+				}
+			}
+		}
+		pos, slots := make([]int32, m), make([]int32, m)
+		for i := range m {
+			p := lo + i
+			pos[i], slots[i] = int32(p), table[p/bs]*int32(bs)+int32(p%bs)
+		}
+		x := uploadF32(t, b, qkv, m, width)
+		for ci, c := range caches {
+			q := alloc(t, b, backend.F32, m, h*d)
+			err := b.RoPEStoreKV(backend.RoPEArgs{Q: q, QKV: x, Positions: uploadI32(t, b, pos, m), SlotMapping: uploadI32(t, b, slots, m),
+				KCache: c.k, VCache: c.v, KV: c.spec, KVAux: c.aux, InvFreq: uploadF32(t, b, invFreq, d/2), NumHeads: h, NumKVHeads: kvh, HeadDim: d})
+			if err != nil {
+				t.Fatalf("ropestorekv %v: %v", c.spec, err)
+			}
+			if m != 1 {
+				continue // the prefill chunks only fill the caches
+			}
+			out := alloc(t, b, backend.F32, 1, h*d)
+			err = b.Attention(backend.AttentionArgs{Out: out, Q: q, KCache: c.k, VCache: c.v, KV: c.spec, KVAux: c.aux,
+				BlockTables: tables, SeqLens: uploadI32(t, b, []int32{int32(hi)}, 1), QueryStart: uploadI32(t, b, []int32{0, 1}, 2),
+				NumSeqs: 1, MaxSeqLen: hi, NumHeads: h, NumKVHeads: kvh, HeadDim: d, Scale: float32(1 / math.Sqrt(float64(d)))})
+			if err != nil {
+				t.Fatalf("attention %v: %v", c.spec, err)
+			}
+			outs[ci] = append(outs[ci], readF32(t, b, out)...)
+		}
+	}
+	want := outs[0]
+	for i, f := range formats {
+		got := outs[i+1]
+		var num, den, maxErr, maxRef float64
+		for j := range want {
+			e := float64(got[j]) - float64(want[j])
+			num, den = num+e*e, den+float64(want[j])*float64(want[j])
+			maxErr, maxRef = math.Max(maxErr, math.Abs(e)), math.Max(maxRef, math.Abs(float64(want[j])))
+		}
+		rel := math.Sqrt(num / den)
+		t.Logf("%s at %d tokens: relative L2 distance to f32 %.3g, largest error %.3g of the largest output", f.name, n, rel, maxErr/maxRef)
+		if !(rel <= f.tol) {
+			t.Errorf("%s at %d tokens: relative L2 distance to f32 attention %.4g, want <= %g", f.name, n, rel, f.tol)
+		}
+	}
+}
