@@ -94,7 +94,7 @@ func TestServeStatesKVCapacity(t *testing.T) {
 			if err != nil || resp.StatusCode != http.StatusOK {
 				t.Fatalf("/metrics: status %d, %v", resp.StatusCode, err)
 			}
-			gauge := regexp.MustCompile(`(?m)^trigon_kv_cache_capacity_tokens\{dtype="([^"]*)"\} (\S+)$`).FindAllStringSubmatch(string(body), -1)
+			gauge := regexp.MustCompile(`(?m)^trigon_kv_cache_capacity_tokens\{dtype="([^"]*)",model_name="[^"]+"\} (\S+)$`).FindAllStringSubmatch(string(body), -1)
 			if len(gauge) != 1 || gauge[0][1] != dtype || gauge[0][2] != strconv.Itoa(logged) {
 				t.Errorf("/metrics capacity gauge %q, want one series with dtype %q at %d tokens", gauge, dtype, logged)
 			}
