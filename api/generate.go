@@ -14,6 +14,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/trigon-llm/trigon/telemetry"
 )
 
 // genPlan is a validated generation request, ready for the engine, with
@@ -520,7 +522,7 @@ func (g *generation) fail(e *Error) {
 // with the first engine event, so a request that fails before producing
 // anything still gets a proper error status.
 func (g *generation) stream(ctx context.Context, events <-chan Event) {
-	sse := &sseWriter{w: g.w, rc: http.NewResponseController(g.w)}
+	sse := &sseWriter{w: g.w, rc: http.NewResponseController(g.w), metrics: g.s.metrics}
 	// streamFail reports an error: as a status while nothing is sent, as an
 	// error event followed by [DONE] once the stream has begun.
 	streamFail := func(e *Error) {
@@ -637,6 +639,7 @@ func (g *generation) deltaChunk(ev Event) any {
 type sseWriter struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController
+	metrics *telemetry.Metrics // each event's write and flush time
 	started bool
 	err     error
 }
@@ -665,6 +668,8 @@ func (s *sseWriter) write(b []byte) error {
 	if s.err != nil {
 		return s.err
 	}
+	t0 := time.Now()
+	defer func() { s.metrics.ObserveStreamWrite(time.Since(t0)) }()
 	if _, err := s.w.Write(b); err != nil {
 		s.err = err
 		return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 
 	dto "github.com/prometheus/client_model/go"
@@ -153,6 +154,39 @@ func TestMetricsAfterRequests(t *testing.T) {
 	}
 	if got := metricValue(t, fams, "trigon_num_preemptions_total"); got != 2 {
 		t.Errorf("preemptions %g", got)
+	}
+}
+
+// TestStreamWriteMetric: every server-sent event of a streamed reply,
+// [DONE] included, is one observation of trigon_stream_write_seconds,
+// and a reply that is not streamed is none.
+func TestStreamWriteMetric(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.Metrics = telemetry.NewMetrics() })
+	e.generate(t, "/v1/completions", map[string]any{"prompt": "the cat sat", "max_tokens": 4, "ignore_eos": true})
+	if got := metricValue(t, scrapeMetrics(t, e), "trigon_stream_write_seconds"); got != 0 {
+		t.Fatalf("a reply not streamed: %g stream writes, want 0", got)
+	}
+	events := 0
+	for _, req := range []string{
+		`{"messages":[{"role":"user","content":"dog ran"}],"max_tokens":3,"ignore_eos":true,"stream":true}`,
+		`{"prompt":"red fox","max_tokens":5,"n":2,"ignore_eos":true,"stream":true}`,
+	} {
+		path := "/v1/completions"
+		if strings.Contains(req, "messages") {
+			path = "/v1/chat/completions"
+		}
+		rec := e.do(t, "POST", path, req)
+		if rec.Code != 200 {
+			t.Fatalf("%s: status %d", path, rec.Code)
+		}
+		n := strings.Count(rec.Body.String(), "data: ")
+		if n < 4 || !strings.HasSuffix(rec.Body.String(), "data: [DONE]\n\n") {
+			t.Fatalf("%s: %d events, body %q", path, n, rec.Body)
+		}
+		events += n
+	}
+	if got := metricValue(t, scrapeMetrics(t, e), "trigon_stream_write_seconds"); got != float64(events) {
+		t.Errorf("trigon_stream_write_seconds count %g, want one per event (%d)", got, events)
 	}
 }
 

@@ -25,6 +25,11 @@ var (
 	// E2EBuckets: whole requests, from a short reply to a long generation.
 	E2EBuckets = []float64{0.1, 0.25, 0.5, 1, 1.5, 2, 3, 5, 7.5, 10, 15, 20, 30, 45, 60, 90,
 		120, 180, 300, 600, 1200, 2400}
+	// StreamWriteBuckets: one event written and flushed to a client's
+	// socket, microseconds when the kernel's buffer has room, as long as
+	// the client takes to read when it is full.
+	StreamWriteBuckets = []float64{1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 0.001, 0.0025, 0.005, 0.01,
+		0.025, 0.05, 0.1, 0.25, 0.5, 1}
 	// QueueBuckets: zero when the server keeps up, minutes when it does not.
 	QueueBuckets = []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
 		20, 40, 80, 160, 320, 640}
@@ -40,6 +45,7 @@ type Metrics struct {
 	itl        prometheus.Histogram
 	e2e        prometheus.Histogram
 	queue      prometheus.Histogram
+	write      prometheus.Histogram
 	running    prometheus.Gauge
 	waiting    prometheus.Gauge
 	kvUsage    prometheus.Gauge
@@ -94,6 +100,10 @@ func NewMetricsFor(modelName string) *Metrics {
 			"Time from request arrival to the last token of a choice.", E2EBuckets),
 		queue: hist("trigon_request_queue_time_seconds",
 			"Time a request waited in the scheduler queue before its first step.", QueueBuckets),
+		// trigon's own (vLLM has none): the API's side of a token's way
+		// out, which runs beside the engine's step loop, not in it.
+		write: hist("trigon_stream_write_seconds",
+			"Time to write and flush one server-sent event of a streamed response to its client.", StreamWriteBuckets),
 		running: prometheus.NewGauge(prometheus.GaugeOpts{Name: "trigon_num_requests_running",
 			Help: "Sequences scheduled in the running batch."}),
 		waiting: prometheus.NewGauge(prometheus.GaugeOpts{Name: "trigon_num_requests_waiting",
@@ -132,7 +142,7 @@ func NewMetricsFor(modelName string) *Metrics {
 		own = prometheus.WrapRegistererWith(prometheus.Labels{ModelNameLabel: modelName}, m.reg)
 	}
 	own.MustRegister(
-		m.ttft, m.itl, m.e2e, m.queue, m.running, m.waiting, m.kvUsage, m.kvCapacity,
+		m.ttft, m.itl, m.e2e, m.queue, m.write, m.running, m.waiting, m.kvUsage, m.kvCapacity,
 		m.pcHits, m.pcQuery, m.preempt, m.ahead, m.graphs, m.prompt, m.gen, m.finished,
 	)
 	own.MustRegister(m.step.collectors()...)
@@ -198,6 +208,14 @@ func (m *Metrics) ObserveE2ELatency(d time.Duration) {
 func (m *Metrics) ObserveQueueTime(d time.Duration) {
 	if m != nil {
 		m.queue.Observe(seconds(d))
+	}
+}
+
+// ObserveStreamWrite records the time one server-sent event took to
+// write and flush.
+func (m *Metrics) ObserveStreamWrite(d time.Duration) {
+	if m != nil {
+		m.write.Observe(seconds(d))
 	}
 }
 

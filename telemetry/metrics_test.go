@@ -110,6 +110,7 @@ func TestHistograms(t *testing.T) {
 		{"trigon_inter_token_latency_seconds", InterTokenBuckets, (*Metrics).ObserveInterTokenLatency},
 		{"trigon_e2e_request_latency_seconds", E2EBuckets, (*Metrics).ObserveE2ELatency},
 		{"trigon_request_queue_time_seconds", QueueBuckets, (*Metrics).ObserveQueueTime},
+		{"trigon_stream_write_seconds", StreamWriteBuckets, (*Metrics).ObserveStreamWrite},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
